@@ -1,0 +1,39 @@
+/*
+ * Strict parsing of user-supplied values (command line, QMP, properties).
+ * Any thread.
+ */
+#ifndef SPINDLE_UTIL_CUTILS_H
+#define SPINDLE_UTIL_CUTILS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include "util/error.h"
+
+/*
+ * Parse the whole of str as a decimal (or 0x hexadecimal; a leading 0 is
+ * not octal) integer in
+ * [min, max].  Leading/trailing junk, an empty string, overflow and values
+ * out of range are errors; the message names "name" (an option or property)
+ * and says what range is accepted.
+ */
+bool parse_int64_in_range(const char *name, const char *str, int64_t min,
+                          int64_t max, int64_t *out, Error **errp);
+
+/* Parse "on/off/yes/no/true/false" into *out; errors name "name". */
+bool parse_bool(const char *name, const char *str, bool *out, Error **errp);
+
+/*
+ * Multiply a non-negative value by a non-negative factor, saturating at
+ * INT64_MAX instead of overflowing.
+ */
+static inline int64_t mul_sat_int64(int64_t a, int64_t b)
+{
+    int64_t r;
+
+    if (__builtin_mul_overflow(a, b, &r)) {
+        return INT64_MAX;
+    }
+    return r;
+}
+
+#endif

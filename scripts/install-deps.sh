@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+#
+# Install what building and testing Spindle needs, on Debian 12.
+#
+# Safe to run again and again: it only looks when everything is already there
+# (one dpkg-query per Debian package, one import per Python package) and only
+# touches apt or pip for what is missing.  As root it installs; as anyone else
+# it names what is missing and how to get it, and fails.
+#
+# Environment:
+#   PYTHON   the Python that runs the functional tests (default: python3)
+
+set -euo pipefail
+
+export DEBIAN_FRONTEND=noninteractive
+export PIP_ROOT_USER_ACTION=ignore
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+
+PYTHON=${PYTHON:-python3}
+
+# Debian packages: compiler and build tools, libraries, test runner's Python.
+APT_PACKAGES=(
+    meson
+    ninja-build
+    pkg-config
+    gcc
+    libc6-dev
+    libglib2.0-dev
+    libjson-glib-dev
+    libaio-dev
+    liburing-dev
+    systemtap-sdt-dev
+    python3
+    python3-pip
+)
+
+# Python packages, as "pip name:module to import".
+PIP_PACKAGES=(
+    pytest:pytest
+    qemu.qmp:qemu.qmp
+)
+
+log() {
+    echo "install-deps: $*"
+}
+
+die() {
+    echo "install-deps: error: $*" >&2
+    exit 1
+}
+
+is_root() {
+    [[ $(id -u) -eq 0 ]]
+}
+
+# Print the Debian packages that are not installed, one per line.
+missing_apt_packages() {
+    local pkg status
+    for pkg in "${APT_PACKAGES[@]}"; do
+        status=$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null || true)
+        if [[ $status != "install ok installed" ]]; then
+            echo "$pkg"
+        fi
+    done
+}
+
+# Print the pip names of the Python packages that cannot be imported.
+missing_pip_packages() {
+    local entry
+    for entry in "${PIP_PACKAGES[@]}"; do
+        if ! "$PYTHON" -c "import ${entry#*:}" >/dev/null 2>&1; then
+            echo "${entry%%:*}"
+        fi
+    done
+}
+
+install_apt_packages() {
+    log "installing Debian packages: $*"
+    apt-get update -q
+    apt-get install -y -q -o DPkg::Lock::Timeout=300 "$@"
+}
+
+# pip refuses to write into a distribution's Python (PEP 668) unless told
+# --break-system-packages; a pyenv or virtualenv Python takes a plain install.
+install_pip_packages() {
+    local errfile rc=0
+    "$PYTHON" -m pip --version >/dev/null 2>&1 ||
+        die "$PYTHON has no pip; install python3-pip (or pip for that Python)"
+
+    log "installing Python packages for $PYTHON: $*"
+    errfile=$(mktemp)
+    "$PYTHON" -m pip install --no-input -q "$@" 2>"$errfile" || rc=$?
+    if [[ $rc -ne 0 ]] && grep -q externally-managed-environment "$errfile"; then
+        log "$PYTHON is managed by the distribution; using --break-system-packages"
+        rc=0
+        "$PYTHON" -m pip install --no-input -q --break-system-packages "$@" \
+            2>"$errfile" || rc=$?
+    fi
+    if [[ $rc -ne 0 ]]; then
+        cat "$errfile" >&2
+        rm -f "$errfile"
+        die "pip could not install: $*"
+    fi
+    rm -f "$errfile"
+}
+
+main() {
+    local -a apt_missing pip_missing
+
+    mapfile -t apt_missing < <(missing_apt_packages)
+    if [[ ${#apt_missing[@]} -gt 0 ]]; then
+        is_root || die "missing Debian packages: ${apt_missing[*]}
+    install them as root with:  apt-get install ${apt_missing[*]}"
+        install_apt_packages "${apt_missing[@]}"
+    fi
+
+    # Checked after apt, which may just have provided python3 and pip.
+    command -v "$PYTHON" >/dev/null 2>&1 || die "$PYTHON not found"
+    mapfile -t pip_missing < <(missing_pip_packages)
+    if [[ ${#pip_missing[@]} -gt 0 ]]; then
+        is_root || die "missing Python packages for $PYTHON: ${pip_missing[*]}
+    install them with:  $PYTHON -m pip install ${pip_missing[*]}"
+        install_pip_packages "${pip_missing[@]}"
+        mapfile -t pip_missing < <(missing_pip_packages)
+        [[ ${#pip_missing[@]} -eq 0 ]] ||
+            die "still cannot import after installing: ${pip_missing[*]}"
+    fi
+
+    log "all ${#APT_PACKAGES[@]} Debian and ${#PIP_PACKAGES[@]} Python packages are present"
+}
+
+main "$@"

@@ -1,0 +1,1214 @@
+/*
+ * bench-aio: round-trip latency and server CPU cost of the event loop.
+ *
+ * Theory of operation
+ * -------------------
+ * Two threads pinned to different CPUs ping-pong N messages through shared
+ * memory laid out like a virtqueue.  Three words, each on its own 64-byte
+ * cache line:
+ *
+ *   req        the client's sequence number (the "avail index")
+ *   resp       the server's echo of it (the "used index")
+ *   no_notify  set by the server while it busy-polls (VRING_USED_F_NO_NOTIFY)
+ *
+ * The client sends message i by storing req = i, issuing a full fence and,
+ * unless no_notify is set, kicking the server's eventfd.  It then spins until
+ * resp == i and records the round trip.  The server is one of:
+ *
+ *   eventfd    an IOThread with poll-max-ns=0: every message is a kick that
+ *              wakes the IOThread from epoll_wait;
+ *   polled     the same handler in an IOThread with the adaptive poll window
+ *              (--poll-max-ns, default 32768): while the window is open the
+ *              loop's poll callback sees req change and no kick is needed;
+ *   cacheline  a bare thread spinning on req: the physical floor, one cache
+ *              line crossing each way, no event loop and no kicks.
+ *
+ * The "no lost kick" argument (a Dekker pair): the client stores req, fences,
+ * then loads no_notify; the loop stores no_notify = 0 in io_poll_end, issues
+ * a full barrier and calls io_poll once more.  Either the client sees 0 and
+ * kicks, or the loop's re-check sees the new req.
+ *
+ * Back to back (the default) the eventfd server may not get to sleep at
+ * all: if the next kick lands before the IOThread is back in epoll_wait, the
+ * wait returns at once and the round trip costs two system calls, not a
+ * wakeup.  sleeps_per_msg (the server thread's voluntary context switches
+ * per message, from /proc) shows which case was measured; --gap-ns makes the
+ * client pause between a response and its next request, as a guest would.
+ *
+ * Per mode, warm-up messages are sent first (not recorded; they let the
+ * window settle), then the server's CPU clock and the AioContext statistics
+ * are sampled around the recorded messages.  Percentiles are nearest-rank on
+ * the sorted samples.  With --repeat R the modes run R times, alternating,
+ * and every statistic is the median over the R runs.
+ *
+ * Output is a table (default) or one JSON object (--json) with a key per mode
+ * run; each holds p50_ns, p99_ns, p999_ns, cpu_ns_per_msg and extra fields.
+ *
+ * Threads: main creates and destroys the servers (IOThread lifecycle is a
+ * main-thread job); a dedicated client thread runs the ping-pong so that the
+ * main thread's affinity is left alone.
+ */
+
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <glib.h>
+#include <json-glib/json-glib.h>
+
+#include "util/aio.h"
+#include "util/clock.h"
+#include "util/cutils.h"
+#include "util/error.h"
+#include "util/event-notifier.h"
+#include "util/iothread.h"
+
+#define CACHELINE 64
+
+/* Exit status for bad command-line values. */
+#define EXIT_USAGE 2
+
+/* A message without an answer for this long means a lost wakeup. */
+#define RESPONSE_TIMEOUT_NS (10LL * 1000 * 1000 * 1000)
+/* Spins between two looks at the clock while waiting for a response. */
+#define SPINS_PER_CLOCK_CHECK 1024
+
+#define COUNT_MAX 100000000     /* 800 MB of samples */
+#define REPEAT_MAX 1000
+#define GAP_NS_MAX 1000000000   /* 1 s */
+
+/* ------------------------------------------------------------------------ */
+/* Options                                                                   */
+
+typedef enum {
+    MODE_EVENTFD,
+    MODE_POLLED,
+    MODE_CACHELINE,
+    MODE_COUNT,
+} BenchMode;
+
+static const char *const mode_names[MODE_COUNT] = {
+    [MODE_EVENTFD] = "eventfd",
+    [MODE_POLLED] = "polled",
+    [MODE_CACHELINE] = "cacheline",
+};
+
+typedef struct BenchOpts {
+    int64_t count;
+    int64_t warmup;
+    int64_t repeat;
+    int64_t poll_max_ns;     /* for the polled mode */
+    int64_t gap_ns;          /* client idle time between messages */
+    int client_cpu;
+    int server_cpu;
+    bool modes[MODE_COUNT];
+    bool json;
+} BenchOpts;
+
+/* ------------------------------------------------------------------------ */
+/* Statistics of one run                                                     */
+
+typedef enum {
+    /* The four that every mode must report, with these JSON names. */
+    STAT_P50,
+    STAT_P99,
+    STAT_P999,
+    STAT_CPU_PER_MSG,
+    /* Extras. */
+    STAT_MEAN,
+    STAT_MIN,
+    STAT_MAX,
+    STAT_KICKS_PER_MSG,
+    STAT_SLEEPS_PER_MSG,     /* the server thread's voluntary switches */
+    /* AioContext counters over the recorded messages (IOThread modes). */
+    STAT_POLL_HITS,
+    STAT_POLL_MISSES,
+    STAT_WAKEUPS,
+    STAT_DISPATCHES,
+    STAT_POLL_TIME,
+    STAT_BLOCK_TIME,
+    STAT_POLL_NS,            /* the context's window at the end */
+    STAT_HANDLER_WINDOW,     /* the kick handler's window at the end */
+    STAT_COUNT,
+} StatId;
+
+typedef struct StatInfo {
+    const char *json_name;
+    bool is_integer;
+    bool iothread_only;
+} StatInfo;
+
+static const StatInfo stat_info[STAT_COUNT] = {
+    [STAT_P50] = { "p50_ns", true, false },
+    [STAT_P99] = { "p99_ns", true, false },
+    [STAT_P999] = { "p999_ns", true, false },
+    [STAT_CPU_PER_MSG] = { "cpu_ns_per_msg", true, false },
+    [STAT_MEAN] = { "mean_ns", true, false },
+    [STAT_MIN] = { "min_ns", true, false },
+    [STAT_MAX] = { "max_ns", true, false },
+    [STAT_KICKS_PER_MSG] = { "kicks_per_msg", false, false },
+    [STAT_SLEEPS_PER_MSG] = { "sleeps_per_msg", false, false },
+    [STAT_POLL_HITS] = { "poll_hits", true, true },
+    [STAT_POLL_MISSES] = { "poll_misses", true, true },
+    [STAT_WAKEUPS] = { "wakeups", true, true },
+    [STAT_DISPATCHES] = { "dispatches", true, true },
+    [STAT_POLL_TIME] = { "poll_time_ns", true, true },
+    [STAT_BLOCK_TIME] = { "block_time_ns", true, true },
+    [STAT_POLL_NS] = { "poll_ns", true, true },
+    [STAT_HANDLER_WINDOW] = { "handler_window_ns", true, true },
+};
+
+typedef struct RunStats {
+    double v[STAT_COUNT];
+} RunStats;
+
+static bool mode_uses_iothread(BenchMode mode)
+{
+    return mode != MODE_CACHELINE;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Shared state                                                              */
+
+typedef struct PingPong {
+    /* Written by the client. */
+    _Alignas(CACHELINE) _Atomic uint64_t req;
+    /* Written by the server. */
+    _Alignas(CACHELINE) _Atomic uint64_t resp;
+    /* Written by the server's poll hooks, read by the client. */
+    _Alignas(CACHELINE) _Atomic int no_notify;
+    /* Written by main to stop the cache-line echo thread. */
+    _Alignas(CACHELINE) _Atomic bool stop;
+    /* Server-private. */
+    _Alignas(CACHELINE) uint64_t last_seen;
+    _Atomic pid_t echo_tid;      /* the cache-line echo thread, once started */
+    EventNotifier kick;
+    AioContext *ctx;
+} PingPong;
+
+static PingPong *pingpong_new(void)
+{
+    PingPong *pp;
+
+    if (posix_memalign((void **)&pp, CACHELINE, sizeof(*pp)) != 0) {
+        g_error("out of memory");
+    }
+    memset(pp, 0, sizeof(*pp));
+    atomic_init(&pp->req, 0);
+    atomic_init(&pp->resp, 0);
+    atomic_init(&pp->no_notify, 0);
+    atomic_init(&pp->stop, false);
+    atomic_init(&pp->echo_tid, 0);
+    pp->kick.fd = -1;
+    return pp;
+}
+
+static void pingpong_free(PingPong *pp)
+{
+    free(pp);
+}
+
+static PingPong *pingpong_from_kick(EventNotifier *e)
+{
+    return (PingPong *)((char *)e - offsetof(PingPong, kick));
+}
+
+/* ------------------------------------------------------------------------ */
+/* Server: the kick handler in an IOThread                                   */
+
+/* Echo the newest request, if there is one.  IOThread. */
+static void server_process(PingPong *pp)
+{
+    /* Pairs with the client's release store of req. */
+    uint64_t r = atomic_load_explicit(&pp->req, memory_order_acquire);
+
+    if (r == pp->last_seen) {
+        return;
+    }
+    pp->last_seen = r;
+    /* Pairs with the client's acquire load of resp. */
+    atomic_store_explicit(&pp->resp, r, memory_order_release);
+}
+
+static bool server_io_poll(EventNotifier *e)
+{
+    PingPong *pp = pingpong_from_kick(e);
+
+    /* Pairs with the client's release store of req. */
+    return atomic_load_explicit(&pp->req, memory_order_acquire) !=
+           pp->last_seen;
+}
+
+static void server_io_read(EventNotifier *e)
+{
+    event_notifier_test_and_clear(e);
+    server_process(pingpong_from_kick(e));
+}
+
+static void server_io_poll_ready(EventNotifier *e)
+{
+    server_process(pingpong_from_kick(e));
+}
+
+static void server_poll_begin(EventNotifier *e)
+{
+    PingPong *pp = pingpong_from_kick(e);
+
+    /*
+     * Relaxed: suppressing kicks is an optimisation; a client that still
+     * sees 0 just kicks once more.
+     */
+    atomic_store_explicit(&pp->no_notify, 1, memory_order_relaxed);
+}
+
+static void server_poll_end(EventNotifier *e)
+{
+    PingPong *pp = pingpong_from_kick(e);
+
+    /*
+     * The loop issues a full barrier after io_poll_end and polls once more;
+     * that barrier pairs with the client's fence between storing req and
+     * loading no_notify.
+     */
+    atomic_store_explicit(&pp->no_notify, 0, memory_order_relaxed);
+}
+
+/* Register the kick handler.  Runs in the IOThread via aio_run_sync(). */
+static void server_attach(void *opaque)
+{
+    PingPong *pp = opaque;
+
+    g_assert(aio_context_in_home_thread(pp->ctx));
+    aio_set_event_notifier(pp->ctx, &pp->kick, server_io_read,
+                           server_io_poll, server_io_poll_ready);
+    aio_set_event_notifier_poll(pp->ctx, &pp->kick, server_poll_begin,
+                                server_poll_end);
+    aio_set_fd_handler_name(pp->ctx, event_notifier_get_fd(&pp->kick),
+                            "bench-kick");
+}
+
+/* Remove the kick handler.  Runs in the IOThread via aio_run_sync(). */
+static void server_detach(void *opaque)
+{
+    PingPong *pp = opaque;
+
+    g_assert(aio_context_in_home_thread(pp->ctx));
+    aio_set_event_notifier(pp->ctx, &pp->kick, NULL, NULL, NULL);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Server: the bare cache-line echo thread                                   */
+
+static void *echo_thread_fn(void *opaque)
+{
+    PingPong *pp = opaque;
+    uint64_t last = 0;
+
+    atomic_store(&pp->echo_tid, gettid());
+    while (!atomic_load_explicit(&pp->stop, memory_order_relaxed)) {
+        /* Pairs with the client's release store of req. */
+        uint64_t r = atomic_load_explicit(&pp->req, memory_order_acquire);
+
+        if (r != last) {
+            last = r;
+            /* Pairs with the client's acquire load of resp. */
+            atomic_store_explicit(&pp->resp, r, memory_order_release);
+        } else {
+            cpu_relax();
+        }
+    }
+    return NULL;
+}
+
+/* ------------------------------------------------------------------------ */
+/* What the client samples on the server side                                */
+
+typedef struct ServerProbe {
+    IOThread *iot;           /* IOThread modes */
+    clockid_t echo_clock;    /* cache-line mode: the echo thread's CPU clock */
+    pid_t tid;               /* the server thread (for its context switches) */
+} ServerProbe;
+
+static int64_t probe_cpu_ns(const ServerProbe *probe)
+{
+    struct timespec ts;
+
+    if (probe->iot) {
+        return iothread_get_cpu_ns(probe->iot);
+    }
+    if (clock_gettime(probe->echo_clock, &ts) != 0) {
+        return 0;
+    }
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/*
+ * Voluntary context switches of the server thread: how often it really went
+ * to sleep (a wait that found its event already pending does not count).
+ * -1 if unknown.
+ */
+static int64_t probe_sleeps(const ServerProbe *probe)
+{
+    g_autofree char *path = NULL;
+    g_autofree char *text = NULL;
+    const char *line;
+
+    path = g_strdup_printf("/proc/self/task/%d/status", (int)probe->tid);
+    if (!g_file_get_contents(path, &text, NULL, NULL)) {
+        return -1;
+    }
+    line = strstr(text, "\nvoluntary_ctxt_switches:");
+    if (!line) {
+        return -1;
+    }
+    return g_ascii_strtoll(strchr(line, ':') + 1, NULL, 10);
+}
+
+static void probe_stats(const ServerProbe *probe, AioPollStats *out)
+{
+    memset(out, 0, sizeof(*out));
+    if (probe->iot) {
+        aio_context_get_stats(iothread_get_aio_context(probe->iot), out);
+    }
+}
+
+/* The kick handler's own window, or -1 if the context does not list it. */
+static int64_t probe_handler_window(const ServerProbe *probe, int fd)
+{
+    AioHandlerWindow wins[16];
+    int n, i;
+
+    if (!probe->iot) {
+        return -1;
+    }
+    n = aio_context_get_handler_windows(iothread_get_aio_context(probe->iot),
+                                        wins, G_N_ELEMENTS(wins));
+    for (i = 0; i < n && i < (int)G_N_ELEMENTS(wins); i++) {
+        if (wins[i].fd == fd) {
+            return wins[i].poll_ns;
+        }
+    }
+    return -1;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Client                                                                    */
+
+typedef struct ClientRun {
+    /* Inputs. */
+    PingPong *pp;
+    const BenchOpts *opts;
+    const ServerProbe *probe;
+    BenchMode mode;
+    bool use_kick;
+    /* Outputs. */
+    uint64_t *samples;       /* opts->count round trips, in ns */
+    uint64_t kicks;          /* over the recorded messages */
+    int64_t cpu_start_ns;
+    int64_t cpu_end_ns;
+    int64_t sleeps_start;
+    int64_t sleeps_end;
+    AioPollStats stats_start;
+    AioPollStats stats_end;
+} ClientRun;
+
+/* No answer within RESPONSE_TIMEOUT_NS: say what we saw and give up. */
+static void G_GNUC_NORETURN client_report_stall(const ClientRun *run,
+                                                uint64_t seq)
+{
+    AioPollStats st;
+
+    probe_stats(run->probe, &st);
+    fprintf(stderr,
+            "bench-aio: %s: no response to message %" PRIu64 " after %lld s "
+            "(req=%" PRIu64 " resp=%" PRIu64 " no_notify=%d); "
+            "server loop: turns=%" PRIu64 " wakeups=%" PRIu64
+            " poll_hits=%" PRIu64 " poll_misses=%" PRIu64
+            " dispatches=%" PRIu64 " poll_ns=%" PRId64
+            ": lost wakeup or stuck loop?\n",
+            mode_names[run->mode], seq,
+            RESPONSE_TIMEOUT_NS / 1000000000LL,
+            atomic_load(&run->pp->req), atomic_load(&run->pp->resp),
+            atomic_load(&run->pp->no_notify),
+            st.turns, st.wakeups, st.poll_hits, st.poll_misses,
+            st.dispatches, st.poll_ns);
+    fflush(stderr);
+    /* Other threads may be wedged: do not run exit handlers. */
+    _exit(EXIT_FAILURE);
+}
+
+/* Publish request seq and kick the server if it is not polling. */
+static bool client_send(PingPong *pp, uint64_t seq, bool use_kick)
+{
+    /* Pairs with the server's acquire load of req. */
+    atomic_store_explicit(&pp->req, seq, memory_order_release);
+    if (!use_kick) {
+        return false;
+    }
+    /*
+     * Full fence between the store of req and the load of no_notify; pairs
+     * with the loop's full barrier after io_poll_end (before its last poll).
+     */
+    atomic_thread_fence(memory_order_seq_cst);
+    if (atomic_load_explicit(&pp->no_notify, memory_order_relaxed)) {
+        return false;
+    }
+    event_notifier_set(&pp->kick);
+    return true;
+}
+
+/* Spin until the server has echoed seq. */
+static void client_wait(const ClientRun *run, uint64_t seq, int64_t t0)
+{
+    unsigned spins = 0;
+
+    /* Pairs with the server's release store of resp. */
+    while (atomic_load_explicit(&run->pp->resp, memory_order_acquire) != seq) {
+        cpu_relax();
+        if (++spins == SPINS_PER_CLOCK_CHECK) {
+            spins = 0;
+            if (clock_now_ns() - t0 > RESPONSE_TIMEOUT_NS) {
+                client_report_stall(run, seq);
+            }
+        }
+    }
+}
+
+/* Spin (the client's CPU is its own) until the time "until". */
+static void client_idle_until(int64_t until)
+{
+    while (clock_now_ns() < until) {
+        cpu_relax();
+    }
+}
+
+/*
+ * One round trip; returns its duration in ns.  With --gap-ns the client
+ * then stays quiet for that long (not counted), like a guest that does
+ * something else before its next request.
+ */
+static uint64_t client_round_trip(ClientRun *run, uint64_t seq, bool *kicked)
+{
+    int64_t t0 = clock_now_ns();
+    int64_t t1;
+
+    *kicked = client_send(run->pp, seq, run->use_kick);
+    client_wait(run, seq, t0);
+    t1 = clock_now_ns();
+    if (run->opts->gap_ns) {
+        client_idle_until(t1 + run->opts->gap_ns);
+    }
+    return t1 - t0;
+}
+
+static void *client_thread_fn(void *opaque)
+{
+    ClientRun *run = opaque;
+    uint64_t seq = 0;
+    int64_t i;
+    bool kicked;
+
+    for (i = 0; i < run->opts->warmup; i++) {
+        client_round_trip(run, ++seq, &kicked);
+    }
+
+    run->sleeps_start = probe_sleeps(run->probe);
+    run->cpu_start_ns = probe_cpu_ns(run->probe);
+    probe_stats(run->probe, &run->stats_start);
+    for (i = 0; i < run->opts->count; i++) {
+        run->samples[i] = client_round_trip(run, ++seq, &kicked);
+        run->kicks += kicked;
+    }
+    run->cpu_end_ns = probe_cpu_ns(run->probe);
+    probe_stats(run->probe, &run->stats_end);
+    run->sleeps_end = probe_sleeps(run->probe);
+    return NULL;
+}
+
+/* Start a thread pinned to cpu; false with errp set on failure. */
+static bool start_pinned_thread(pthread_t *thread, const char *name, int cpu,
+                                void *(*fn)(void *), void *opaque,
+                                Error **errp)
+{
+    pthread_attr_t attr;
+    cpu_set_t set;
+    int ret;
+
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    pthread_attr_init(&attr);
+    ret = pthread_attr_setaffinity_np(&attr, sizeof(set), &set);
+    if (ret == 0) {
+        ret = pthread_create(thread, &attr, fn, opaque);
+    }
+    pthread_attr_destroy(&attr);
+    if (ret != 0) {
+        error_setg_errno(errp, ret, "cannot start thread %s on CPU %d",
+                         name, cpu);
+        return false;
+    }
+    pthread_setname_np(*thread, name);
+    return true;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Turning samples into statistics                                           */
+
+static int compare_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+    return (x > y) - (x < y);
+}
+
+/* Nearest-rank percentile (permille: 500 = p50, 999 = p99.9) of sorted v. */
+static uint64_t percentile_sorted(const uint64_t *v, size_t n,
+                                  unsigned permille)
+{
+    size_t rank = ((uint64_t)permille * n + 999) / 1000;
+
+    if (rank == 0) {
+        rank = 1;
+    }
+    return v[rank - 1];
+}
+
+static double mean_u64(const uint64_t *v, size_t n)
+{
+    double sum = 0;
+    size_t i;
+
+    for (i = 0; i < n; i++) {
+        sum += (double)v[i];
+    }
+    return sum / (double)n;
+}
+
+static void fill_latency_stats(RunStats *rs, uint64_t *samples, size_t n)
+{
+    qsort(samples, n, sizeof(samples[0]), compare_u64);
+    rs->v[STAT_P50] = percentile_sorted(samples, n, 500);
+    rs->v[STAT_P99] = percentile_sorted(samples, n, 990);
+    rs->v[STAT_P999] = percentile_sorted(samples, n, 999);
+    rs->v[STAT_MIN] = samples[0];
+    rs->v[STAT_MAX] = samples[n - 1];
+    rs->v[STAT_MEAN] = mean_u64(samples, n);
+}
+
+static void fill_loop_stats(RunStats *rs, const AioPollStats *a,
+                            const AioPollStats *b)
+{
+    rs->v[STAT_POLL_HITS] = (double)(b->poll_hits - a->poll_hits);
+    rs->v[STAT_POLL_MISSES] = (double)(b->poll_misses - a->poll_misses);
+    rs->v[STAT_WAKEUPS] = (double)(b->wakeups - a->wakeups);
+    rs->v[STAT_DISPATCHES] = (double)(b->dispatches - a->dispatches);
+    rs->v[STAT_POLL_TIME] = (double)(b->poll_time_ns - a->poll_time_ns);
+    rs->v[STAT_BLOCK_TIME] = (double)(b->block_time_ns - a->block_time_ns);
+    rs->v[STAT_POLL_NS] = (double)b->poll_ns;
+}
+
+static void fill_run_stats(RunStats *rs, ClientRun *run)
+{
+    double n = (double)run->opts->count;
+
+    memset(rs, 0, sizeof(*rs));
+    fill_latency_stats(rs, run->samples, run->opts->count);
+    rs->v[STAT_CPU_PER_MSG] = (run->cpu_end_ns - run->cpu_start_ns) / n;
+    rs->v[STAT_KICKS_PER_MSG] = run->kicks / n;
+    rs->v[STAT_SLEEPS_PER_MSG] =
+        run->sleeps_start < 0 || run->sleeps_end < 0 ? -1 :
+        (run->sleeps_end - run->sleeps_start) / n;
+    fill_loop_stats(rs, &run->stats_start, &run->stats_end);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Running one mode                                                          */
+
+/* Run the client against an already running server; fills rs. */
+static bool run_client(PingPong *pp, const BenchOpts *opts, BenchMode mode,
+                       const ServerProbe *probe, RunStats *rs, Error **errp)
+{
+    ClientRun run = {
+        .pp = pp,
+        .opts = opts,
+        .probe = probe,
+        .mode = mode,
+        .use_kick = mode_uses_iothread(mode),
+    };
+    pthread_t thread;
+
+    run.samples = g_new(uint64_t, opts->count);
+    if (!start_pinned_thread(&thread, "bench-client", opts->client_cpu,
+                             client_thread_fn, &run, errp)) {
+        g_free(run.samples);
+        return false;
+    }
+    pthread_join(thread, NULL);
+    fill_run_stats(rs, &run);
+    g_free(run.samples);
+    return true;
+}
+
+static IOThread *create_server_iothread(BenchMode mode, const BenchOpts *opts,
+                                        Error **errp)
+{
+    g_autofree char *optstr = NULL;
+    int64_t poll_max_ns = mode == MODE_POLLED ? opts->poll_max_ns : 0;
+
+    optstr = g_strdup_printf("iothread,id=bench-%s,poll-max-ns=%" PRId64
+                             ",cpu-affinity=%d",
+                             mode_names[mode], poll_max_ns, opts->server_cpu);
+    return iothread_create_from_string(optstr, errp);
+}
+
+static bool run_iothread_mode(BenchMode mode, const BenchOpts *opts,
+                              RunStats *rs, Error **errp)
+{
+    PingPong *pp = pingpong_new();
+    ServerProbe probe = { 0 };
+    bool ok = false;
+    int ret;
+
+    ret = event_notifier_init(&pp->kick, false);
+    if (ret < 0) {
+        error_setg_errno(errp, -ret, "cannot create the kick eventfd");
+        goto out_free;
+    }
+    probe.iot = create_server_iothread(mode, opts, errp);
+    if (!probe.iot) {
+        goto out_notifier;
+    }
+    probe.tid = iothread_get_thread_id(probe.iot);
+    pp->ctx = iothread_get_aio_context(probe.iot);
+    aio_run_sync(pp->ctx, server_attach, pp);
+
+    ok = run_client(pp, opts, mode, &probe, rs, errp);
+    if (ok) {
+        rs->v[STAT_HANDLER_WINDOW] =
+            probe_handler_window(&probe, event_notifier_get_fd(&pp->kick));
+    }
+
+    aio_run_sync(pp->ctx, server_detach, pp);
+    iothread_destroy(probe.iot);
+out_notifier:
+    event_notifier_cleanup(&pp->kick);
+out_free:
+    pingpong_free(pp);
+    return ok;
+}
+
+static pid_t wait_for_echo_tid(PingPong *pp)
+{
+    pid_t tid;
+
+    while (!(tid = atomic_load(&pp->echo_tid))) {
+        sched_yield();
+    }
+    return tid;
+}
+
+static bool run_cacheline_mode(const BenchOpts *opts, RunStats *rs,
+                               Error **errp)
+{
+    PingPong *pp = pingpong_new();
+    ServerProbe probe = { 0 };
+    pthread_t echo;
+    bool ok = false;
+    int ret;
+
+    if (!start_pinned_thread(&echo, "bench-echo", opts->server_cpu,
+                             echo_thread_fn, pp, errp)) {
+        goto out_free;
+    }
+    probe.tid = wait_for_echo_tid(pp);
+    ret = pthread_getcpuclockid(echo, &probe.echo_clock);
+    if (ret != 0) {
+        error_setg_errno(errp, ret, "cannot read the echo thread's CPU clock");
+    } else {
+        ok = run_client(pp, opts, MODE_CACHELINE, &probe, rs, errp);
+    }
+    atomic_store_explicit(&pp->stop, true, memory_order_relaxed);
+    pthread_join(echo, NULL);
+out_free:
+    pingpong_free(pp);
+    return ok;
+}
+
+static bool run_mode(BenchMode mode, const BenchOpts *opts, RunStats *rs,
+                     Error **errp)
+{
+    if (mode == MODE_CACHELINE) {
+        return run_cacheline_mode(opts, rs, errp);
+    }
+    return run_iothread_mode(mode, opts, rs, errp);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Medians over repeats                                                      */
+
+static int compare_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+
+    return (x > y) - (x < y);
+}
+
+/* Median of v[0..n) (sorts v); the mean of the middle two if n is even. */
+static double median_double(double *v, size_t n)
+{
+    qsort(v, n, sizeof(v[0]), compare_double);
+    if (n % 2) {
+        return v[n / 2];
+    }
+    return (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static void median_run_stats(const RunStats *runs, size_t n, RunStats *out)
+{
+    g_autofree double *col = g_new(double, n);
+    size_t i;
+    int s;
+
+    for (s = 0; s < STAT_COUNT; s++) {
+        for (i = 0; i < n; i++) {
+            col[i] = runs[i].v[s];
+        }
+        out->v[s] = median_double(col, n);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Machine description                                                       */
+
+static char *read_cpu_model(void)
+{
+    g_autofree char *text = NULL;
+    g_auto(GStrv) lines = NULL;
+    char **l;
+
+    if (!g_file_get_contents("/proc/cpuinfo", &text, NULL, NULL)) {
+        return g_strdup("unknown");
+    }
+    lines = g_strsplit(text, "\n", -1);
+    for (l = lines; *l; l++) {
+        const char *colon = strchr(*l, ':');
+
+        if (g_str_has_prefix(*l, "model name") && colon) {
+            return g_strstrip(g_strdup(colon + 1));
+        }
+    }
+    return g_strdup("unknown");
+}
+
+static long online_cpus(void)
+{
+    return sysconf(_SC_NPROCESSORS_ONLN);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Output                                                                    */
+
+static void json_add_stat(JsonBuilder *b, StatId s, double value)
+{
+    json_builder_set_member_name(b, stat_info[s].json_name);
+    if (stat_info[s].is_integer) {
+        json_builder_add_int_value(b, (gint64)(value + 0.5));
+    } else {
+        json_builder_add_double_value(b, value);
+    }
+}
+
+static void json_add_mode(JsonBuilder *b, BenchMode mode, const RunStats *rs)
+{
+    int s;
+
+    json_builder_set_member_name(b, mode_names[mode]);
+    json_builder_begin_object(b);
+    for (s = 0; s < STAT_COUNT; s++) {
+        if (stat_info[s].iothread_only && !mode_uses_iothread(mode)) {
+            continue;
+        }
+        json_add_stat(b, s, rs->v[s]);
+    }
+    json_builder_end_object(b);
+}
+
+static void json_add_config(JsonBuilder *b, const BenchOpts *opts)
+{
+    g_autofree char *model = read_cpu_model();
+
+    json_builder_set_member_name(b, "config");
+    json_builder_begin_object(b);
+    json_builder_set_member_name(b, "count");
+    json_builder_add_int_value(b, opts->count);
+    json_builder_set_member_name(b, "warmup");
+    json_builder_add_int_value(b, opts->warmup);
+    json_builder_set_member_name(b, "repeat");
+    json_builder_add_int_value(b, opts->repeat);
+    json_builder_set_member_name(b, "cpus");
+    json_builder_begin_array(b);
+    json_builder_add_int_value(b, opts->client_cpu);
+    json_builder_add_int_value(b, opts->server_cpu);
+    json_builder_end_array(b);
+    json_builder_set_member_name(b, "poll_max_ns");
+    json_builder_add_int_value(b, opts->poll_max_ns);
+    json_builder_set_member_name(b, "gap_ns");
+    json_builder_add_int_value(b, opts->gap_ns);
+    json_builder_set_member_name(b, "nproc");
+    json_builder_add_int_value(b, online_cpus());
+    json_builder_set_member_name(b, "cpu_model");
+    json_builder_add_string_value(b, model);
+    json_builder_end_object(b);
+}
+
+static void print_json(const BenchOpts *opts, const RunStats *results)
+{
+    g_autoptr(JsonBuilder) b = json_builder_new();
+    g_autoptr(JsonGenerator) gen = json_generator_new();
+    g_autoptr(JsonNode) root = NULL;
+    g_autofree char *text = NULL;
+    int m;
+
+    json_builder_begin_object(b);
+    for (m = 0; m < MODE_COUNT; m++) {
+        if (opts->modes[m]) {
+            json_add_mode(b, m, &results[m]);
+        }
+    }
+    json_add_config(b, opts);
+    json_builder_end_object(b);
+
+    root = json_builder_get_root(b);
+    json_generator_set_root(gen, root);
+    json_generator_set_pretty(gen, TRUE);
+    text = json_generator_to_data(gen, NULL);
+    printf("%s\n", text);
+}
+
+static void print_table_header(const BenchOpts *opts)
+{
+    g_autofree char *model = read_cpu_model();
+
+    printf("bench-aio: ping-pong of %" PRId64 " messages (%" PRId64
+           " warm-up), client CPU %d, server CPU %d, polled poll-max-ns %"
+           PRId64 ", gap %" PRId64 " ns, repeat %" PRId64 "%s\n",
+           opts->count, opts->warmup, opts->client_cpu, opts->server_cpu,
+           opts->poll_max_ns, opts->gap_ns, opts->repeat,
+           opts->repeat > 1 ? " (medians)" : "");
+    printf("machine: %ld CPUs online, %s\n\n", online_cpus(), model);
+    printf("%-10s %10s %10s %10s %10s %12s %10s %11s\n", "mode", "p50(ns)",
+           "p99(ns)", "p99.9(ns)", "mean(ns)", "cpu/msg(ns)", "kicks/msg",
+           "sleeps/msg");
+}
+
+static void print_table_row(BenchMode mode, const RunStats *rs)
+{
+    printf("%-10s %10.0f %10.0f %10.0f %10.0f %12.0f %10.3f %11.3f\n",
+           mode_names[mode], rs->v[STAT_P50], rs->v[STAT_P99],
+           rs->v[STAT_P999], rs->v[STAT_MEAN], rs->v[STAT_CPU_PER_MSG],
+           rs->v[STAT_KICKS_PER_MSG], rs->v[STAT_SLEEPS_PER_MSG]);
+}
+
+static void print_loop_details(BenchMode mode, const RunStats *rs, double n)
+{
+    printf("  %-9s loop: poll hits/msg %.3f, wakeups/msg %.3f, "
+           "poll misses %.0f, window %.0f ns (kick handler %.0f ns)\n",
+           mode_names[mode], rs->v[STAT_POLL_HITS] / n,
+           rs->v[STAT_WAKEUPS] / n, rs->v[STAT_POLL_MISSES],
+           rs->v[STAT_POLL_NS], rs->v[STAT_HANDLER_WINDOW]);
+}
+
+static void print_ratio(const char *what, double num, double den,
+                        const char *goal)
+{
+    if (den > 0) {
+        printf("%s p50: %.2fx (%s)\n", what, num / den, goal);
+    }
+}
+
+/* Say so when the eventfd mode measured system calls rather than wakeups. */
+static void print_eventfd_note(const BenchOpts *opts, const RunStats *results)
+{
+    double sleeps = results[MODE_EVENTFD].v[STAT_SLEEPS_PER_MSG];
+
+    if (opts->modes[MODE_EVENTFD] && sleeps >= 0 && sleeps < 0.5) {
+        printf("  note: the eventfd IOThread slept on only %.1f%% of the "
+               "messages (kicks beat it\n"
+               "        back to epoll_wait); --gap-ns 5000 measures real "
+               "wakeups\n", sleeps * 100);
+    }
+}
+
+static void print_table(const BenchOpts *opts, const RunStats *results)
+{
+    int m;
+
+    print_table_header(opts);
+    for (m = 0; m < MODE_COUNT; m++) {
+        if (opts->modes[m]) {
+            print_table_row(m, &results[m]);
+        }
+    }
+    printf("\n");
+    for (m = 0; m < MODE_COUNT; m++) {
+        if (opts->modes[m] && mode_uses_iothread(m)) {
+            print_loop_details(m, &results[m], opts->count);
+        }
+    }
+    print_eventfd_note(opts, results);
+    printf("\n");
+    if (opts->modes[MODE_EVENTFD] && opts->modes[MODE_POLLED]) {
+        print_ratio("eventfd/polled  ", results[MODE_EVENTFD].v[STAT_P50],
+                    results[MODE_POLLED].v[STAT_P50], "goal: >= 3");
+    }
+    if (opts->modes[MODE_POLLED] && opts->modes[MODE_CACHELINE]) {
+        print_ratio("polled/cacheline", results[MODE_POLLED].v[STAT_P50],
+                    results[MODE_CACHELINE].v[STAT_P50], "goal: <= 4");
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Command line                                                              */
+
+typedef struct RawOpts {
+    char *count;
+    char *warmup;
+    char *cpus;
+    char *poll_max_ns;
+    char *gap_ns;
+    char *mode;
+    char *repeat;
+    gboolean json;
+} RawOpts;
+
+static void raw_opts_free(RawOpts *raw)
+{
+    g_free(raw->count);
+    g_free(raw->warmup);
+    g_free(raw->cpus);
+    g_free(raw->poll_max_ns);
+    g_free(raw->gap_ns);
+    g_free(raw->mode);
+    g_free(raw->repeat);
+}
+
+static bool parse_optional_int(const char *name, const char *str,
+                               int64_t min, int64_t max, int64_t *out,
+                               Error **errp)
+{
+    if (!str) {
+        return true;         /* keep the default */
+    }
+    return parse_int64_in_range(name, str, min, max, out, errp);
+}
+
+static bool parse_modes(const char *str, BenchOpts *opts, Error **errp)
+{
+    g_auto(GStrv) words = NULL;
+    char **w;
+    int m;
+
+    if (!str || !strcmp(str, "all")) {
+        for (m = 0; m < MODE_COUNT; m++) {
+            opts->modes[m] = true;
+        }
+        return true;
+    }
+    if (!*str) {
+        error_setg(errp, "--mode: expected eventfd, polled, cacheline or all, "
+                   "got an empty string");
+        return false;
+    }
+    words = g_strsplit(str, ",", -1);
+    for (w = words; *w; w++) {
+        for (m = 0; m < MODE_COUNT; m++) {
+            if (!strcmp(*w, mode_names[m])) {
+                opts->modes[m] = true;
+                break;
+            }
+        }
+        if (m == MODE_COUNT) {
+            error_setg(errp, "--mode: unknown mode '%s'; expected eventfd, "
+                       "polled, cacheline or all (or a comma-separated "
+                       "list of modes)", *w);
+            return false;
+        }
+    }
+    return true;
+}
+
+static bool cpu_is_usable(int64_t cpu)
+{
+    cpu_set_t set;
+
+    if (cpu >= CPU_SETSIZE || sched_getaffinity(0, sizeof(set), &set) != 0) {
+        return false;
+    }
+    return CPU_ISSET(cpu, &set);
+}
+
+static bool parse_cpus(const char *str, BenchOpts *opts, Error **errp)
+{
+    g_auto(GStrv) parts = NULL;
+    int64_t a, b;
+
+    if (!str) {
+        str = "0,1";
+    }
+    parts = g_strsplit(str, ",", -1);
+    if (g_strv_length(parts) != 2) {
+        error_setg(errp, "--cpus: expected two CPU numbers 'CLIENT,SERVER' "
+                   "(e.g. 0,1), got '%s'", str);
+        return false;
+    }
+    if (!parse_int64_in_range("--cpus", parts[0], 0, INT_MAX, &a,
+                              errp) ||
+        !parse_int64_in_range("--cpus", parts[1], 0, INT_MAX, &b,
+                              errp)) {
+        return false;
+    }
+    if (a == b) {
+        error_setg(errp, "--cpus: the client and server CPUs must differ "
+                   "(both threads spin), got %" PRId64 " twice", a);
+        return false;
+    }
+    if (!cpu_is_usable(a) || !cpu_is_usable(b)) {
+        error_setg(errp, "--cpus: CPU %" PRId64 " does not exist or is not "
+                   "available to this process (%ld CPUs online)",
+                   cpu_is_usable(a) ? b : a, online_cpus());
+        return false;
+    }
+    opts->client_cpu = a;
+    opts->server_cpu = b;
+    return true;
+}
+
+static bool convert_opts(const RawOpts *raw, BenchOpts *opts, Error **errp)
+{
+    return parse_optional_int("--count", raw->count, 1, COUNT_MAX,
+                              &opts->count, errp) &&
+           parse_optional_int("--warmup", raw->warmup, 0, COUNT_MAX,
+                              &opts->warmup, errp) &&
+           parse_optional_int("--repeat", raw->repeat, 1, REPEAT_MAX,
+                              &opts->repeat, errp) &&
+           parse_optional_int("--poll-max-ns", raw->poll_max_ns, 1,
+                              INT64_MAX, &opts->poll_max_ns, errp) &&
+           parse_optional_int("--gap-ns", raw->gap_ns, 0, GAP_NS_MAX,
+                              &opts->gap_ns, errp) &&
+           parse_cpus(raw->cpus, opts, errp) &&
+           parse_modes(raw->mode, opts, errp);
+}
+
+static bool parse_command_line(int argc, char **argv, BenchOpts *opts,
+                               Error **errp)
+{
+    RawOpts raw = { 0 };
+    GOptionEntry entries[] = {
+        { "count", 'n', 0, G_OPTION_ARG_STRING, &raw.count,
+          "Recorded messages per mode (default 100000)", "N" },
+        { "warmup", 0, 0, G_OPTION_ARG_STRING, &raw.warmup,
+          "Unrecorded warm-up messages per mode (default 1000)", "N" },
+        { "cpus", 0, 0, G_OPTION_ARG_STRING, &raw.cpus,
+          "Client and server CPUs (default 0,1)", "A,B" },
+        { "poll-max-ns", 0, 0, G_OPTION_ARG_STRING, &raw.poll_max_ns,
+          "poll-max-ns of the polled mode (default 32768)", "N" },
+        { "gap-ns", 0, 0, G_OPTION_ARG_STRING, &raw.gap_ns,
+          "Client idle time between a response and the next request "
+          "(default 0: back to back)", "N" },
+        { "mode", 0, 0, G_OPTION_ARG_STRING, &raw.mode,
+          "eventfd, polled, cacheline or all (default all)", "MODE" },
+        { "repeat", 0, 0, G_OPTION_ARG_STRING, &raw.repeat,
+          "Run the modes R times alternating, report medians (default 1)",
+          "R" },
+        { "json", 0, 0, G_OPTION_ARG_NONE, &raw.json,
+          "Print one JSON object instead of a table", NULL },
+        { NULL }
+    };
+    g_autoptr(GOptionContext) ctx =
+        g_option_context_new("- event-loop round-trip micro-benchmark");
+    bool ok;
+
+    g_option_context_set_summary(ctx,
+        "Ping-pongs messages between two pinned threads through an IOThread\n"
+        "woken by eventfd (eventfd), the same with the adaptive poll window\n"
+        "(polled), and a bare cache-line echo (cacheline).");
+    g_option_context_add_main_entries(ctx, entries, NULL);
+    ok = g_option_context_parse(ctx, &argc, &argv, errp);
+    if (ok && argc > 1) {
+        error_setg(errp, "unexpected argument '%s'", argv[1]);
+        ok = false;
+    }
+    if (ok) {
+        opts->json = raw.json;
+        ok = convert_opts(&raw, opts, errp);
+    }
+    raw_opts_free(&raw);
+    return ok;
+}
+
+/* ------------------------------------------------------------------------ */
+
+static bool run_all(const BenchOpts *opts, RunStats *results, Error **errp)
+{
+    g_autofree RunStats *runs = g_new0(RunStats, MODE_COUNT * opts->repeat);
+    int64_t r;
+    int m;
+
+    for (r = 0; r < opts->repeat; r++) {
+        for (m = 0; m < MODE_COUNT; m++) {
+            if (opts->modes[m] &&
+                !run_mode(m, opts, &runs[m * opts->repeat + r], errp)) {
+                error_prepend(errp, "%s: ", mode_names[m]);
+                return false;
+            }
+        }
+    }
+    for (m = 0; m < MODE_COUNT; m++) {
+        if (opts->modes[m]) {
+            median_run_stats(&runs[m * opts->repeat], opts->repeat,
+                             &results[m]);
+        }
+    }
+    return true;
+}
+
+int main(int argc, char **argv)
+{
+    BenchOpts opts = {
+        .count = 100000,
+        .warmup = 1000,
+        .repeat = 1,
+        .poll_max_ns = AIO_POLL_MAX_NS_DEFAULT,
+        .client_cpu = 0,
+        .server_cpu = 1,
+    };
+    RunStats results[MODE_COUNT] = { 0 };
+    Error *err = NULL;
+
+    if (!parse_command_line(argc, argv, &opts, &err)) {
+        fprintf(stderr, "bench-aio: %s\n", err->message);
+        error_free(err);
+        return EXIT_USAGE;
+    }
+    if (!run_all(&opts, results, &err)) {
+        fprintf(stderr, "bench-aio: %s\n", err->message);
+        error_free(err);
+        return EXIT_FAILURE;
+    }
+    if (opts.json) {
+        print_json(&opts, results);
+    } else {
+        print_table(&opts, results);
+    }
+    return EXIT_SUCCESS;
+}

@@ -1,0 +1,434 @@
+/*
+ * Unit tests for the thread pool (util/thread-pool.h).
+ *
+ * Theory of operation: each request records the thread its func ran in and
+ * the thread its done callback ran in; the tests assert that func never
+ * runs in the submitting context's home thread, that done always does, and
+ * that every request completes exactly once with func's return value.
+ * Contexts are either owned by the test (the main thread runs aio_poll) or
+ * an IOThread's (work is submitted from inside the IOThread with
+ * aio_run_sync, since submission is a home-thread function).
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <unistd.h>
+#include <glib.h>
+
+#include "util/aio.h"
+#include "util/clock.h"
+#include "util/iothread.h"
+#include "util/thread-pool.h"
+
+#define NS_PER_SEC ((int64_t)1000000000)
+
+static void watchdog_fired(int sig)
+{
+    static const char msg[] =
+        "test-thread-pool: watchdog: a test did not finish in time\n";
+    ssize_t r = write(STDERR_FILENO, msg, sizeof(msg) - 1);
+
+    (void)r;
+    abort();
+}
+
+typedef struct TestCase {
+    const char *path;
+    void (*fn)(void);
+} TestCase;
+
+static void run_with_watchdog(gconstpointer data)
+{
+    const TestCase *tc = data;
+
+    signal(SIGALRM, watchdog_fired);
+    alarm(50);
+    tc->fn();
+    alarm(0);
+}
+
+static AioContext *ctx_new(void)
+{
+    Error *err = NULL;
+    AioContext *ctx = aio_context_new(&err);
+
+    g_assert_no_error(err);
+    g_assert_nonnull(ctx);
+    return ctx;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Requests                                                                  */
+
+/* Workers may wait at the gate until the test opens it. */
+typedef struct Gate {
+    GMutex lock;
+    GCond cond;
+    bool open;
+} Gate;
+
+static void gate_init(Gate *g, bool open)
+{
+    g_mutex_init(&g->lock);
+    g_cond_init(&g->cond);
+    g->open = open;
+}
+
+static void gate_open(Gate *g)
+{
+    g_mutex_lock(&g->lock);
+    g->open = true;
+    g_cond_broadcast(&g->cond);
+    g_mutex_unlock(&g->lock);
+}
+
+static void gate_pass(Gate *g)
+{
+    g_mutex_lock(&g->lock);
+    while (!g->open) {
+        g_cond_wait(&g->cond, &g->lock);
+    }
+    g_mutex_unlock(&g->lock);
+}
+
+static void gate_destroy(Gate *g)
+{
+    g_mutex_clear(&g->lock);
+    g_cond_clear(&g->cond);
+}
+
+typedef struct Batch Batch;
+
+typedef struct Req {
+    Batch *batch;
+    int ret;                   /* what func returns */
+    pthread_t func_thread;
+    _Atomic int func_runs;
+    _Atomic int done_runs;
+    int done_ret;
+    bool done_in_home;
+    int chain;                 /* submit this many more from done */
+} Req;
+
+struct Batch {
+    AioContext *ctx;
+    pthread_t home;            /* the context's home thread */
+    Gate *gate;
+    _Atomic int completed;
+    _Atomic int wrong_thread;  /* done not in home, or func in home */
+    _Atomic int chained_done;
+};
+
+static int req_func(void *arg)
+{
+    Req *r = arg;
+
+    r->func_thread = pthread_self();
+    atomic_fetch_add(&r->func_runs, 1);
+    if (r->batch->gate) {
+        gate_pass(r->batch->gate);
+    }
+    if (pthread_equal(r->func_thread, r->batch->home)) {
+        atomic_fetch_add(&r->batch->wrong_thread, 1);
+    }
+    return r->ret;
+}
+
+static void req_done(void *opaque, int ret)
+{
+    Req *r = opaque;
+    Batch *b = r->batch;
+
+    r->done_ret = ret;
+    r->done_in_home = pthread_equal(pthread_self(), b->home) &&
+                      aio_context_in_home_thread(b->ctx);
+    if (!r->done_in_home) {
+        atomic_fetch_add(&b->wrong_thread, 1);
+    }
+    if (r->chain > 0) {
+        /* Submitting from a completion is legal: done runs at home. */
+        r->chain--;
+        atomic_fetch_add(&b->chained_done, 1);
+        thread_pool_submit(b->ctx, req_func, r, req_done, r);
+        return;
+    }
+    atomic_fetch_add(&r->done_runs, 1);
+    atomic_fetch_add(&b->completed, 1);
+}
+
+static void run_until_completed(AioContext *ctx, Batch *b, int n)
+{
+    int64_t deadline = clock_now_ns() + 30 * NS_PER_SEC;
+
+    while (atomic_load(&b->completed) < n) {
+        aio_poll(ctx, true);
+        g_assert_cmpint(clock_now_ns(), <, deadline);
+    }
+}
+
+static void check_reqs(Req *reqs, int n)
+{
+    for (int i = 0; i < n; i++) {
+        g_assert_cmpint(atomic_load(&reqs[i].done_runs), ==, 1);
+        g_assert_cmpint(reqs[i].done_ret, ==, reqs[i].ret);
+        g_assert_true(reqs[i].done_in_home);
+        g_assert_false(pthread_equal(reqs[i].func_thread,
+                                     reqs[i].batch->home));
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Test-owned context                                                        */
+
+static void test_completion_in_home_thread(void)
+{
+    AioContext *ctx = ctx_new();
+    Batch b = { .ctx = ctx, .home = pthread_self() };
+    Req r = { .batch = &b, .ret = 0 };
+
+    thread_pool_submit(ctx, req_func, &r, req_done, &r);
+    g_assert_cmpuint(thread_pool_in_flight(ctx), ==, 1);
+    run_until_completed(ctx, &b, 1);
+    check_reqs(&r, 1);
+    g_assert_cmpint(atomic_load(&r.func_runs), ==, 1);
+    g_assert_cmpint(atomic_load(&b.wrong_thread), ==, 0);
+    g_assert_cmpuint(thread_pool_in_flight(ctx), ==, 0);
+
+    /* Nothing more happens afterwards. */
+    for (int i = 0; i < 5; i++) {
+        aio_poll(ctx, false);
+    }
+    g_assert_cmpint(atomic_load(&r.done_runs), ==, 1);
+    aio_context_unref(ctx);
+}
+
+static void test_return_values(void)
+{
+    static const int rets[] = { 0, -EIO, -ENOENT, -ENOSPC, -EINVAL, -EAGAIN };
+    AioContext *ctx = ctx_new();
+    Batch b = { .ctx = ctx, .home = pthread_self() };
+    Req reqs[G_N_ELEMENTS(rets)];
+    int n = G_N_ELEMENTS(rets);
+
+    memset(reqs, 0, sizeof(reqs));
+    for (int i = 0; i < n; i++) {
+        reqs[i].batch = &b;
+        reqs[i].ret = rets[i];
+        thread_pool_submit(ctx, req_func, &reqs[i], req_done, &reqs[i]);
+    }
+    run_until_completed(ctx, &b, n);
+    check_reqs(reqs, n);
+    g_assert_cmpuint(thread_pool_in_flight(ctx), ==, 0);
+    aio_context_unref(ctx);
+}
+
+static void test_many_concurrent(void)
+{
+    enum { N = 1000 };
+    AioContext *ctx = ctx_new();
+    Gate gate;
+    Batch b = { .ctx = ctx, .home = pthread_self(), .gate = &gate };
+    Req *reqs = g_new0(Req, N);
+
+    gate_init(&gate, false);
+    for (int i = 0; i < N; i++) {
+        reqs[i].batch = &b;
+        reqs[i].ret = -(i % 100);
+        thread_pool_submit(ctx, req_func, &reqs[i], req_done, &reqs[i]);
+    }
+    /* Workers are held at the gate: all N are in flight. */
+    g_assert_cmpuint(thread_pool_in_flight(ctx), ==, N);
+    aio_poll(ctx, false);
+    g_assert_cmpuint(thread_pool_in_flight(ctx), ==, N);
+    g_assert_cmpint(atomic_load(&b.completed), ==, 0);
+
+    gate_open(&gate);
+    run_until_completed(ctx, &b, N);
+    for (int i = 0; i < 10; i++) {
+        aio_poll(ctx, false);
+    }
+    g_assert_cmpint(atomic_load(&b.completed), ==, N);
+    check_reqs(reqs, N);
+    for (int i = 0; i < N; i++) {
+        g_assert_cmpint(atomic_load(&reqs[i].func_runs), ==, 1);
+    }
+    g_assert_cmpint(atomic_load(&b.wrong_thread), ==, 0);
+    g_assert_cmpuint(thread_pool_in_flight(ctx), ==, 0);
+
+    gate_destroy(&gate);
+    g_free(reqs);
+    aio_context_unref(ctx);
+}
+
+static void test_submit_from_done(void)
+{
+    AioContext *ctx = ctx_new();
+    Batch b = { .ctx = ctx, .home = pthread_self() };
+    Req r[4];
+
+    memset(r, 0, sizeof(r));
+    for (int i = 0; i < 4; i++) {
+        r[i].batch = &b;
+        r[i].ret = -i;
+        r[i].chain = 10;
+        thread_pool_submit(ctx, req_func, &r[i], req_done, &r[i]);
+    }
+    run_until_completed(ctx, &b, 4);
+    check_reqs(r, 4);
+    g_assert_cmpint(atomic_load(&b.chained_done), ==, 40);
+    for (int i = 0; i < 4; i++) {
+        g_assert_cmpint(atomic_load(&r[i].func_runs), ==, 11);
+    }
+    g_assert_cmpuint(thread_pool_in_flight(ctx), ==, 0);
+    aio_context_unref(ctx);
+}
+
+/* ------------------------------------------------------------------------ */
+/* IOThread context                                                          */
+
+typedef struct IotSubmit {
+    Batch *batch;
+    Req *reqs;
+    int n;
+    unsigned in_flight;
+} IotSubmit;
+
+static void iot_submit_cb(void *opaque)
+{
+    IotSubmit *s = opaque;
+
+    /* We are in the IOThread now: it is the home thread. */
+    s->batch->home = pthread_self();
+    for (int i = 0; i < s->n; i++) {
+        thread_pool_submit(s->batch->ctx, req_func, &s->reqs[i], req_done,
+                           &s->reqs[i]);
+    }
+    s->in_flight = thread_pool_in_flight(s->batch->ctx);
+}
+
+static void iot_in_flight_cb(void *opaque)
+{
+    IotSubmit *s = opaque;
+
+    s->in_flight = thread_pool_in_flight(s->batch->ctx);
+}
+
+static IOThread *iot_new(const char *id)
+{
+    Error *err = NULL;
+    IOThread *iot = iothread_create(id, NULL, &err);
+
+    g_assert_no_error(err);
+    g_assert_nonnull(iot);
+    return iot;
+}
+
+static void wait_completed(Batch *b, int n)
+{
+    int64_t deadline = clock_now_ns() + 30 * NS_PER_SEC;
+
+    while (atomic_load(&b->completed) < n) {
+        g_assert_cmpint(clock_now_ns(), <, deadline);
+        g_usleep(1000);
+    }
+}
+
+static void test_iothread_completion(void)
+{
+    enum { N = 200 };
+    IOThread *iot = iot_new("tp0");
+    AioContext *ctx = iothread_get_aio_context(iot);
+    Gate gate;
+    Batch b = { .ctx = ctx, .gate = &gate };
+    Req *reqs = g_new0(Req, N);
+    IotSubmit s = { .batch = &b, .reqs = reqs, .n = N };
+
+    gate_init(&gate, false);
+    for (int i = 0; i < N; i++) {
+        reqs[i].batch = &b;
+        reqs[i].ret = (i % 2) ? -EIO : 0;
+    }
+    aio_run_sync(ctx, iot_submit_cb, &s);
+    g_assert_cmpuint(s.in_flight, ==, N);
+    g_assert_false(pthread_equal(b.home, pthread_self()));
+
+    gate_open(&gate);
+    wait_completed(&b, N);
+    aio_run_sync(ctx, iot_in_flight_cb, &s);
+    g_assert_cmpuint(s.in_flight, ==, 0);
+    check_reqs(reqs, N);
+    g_assert_cmpint(atomic_load(&b.wrong_thread), ==, 0);
+    for (int i = 0; i < N; i++) {
+        /* func ran neither in the IOThread nor in this thread. */
+        g_assert_false(pthread_equal(reqs[i].func_thread, pthread_self()));
+    }
+
+    iothread_destroy(iot);
+    gate_destroy(&gate);
+    g_free(reqs);
+}
+
+static void test_two_contexts(void)
+{
+    enum { N = 500 };
+    IOThread *iot = iot_new("tp1");
+    AioContext *iot_ctx = iothread_get_aio_context(iot);
+    AioContext *ctx = ctx_new();
+    Batch b_main = { .ctx = ctx, .home = pthread_self() };
+    Batch b_iot = { .ctx = iot_ctx };
+    Req *r_main = g_new0(Req, N);
+    Req *r_iot = g_new0(Req, N);
+    IotSubmit s = { .batch = &b_iot, .reqs = r_iot, .n = N };
+
+    for (int i = 0; i < N; i++) {
+        r_main[i].batch = &b_main;
+        r_main[i].ret = -(i % 7);
+        r_iot[i].batch = &b_iot;
+        r_iot[i].ret = -(i % 5);
+    }
+    aio_run_sync(iot_ctx, iot_submit_cb, &s);
+    for (int i = 0; i < N; i++) {
+        thread_pool_submit(ctx, req_func, &r_main[i], req_done, &r_main[i]);
+    }
+    run_until_completed(ctx, &b_main, N);
+    wait_completed(&b_iot, N);
+    /* Let any stray duplicate completion show up. */
+    for (int i = 0; i < 10; i++) {
+        aio_poll(ctx, false);
+    }
+    aio_run_sync(iot_ctx, iot_in_flight_cb, &s);
+
+    check_reqs(r_main, N);
+    check_reqs(r_iot, N);
+    g_assert_cmpint(atomic_load(&b_main.completed), ==, N);
+    g_assert_cmpint(atomic_load(&b_iot.completed), ==, N);
+    g_assert_cmpint(atomic_load(&b_main.wrong_thread), ==, 0);
+    g_assert_cmpint(atomic_load(&b_iot.wrong_thread), ==, 0);
+    g_assert_cmpuint(thread_pool_in_flight(ctx), ==, 0);
+    g_assert_cmpuint(s.in_flight, ==, 0);
+
+    iothread_destroy(iot);
+    aio_context_unref(ctx);
+    g_free(r_main);
+    g_free(r_iot);
+}
+
+static const TestCase tests[] = {
+    { "/thread-pool/completion-in-home-thread", test_completion_in_home_thread },
+    { "/thread-pool/return-values", test_return_values },
+    { "/thread-pool/many-concurrent-in-flight", test_many_concurrent },
+    { "/thread-pool/submit-from-completion", test_submit_from_done },
+    { "/thread-pool/iothread-completion", test_iothread_completion },
+    { "/thread-pool/two-contexts-concurrently", test_two_contexts },
+};
+
+int main(int argc, char **argv)
+{
+    g_test_init(&argc, &argv, NULL);
+    for (size_t i = 0; i < G_N_ELEMENTS(tests); i++) {
+        g_test_add_data_func(tests[i].path, &tests[i], run_with_watchdog);
+    }
+    return g_test_run();
+}

@@ -1,0 +1,521 @@
+/*
+ * Unit tests for the small utilities: strict integer/bool parsing
+ * (util/cutils.h), key=value option strings (util/keyval.h), Error
+ * helpers (util/error.h) and event notifiers (util/event-notifier.h).
+ *
+ * Every test works on values it builds itself; nothing depends on timing.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdint.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/eventfd.h>
+#include <glib.h>
+
+#include "util/cutils.h"
+#include "util/error.h"
+#include "util/event-notifier.h"
+#include "util/keyval.h"
+
+/* ------------------------------------------------------------------------ */
+/* Helpers                                                                   */
+
+/* Assert that err is set, that its message mentions each of the words. */
+static void assert_error_mentions(Error *err, const char *word1,
+                                  const char *word2)
+{
+    g_assert_nonnull(err);
+    g_assert_nonnull(error_get_pretty(err));
+    if (word1 && !strstr(error_get_pretty(err), word1)) {
+        g_test_message("error \"%s\" does not mention \"%s\"",
+                       error_get_pretty(err), word1);
+        g_assert_not_reached();
+    }
+    if (word2 && !strstr(error_get_pretty(err), word2)) {
+        g_test_message("error \"%s\" does not mention \"%s\"",
+                       error_get_pretty(err), word2);
+        g_assert_not_reached();
+    }
+}
+
+/* parse_int64_in_range() that must succeed; returns the value. */
+static int64_t parse_ok(const char *str, int64_t min, int64_t max)
+{
+    Error *err = NULL;
+    int64_t v = 0x5a5a;
+
+    if (!parse_int64_in_range("opt", str, min, max, &v, &err)) {
+        g_test_message("parse_int64_in_range(\"%s\") failed: %s", str,
+                       err ? error_get_pretty(err) : "(no error set)");
+        g_assert_not_reached();
+    }
+    g_assert_null(err);
+    return v;
+}
+
+/* parse_int64_in_range() that must fail, leave *out alone and name "opt". */
+static void parse_bad(const char *str, int64_t min, int64_t max)
+{
+    Error *err = NULL;
+    int64_t v = 0x5a5a;
+
+    if (parse_int64_in_range("my-opt", str, min, max, &v, &err)) {
+        g_test_message("parse_int64_in_range(\"%s\", %" PRId64 ", %" PRId64
+                       ") accepted it as %" PRId64, str, min, max, v);
+        g_assert_not_reached();
+    }
+    assert_error_mentions(err, "my-opt", NULL);
+    g_assert_cmpint(v, ==, 0x5a5a);
+    error_free(err);
+
+    /* A NULL errp is allowed and must not crash. */
+    g_assert_false(parse_int64_in_range("my-opt", str, min, max, &v, NULL));
+}
+
+/* ------------------------------------------------------------------------ */
+/* parse_int64_in_range                                                      */
+
+static void test_parse_int_good(void)
+{
+    g_assert_cmpint(parse_ok("0", 0, 10), ==, 0);
+    g_assert_cmpint(parse_ok("10", 0, 10), ==, 10);
+    g_assert_cmpint(parse_ok("7", 0, 10), ==, 7);
+    g_assert_cmpint(parse_ok("-5", -10, 10), ==, -5);
+    g_assert_cmpint(parse_ok("32768", 0, INT64_MAX), ==, 32768);
+    g_assert_cmpint(parse_ok("9223372036854775807", 0, INT64_MAX), ==,
+                    INT64_MAX);
+    g_assert_cmpint(parse_ok("-9223372036854775808", INT64_MIN, INT64_MAX),
+                    ==, INT64_MIN);
+    /* Leading zeros are still decimal. */
+    g_assert_cmpint(parse_ok("010", 0, 100), ==, 10);
+}
+
+static void test_parse_int_hex(void)
+{
+    g_assert_cmpint(parse_ok("0x10", 0, 100), ==, 16);
+    g_assert_cmpint(parse_ok("0x1f", 0, 100), ==, 31);
+    g_assert_cmpint(parse_ok("0x7fffffffffffffff", 0, INT64_MAX), ==,
+                    INT64_MAX);
+    parse_bad("0x", 0, 100);
+    parse_bad("0xg", 0, 100);
+    parse_bad("0x65", 0, 100);               /* 101: out of range */
+}
+
+static void test_parse_int_junk(void)
+{
+    parse_bad("abc", 0, 100);
+    parse_bad("12abc", 0, 100);
+    parse_bad("1 2", 0, 100);
+    parse_bad("5 ", 0, 100);
+    parse_bad("1.5", 0, 100);
+    parse_bad("--1", -100, 100);
+    parse_bad("1e3", 0, 100000);
+    parse_bad("+", 0, 100);
+    parse_bad("-", -100, 100);
+}
+
+static void test_parse_int_empty(void)
+{
+    parse_bad("", 0, 100);
+}
+
+static void test_parse_int_overflow(void)
+{
+    parse_bad("99999999999999999999", 0, INT64_MAX);
+    parse_bad("9223372036854775808", 0, INT64_MAX);
+    parse_bad("-9223372036854775809", INT64_MIN, INT64_MAX);
+    parse_bad("-99999999999999999999", INT64_MIN, INT64_MAX);
+    parse_bad("0x10000000000000000", 0, INT64_MAX);
+}
+
+static void test_parse_int_range(void)
+{
+    Error *err = NULL;
+    int64_t v = 0;
+
+    parse_bad("11", 5, 10);
+    parse_bad("4", 5, 10);
+    parse_bad("-1", 0, INT64_MAX);
+
+    /* The message says what would have been accepted. */
+    g_assert_false(parse_int64_in_range("poll-grow", "77", 5, 10, &v, &err));
+    assert_error_mentions(err, "poll-grow", "10");
+    assert_error_mentions(err, "5", NULL);
+    error_free(err);
+}
+
+/* ------------------------------------------------------------------------ */
+/* parse_bool                                                                */
+
+static void test_parse_bool(void)
+{
+    static const struct {
+        const char *str;
+        bool value;
+    } good[] = {
+        { "on", true }, { "yes", true }, { "true", true },
+        { "off", false }, { "no", false }, { "false", false },
+    };
+    static const char *const bad[] = {
+        "", "maybe", "1x", "onn", "of", "yess", " on", "on ",
+    };
+    Error *err = NULL;
+    bool b;
+
+    for (size_t i = 0; i < G_N_ELEMENTS(good); i++) {
+        b = !good[i].value;
+        g_assert_true(parse_bool("direct", good[i].str, &b, &err));
+        g_assert_null(err);
+        g_assert_cmpint(b, ==, good[i].value);
+    }
+    for (size_t i = 0; i < G_N_ELEMENTS(bad); i++) {
+        b = true;
+        if (parse_bool("cache.direct", bad[i], &b, &err)) {
+            g_test_message("parse_bool accepted \"%s\"", bad[i]);
+            g_assert_not_reached();
+        }
+        assert_error_mentions(err, "cache.direct", NULL);
+        g_clear_error(&err);
+        g_assert_false(parse_bool("cache.direct", bad[i], &b, NULL));
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* keyval                                                                    */
+
+static const KeyvalPair *pair_at(GPtrArray *opts, guint i)
+{
+    g_assert_cmpuint(i, <, opts->len);
+    return g_ptr_array_index(opts, i);
+}
+
+static void assert_pair(GPtrArray *opts, guint i, const char *key,
+                        const char *value)
+{
+    const KeyvalPair *p = pair_at(opts, i);
+
+    g_assert_cmpstr(p->key, ==, key);
+    g_assert_cmpstr(p->value, ==, value);
+}
+
+static void test_keyval_simple(void)
+{
+    Error *err = NULL;
+    GPtrArray *opts = keyval_parse("a=1,b=2", NULL, &err);
+
+    g_assert_null(err);
+    g_assert_nonnull(opts);
+    g_assert_cmpuint(opts->len, ==, 2);
+    assert_pair(opts, 0, "a", "1");
+    assert_pair(opts, 1, "b", "2");
+    g_assert_cmpstr(keyval_lookup(opts, "a"), ==, "1");
+    g_assert_cmpstr(keyval_lookup(opts, "b"), ==, "2");
+    g_assert_null(keyval_lookup(opts, "c"));
+    g_assert_null(keyval_lookup(opts, "A"));
+    g_ptr_array_unref(opts);
+
+    /* One pair, order kept with several. */
+    opts = keyval_parse("z=9,y=8,x=7", NULL, &err);
+    g_assert_nonnull(opts);
+    g_assert_cmpuint(opts->len, ==, 3);
+    assert_pair(opts, 0, "z", "9");
+    assert_pair(opts, 1, "y", "8");
+    assert_pair(opts, 2, "x", "7");
+    g_ptr_array_unref(opts);
+
+    /* Dotted keys are ordinary keys. */
+    opts = keyval_parse("cache.direct=on,addr.type=unix", NULL, &err);
+    g_assert_nonnull(opts);
+    g_assert_cmpstr(keyval_lookup(opts, "cache.direct"), ==, "on");
+    g_assert_cmpstr(keyval_lookup(opts, "addr.type"), ==, "unix");
+    g_ptr_array_unref(opts);
+}
+
+static void test_keyval_implied(void)
+{
+    Error *err = NULL;
+    GPtrArray *opts;
+
+    opts = keyval_parse("iothread,id=x", "qom-type", &err);
+    g_assert_null(err);
+    g_assert_nonnull(opts);
+    g_assert_cmpuint(opts->len, ==, 2);
+    assert_pair(opts, 0, "qom-type", "iothread");
+    assert_pair(opts, 1, "id", "x");
+    g_assert_cmpstr(keyval_lookup(opts, "qom-type"), ==, "iothread");
+    g_ptr_array_unref(opts);
+
+    /* The implied key may also be given explicitly. */
+    opts = keyval_parse("qom-type=iothread,id=x", "qom-type", &err);
+    g_assert_null(err);
+    g_assert_nonnull(opts);
+    g_assert_cmpstr(keyval_lookup(opts, "qom-type"), ==, "iothread");
+    g_assert_cmpstr(keyval_lookup(opts, "id"), ==, "x");
+    g_ptr_array_unref(opts);
+
+    /* Without an implied key, an element without '=' is an error. */
+    opts = keyval_parse("iothread,id=x", NULL, &err);
+    g_assert_null(opts);
+    g_assert_nonnull(err);
+    g_clear_error(&err);
+}
+
+static void test_keyval_escape(void)
+{
+    Error *err = NULL;
+    GPtrArray *opts;
+
+    opts = keyval_parse("a=x,,y", NULL, &err);
+    g_assert_null(err);
+    g_assert_nonnull(opts);
+    g_assert_cmpuint(opts->len, ==, 1);
+    assert_pair(opts, 0, "a", "x,y");
+    g_ptr_array_unref(opts);
+
+    opts = keyval_parse("cpu-affinity=0-3,,8,b=2", NULL, &err);
+    g_assert_null(err);
+    g_assert_nonnull(opts);
+    g_assert_cmpuint(opts->len, ==, 2);
+    assert_pair(opts, 0, "cpu-affinity", "0-3,8");
+    assert_pair(opts, 1, "b", "2");
+    g_ptr_array_unref(opts);
+
+    /* ",,,," is two literal commas. */
+    opts = keyval_parse("a=,,,,", NULL, &err);
+    g_assert_null(err);
+    g_assert_nonnull(opts);
+    assert_pair(opts, 0, "a", ",,");
+    g_ptr_array_unref(opts);
+}
+
+static void test_keyval_errors(void)
+{
+    static const char *const bad[] = {
+        "a=1,a=2",          /* duplicate */
+        "a=1,b=2,a=3",      /* duplicate, not adjacent */
+        "=1",               /* empty key */
+        "a=1,=2",           /* empty key later */
+    };
+    Error *err = NULL;
+
+    for (size_t i = 0; i < G_N_ELEMENTS(bad); i++) {
+        GPtrArray *opts = keyval_parse(bad[i], NULL, &err);
+
+        if (opts) {
+            g_test_message("keyval_parse accepted \"%s\"", bad[i]);
+            g_assert_not_reached();
+        }
+        g_assert_nonnull(err);
+        g_clear_error(&err);
+        /* NULL errp: still fails, nothing leaks. */
+        g_assert_null(keyval_parse(bad[i], NULL, NULL));
+    }
+
+    /* A duplicate error names the key. */
+    g_assert_null(keyval_parse("poll-max-ns=1,poll-max-ns=2", NULL, &err));
+    assert_error_mentions(err, "poll-max-ns", NULL);
+    g_clear_error(&err);
+
+    /* The implied key given twice (implicitly and explicitly). */
+    g_assert_null(keyval_parse("iothread,qom-type=iothread", "qom-type",
+                               &err));
+    g_assert_nonnull(err);
+    g_clear_error(&err);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Error                                                                     */
+
+static void test_error_setg(void)
+{
+    Error *err = NULL;
+
+    error_setg(&err, "bad value %d for '%s'", 42, "poll-grow");
+    g_assert_nonnull(err);
+    g_assert_cmpstr(error_get_pretty(err), ==, "bad value 42 for 'poll-grow'");
+    g_assert_true(err->domain == SPINDLE_ERROR);
+    error_free(err);
+
+    /* errp == NULL: ignored. */
+    error_setg(NULL, "dropped %s", "message");
+}
+
+static void test_error_setg_errno(void)
+{
+    Error *err = NULL;
+    char *expected = g_strdup_printf("cannot open 'x': %s", strerror(ENOENT));
+
+    error_setg_errno(&err, ENOENT, "cannot open '%s'", "x");
+    g_assert_nonnull(err);
+    g_assert_cmpstr(error_get_pretty(err), ==, expected);
+    error_free(err);
+    g_free(expected);
+}
+
+static void test_error_prepend(void)
+{
+    Error *err = NULL;
+
+    /* Nothing to prepend to: stays NULL, no crash. */
+    error_prepend(&err, "ctx %d: ", 1);
+    g_assert_null(err);
+    error_prepend(NULL, "ctx: ");
+
+    error_setg(&err, "value too large");
+    error_prepend(&err, "iothread '%s': ", "iot0");
+    g_assert_cmpstr(error_get_pretty(err), ==, "iothread 'iot0': value too large");
+    error_prepend(&err, "--object: ");
+    g_assert_cmpstr(error_get_pretty(err), ==,
+                    "--object: iothread 'iot0': value too large");
+    error_free(err);
+}
+
+static void test_error_propagate(void)
+{
+    Error *dst = NULL;
+    Error *local = NULL;
+
+    error_setg(&local, "local failure");
+    error_propagate(&dst, local);
+    g_assert_true(dst == local);
+    g_assert_cmpstr(error_get_pretty(dst), ==, "local failure");
+    error_free(dst);
+
+    /* A NULL destination frees the error (checked by the leak sanitizer). */
+    local = NULL;
+    error_setg(&local, "nobody wants this");
+    error_propagate(NULL, local);
+    local = NULL;
+
+    /* g_clear_error() works on it: Error is a GError. */
+    error_setg(&local, "cleared");
+    g_clear_error(&local);
+    g_assert_null(local);
+}
+
+static void test_error_report(void)
+{
+    if (g_test_subprocess()) {
+        Error *err = NULL;
+
+        error_setg(&err, "disk %s is missing", "vm1.img");
+        error_report_err(err);
+        error_report("plain %d", 7);
+        return;
+    }
+    g_test_trap_subprocess(NULL, 0, 0);
+    g_test_trap_assert_passed();
+    g_test_trap_assert_stderr("*spindle: disk vm1.img is missing*");
+    g_test_trap_assert_stderr("*spindle: plain 7*");
+}
+
+/* ------------------------------------------------------------------------ */
+/* EventNotifier                                                             */
+
+static void test_event_notifier_basic(void)
+{
+    EventNotifier e;
+    int fl;
+
+    g_assert_cmpint(event_notifier_init(&e, false), ==, 0);
+    g_assert_cmpint(event_notifier_get_fd(&e), >=, 0);
+    fl = fcntl(e.fd, F_GETFL);
+    g_assert_cmpint(fl, !=, -1);
+    g_assert_true(fl & O_NONBLOCK);
+    fl = fcntl(e.fd, F_GETFD);
+    g_assert_true(fl & FD_CLOEXEC);
+
+    g_assert_false(event_notifier_test_and_clear(&e));
+    g_assert_cmpint(event_notifier_set(&e), ==, 0);
+    g_assert_true(event_notifier_test_and_clear(&e));
+    g_assert_false(event_notifier_test_and_clear(&e));
+
+    /* Several sets before a clear: one signal. */
+    for (int i = 0; i < 5; i++) {
+        g_assert_cmpint(event_notifier_set(&e), ==, 0);
+    }
+    g_assert_true(event_notifier_test_and_clear(&e));
+    g_assert_false(event_notifier_test_and_clear(&e));
+
+    event_notifier_cleanup(&e);
+}
+
+static void test_event_notifier_active(void)
+{
+    EventNotifier e;
+
+    g_assert_cmpint(event_notifier_init(&e, true), ==, 0);
+    g_assert_true(event_notifier_test_and_clear(&e));
+    g_assert_false(event_notifier_test_and_clear(&e));
+    event_notifier_cleanup(&e);
+}
+
+static void test_event_notifier_fd(void)
+{
+    EventNotifier e;
+    uint64_t one = 1;
+    int fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+
+    g_assert_cmpint(fd, >=, 0);
+    event_notifier_init_fd(&e, fd);
+    g_assert_cmpint(event_notifier_get_fd(&e), ==, fd);
+    g_assert_false(event_notifier_test_and_clear(&e));
+
+    /* A write by "the other side" is seen. */
+    g_assert_cmpint(write(fd, &one, sizeof(one)), ==, sizeof(one));
+    g_assert_true(event_notifier_test_and_clear(&e));
+    g_assert_false(event_notifier_test_and_clear(&e));
+
+    /* And a set is visible to a reader of the raw fd. */
+    g_assert_cmpint(event_notifier_set(&e), ==, 0);
+    {
+        uint64_t v = 0;
+        g_assert_cmpint(read(fd, &v, sizeof(v)), ==, sizeof(v));
+        g_assert_cmpuint(v, >=, 1);
+    }
+    /*
+     * Who closes a wrapped fd is not part of the contract: clean up, then
+     * close it ourselves (EBADF if the notifier already did).
+     */
+    event_notifier_cleanup(&e);
+    close(fd);
+}
+
+static void test_event_notifier_cleanup_unset(void)
+{
+    EventNotifier e = { .fd = -1 };
+
+    event_notifier_cleanup(&e);     /* must be harmless */
+}
+
+int main(int argc, char **argv)
+{
+    g_test_init(&argc, &argv, NULL);
+
+    g_test_add_func("/util/parse-int/good", test_parse_int_good);
+    g_test_add_func("/util/parse-int/hex", test_parse_int_hex);
+    g_test_add_func("/util/parse-int/junk", test_parse_int_junk);
+    g_test_add_func("/util/parse-int/empty", test_parse_int_empty);
+    g_test_add_func("/util/parse-int/overflow", test_parse_int_overflow);
+    g_test_add_func("/util/parse-int/range", test_parse_int_range);
+    g_test_add_func("/util/parse-bool", test_parse_bool);
+    g_test_add_func("/util/keyval/simple", test_keyval_simple);
+    g_test_add_func("/util/keyval/implied-key", test_keyval_implied);
+    g_test_add_func("/util/keyval/comma-escape", test_keyval_escape);
+    g_test_add_func("/util/keyval/errors", test_keyval_errors);
+    g_test_add_func("/util/error/setg", test_error_setg);
+    g_test_add_func("/util/error/setg-errno", test_error_setg_errno);
+    g_test_add_func("/util/error/prepend", test_error_prepend);
+    g_test_add_func("/util/error/propagate", test_error_propagate);
+    g_test_add_func("/util/error/report", test_error_report);
+    g_test_add_func("/util/event-notifier/set-test-and-clear",
+                    test_event_notifier_basic);
+    g_test_add_func("/util/event-notifier/active", test_event_notifier_active);
+    g_test_add_func("/util/event-notifier/init-fd", test_event_notifier_fd);
+    g_test_add_func("/util/event-notifier/cleanup-unset",
+                    test_event_notifier_cleanup_unset);
+
+    return g_test_run();
+}

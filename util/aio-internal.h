@@ -1,0 +1,165 @@
+/*
+ * The inside of an AioContext, shared by the files of util/ that implement
+ * it (async.c, aio-posix.c, timer.c, fdmon-epoll.c, thread-pool.c).  Nothing
+ * outside util/ includes this.
+ *
+ * Memory layout: fields written by other threads (bh_list, notified,
+ * notify_me) sit on their own cache line; the statistics, written only by
+ * the home thread, on another; the rest is private to the home thread.
+ */
+#ifndef SPINDLE_UTIL_AIO_INTERNAL_H
+#define SPINDLE_UTIL_AIO_INTERNAL_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdatomic.h>
+#include <sys/epoll.h>
+#include "util/aio.h"
+
+#define CACHELINE 64
+
+#ifndef container_of
+#define container_of(ptr, type, member) \
+    ((type *)((char *)(ptr) - offsetof(type, member)))
+#endif
+
+/*
+ * When polling keeps finding work the loop skips the fd monitor; it still
+ * looks at it every this many turns, so a ready fd whose poll callback cannot
+ * see its work (an HUP, a stray kick) is served within bounded time.
+ */
+#define AIO_FDMON_CHECK_INTERVAL 64
+
+typedef struct ThreadPool ThreadPool;
+
+/* A callback of an fd handler or of an event notifier (is_event_notifier). */
+typedef union AioHandlerCB {
+    IOHandler *fd;
+    EventNotifierHandler *en;
+} AioHandlerCB;
+
+typedef union AioHandlerPollCB {
+    AioPollFn *fd;
+    EventNotifierPollFn *en;
+} AioHandlerPollCB;
+
+struct AioHandler {
+    int fd;
+    AioHandlerCB io_read;
+    IOHandler *io_write;
+    AioHandlerPollCB io_poll;
+    AioHandlerCB io_poll_ready;
+    AioHandlerCB io_poll_begin;
+    AioHandlerCB io_poll_end;
+    void *opaque;             /* the EventNotifier if is_event_notifier */
+    bool deleted;             /* removed; freed at the end of the turn */
+    bool internal;            /* the context's own notifier: no window, no stats */
+    bool is_event_notifier;   /* callbacks take the EventNotifier */
+    uint32_t epoll_events;    /* what the fd monitor watches */
+
+    /* Per-turn state, home thread only. */
+    bool on_ready_list;       /* queued on ctx->ready_list this turn */
+    bool poll_ready;          /* io_poll returned true this turn */
+    int64_t poll_ready_ns;    /* when (relative to the turn start) */
+    uint32_t revents;         /* fd monitor result this turn */
+
+    AioPollWindow window;     /* the poll policy's state */
+    _Atomic int64_t window_ns_pub;   /* window.ns for readers in other threads */
+    char name[32];
+
+    AioHandler *next;         /* ctx->handlers */
+    AioHandler *ready_next;   /* this turn's ready list */
+};
+
+/* Operations of an fd monitor (DESIGN.md: pluggable parts are ops tables). */
+typedef struct FDMonOps {
+    /* Start, change (events != 0) or stop (events == 0) watching h->fd. */
+    int (*update)(AioContext *ctx, AioHandler *h, uint32_t events);
+    /*
+     * Wait up to timeout_ns (-1 forever, 0 not at all); mark ready handlers
+     * (h->revents) and return how many, or -errno.
+     */
+    int (*wait)(AioContext *ctx, int64_t timeout_ns);
+} FDMonOps;
+
+extern const FDMonOps fdmon_epoll_ops;
+
+/* Single-writer statistics: plain loads and stores, no locked instructions. */
+typedef struct AioStatsCounters {
+    _Atomic uint64_t turns, poll_hits, poll_misses, wakeups, poll_time_ns,
+        block_time_ns, grows, shrinks, dispatches, bhs, timers;
+    _Atomic int64_t poll_ns;
+} AioStatsCounters;
+
+struct AioContext {
+    /* --- written by any thread ------------------------------------- */
+    _Alignas(CACHELINE) QEMUBH *_Atomic bh_list;  /* LIFO of scheduled BHs */
+    _Atomic bool notified;          /* aio_notify() since the last accept */
+    _Atomic bool notify_me;         /* home thread may block: kick the fd */
+
+    /* --- parameters: written by the control thread, read each turn ---- */
+    _Alignas(CACHELINE) _Atomic int64_t poll_max_ns;
+    _Atomic int64_t poll_grow;
+    _Atomic int64_t poll_shrink;
+    _Atomic int64_t aio_max_batch;
+
+    /* --- statistics: written by the home thread only ------------------ */
+    _Alignas(CACHELINE) AioStatsCounters stats;
+
+    /* --- home thread only --------------------------------------------- */
+    _Alignas(CACHELINE) pthread_t home;
+    const AioPollPolicyOps *policy;
+    const FDMonOps *fdmon;
+    int epollfd;
+    EventNotifier notifier;         /* aio_notify() writes it when notify_me */
+    AioHandler *handlers;           /* all handlers, incl. deleted ones */
+    unsigned n_unpollable;          /* live handlers without io_poll */
+    unsigned n_pollable;            /* live user handlers with io_poll */
+    unsigned n_writers;             /* live handlers with io_write */
+    unsigned turns_without_fdmon;   /* see AIO_FDMON_CHECK_INTERVAL */
+    bool poll_started;              /* io_poll_begin called, io_poll_end not yet */
+    bool handlers_deleted;          /* some handler awaits freeing */
+    unsigned poll_depth;            /* aio_poll() nesting */
+    int64_t turn_start_ns;
+    AioHandler *ready_list;         /* handlers to dispatch this turn */
+    AioTimer *timers;               /* sorted by expire_ns */
+    ThreadPool *thread_pool;        /* created on first use */
+    GMutex handlers_lock;           /* taken only to change the list, and by
+                                     * readers in other threads */
+};
+
+/* async.c */
+bool aio_bh_poll(AioContext *ctx);
+bool aio_bh_pending(AioContext *ctx);
+void aio_bh_list_destroy(AioContext *ctx);
+
+/* timer.c */
+/* Nanoseconds until the first timer is due: -1 none, 0 already due. */
+int64_t aio_timers_next_deadline_ns(AioContext *ctx, int64_t now);
+bool aio_timers_run_expired(AioContext *ctx);
+
+/* aio-posix.c */
+void aio_context_setup_notifier(AioContext *ctx);
+void aio_context_free_handlers(AioContext *ctx);
+
+/* thread-pool.c */
+void thread_pool_free(ThreadPool *pool);
+
+/* Queue h for dispatch in this turn (once). */
+static inline void aio_handler_mark_ready(AioContext *ctx, AioHandler *h)
+{
+    if (!h->on_ready_list) {
+        h->on_ready_list = true;
+        h->ready_next = ctx->ready_list;
+        ctx->ready_list = h;
+    }
+}
+
+/* Single-writer counter update: no lock prefix, still race-free for readers. */
+static inline void stat_add(_Atomic uint64_t *c, uint64_t n)
+{
+    atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + n,
+                          memory_order_relaxed);
+}
+
+#endif

@@ -1,0 +1,607 @@
+/*
+ * aio_poll() and fd handlers: the adaptive busy-poll event loop.
+ *
+ * Theory of operation.  One turn of aio_poll(ctx, blocking=true):
+ *
+ *  1. Decide how long the turn may wait: not at all if a BH is pending or
+ *     the context was notified, until the first timer, or forever.
+ *  2. Poll.  Busy polling is allowed when poll-max-ns > 0 and every handler
+ *     has a poll callback (a handler without one could only be seen by
+ *     epoll, which we do not call while spinning).  Each pollable handler
+ *     has its own window; the turn spins for the largest of them (as the
+ *     policy says), bounded by the first timer.  Before spinning, the
+ *     io_poll_begin hooks suppress the producers' notifications (a virtqueue
+ *     sets VRING_USED_F_NO_NOTIFY), and they stay suppressed across turns
+ *     while polling keeps finding work.  The spin calls every io_poll in
+ *     turn, including the context's own notifier, whose poll callback reads
+ *     ctx->notified, so a BH or aio_notify() ends the spin at once.
+ *  3. About to block: io_poll_end re-enables notifications, a full fence
+ *     orders that store before the next loads, and every io_poll runs once
+ *     more.  A producer that published work just before it saw
+ *     notifications come back on did not kick; this last look finds its
+ *     work.  Only then do we set notify_me and block in the fd monitor.
+ *  4. Adjust each handler's window with the time it waited (poll-policy.c),
+ *     dispatch ready handlers, then bottom halves, then expired timers.
+ *
+ * Handlers are added and removed only by the home thread.  A removed
+ * handler stays on the list, marked deleted, until no aio_poll() is running
+ * (callbacks may remove handlers, including their own).  The list is
+ * mutated under handlers_lock so that other threads may read it for
+ * statistics; the home thread itself walks it without the lock.
+ */
+#include <errno.h>
+#include <string.h>
+#include "aio-internal.h"
+#include "util/clock.h"
+#include "trace.h"
+
+/* ------------------------------------------------------------------------ */
+/* Calling a handler's callbacks                                            */
+
+static void aio_handler_call(AioHandler *h, AioHandlerCB cb)
+{
+    if (h->is_event_notifier) {
+        cb.en(h->opaque);
+    } else {
+        cb.fd(h->opaque);
+    }
+}
+
+static bool aio_handler_call_poll(AioHandler *h)
+{
+    if (h->is_event_notifier) {
+        return h->io_poll.en(h->opaque);
+    }
+    return h->io_poll.fd(h->opaque);
+}
+
+static bool aio_handler_is_pollable(const AioHandler *h)
+{
+    return h->io_poll.fd != NULL;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Handler registration                                                     */
+
+static AioHandler *aio_find_handler(AioContext *ctx, int fd)
+{
+    for (AioHandler *h = ctx->handlers; h; h = h->next) {
+        if (h->fd == fd && !h->deleted) {
+            return h;
+        }
+    }
+    return NULL;
+}
+
+/* Keep the counts that decide whether the context may busy-poll. */
+static void aio_handler_account(AioContext *ctx, const AioHandler *h, int sign)
+{
+    if (h->io_write) {
+        ctx->n_writers += sign;
+    }
+    if (h->internal) {
+        return;
+    }
+    if (aio_handler_is_pollable(h)) {
+        ctx->n_pollable += sign;
+    } else {
+        ctx->n_unpollable += sign;
+    }
+}
+
+static void aio_handler_remove(AioContext *ctx, AioHandler *h)
+{
+    if (ctx->poll_started && h->io_poll_end.fd) {
+        /* Do not leave the producer with notifications suppressed. */
+        aio_handler_call(h, h->io_poll_end);
+    }
+    ctx->fdmon->update(ctx, h, 0);
+    aio_handler_account(ctx, h, -1);
+    h->deleted = true;
+    ctx->handlers_deleted = true;
+}
+
+static void aio_handler_free_deleted(AioContext *ctx)
+{
+    AioHandler **pp = &ctx->handlers;
+
+    g_mutex_lock(&ctx->handlers_lock);
+    while (*pp) {
+        AioHandler *h = *pp;
+
+        if (h->deleted) {
+            *pp = h->next;
+            g_free(h);
+        } else {
+            pp = &h->next;
+        }
+    }
+    g_mutex_unlock(&ctx->handlers_lock);
+    ctx->handlers_deleted = false;
+}
+
+static void aio_set_handler(AioContext *ctx, int fd, bool is_event_notifier,
+                            AioHandlerCB io_read, IOHandler *io_write,
+                            AioHandlerPollCB io_poll, AioHandlerCB io_poll_ready,
+                            void *opaque)
+{
+    AioHandler *h;
+    uint32_t events = (io_read.fd ? EPOLLIN : 0) | (io_write ? EPOLLOUT : 0);
+    int r;
+
+    g_assert(aio_context_in_home_thread(ctx));
+    /* Work found by polling must also be able to wake a blocked loop. */
+    g_assert(!io_poll.fd || io_read.fd);
+
+    h = aio_find_handler(ctx, fd);
+    if (!events) {
+        if (h) {
+            aio_handler_remove(ctx, h);
+        }
+        return;
+    }
+    if (!h) {
+        h = g_new0(AioHandler, 1);
+        h->fd = fd;
+        r = ctx->fdmon->update(ctx, h, events);
+        if (r < 0) {
+            /* Only fds that epoll supports may be registered: a bug. */
+            g_critical("aio: cannot watch fd %d: %s", fd, g_strerror(-r));
+            g_free(h);
+            return;
+        }
+        g_mutex_lock(&ctx->handlers_lock);
+        h->next = ctx->handlers;
+        ctx->handlers = h;
+        g_mutex_unlock(&ctx->handlers_lock);
+    } else {
+        aio_handler_account(ctx, h, -1);
+        r = ctx->fdmon->update(ctx, h, events);
+        g_assert(r == 0);
+    }
+    h->is_event_notifier = is_event_notifier;
+    h->io_read = io_read;
+    h->io_write = io_write;
+    h->io_poll = io_poll;
+    h->io_poll_ready = io_poll_ready;
+    h->opaque = opaque;
+    aio_handler_account(ctx, h, +1);
+}
+
+void aio_set_fd_handler(AioContext *ctx, int fd, IOHandler *io_read,
+                        IOHandler *io_write, AioPollFn *io_poll,
+                        IOHandler *io_poll_ready, void *opaque)
+{
+    aio_set_handler(ctx, fd, false, (AioHandlerCB){ .fd = io_read }, io_write,
+                    (AioHandlerPollCB){ .fd = io_poll },
+                    (AioHandlerCB){ .fd = io_poll_ready }, opaque);
+}
+
+void aio_set_event_notifier(AioContext *ctx, EventNotifier *e,
+                            EventNotifierHandler *io_read,
+                            EventNotifierPollFn *io_poll,
+                            EventNotifierHandler *io_poll_ready)
+{
+    aio_set_handler(ctx, event_notifier_get_fd(e), true,
+                    (AioHandlerCB){ .en = io_read }, NULL,
+                    (AioHandlerPollCB){ .en = io_poll },
+                    (AioHandlerCB){ .en = io_poll_ready }, e);
+}
+
+static void aio_set_poll_hooks(AioContext *ctx, int fd, AioHandlerCB begin,
+                               AioHandlerCB end)
+{
+    AioHandler *h;
+
+    g_assert(aio_context_in_home_thread(ctx));
+    h = aio_find_handler(ctx, fd);
+    g_assert(h);
+    h->io_poll_begin = begin;
+    h->io_poll_end = end;
+}
+
+void aio_set_fd_poll(AioContext *ctx, int fd, IOHandler *io_poll_begin,
+                     IOHandler *io_poll_end)
+{
+    aio_set_poll_hooks(ctx, fd, (AioHandlerCB){ .fd = io_poll_begin },
+                       (AioHandlerCB){ .fd = io_poll_end });
+}
+
+void aio_set_event_notifier_poll(AioContext *ctx, EventNotifier *e,
+                                 EventNotifierHandler *io_poll_begin,
+                                 EventNotifierHandler *io_poll_end)
+{
+    aio_set_poll_hooks(ctx, event_notifier_get_fd(e),
+                       (AioHandlerCB){ .en = io_poll_begin },
+                       (AioHandlerCB){ .en = io_poll_end });
+}
+
+void aio_set_fd_handler_name(AioContext *ctx, int fd, const char *name)
+{
+    AioHandler *h;
+
+    g_assert(aio_context_in_home_thread(ctx));
+    h = aio_find_handler(ctx, fd);
+    g_assert(h);
+    g_mutex_lock(&ctx->handlers_lock);
+    g_strlcpy(h->name, name, sizeof(h->name));
+    g_mutex_unlock(&ctx->handlers_lock);
+}
+
+int aio_context_get_handler_windows(AioContext *ctx, AioHandlerWindow *out,
+                                    int max)
+{
+    int n = 0;
+
+    g_mutex_lock(&ctx->handlers_lock);
+    for (AioHandler *h = ctx->handlers; h; h = h->next) {
+        if (h->deleted || h->internal || !aio_handler_is_pollable(h)) {
+            continue;
+        }
+        if (n < max) {
+            out[n].fd = h->fd;
+            memcpy(out[n].name, h->name, sizeof(out[n].name));
+            out[n].poll_ns = atomic_load_explicit(&h->window_ns_pub,
+                                                  memory_order_relaxed);
+        }
+        n++;
+    }
+    g_mutex_unlock(&ctx->handlers_lock);
+    return n;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The context's own notifier                                               */
+
+static void aio_context_notifier_read(EventNotifier *e)
+{
+    event_notifier_test_and_clear(e);
+}
+
+static bool aio_context_notifier_poll(EventNotifier *e)
+{
+    AioContext *ctx = container_of(e, AioContext, notifier);
+
+    /* Acquire: pairs with the release store in aio_notify(). */
+    return atomic_load_explicit(&ctx->notified, memory_order_acquire);
+}
+
+static void aio_context_notifier_poll_ready(EventNotifier *e)
+{
+    /* Nothing to do: aio_poll() accepts the notification itself. */
+}
+
+void aio_context_setup_notifier(AioContext *ctx)
+{
+    AioHandler *h;
+
+    aio_set_event_notifier(ctx, &ctx->notifier, aio_context_notifier_read,
+                           aio_context_notifier_poll,
+                           aio_context_notifier_poll_ready);
+    h = aio_find_handler(ctx, event_notifier_get_fd(&ctx->notifier));
+    h->internal = true;
+}
+
+void aio_context_free_handlers(AioContext *ctx)
+{
+    for (AioHandler *h = ctx->handlers; h; h = h->next) {
+        if (!h->deleted && !h->internal) {
+            g_critical("aio: context destroyed with fd %d still registered",
+                       h->fd);
+        }
+        if (!h->deleted) {
+            aio_handler_remove(ctx, h);
+        }
+    }
+    aio_handler_free_deleted(ctx);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Polling                                                                  */
+
+static bool aio_poll_allowed(AioContext *ctx, const AioPollParams *params)
+{
+    return params->max_ns > 0 && ctx->n_unpollable == 0;
+}
+
+static int64_t aio_largest_window(AioContext *ctx)
+{
+    int64_t largest = 0;
+
+    for (AioHandler *h = ctx->handlers; h; h = h->next) {
+        if (!h->deleted && !h->internal && aio_handler_is_pollable(h)) {
+            largest = MAX(largest, h->window.ns);
+        }
+    }
+    return largest;
+}
+
+/* Call the io_poll_begin (started) or io_poll_end (!started) hooks. */
+static void aio_poll_set_started(AioContext *ctx, bool started)
+{
+    if (ctx->poll_started == started) {
+        return;
+    }
+    ctx->poll_started = started;
+    for (AioHandler *h = ctx->handlers; h; h = h->next) {
+        AioHandlerCB hook = started ? h->io_poll_begin : h->io_poll_end;
+
+        if (!h->deleted && hook.fd) {
+            aio_handler_call(h, hook);
+        }
+    }
+    SPINDLE_TRACE2(poll_started, ctx, started);
+}
+
+/* Call every poll callback once; queue the ready handlers.  True if any. */
+static bool aio_poll_handlers_once(AioContext *ctx, int64_t turn_start)
+{
+    uint64_t hits = 0;
+    bool found = false;
+    int64_t now = 0;
+
+    for (AioHandler *h = ctx->handlers; h; h = h->next) {
+        if (h->deleted || h->poll_ready || !aio_handler_is_pollable(h)) {
+            continue;
+        }
+        if (aio_handler_call_poll(h)) {
+            if (!now) {
+                now = clock_now_ns();
+            }
+            h->poll_ready = true;
+            h->poll_ready_ns = now - turn_start;
+            aio_handler_mark_ready(ctx, h);
+            found = true;
+            hits += !h->internal;
+        }
+    }
+    if (hits) {
+        stat_add(&ctx->stats.poll_hits, hits);
+    }
+    return found;
+}
+
+/*
+ * Spin until a poll callback reports work or deadline passes.  No system
+ * calls in here: clock_gettime is a vDSO read.
+ */
+static bool aio_poll_spin(AioContext *ctx, int64_t turn_start, int64_t deadline)
+{
+    int64_t spin_start = clock_now_ns();
+    int64_t now;
+    bool found;
+
+    aio_poll_set_started(ctx, true);
+    do {
+        found = aio_poll_handlers_once(ctx, turn_start);
+        if (found) {
+            break;
+        }
+        cpu_relax();
+        now = clock_now_ns();
+    } while (now < deadline);
+    stat_add(&ctx->stats.poll_time_ns, clock_now_ns() - spin_start);
+    return found;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Window adjustment                                                        */
+
+static void aio_poll_adjust_windows(AioContext *ctx, const AioPollParams *params,
+                                    int64_t waited_ns)
+{
+    uint64_t grows = 0, shrinks = 0;
+    int64_t largest = 0;
+
+    for (AioHandler *h = ctx->handlers; h; h = h->next) {
+        bool had_event;
+        int64_t wait_ns;
+        int64_t old;
+
+        if (h->deleted || h->internal || !aio_handler_is_pollable(h)) {
+            continue;
+        }
+        had_event = h->poll_ready || h->revents;
+        wait_ns = h->poll_ready ? h->poll_ready_ns : waited_ns;
+        old = h->window.ns;
+        switch (ctx->policy->adjust(params, &h->window, wait_ns, had_event)) {
+        case AIO_POLL_GREW:
+            grows++;
+            SPINDLE_TRACE3(poll_grow, ctx, old, h->window.ns);
+            break;
+        case AIO_POLL_SHRANK:
+            shrinks++;
+            SPINDLE_TRACE3(poll_shrink, ctx, old, h->window.ns);
+            break;
+        case AIO_POLL_KEPT:
+            break;
+        }
+        if (h->window.ns != old) {
+            atomic_store_explicit(&h->window_ns_pub, h->window.ns,
+                                  memory_order_relaxed);
+        }
+        largest = MAX(largest, h->window.ns);
+    }
+    stat_add(&ctx->stats.grows, grows);
+    stat_add(&ctx->stats.shrinks, shrinks);
+    atomic_store_explicit(&ctx->stats.poll_ns, largest, memory_order_relaxed);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Dispatch                                                                 */
+
+static bool aio_dispatch_ready(AioContext *ctx)
+{
+    AioHandler *list = ctx->ready_list;
+    uint64_t dispatched = 0;
+
+    ctx->ready_list = NULL;
+    while (list) {
+        AioHandler *h = list;
+        bool poll_ready = h->poll_ready;
+        uint32_t revents = h->revents;
+        bool ran = false;
+
+        list = h->ready_next;
+        h->on_ready_list = false;
+        h->poll_ready = false;
+        h->revents = 0;
+        if (h->deleted) {
+            continue;
+        }
+        if (poll_ready) {
+            aio_handler_call(h, h->io_poll_ready.fd ? h->io_poll_ready : h->io_read);
+            ran = true;
+        } else {
+            if ((revents & (EPOLLIN | EPOLLHUP | EPOLLERR)) && h->io_read.fd) {
+                aio_handler_call(h, h->io_read);
+                ran = true;
+            }
+            if ((revents & (EPOLLOUT | EPOLLHUP | EPOLLERR)) && !h->deleted &&
+                h->io_write) {
+                h->io_write(h->opaque);
+                ran = true;
+            }
+        }
+        if (ran && !h->internal) {
+            dispatched++;
+        }
+    }
+    if (dispatched) {
+        stat_add(&ctx->stats.dispatches, dispatched);
+    }
+    return dispatched > 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* One turn                                                                 */
+
+/* How long this turn may wait: 0 if work is pending, -1 forever. */
+static int64_t aio_compute_timeout(AioContext *ctx, int64_t now)
+{
+    if (aio_bh_pending(ctx) ||
+        atomic_load_explicit(&ctx->notified, memory_order_relaxed)) {
+        return 0;
+    }
+    return aio_timers_next_deadline_ns(ctx, now);
+}
+
+static int64_t aio_deadline_min(int64_t deadline, int64_t start, int64_t timeout)
+{
+    return timeout < 0 ? deadline : MIN(deadline, start + timeout);
+}
+
+/*
+ * Whether this turn must ask the fd monitor.  When polling found work, every
+ * handler has a poll callback that sees its own work, so the system call
+ * can be skipped, except for write handlers (writability is not polled) and
+ * once every AIO_FDMON_CHECK_INTERVAL turns.
+ */
+static bool aio_fdmon_needed(AioContext *ctx, bool polling_found_work)
+{
+    if (!polling_found_work || ctx->n_writers > 0 ||
+        ++ctx->turns_without_fdmon >= AIO_FDMON_CHECK_INTERVAL) {
+        ctx->turns_without_fdmon = 0;
+        return true;
+    }
+    return false;
+}
+
+bool aio_poll(AioContext *ctx, bool blocking)
+{
+    AioPollParams params;
+    int64_t start, timeout, block_start, waited_ns;
+    bool polling, found = false, waited = false, progress;
+    int n;
+
+    g_assert(aio_context_in_home_thread(ctx));
+    ctx->poll_depth++;
+    aio_context_get_poll_params(ctx, &params);
+    start = clock_now_ns();
+    ctx->turn_start_ns = start;
+    stat_add(&ctx->stats.turns, 1);
+
+    timeout = blocking ? aio_compute_timeout(ctx, start) : 0;
+    polling = aio_poll_allowed(ctx, &params);
+
+    /* 1. Busy-poll for the largest handler window (bounded by timers). */
+    if (polling && timeout != 0) {
+        int64_t spin = ctx->policy->spin_ns(&params, aio_largest_window(ctx));
+
+        if (spin > 0) {
+            found = aio_poll_spin(ctx, start,
+                                  aio_deadline_min(start + spin, start, timeout));
+            waited = true;
+        }
+    } else if (polling) {
+        found = aio_poll_handlers_once(ctx, start);
+    }
+    if (found) {
+        timeout = 0;
+    } else if (timeout != 0) {
+        /* The spin (if any) ran to its deadline: recompute what is left. */
+        timeout = aio_compute_timeout(ctx, clock_now_ns());
+    }
+
+    /* 2. About to block (or no longer allowed to poll): notifications back
+     * on, barrier, one more look. */
+    if (ctx->poll_started && (timeout != 0 || !polling)) {
+        aio_poll_set_started(ctx, false);
+        /* Full fence: orders the io_poll_end stores (e.g. clearing
+         * VRING_USED_F_NO_NOTIFY) before the loads of the re-check; pairs
+         * with the producer's fence between publishing work and reading
+         * that flag. */
+        atomic_thread_fence(memory_order_seq_cst);
+        if (aio_poll_handlers_once(ctx, start)) {
+            timeout = 0;
+        } else if (waited) {
+            stat_add(&ctx->stats.poll_misses, 1);
+        }
+    }
+
+    /* 3. Block (or just collect ready fds). */
+    if (timeout != 0) {
+        atomic_store_explicit(&ctx->notify_me, true, memory_order_relaxed);
+        /* Full fence: pairs with the fence in aio_notify(). */
+        atomic_thread_fence(memory_order_seq_cst);
+        if (aio_bh_pending(ctx) ||
+            atomic_load_explicit(&ctx->notified, memory_order_relaxed)) {
+            timeout = 0;
+        }
+    }
+    block_start = clock_now_ns();
+    if (aio_fdmon_needed(ctx, polling && found)) {
+        n = ctx->fdmon->wait(ctx, timeout);
+    } else {
+        n = 0;
+    }
+    if (timeout != 0) {
+        int64_t block_end = clock_now_ns();
+
+        atomic_store_explicit(&ctx->notify_me, false, memory_order_relaxed);
+        stat_add(&ctx->stats.block_time_ns, block_end - block_start);
+        if (n > 0) {
+            stat_add(&ctx->stats.wakeups, 1);
+        }
+        waited = true;
+    }
+    waited_ns = clock_now_ns() - start;
+
+    /* Accept the notification before running BHs: a later aio_notify()
+     * sets the flag again and is seen by the next turn.  seq_cst exchange:
+     * ordered before the BH list exchange in aio_bh_poll(). */
+    atomic_exchange(&ctx->notified, false);
+
+    /* 4. Learn from this turn, then dispatch. */
+    if (blocking && waited) {
+        aio_poll_adjust_windows(ctx, &params, waited_ns);
+    }
+    progress = aio_dispatch_ready(ctx);
+    progress |= aio_bh_poll(ctx);
+    progress |= aio_timers_run_expired(ctx);
+
+    if (--ctx->poll_depth == 0 && ctx->handlers_deleted) {
+        aio_handler_free_deleted(ctx);
+    }
+    return progress;
+}

@@ -1,0 +1,431 @@
+/*
+ * IOThread: a thread that runs one AioContext.
+ *
+ * The thread owns its context: it makes itself the home thread, then calls
+ * aio_poll(ctx, true) until iothread_destroy() sets `stopping` and wakes it
+ * with aio_notify().  Before it exits it runs the BHs still pending, so a
+ * request handed to it just before the stop is not dropped.
+ *
+ * Properties are owned by the main thread, which validates them and pushes
+ * them into the running thread without sharing a writable field:
+ *  - poll-max-ns, poll-grow, poll-shrink, aio-max-batch: atomic stores into
+ *    the context, read by the loop once per turn;
+ *  - cpu-affinity: pthread_setaffinity_np() on the running thread (or the
+ *    creation attribute, so the thread never runs on a wrong CPU);
+ *  - poll-policy: switched inside the thread through aio_run_sync().
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+#include "util/cutils.h"
+#include "util/iothread.h"
+#include "util/keyval.h"
+
+typedef struct IOThreadConfig {
+    AioPollParams poll;
+    int64_t aio_max_batch;
+    char *cpu_affinity;                 /* NULL: inherited */
+    cpu_set_t cpus;                     /* valid if cpu_affinity */
+    const AioPollPolicyOps *policy;
+} IOThreadConfig;
+
+struct IOThread {
+    char *id;
+    AioContext *ctx;
+    pthread_t thread;
+    pid_t tid;
+    _Atomic bool stopping;
+    IOThreadConfig cfg;                 /* main thread only */
+
+    GMutex start_lock;
+    GCond start_cond;
+    bool started;
+};
+
+static const char *const iothread_property_names[] = {
+    "poll-max-ns", "poll-grow", "poll-shrink", "aio-max-batch",
+    "cpu-affinity", "poll-policy", NULL,
+};
+
+/* ------------------------------------------------------------------------ */
+/* CPU lists                                                                 */
+
+static bool cpulist_parse_cpu(const char *s, long ncpus, long *out, Error **errp)
+{
+    int64_t v;
+
+    if (!parse_int64_in_range("cpu-affinity", s, 0, ncpus - 1, &v, errp)) {
+        error_prepend(errp, "CPU '%s' in the list: ", s);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+/* Parse "0-3:8" or "0-3,8" into set.  "" means every CPU of the machine. */
+static bool cpulist_parse(const char *list, cpu_set_t *set, Error **errp)
+{
+    long ncpus = MIN(sysconf(_SC_NPROCESSORS_CONF), CPU_SETSIZE);
+    g_auto(GStrv) items = g_strsplit_set(list, ",:", -1);
+
+    CPU_ZERO(set);
+    if (!*list) {
+        for (long c = 0; c < ncpus; c++) {
+            CPU_SET(c, set);
+        }
+        return true;
+    }
+    for (int i = 0; items[i]; i++) {
+        g_auto(GStrv) range = g_strsplit(items[i], "-", 2);
+        long lo, hi;
+
+        if (!cpulist_parse_cpu(range[0], ncpus, &lo, errp)) {
+            return false;
+        }
+        hi = lo;
+        if (range[1] && !cpulist_parse_cpu(range[1], ncpus, &hi, errp)) {
+            return false;
+        }
+        if (hi < lo) {
+            error_setg(errp, "Parameter 'cpu-affinity': range '%s' ends "
+                       "before it starts", items[i]);
+            return false;
+        }
+        for (long c = lo; c <= hi; c++) {
+            CPU_SET(c, set);
+        }
+    }
+    return true;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Properties                                                                */
+
+static int64_t *iothread_config_int(IOThreadConfig *cfg, const char *name)
+{
+    if (!strcmp(name, "poll-max-ns")) {
+        return &cfg->poll.max_ns;
+    } else if (!strcmp(name, "poll-grow")) {
+        return &cfg->poll.grow;
+    } else if (!strcmp(name, "poll-shrink")) {
+        return &cfg->poll.shrink;
+    } else if (!strcmp(name, "aio-max-batch")) {
+        return &cfg->aio_max_batch;
+    }
+    return NULL;
+}
+
+static void iothread_unknown_property(Error **errp, const char *name)
+{
+    g_autofree char *valid = g_strjoinv(", ", (char **)iothread_property_names);
+
+    error_setg(errp, "Property '%s' not found (iothread properties: %s)",
+               name, valid);
+}
+
+/* Validate name=value and store it in cfg.  cfg is untouched on error. */
+static bool iothread_config_set(IOThreadConfig *cfg, const char *name,
+                                const char *value, Error **errp)
+{
+    int64_t *field = iothread_config_int(cfg, name);
+
+    if (field) {
+        return parse_int64_in_range(name, value, 0, INT64_MAX, field, errp);
+    }
+    if (!strcmp(name, "cpu-affinity")) {
+        cpu_set_t set;
+
+        if (!cpulist_parse(value, &set, errp)) {
+            return false;
+        }
+        cfg->cpus = set;
+        g_free(cfg->cpu_affinity);
+        cfg->cpu_affinity = g_strdup(value);
+        return true;
+    }
+    if (!strcmp(name, "poll-policy")) {
+        const AioPollPolicyOps *ops = aio_poll_policy_find(value);
+
+        if (!ops) {
+            error_setg(errp, "Parameter 'poll-policy': unknown policy '%s' "
+                       "(available: adaptive)", value);
+            return false;
+        }
+        cfg->policy = ops;
+        return true;
+    }
+    iothread_unknown_property(errp, name);
+    return false;
+}
+
+static void iothread_set_policy_bh(void *opaque)
+{
+    IOThread *iot = opaque;
+
+    aio_context_set_poll_policy(iot->ctx, iot->cfg.policy);
+}
+
+/* Push the property name of iot->cfg into the running thread. */
+static bool iothread_apply(IOThread *iot, const char *name, Error **errp)
+{
+    if (g_str_has_prefix(name, "poll-") && strcmp(name, "poll-policy")) {
+        aio_context_set_poll_params(iot->ctx, &iot->cfg.poll);
+    } else if (!strcmp(name, "aio-max-batch")) {
+        aio_context_set_aio_max_batch(iot->ctx, iot->cfg.aio_max_batch);
+    } else if (!strcmp(name, "poll-policy")) {
+        aio_run_sync(iot->ctx, iothread_set_policy_bh, iot);
+    } else if (!strcmp(name, "cpu-affinity")) {
+        int r = pthread_setaffinity_np(iot->thread, sizeof(iot->cfg.cpus),
+                                       &iot->cfg.cpus);
+        if (r) {
+            error_setg_errno(errp, r, "Parameter 'cpu-affinity': cannot run "
+                             "on CPUs '%s'", iot->cfg.cpu_affinity);
+            return false;
+        }
+    }
+    return true;
+}
+
+bool iothread_set_property(IOThread *iot, const char *name, const char *value,
+                           Error **errp)
+{
+    IOThreadConfig old = iot->cfg;
+    char *old_affinity = g_strdup(old.cpu_affinity);
+
+    if (!iothread_config_set(&iot->cfg, name, value, errp) ||
+        !iothread_apply(iot, name, errp)) {
+        g_free(iot->cfg.cpu_affinity);
+        iot->cfg = old;
+        iot->cfg.cpu_affinity = old_affinity;
+        error_prepend(errp, "iothread '%s': ", iot->id);
+        return false;
+    }
+    g_free(old_affinity);
+    return true;
+}
+
+bool iothread_set_property_int(IOThread *iot, const char *name, int64_t value,
+                               Error **errp)
+{
+    g_autofree char *str = g_strdup_printf("%" PRId64, value);
+
+    if (!iothread_config_int(&iot->cfg, name)) {
+        if (!g_strv_contains(iothread_property_names, name)) {
+            iothread_unknown_property(errp, name);
+        } else {
+            error_setg(errp, "Parameter '%s' is not an integer property", name);
+        }
+        error_prepend(errp, "iothread '%s': ", iot->id);
+        return false;
+    }
+    return iothread_set_property(iot, name, str, errp);
+}
+
+char *iothread_get_property(IOThread *iot, const char *name, Error **errp)
+{
+    int64_t *field = iothread_config_int(&iot->cfg, name);
+
+    if (field) {
+        return g_strdup_printf("%" PRId64, *field);
+    }
+    if (!strcmp(name, "cpu-affinity")) {
+        return g_strdup(iot->cfg.cpu_affinity ? iot->cfg.cpu_affinity : "");
+    }
+    if (!strcmp(name, "poll-policy")) {
+        return g_strdup(iot->cfg.policy->name);
+    }
+    iothread_unknown_property(errp, name);
+    error_prepend(errp, "iothread '%s': ", iot->id);
+    return NULL;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The thread                                                                */
+
+static void *iothread_run(void *opaque)
+{
+    IOThread *iot = opaque;
+    g_autofree char *name = g_strdup_printf("iot-%s", iot->id);
+
+    name[MIN(strlen(name), 15)] = '\0';     /* the kernel's limit */
+    pthread_setname_np(pthread_self(), name);
+    aio_context_set_home_thread(iot->ctx);
+    aio_context_set_poll_policy(iot->ctx, iot->cfg.policy);
+
+    g_mutex_lock(&iot->start_lock);
+    iot->tid = (pid_t)syscall(SYS_gettid);
+    iot->started = true;
+    g_cond_signal(&iot->start_cond);
+    g_mutex_unlock(&iot->start_lock);
+
+    /* Acquire: pairs with the release store in iothread_destroy(). */
+    while (!atomic_load_explicit(&iot->stopping, memory_order_acquire)) {
+        aio_poll(iot->ctx, true);
+    }
+    while (aio_poll(iot->ctx, false)) {
+        /* run what was scheduled before the stop */
+    }
+    return NULL;
+}
+
+static bool iothread_valid_id(const char *id, Error **errp)
+{
+    if (!id || !*id) {
+        error_setg(errp, "iothread: Parameter 'id' is missing");
+        return false;
+    }
+    for (const char *p = id; *p; p++) {
+        if (!g_ascii_isalnum(*p) && !strchr("-._", *p)) {
+            error_setg(errp, "iothread: Parameter 'id' expects an identifier "
+                       "(letters, digits, '-', '.', '_'), got '%s'", id);
+            return false;
+        }
+    }
+    return true;
+}
+
+static bool iothread_start(IOThread *iot, Error **errp)
+{
+    pthread_attr_t attr;
+    int r;
+
+    pthread_attr_init(&attr);
+    if (iot->cfg.cpu_affinity) {
+        pthread_attr_setaffinity_np(&attr, sizeof(iot->cfg.cpus), &iot->cfg.cpus);
+    }
+    r = pthread_create(&iot->thread, &attr, iothread_run, iot);
+    pthread_attr_destroy(&attr);
+    if (r) {
+        error_setg_errno(errp, r, "iothread '%s': cannot start the thread%s",
+                         iot->id, iot->cfg.cpu_affinity ?
+                         " (check cpu-affinity)" : "");
+        return false;
+    }
+    g_mutex_lock(&iot->start_lock);
+    while (!iot->started) {
+        g_cond_wait(&iot->start_cond, &iot->start_lock);
+    }
+    g_mutex_unlock(&iot->start_lock);
+    return true;
+}
+
+static void iothread_free(IOThread *iot)
+{
+    aio_context_unref(iot->ctx);
+    g_mutex_clear(&iot->start_lock);
+    g_cond_clear(&iot->start_cond);
+    g_free(iot->cfg.cpu_affinity);
+    g_free(iot->id);
+    g_free(iot);
+}
+
+IOThread *iothread_create(const char *id, GPtrArray *props, Error **errp)
+{
+    IOThread *iot;
+
+    if (!iothread_valid_id(id, errp)) {
+        return NULL;
+    }
+    iot = g_new0(IOThread, 1);
+    iot->id = g_strdup(id);
+    iot->cfg.poll.max_ns = AIO_POLL_MAX_NS_DEFAULT;
+    iot->cfg.policy = &aio_poll_policy_adaptive;
+    g_mutex_init(&iot->start_lock);
+    g_cond_init(&iot->start_cond);
+    iot->ctx = aio_context_new(errp);
+    if (!iot->ctx) {
+        iothread_free(iot);
+        return NULL;
+    }
+    for (guint i = 0; props && i < props->len; i++) {
+        KeyvalPair *kv = g_ptr_array_index(props, i);
+
+        if (!iothread_config_set(&iot->cfg, kv->key, kv->value, errp)) {
+            error_prepend(errp, "iothread '%s': ", id);
+            iothread_free(iot);
+            return NULL;
+        }
+    }
+    aio_context_set_poll_params(iot->ctx, &iot->cfg.poll);
+    aio_context_set_aio_max_batch(iot->ctx, iot->cfg.aio_max_batch);
+    if (!iothread_start(iot, errp)) {
+        iothread_free(iot);
+        return NULL;
+    }
+    return iot;
+}
+
+IOThread *iothread_create_from_string(const char *optstr, Error **errp)
+{
+    g_autoptr(GPtrArray) opts = keyval_parse(optstr, "qom-type", errp);
+    g_autoptr(GPtrArray) props = NULL;
+    const char *type, *id;
+
+    if (!opts) {
+        return NULL;
+    }
+    type = keyval_lookup(opts, "qom-type");
+    if (type && strcmp(type, "iothread")) {
+        error_setg(errp, "Object type '%s' is not an iothread", type);
+        return NULL;
+    }
+    id = keyval_lookup(opts, "id");
+    if (!iothread_valid_id(id, errp)) {
+        return NULL;
+    }
+    props = g_ptr_array_new();
+    for (guint i = 0; i < opts->len; i++) {
+        KeyvalPair *kv = g_ptr_array_index(opts, i);
+
+        if (strcmp(kv->key, "qom-type") && strcmp(kv->key, "id")) {
+            g_ptr_array_add(props, kv);     /* borrowed from opts */
+        }
+    }
+    return iothread_create(id, props, errp);
+}
+
+void iothread_destroy(IOThread *iot)
+{
+    if (!iot) {
+        return;
+    }
+    /* Release: pairs with the acquire load in iothread_run(). */
+    atomic_store_explicit(&iot->stopping, true, memory_order_release);
+    aio_notify(iot->ctx);
+    pthread_join(iot->thread, NULL);
+    aio_context_set_home_thread(iot->ctx);
+    iothread_free(iot);
+}
+
+const char *iothread_get_id(const IOThread *iot)
+{
+    return iot->id;
+}
+
+AioContext *iothread_get_aio_context(IOThread *iot)
+{
+    return iot->ctx;
+}
+
+pid_t iothread_get_thread_id(const IOThread *iot)
+{
+    return iot->tid;
+}
+
+int64_t iothread_get_cpu_ns(const IOThread *iot)
+{
+    clockid_t cid;
+    struct timespec ts;
+
+    if (pthread_getcpuclockid(iot->thread, &cid) ||
+        clock_gettime(cid, &ts)) {
+        return -1;
+    }
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
