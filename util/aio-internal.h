@@ -58,7 +58,8 @@ struct AioHandler {
     uint32_t epoll_events;    /* what the fd monitor watches */
 
     /* Per-turn state, home thread only. */
-    bool on_ready_list;       /* queued on ctx->ready_list this turn */
+    bool on_ready_list;       /* queued on ctx->ready_list */
+    bool poll_begun;          /* io_poll_begin called, io_poll_end not yet */
     bool poll_ready;          /* io_poll returned true this turn */
     int64_t poll_ready_ns;    /* when (relative to the turn start) */
     uint32_t revents;         /* fd monitor result this turn */
@@ -114,14 +115,17 @@ struct AioContext {
     EventNotifier notifier;         /* aio_notify() writes it when notify_me */
     AioHandler *handlers;           /* all handlers, incl. deleted ones */
     unsigned n_unpollable;          /* live handlers without io_poll */
-    unsigned n_pollable;            /* live user handlers with io_poll */
     unsigned n_writers;             /* live handlers with io_write */
     unsigned turns_without_fdmon;   /* see AIO_FDMON_CHECK_INTERVAL */
     bool poll_started;              /* io_poll_begin called, io_poll_end not yet */
     bool handlers_deleted;          /* some handler awaits freeing */
     unsigned poll_depth;            /* aio_poll() nesting */
     int64_t turn_start_ns;
-    AioHandler *ready_list;         /* handlers to dispatch this turn */
+    AioHandler *ready_list;         /* handlers to dispatch; nested turns
+                                     * continue the outer turn's list */
+    QEMUBH *bh_batch;               /* BHs taken off bh_list, not yet run;
+                                     * nested turns continue this batch */
+    QEMUBH *bh_batch_tail;
     AioTimer *timers;               /* sorted by expire_ns */
     ThreadPool *thread_pool;        /* created on first use */
     GMutex handlers_lock;           /* taken only to change the list, and by

@@ -25,14 +25,20 @@
  *
  * Handlers are added and removed only by the home thread.  A removed
  * handler stays on the list, marked deleted, until no aio_poll() is running
- * (callbacks may remove handlers, including their own).  The list is
- * mutated under handlers_lock so that other threads may read it for
- * statistics; the home thread itself walks it without the lock.
+ * (callbacks may remove handlers, including their own).  The list and the
+ * fields other threads read for statistics are changed under handlers_lock;
+ * the home thread itself walks the list without the lock.
+ *
+ * Nesting.  A callback may call aio_poll() again.  The ready list and the
+ * BH batch belong to the context and are consumed one entry at a time, so
+ * the nested turn dispatches what the outer turn had collected; only the
+ * outermost turn adjusts the windows.
  */
 #include <errno.h>
 #include <string.h>
 #include "aio-internal.h"
 #include "util/clock.h"
+#include "util/cutils.h"
 #include "trace.h"
 
 /* ------------------------------------------------------------------------ */
@@ -79,25 +85,40 @@ static void aio_handler_account(AioContext *ctx, const AioHandler *h, int sign)
     if (h->io_write) {
         ctx->n_writers += sign;
     }
-    if (h->internal) {
-        return;
-    }
-    if (aio_handler_is_pollable(h)) {
-        ctx->n_pollable += sign;
-    } else {
+    if (!h->internal && !aio_handler_is_pollable(h)) {
         ctx->n_unpollable += sign;
+    }
+}
+
+/* io_poll_begin for one handler, if it has the hook and has not had it. */
+static void aio_handler_poll_begin(AioHandler *h)
+{
+    if (h->io_poll_begin.fd && !h->poll_begun) {
+        h->poll_begun = true;
+        aio_handler_call(h, h->io_poll_begin);
+    }
+}
+
+/* io_poll_end for one handler, only if it had io_poll_begin. */
+static void aio_handler_poll_end(AioHandler *h)
+{
+    if (h->poll_begun) {
+        h->poll_begun = false;
+        if (h->io_poll_end.fd) {
+            aio_handler_call(h, h->io_poll_end);
+        }
     }
 }
 
 static void aio_handler_remove(AioContext *ctx, AioHandler *h)
 {
-    if (ctx->poll_started && h->io_poll_end.fd) {
-        /* Do not leave the producer with notifications suppressed. */
-        aio_handler_call(h, h->io_poll_end);
-    }
+    /* Do not leave the producer with notifications suppressed. */
+    aio_handler_poll_end(h);
     ctx->fdmon->update(ctx, h, 0);
     aio_handler_account(ctx, h, -1);
+    g_mutex_lock(&ctx->handlers_lock);     /* statistics readers look at it */
     h->deleted = true;
+    g_mutex_unlock(&ctx->handlers_lock);
     ctx->handlers_deleted = true;
 }
 
@@ -159,12 +180,17 @@ static void aio_set_handler(AioContext *ctx, int fd, bool is_event_notifier,
         r = ctx->fdmon->update(ctx, h, events);
         g_assert(r == 0);
     }
+    g_mutex_lock(&ctx->handlers_lock);     /* statistics readers look at it */
     h->is_event_notifier = is_event_notifier;
     h->io_read = io_read;
     h->io_write = io_write;
     h->io_poll = io_poll;
     h->io_poll_ready = io_poll_ready;
     h->opaque = opaque;
+    g_mutex_unlock(&ctx->handlers_lock);
+    if (!io_poll.fd) {
+        h->poll_ready = false;             /* nothing left to dispatch it to */
+    }
     aio_handler_account(ctx, h, +1);
 }
 
@@ -196,8 +222,13 @@ static void aio_set_poll_hooks(AioContext *ctx, int fd, AioHandlerCB begin,
     g_assert(aio_context_in_home_thread(ctx));
     h = aio_find_handler(ctx, fd);
     g_assert(h);
+    aio_handler_poll_end(h);               /* with the old hooks */
     h->io_poll_begin = begin;
     h->io_poll_end = end;
+    if (ctx->poll_started) {
+        /* Polling is under way: suppress this producer's notifications too. */
+        aio_handler_poll_begin(h);
+    }
 }
 
 void aio_set_fd_poll(AioContext *ctx, int fd, IOHandler *io_poll_begin,
@@ -316,7 +347,11 @@ static int64_t aio_largest_window(AioContext *ctx)
     return largest;
 }
 
-/* Call the io_poll_begin (started) or io_poll_end (!started) hooks. */
+/*
+ * Call the io_poll_begin (started) or io_poll_end (!started) hooks.  Each
+ * handler's hooks are paired: a handler registered while polling is started
+ * gets io_poll_begin when its hooks are set (aio_set_poll_hooks()).
+ */
 static void aio_poll_set_started(AioContext *ctx, bool started)
 {
     if (ctx->poll_started == started) {
@@ -324,10 +359,13 @@ static void aio_poll_set_started(AioContext *ctx, bool started)
     }
     ctx->poll_started = started;
     for (AioHandler *h = ctx->handlers; h; h = h->next) {
-        AioHandlerCB hook = started ? h->io_poll_begin : h->io_poll_end;
-
-        if (!h->deleted && hook.fd) {
-            aio_handler_call(h, hook);
+        if (h->deleted) {
+            continue;
+        }
+        if (started) {
+            aio_handler_poll_begin(h);
+        } else {
+            aio_handler_poll_end(h);
         }
     }
     SPINDLE_TRACE2(poll_started, ctx, started);
@@ -341,8 +379,8 @@ static bool aio_poll_handlers_once(AioContext *ctx, int64_t turn_start)
     int64_t now = 0;
 
     for (AioHandler *h = ctx->handlers; h; h = h->next) {
-        if (h->deleted || h->poll_ready || !aio_handler_is_pollable(h)) {
-            continue;
+        if (h->deleted || h->on_ready_list || !aio_handler_is_pollable(h)) {
+            continue;       /* already queued: it will be dispatched */
         }
         if (aio_handler_call_poll(h)) {
             if (!now) {
@@ -430,40 +468,53 @@ static void aio_poll_adjust_windows(AioContext *ctx, const AioPollParams *params
 /* ------------------------------------------------------------------------ */
 /* Dispatch                                                                 */
 
+/* Call the callback that h's readiness asks for; false if there is none. */
+static bool aio_dispatch_handler(AioHandler *h, bool poll_ready, uint32_t revents)
+{
+    bool ran = false;
+
+    if (poll_ready) {
+        AioHandlerCB cb = h->io_poll_ready.fd ? h->io_poll_ready : h->io_read;
+
+        if (cb.fd) {
+            aio_handler_call(h, cb);
+            ran = true;
+        }
+        return ran;
+    }
+    if ((revents & (EPOLLIN | EPOLLHUP | EPOLLERR)) && h->io_read.fd) {
+        aio_handler_call(h, h->io_read);
+        ran = true;
+    }
+    /* The read callback may have removed or re-registered the handler. */
+    if ((revents & (EPOLLOUT | EPOLLHUP | EPOLLERR)) && !h->deleted &&
+        h->io_write) {
+        h->io_write(h->opaque);
+        ran = true;
+    }
+    return ran;
+}
+
+/*
+ * Dispatch the ready handlers.  They are taken one at a time off the
+ * context's list, so a callback that runs a nested aio_poll() lets the
+ * nested turn dispatch the rest (and nothing is dispatched twice).
+ */
 static bool aio_dispatch_ready(AioContext *ctx)
 {
-    AioHandler *list = ctx->ready_list;
     uint64_t dispatched = 0;
+    AioHandler *h;
 
-    ctx->ready_list = NULL;
-    while (list) {
-        AioHandler *h = list;
+    while ((h = ctx->ready_list)) {
         bool poll_ready = h->poll_ready;
         uint32_t revents = h->revents;
-        bool ran = false;
 
-        list = h->ready_next;
+        ctx->ready_list = h->ready_next;
         h->on_ready_list = false;
         h->poll_ready = false;
         h->revents = 0;
-        if (h->deleted) {
-            continue;
-        }
-        if (poll_ready) {
-            aio_handler_call(h, h->io_poll_ready.fd ? h->io_poll_ready : h->io_read);
-            ran = true;
-        } else {
-            if ((revents & (EPOLLIN | EPOLLHUP | EPOLLERR)) && h->io_read.fd) {
-                aio_handler_call(h, h->io_read);
-                ran = true;
-            }
-            if ((revents & (EPOLLOUT | EPOLLHUP | EPOLLERR)) && !h->deleted &&
-                h->io_write) {
-                h->io_write(h->opaque);
-                ran = true;
-            }
-        }
-        if (ran && !h->internal) {
+        if (!h->deleted && aio_dispatch_handler(h, poll_ready, revents) &&
+            !h->internal) {
             dispatched++;
         }
     }
@@ -479,16 +530,20 @@ static bool aio_dispatch_ready(AioContext *ctx)
 /* How long this turn may wait: 0 if work is pending, -1 forever. */
 static int64_t aio_compute_timeout(AioContext *ctx, int64_t now)
 {
-    if (aio_bh_pending(ctx) ||
+    if (ctx->ready_list || aio_bh_pending(ctx) ||
         atomic_load_explicit(&ctx->notified, memory_order_relaxed)) {
         return 0;
     }
     return aio_timers_next_deadline_ns(ctx, now);
 }
 
-static int64_t aio_deadline_min(int64_t deadline, int64_t start, int64_t timeout)
+/* start + spin_ns, but no later than start + timeout_ns (-1: no limit). */
+static int64_t aio_spin_deadline(int64_t start, int64_t spin_ns,
+                                 int64_t timeout_ns)
 {
-    return timeout < 0 ? deadline : MIN(deadline, start + timeout);
+    int64_t limit = timeout_ns < 0 ? spin_ns : MIN(spin_ns, timeout_ns);
+
+    return add_sat_int64(start, limit);
 }
 
 /*
@@ -511,7 +566,7 @@ bool aio_poll(AioContext *ctx, bool blocking)
 {
     AioPollParams params;
     int64_t start, timeout, block_start, waited_ns;
-    bool polling, found = false, waited = false, progress;
+    bool polling, found = false, waited = false, notify_me = false, progress;
     int n;
 
     g_assert(aio_context_in_home_thread(ctx));
@@ -530,7 +585,7 @@ bool aio_poll(AioContext *ctx, bool blocking)
 
         if (spin > 0) {
             found = aio_poll_spin(ctx, start,
-                                  aio_deadline_min(start + spin, start, timeout));
+                                  aio_spin_deadline(start, spin, timeout));
             waited = true;
         }
     } else if (polling) {
@@ -561,6 +616,7 @@ bool aio_poll(AioContext *ctx, bool blocking)
 
     /* 3. Block (or just collect ready fds). */
     if (timeout != 0) {
+        notify_me = true;
         atomic_store_explicit(&ctx->notify_me, true, memory_order_relaxed);
         /* Full fence: pairs with the fence in aio_notify(). */
         atomic_thread_fence(memory_order_seq_cst);
@@ -575,10 +631,13 @@ bool aio_poll(AioContext *ctx, bool blocking)
     } else {
         n = 0;
     }
+    if (notify_me) {
+        /* Cleared even when the re-check above cancelled the wait. */
+        atomic_store_explicit(&ctx->notify_me, false, memory_order_relaxed);
+    }
     if (timeout != 0) {
         int64_t block_end = clock_now_ns();
 
-        atomic_store_explicit(&ctx->notify_me, false, memory_order_relaxed);
         stat_add(&ctx->stats.block_time_ns, block_end - block_start);
         if (n > 0) {
             stat_add(&ctx->stats.wakeups, 1);
@@ -592,8 +651,9 @@ bool aio_poll(AioContext *ctx, bool blocking)
      * ordered before the BH list exchange in aio_bh_poll(). */
     atomic_exchange(&ctx->notified, false);
 
-    /* 4. Learn from this turn, then dispatch. */
-    if (blocking && waited) {
+    /* 4. Learn from this turn (the outermost one: a nested turn would see
+     * the outer turn's readiness again), then dispatch. */
+    if (blocking && waited && ctx->poll_depth == 1) {
         aio_poll_adjust_windows(ctx, &params, waited_ns);
     }
     progress = aio_dispatch_ready(ctx);

@@ -8,10 +8,11 @@
  * PENDING on pushes the BH onto the context's list (a lock-free LIFO: a CAS
  * on the head) and calls aio_notify().  Scheduling an already pending BH is
  * therefore just the OR: the BH runs once (coalescing).  The home thread
- * takes the whole list with one atomic exchange, restores FIFO order and,
- * for each BH, clears the flags with an atomic AND *after* reading its next
- * pointer: from that moment another thread may push it again, which puts it
- * on the context's (now fresh) list and runs it in a later turn.
+ * takes the whole list with one atomic exchange, appends it in FIFO order
+ * to the context's current batch and, for each BH, clears the flags with an
+ * atomic AND *after* reading its next pointer: from that moment another
+ * thread may push it again, which puts it on the context's (now fresh) list
+ * and runs it in a later turn.
  *
  * Wakeups.  aio_notify() sets ctx->notified, then issues a full fence and
  * kicks the eventfd only if ctx->notify_me says the home thread may be about
@@ -132,16 +133,17 @@ void aio_bh_delete(QEMUBH *bh)
 
 bool aio_bh_pending(AioContext *ctx)
 {
-    return atomic_load_explicit(&ctx->bh_list, memory_order_acquire) != NULL;
+    return ctx->bh_batch ||
+           atomic_load_explicit(&ctx->bh_list, memory_order_acquire) != NULL;
 }
 
-/* Take the whole list, oldest first. */
-static QEMUBH *aio_bh_take_list(AioContext *ctx)
+/* Move the scheduled BHs, oldest first, to the end of the current batch. */
+static void aio_bh_take_list(AioContext *ctx)
 {
     /* Acquire: pairs with the release CAS in aio_bh_enqueue(). */
     QEMUBH *bh = atomic_exchange_explicit(&ctx->bh_list, NULL,
                                           memory_order_acquire);
-    QEMUBH *fifo = NULL;
+    QEMUBH *fifo = NULL, *tail = bh;
 
     while (bh) {
         QEMUBH *next = bh->next;
@@ -150,19 +152,47 @@ static QEMUBH *aio_bh_take_list(AioContext *ctx)
         fifo = bh;
         bh = next;
     }
-    return fifo;
+    if (!fifo) {
+        return;
+    }
+    if (ctx->bh_batch) {
+        ctx->bh_batch_tail->next = fifo;
+    } else {
+        ctx->bh_batch = fifo;
+    }
+    ctx->bh_batch_tail = tail;
 }
 
+/* Take the oldest BH of the batch off it and clear its PENDING flag. */
+static QEMUBH *aio_bh_pop(AioContext *ctx, unsigned *old_flags)
+{
+    QEMUBH *bh = ctx->bh_batch;
+
+    ctx->bh_batch = bh->next;   /* read before PENDING is cleared */
+    /* acq_rel: pairs with the OR in aio_bh_enqueue(); from here on another
+     * thread may push the BH again (onto bh_list, for a later batch). */
+    *old_flags = atomic_fetch_and_explicit(&bh->flags,
+                                           ~(unsigned)(BH_PENDING | BH_SCHEDULED),
+                                           memory_order_acq_rel);
+    return bh;
+}
+
+/*
+ * Run the BHs scheduled so far.  The batch lives in the context, so a
+ * callback that runs a nested aio_poll() continues the same batch instead
+ * of stranding the BHs behind it (they are still PENDING, so scheduling
+ * them again would not queue them again).  BHs scheduled during the batch
+ * go to bh_list and run in a later turn, so a BH that reschedules itself
+ * runs once per turn, not forever.
+ */
 bool aio_bh_poll(AioContext *ctx)
 {
-    QEMUBH *bh = aio_bh_take_list(ctx);
     uint64_t ran = 0;
 
-    while (bh) {
-        QEMUBH *next = bh->next;   /* read before PENDING is cleared */
-        unsigned old = atomic_fetch_and_explicit(&bh->flags,
-                                                 ~(unsigned)(BH_PENDING | BH_SCHEDULED),
-                                                 memory_order_acq_rel);
+    aio_bh_take_list(ctx);
+    while (ctx->bh_batch) {
+        unsigned old;
+        QEMUBH *bh = aio_bh_pop(ctx, &old);
 
         if ((old & BH_SCHEDULED) && !(old & BH_DELETED)) {
             ran++;
@@ -171,7 +201,6 @@ bool aio_bh_poll(AioContext *ctx)
         if (old & (BH_DELETED | BH_ONESHOT)) {
             g_free(bh);
         }
-        bh = next;
     }
     if (ran) {
         stat_add(&ctx->stats.bhs, ran);
@@ -179,20 +208,22 @@ bool aio_bh_poll(AioContext *ctx)
     return ran > 0;
 }
 
+bool aio_bh_run_pending(AioContext *ctx)
+{
+    g_assert(aio_context_in_home_thread(ctx));
+    return aio_bh_poll(ctx);
+}
+
 void aio_bh_list_destroy(AioContext *ctx)
 {
-    QEMUBH *bh = aio_bh_take_list(ctx);
-
-    while (bh) {
-        QEMUBH *next = bh->next;
-        unsigned old = atomic_fetch_and_explicit(&bh->flags,
-                                                 ~(unsigned)(BH_PENDING | BH_SCHEDULED),
-                                                 memory_order_acq_rel);
+    aio_bh_take_list(ctx);
+    while (ctx->bh_batch) {
+        unsigned old;
+        QEMUBH *bh = aio_bh_pop(ctx, &old);
 
         if (old & (BH_DELETED | BH_ONESHOT)) {
             g_free(bh);
         }
-        bh = next;
     }
 }
 
@@ -314,6 +345,11 @@ void aio_context_set_poll_params(AioContext *ctx, const AioPollParams *p)
     aio_notify(ctx);   /* a blocked or spinning loop picks them up now */
 }
 
+/*
+ * The three loads are independent: a turn that races with a change may see
+ * a new max_ns with an old grow.  Each value is valid on its own, and the
+ * next turn sees the whole change.
+ */
 void aio_context_get_poll_params(AioContext *ctx, AioPollParams *p)
 {
     p->max_ns = atomic_load_explicit(&ctx->poll_max_ns, memory_order_relaxed);

@@ -20,12 +20,14 @@ bool parse_int64_in_range(const char *name, const char *str, int64_t min,
         error_setg(errp, "Parameter '%s' is missing a value", name);
         return false;
     }
-    while (g_ascii_isspace(*p)) {
-        p++;
-    }
     if (*p == '\0') {
         error_setg(errp, "Parameter '%s' expects an integer, got an empty "
                    "value", name);
+        return false;
+    }
+    if (g_ascii_isspace(*p)) {      /* strtoll would skip it silently */
+        error_setg(errp, "Parameter '%s' expects an integer, got '%s'",
+                   name, str);
         return false;
     }
     errno = 0;

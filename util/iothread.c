@@ -3,8 +3,9 @@
  *
  * The thread owns its context: it makes itself the home thread, then calls
  * aio_poll(ctx, true) until iothread_destroy() sets `stopping` and wakes it
- * with aio_notify().  Before it exits it runs the BHs still pending, so a
- * request handed to it just before the stop is not dropped.
+ * with aio_notify().  Before it exits it runs, once, the BHs pending at that
+ * moment, so a request handed to it just before the stop is not dropped
+ * (and a BH that keeps rescheduling itself cannot keep the thread alive).
  *
  * Properties are owned by the main thread, which validates them and pushes
  * them into the running thread without sharing a writable field:
@@ -19,6 +20,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -56,15 +58,29 @@ static const char *const iothread_property_names[] = {
 /* ------------------------------------------------------------------------ */
 /* CPU lists                                                                 */
 
-static bool cpulist_parse_cpu(const char *s, long ncpus, long *out, Error **errp)
+static void cpulist_error(Error **errp, const char *list, const char *why,
+                          long ncpus)
 {
-    int64_t v;
+    error_setg(errp, "Parameter 'cpu-affinity' expects a CPU list such as "
+               "'0-1:3' with CPUs from 0 to %ld; '%s' is not valid: %s",
+               ncpus - 1, list, why);
+}
 
-    if (!parse_int64_in_range("cpu-affinity", s, 0, ncpus - 1, &v, errp)) {
-        error_prepend(errp, "CPU '%s' in the list: ", s);
+/* One CPU number of a list: digits only, below ncpus. */
+static bool cpulist_parse_cpu(const char *s, long ncpus, long *out)
+{
+    char *end;
+    unsigned long v;
+
+    if (!g_ascii_isdigit(*s)) {
         return false;
     }
-    *out = v;
+    errno = 0;
+    v = strtoul(s, &end, 10);
+    if (*end || errno == ERANGE || v >= (unsigned long)ncpus) {
+        return false;
+    }
+    *out = (long)v;
     return true;
 }
 
@@ -83,18 +99,25 @@ static bool cpulist_parse(const char *list, cpu_set_t *set, Error **errp)
     }
     for (int i = 0; items[i]; i++) {
         g_auto(GStrv) range = g_strsplit(items[i], "-", 2);
+        g_autofree char *why = NULL;
         long lo, hi;
 
-        if (!cpulist_parse_cpu(range[0], ncpus, &lo, errp)) {
+        if (!*items[i]) {
+            cpulist_error(errp, list, "empty element", ncpus);
             return false;
         }
-        hi = lo;
-        if (range[1] && !cpulist_parse_cpu(range[1], ncpus, &hi, errp)) {
+        if (!cpulist_parse_cpu(range[0], ncpus, &lo) ||
+            (range[1] && !cpulist_parse_cpu(range[1], ncpus, &hi))) {
+            why = g_strdup_printf("element '%s' is not a CPU number or range",
+                                  items[i]);
+            cpulist_error(errp, list, why, ncpus);
             return false;
         }
-        if (hi < lo) {
-            error_setg(errp, "Parameter 'cpu-affinity': range '%s' ends "
-                       "before it starts", items[i]);
+        if (!range[1]) {
+            hi = lo;
+        } else if (hi < lo) {
+            why = g_strdup_printf("range '%s' ends before it starts", items[i]);
+            cpulist_error(errp, list, why, ncpus);
             return false;
         }
         for (long c = lo; c <= hi; c++) {
@@ -268,9 +291,7 @@ static void *iothread_run(void *opaque)
     while (!atomic_load_explicit(&iot->stopping, memory_order_acquire)) {
         aio_poll(iot->ctx, true);
     }
-    while (aio_poll(iot->ctx, false)) {
-        /* run what was scheduled before the stop */
-    }
+    aio_bh_run_pending(iot->ctx);
     return NULL;
 }
 

@@ -19,10 +19,12 @@
 static AioPollAdjustment adaptive_shrink(const AioPollParams *p,
                                          AioPollWindow *win)
 {
-    if (win->ns == 0) {
-        return AIO_POLL_KEPT;
+    int64_t ns = p->shrink ? win->ns / p->shrink : 0;
+
+    if (ns == win->ns) {
+        return AIO_POLL_KEPT;     /* already 0, or a shrink factor of 1 */
     }
-    win->ns = p->shrink ? win->ns / p->shrink : 0;
+    win->ns = ns;
     return AIO_POLL_SHRANK;
 }
 

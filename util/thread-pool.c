@@ -7,9 +7,16 @@
  * lock-free list of finished requests.  A worker runs the function, pushes
  * the request onto its context's list (CAS on the head) and schedules the
  * BH; the BH takes the whole list with one exchange and runs the completion
- * callbacks in submission order within the batch.  The submitter's thread
+ * callbacks in the order the requests finished.  The submitter's thread
  * never takes a lock: in_flight is touched only by the home thread.
+ *
+ * Lifetime.  A completion can be delivered (by a BH that another worker
+ * scheduled) while its own worker is still inside aio_bh_schedule().  So
+ * "in_flight == 0" does not mean the workers are done with the pool: each
+ * worker also holds `busy` until its very last access, and thread_pool_free()
+ * waits for it to drop to zero before it frees anything.
  */
+#include <sched.h>
 #include "aio-internal.h"
 #include "util/thread-pool.h"
 
@@ -21,6 +28,7 @@ struct ThreadPool {
     AioContext *ctx;
     QEMUBH *completion_bh;
     ThreadPoolRequest *_Atomic done;   /* LIFO of finished requests */
+    _Atomic unsigned busy;             /* workers that may still touch us */
     unsigned in_flight;                /* home thread only */
 };
 
@@ -50,6 +58,9 @@ static void thread_pool_worker(gpointer data, gpointer user_data)
                                                     memory_order_release,
                                                     memory_order_relaxed));
     aio_bh_schedule(pool->completion_bh);
+    /* Release, last access to the pool: pairs with the acquire load in
+     * thread_pool_free(). */
+    atomic_fetch_sub_explicit(&pool->busy, 1, memory_order_release);
 }
 
 static GThreadPool *thread_pool_shared_workers(void)
@@ -124,6 +135,7 @@ void thread_pool_submit(AioContext *ctx, ThreadPoolFunc *func, void *arg,
         .opaque = opaque,
     };
     pool->in_flight++;
+    atomic_fetch_add_explicit(&pool->busy, 1, memory_order_relaxed);
     g_thread_pool_push(thread_pool_shared_workers(), req, NULL);
 }
 
@@ -137,6 +149,10 @@ void thread_pool_free(ThreadPool *pool)
 {
     /* The owner drains its requests before destroying the context. */
     g_assert(pool->in_flight == 0);
+    /* Their workers are at most a few instructions from done. */
+    while (atomic_load_explicit(&pool->busy, memory_order_acquire)) {
+        sched_yield();
+    }
     aio_bh_delete(pool->completion_bh);
     g_free(pool);
 }

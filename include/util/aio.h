@@ -217,11 +217,17 @@ void aio_bh_schedule(QEMUBH *bh);
 void aio_bh_cancel(QEMUBH *bh);
 
 /*
- * Delete bh.  Home thread (or any thread if the owner guarantees that the
- * BH is neither pending nor scheduled concurrently).  A pending BH does not
- * run after this.
+ * Delete bh.  Home thread.  A pending BH does not run after this.  The
+ * owner must make sure that no thread can schedule bh any more (nor be in
+ * the middle of aio_bh_schedule()) when it deletes it.
  */
 void aio_bh_delete(QEMUBH *bh);
+
+/*
+ * Run the BHs scheduled so far, once, without polling or waiting (for a
+ * loop that is shutting down).  Returns true if any ran.  Home thread.
+ */
+bool aio_bh_run_pending(AioContext *ctx);
 
 /* Run cb(opaque) once in ctx's home thread.  Any thread. */
 void aio_bh_schedule_oneshot(AioContext *ctx, QEMUBHFunc *cb, void *opaque);
@@ -247,7 +253,7 @@ struct AioTimer {
 /* Initialise a timer (caller-owned storage).  Home thread. */
 void aio_timer_init(AioContext *ctx, AioTimer *t, AioTimerCB *cb, void *opaque);
 
-/* Arm (or re-arm) t to fire at expire_ns (clock_now_ns() time base). */
+/* Arm (or re-arm) t to fire at expire_ns (clock_now_ns() time base).  Home thread. */
 void aio_timer_mod(AioTimer *t, int64_t expire_ns);
 
 /* Disarm t if pending.  Home thread. */

@@ -36,4 +36,15 @@ static inline int64_t mul_sat_int64(int64_t a, int64_t b)
     return r;
 }
 
+/* a + b for non-negative b, saturating at INT64_MAX. */
+static inline int64_t add_sat_int64(int64_t a, int64_t b)
+{
+    int64_t r;
+
+    if (__builtin_add_overflow(a, b, &r)) {
+        return INT64_MAX;
+    }
+    return r;
+}
+
 #endif
