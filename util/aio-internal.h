@@ -128,6 +128,7 @@ struct AioContext {
     QEMUBH *bh_batch_tail;
     AioTimer *timers;               /* sorted by expire_ns */
     ThreadPool *thread_pool;        /* created on first use */
+    GHashTable *data;               /* aio_context_set_data(); key -> AioContextData */
     GMutex handlers_lock;           /* taken only to change the list, and by
                                      * readers in other threads */
 };

@@ -182,8 +182,9 @@ static QEMUBH *aio_bh_pop(AioContext *ctx, unsigned *old_flags)
  * callback that runs a nested aio_poll() continues the same batch instead
  * of stranding the BHs behind it (they are still PENDING, so scheduling
  * them again would not queue them again).  BHs scheduled during the batch
- * go to bh_list and run in a later turn, so a BH that reschedules itself
- * runs once per turn, not forever.
+ * go to bh_list and run in a later turn (or in a nested turn, which
+ * appends them to the batch), so a BH that reschedules itself runs once
+ * per turn, not forever.
  */
 bool aio_bh_poll(AioContext *ctx)
 {
@@ -305,12 +306,67 @@ AioContext *aio_context_new(Error **errp)
     return ctx;
 }
 
+/* ------------------------------------------------------------------------ */
+/* Per-context data                                                          */
+
+typedef struct AioContextData {
+    void *data;
+    GDestroyNotify destroy;
+} AioContextData;
+
+static void aio_context_data_free(gpointer p)
+{
+    AioContextData *d = p;
+
+    if (d->destroy) {
+        d->destroy(d->data);
+    }
+    g_free(d);
+}
+
+void aio_context_set_data(AioContext *ctx, const void *key, void *data,
+                          GDestroyNotify destroy)
+{
+    g_assert(aio_context_in_home_thread(ctx));
+    if (!ctx->data) {
+        ctx->data = g_hash_table_new_full(NULL, NULL, NULL,
+                                          aio_context_data_free);
+    }
+    if (!data) {
+        AioContextData *old = g_hash_table_lookup(ctx->data, key);
+
+        if (old) {
+            old->destroy = NULL;        /* removed, not destroyed */
+            g_hash_table_remove(ctx->data, key);
+        }
+        return;
+    }
+    AioContextData *d = g_new(AioContextData, 1);
+
+    d->data = data;
+    d->destroy = destroy;
+    g_hash_table_replace(ctx->data, (gpointer)key, d);
+}
+
+void *aio_context_get_data(AioContext *ctx, const void *key)
+{
+    AioContextData *d;
+
+    g_assert(aio_context_in_home_thread(ctx));
+    d = ctx->data ? g_hash_table_lookup(ctx->data, key) : NULL;
+    return d ? d->data : NULL;
+}
+
 void aio_context_unref(AioContext *ctx)
 {
     if (!ctx) {
         return;
     }
     g_assert(aio_context_in_home_thread(ctx));
+    if (ctx->data) {
+        g_hash_table_destroy(ctx->data);    /* may remove handlers, BHs */
+        ctx->data = NULL;
+    }
     if (ctx->thread_pool) {
         thread_pool_free(ctx->thread_pool);
     }

@@ -149,7 +149,8 @@ void thread_pool_free(ThreadPool *pool)
 {
     /* The owner drains its requests before destroying the context. */
     g_assert(pool->in_flight == 0);
-    /* Their workers are at most a few instructions from done. */
+    /* Their workers are at most a few instructions from done (unless the
+     * host preempts one there: then we yield until it is scheduled). */
     while (atomic_load_explicit(&pool->busy, memory_order_acquire)) {
         sched_yield();
     }

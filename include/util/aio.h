@@ -217,9 +217,12 @@ void aio_bh_schedule(QEMUBH *bh);
 void aio_bh_cancel(QEMUBH *bh);
 
 /*
- * Delete bh.  Home thread.  A pending BH does not run after this.  The
- * owner must make sure that no thread can schedule bh any more (nor be in
- * the middle of aio_bh_schedule()) when it deletes it.
+ * Delete bh.  A pending BH does not run after this.  The owner must make
+ * sure that no thread can schedule bh any more (nor be in the middle of
+ * aio_bh_schedule()) when it deletes it.  Home thread; another thread may
+ * delete a BH only if it cannot be pending (it was never scheduled, or it
+ * has run and nobody schedules it again), or after the home thread has
+ * stopped running the context.
  */
 void aio_bh_delete(QEMUBH *bh);
 
@@ -263,6 +266,22 @@ static inline bool aio_timer_pending(const AioTimer *t)
 {
     return t->expire_ns >= 0;
 }
+
+/* ------------------------------------------------------------------------ */
+/* Per-context data                                                          */
+
+/*
+ * Attach data to the context under key (any unique address, e.g. of a
+ * static variable of the subsystem).  destroy(data) runs when the context
+ * is destroyed, in its home thread, before its handlers are checked, so it
+ * may remove handlers it registered.  Replacing data destroys the old
+ * data; setting NULL removes the entry without calling destroy.  Home
+ * thread.
+ */
+void aio_context_set_data(AioContext *ctx, const void *key, void *data,
+                          GDestroyNotify destroy);
+/* The data attached under key, or NULL.  Home thread. */
+void *aio_context_get_data(AioContext *ctx, const void *key);
 
 /* ------------------------------------------------------------------------ */
 /* Polling parameters, statistics                                            */

@@ -44,7 +44,11 @@ IOThread *iothread_create(const char *id, GPtrArray *props, Error **errp);
  */
 IOThread *iothread_create_from_string(const char *optstr, Error **errp);
 
-/* Stop the thread (pending BHs run first), join it and free everything. */
+/*
+ * Stop the thread, join it and free everything.  The BHs pending at the stop
+ * run once; what they schedule in turn is dropped (oneshot BHs are freed
+ * without running).  Owners of plain BHs delete them after this returns.
+ */
 void iothread_destroy(IOThread *iot);
 
 const char *iothread_get_id(const IOThread *iot);

@@ -6,15 +6,14 @@
  * affinity through /proc and sched_getaffinity(), its CPU time through
  * /proc/self/task/TID/stat, its properties through the property API.  Work
  * is sent into the thread with BHs and aio_run_sync(), and a virtqueue-like
- * pollable handler ("Vq") is registered inside it to make its poll window
- * grow.  Every wait for the other thread is a condition loop with a long
- * timeout; a watchdog aborts a test that hangs.
+ * pollable handler ("Vq", test-helpers.h) is registered inside it to make
+ * its poll window grow.  Every wait for the other thread is a condition
+ * loop with a long timeout; a watchdog aborts a test that hangs.
  */
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <sched.h>
-#include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -29,34 +28,7 @@
 #include "util/event-notifier.h"
 #include "util/iothread.h"
 #include "util/keyval.h"
-
-#define NS_PER_MS  ((int64_t)1000000)
-#define NS_PER_SEC ((int64_t)1000000000)
-
-static void watchdog_fired(int sig)
-{
-    static const char msg[] =
-        "test-iothread: watchdog: a test did not finish in time\n";
-    ssize_t r = write(STDERR_FILENO, msg, sizeof(msg) - 1);
-
-    (void)r;
-    abort();
-}
-
-typedef struct TestCase {
-    const char *path;
-    void (*fn)(void);
-} TestCase;
-
-static void run_with_watchdog(gconstpointer data)
-{
-    const TestCase *tc = data;
-
-    signal(SIGALRM, watchdog_fired);
-    alarm(90);
-    tc->fn();
-    alarm(0);
-}
+#include "test-helpers.h"
 
 static pid_t my_gettid(void)
 {
@@ -65,26 +37,6 @@ static pid_t my_gettid(void)
 
 /* ------------------------------------------------------------------------ */
 /* Helpers                                                                   */
-
-static IOThread *iot_new(const char *id, const char *props)
-{
-    Error *err = NULL;
-    GPtrArray *opts = NULL;
-    IOThread *iot;
-
-    if (props) {
-        opts = keyval_parse(props, NULL, &err);
-        g_assert_no_error(err);
-        g_assert_nonnull(opts);
-    }
-    iot = iothread_create(id, opts, &err);
-    g_assert_no_error(err);
-    g_assert_nonnull(iot);
-    if (opts) {
-        g_ptr_array_unref(opts);
-    }
-    return iot;
-}
 
 static char *get_prop(IOThread *iot, const char *name)
 {
@@ -226,121 +178,33 @@ static bool wait_for_int(_Atomic int *v, int want, int64_t timeout_ns)
     return true;
 }
 
-/* Vq: a virtqueue-like pollable source (see test-aio.c for the model). */
-typedef struct Vq {
-    EventNotifier kick;        /* first: callbacks get &vq->kick */
-    AioContext *ctx;
-    _Atomic uint64_t avail;
-    _Atomic uint64_t acked;
-    _Atomic bool no_notify;
-    uint64_t seen;
-    _Atomic uint64_t poll_ready;
-    _Atomic uint64_t reads;
-} Vq;
-
-static void vq_consume(Vq *vq)
-{
-    uint64_t a = atomic_load(&vq->avail);
-
-    if (a != vq->seen) {
-        vq->seen = a;
-        atomic_store(&vq->acked, a);
-    }
-}
-
-static bool vq_io_poll(EventNotifier *e)
-{
-    Vq *vq = (Vq *)e;
-
-    return atomic_load(&vq->avail) != vq->seen;
-}
-
-static void vq_io_poll_ready(EventNotifier *e)
-{
-    Vq *vq = (Vq *)e;
-
-    atomic_fetch_add(&vq->poll_ready, 1);
-    vq_consume(vq);
-}
-
-static void vq_io_read(EventNotifier *e)
-{
-    Vq *vq = (Vq *)e;
-
-    event_notifier_test_and_clear(&vq->kick);
-    atomic_fetch_add(&vq->reads, 1);
-    vq_consume(vq);
-}
-
-static void vq_io_poll_begin(EventNotifier *e)
-{
-    atomic_store(&((Vq *)e)->no_notify, true);
-}
-
-static void vq_io_poll_end(EventNotifier *e)
-{
-    atomic_store(&((Vq *)e)->no_notify, false);
-}
-
-static void vq_register_cb(void *opaque)
+/*
+ * The Vq (test-helpers.h) lives in the IOThread: it is set up and torn
+ * down there, and this thread is its producer.
+ */
+static void vq_start_cb(void *opaque)
 {
     Vq *vq = opaque;
+    AioContext *ctx = vq->ctx;     /* vq_init() zeroes *vq */
 
-    aio_set_event_notifier(vq->ctx, &vq->kick, vq_io_read, vq_io_poll,
-                           vq_io_poll_ready);
-    aio_set_event_notifier_poll(vq->ctx, &vq->kick, vq_io_poll_begin,
-                                vq_io_poll_end);
-    aio_set_fd_handler_name(vq->ctx, vq->kick.fd, "test-vq");
+    vq_init(vq, ctx, true);
+    aio_set_fd_handler_name(ctx, vq->kick.fd, "test-vq");
 }
 
-static void vq_unregister_cb(void *opaque)
+static void vq_stop_cb(void *opaque)
 {
-    Vq *vq = opaque;
-
-    aio_set_event_notifier(vq->ctx, &vq->kick, NULL, NULL, NULL);
+    vq_cleanup(opaque);
 }
 
 static void vq_start(Vq *vq, AioContext *ctx)
 {
-    memset(vq, 0, sizeof(*vq));
     vq->ctx = ctx;
-    g_assert_cmpint(event_notifier_init(&vq->kick, false), ==, 0);
-    aio_run_sync(ctx, vq_register_cb, vq);
+    aio_run_sync(ctx, vq_start_cb, vq);
 }
 
 static void vq_stop(Vq *vq)
 {
-    aio_run_sync(vq->ctx, vq_unregister_cb, vq);
-    event_notifier_cleanup(&vq->kick);
-}
-
-static void vq_publish(Vq *vq)
-{
-    atomic_fetch_add(&vq->avail, 1);
-    /* Pairs with the loop's barrier between io_poll_end and the re-poll. */
-    atomic_thread_fence(memory_order_seq_cst);
-    if (!atomic_load(&vq->no_notify)) {
-        g_assert_cmpint(event_notifier_set(&vq->kick), ==, 0);
-    }
-}
-
-static bool vq_wait_acked(Vq *vq, uint64_t n, int64_t timeout_ns)
-{
-    int64_t start = clock_now_ns();
-
-    while (atomic_load(&vq->acked) < n) {
-        int64_t dt = clock_now_ns() - start;
-
-        if (dt > timeout_ns) {
-            return false;
-        }
-        if (dt < 100000) {
-            cpu_relax();
-        } else {
-            sched_yield();
-        }
-    }
-    return true;
+    aio_run_sync(vq->ctx, vq_stop_cb, vq);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -684,12 +548,7 @@ static gpointer load_fn(gpointer opaque)
     GRand *r = g_rand_new_with_seed(g_test_rand_int());
 
     while (!atomic_load(&l->stop)) {
-        int64_t think = g_rand_int_range(r, 0, 60000);
-        int64_t end = clock_now_ns() + think;
-
-        while (clock_now_ns() < end) {
-            cpu_relax();
-        }
+        spin_ns(g_rand_int_range(r, 0, 60000));
         vq_publish(&l->vq);
         l->msgs++;
         if (!vq_wait_acked(&l->vq, l->msgs, 5 * NS_PER_SEC)) {
@@ -968,7 +827,7 @@ static void test_idle_cpu(void)
     ticks0 = thread_cpu_ticks(tid);
     cpu0 = iothread_get_cpu_ns(iot);
     wall0 = clock_now_ns();
-    g_usleep(idle_ns / 1000);
+    sleep_ns(idle_ns);
     wall1 = clock_now_ns();
     ticks1 = thread_cpu_ticks(tid);
     cpu1 = iothread_get_cpu_ns(iot);
@@ -1007,6 +866,260 @@ static void test_idle_cpu(void)
     iothread_destroy(iot);
 }
 
+/* ------------------------------------------------------------------------ */
+/* Destroy while the loop always has work                                    */
+
+/*
+ * iothread_destroy() must return even if the IOThread's loop never runs
+ * out of work: a BH that schedules itself again every time it runs, or a
+ * poll handler that always reports work.  At the stop the thread runs the
+ * BHs pending at that moment, once, and exits.  So that a regression fails
+ * (in about 4 s) instead of hanging until the watchdog, the endless work
+ * has a safety valve: it stops 4 s after the test began destroying.  The
+ * test wants destroy to return well before that.
+ */
+#define ENDLESS_VALVE_NS (4 * NS_PER_SEC)
+#define ENDLESS_DESTROY_MAX_NS (2 * NS_PER_SEC)
+
+typedef struct Endless {
+    EventNotifier e;                    /* first: callbacks get &en->e */
+    AioContext *ctx;
+    _Atomic int64_t destroy_start;      /* 0 until the test destroys */
+    _Atomic uint64_t runs;
+    _Atomic uint64_t runs_after_destroy;
+    bool removed;                       /* the handler removed itself */
+} Endless;
+
+static bool endless_valve(Endless *en)
+{
+    int64_t t = atomic_load(&en->destroy_start);
+
+    return t && clock_now_ns() - t > ENDLESS_VALVE_NS;
+}
+
+static void endless_count(Endless *en)
+{
+    atomic_fetch_add(&en->runs, 1);
+    if (atomic_load(&en->destroy_start)) {
+        atomic_fetch_add(&en->runs_after_destroy, 1);
+    }
+}
+
+static void endless_bh(void *opaque)
+{
+    Endless *en = opaque;
+
+    endless_count(en);
+    if (!endless_valve(en)) {
+        aio_bh_schedule_oneshot(en->ctx, endless_bh, en);
+    }
+}
+
+static bool endless_wait_runs(Endless *en, uint64_t n)
+{
+    int64_t end = clock_now_ns() + 10 * NS_PER_SEC;
+
+    while (atomic_load(&en->runs) < n) {
+        if (clock_now_ns() > end) {
+            return false;
+        }
+        g_usleep(1000);
+    }
+    return true;
+}
+
+/* Destroy iot, and return how long it took. */
+static int64_t endless_destroy(IOThread *iot, Endless *en)
+{
+    int64_t t0 = clock_now_ns();
+
+    atomic_store(&en->destroy_start, t0);
+    iothread_destroy(iot);
+    return clock_now_ns() - t0;
+}
+
+static void test_destroy_with_self_rescheduling_bh(void)
+{
+    IOThread *iot = iot_new("endless-bh", NULL);
+    Endless en = { .ctx = iothread_get_aio_context(iot) };
+    int64_t took;
+
+    /* A chain of oneshot BHs: any still pending at the end are freed with
+     * the context (a BH object that reschedules itself would be left to
+     * its owner to delete, after the context is gone). */
+    aio_bh_schedule_oneshot(en.ctx, endless_bh, &en);
+    g_assert_true(endless_wait_runs(&en, 1000));
+    took = endless_destroy(iot, &en);
+    g_test_message("destroy took %" PRId64 " ms; the BH ran %" PRIu64
+                   " times, %" PRIu64 " after destroy began",
+                   took / NS_PER_MS, atomic_load(&en.runs),
+                   atomic_load(&en.runs_after_destroy));
+    g_assert_cmpint(took, <, ENDLESS_DESTROY_MAX_NS);
+}
+
+static void endless_read(EventNotifier *e)
+{
+    Endless *en = (Endless *)e;
+
+    event_notifier_test_and_clear(e);
+    endless_count(en);
+}
+
+static bool endless_poll(EventNotifier *e)
+{
+    return true;
+}
+
+static void endless_poll_ready(EventNotifier *e)
+{
+    Endless *en = (Endless *)e;
+
+    endless_count(en);
+    if (endless_valve(en) && !en->removed) {
+        en->removed = true;
+        aio_set_event_notifier(en->ctx, e, NULL, NULL, NULL);
+    }
+}
+
+static void endless_register_cb(void *opaque)
+{
+    Endless *en = opaque;
+
+    aio_set_event_notifier(en->ctx, &en->e, endless_read, endless_poll,
+                           endless_poll_ready);
+    /* One kick: the loop sees the fd, its window opens, and from then on
+     * polling finds "work" every turn. */
+    event_notifier_set(&en->e);
+}
+
+/*
+ * The "fd still registered" critical that destroying a context with a live
+ * handler logs: counted and turned into a test message instead of
+ * aborting (criticals are fatal in tests) or reaching GLib's default
+ * handler (which reports it on the TAP stream as "Bail out!").
+ */
+static int endless_criticals;
+
+static bool endless_is_expected(const gchar *message)
+{
+    return message && strstr(message, "still registered");
+}
+
+static void endless_log_handler(const gchar *domain, GLogLevelFlags level,
+                                const gchar *message, gpointer opaque)
+{
+    if (endless_is_expected(message)) {
+        endless_criticals++;
+        g_test_message("expected critical: %s", message);
+        return;
+    }
+    g_log_default_handler(domain, level, message, opaque);
+}
+
+static gboolean endless_log_fatal(const gchar *domain, GLogLevelFlags level,
+                                  const gchar *message, gpointer opaque)
+{
+    return !endless_is_expected(message);
+}
+
+static void test_destroy_with_always_busy_handler(void)
+{
+    /* A large poll-max-ns: a preempted turn never shrinks the handler's
+     * window to 0, which would stop polling from finding its "work". */
+    IOThread *iot = iot_new("endless-fd", "poll-max-ns=1000000000");
+    Endless en = { .ctx = iothread_get_aio_context(iot) };
+    guint log_id;
+    int64_t took;
+
+    g_assert_cmpint(event_notifier_init(&en.e, false), ==, 0);
+    aio_run_sync(en.ctx, endless_register_cb, &en);
+    g_assert_true(endless_wait_runs(&en, 1000));
+
+    /*
+     * The handler is still registered when the context is destroyed (it
+     * cannot be removed from here, and with a correct IOThread it is not
+     * dispatched again after the stop): the context logs a critical
+     * about it, which is expected here.  The rest of the program's
+     * criticals stay fatal.
+     */
+    g_test_log_set_fatal_handler(endless_log_fatal, NULL);
+    log_id = g_log_set_handler(NULL, G_LOG_LEVEL_CRITICAL | G_LOG_FLAG_FATAL |
+                               G_LOG_FLAG_RECURSION, endless_log_handler, NULL);
+    took = endless_destroy(iot, &en);
+    g_log_remove_handler(NULL, log_id);
+    g_test_log_set_fatal_handler(NULL, NULL);
+    g_test_message("destroy took %" PRId64 " ms; the handler ran %" PRIu64
+                   " times, %" PRIu64 " after destroy began; %d critical(s)",
+                   took / NS_PER_MS, atomic_load(&en.runs),
+                   atomic_load(&en.runs_after_destroy), endless_criticals);
+    event_notifier_cleanup(&en.e);
+    g_assert_cmpint(took, <, ENDLESS_DESTROY_MAX_NS);
+}
+
+/* ------------------------------------------------------------------------ */
+/* CPU lists with empty elements                                             */
+
+/* One bad cpu-affinity value: refused, named, no "(null)", nothing changed. */
+static void check_cpulist_refused(IOThread *iot, const char *value)
+{
+    char *before = get_prop(iot, "cpu-affinity");
+    Error *err = NULL;
+    const char *msg;
+
+    if (iothread_set_property(iot, "cpu-affinity", value, &err)) {
+        g_test_message("cpu-affinity=\"%s\" was accepted", value);
+        g_assert_not_reached();
+    }
+    g_assert_nonnull(err);
+    msg = error_get_pretty(err);
+    g_test_message("cpu-affinity=\"%s\": %s", value, msg);
+    g_assert_nonnull(strstr(msg, "cpu-affinity"));
+    g_assert_null(strstr(msg, "(null)"));
+    error_free(err);
+    assert_prop(iot, "cpu-affinity", before);
+    g_free(before);
+}
+
+static void test_cpu_affinity_empty_elements(void)
+{
+    static const char *const bad[] = {
+        "0:", ":", "0::0", "0,,", ",0", ",", "0,", ":0", "0-:1", " 0", "0 ",
+    };
+    /* The same through an option string (',' is written ",,"). */
+    static const char *const bad_opts[] = {
+        "iothread,id=ae,cpu-affinity=0:",
+        "iothread,id=ae,cpu-affinity=:",
+        "iothread,id=ae,cpu-affinity=0::0",
+        "iothread,id=ae,cpu-affinity=0,,",
+        "iothread,id=ae,cpu-affinity=,,0",
+    };
+    IOThread *iot = iot_new("affempty", NULL);
+    pid_t tid = iothread_get_thread_id(iot);
+    cpu_set_t before;
+
+    g_assert_cmpint(sched_getaffinity(tid, sizeof(before), &before), ==, 0);
+    for (size_t i = 0; i < G_N_ELEMENTS(bad); i++) {
+        check_cpulist_refused(iot, bad[i]);
+    }
+    g_assert_true(affinity_is(tid, &before));
+    iothread_destroy(iot);
+
+    for (size_t i = 0; i < G_N_ELEMENTS(bad_opts); i++) {
+        Error *err = NULL;
+
+        iot = iothread_create_from_string(bad_opts[i], &err);
+        if (iot) {
+            g_test_message("\"%s\" was accepted", bad_opts[i]);
+            g_assert_not_reached();
+        }
+        g_assert_nonnull(err);
+        g_test_message("\"%s\": %s", bad_opts[i], error_get_pretty(err));
+        g_assert_nonnull(strstr(error_get_pretty(err), "cpu-affinity"));
+        g_assert_null(strstr(error_get_pretty(err), "(null)"));
+        error_free(err);
+    }
+}
+
 static const TestCase tests[] = {
     { "/iothread/create-destroy", test_create_destroy },
     { "/iothread/create-from-string", test_create_from_string },
@@ -1020,13 +1133,18 @@ static const TestCase tests[] = {
     { "/iothread/cpu-affinity/set", test_cpu_affinity },
     { "/iothread/cpu-affinity/bad-lists", test_cpu_affinity_bad },
     { "/iothread/idle-cpu", test_idle_cpu },
+    { "/iothread/destroy/self-rescheduling-bh",
+      test_destroy_with_self_rescheduling_bh },
+    { "/iothread/destroy/always-busy-poll-handler",
+      test_destroy_with_always_busy_handler },
+    { "/iothread/cpu-affinity/empty-elements",
+      test_cpu_affinity_empty_elements },
 };
 
 int main(int argc, char **argv)
 {
     g_test_init(&argc, &argv, NULL);
-    for (size_t i = 0; i < G_N_ELEMENTS(tests); i++) {
-        g_test_add_data_func(tests[i].path, &tests[i], run_with_watchdog);
-    }
+    /* Below the 120 s meson timeout, so that the watchdog reports first. */
+    test_add_with_watchdog(tests, G_N_ELEMENTS(tests), 90);
     return g_test_run();
 }

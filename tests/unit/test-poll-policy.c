@@ -134,6 +134,26 @@ static void test_custom_factors(void)
     step(max, 10, 0, &w, 100, true, AIO_POLL_GREW, 4000);
 }
 
+static void test_shrink_by_one_keeps(void)
+{
+    AioPollWindow w = { .ns = 16000 };
+
+    /*
+     * poll-shrink=1 divides by 1: a wait beyond max changes nothing, so it
+     * is not a shrink (it must not count in the statistics as one).
+     */
+    step(32768, 0, 1, &w, 40000, true, AIO_POLL_KEPT, 16000);
+    step(32768, 0, 1, &w, 1000000000, true, AIO_POLL_KEPT, 16000);
+    step(32768, 0, 1, &w, 40000, false, AIO_POLL_KEPT, 16000);
+    w.ns = 32768;
+    step(32768, 0, 1, &w, INT64_MAX, true, AIO_POLL_KEPT, 32768);
+    /* Growing still works. */
+    w.ns = 4000;
+    step(32768, 0, 1, &w, 5000, true, AIO_POLL_GREW, 8000);
+    /* And any other factor still shrinks. */
+    step(32768, 0, 2, &w, 40000, true, AIO_POLL_SHRANK, 4000);
+}
+
 static void test_max_below_start(void)
 {
     AioPollWindow w = { .ns = 0 };
@@ -279,6 +299,8 @@ int main(int argc, char **argv)
     g_test_add_func("/poll-policy/adaptive/shrink-to-zero", test_shrink_to_zero);
     g_test_add_func("/poll-policy/adaptive/custom-grow-shrink",
                     test_custom_factors);
+    g_test_add_func("/poll-policy/adaptive/shrink-by-one-keeps",
+                    test_shrink_by_one_keeps);
     g_test_add_func("/poll-policy/adaptive/max-below-start",
                     test_max_below_start);
     g_test_add_func("/poll-policy/adaptive/lower-max-clamps",

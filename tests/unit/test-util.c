@@ -116,6 +116,19 @@ static void test_parse_int_junk(void)
     parse_bad("-", -100, 100);
 }
 
+static void test_parse_int_leading_space(void)
+{
+    /* Refused like trailing blanks ("5 "), whatever strtoll would skip. */
+    parse_bad(" 5", 0, 100);
+    parse_bad("  5", 0, 100);
+    parse_bad("\t5", 0, 100);
+    parse_bad("\n5", 0, 100);
+    parse_bad(" -5", -100, 100);
+    parse_bad(" 0x10", 0, 100);
+    parse_bad(" ", 0, 100);
+    g_assert_cmpint(parse_ok("5", 0, 100), ==, 5);
+}
+
 static void test_parse_int_empty(void)
 {
     parse_bad("", 0, 100);
@@ -498,6 +511,8 @@ int main(int argc, char **argv)
     g_test_add_func("/util/parse-int/hex", test_parse_int_hex);
     g_test_add_func("/util/parse-int/junk", test_parse_int_junk);
     g_test_add_func("/util/parse-int/empty", test_parse_int_empty);
+    g_test_add_func("/util/parse-int/leading-space",
+                    test_parse_int_leading_space);
     g_test_add_func("/util/parse-int/overflow", test_parse_int_overflow);
     g_test_add_func("/util/parse-int/range", test_parse_int_range);
     g_test_add_func("/util/parse-bool", test_parse_bool);

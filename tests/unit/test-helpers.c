@@ -1,0 +1,328 @@
+/*
+ * Helpers shared by the unit test programs (see test-helpers.h).
+ *
+ * Theory of operation: the watchdog keeps one static message buffer,
+ * formatted (with the program name and the test's path) in the main
+ * thread before each test arms alarm(), so that the SIGALRM handler only
+ * has to write() it and abort(): both async-signal-safe.  Vq's handlers
+ * run in the loop (its context's home thread); vq_publish() and
+ * vq_wait_acked() are the producer's side and run in other threads; the
+ * two sides meet only through the atomics in Vq (see test-helpers.h for
+ * the model, and vq_publish() for the fence that pairs with the loop's).
+ */
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <glib.h>
+
+#include "util/clock.h"
+#include "util/keyval.h"
+#include "test-helpers.h"
+
+/* ------------------------------------------------------------------------ */
+/* Watchdog                                                                  */
+
+static unsigned watchdog_seconds;
+static char watchdog_msg[512];
+static size_t watchdog_msg_len;
+
+static void watchdog_fired(int sig)
+{
+    ssize_t r = write(STDERR_FILENO, watchdog_msg, watchdog_msg_len);
+
+    (void)r;
+    abort();
+}
+
+static void run_with_watchdog(gconstpointer data)
+{
+    const TestCase *tc = data;
+    const char *prg = g_get_prgname();
+    char *name = g_path_get_basename(prg ? prg : "test");
+    int len;
+
+    len = g_snprintf(watchdog_msg, sizeof(watchdog_msg),
+                     "%s: watchdog: %s did not finish in %u s\n",
+                     name, tc->path, watchdog_seconds);
+    watchdog_msg_len = MIN((size_t)len, sizeof(watchdog_msg) - 1);
+    g_free(name);
+
+    signal(SIGALRM, watchdog_fired);
+    alarm(watchdog_seconds);
+    tc->fn();
+    alarm(0);
+}
+
+void test_add_with_watchdog(const TestCase *tests, size_t n,
+                            unsigned watchdog_s)
+{
+    g_assert_cmpuint(watchdog_s, >, 0);
+    watchdog_seconds = watchdog_s;
+    for (size_t i = 0; i < n; i++) {
+        g_test_add_data_func(tests[i].path, &tests[i], run_with_watchdog);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Time                                                                      */
+
+void sleep_ns(int64_t ns)
+{
+    g_usleep(ns / 1000);
+}
+
+void spin_ns(int64_t ns)
+{
+    int64_t end = clock_now_ns() + ns;
+
+    while (clock_now_ns() < end) {
+        cpu_relax();
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Constructors                                                              */
+
+AioContext *ctx_new(void)
+{
+    Error *err = NULL;
+    AioContext *ctx = aio_context_new(&err);
+
+    g_assert_no_error(err);
+    g_assert_nonnull(ctx);
+    return ctx;
+}
+
+IOThread *iot_new(const char *id, const char *props)
+{
+    Error *err = NULL;
+    GPtrArray *opts = NULL;
+    IOThread *iot;
+
+    if (props) {
+        opts = keyval_parse(props, NULL, &err);
+        g_assert_no_error(err);
+        g_assert_nonnull(opts);
+    }
+    iot = iothread_create(id, opts, &err);
+    g_assert_no_error(err);
+    g_assert_nonnull(iot);
+    if (opts) {
+        g_ptr_array_unref(opts);
+    }
+    return iot;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Vq                                                                        */
+
+static Vq *vq_of(EventNotifier *e)
+{
+    return (Vq *)e;
+}
+
+static uint64_t xorshift(uint64_t *s)
+{
+    uint64_t x = *s;
+
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    *s = x;
+    return x;
+}
+
+static void vq_consume(Vq *vq)
+{
+    uint64_t a = atomic_load(&vq->avail);
+
+    if (a != vq->seen) {
+        vq->seen = a;
+        atomic_store(&vq->acked, a);
+    }
+}
+
+static bool vq_io_poll(EventNotifier *e)
+{
+    Vq *vq = vq_of(e);
+
+    /*
+     * Only the home thread counts: a plain increment, no locked
+     * instruction that would act as a full barrier and hide a missing one
+     * in the loop.
+     */
+    atomic_store_explicit(&vq->polls,
+                          atomic_load_explicit(&vq->polls,
+                                               memory_order_relaxed) + 1,
+                          memory_order_relaxed);
+    if (vq->lie_after_end && vq->just_ended) {
+        vq->just_ended = false;
+        return false;
+    }
+    return atomic_load(&vq->avail) != vq->seen;
+}
+
+static void vq_io_poll_ready(EventNotifier *e)
+{
+    Vq *vq = vq_of(e);
+
+    atomic_fetch_add(&vq->poll_ready, 1);
+    if (vq->ended) {
+        /* No io_poll_begin since io_poll_end: found by the re-check. */
+        atomic_fetch_add(&vq->recheck_hits, 1);
+        vq->ended = false;
+    }
+    vq_consume(vq);
+}
+
+static void vq_io_read(EventNotifier *e)
+{
+    Vq *vq = vq_of(e);
+    uint64_t before = vq->seen;
+
+    event_notifier_test_and_clear(&vq->kick);
+    vq->ended = false;
+    atomic_fetch_add(&vq->reads, 1);
+    vq_consume(vq);
+    if (vq->seen != before) {
+        atomic_fetch_add(&vq->reads_work, 1);
+    }
+}
+
+static void vq_io_poll_begin(EventNotifier *e)
+{
+    Vq *vq = vq_of(e);
+
+    atomic_fetch_add(&vq->begins, 1);
+    vq->ended = false;
+    if (atomic_exchange(&vq->begun, true)) {
+        atomic_fetch_add(&vq->alternation_errors, 1);
+    }
+    atomic_store(&vq->no_notify, true);
+}
+
+/* io_poll_end side of the rendezvous: wait (bounded) for the producer. */
+static bool vq_wait_flag(_Atomic bool *flag)
+{
+    int64_t end = clock_now_ns() + 50000;
+
+    while (!atomic_load(flag)) {
+        if (clock_now_ns() > end) {
+            return false;
+        }
+        cpu_relax();
+    }
+    return true;
+}
+
+static void vq_io_poll_end(EventNotifier *e)
+{
+    Vq *vq = vq_of(e);
+    uint64_t r = xorshift(&vq->rng);
+    int mode = atomic_load(&vq->hs_want) ? (int)(r % 3) : -1;
+
+    atomic_store(&vq->end_started, true);
+    atomic_fetch_add(&vq->ends, 1);
+    if (!atomic_exchange(&vq->begun, false)) {
+        atomic_fetch_add(&vq->alternation_errors, 1);
+    }
+    vq->ended = true;
+    vq->just_ended = vq->lie_after_end;
+    if (mode == 0 && vq_wait_flag(&vq->hs_published)) {
+        /* Published while kicks were off: only the re-check can see it. */
+        atomic_fetch_add(&vq->hs_before_store, 1);
+    }
+    if (mode == 2) {
+        /*
+         * Store as soon as the producer is about to publish, so that our
+         * store and its publish race within nanoseconds (the store-buffer
+         * window that the loop's full fence closes).
+         */
+        if (vq_wait_flag(&vq->hs_go)) {
+            atomic_fetch_add(&vq->hs_simultaneous, 1);
+        }
+    } else {
+        if (vq->linger_before_ns) {
+            spin_ns(vq->linger_before_ns);
+        }
+        /* A third of the time linger a few hundred ns before the store. */
+        if (vq->linger && (r >> 2) % 3 == 1) {
+            spin_ns(100 + (r >> 8) % 400);
+        }
+    }
+    /*
+     * A plain (release) store, as a virtqueue's flag write in guest memory
+     * would be: ordering it before the re-check is the loop's job.
+     */
+    atomic_store_explicit(&vq->no_notify, false, memory_order_release);
+    if (mode == 2) {
+        return;
+    }
+    /* A third of the time linger after it. */
+    if (vq->linger && (r >> 2) % 3 == 2) {
+        spin_ns(100 + (r >> 8) % 400);
+    }
+    if (mode == 1 && vq_wait_flag(&vq->hs_published)) {
+        /* The kick races with the loop's re-check. */
+        atomic_fetch_add(&vq->hs_after_store, 1);
+    }
+}
+
+void vq_init(Vq *vq, AioContext *ctx, bool with_hooks)
+{
+    g_assert(aio_context_in_home_thread(ctx));
+    memset(vq, 0, sizeof(*vq));
+    vq->ctx = ctx;
+    vq->rng = 0x9e3779b97f4a7c15ULL;
+    g_assert_cmpint(event_notifier_init(&vq->kick, false), ==, 0);
+    aio_set_event_notifier(ctx, &vq->kick, vq_io_read, vq_io_poll,
+                           vq_io_poll_ready);
+    if (with_hooks) {
+        aio_set_event_notifier_poll(ctx, &vq->kick, vq_io_poll_begin,
+                                    vq_io_poll_end);
+    }
+}
+
+void vq_cleanup(Vq *vq)
+{
+    g_assert(aio_context_in_home_thread(vq->ctx));
+    aio_set_event_notifier(vq->ctx, &vq->kick, NULL, NULL, NULL);
+    event_notifier_cleanup(&vq->kick);
+}
+
+void vq_publish(Vq *vq)
+{
+    atomic_fetch_add(&vq->avail, 1);
+    /*
+     * Full fence: the store to avail must be visible before we read
+     * no_notify.  Pairs with the loop's full barrier between io_poll_end
+     * (which clears no_notify) and the final io_poll (which reads avail).
+     */
+    atomic_thread_fence(memory_order_seq_cst);
+    if (!atomic_load(&vq->no_notify)) {
+        atomic_fetch_add(&vq->kicks, 1);
+        g_assert_cmpint(event_notifier_set(&vq->kick), ==, 0);
+    }
+}
+
+bool vq_wait_acked(Vq *vq, uint64_t n, int64_t timeout_ns)
+{
+    int64_t start = clock_now_ns();
+    int64_t now = start;
+
+    while (atomic_load(&vq->acked) < n) {
+        now = clock_now_ns();
+        if (now - start > timeout_ns) {
+            return atomic_load(&vq->acked) >= n;
+        }
+        if (now - start < 100000) {
+            cpu_relax();
+        } else {
+            sched_yield();
+        }
+    }
+    return true;
+}

@@ -1,0 +1,182 @@
+/*
+ * Helpers shared by the unit test programs in tests/unit/.
+ *
+ * - A watchdog that aborts a test that hangs, and the table of test cases
+ *   it runs (TestCase, test_add_with_watchdog()).
+ * - Time helpers (sleep_ns(), spin_ns()).
+ * - Constructors that assert success (ctx_new(), iot_new()).
+ * - Vq, a model of a virtqueue as a pollable AioContext handler, used to
+ *   drive and observe the loop's adaptive polling.
+ *
+ * Every helper fails the running test (g_assert) rather than returning an
+ * error; none may be called from a signal handler.
+ */
+#ifndef TESTS_UNIT_TEST_HELPERS_H
+#define TESTS_UNIT_TEST_HELPERS_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <glib.h>
+
+#include "util/aio.h"
+#include "util/event-notifier.h"
+#include "util/iothread.h"
+
+#define NS_PER_MS  ((int64_t)1000000)
+#define NS_PER_SEC ((int64_t)1000000000)
+
+/* ------------------------------------------------------------------------ */
+/* Watchdog                                                                  */
+
+typedef struct TestCase {
+    const char *path;
+    void (*fn)(void);
+} TestCase;
+
+/*
+ * Register tests[0..n-1] with g_test_add_data_func(), each under its path.
+ * Each test runs under a watchdog: if it has not returned watchdog_s
+ * seconds after it started, SIGALRM writes "PROGRAM: watchdog: PATH did
+ * not finish in N s" (PROGRAM from g_get_prgname()) to stderr and aborts.
+ * Set watchdog_s below the program's meson timeout, so that the watchdog's
+ * message comes first.
+ *
+ * Main thread, after g_test_init() and before g_test_run().  tests must
+ * stay valid until g_test_run() returns (a static table); the tests must
+ * not use SIGALRM or alarm() themselves.
+ */
+void test_add_with_watchdog(const TestCase *tests, size_t n,
+                            unsigned watchdog_s);
+
+/* ------------------------------------------------------------------------ */
+/* Time                                                                      */
+
+/* Sleep (off the CPU) for about ns.  Any thread. */
+void sleep_ns(int64_t ns);
+
+/*
+ * Busy-wait ns (the caller wants to stay on the CPU: µs-scale delays).
+ * Any thread.
+ */
+void spin_ns(int64_t ns);
+
+/* ------------------------------------------------------------------------ */
+/* Constructors                                                              */
+
+/*
+ * A new AioContext whose home thread is the caller; asserts that creation
+ * succeeded.  Any thread.  The caller owns the reference: aio_context_unref().
+ */
+AioContext *ctx_new(void);
+
+/*
+ * A new running IOThread named id, with props (a key=value list such as
+ * "poll-max-ns=0,poll-grow=4", or NULL for the defaults); asserts that it
+ * parsed and started.  Any thread but an IOThread's.  The caller owns it:
+ * iothread_destroy().
+ */
+IOThread *iot_new(const char *id, const char *props);
+
+/* ------------------------------------------------------------------------ */
+/* Vq: a virtqueue-like pollable source                                      */
+
+/*
+ * The model:
+ *   - the producer (any thread but ctx's home thread) publishes a message
+ *     by incrementing avail, issues a full fence, then kicks the eventfd
+ *     only if the consumer's no_notify flag is clear (vq_publish());
+ *   - the consumer (the loop, in ctx's home thread) polls avail in
+ *     io_poll, sets no_notify in io_poll_begin and clears it in
+ *     io_poll_end, and acknowledges what it consumed in acked, so that the
+ *     producer can wait for it (vq_wait_acked()).
+ *
+ * The consumer's hooks deliberately use plain (release) stores and its
+ * io_poll no locked instructions, so that the loop's own full barrier
+ * after io_poll_end is the only thing ordering "kicks back on" before
+ * "look at the ring again", as it is for a real virtqueue.
+ *
+ * The counters are written only by the consumer (kicks: by producers) and
+ * may be read from any thread.  The fields from linger on are knobs and
+ * probes for the lost-wakeup stress test in test-aio.c; left at zero (as
+ * vq_init() leaves them), io_poll_end does nothing but clear no_notify and
+ * count.
+ */
+typedef struct Vq {
+    EventNotifier kick;            /* first: callbacks get &vq->kick */
+    AioContext *ctx;
+
+    _Atomic uint64_t avail;        /* producer: messages published */
+    _Atomic uint64_t acked;        /* consumer: messages consumed */
+    _Atomic bool no_notify;        /* consumer: "don't kick, I'm polling" */
+    _Atomic bool end_started;      /* set on entry to io_poll_end */
+    uint64_t seen;                 /* consumer's copy of avail */
+
+    /* Counters (home thread writes, any thread reads). */
+    _Atomic uint64_t polls;        /* io_poll calls */
+    _Atomic uint64_t poll_ready;   /* io_poll_ready calls */
+    _Atomic uint64_t reads;        /* io_read calls */
+    _Atomic uint64_t reads_work;   /* io_read calls that found a message */
+    _Atomic uint64_t begins;
+    _Atomic uint64_t ends;
+    _Atomic uint64_t kicks;        /* producer: eventfd writes */
+    _Atomic uint64_t alternation_errors; /* begin twice / end without begin */
+    _Atomic bool begun;
+
+    /* io_poll_end lingering (stress test) */
+    bool linger;
+    uint64_t rng;                  /* xorshift state, home thread */
+    int64_t linger_before_ns;      /* fixed linger (self-test) */
+
+    /*
+     * Rendezvous at the poll->block transition.  The producer sets
+     * hs_want; io_poll_end then announces itself (end_started) and waits,
+     * briefly, until the producer has published (hs_published), either
+     * before or after it re-enables kicks.  "Before" forces the message to
+     * be found only by the loop's final io_poll after the barrier;
+     * "after" makes the kick race with that final io_poll.
+     */
+    _Atomic bool hs_want;
+    _Atomic bool hs_published;
+    _Atomic bool hs_go;            /* producer is publishing right now */
+    _Atomic uint64_t hs_simultaneous;  /* rendezvous completed, racing */
+    _Atomic uint64_t hs_before_store;  /* rendezvous completed, before */
+    _Atomic uint64_t hs_after_store;   /* rendezvous completed, after */
+    bool ended;                    /* io_poll_end ran, no poll/read since */
+    _Atomic uint64_t recheck_hits; /* found by the io_poll after io_poll_end */
+
+    /* Self-test: model a loop that forgets the re-check after io_poll_end. */
+    bool lie_after_end;
+    bool just_ended;
+} Vq;
+
+/*
+ * Zero *vq, open its kick eventfd and register it in ctx with io_read,
+ * io_poll and io_poll_ready, plus io_poll_begin/io_poll_end if with_hooks.
+ * ctx's home thread.  vq must stay put until vq_cleanup().
+ */
+void vq_init(Vq *vq, AioContext *ctx, bool with_hooks);
+
+/*
+ * Unregister vq from its context and close its eventfd.  ctx's home
+ * thread.  Checks nothing: a caller that wants io_poll_begin/io_poll_end
+ * to have alternated asserts alternation_errors == 0 itself.
+ */
+void vq_cleanup(Vq *vq);
+
+/*
+ * Producer side: publish one message; kick the eventfd unless the consumer
+ * is polling.  Any thread (normally not ctx's home thread: the message is
+ * consumed by a later aio_poll()).
+ */
+void vq_publish(Vq *vq);
+
+/*
+ * Producer side: wait (spinning, then yielding) until the consumer has
+ * acked at least n messages.  True if it has, false if it still has not
+ * after timeout_ns.  Any thread but ctx's home thread.
+ */
+bool vq_wait_acked(Vq *vq, uint64_t n, int64_t timeout_ns);
+
+#endif
