@@ -21,7 +21,7 @@ def test_configure_help_lists_features(repo_root):
                          capture_output=True, text=True, timeout=30,
                          check=True).stdout
     for switch in ("--prefix=", "--builddir=", "--enable-sanitizers",
-                   "--disable-json-glib", "--disable-libaio",
+                   "--disable-libaio",
                    "--disable-liburing", "--disable-sdt", "--disable-tests"):
         assert switch in out, f"./configure --help does not mention {switch}"
 

@@ -1,0 +1,118 @@
+/*
+ * What the I/O engines (aio-threads.c, linux-aio.c, io_uring.c) share:
+ * their counters, a FIFO of requests, and how to find the part of a
+ * request still to transfer.  Private to block/: only the engines and
+ * aio-engine.c include it.
+ *
+ * Each engine keeps one instance per AioContext under the key
+ * aio_context_set_data(ctx, ops, ...), where ops is the engine's own
+ * BlockEngineOps table, so block_engine_get_stats() can find any engine's
+ * instance without knowing its type.
+ *
+ * All functions run in the home thread of the engine's context, except
+ * engine_counters_read() (any thread) and the iovec helpers (any thread,
+ * on a request that thread owns for the moment).
+ */
+#ifndef SPINDLE_BLOCK_AIO_ENGINE_INT_H
+#define SPINDLE_BLOCK_AIO_ENGINE_INT_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <sys/uio.h>
+#include "block/aio-engine.h"
+
+/* Batch limit when the context's aio-max-batch is 0. */
+#define ENGINE_DEFAULT_MAX_BATCH 32
+
+/* How often one request may come back with -EAGAIN before it fails. */
+#define ENGINE_MAX_EAGAIN_RETRIES 1000
+
+/* How long to wait before retrying a submission the kernel refused while
+ * none of our requests was in flight (no completion would wake us). */
+#define ENGINE_RETRY_DELAY_NS 1000000
+
+#ifndef container_of
+#define container_of(ptr, type, member) \
+    ((type *)((char *)(ptr) - offsetof(type, member)))
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Counters                                                                  */
+
+/*
+ * The instance's statistics: written only by the home thread, each with a
+ * relaxed load and store (no locked instruction), read by anyone.
+ */
+typedef struct EngineCounters {
+    _Atomic uint64_t submissions;
+    _Atomic uint64_t requests;
+    _Atomic uint64_t completions;
+    _Atomic uint64_t completions_polled;
+    _Atomic uint64_t resubmits;
+} EngineCounters;
+
+/* Single-writer counter update.  Home thread. */
+static inline void engine_stat_add(_Atomic uint64_t *c, uint64_t n)
+{
+    atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + n,
+                          memory_order_relaxed);
+}
+
+/* Copy the counters (each field read atomically).  Any thread. */
+void engine_counters_read(const EngineCounters *c, BlockEngineStats *out);
+
+/* The batch limit of ctx: aio-max-batch, or ENGINE_DEFAULT_MAX_BATCH. */
+unsigned engine_max_batch(AioContext *ctx);
+
+/* ------------------------------------------------------------------------ */
+/* A FIFO of requests, linked through block_req_int(req)->next               */
+
+typedef struct EngineQueue {
+    BlockRequest *head;
+    BlockRequest *tail;
+    unsigned len;
+} EngineQueue;
+
+void engine_queue_push(EngineQueue *q, BlockRequest *req);
+/* Take the first request off q; NULL if q is empty. */
+BlockRequest *engine_queue_pop(EngineQueue *q);
+
+/* ------------------------------------------------------------------------ */
+/* The rest of a READ or WRITE                                               */
+
+/*
+ * The part of req that follows its first `done` bytes, in the form one
+ * system call takes: either a tail of req->iov starting at an element
+ * boundary (niov > 0, at most IOV_MAX elements, pointing into req->iov) or,
+ * when `done` falls inside an element, the rest of that element (niov == 0,
+ * buf/len).  Either way it needs no allocation and nothing in it must
+ * outlive the request.  A chunk may be shorter than bytes - done (IOV_MAX);
+ * the engines treat that like any short transfer.
+ */
+typedef struct EngineChunk {
+    const struct iovec *iov;
+    int niov;
+    void *buf;
+    size_t len;
+} EngineChunk;
+
+/* Requires 0 <= done < req->bytes. */
+void engine_chunk_at(const BlockRequest *req, int64_t done, EngineChunk *out);
+
+/* Zero req's buffers from byte `from` to the end (a read that hit EOF). */
+void engine_zero_from(const BlockRequest *req, int64_t from);
+
+/*
+ * Whether req is a WRITE that must be on stable storage when it completes
+ * (BLOCK_REQ_FUA): the engines then ask the kernel for RWF_DSYNC.  A node
+ * with cache.no-flush=on never asks, like its flushes.
+ */
+static inline bool engine_write_fua(BlockRequest *req)
+{
+    BlockNode *bs = block_req_int(req)->node;
+
+    return req->op == BLOCK_OP_WRITE && (req->flags & BLOCK_REQ_FUA) &&
+           !(bs && bs->no_flush);
+}
+
+#endif

@@ -1,0 +1,388 @@
+/*
+ * Block nodes: the registry, opening from options, references, context moves.
+ *
+ * Theory of operation.  A node is made by block_node_open() from an Opts
+ * tree (the --blockdev syntax): the generic keys (driver, node-name,
+ * read-only, cache.direct, cache.no-flush, discard) are read here, the rest
+ * by the driver's open(), and any key nobody read is an error, so a typo
+ * never passes silently.  Filters open their child through
+ * block_node_open_child(), inline or by node-name.  Every node with a name
+ * is in one registry (main thread only); nodes opened without one get
+ * "#blockN".
+ *
+ * A node belongs to one AioContext.  The driver's per-context state (engine
+ * instance, BH, timer) is created by attach_aio_context() in that context's
+ * home thread and torn down by detach_aio_context() there; block.c runs
+ * those hooks through aio_run_sync(), children before parents on attach and
+ * parents before children on detach.  The last reference drains the node,
+ * detaches it, closes it and drops its child.
+ */
+#include <errno.h>
+#include <string.h>
+#include "block/block-int.h"
+
+static GHashTable *block_nodes;          /* node-name -> BlockNode, main thread */
+static unsigned block_auto_name_counter;
+
+static const BlockDriver *const block_drivers[] = {
+    &block_driver_file,
+    &block_driver_null_co,
+    &block_driver_null_aio,
+    &block_driver_raw,
+    &block_driver_blkdebug,
+};
+
+const BlockDriver *block_driver_find(const char *format_name)
+{
+    for (size_t i = 0; i < G_N_ELEMENTS(block_drivers); i++) {
+        if (!strcmp(block_drivers[i]->format_name, format_name)) {
+            return block_drivers[i];
+        }
+    }
+    return NULL;
+}
+
+static void block_driver_unknown(const char *name, Error **errp)
+{
+    GString *names = g_string_new(NULL);
+
+    for (size_t i = 0; i < G_N_ELEMENTS(block_drivers); i++) {
+        g_string_append_printf(names, "%s%s", i ? ", " : "",
+                               block_drivers[i]->format_name);
+    }
+    error_setg(errp, "Unknown driver '%s' (available: %s)", name, names->str);
+    g_string_free(names, TRUE);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Registry                                                                  */
+
+BlockNode *block_node_find(const char *node_name)
+{
+    return block_nodes ? g_hash_table_lookup(block_nodes, node_name) : NULL;
+}
+
+/* A node-name as QEMU accepts it: a letter, then letters, digits, -._ */
+static bool block_node_name_valid(const char *name, Error **errp)
+{
+    size_t len = strlen(name);
+
+    if (len == 0 || len > 31 || !g_ascii_isalpha(name[0])) {
+        error_setg(errp, "Invalid node-name '%s': it must start with a letter "
+                   "and have at most 31 characters", name);
+        return false;
+    }
+    for (const char *p = name; *p; p++) {
+        if (!g_ascii_isalnum(*p) && !strchr("-._", *p)) {
+            error_setg(errp, "Invalid node-name '%s': use letters, digits, "
+                       "'-', '.' and '_'", name);
+            return false;
+        }
+    }
+    if (block_node_find(name)) {
+        error_setg(errp, "Duplicate node name '%s'", name);
+        return false;
+    }
+    return true;
+}
+
+static void block_node_register(BlockNode *bs)
+{
+    if (!block_nodes) {
+        block_nodes = g_hash_table_new(g_str_hash, g_str_equal);
+    }
+    g_hash_table_insert(block_nodes, bs->node_name, bs);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Per-context hooks, run in the context's home thread                       */
+
+static void block_node_attach_bh(void *opaque)
+{
+    BlockNode *bs = opaque;
+
+    if (bs->drv->attach_aio_context) {
+        bs->drv->attach_aio_context(bs, bs->ctx);
+    }
+}
+
+static void block_node_detach_bh(void *opaque)
+{
+    BlockNode *bs = opaque;
+
+    if (bs->drv->detach_aio_context) {
+        bs->drv->detach_aio_context(bs);
+    }
+}
+
+static void block_node_attach(BlockNode *bs)
+{
+    aio_run_sync(bs->ctx, block_node_attach_bh, bs);
+}
+
+static void block_node_detach(BlockNode *bs)
+{
+    aio_run_sync(bs->ctx, block_node_detach_bh, bs);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Opening                                                                   */
+
+/* The generic options; the driver reads the rest. */
+static bool block_node_read_generic_opts(BlockNode *bs, Opts *opts,
+                                         Error **errp)
+{
+    static const char *const discard_modes[] = {
+        "ignore", "unmap", "off", "on", NULL
+    };
+    int discard;
+
+    if (!opts_get_bool(opts, "read-only", false, &bs->read_only, errp) ||
+        !opts_get_bool(opts, "cache.direct", false, &bs->cache_direct, errp) ||
+        !opts_get_bool(opts, "cache.no-flush", false, &bs->no_flush, errp) ||
+        !opts_get_enum(opts, "discard", discard_modes, 0, &discard, errp)) {
+        return false;
+    }
+    bs->discard_unmap = discard == 1 || discard == 3;   /* "unmap" or "on" */
+    return true;
+}
+
+static bool block_node_limits_valid(BlockNode *bs, Error **errp)
+{
+    const BlockLimits *l = &bs->limits;
+
+    if (l->request_alignment == 0 || (l->request_alignment & (l->request_alignment - 1)) ||
+        l->mem_alignment == 0 || (l->mem_alignment & (l->mem_alignment - 1))) {
+        error_setg(errp, "Driver '%s' reported invalid alignments (%u, %u)",
+                   bs->drv->format_name, l->request_alignment, l->mem_alignment);
+        return false;
+    }
+    return true;
+}
+
+static bool block_node_read_length(BlockNode *bs, Error **errp)
+{
+    bs->length = bs->drv->getlength(bs);
+    if (bs->length < 0) {
+        error_setg_errno(errp, (int)-bs->length, "Cannot get the size");
+        return false;
+    }
+    return true;
+}
+
+/* Say which node an error of block_node_open() is about. */
+static void block_node_open_error(BlockNode *bs, Error **errp)
+{
+    if (bs->auto_name) {
+        error_prepend(errp, "blockdev (driver '%s'): ", bs->drv->format_name);
+    } else {
+        error_prepend(errp, "node '%s': ", bs->node_name);
+    }
+}
+
+static void block_node_free(BlockNode *bs)
+{
+    if (bs->child) {
+        block_node_unref(bs->child);
+    }
+    g_free(bs->opaque);
+    g_free(bs->node_name);
+    g_free(bs);
+}
+
+BlockNode *block_node_open(Opts *opts, AioContext *ctx, Error **errp)
+{
+    const char *driver, *node_name;
+    const BlockDriver *drv;
+    BlockNode *bs;
+
+    if (!opts_get_str(opts, "driver", NULL, &driver, errp) ||
+        !opts_get_str(opts, "node-name", NULL, &node_name, errp)) {
+        return NULL;
+    }
+    if (!driver) {
+        error_setg(errp, "Parameter 'driver' is missing");
+        return NULL;
+    }
+    drv = block_driver_find(driver);
+    if (!drv) {
+        block_driver_unknown(driver, errp);
+        return NULL;
+    }
+    if (node_name && !block_node_name_valid(node_name, errp)) {
+        return NULL;
+    }
+
+    bs = g_new0(BlockNode, 1);
+    bs->drv = drv;
+    bs->opaque = drv->instance_size ? g_malloc0(drv->instance_size) : NULL;
+    bs->refcnt = 1;
+    bs->ctx = ctx;
+    bs->limits = (BlockLimits) { .request_alignment = 1, .mem_alignment = 1 };
+    if (node_name) {
+        bs->node_name = g_strdup(node_name);
+    } else {
+        bs->node_name = g_strdup_printf("#block%u", block_auto_name_counter++);
+        bs->auto_name = true;
+    }
+
+    if (!block_node_read_generic_opts(bs, opts, errp) ||
+        !drv->open(bs, opts, errp)) {
+        block_node_open_error(bs, errp);
+        block_node_free(bs);
+        return NULL;
+    }
+    if (!opts_check_unused(opts, NULL, errp) ||
+        !block_node_limits_valid(bs, errp) ||
+        !block_node_read_length(bs, errp)) {
+        block_node_open_error(bs, errp);
+        drv->close(bs);
+        block_node_free(bs);
+        return NULL;
+    }
+    block_node_register(bs);
+    block_node_attach(bs);
+    return bs;
+}
+
+BlockNode *block_node_open_str(const char *str, AioContext *ctx, Error **errp)
+{
+    g_autoptr(Opts) opts = opts_parse(str, NULL, errp);
+
+    return opts ? block_node_open(opts, ctx, errp) : NULL;
+}
+
+BlockNode *block_node_open_child(BlockNode *parent, Opts *opts,
+                                 const char *key, Error **errp)
+{
+    g_autoptr(Opts) child_opts = opts_get_child(opts, key);
+    const char *name;
+    BlockNode *child;
+
+    if (child_opts) {
+        child = block_node_open(child_opts, parent->ctx, errp);
+    } else {
+        if (!opts_get_str(opts, key, NULL, &name, errp)) {
+            return NULL;
+        }
+        if (!name) {
+            error_setg(errp, "Parameter '%s' is missing (the node below '%s')",
+                       key, parent->drv->format_name);
+            return NULL;
+        }
+        child = block_node_find(name);
+        if (!child) {
+            error_setg(errp, "Parameter '%s': no node named '%s'", key, name);
+            return NULL;
+        }
+        if (child->ctx != parent->ctx) {
+            error_setg(errp, "Parameter '%s': node '%s' is in another "
+                       "IOThread", key, name);
+            return NULL;
+        }
+        block_node_ref(child);
+    }
+    parent->child = child;
+    return child;
+}
+
+/* ------------------------------------------------------------------------ */
+/* References                                                                */
+
+void block_node_ref(BlockNode *bs)
+{
+    bs->refcnt++;
+}
+
+static void block_node_drain_bh(void *opaque)
+{
+    block_node_drain(opaque);
+}
+
+void block_node_unref(BlockNode *bs)
+{
+    if (!bs || --bs->refcnt > 0) {
+        return;
+    }
+    aio_run_sync(bs->ctx, block_node_drain_bh, bs);
+    block_node_detach(bs);
+    bs->drv->close(bs);
+    g_hash_table_remove(block_nodes, bs->node_name);
+    block_node_free(bs);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Queries                                                                   */
+
+const char *block_node_get_name(const BlockNode *bs)
+{
+    return bs->node_name;
+}
+
+const char *block_node_get_driver_name(const BlockNode *bs)
+{
+    return bs->drv->format_name;
+}
+
+bool block_node_is_read_only(const BlockNode *bs)
+{
+    return bs->read_only;
+}
+
+int64_t block_node_get_length(BlockNode *bs)
+{
+    return bs->length;
+}
+
+void block_node_get_limits(const BlockNode *bs, BlockLimits *out)
+{
+    *out = bs->limits;
+}
+
+AioContext *block_node_get_aio_context(const BlockNode *bs)
+{
+    return bs->ctx;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Moving between contexts                                                   */
+
+static bool block_node_tree_idle(BlockNode *bs, Error **errp)
+{
+    for (BlockNode *n = bs; n; n = n->child) {
+        if (n->in_flight) {
+            error_setg(errp, "Node '%s' has %u requests in flight",
+                       n->node_name, n->in_flight);
+            return false;
+        }
+    }
+    return true;
+}
+
+bool block_node_set_aio_context(BlockNode *bs, AioContext *new_ctx,
+                                Error **errp)
+{
+    GPtrArray *chain;
+
+    if (bs->ctx == new_ctx) {
+        return true;
+    }
+    if (!block_node_tree_idle(bs, errp)) {
+        return false;
+    }
+    chain = g_ptr_array_new();
+    for (BlockNode *n = bs; n; n = n->child) {
+        g_ptr_array_add(chain, n);
+    }
+    for (guint i = 0; i < chain->len; i++) {         /* parents first */
+        block_node_detach(g_ptr_array_index(chain, i));
+    }
+    for (guint i = chain->len; i-- > 0;) {            /* children first */
+        BlockNode *n = g_ptr_array_index(chain, i);
+
+        n->ctx = new_ctx;
+        block_node_attach(n);
+    }
+    g_ptr_array_free(chain, TRUE);
+    return true;
+}

@@ -1,0 +1,994 @@
+/*
+ * The `file` block driver: a regular file or a block device on the host.
+ *
+ * Theory of operation.
+ *
+ * Open (main thread) reads the driver's options, opens the file with
+ * O_RDWR or O_RDONLY, O_CLOEXEC and O_DIRECT for cache.direct=on, takes an
+ * OFD lock (below), works out the node's limits (below) and picks the I/O
+ * engine.  Everything in FilePosixState is fixed after open except the
+ * engine instance, which follows the node from AioContext to AioContext.
+ *
+ * Engines.  READ, WRITE and FLUSH go to an I/O engine (block/aio-engine.h):
+ * Linux AIO ("native"), io_uring or the thread pool ("threads").  Engines
+ * have one instance per AioContext, shared by every file node there, so the
+ * driver keeps the engine's ops (chosen once, at open) and the instance of
+ * the node's current context: obtained at open (in the node's context, via
+ * aio_run_sync() when that is an IOThread's), so that the default can be
+ * chosen and an explicit aio= that cannot work fails the open, and again
+ * in attach_aio_context(), which the generic layer runs after open and
+ * after every move.  Without aio=, the default is
+ * io_uring if it was built and the kernel lets us set up a ring in the
+ * node's context, else native if it was built and cache.direct=on (Linux
+ * AIO is only asynchronous with O_DIRECT), else threads.  An explicit aio=
+ * that cannot be set up fails the open; if it cannot be set up in a context
+ * the node later moves to, the node falls back to threads there (with a
+ * warning), because a move cannot fail at that point.
+ *
+ * DISCARD and WRITE_ZEROES are blocking system calls (fallocate, the
+ * BLKDISCARD / BLKZEROOUT ioctls), so they run in the thread pool; the
+ * worker reads only the request and the fixed part of the state, and the
+ * completion comes back in the node's context through the pool's BH.
+ * Discard is a hint: with discard=ignore, or where the file system or
+ * device cannot deallocate (EOPNOTSUPP), it completes with 0 and changes
+ * nothing.  Write-zeroes must leave zeroes, so it tries, in order:
+ * deallocating (PUNCH_HOLE, only with BLOCK_REQ_MAY_UNMAP and
+ * discard=unmap), FALLOC_FL_ZERO_RANGE (files) or BLKZEROOUT (block
+ * devices), and finally writing zeroes from a shared zeroed buffer.  A
+ * method found unsupported is remembered and not tried again.
+ *
+ * Writes past the end.  The generic layer refuses requests beyond the
+ * node's length, but with O_DIRECT on a file whose size is not a multiple
+ * of the alignment, its read-modify-write of the last, partial block
+ * writes the whole block.  Such a WRITE is done in the thread pool, which
+ * then truncates the file back, so the image never grows.
+ *
+ * Locking.  So that two daemons cannot write one image, each node holds an
+ * open file description lock (fcntl F_OFD_SETLK) on one byte, at offset
+ * FILE_LOCK_WRITER_BYTE (0x5350494e, "SPIN"; locks may lie beyond the end
+ * of the file and never touch its data): a writable node a write
+ * (exclusive) lock, a read-only node a read (shared) lock.  So one writer
+ * excludes everyone else, and any number of read-only nodes coexist.  OFD
+ * locks belong to the open file description, so two nodes on one image in
+ * the same process conflict just like two processes.  locking=off takes no
+ * lock; locking=auto (the default) behaves like on, except that a file
+ * system without OFD locks (EINVAL, ENOTSUP, ENOLCK) is used unlocked,
+ * silently.  The locks are Spindle's own: QEMU locks other bytes and does
+ * not see them, nor do we see QEMU's.
+ *
+ * Limits.  Without O_DIRECT any offset, length and buffer work (alignment
+ * 1).  With O_DIRECT we ask the kernel (statx STATX_DIOALIGN); where it
+ * does not say, block devices report their logical block size
+ * (BLKSSZGET), and files are probed with O_DIRECT reads at offset 0 of
+ * growing sizes (1, 512, ..., 64 KiB) into an aligned buffer: the first
+ * size that reads data is the request alignment (EINVAL means "too
+ * small"), and reads of that size into buffers at growing alignments give
+ * the memory alignment.  A file system that refuses every size does not
+ * do O_DIRECT at all, and the open fails.  A read that hits the end of the
+ * file (an empty file) proves nothing, so then we assume 4096 for both,
+ * which is safe everywhere and costs only bounce buffers.  The memory alignment is never
+ * less than the request alignment, because older kernels also require
+ * each iovec element's length to be a multiple of the logical block size.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <linux/falloc.h>
+#include <linux/fs.h>
+#include <glib.h>
+
+#include "block/aio-engine.h"
+#include "block/block-int.h"
+#include "util/thread-pool.h"
+#include "util/trace.h"
+
+/* The byte whose OFD lock says "a writer (write lock) / reader (read lock)
+ * has this image open".  ASCII "SPIN". */
+#define FILE_LOCK_WRITER_BYTE   0x5350494eLL
+
+/* Largest O_DIRECT alignment probed, and the fallback when unknown. */
+#define FILE_PROBE_MAX_ALIGN    65536
+#define FILE_DEFAULT_DIO_ALIGN  4096
+
+/*
+ * Limits for the layers above: the kernel splits large requests itself, so
+ * these only need to stay well below the ~2 GiB that one Linux read or
+ * write moves at most (larger ones come back short) while not getting in
+ * the way of any request a guest sends.
+ */
+#define FILE_MAX_TRANSFER       (16 * 1024 * 1024)
+#define FILE_MAX_DISCARD        (1024 * 1024 * 1024)
+#define FILE_MAX_WRITE_ZEROES   (1024 * 1024 * 1024)
+
+/* The shared zeroed buffer for write-zeroes without kernel support. */
+#define FILE_ZERO_BUF_SIZE      (1024 * 1024)
+#define FILE_ZERO_BUF_ALIGN     FILE_PROBE_MAX_ALIGN
+
+typedef enum FileLocking {
+    FILE_LOCKING_AUTO,
+    FILE_LOCKING_ON,
+    FILE_LOCKING_OFF,
+} FileLocking;
+
+static const char *const file_locking_names[] = { "auto", "on", "off", NULL };
+
+/* aio= values, in QEMU's spelling.  Index 0 (threads) is the fallback. */
+static const char *const file_aio_names[] = {
+    "threads", "native", "io_uring", NULL
+};
+
+typedef struct FilePosixState {
+    int fd;
+    char *filename;              /* as the user gave it, for messages */
+    bool is_blkdev;
+    bool locked;                 /* we hold the OFD lock */
+    uint32_t block_size;         /* block devices: logical block size */
+
+    /* The engine chosen at open, and the instance for bs->ctx. */
+    const BlockEngineOps *chosen_ops;
+    const BlockEngineOps *ops;   /* == chosen_ops unless we fell back */
+    BlockEngine *engine;
+
+    /*
+     * Methods found unsupported, set and read by pool workers.  Relaxed:
+     * each is only a hint that saves a failing system call; a worker that
+     * does not see another's store yet just tries once more.
+     */
+    _Atomic bool no_punch_hole;
+    _Atomic bool no_zero_range;
+    _Atomic bool no_blkzeroout;
+} FilePosixState;
+
+/* What a pool worker needs: the state is fixed while requests are in
+ * flight, the request is owned by the block layer until we complete it. */
+typedef struct FileWork {
+    FilePosixState *s;
+    BlockRequest *req;
+    int64_t length;              /* the node's length */
+    bool discard_unmap;
+    bool no_flush;
+} FileWork;
+
+/* ------------------------------------------------------------------------ */
+/* Engines                                                                   */
+
+typedef struct FileEngineGet {
+    const BlockEngineOps *ops;
+    AioContext *ctx;
+    BlockEngine *engine;
+    Error *err;
+} FileEngineGet;
+
+static void file_engine_get_in_ctx(void *opaque)
+{
+    FileEngineGet *g = opaque;
+
+    g_assert(aio_context_in_home_thread(g->ctx));
+    g->engine = g->ops->get(g->ctx, &g->err);
+}
+
+/*
+ * ctx's instance of ops, created in ctx's home thread (engines are
+ * home-thread objects).  Any thread; from another thread ctx must be
+ * running (aio_run_sync()).
+ */
+static BlockEngine *file_engine_get(const BlockEngineOps *ops, AioContext *ctx,
+                                    Error **errp)
+{
+    FileEngineGet g = { .ops = ops, .ctx = ctx };
+
+    aio_run_sync(ctx, file_engine_get_in_ctx, &g);
+    if (!g.engine) {
+        if (!g.err) {
+            error_setg(&g.err, "the I/O engine could not be set up");
+        }
+        error_propagate(errp, g.err);
+    }
+    return g.engine;
+}
+
+/* Use engine name in ctx if it is built and works there; false, quietly,
+ * if not. */
+static bool file_engine_try(FilePosixState *s, const char *name,
+                            AioContext *ctx)
+{
+    const BlockEngineOps *ops = block_engine_find(name);
+
+    if (!ops) {
+        return false;
+    }
+    s->engine = file_engine_get(ops, ctx, NULL);
+    if (!s->engine) {
+        return false;
+    }
+    s->chosen_ops = s->ops = ops;
+    return true;
+}
+
+/* aio_index: index into file_aio_names, or -1 for the default. */
+static bool file_engine_choose(BlockNode *bs, int aio_index, Error **errp)
+{
+    FilePosixState *s = bs->opaque;
+    const char *name;
+
+    if (aio_index < 0) {
+        if (file_engine_try(s, "io_uring", bs->ctx)) {
+            return true;
+        }
+        if (bs->cache_direct && file_engine_try(s, "native", bs->ctx)) {
+            return true;
+        }
+        aio_index = 0;           /* threads */
+    }
+    name = file_aio_names[aio_index];
+    s->chosen_ops = block_engine_find(name);
+    if (!s->chosen_ops) {
+        error_setg(errp, "aio=%s is not supported by this build of Spindle",
+                   name);
+        return false;
+    }
+    s->ops = s->chosen_ops;
+    s->engine = file_engine_get(s->ops, bs->ctx, errp);
+    if (!s->engine) {
+        error_prepend(errp, "aio=%s: ", name);
+        return false;
+    }
+    return true;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Opening                                                                   */
+
+static int file_open_fd(const char *filename, int flags)
+{
+    int fd;
+
+    do {
+        fd = open(filename, flags);
+    } while (fd < 0 && errno == EINTR);
+    return fd < 0 ? -errno : fd;
+}
+
+static bool file_open_image(BlockNode *bs, Error **errp)
+{
+    FilePosixState *s = bs->opaque;
+    int flags = (bs->read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC;
+    int fd;
+
+    if (bs->cache_direct) {
+        flags |= O_DIRECT;
+    }
+    fd = file_open_fd(s->filename, flags);
+    if (fd == -EINVAL && bs->cache_direct) {
+        /* Is it O_DIRECT that the file system refuses?  Ask once more
+         * without it. */
+        int fd2 = file_open_fd(s->filename, flags & ~O_DIRECT);
+
+        if (fd2 >= 0) {
+            close(fd2);
+            error_setg(errp, "Could not open '%s': cache.direct=on is not "
+                       "supported by the file system of '%s' (it refuses "
+                       "O_DIRECT); use cache.direct=off", s->filename,
+                       s->filename);
+            return false;
+        }
+    }
+    if (fd < 0) {
+        error_setg_errno(errp, -fd, "Could not open '%s'", s->filename);
+        return false;
+    }
+    s->fd = fd;
+    return true;
+}
+
+static bool file_check_type(BlockNode *bs, Error **errp)
+{
+    FilePosixState *s = bs->opaque;
+    struct stat st;
+
+    if (fstat(s->fd, &st) < 0) {
+        error_setg_errno(errp, errno, "Could not stat '%s'", s->filename);
+        return false;
+    }
+    if (S_ISBLK(st.st_mode)) {
+        s->is_blkdev = true;
+    } else if (!S_ISREG(st.st_mode)) {
+        error_setg(errp, "'%s' is not a regular file or a block device",
+                   s->filename);
+        return false;
+    }
+    return true;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Locking                                                                   */
+
+static int file_lock_set(int fd, short type)
+{
+    struct flock fl = {
+        .l_type = type,
+        .l_whence = SEEK_SET,
+        .l_start = FILE_LOCK_WRITER_BYTE,
+        .l_len = 1,
+        .l_pid = 0,              /* required for OFD locks */
+    };
+
+    while (fcntl(fd, F_OFD_SETLK, &fl) < 0) {
+        if (errno != EINTR) {
+            return -errno;
+        }
+    }
+    return 0;
+}
+
+static bool file_lock_errno_is_unsupported(int err)
+{
+    return err == EINVAL || err == ENOTSUP || err == EOPNOTSUPP ||
+           err == ENOLCK;
+}
+
+static bool file_lock(BlockNode *bs, FileLocking locking, Error **errp)
+{
+    FilePosixState *s = bs->opaque;
+    int ret;
+
+    if (locking == FILE_LOCKING_OFF) {
+        return true;
+    }
+    ret = file_lock_set(s->fd, bs->read_only ? F_RDLCK : F_WRLCK);
+    if (ret == 0) {
+        s->locked = true;
+        return true;
+    }
+    if (ret == -EAGAIN || ret == -EACCES) {
+        if (bs->read_only) {
+            error_setg(errp, "Failed to get shared lock on '%s': is another "
+                       "process writing to the image?", s->filename);
+        } else {
+            error_setg(errp, "Failed to get write lock on '%s': is another "
+                       "process using the image?", s->filename);
+        }
+        return false;
+    }
+    if (file_lock_errno_is_unsupported(-ret)) {
+        if (locking == FILE_LOCKING_AUTO) {
+            return true;
+        }
+        error_setg_errno(errp, -ret, "locking=on: the file system of '%s' "
+                         "does not support OFD locks (use locking=off or "
+                         "locking=auto)", s->filename);
+        return false;
+    }
+    error_setg_errno(errp, -ret, "Failed to lock '%s'", s->filename);
+    return false;
+}
+
+static void file_unlock(FilePosixState *s)
+{
+    if (s->locked) {
+        /* Closing the descriptor drops the lock anyway; an error here
+         * changes nothing. */
+        file_lock_set(s->fd, F_UNLCK);
+        s->locked = false;
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Limits                                                                    */
+
+static bool file_statx_dio_align(int fd, uint32_t *offset_align,
+                                 uint32_t *mem_align)
+{
+#ifdef STATX_DIOALIGN
+    struct statx stx;
+
+    if (statx(fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &stx) == 0 &&
+        (stx.stx_mask & STATX_DIOALIGN) && stx.stx_dio_offset_align) {
+        *offset_align = stx.stx_dio_offset_align;
+        *mem_align = MAX(stx.stx_dio_mem_align, 1);
+        return true;
+    }
+#endif
+    return false;
+}
+
+/* 1: read data, 0: end of file (proves nothing), -errno. */
+static int file_probe_read(int fd, void *buf, size_t len)
+{
+    ssize_t n;
+
+    do {
+        n = pread(fd, buf, len, 0);
+    } while (n < 0 && errno == EINTR);
+    if (n < 0) {
+        return -errno;
+    }
+    return n > 0;
+}
+
+/*
+ * Probe O_DIRECT alignments with reads at offset 0.  Returns 1 and sets
+ * *req_align and *mem_align if a read transferred data; 0 if nothing
+ * conclusive was learnt (end of file, an I/O error); -EINVAL if the file
+ * system refused every size.
+ */
+static int file_probe_dio_align(int fd, uint32_t *req_align,
+                                uint32_t *mem_align)
+{
+    /* Twice the largest alignment, so buf + a is aligned to exactly a. */
+    void *buf = NULL;
+    uint32_t size;
+    int ret = -EINVAL;
+
+    if (posix_memalign(&buf, FILE_PROBE_MAX_ALIGN, 2 * FILE_PROBE_MAX_ALIGN)) {
+        return 0;
+    }
+    for (size = 1; size <= FILE_PROBE_MAX_ALIGN;
+         size = size < 512 ? 512 : size * 2) {
+        ret = file_probe_read(fd, buf, size);
+        if (ret != -EINVAL) {
+            break;
+        }
+    }
+    if (ret == 1) {
+        *req_align = size;
+        *mem_align = FILE_DEFAULT_DIO_ALIGN;
+        for (uint32_t a = 1; a <= FILE_DEFAULT_DIO_ALIGN; a *= 2) {
+            if (file_probe_read(fd, (char *)buf + a, size) == 1) {
+                *mem_align = a;
+                break;
+            }
+        }
+    }
+    free(buf);
+    return ret == 1 || ret == -EINVAL ? ret : 0;
+}
+
+static bool file_blkdev_limits(BlockNode *bs, Error **errp)
+{
+    FilePosixState *s = bs->opaque;
+    int logical = 0;
+    unsigned int physical = 0;
+
+    if (ioctl(s->fd, BLKSSZGET, &logical) < 0 || logical <= 0) {
+        error_setg_errno(errp, logical <= 0 ? EINVAL : errno,
+                         "Could not get the block size of '%s'", s->filename);
+        return false;
+    }
+    s->block_size = logical;
+    if (ioctl(s->fd, BLKPBSZGET, &physical) < 0 || physical == 0) {
+        physical = logical;
+    }
+    bs->limits.discard_alignment = MAX(physical, (unsigned)logical);
+    return true;
+}
+
+static bool file_dio_limits(BlockNode *bs, Error **errp)
+{
+    FilePosixState *s = bs->opaque;
+    uint32_t req_align = FILE_DEFAULT_DIO_ALIGN;
+    uint32_t mem_align = FILE_DEFAULT_DIO_ALIGN;
+
+    if (!file_statx_dio_align(s->fd, &req_align, &mem_align)) {
+        int ret = file_probe_dio_align(s->fd, &req_align, &mem_align);
+
+        if (ret == -EINVAL) {
+            error_setg(errp, "cache.direct=on is not supported by the file "
+                       "system of '%s' (it refuses every O_DIRECT read of up "
+                       "to %d bytes); use cache.direct=off", s->filename,
+                       FILE_PROBE_MAX_ALIGN);
+            return false;
+        }
+        if (ret == 0 && s->is_blkdev) {
+            req_align = s->block_size;
+        }
+    }
+    if (s->is_blkdev) {
+        req_align = MAX(req_align, s->block_size);
+    }
+    bs->limits.request_alignment = req_align;
+    bs->limits.mem_alignment = MAX(mem_align, req_align);
+    return true;
+}
+
+static bool file_set_limits(BlockNode *bs, Error **errp)
+{
+    FilePosixState *s = bs->opaque;
+    struct stat st;
+
+    bs->limits = (BlockLimits) {
+        .request_alignment = 1,
+        .mem_alignment = 1,
+        .max_transfer = FILE_MAX_TRANSFER,
+        .max_discard = FILE_MAX_DISCARD,
+        .max_write_zeroes = FILE_MAX_WRITE_ZEROES,
+    };
+    if (s->is_blkdev) {
+        if (!file_blkdev_limits(bs, errp)) {
+            return false;
+        }
+    } else if (fstat(s->fd, &st) == 0 && st.st_blksize > 0) {
+        /* Holes are punched in whole file system blocks. */
+        bs->limits.discard_alignment = st.st_blksize;
+    }
+    if (bs->cache_direct) {
+        return file_dio_limits(bs, errp);
+    }
+    return true;
+}
+
+/* ------------------------------------------------------------------------ */
+/* BlockDriver: open, close, length                                          */
+
+static void file_close(BlockNode *bs)
+{
+    FilePosixState *s = bs->opaque;
+
+    if (s->fd >= 0) {
+        file_unlock(s);
+        close(s->fd);
+        s->fd = -1;
+    }
+    g_clear_pointer(&s->filename, g_free);
+    s->engine = NULL;
+}
+
+static bool file_read_options(BlockNode *bs, Opts *opts, int *aio_index,
+                              FileLocking *locking, Error **errp)
+{
+    FilePosixState *s = bs->opaque;
+    const char *filename;
+    int locking_index;
+    bool drop_cache;
+
+    if (!opts_get_str(opts, "filename", NULL, &filename, errp)) {
+        return false;
+    }
+    if (!filename || !*filename) {
+        error_setg(errp, "Parameter 'filename' is required by driver 'file'");
+        return false;
+    }
+    s->filename = g_strdup(filename);
+    if (!opts_get_enum(opts, "aio", file_aio_names, -1, aio_index, errp) ||
+        !opts_get_enum(opts, "locking", file_locking_names,
+                       FILE_LOCKING_AUTO, &locking_index, errp) ||
+        /* QEMU's drop-cache only matters for incoming migration, which
+         * Spindle does not do: accepted so that its command lines work. */
+        !opts_get_bool(opts, "drop-cache", true, &drop_cache, errp)) {
+        return false;
+    }
+    *locking = locking_index;
+    return true;
+}
+
+static bool file_open(BlockNode *bs, Opts *opts, Error **errp)
+{
+    FilePosixState *s = bs->opaque;
+    FileLocking locking;
+    int aio_index;
+
+    s->fd = -1;
+    if (!file_read_options(bs, opts, &aio_index, &locking, errp) ||
+        !file_open_image(bs, errp) ||
+        !file_check_type(bs, errp) ||
+        !file_lock(bs, locking, errp) ||
+        !file_set_limits(bs, errp) ||
+        !file_engine_choose(bs, aio_index, errp)) {
+        file_close(bs);
+        return false;
+    }
+    SPINDLE_TRACE2(file_open, s->fd, s->ops->name);
+    return true;
+}
+
+static int64_t file_getlength(BlockNode *bs)
+{
+    FilePosixState *s = bs->opaque;
+    struct stat st;
+    uint64_t size;
+
+    if (s->is_blkdev) {
+        if (ioctl(s->fd, BLKGETSIZE64, &size) < 0) {
+            return -errno;
+        }
+        return size > INT64_MAX ? INT64_MAX : (int64_t)size;
+    }
+    if (fstat(s->fd, &st) < 0) {
+        return -errno;
+    }
+    return st.st_size;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Discard and write-zeroes (pool workers)                                   */
+
+static int file_fallocate(int fd, int mode, int64_t offset, int64_t bytes)
+{
+    while (fallocate(fd, mode, offset, bytes) < 0) {
+        if (errno != EINTR) {
+            return -errno;
+        }
+    }
+    return 0;
+}
+
+static int file_blkdev_ioctl_range(int fd, unsigned long cmd, int64_t offset,
+                                   int64_t bytes)
+{
+    uint64_t range[2] = { offset, bytes };
+
+    while (ioctl(fd, cmd, range) < 0) {
+        if (errno != EINTR) {
+            return -errno;
+        }
+    }
+    return 0;
+}
+
+static bool file_errno_is_unsupported(int ret)
+{
+    return ret == -EOPNOTSUPP || ret == -ENOTSUP || ret == -ENOTTY ||
+           ret == -ENOSYS;
+}
+
+static void *file_zero_buffer(void)
+{
+    static gsize once;
+    static void *zeroes;
+
+    if (g_once_init_enter(&once)) {
+        /* Never freed: shared by every node for the life of the process. */
+        if (posix_memalign(&zeroes, FILE_ZERO_BUF_ALIGN, FILE_ZERO_BUF_SIZE)) {
+            g_error("cannot allocate the zero buffer");
+        }
+        memset(zeroes, 0, FILE_ZERO_BUF_SIZE);
+        g_once_init_leave(&once, 1);
+    }
+    return zeroes;
+}
+
+static int file_pwrite_all(int fd, const void *buf, size_t len, int64_t offset)
+{
+    while (len > 0) {
+        ssize_t n = pwrite(fd, buf, len, offset);
+
+        if (n < 0) {
+            if (errno == EINTR) {
+                continue;
+            }
+            return -errno;
+        }
+        if (n == 0) {
+            return -EIO;
+        }
+        buf = (const char *)buf + n;
+        len -= n;
+        offset += n;
+    }
+    return 0;
+}
+
+/* The last resort: write zeroes.  Aligned for O_DIRECT if the request is. */
+static int file_pwrite_zeroes(int fd, int64_t offset, int64_t bytes)
+{
+    const void *zeroes = file_zero_buffer();
+    int ret = 0;
+
+    while (bytes > 0 && ret == 0) {
+        size_t chunk = MIN(bytes, FILE_ZERO_BUF_SIZE);
+
+        ret = file_pwrite_all(fd, zeroes, chunk, offset);
+        offset += chunk;
+        bytes -= chunk;
+    }
+    return ret;
+}
+
+/* Remember a method that turned out unsupported; returns ret. */
+static int file_try_method(_Atomic bool *unsupported, int ret)
+{
+    if (file_errno_is_unsupported(ret)) {
+        atomic_store_explicit(unsupported, true, memory_order_relaxed);
+    }
+    return ret;
+}
+
+static bool file_method_known_unsupported(_Atomic bool *unsupported)
+{
+    return atomic_load_explicit(unsupported, memory_order_relaxed);
+}
+
+static int file_discard_work(void *opaque)
+{
+    FileWork *w = opaque;
+    FilePosixState *s = w->s;
+    int64_t offset = w->req->offset;
+    int64_t end = offset + w->req->bytes;
+    int ret;
+
+    if (s->is_blkdev) {
+        /* BLKDISCARD wants whole logical blocks: discard the ones inside
+         * the range (it is a hint, the edges can stay). */
+        int64_t mask = (int64_t)s->block_size - 1;
+
+        offset = (offset + mask) & ~mask;
+        end &= ~mask;
+        if (end <= offset) {
+            return 0;
+        }
+        ret = file_blkdev_ioctl_range(s->fd, BLKDISCARD, offset, end - offset);
+    } else {
+        ret = file_fallocate(s->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                             offset, end - offset);
+    }
+    /* Discard is a hint: "cannot deallocate here" is not an error. */
+    return file_errno_is_unsupported(ret) ? 0 : ret;
+}
+
+static bool file_blkdev_aligned(FilePosixState *s, int64_t offset,
+                                int64_t bytes)
+{
+    return ((offset | bytes) & (s->block_size - 1)) == 0;
+}
+
+
+/*
+ * Zero by deallocating (punch hole), when the request allows it
+ * (BLOCK_REQ_MAY_UNMAP) and the node does (discard=unmap).  On a block
+ * device this zeroes by deallocating, or fails.  -EOPNOTSUPP when not
+ * allowed or known not to work, so the caller tries the next method.
+ */
+static int file_write_zeroes_by_unmap(FileWork *w)
+{
+    FilePosixState *s = w->s;
+    BlockRequest *req = w->req;
+
+    if (!(req->flags & BLOCK_REQ_MAY_UNMAP) || !w->discard_unmap ||
+        file_method_known_unsupported(&s->no_punch_hole)) {
+        return -EOPNOTSUPP;
+    }
+    return file_try_method(&s->no_punch_hole,
+                           file_fallocate(s->fd, FALLOC_FL_PUNCH_HOLE |
+                                          FALLOC_FL_KEEP_SIZE,
+                                          req->offset, req->bytes));
+}
+
+static int file_write_zeroes_blkdev(FileWork *w)
+{
+    FilePosixState *s = w->s;
+    BlockRequest *req = w->req;
+    int ret;
+
+    /* The kernel's zeroing works on whole logical blocks only; buffered
+     * nodes may ask for less, so they get written zeroes. */
+    if (!file_blkdev_aligned(s, req->offset, req->bytes)) {
+        return file_pwrite_zeroes(s->fd, req->offset, req->bytes);
+    }
+    ret = file_write_zeroes_by_unmap(w);
+    if (!file_errno_is_unsupported(ret)) {
+        return ret;
+    }
+    if (!file_method_known_unsupported(&s->no_blkzeroout)) {
+        ret = file_try_method(&s->no_blkzeroout,
+                              file_blkdev_ioctl_range(s->fd, BLKZEROOUT,
+                                                      req->offset,
+                                                      req->bytes));
+        if (!file_errno_is_unsupported(ret)) {
+            return ret;
+        }
+    }
+    return file_pwrite_zeroes(s->fd, req->offset, req->bytes);
+}
+
+static int file_write_zeroes_regular(FileWork *w)
+{
+    FilePosixState *s = w->s;
+    BlockRequest *req = w->req;
+    int ret;
+
+    ret = file_write_zeroes_by_unmap(w);
+    if (!file_errno_is_unsupported(ret)) {
+        return ret;
+    }
+    if (!file_method_known_unsupported(&s->no_zero_range)) {
+        ret = file_try_method(&s->no_zero_range,
+                              file_fallocate(s->fd, FALLOC_FL_ZERO_RANGE,
+                                             req->offset, req->bytes));
+        if (!file_errno_is_unsupported(ret)) {
+            return ret;
+        }
+    }
+    return file_pwrite_zeroes(s->fd, req->offset, req->bytes);
+}
+
+/* After a successful write-like request: FUA means "on stable storage". */
+static int file_work_fua(FileWork *w, int ret)
+{
+    if (ret < 0 || !(w->req->flags & BLOCK_REQ_FUA) || w->no_flush) {
+        return ret;
+    }
+    while (fdatasync(w->s->fd) < 0) {
+        if (errno != EINTR) {
+            return -errno;
+        }
+    }
+    return 0;
+}
+
+static int file_write_zeroes_work(void *opaque)
+{
+    FileWork *w = opaque;
+    int ret;
+
+    if (w->s->is_blkdev) {
+        ret = file_write_zeroes_blkdev(w);
+    } else {
+        ret = file_write_zeroes_regular(w);
+    }
+    return file_work_fua(w, ret);
+}
+
+/*
+ * A WRITE that ends past the node's length: with O_DIRECT, the generic
+ * layer's read-modify-write of the last, partial block of a file whose
+ * size is not a multiple of the alignment writes the whole block.  Write
+ * it, then cut the file back so that it does not grow.  The generic layer
+ * runs no other write meanwhile (it serialises read-modify-writes).
+ */
+static int file_write_past_eof_work(void *opaque)
+{
+    FileWork *w = opaque;
+    BlockRequest *req = w->req;
+    int64_t offset = req->offset;
+    struct stat st;
+    int ret = 0;
+
+    if (fstat(w->s->fd, &st) < 0) {
+        return -errno;
+    }
+    for (int i = 0; i < req->niov && ret == 0; i++) {
+        ret = file_pwrite_all(w->s->fd, req->iov[i].iov_base,
+                              req->iov[i].iov_len, offset);
+        offset += req->iov[i].iov_len;
+    }
+    if (ret == 0 && offset > MAX(st.st_size, w->length) &&
+        ftruncate(w->s->fd, MAX(st.st_size, w->length)) < 0) {
+        ret = -errno;
+    }
+    return file_work_fua(w, ret);
+}
+
+static void file_work_done(void *opaque, int ret)
+{
+    FileWork *w = opaque;
+    BlockRequest *req = w->req;
+
+    g_free(w);
+    block_request_complete(req, ret);
+}
+
+static void file_submit_work(BlockNode *bs, BlockRequest *req,
+                             ThreadPoolFunc *func)
+{
+    FileWork *w = g_new(FileWork, 1);
+
+    *w = (FileWork) {
+        .s = bs->opaque,
+        .req = req,
+        .length = bs->length,
+        .discard_unmap = bs->discard_unmap,
+        .no_flush = bs->no_flush,
+    };
+    thread_pool_submit(bs->ctx, func, w, file_work_done, w);
+}
+
+/* ------------------------------------------------------------------------ */
+/* BlockDriver: requests and contexts (home thread)                          */
+
+static void file_submit(BlockNode *bs, BlockRequest *req)
+{
+    FilePosixState *s = bs->opaque;
+
+    g_assert(aio_context_in_home_thread(bs->ctx));
+    switch (req->op) {
+    case BLOCK_OP_READ:
+        s->ops->submit(s->engine, s->fd, req);
+        return;
+    case BLOCK_OP_WRITE:
+        if (!s->is_blkdev && req->offset + req->bytes > bs->length) {
+            file_submit_work(bs, req, file_write_past_eof_work);
+        } else {
+            s->ops->submit(s->engine, s->fd, req);
+        }
+        return;
+    case BLOCK_OP_FLUSH:
+        if (bs->no_flush) {
+            block_request_complete_later(req, 0);
+        } else {
+            s->ops->submit(s->engine, s->fd, req);
+        }
+        return;
+    case BLOCK_OP_DISCARD:
+        SPINDLE_TRACE3(file_discard, s->fd, req->offset, req->bytes);
+        if (!bs->discard_unmap) {
+            block_request_complete_later(req, 0);
+        } else {
+            file_submit_work(bs, req, file_discard_work);
+        }
+        return;
+    case BLOCK_OP_WRITE_ZEROES:
+        SPINDLE_TRACE3(file_write_zeroes, s->fd, req->offset, req->bytes);
+        file_submit_work(bs, req, file_write_zeroes_work);
+        return;
+    }
+    block_request_complete_later(req, -EINVAL);
+}
+
+static void file_io_plug(BlockNode *bs)
+{
+    FilePosixState *s = bs->opaque;
+
+    g_assert(aio_context_in_home_thread(bs->ctx));
+    if (s->ops->plug) {
+        s->ops->plug(s->engine);
+    }
+}
+
+static void file_io_unplug(BlockNode *bs)
+{
+    FilePosixState *s = bs->opaque;
+
+    g_assert(aio_context_in_home_thread(bs->ctx));
+    if (s->ops->unplug) {
+        s->ops->unplug(s->engine);
+    }
+}
+
+static void file_detach_aio_context(BlockNode *bs)
+{
+    FilePosixState *s = bs->opaque;
+
+    g_assert(aio_context_in_home_thread(bs->ctx));
+    /* The instance belongs to the old context and stays there. */
+    s->engine = NULL;
+}
+
+static void file_attach_aio_context(BlockNode *bs, AioContext *ctx)
+{
+    FilePosixState *s = bs->opaque;
+    Error *err = NULL;
+
+    g_assert(aio_context_in_home_thread(ctx));
+    s->ops = s->chosen_ops;
+    s->engine = s->ops->get(ctx, &err);
+    if (!s->engine) {
+        /* A move cannot fail here: serve the node with threads. */
+        error_report("node '%s': aio=%s unavailable in its new context (%s);"
+                     " using aio=threads there", bs->node_name, s->ops->name,
+                     error_get_pretty(err));
+        error_free(err);
+        s->ops = &block_engine_threads;
+        s->engine = s->ops->get(ctx, NULL);
+        /* Our invariant: the thread pool engine always exists. */
+        g_assert(s->engine);
+    }
+}
+
+const BlockDriver block_driver_file = {
+    .format_name = "file",
+    .instance_size = sizeof(FilePosixState),
+    .open = file_open,
+    .close = file_close,
+    .getlength = file_getlength,
+    .submit = file_submit,
+    .attach_aio_context = file_attach_aio_context,
+    .detach_aio_context = file_detach_aio_context,
+    .io_plug = file_io_plug,
+    .io_unplug = file_io_unplug,
+};

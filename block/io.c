@@ -1,0 +1,481 @@
+/*
+ * Requests: checks, bounce buffers, serialisation, completion, drain, plug.
+ *
+ * Theory of operation.  block_node_submit() counts the request in flight and
+ * checks it against the node (operation, bounds, read-only, iovec length).
+ * A request that fails the checks, or has nothing to do (zero length, a
+ * discard on a discard=ignore node, a flush on a cache.no-flush node),
+ * completes from a per-context BH, never from inside submit.
+ *
+ * Alignment.  A node whose driver needs aligned offsets, lengths or buffers
+ * (O_DIRECT) still accepts any request: a misaligned READ reads the aligned
+ * range around it into a bounce buffer and copies the requested part out;
+ * a misaligned WRITE reads the aligned range, patches it and writes it back
+ * (read-modify-write).  An RMW must not interleave with another write to
+ * the same blocks, or one of the two would be lost, so on such nodes every
+ * write-like request (WRITE, DISCARD, WRITE_ZEROES) is counted, an RMW
+ * waits until no write is in flight, and writes arriving while an RMW runs
+ * wait until it is done.  Guests issue aligned I/O, so this slow path is
+ * rare; nodes without alignment needs skip all of it.
+ *
+ * Completion.  Drivers and engines call block_request_complete(), which
+ * advances a bounced request to its next phase or undoes the bounce, ends
+ * serialisation, drops the in-flight count and calls the owner.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include "block/block-int.h"
+
+typedef enum BlockBouncePhase {
+    BOUNCE_NONE,
+    BOUNCE_READ,          /* misaligned read: aligned read into the bounce */
+    BOUNCE_RMW_READ,      /* misaligned write, step 1: read the aligned range */
+    BOUNCE_RMW_WRITE,     /* step 2: write the patched aligned range */
+} BlockBouncePhase;
+
+/* ------------------------------------------------------------------------ */
+/* Completing later                                                          */
+
+/* Per context: requests finished at submission, completed from one BH. */
+typedef struct BlockDeferred {
+    QEMUBH *bh;
+    BlockRequest *head, *tail;
+} BlockDeferred;
+
+static const char block_deferred_key;
+
+static void block_deferred_bh(void *opaque)
+{
+    BlockDeferred *d = opaque;
+
+    while (d->head) {
+        BlockRequest *req = d->head;
+        BlockRequestInt *ri = block_req_int(req);
+
+        d->head = ri->next;
+        if (!d->head) {
+            d->tail = NULL;
+        }
+        block_request_complete(req, ri->ret);
+    }
+}
+
+static void block_deferred_free(gpointer p)
+{
+    BlockDeferred *d = p;
+
+    aio_bh_delete(d->bh);
+    g_free(d);
+}
+
+void block_request_complete_later(BlockRequest *req, int ret)
+{
+    BlockRequestInt *ri = block_req_int(req);
+    AioContext *ctx = ri->node->ctx;
+    BlockDeferred *d = aio_context_get_data(ctx, &block_deferred_key);
+
+    if (!d) {
+        d = g_new0(BlockDeferred, 1);
+        d->bh = aio_bh_new(ctx, block_deferred_bh, d);
+        aio_context_set_data(ctx, &block_deferred_key, d, block_deferred_free);
+    }
+    ri->ret = ret;
+    ri->next = NULL;
+    if (d->tail) {
+        block_req_int(d->tail)->next = req;
+    } else {
+        d->head = req;
+    }
+    d->tail = req;
+    aio_bh_schedule(d->bh);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Checks                                                                    */
+
+static bool block_op_writes(BlockOp op)
+{
+    return op == BLOCK_OP_WRITE || op == BLOCK_OP_DISCARD ||
+           op == BLOCK_OP_WRITE_ZEROES;
+}
+
+static bool block_range_valid(const BlockNode *bs, int64_t offset, int64_t bytes)
+{
+    return offset >= 0 && bytes >= 0 && offset <= bs->length &&
+           bytes <= bs->length - offset;
+}
+
+static int64_t block_iov_size(const struct iovec *iov, int niov)
+{
+    int64_t total = 0;
+
+    for (int i = 0; i < niov; i++) {
+        if (iov[i].iov_len > (size_t)(INT64_MAX - total)) {
+            return -1;
+        }
+        total += iov[i].iov_len;
+    }
+    return total;
+}
+
+/*
+ * 1: go ahead; 0: nothing to do, complete with success; -errno: fail.
+ */
+static int block_request_check(BlockNode *bs, BlockRequest *req)
+{
+    switch (req->op) {
+    case BLOCK_OP_READ:
+    case BLOCK_OP_WRITE:
+        if (req->niov < 0 || req->niov > IOV_MAX || (req->niov && !req->iov) ||
+            block_iov_size(req->iov, req->niov) != req->bytes) {
+            return -EINVAL;
+        }
+        break;
+    case BLOCK_OP_FLUSH:
+        return bs->no_flush ? 0 : 1;
+    case BLOCK_OP_DISCARD:
+    case BLOCK_OP_WRITE_ZEROES:
+        break;
+    default:
+        return -EINVAL;
+    }
+    if (block_op_writes(req->op) && bs->read_only) {
+        return -EPERM;
+    }
+    if (!block_range_valid(bs, req->offset, req->bytes)) {
+        return -EINVAL;
+    }
+    if (req->bytes == 0 || (req->op == BLOCK_OP_DISCARD && !bs->discard_unmap)) {
+        return 0;
+    }
+    return 1;
+}
+
+static bool block_node_needs_alignment(const BlockNode *bs)
+{
+    return bs->limits.request_alignment > 1 || bs->limits.mem_alignment > 1;
+}
+
+static bool block_request_misaligned(const BlockNode *bs, const BlockRequest *req)
+{
+    uint64_t ra = bs->limits.request_alignment;
+    uint64_t ma = bs->limits.mem_alignment;
+
+    if (req->op != BLOCK_OP_READ && req->op != BLOCK_OP_WRITE) {
+        return false;
+    }
+    if ((req->offset | req->bytes) & (ra - 1)) {
+        return true;
+    }
+    for (int i = 0; i < req->niov; i++) {
+        if (((uintptr_t)req->iov[i].iov_base | req->iov[i].iov_len) & (ma - 1)) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Bounce buffers                                                            */
+
+static void block_iov_copy_to(struct iovec *iov, int niov, const char *src,
+                              size_t bytes)
+{
+    for (int i = 0; i < niov && bytes; i++) {
+        size_t n = MIN(iov[i].iov_len, bytes);
+
+        memcpy(iov[i].iov_base, src, n);
+        src += n;
+        bytes -= n;
+    }
+}
+
+static void block_iov_copy_from(char *dst, const struct iovec *iov, int niov,
+                                size_t bytes)
+{
+    for (int i = 0; i < niov && bytes; i++) {
+        size_t n = MIN(iov[i].iov_len, bytes);
+
+        memcpy(dst, iov[i].iov_base, n);
+        dst += n;
+        bytes -= n;
+    }
+}
+
+/*
+ * Point req at an aligned bounce buffer covering its range; the first phase
+ * is always a read.  Returns -ENOMEM if the buffer cannot be allocated.
+ */
+static int block_bounce_start(BlockNode *bs, BlockRequest *req)
+{
+    BlockRequestInt *ri = block_req_int(req);
+    uint64_t ra = bs->limits.request_alignment;
+    size_t align = MAX(MAX(bs->limits.mem_alignment, ra), sizeof(void *));
+    int64_t lo = req->offset & ~(int64_t)(ra - 1);
+    int64_t hi = (req->offset + req->bytes + ra - 1) & ~(int64_t)(ra - 1);
+
+    if (posix_memalign(&ri->bounce, align, hi - lo)) {
+        ri->bounce = NULL;
+        return -ENOMEM;
+    }
+    ri->orig_iov = req->iov;
+    ri->orig_niov = req->niov;
+    ri->orig_offset = req->offset;
+    ri->orig_bytes = req->bytes;
+    ri->bounce_iov = (struct iovec) { .iov_base = ri->bounce, .iov_len = hi - lo };
+    ri->bounce_phase = req->op == BLOCK_OP_READ ? BOUNCE_READ : BOUNCE_RMW_READ;
+    req->op = BLOCK_OP_READ;
+    req->iov = &ri->bounce_iov;
+    req->niov = 1;
+    req->offset = lo;
+    req->bytes = hi - lo;
+    return 0;
+}
+
+/* Give the caller its request back as it submitted it. */
+static void block_bounce_end(BlockRequest *req)
+{
+    BlockRequestInt *ri = block_req_int(req);
+
+    if (ri->bounce_phase != BOUNCE_READ) {
+        req->op = BLOCK_OP_WRITE;
+    }
+    req->iov = ri->orig_iov;
+    req->niov = ri->orig_niov;
+    req->offset = ri->orig_offset;
+    req->bytes = ri->orig_bytes;
+    free(ri->bounce);
+    ri->bounce = NULL;
+    ri->bounce_phase = BOUNCE_NONE;
+}
+
+/*
+ * A bounced request's phase finished with ret.  Returns true if the request
+ * continues (the RMW write was submitted), false if it is done.
+ */
+static bool block_bounce_advance(BlockRequest *req, int ret)
+{
+    BlockRequestInt *ri = block_req_int(req);
+    char *buf = ri->bounce;
+    /* From the original offset: a filter below may have moved req->offset. */
+    int64_t ra = ri->node->limits.request_alignment;
+    int64_t lo = ri->orig_offset & ~(ra - 1);
+    int64_t skip = ri->orig_offset - lo;
+
+    switch (ri->bounce_phase) {
+    case BOUNCE_READ:
+        if (ret == 0) {
+            block_iov_copy_to(ri->orig_iov, ri->orig_niov, buf + skip,
+                              ri->orig_bytes);
+        }
+        break;
+    case BOUNCE_RMW_READ:
+        if (ret == 0) {
+            block_iov_copy_from(buf + skip, ri->orig_iov, ri->orig_niov,
+                                ri->orig_bytes);
+            ri->bounce_phase = BOUNCE_RMW_WRITE;
+            req->op = BLOCK_OP_WRITE;
+            req->offset = lo;        /* undo what filters did on the way down */
+            req->iov = &ri->bounce_iov;
+            req->niov = 1;
+            block_driver_submit(ri->node, req);
+            return true;
+        }
+        break;
+    default:
+        break;
+    }
+    block_bounce_end(req);
+    return false;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Serialisation of read-modify-write                                        */
+
+static void block_wait_push(BlockNode *bs, BlockRequest *req)
+{
+    block_req_int(req)->next = NULL;
+    if (bs->wait_tail) {
+        block_req_int(bs->wait_tail)->next = req;
+    } else {
+        bs->wait_head = req;
+    }
+    bs->wait_tail = req;
+}
+
+static BlockRequest *block_wait_pop(BlockNode *bs)
+{
+    BlockRequest *req = bs->wait_head;
+
+    bs->wait_head = block_req_int(req)->next;
+    if (!bs->wait_head) {
+        bs->wait_tail = NULL;
+    }
+    return req;
+}
+
+/* Whether a write-like request (rmw: a misaligned write) may start now. */
+static bool block_write_may_start(BlockNode *bs, bool rmw)
+{
+    if (bs->rmw_active || bs->wait_head) {
+        return false;            /* keep the order of waiting requests */
+    }
+    return !rmw || bs->writes_in_flight == 0;
+}
+
+/* Start a write-like request on a node that serialises; counts it. */
+static void block_write_start(BlockNode *bs, BlockRequest *req, bool rmw)
+{
+    BlockRequestInt *ri = block_req_int(req);
+    int r;
+
+    ri->serialized = true;
+    bs->writes_in_flight++;
+    if (!rmw) {
+        bs->drv->submit(bs, req);
+        return;
+    }
+    r = block_bounce_start(bs, req);
+    if (r < 0) {
+        block_request_complete_later(req, r);   /* still counted as a write */
+        return;
+    }
+    bs->rmw_active = true;
+    bs->drv->submit(bs, req);
+}
+
+/* A serialised write finished: let waiting requests go, in order. */
+static void block_write_done(BlockNode *bs, BlockRequest *req)
+{
+    BlockRequestInt *ri = block_req_int(req);
+
+    ri->serialized = false;
+    bs->writes_in_flight--;
+    /* Only write-like requests wait; start them in order while allowed. */
+    while (bs->wait_head && !bs->rmw_active) {
+        bool rmw = block_request_misaligned(bs, bs->wait_head);
+
+        if (rmw && bs->writes_in_flight > 0) {
+            break;
+        }
+        block_write_start(bs, block_wait_pop(bs), rmw);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Submission and completion                                                 */
+
+/* Route a checked request: serialise and bounce as the node needs. */
+static void block_dispatch(BlockNode *bs, BlockRequest *req)
+{
+    bool misaligned;
+
+    if (!block_node_needs_alignment(bs)) {
+        bs->drv->submit(bs, req);
+        return;
+    }
+    misaligned = block_request_misaligned(bs, req);
+    if (block_op_writes(req->op)) {
+        if (!block_write_may_start(bs, misaligned)) {
+            block_wait_push(bs, req);
+            return;
+        }
+        block_write_start(bs, req, misaligned);
+        return;
+    }
+    if (misaligned) {
+        int r = block_bounce_start(bs, req);
+
+        if (r < 0) {
+            block_request_complete_later(req, r);
+            return;
+        }
+    }
+    bs->drv->submit(bs, req);
+}
+
+void block_node_submit(BlockNode *bs, BlockRequest *req)
+{
+    BlockRequestInt *ri = block_req_int(req);
+    int r;
+
+    g_assert(aio_context_in_home_thread(bs->ctx));
+    memset(ri, 0, offsetof(BlockRequestInt, engine));
+    ri->node = bs;
+    bs->in_flight++;
+
+    r = block_request_check(bs, req);
+    if (r <= 0) {
+        block_request_complete_later(req, r);
+        return;
+    }
+    block_dispatch(bs, req);
+}
+
+void block_request_complete(BlockRequest *req, int ret)
+{
+    BlockRequestInt *ri = block_req_int(req);
+    BlockNode *bs = ri->node;
+    bool was_rmw = ri->bounce_phase == BOUNCE_RMW_READ ||
+                   ri->bounce_phase == BOUNCE_RMW_WRITE;
+
+    g_assert(aio_context_in_home_thread(bs->ctx));
+    if (ri->bounce_phase != BOUNCE_NONE && block_bounce_advance(req, ret)) {
+        return;                  /* the RMW write is under way */
+    }
+    if (was_rmw) {
+        bs->rmw_active = false;
+    }
+    if (ri->serialized) {
+        block_write_done(bs, req);
+    }
+    bs->in_flight--;
+    req->cb(req, ret);
+}
+
+void block_driver_submit(BlockNode *bs, BlockRequest *req)
+{
+    bs->drv->submit(bs, req);
+}
+
+unsigned block_node_in_flight(const BlockNode *bs)
+{
+    return bs->in_flight;
+}
+
+void block_node_drain(BlockNode *bs)
+{
+    g_assert(aio_context_in_home_thread(bs->ctx));
+    while (bs->in_flight > 0) {
+        aio_poll(bs->ctx, true);
+    }
+}
+
+void block_node_io_plug(BlockNode *bs)
+{
+    g_assert(aio_context_in_home_thread(bs->ctx));
+    if (bs->plugged++ > 0) {
+        return;
+    }
+    if (bs->drv->io_plug) {
+        bs->drv->io_plug(bs);
+    } else if (bs->child) {
+        block_node_io_plug(bs->child);
+    }
+}
+
+void block_node_io_unplug(BlockNode *bs)
+{
+    g_assert(aio_context_in_home_thread(bs->ctx));
+    g_assert(bs->plugged > 0);
+    if (--bs->plugged > 0) {
+        return;
+    }
+    if (bs->drv->io_unplug) {
+        bs->drv->io_unplug(bs);
+    } else if (bs->child) {
+        block_node_io_unplug(bs->child);
+    }
+}

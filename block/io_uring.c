@@ -1,0 +1,541 @@
+/*
+ * The "io_uring" I/O engine: one ring per AioContext, completions reaped
+ * from the CQ in user space.
+ *
+ * Theory of operation.
+ *
+ * One UringEngine per AioContext (kept in the context's data under
+ * &block_engine_io_uring and destroyed with it): a ring made by
+ * io_uring_queue_init() with no setup flags, an eventfd registered with
+ * io_uring_register_eventfd() (the kernel signals it for every CQE), a
+ * queue of requests not yet in the SQ, a submit bottom half and a retry
+ * timer.  No SQPOLL (a kernel thread per ring spinning for us), and none of
+ * COOP_TASKRUN / DEFER_TASKRUN: with those, some completions are posted
+ * only when we next enter the kernel, which a poll callback that reads the
+ * CQ tail in memory would never see.
+ *
+ * Submission works exactly like the native engine's: submit() queues the
+ * request; the queue becomes SQEs and one io_uring_submit() at the end of
+ * the loop turn (the submit BH, scheduled by the first queued request), at
+ * once when aio-max-batch requests are queued (0: 32), or at the last
+ * unplug; the BH does nothing while plugged.  A full SQ is submitted and
+ * filled again.  We never have more requests in the kernel than the CQ has
+ * entries, so the CQ cannot overflow (an overflowed CQE would only be
+ * visible after a system call, not to the poll callback); the rest waits in
+ * the queue for completions.  If io_uring_submit() fails (-EAGAIN, -EBUSY:
+ * the kernel is short of resources) or consumes nothing, the SQEs stay in
+ * the SQ and the engine is "blocked" until a completion arrives (or, with
+ * nothing in the kernel, until the retry timer fires).  An SQE the kernel
+ * rejects gets an error CQE like any failed request.
+ *
+ * Completions.  The poll callback is io_uring_cq_ready(): an acquire load
+ * of the CQ tail and a load of our own head, no system call.  The reap
+ * path takes one CQE at a time (io_uring_peek_cqe(), copy, then
+ * io_uring_cqe_seen(), which publishes the new head with a release store)
+ * before it completes the request, so a callback that runs a nested
+ * aio_poll() cannot see the same CQE twice.  CQEs reaped from io_poll_ready
+ * count in completions_polled, those from io_read (eventfd) do not.  The
+ * polled path leaves the eventfd set, which costs one spurious wakeup later
+ * instead of a system call now.
+ *
+ * Per request (user_data = the request): res < 0 completes with that
+ * -errno, except -EAGAIN (and -EINTR), which resubmits the same request (at
+ * most ENGINE_MAX_EAGAIN_RETRIES times in a row).  A short transfer
+ * resubmits the rest (engine.uring.done counts the bytes transferred so
+ * far; the rest is described without allocating, engine_chunk_at()); a
+ * read that returns 0 hit the end of the file and zero-fills the rest.
+ * FLUSH is IORING_OP_FSYNC with IORING_FSYNC_DATASYNC.  A FUA write
+ * carries RWF_DSYNC.
+ *
+ * Threads: everything runs in the context's home thread; the counters are
+ * single-writer atomics that any thread may read.
+ */
+#include "config-host.h"
+#include <errno.h>
+#include <stddef.h>
+#include <liburing.h>
+#include "aio-engine-int.h"
+#include "util/clock.h"
+#include "util/event-notifier.h"
+#include "util/trace.h"
+
+/* SQ entries; the CQ gets twice as many. */
+#define URING_ENTRIES 256
+
+/* io_uring_prep_read() takes a 32-bit length: cap one chunk (the rest goes
+ * as a short transfer would). */
+#define URING_MAX_CHUNK (1u << 30)
+
+typedef struct UringEngine {
+    AioContext *ctx;
+    struct io_uring ring;
+    EventNotifier notifier;      /* signalled by the kernel per CQE */
+    QEMUBH *submit_bh;
+    AioTimer retry_timer;
+    EngineQueue queue;           /* requests not yet in the SQ */
+    unsigned plugged;
+    unsigned in_flight;          /* SQEs prepared, CQEs not yet reaped */
+    unsigned max_in_flight;      /* CQ entries */
+    bool blocked;                /* submission refused: wait for a CQE */
+    EngineCounters stats;
+} UringEngine;
+
+/*
+ * Per-request state, in the request's private area: bytes done so far and
+ * the fd, to resubmit a short transfer or an -EAGAIN long after submit()
+ * returned.
+ */
+typedef __typeof__(((BlockRequestInt *)0)->engine.uring) UringReqState;
+
+static void uring_submit_queue(UringEngine *e);
+
+static UringEngine *uring_engine(BlockEngine *be)
+{
+    return (UringEngine *)be;
+}
+
+static UringReqState *uring_req(BlockRequest *req)
+{
+    return (UringReqState *)&block_req_int(req)->engine.uring;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Preparing SQEs                                                            */
+
+static void uring_prep_rw(struct io_uring_sqe *sqe, BlockRequest *req)
+{
+    UringReqState *s = uring_req(req);
+    bool is_write = req->op == BLOCK_OP_WRITE;
+    uint64_t offset = req->offset + s->done;
+    EngineChunk chunk;
+
+    engine_chunk_at(req, s->done, &chunk);
+    if (chunk.niov && is_write) {
+        io_uring_prep_writev(sqe, s->fd, chunk.iov, chunk.niov, offset);
+    } else if (chunk.niov) {
+        io_uring_prep_readv(sqe, s->fd, chunk.iov, chunk.niov, offset);
+    } else if (is_write) {
+        io_uring_prep_write(sqe, s->fd, chunk.buf,
+                            MIN(chunk.len, URING_MAX_CHUNK), offset);
+    } else {
+        io_uring_prep_read(sqe, s->fd, chunk.buf,
+                           MIN(chunk.len, URING_MAX_CHUNK), offset);
+    }
+    if (engine_write_fua(req)) {
+        sqe->rw_flags = RWF_DSYNC;
+    }
+}
+
+static void uring_prep(struct io_uring_sqe *sqe, BlockRequest *req)
+{
+    if (req->op == BLOCK_OP_FLUSH) {
+        io_uring_prep_fsync(sqe, uring_req(req)->fd, IORING_FSYNC_DATASYNC);
+    } else {
+        uring_prep_rw(sqe, req);
+    }
+    io_uring_sqe_set_data(sqe, req);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Finishing requests                                                        */
+
+static void uring_finish(UringEngine *e, BlockRequest *req, int ret,
+                         bool polled)
+{
+    engine_stat_add(&e->stats.completions, 1);
+    if (polled) {
+        engine_stat_add(&e->stats.completions_polled, 1);
+    }
+    SPINDLE_TRACE2(uring_complete, req, ret);
+    block_request_complete(req, ret);
+}
+
+/* A request that ends before reaching the kernel: complete it from a BH,
+ * since we are inside submit(). */
+static void uring_complete_later(UringEngine *e, BlockRequest *req, int ret)
+{
+    engine_stat_add(&e->stats.completions, 1);
+    SPINDLE_TRACE2(uring_complete, req, ret);
+    block_request_complete_later(req, ret);
+}
+
+/* Queue req (again) and make sure the queue will be submitted. */
+static void uring_enqueue(UringEngine *e, BlockRequest *req)
+{
+    engine_queue_push(&e->queue, req);
+    if (e->queue.len >= engine_max_batch(e->ctx)) {
+        uring_submit_queue(e);          /* full batch: plugged or not */
+    } else if (!e->plugged) {
+        aio_bh_schedule(e->submit_bh);  /* end of this turn */
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Submission                                                                */
+
+/* Requests the kernel holds (prepared SQEs it has consumed). */
+static unsigned uring_in_kernel(UringEngine *e)
+{
+    return e->in_flight - io_uring_sq_ready(&e->ring);
+}
+
+/* Turn up to max queued requests into SQEs, as far as the SQ and the CQ
+ * have room. */
+static void uring_fill_sq(UringEngine *e, unsigned max)
+{
+    for (unsigned n = 0; n < max && e->queue.len > 0 &&
+                         e->in_flight < e->max_in_flight; n++) {
+        struct io_uring_sqe *sqe = io_uring_get_sqe(&e->ring);
+
+        if (!sqe) {
+            return;                     /* SQ full: submit first */
+        }
+        uring_prep(sqe, engine_queue_pop(&e->queue));
+        e->in_flight++;
+    }
+}
+
+/* The kernel took nothing: wait for a completion (or the timer). */
+static void uring_refused(UringEngine *e, unsigned n)
+{
+    e->blocked = true;
+    engine_stat_add(&e->stats.resubmits, n);
+    if (uring_in_kernel(e) == 0) {
+        /* No completion will come to unblock us: try again a bit later. */
+        aio_timer_mod(&e->retry_timer,
+                      clock_now_ns() + ENGINE_RETRY_DELAY_NS);
+    }
+}
+
+/* One io_uring_submit() of the prepared SQEs. */
+static void uring_submit_sq(UringEngine *e)
+{
+    unsigned n = io_uring_sq_ready(&e->ring);
+    int r;
+
+    do {
+        r = io_uring_submit(&e->ring);
+        engine_stat_add(&e->stats.submissions, 1);
+    } while (r == -EINTR);
+    SPINDLE_TRACE3(uring_submit, e, n, r);
+    if (r > 0) {
+        engine_stat_add(&e->stats.requests, r);
+    } else {
+        uring_refused(e, n);
+    }
+}
+
+/* Submit the whole queue, as far as the kernel and the CQ allow. */
+static void uring_submit_queue(UringEngine *e)
+{
+    unsigned max = engine_max_batch(e->ctx);
+
+    while (!e->blocked) {
+        uring_fill_sq(e, max);
+        if (io_uring_sq_ready(&e->ring) == 0) {
+            return;     /* all submitted, or the CQ is full: wait for CQEs */
+        }
+        uring_submit_sq(e);
+    }
+}
+
+static void uring_submit_bh(void *opaque)
+{
+    UringEngine *e = opaque;
+
+    if (!e->plugged) {
+        uring_submit_queue(e);
+    }
+}
+
+static void uring_retry_timer_cb(void *opaque)
+{
+    UringEngine *e = opaque;
+
+    e->blocked = false;
+    if (!e->plugged) {
+        uring_submit_queue(e);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Completion                                                                */
+
+/* The kernel asked us to try req again. */
+static void uring_retry(UringEngine *e, BlockRequest *req, int res,
+                        bool polled)
+{
+    if (++block_req_int(req)->retries > ENGINE_MAX_EAGAIN_RETRIES) {
+        uring_finish(e, req, res, polled);
+        return;
+    }
+    engine_stat_add(&e->stats.resubmits, 1);
+    uring_enqueue(e, req);
+}
+
+/* A READ/WRITE transferred res >= 0 more bytes. */
+static void uring_rw_progress(UringEngine *e, BlockRequest *req, int res,
+                              bool polled)
+{
+    UringReqState *s = uring_req(req);
+
+    s->done += res;
+    if (s->done >= req->bytes) {
+        uring_finish(e, req, 0, polled);
+    } else if (res == 0 && req->op == BLOCK_OP_READ) {
+        engine_zero_from(req, s->done);          /* end of file */
+        uring_finish(e, req, 0, polled);
+    } else if (res == 0) {
+        uring_finish(e, req, -EIO, polled);      /* a write that stalled */
+    } else {
+        block_req_int(req)->retries = 0;         /* progress was made */
+        engine_stat_add(&e->stats.resubmits, 1); /* short: do the rest */
+        uring_enqueue(e, req);
+    }
+}
+
+static void uring_complete_cqe(UringEngine *e, BlockRequest *req, int res,
+                               bool polled)
+{
+    e->in_flight--;
+    if (res == -EAGAIN || res == -EINTR) {
+        uring_retry(e, req, res, polled);
+    } else if (req->op == BLOCK_OP_FLUSH || res < 0) {
+        uring_finish(e, req, MIN(res, 0), polled);
+    } else {
+        uring_rw_progress(e, req, res, polled);
+    }
+}
+
+/* Reap every CQE in the ring.  Returns how many. */
+static unsigned uring_reap(UringEngine *e, bool polled)
+{
+    struct io_uring_cqe *cqe;
+    unsigned n = 0;
+
+    /* io_uring_cq_ready(): acquire load of the CQ tail, pairing with the
+     * kernel's release store of the tail after it wrote the CQE; so the
+     * peek below reads the CQE in memory, without a system call. */
+    while (io_uring_cq_ready(&e->ring) > 0 &&
+           io_uring_peek_cqe(&e->ring, &cqe) == 0) {
+        BlockRequest *req = io_uring_cqe_get_data(cqe);
+        int res = cqe->res;
+
+        /* Release store of the new CQ head (in liburing): our reads of the
+         * CQE happen before the kernel may reuse the slot. */
+        io_uring_cqe_seen(&e->ring, cqe);
+        uring_complete_cqe(e, req, res, polled);
+        n++;
+    }
+    return n;
+}
+
+static void uring_process_completions(UringEngine *e, bool polled)
+{
+    if (uring_reap(e, polled) == 0) {
+        return;
+    }
+    if (e->blocked) {
+        e->blocked = false;
+        aio_timer_del(&e->retry_timer);
+    }
+    /* Room in the CQ again: submit what waited, at the end of the turn
+     * together with whatever the callbacks just submitted. */
+    if ((e->queue.len || io_uring_sq_ready(&e->ring)) && !e->plugged) {
+        aio_bh_schedule(e->submit_bh);
+    }
+}
+
+/* io_read: the eventfd woke the loop. */
+static void uring_read_cb(EventNotifier *n)
+{
+    UringEngine *e = container_of(n, UringEngine, notifier);
+
+    g_assert(aio_context_in_home_thread(e->ctx));
+    /* Clear before reaping: a CQE that lands after this sets it again. */
+    event_notifier_test_and_clear(n);
+    uring_process_completions(e, false);
+}
+
+/* io_poll: a memory read of the CQ tail, no system call. */
+static bool uring_poll_cb(EventNotifier *n)
+{
+    UringEngine *e = container_of(n, UringEngine, notifier);
+
+    return io_uring_cq_ready(&e->ring) > 0;
+}
+
+/* io_poll_ready: uring_poll_cb() saw CQEs while the window was open. */
+static void uring_poll_ready_cb(EventNotifier *n)
+{
+    UringEngine *e = container_of(n, UringEngine, notifier);
+
+    g_assert(aio_context_in_home_thread(e->ctx));
+    uring_process_completions(e, true);
+}
+
+/* ------------------------------------------------------------------------ */
+/* BlockEngineOps                                                            */
+
+static void uring_submit(BlockEngine *be, int fd, BlockRequest *req)
+{
+    UringEngine *e = uring_engine(be);
+    UringReqState *s = uring_req(req);
+
+    g_assert(aio_context_in_home_thread(e->ctx));
+    if (req->op != BLOCK_OP_READ && req->op != BLOCK_OP_WRITE &&
+        req->op != BLOCK_OP_FLUSH) {
+        uring_complete_later(e, req, -ENOTSUP);
+        return;
+    }
+    if (req->op != BLOCK_OP_FLUSH && req->bytes == 0) {
+        uring_complete_later(e, req, 0);   /* nothing to transfer */
+        return;
+    }
+    s->done = 0;
+    s->fd = fd;
+    block_req_int(req)->retries = 0;
+    SPINDLE_TRACE2(uring_queue, req, fd);
+    uring_enqueue(e, req);
+}
+
+static void uring_plug(BlockEngine *be)
+{
+    UringEngine *e = uring_engine(be);
+
+    g_assert(aio_context_in_home_thread(e->ctx));
+    e->plugged++;
+}
+
+static void uring_unplug(BlockEngine *be)
+{
+    UringEngine *e = uring_engine(be);
+
+    g_assert(aio_context_in_home_thread(e->ctx));
+    g_assert(e->plugged > 0);
+    if (--e->plugged == 0) {
+        uring_submit_queue(e);
+    }
+}
+
+static void uring_get_stats(BlockEngine *be, BlockEngineStats *out)
+{
+    engine_counters_read(&uring_engine(be)->stats, out);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Lifecycle                                                                 */
+
+static const char *uring_init_hint(int err)
+{
+    switch (err) {
+    case EPERM:
+        return " (disabled by the sysctl kernel.io_uring_disabled or by a "
+               "seccomp policy)";
+    case ENOSYS:
+        return " (this kernel was built without io_uring)";
+    case ENOMEM:
+        return " (not enough lockable memory: raise RLIMIT_MEMLOCK)";
+    default:
+        return "";
+    }
+}
+
+static bool uring_setup_ring(UringEngine *e, Error **errp)
+{
+    int r = io_uring_queue_init(URING_ENTRIES, &e->ring, 0);
+
+    if (r < 0) {
+        error_setg(errp, "io_uring is unavailable: io_uring_queue_init "
+                   "failed: %s%s; use aio=native or aio=threads",
+                   g_strerror(-r), uring_init_hint(-r));
+        return false;
+    }
+    r = io_uring_register_eventfd(&e->ring,
+                                  event_notifier_get_fd(&e->notifier));
+    if (r < 0) {
+        io_uring_queue_exit(&e->ring);
+        error_setg_errno(errp, -r, "io_uring is unavailable: cannot "
+                         "register the completion eventfd");
+        return false;
+    }
+    e->max_in_flight = e->ring.cq.ring_entries;
+    return true;
+}
+
+static void uring_register_handler(UringEngine *e)
+{
+    AioContext *ctx = e->ctx;
+
+    aio_set_event_notifier(ctx, &e->notifier, uring_read_cb, uring_poll_cb,
+                           uring_poll_ready_cb);
+    /* Nothing to suppress while polling: the kernel signals the eventfd
+     * anyway, and the poll callback finds the CQEs first. */
+    aio_set_event_notifier_poll(ctx, &e->notifier, NULL, NULL);
+    aio_set_fd_handler_name(ctx, event_notifier_get_fd(&e->notifier),
+                            "io_uring");
+}
+
+static UringEngine *uring_engine_new(AioContext *ctx, Error **errp)
+{
+    UringEngine *e = g_new0(UringEngine, 1);
+    int r;
+
+    e->ctx = ctx;
+    r = event_notifier_init(&e->notifier, false);
+    if (r < 0) {
+        error_setg_errno(errp, -r, "io_uring: cannot create an eventfd");
+        g_free(e);
+        return NULL;
+    }
+    if (!uring_setup_ring(e, errp)) {
+        event_notifier_cleanup(&e->notifier);
+        g_free(e);
+        return NULL;
+    }
+    e->submit_bh = aio_bh_new(ctx, uring_submit_bh, e);
+    aio_timer_init(ctx, &e->retry_timer, uring_retry_timer_cb, e);
+    uring_register_handler(e);
+    return e;
+}
+
+/* Context data destructor (the context is being destroyed).  Its owners
+ * have drained their requests. */
+static void uring_destroy(void *opaque)
+{
+    UringEngine *e = opaque;
+
+    g_assert(aio_context_in_home_thread(e->ctx));
+    g_assert(e->queue.len == 0 && e->in_flight == 0);
+    aio_set_event_notifier(e->ctx, &e->notifier, NULL, NULL, NULL);
+    aio_timer_del(&e->retry_timer);
+    aio_bh_delete(e->submit_bh);
+    io_uring_queue_exit(&e->ring);
+    event_notifier_cleanup(&e->notifier);
+    g_free(e);
+}
+
+static BlockEngine *uring_get(AioContext *ctx, Error **errp)
+{
+    UringEngine *e;
+
+    g_assert(aio_context_in_home_thread(ctx));
+    e = aio_context_get_data(ctx, &block_engine_io_uring);
+    if (!e) {
+        e = uring_engine_new(ctx, errp);
+        if (!e) {
+            return NULL;
+        }
+        aio_context_set_data(ctx, &block_engine_io_uring, e, uring_destroy);
+    }
+    return (BlockEngine *)e;
+}
+
+const BlockEngineOps block_engine_io_uring = {
+    .name = "io_uring",
+    .get = uring_get,
+    .submit = uring_submit,
+    .plug = uring_plug,
+    .unplug = uring_unplug,
+    .get_stats = uring_get_stats,
+};

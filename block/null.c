@@ -1,0 +1,268 @@
+/*
+ * null-co and null-aio: block drivers with no storage behind them.
+ *
+ * Theory of operation.  A null node has a length (option `size`) and
+ * nothing else: writes, flushes, discards and write-zeroes succeed and are
+ * forgotten; reads succeed and either leave the caller's buffer as it was
+ * (the default, so that a benchmark measures the block layer rather than
+ * memset) or fill it with zeroes (`read-zeroes=on`).  Its purpose is to
+ * measure and test everything above the storage: the generic block layer,
+ * the devices, the event loop and its poll window.
+ *
+ * A request never completes inside submit (the block layer's contract), so
+ * every request goes onto the node's queue: a singly linked FIFO threaded
+ * through block_req_int(req)->next, owned by the node's home thread.  What
+ * drains the queue depends on `latency-ns`:
+ *
+ *   - 0: one bottom half per node.  Submitting schedules it (scheduling a
+ *     pending BH is free), so all the requests submitted in one loop turn
+ *     complete together in the BH's next run.
+ *   - > 0: one AioTimer per node.  Every request is due latency-ns after
+ *     it reached the driver; the deadline is kept in the request itself
+ *     (block_req_int(req)->submit_ns, which the generic layer leaves to
+ *     the driver).  The latency is the same for every request, so FIFO
+ *     order is deadline order: the timer is armed at the deadline of the
+ *     queue's head, and when it fires it completes every request that is
+ *     due and re-arms for the new head.
+ *
+ * Both callbacks complete at most what was due when they started: a
+ * completion callback that submits again gets a later run, so a closed
+ * loop cannot keep us in one callback.  A completion callback may also run
+ * a nested event loop (block_node_drain(), for instance): before calling
+ * out, the BH or timer is already set up for the requests still queued, so
+ * the nested loop can complete them.
+ *
+ * Per-context state (the BH and the timer) is made by attach_aio_context
+ * and destroyed by detach_aio_context, both in the context's home thread;
+ * the node is idle then, so nothing is queued and nothing pending moves
+ * with it.  open only reads options; close has nothing to free.
+ *
+ * null-aio is the same implementation under another name.  (In QEMU the
+ * two differ in how they complete: null-co in a coroutine, null-aio
+ * through a BH; Spindle has no coroutines, so both complete through the BH
+ * or the timer described above.)
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <string.h>
+#include "block/block-int.h"
+#include "util/clock.h"
+#include "util/cutils.h"
+
+#define NULL_DEFAULT_SIZE (1ULL << 30)
+
+typedef struct NullState {
+    int64_t length;
+    bool read_zeroes;
+    int64_t latency_ns;
+
+    /* The queue of submitted requests (home thread). */
+    BlockRequest *head;
+    BlockRequest *tail;
+    unsigned queued;
+
+    QEMUBH *bh;                  /* latency_ns == 0 */
+    AioTimer timer;              /* latency_ns > 0 */
+} NullState;
+
+static void null_queue_push(NullState *s, BlockRequest *req)
+{
+    block_req_int(req)->next = NULL;
+    if (s->tail) {
+        block_req_int(s->tail)->next = req;
+    } else {
+        s->head = req;
+    }
+    s->tail = req;
+    s->queued++;
+}
+
+static BlockRequest *null_queue_pop(NullState *s)
+{
+    BlockRequest *req = s->head;
+
+    if (req) {
+        s->head = block_req_int(req)->next;
+        if (!s->head) {
+            s->tail = NULL;
+        }
+        block_req_int(req)->next = NULL;
+        s->queued--;
+    }
+    return req;
+}
+
+/* The deadline stored by null_submit() (latency > 0 only). */
+static int64_t null_deadline(BlockRequest *req)
+{
+    return block_req_int(req)->submit_ns;
+}
+
+static void null_zero_iov(BlockRequest *req)
+{
+    for (int i = 0; i < req->niov; i++) {
+        if (req->iov[i].iov_len) {      /* iov_base may be NULL then */
+            memset(req->iov[i].iov_base, 0, req->iov[i].iov_len);
+        }
+    }
+}
+
+static void null_complete(NullState *s, BlockRequest *req)
+{
+    if (req->op == BLOCK_OP_READ && s->read_zeroes) {
+        null_zero_iov(req);
+    }
+    block_request_complete(req, 0);
+}
+
+/* Latency 0: complete everything queued when the BH started. */
+static void null_bh_cb(void *opaque)
+{
+    NullState *s = opaque;
+    unsigned n = s->queued;
+    bool rescheduled = n > 1;
+    BlockRequest *req;
+
+    if (rescheduled) {
+        /* Pending while the callbacks run, in case one of them runs a
+         * nested event loop that waits for the rest; cancelled below if we
+         * complete them all ourselves. */
+        aio_bh_schedule(s->bh);
+    }
+    /* A nested loop may complete some of ours: pop, don't walk a list. */
+    while (n-- > 0 && (req = null_queue_pop(s)) != NULL) {
+        null_complete(s, req);
+    }
+    if (rescheduled && !s->head) {
+        aio_bh_cancel(s->bh);
+    }
+}
+
+/* Arm the timer for the queue's head, or disarm it if the queue is empty. */
+static void null_timer_update(NullState *s)
+{
+    if (s->head) {
+        aio_timer_mod(&s->timer, null_deadline(s->head));
+    } else {
+        aio_timer_del(&s->timer);
+    }
+}
+
+/* Latency > 0: complete every request that is due. */
+static void null_timer_cb(void *opaque)
+{
+    NullState *s = opaque;
+    int64_t now = clock_now_ns();
+
+    /* Armed for the rest before calling out (see the top of the file). */
+    null_timer_update(s);
+    while (s->head && null_deadline(s->head) <= now) {
+        null_complete(s, null_queue_pop(s));
+    }
+    null_timer_update(s);
+}
+
+static void null_submit(BlockNode *bs, BlockRequest *req)
+{
+    NullState *s = bs->opaque;
+
+    if (s->latency_ns > 0) {
+        block_req_int(req)->submit_ns = add_sat_int64(clock_now_ns(),
+                                                      s->latency_ns);
+    }
+    null_queue_push(s, req);
+    if (s->latency_ns == 0) {
+        aio_bh_schedule(s->bh);
+    } else if (!aio_timer_pending(&s->timer)) {
+        /* Not armed: the queue was empty, or we are inside the timer
+         * callback, which re-arms when it is done; arming now is right in
+         * both cases. */
+        null_timer_update(s);
+    }
+}
+
+/* Set up the BH (latency 0) and the timer in ctx.  ctx's home thread. */
+static void null_attach_aio_context(BlockNode *bs, AioContext *ctx)
+{
+    NullState *s = bs->opaque;
+
+    g_assert(!s->head);
+    /* Initialised even when unused: the pending checks read it. */
+    aio_timer_init(ctx, &s->timer, null_timer_cb, s);
+    if (s->latency_ns == 0) {
+        s->bh = aio_bh_new(ctx, null_bh_cb, s);
+    }
+}
+
+/* The old context's home thread, node idle. */
+static void null_detach_aio_context(BlockNode *bs)
+{
+    NullState *s = bs->opaque;
+
+    /* Idle: nothing queued, so the BH is not scheduled and the timer is
+     * not armed. */
+    g_assert(!s->head);
+    g_assert(!aio_timer_pending(&s->timer));
+    aio_bh_delete(s->bh);
+    s->bh = NULL;
+}
+
+static bool null_open(BlockNode *bs, Opts *opts, Error **errp)
+{
+    NullState *s = bs->opaque;
+    uint64_t size;
+
+    if (!opts_get_size(opts, "size", NULL_DEFAULT_SIZE, &size, errp) ||
+        !opts_get_bool(opts, "read-zeroes", false, &s->read_zeroes, errp) ||
+        !opts_get_int(opts, "latency-ns", 0, INT64_MAX, 0, &s->latency_ns,
+                      errp)) {
+        return false;
+    }
+    if (size > INT64_MAX) {
+        error_setg(errp, "Parameter 'size' must be at most %" PRId64
+                   " bytes", INT64_MAX);
+        return false;
+    }
+    s->length = size;
+
+    bs->limits = (BlockLimits) {
+        .request_alignment = 1,
+        .mem_alignment = 1,
+    };
+    return true;
+}
+
+static void null_close(BlockNode *bs)
+{
+    /* Nothing: the BH and timer went with detach_aio_context. */
+}
+
+static int64_t null_getlength(BlockNode *bs)
+{
+    NullState *s = bs->opaque;
+
+    return s->length;
+}
+
+const BlockDriver block_driver_null_co = {
+    .format_name = "null-co",
+    .instance_size = sizeof(NullState),
+    .open = null_open,
+    .close = null_close,
+    .getlength = null_getlength,
+    .submit = null_submit,
+    .attach_aio_context = null_attach_aio_context,
+    .detach_aio_context = null_detach_aio_context,
+};
+
+/* The same driver under QEMU's other name (see the top of the file). */
+const BlockDriver block_driver_null_aio = {
+    .format_name = "null-aio",
+    .instance_size = sizeof(NullState),
+    .open = null_open,
+    .close = null_close,
+    .getlength = null_getlength,
+    .submit = null_submit,
+    .attach_aio_context = null_attach_aio_context,
+    .detach_aio_context = null_detach_aio_context,
+};

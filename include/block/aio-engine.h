@@ -1,0 +1,54 @@
+/*
+ * I/O engines of the file driver: Linux AIO ("native"), io_uring and the
+ * thread pool ("threads").  One engine instance per AioContext, created on
+ * first use and shared by every file node in that context.
+ *
+ * The native and io_uring engines register their completion eventfd in the
+ * context with a poll callback that reads the kernel's completion ring in
+ * memory (aio_ring head/tail; io_uring CQ head/tail), so an open poll
+ * window sees completions without a system call.
+ *
+ * All functions run in the context's home thread.
+ */
+#ifndef SPINDLE_BLOCK_AIO_ENGINE_H
+#define SPINDLE_BLOCK_AIO_ENGINE_H
+
+#include "block/block-int.h"
+
+typedef struct BlockEngine BlockEngine;
+
+/* Counters of one engine instance (home thread writes, anyone reads). */
+typedef struct BlockEngineStats {
+    uint64_t submissions;        /* io_submit / io_uring_enter calls */
+    uint64_t requests;           /* requests submitted */
+    uint64_t completions;        /* requests completed */
+    uint64_t completions_polled; /* of those, reaped by the poll callback */
+    uint64_t resubmits;          /* -EAGAIN, short transfers */
+} BlockEngineStats;
+
+typedef struct BlockEngineOps {
+    const char *name;            /* "native", "io_uring", "threads" */
+    /* The context's instance, created on first use; NULL + errp if the
+     * host cannot provide it (no io_uring, no AIO slots). */
+    BlockEngine *(*get)(AioContext *ctx, Error **errp);
+    /* Start a READ, WRITE or FLUSH of fd; complete with
+     * block_request_complete(). */
+    void (*submit)(BlockEngine *e, int fd, BlockRequest *req);
+    void (*plug)(BlockEngine *e);
+    void (*unplug)(BlockEngine *e);
+    void (*get_stats)(BlockEngine *e, BlockEngineStats *out);
+} BlockEngineOps;
+
+extern const BlockEngineOps block_engine_native;
+extern const BlockEngineOps block_engine_io_uring;
+extern const BlockEngineOps block_engine_threads;
+
+/* The engine called name ("native", "io_uring", "threads"), or NULL if
+ * unknown or not built in. */
+const BlockEngineOps *block_engine_find(const char *name);
+
+/* Statistics of ctx's instance of engine ops; false if there is none. */
+bool block_engine_get_stats(const BlockEngineOps *ops, AioContext *ctx,
+                            BlockEngineStats *out);
+
+#endif

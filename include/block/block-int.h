@@ -1,0 +1,170 @@
+/*
+ * Block layer internals: the driver interface and the private part of a
+ * request.  Included only by the files in block/.
+ */
+#ifndef SPINDLE_BLOCK_BLOCK_INT_H
+#define SPINDLE_BLOCK_BLOCK_INT_H
+
+#include "config-host.h"
+#ifdef CONFIG_LIBAIO
+#include <libaio.h>
+#endif
+#include "block/block.h"
+
+typedef struct BlockDriver BlockDriver;
+
+/*
+ * What the block layer keeps in each request (BlockRequest.priv).  The
+ * engines' per-request state is a union: a request is in at most one engine
+ * at a time.
+ */
+typedef struct BlockRequestInt {
+    BlockNode *node;             /* the node it was submitted to */
+    BlockRequest *next;          /* an engine's or driver's queue */
+    int64_t submit_ns;           /* free for the driver (null: deadline) */
+    int retries;                 /* -EAGAIN resubmissions */
+    int ret;                     /* block_request_complete_later() */
+    uint8_t bounce_phase;        /* io.c: BlockBouncePhase */
+    bool serialized;             /* io.c: counted as a write on its node */
+
+    /* Bounce buffer for unaligned requests on O_DIRECT nodes. */
+    void *bounce;
+    struct iovec bounce_iov;
+    struct iovec *orig_iov;
+    int orig_niov;
+    int64_t orig_offset;
+    int64_t orig_bytes;
+
+    union {
+#ifdef CONFIG_LIBAIO
+        struct iocb iocb;        /* Linux AIO */
+#endif
+        struct {
+            int64_t done;        /* io_uring: bytes transferred so far */
+            int fd;              /* to resubmit after a short transfer */
+        } uring;
+        struct {
+            void *engine;        /* threads: the engine instance */
+            int fd;
+            int rw_flags;        /* RWF_DSYNC for a FUA write */
+        } threads;
+    } engine;
+} BlockRequestInt;
+
+G_STATIC_ASSERT(sizeof(BlockRequestInt) <= sizeof(BlockRequestPriv));
+
+static inline BlockRequestInt *block_req_int(BlockRequest *req)
+{
+    return (BlockRequestInt *)req->priv.space;
+}
+
+struct BlockNode {
+    char *node_name;
+    const BlockDriver *drv;
+    void *opaque;                /* driver state, drv->instance_size bytes */
+    int refcnt;
+    AioContext *ctx;
+    bool read_only;
+    bool cache_direct;
+    bool no_flush;
+    bool discard_unmap;          /* discard=unmap (else ignore) */
+    bool auto_name;
+    BlockLimits limits;
+    BlockNode *child;            /* filters and formats: the node below */
+    int64_t length;              /* cached at open; see getlength() */
+
+    /* Home thread only. */
+    unsigned in_flight;
+    unsigned plugged;
+    /*
+     * Serialisation of read-modify-write (unaligned writes on a node with
+     * alignment): writes in flight, whether an RMW is running, and the
+     * write-like requests waiting for their turn.
+     */
+    unsigned writes_in_flight;
+    bool rmw_active;
+    BlockRequest *wait_head, *wait_tail;
+};
+
+/*
+ * A driver.
+ *
+ * Lifecycle of a node, as the generic layer (block/block.c) drives it:
+ *   1. open()                    main thread; bs->ctx is already set, but
+ *                                do not register handlers/BHs/timers here;
+ *   2. attach_aio_context(ctx)   in ctx's home thread (through
+ *                                aio_run_sync): set up per-context state
+ *                                (engine instance, BH, timer);
+ *   ... submit(), io_plug(), io_unplug(), getlength() in the home thread ...
+ *   on a move: detach_aio_context() in the old home thread, then
+ *              attach_aio_context(new) in the new one (node idle);
+ *   3. detach_aio_context()      in the home thread, node drained;
+ *   4. close()                   main thread: free what open() made.
+ * getlength() is also called from the main thread between 1 and 2 and
+ * while the node is idle.
+ */
+struct BlockDriver {
+    const char *format_name;
+    size_t instance_size;
+
+    /*
+     * Open: read driver options from opts (the generic ones are already
+     * consumed), fill bs->limits; filters and formats open their child with
+     * block_node_open_child().  Main thread, bs->ctx already set.
+     */
+    bool (*open)(BlockNode *bs, Opts *opts, Error **errp);
+    void (*close)(BlockNode *bs);
+    int64_t (*getlength)(BlockNode *bs);
+
+    /*
+     * Start req.  Complete it with block_request_complete(), later (from a
+     * BH, a completion handler or a timer), never from inside submit.  The
+     * generic layer has already checked bounds, read-only and alignment at
+     * the node the request was submitted to; filters forward to their
+     * child with block_driver_submit(), which applies none of the child's
+     * generic handling (its cache.no-flush, discard= or in-flight count:
+     * the top node's settings are the ones that count).  Filters may change
+     * req->offset, req->iov and req->niov in place on the way down.
+     */
+    void (*submit)(BlockNode *bs, BlockRequest *req);
+
+    /* Called in the new context's home thread after a move. */
+    void (*attach_aio_context)(BlockNode *bs, AioContext *ctx);
+    /* Called in the old context's home thread before a move. */
+    void (*detach_aio_context)(BlockNode *bs);
+
+    void (*io_plug)(BlockNode *bs);
+    void (*io_unplug)(BlockNode *bs);
+};
+
+/* The driver called format_name, or NULL. */
+const BlockDriver *block_driver_find(const char *format_name);
+
+/*
+ * Open the child of parent from option key: an inline object (opened in
+ * parent's context) or a string naming an existing node (which must be in
+ * the same context).  Sets parent->child (holding a reference) and
+ * returns it.  Main thread.
+ */
+BlockNode *block_node_open_child(BlockNode *parent, Opts *opts,
+                                 const char *key, Error **errp);
+
+/*
+ * Finish req with ret (0 or -errno): undo bouncing, drop the in-flight
+ * count, call the owner's callback.  Home thread.
+ */
+void block_request_complete(BlockRequest *req, int ret);
+
+/* Finish req with ret from a BH: for errors detected at submission. */
+void block_request_complete_later(BlockRequest *req, int ret);
+
+/* Pass req to bs's driver (a filter forwarding to its child). */
+void block_driver_submit(BlockNode *bs, BlockRequest *req);
+
+extern const BlockDriver block_driver_file;
+extern const BlockDriver block_driver_null_co;
+extern const BlockDriver block_driver_null_aio;
+extern const BlockDriver block_driver_raw;
+extern const BlockDriver block_driver_blkdebug;
+
+#endif

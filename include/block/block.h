@@ -1,0 +1,147 @@
+/*
+ * Block layer: nodes and requests.
+ *
+ * A block node is a named, reference-counted block device made by a driver
+ * (file, null-co, raw, blkdebug) from options.  A node lives in one
+ * AioContext at a time; every request is submitted and completed in that
+ * context's home thread.  Filters (raw, blkdebug) sit on top of a child node
+ * and live in the same context as their child.
+ *
+ * Requests.  The caller owns the BlockRequest (typically embedded in its
+ * own per-request structure, so a request costs one allocation in total),
+ * fills the public fields and calls block_node_submit().  The completion
+ * callback runs later, in the node's home thread, never from inside
+ * block_node_submit().  Between submission and completion the block layer
+ * owns the request and may change its public fields.  Data buffers are
+ * read and written in place (zero copy) unless the node needs aligned
+ * buffers (O_DIRECT) and the caller's are not: then a bounce buffer is used.
+ *
+ * Errors come back as -errno in the completion: -EINVAL for a request past
+ * the end or malformed, -EPERM for a write to a read-only node, -EIO,
+ * -ENOSPC, ... from the host.
+ *
+ * Threads: open/close/lookup and context changes are main-thread functions;
+ * submit, drain and plug run in the node's home thread.
+ */
+#ifndef SPINDLE_BLOCK_BLOCK_H
+#define SPINDLE_BLOCK_BLOCK_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/uio.h>
+#include "util/aio.h"
+#include "util/error.h"
+#include "util/opts.h"
+
+typedef struct BlockNode BlockNode;
+typedef struct BlockRequest BlockRequest;
+
+typedef enum BlockOp {
+    BLOCK_OP_READ,
+    BLOCK_OP_WRITE,
+    BLOCK_OP_FLUSH,
+    BLOCK_OP_DISCARD,
+    BLOCK_OP_WRITE_ZEROES,
+} BlockOp;
+
+/* Request flags. */
+enum {
+    BLOCK_REQ_FUA        = 1 << 0,  /* write: on stable storage at completion */
+    BLOCK_REQ_MAY_UNMAP  = 1 << 1,  /* write-zeroes: may deallocate */
+};
+
+typedef void BlockCompletionFunc(BlockRequest *req, int ret);
+
+/* Internal state of a request; see block/block-int.h.  Do not touch. */
+typedef struct BlockRequestPriv {
+    _Alignas(16) unsigned char space[160];
+} BlockRequestPriv;
+
+struct BlockRequest {
+    /* Filled by the caller. */
+    BlockOp op;
+    unsigned flags;
+    int64_t offset;              /* bytes */
+    int64_t bytes;               /* READ/WRITE: the iovec's total length */
+    struct iovec *iov;           /* READ/WRITE only */
+    int niov;
+    BlockCompletionFunc *cb;
+    void *opaque;
+
+    BlockRequestPriv priv;
+};
+
+/* Alignment and size limits of a node (byte counts; 0: no limit). */
+typedef struct BlockLimits {
+    uint32_t request_alignment;  /* offset and length multiple (>= 1) */
+    uint32_t mem_alignment;      /* buffer address and length multiple (>= 1) */
+    uint64_t max_transfer;       /* largest READ/WRITE to advertise to guests
+                                  * (advisory: larger requests still work) */
+    uint32_t discard_alignment;  /* preferred discard granularity */
+    uint64_t max_discard;
+    uint64_t max_write_zeroes;
+} BlockLimits;
+
+/* ------------------------------------------------------------------------ */
+/* Nodes (main thread)                                                       */
+
+/*
+ * Create a node from options (driver=, node-name=, read-only=,
+ * cache.direct=, cache.no-flush=, discard=ignore|unmap, plus the driver's
+ * own) in ctx.  Child nodes given inline are created too; a child given as
+ * a string is looked up by node-name.  The new node is registered under
+ * its node-name (generated as "#blockN" if absent) and returned with one
+ * reference.
+ */
+BlockNode *block_node_open(Opts *opts, AioContext *ctx, Error **errp);
+
+/* Convenience: parse str (key=value or JSON) and open it. */
+BlockNode *block_node_open_str(const char *str, AioContext *ctx, Error **errp);
+
+/* The registered node called node_name (borrowed), or NULL. */
+BlockNode *block_node_find(const char *node_name);
+
+void block_node_ref(BlockNode *bs);
+/* Drop a reference; the last one drains and closes the node. */
+void block_node_unref(BlockNode *bs);
+
+const char *block_node_get_name(const BlockNode *bs);
+const char *block_node_get_driver_name(const BlockNode *bs);
+bool block_node_is_read_only(const BlockNode *bs);
+int64_t block_node_get_length(BlockNode *bs);   /* cached at open */
+void block_node_get_limits(const BlockNode *bs, BlockLimits *out);
+AioContext *block_node_get_aio_context(const BlockNode *bs);
+
+/*
+ * Move the node (and its children) to new_ctx.  Main thread; the node must
+ * be idle (no requests in flight and none submitted until this returns):
+ * the caller stops its producers first.
+ */
+bool block_node_set_aio_context(BlockNode *bs, AioContext *new_ctx,
+                                Error **errp);
+
+/* ------------------------------------------------------------------------ */
+/* Requests (home thread)                                                    */
+
+/*
+ * Submit req.  The completion callback runs later in this thread with 0
+ * or -errno.  Never fails synchronously.
+ */
+void block_node_submit(BlockNode *bs, BlockRequest *req);
+
+/* Requests submitted to bs and not yet completed. */
+unsigned block_node_in_flight(const BlockNode *bs);
+
+/* Run the event loop (nested) until bs has no requests in flight. */
+void block_node_drain(BlockNode *bs);
+
+/*
+ * Batching: between plug and unplug, requests are queued and go to the
+ * kernel in one submission at unplug (or when aio-max-batch are queued).
+ * Without plug, requests submitted in one loop turn are batched anyway:
+ * they are submitted together at the end of the turn.  Nests.
+ */
+void block_node_io_plug(BlockNode *bs);
+void block_node_io_unplug(BlockNode *bs);
+
+#endif

@@ -1,0 +1,1126 @@
+/*
+ * Unit tests for the null-co/null-aio, raw and blkdebug block drivers.
+ *
+ * Theory of operation: everything goes through the public block API
+ * (block_node_open_str, block_node_submit, block_node_drain,
+ * block_node_unref).  Each test owns an AioContext whose home thread is
+ * the test's thread, so submitting, draining and the drivers' per-context
+ * hooks all run here; one test moves a node into an IOThread and submits
+ * there through aio_run_sync().  A TReq wraps a BlockRequest and records
+ * when and in which order it completed, so the tests can check that
+ * completion never happens inside submit, that latency is honoured and
+ * that order is kept.  Option errors are checked by the option name the
+ * message must contain.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stddef.h>
+#include <string.h>
+#include <unistd.h>
+#include <glib.h>
+#include <glib/gstdio.h>
+
+#include "block/block.h"
+#include "util/aio.h"
+#include "util/clock.h"
+#include "util/iothread.h"
+#include "test-helpers.h"
+
+#define KiB ((int64_t)1024)
+#define MiB (KiB * 1024)
+
+#define container_of(ptr, type, member) \
+    ((type *)((char *)(ptr) - offsetof(type, member)))
+
+/* ------------------------------------------------------------------------ */
+/* Requests                                                                  */
+
+typedef struct TReq {
+    BlockRequest req;
+    struct iovec iov[2];
+    bool done;
+    int ret;
+    int64_t submit_ns;
+    int64_t done_ns;
+    unsigned seq;                /* completion order */
+    BlockNode *drain_in_cb;      /* run a nested drain from the callback */
+} TReq;
+
+static unsigned completion_seq;
+
+static void treq_cb(BlockRequest *req, int ret)
+{
+    TReq *r = container_of(req, TReq, req);
+
+    g_assert_false(r->done);
+    r->done = true;
+    r->ret = ret;
+    r->done_ns = clock_now_ns();
+    r->seq = completion_seq++;
+    if (r->drain_in_cb) {
+        block_node_drain(r->drain_in_cb);
+    }
+}
+
+/* A request on buf[0..bytes) (READ/WRITE) or on a range (the others). */
+static void treq_init(TReq *r, BlockOp op, int64_t offset, void *buf,
+                      int64_t bytes)
+{
+    memset(r, 0, sizeof(*r));
+    r->req.op = op;
+    r->req.offset = offset;
+    r->req.bytes = bytes;
+    if (op == BLOCK_OP_READ || op == BLOCK_OP_WRITE) {
+        r->iov[0] = (struct iovec) { .iov_base = buf, .iov_len = bytes };
+        r->req.iov = r->iov;
+        r->req.niov = 1;
+    }
+    r->req.cb = treq_cb;
+}
+
+/* Submit r and check that its callback did not run inside submit. */
+static void treq_submit(BlockNode *bs, TReq *r)
+{
+    r->submit_ns = clock_now_ns();
+    block_node_submit(bs, &r->req);
+    g_assert_false(r->done);
+}
+
+/* Submit, drain, return the request's result. */
+static int treq_run(BlockNode *bs, TReq *r)
+{
+    treq_submit(bs, r);
+    g_assert_cmpuint(block_node_in_flight(bs), >=, 1);
+    block_node_drain(bs);
+    g_assert_true(r->done);
+    g_assert_cmpuint(block_node_in_flight(bs), ==, 0);
+    return r->ret;
+}
+
+static int run_op(BlockNode *bs, BlockOp op, int64_t offset, void *buf,
+                  int64_t bytes)
+{
+    TReq r;
+
+    treq_init(&r, op, offset, buf, bytes);
+    return treq_run(bs, &r);
+}
+
+/* A read or write of a scratch buffer; for the ops without data, no buffer. */
+static int run_op_scratch(BlockNode *bs, BlockOp op, int64_t offset,
+                          int64_t bytes)
+{
+    g_autofree char *buf = NULL;
+
+    if (op == BLOCK_OP_READ || op == BLOCK_OP_WRITE) {
+        buf = g_malloc0(bytes);
+    }
+    if (op == BLOCK_OP_FLUSH) {
+        offset = bytes = 0;
+    }
+    return run_op(bs, op, offset, buf, bytes);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Opening                                                                   */
+
+static BlockNode *open_ok(const char *str, AioContext *ctx)
+{
+    Error *err = NULL;
+    BlockNode *bs = block_node_open_str(str, ctx, &err);
+
+    if (!bs) {
+        g_error("opening '%s' failed: %s", str, err->message);
+    }
+    return bs;
+}
+
+/* Opening str must fail with a message that contains needle. */
+static void open_fails(const char *str, AioContext *ctx, const char *needle)
+{
+    Error *err = NULL;
+    BlockNode *bs = block_node_open_str(str, ctx, &err);
+
+    if (bs) {
+        g_error("opening '%s' succeeded, expected an error about %s", str,
+                needle);
+    }
+    g_assert_nonnull(err);
+    if (!strstr(err->message, needle)) {
+        g_error("opening '%s': error '%s' does not mention %s", str,
+                err->message, needle);
+    }
+    g_test_message("%s -> %s", str, err->message);
+    error_free(err);
+}
+
+/* ------------------------------------------------------------------------ */
+/* null-co / null-aio                                                        */
+
+static const char *const null_drivers[] = { "null-co", "null-aio" };
+
+static void test_null_async(void)
+{
+    static const BlockOp ops[] = {
+        BLOCK_OP_READ, BLOCK_OP_WRITE, BLOCK_OP_FLUSH, BLOCK_OP_DISCARD,
+        BLOCK_OP_WRITE_ZEROES,
+    };
+    AioContext *ctx = ctx_new();
+
+    for (size_t d = 0; d < G_N_ELEMENTS(null_drivers); d++) {
+        for (int latency = 0; latency <= 1; latency++) {
+            g_autofree char *str = g_strdup_printf(
+                "driver=%s,discard=unmap,latency-ns=%d", null_drivers[d],
+                latency ? 1000000 : 0);
+            BlockNode *bs = open_ok(str, ctx);
+
+            g_assert_cmpstr(block_node_get_driver_name(bs), ==,
+                            null_drivers[d]);
+            for (size_t i = 0; i < G_N_ELEMENTS(ops); i++) {
+                g_assert_cmpint(run_op_scratch(bs, ops[i], 4 * KiB, 4 * KiB),
+                                ==, 0);
+            }
+            block_node_unref(bs);
+        }
+    }
+    aio_context_unref(ctx);
+}
+
+static void test_null_read_zeroes(void)
+{
+    AioContext *ctx = ctx_new();
+
+    for (size_t d = 0; d < G_N_ELEMENTS(null_drivers); d++) {
+        for (int zeroes = 0; zeroes <= 1; zeroes++) {
+            g_autofree char *str = g_strdup_printf(
+                "driver=%s,read-zeroes=%s", null_drivers[d],
+                zeroes ? "on" : "off");
+            BlockNode *bs = open_ok(str, ctx);
+            char a[4096], b[512];
+            TReq r;
+
+            memset(a, 0xa5, sizeof(a));
+            memset(b, 0x5a, sizeof(b));
+            treq_init(&r, BLOCK_OP_READ, 0, NULL, 0);
+            r.iov[0] = (struct iovec) { .iov_base = a, .iov_len = sizeof(a) };
+            r.iov[1] = (struct iovec) { .iov_base = b, .iov_len = sizeof(b) };
+            r.req.niov = 2;
+            r.req.bytes = sizeof(a) + sizeof(b);
+            g_assert_cmpint(treq_run(bs, &r), ==, 0);
+            for (size_t i = 0; i < sizeof(a); i++) {
+                g_assert_cmpint((unsigned char)a[i], ==, zeroes ? 0 : 0xa5);
+            }
+            for (size_t i = 0; i < sizeof(b); i++) {
+                g_assert_cmpint((unsigned char)b[i], ==, zeroes ? 0 : 0x5a);
+            }
+            block_node_unref(bs);
+        }
+    }
+    aio_context_unref(ctx);
+}
+
+/* Requests submitted together complete in submission order. */
+static void test_null_order(void)
+{
+    enum { N = 16 };
+    AioContext *ctx = ctx_new();
+
+    for (int latency = 0; latency <= 1; latency++) {
+        BlockNode *bs = open_ok(latency ? "driver=null-co,latency-ns=100000"
+                                        : "driver=null-co", ctx);
+        TReq r[N];
+        char buf[N][512];
+        unsigned first;
+
+        for (int i = 0; i < N; i++) {
+            if (i % 2) {
+                treq_init(&r[i], BLOCK_OP_READ, i * 512, buf[i], 512);
+            } else {
+                treq_init(&r[i], BLOCK_OP_FLUSH, 0, NULL, 0);
+            }
+            treq_submit(bs, &r[i]);
+        }
+        g_assert_cmpuint(block_node_in_flight(bs), ==, N);
+        block_node_drain(bs);
+        first = r[0].seq;
+        for (int i = 0; i < N; i++) {
+            g_assert_true(r[i].done);
+            g_assert_cmpint(r[i].ret, ==, 0);
+            g_assert_cmpuint(r[i].seq, ==, first + i);
+        }
+        block_node_unref(bs);
+    }
+    aio_context_unref(ctx);
+}
+
+static void test_null_latency(void)
+{
+    const int64_t latency = 20 * NS_PER_MS;
+    AioContext *ctx = ctx_new();
+    BlockNode *bs = open_ok("driver=null-co,latency-ns=20000000", ctx);
+    TReq r[4];
+    char buf[512];
+
+    /* Two at once, then two more 5 ms later: each waits its own latency. */
+    for (int i = 0; i < 4; i++) {
+        treq_init(&r[i], BLOCK_OP_READ, 0, buf, sizeof(buf));
+        if (i == 2) {
+            sleep_ns(5 * NS_PER_MS);
+        }
+        treq_submit(bs, &r[i]);
+    }
+    /* A turn of the loop right away completes nothing. */
+    aio_poll(ctx, false);
+    for (int i = 0; i < 4; i++) {
+        g_assert_false(r[i].done);
+    }
+    block_node_drain(bs);
+    for (int i = 0; i < 4; i++) {
+        int64_t took = r[i].done_ns - r[i].submit_ns;
+
+        g_assert_true(r[i].done);
+        g_assert_cmpint(r[i].ret, ==, 0);
+        g_assert_cmpint(took, >=, latency);
+        g_assert_cmpint(took, <, latency + 5 * NS_PER_SEC);
+        if (i > 0) {
+            g_assert_cmpuint(r[i].seq, ==, r[i - 1].seq + 1);
+        }
+    }
+    block_node_unref(bs);
+    aio_context_unref(ctx);
+}
+
+/* A callback that submits again gets a later turn, one per turn. */
+typedef struct Chain {
+    TReq r;
+    BlockNode *bs;
+    int left;
+    int completions;
+} Chain;
+
+static void chain_cb(BlockRequest *req, int ret)
+{
+    Chain *c = container_of(req, Chain, r.req);
+
+    g_assert_cmpint(ret, ==, 0);
+    c->completions++;
+    if (c->left > 0) {
+        c->left--;
+        block_node_submit(c->bs, req);
+    }
+}
+
+static void test_null_resubmit_from_callback(void)
+{
+    enum { N = 10 };
+    AioContext *ctx = ctx_new();
+    BlockNode *bs = open_ok("driver=null-co", ctx);
+    Chain c = { .bs = bs, .left = N };
+
+    treq_init(&c.r, BLOCK_OP_FLUSH, 0, NULL, 0);
+    c.r.req.cb = chain_cb;
+    block_node_submit(bs, &c.r.req);
+    g_assert_cmpint(c.completions, ==, 0);
+    while (block_node_in_flight(bs) > 0) {
+        int before = c.completions;
+
+        aio_poll(ctx, true);
+        g_assert_cmpint(c.completions - before, <=, 1);
+    }
+    g_assert_cmpint(c.completions, ==, N + 1);
+    block_node_unref(bs);
+    aio_context_unref(ctx);
+}
+
+/* A callback that drains (a nested loop) sees the rest complete. */
+static void test_null_drain_in_callback(void)
+{
+    AioContext *ctx = ctx_new();
+
+    for (int latency = 0; latency <= 1; latency++) {
+        BlockNode *bs = open_ok(latency ? "driver=null-co,latency-ns=1000000"
+                                        : "driver=null-co", ctx);
+        TReq r[3];
+
+        /* Flushes: they reach the driver without a buffer. */
+        for (int i = 0; i < 3; i++) {
+            treq_init(&r[i], BLOCK_OP_FLUSH, 0, NULL, 0);
+            treq_submit(bs, &r[i]);
+        }
+        r[0].drain_in_cb = bs;
+        block_node_drain(bs);
+        for (int i = 0; i < 3; i++) {
+            g_assert_true(r[i].done);
+            g_assert_cmpint(r[i].ret, ==, 0);
+        }
+        g_assert_cmpuint(r[1].seq, ==, r[0].seq + 1);
+        g_assert_cmpuint(r[2].seq, ==, r[1].seq + 1);
+        block_node_unref(bs);
+    }
+    aio_context_unref(ctx);
+}
+
+static void test_null_size(void)
+{
+    AioContext *ctx = ctx_new();
+    BlockNode *bs = open_ok("driver=null-co", ctx);
+
+    g_assert_cmpint(block_node_get_length(bs), ==, 1024 * MiB);
+    block_node_unref(bs);
+
+    bs = open_ok("driver=null-aio,size=1M", ctx);
+    g_assert_cmpint(block_node_get_length(bs), ==, MiB);
+    g_assert_cmpint(run_op_scratch(bs, BLOCK_OP_READ, MiB - 512, 512), ==, 0);
+    g_assert_cmpint(run_op_scratch(bs, BLOCK_OP_READ, MiB, 512), ==, -EINVAL);
+    g_assert_cmpint(run_op_scratch(bs, BLOCK_OP_READ, MiB - 512, 1024), ==,
+                    -EINVAL);
+    g_assert_cmpint(run_op_scratch(bs, BLOCK_OP_WRITE, MiB, 1), ==, -EINVAL);
+    g_assert_cmpint(run_op_scratch(bs, BLOCK_OP_WRITE_ZEROES, MiB - 1, 2), ==,
+                    -EINVAL);
+    block_node_unref(bs);
+
+    bs = open_ok("{\"driver\": \"null-co\", \"size\": 4096}", ctx);
+    g_assert_cmpint(block_node_get_length(bs), ==, 4096);
+    block_node_unref(bs);
+
+    bs = open_ok("driver=null-co,size=0", ctx);
+    g_assert_cmpint(block_node_get_length(bs), ==, 0);
+    g_assert_cmpint(run_op_scratch(bs, BLOCK_OP_READ, 0, 1), ==, -EINVAL);
+    block_node_unref(bs);
+    aio_context_unref(ctx);
+}
+
+static void test_null_bad_options(void)
+{
+    AioContext *ctx = ctx_new();
+
+    open_fails("driver=null-co,size=abc", ctx, "'size'");
+    open_fails("driver=null-co,size=-1", ctx, "'size'");
+    open_fails("driver=null-co,read-zeroes=maybe", ctx, "'read-zeroes'");
+    open_fails("driver=null-co,latency-ns=-1", ctx, "'latency-ns'");
+    open_fails("driver=null-aio,latency-ns=soon", ctx, "'latency-ns'");
+    open_fails("{\"driver\": \"null-co\", \"latency-ns\": true}", ctx,
+               "'latency-ns'");
+    open_fails("driver=null-co,bogus=1", ctx, "'bogus'");
+    open_fails("driver=null-aio,read-zeroes=on,sizee=1M", ctx, "'sizee'");
+    aio_context_unref(ctx);
+}
+
+/* Move a node between two contexts of this thread, then into an IOThread. */
+typedef struct IotBatch {
+    BlockNode *bs;
+    int ret[4];
+    bool done_before_drain;
+} IotBatch;
+
+static void iot_batch_cb(void *opaque)
+{
+    IotBatch *b = opaque;
+    TReq r[4];
+
+    for (int i = 0; i < 4; i++) {
+        treq_init(&r[i], BLOCK_OP_FLUSH, 0, NULL, 0);
+        treq_submit(b->bs, &r[i]);
+    }
+    block_node_drain(b->bs);
+    for (int i = 0; i < 4; i++) {
+        g_assert_true(r[i].done);
+        b->ret[i] = r[i].ret;
+    }
+}
+
+static void test_null_move_context(void)
+{
+    AioContext *ctx1 = ctx_new(), *ctx2 = ctx_new();
+    IOThread *iot = iot_new("block-drivers-iot", NULL);
+    AioContext *ictx = iothread_get_aio_context(iot);
+
+    for (int latency = 0; latency <= 1; latency++) {
+        BlockNode *bs = open_ok(latency ? "driver=null-co,latency-ns=100000"
+                                        : "driver=null-co", ctx1);
+        Error *err = NULL;
+        IotBatch b = { .bs = bs };
+
+        g_assert_cmpint(run_op_scratch(bs, BLOCK_OP_FLUSH, 0, 0), ==, 0);
+        g_assert_true(block_node_set_aio_context(bs, ctx2, &err));
+        g_assert_true(block_node_get_aio_context(bs) == ctx2);
+        g_assert_cmpint(run_op_scratch(bs, BLOCK_OP_WRITE, 0, 512), ==, 0);
+
+        g_assert_true(block_node_set_aio_context(bs, ictx, &err));
+        aio_run_sync(ictx, iot_batch_cb, &b);
+        for (int i = 0; i < 4; i++) {
+            g_assert_cmpint(b.ret[i], ==, 0);
+        }
+        g_assert_true(block_node_set_aio_context(bs, ctx1, &err));
+        g_assert_cmpint(run_op_scratch(bs, BLOCK_OP_READ, 0, 512), ==, 0);
+        block_node_unref(bs);
+    }
+
+    /* Opened straight into the IOThread and closed from there. */
+    {
+        BlockNode *bs = open_ok("driver=null-aio,latency-ns=10000", ictx);
+        IotBatch b = { .bs = bs };
+
+        aio_run_sync(ictx, iot_batch_cb, &b);
+        for (int i = 0; i < 4; i++) {
+            g_assert_cmpint(b.ret[i], ==, 0);
+        }
+        block_node_unref(bs);
+    }
+
+    iothread_destroy(iot);
+    aio_context_unref(ctx1);
+    aio_context_unref(ctx2);
+}
+
+/* ------------------------------------------------------------------------ */
+/* raw                                                                       */
+
+static void test_raw_window(void)
+{
+    AioContext *ctx = ctx_new();
+    BlockNode *bs;
+    BlockLimits lim;
+
+    bs = open_ok("driver=raw,file.driver=null-co,file.size=1M,"
+                 "offset=64k,size=128k", ctx);
+    g_assert_cmpstr(block_node_get_driver_name(bs), ==, "raw");
+    g_assert_cmpint(block_node_get_length(bs), ==, 128 * KiB);
+    block_node_get_limits(bs, &lim);
+    g_assert_cmpuint(lim.request_alignment, ==, 1);
+    g_assert_cmpint(run_op_scratch(bs, BLOCK_OP_READ, 128 * KiB - 512, 512),
+                    ==, 0);
+    g_assert_cmpint(run_op_scratch(bs, BLOCK_OP_READ, 128 * KiB, 512), ==,
+                    -EINVAL);
+    g_assert_cmpint(run_op_scratch(bs, BLOCK_OP_WRITE, 128 * KiB - 1, 2), ==,
+                    -EINVAL);
+    g_assert_cmpint(run_op_scratch(bs, BLOCK_OP_FLUSH, 0, 0), ==, 0);
+    g_assert_cmpint(run_op_scratch(bs, BLOCK_OP_WRITE_ZEROES, 0, 128 * KiB),
+                    ==, 0);
+    block_node_unref(bs);
+
+    /* Default size: the rest of the child. */
+    bs = open_ok("driver=raw,file.driver=null-co,file.size=1M,offset=64k",
+                 ctx);
+    g_assert_cmpint(block_node_get_length(bs), ==, MiB - 64 * KiB);
+    block_node_unref(bs);
+
+    /* Neither: the whole child; offset at the very end: an empty window. */
+    bs = open_ok("driver=raw,file.driver=null-co,file.size=1M", ctx);
+    g_assert_cmpint(block_node_get_length(bs), ==, MiB);
+    block_node_unref(bs);
+    bs = open_ok("driver=raw,file.driver=null-co,file.size=1M,offset=1M",
+                 ctx);
+    g_assert_cmpint(block_node_get_length(bs), ==, 0);
+    block_node_unref(bs);
+
+    /* JSON, child by node-name. */
+    {
+        BlockNode *child = open_ok("driver=null-co,node-name=rawchild,size=1M",
+                                   ctx);
+
+        bs = open_ok("{\"driver\": \"raw\", \"file\": \"rawchild\", "
+                     "\"offset\": 4096, \"size\": \"8k\"}", ctx);
+        g_assert_cmpint(block_node_get_length(bs), ==, 8 * KiB);
+        g_assert_cmpint(run_op_scratch(bs, BLOCK_OP_READ, 0, 8 * KiB), ==, 0);
+        block_node_unref(child);        /* raw still holds it */
+        g_assert_nonnull(block_node_find("rawchild"));
+        g_assert_cmpint(run_op_scratch(bs, BLOCK_OP_WRITE, 0, 512), ==, 0);
+        block_node_unref(bs);
+        g_assert_null(block_node_find("rawchild"));
+    }
+    aio_context_unref(ctx);
+}
+
+/*
+ * Offset translation without storage: blkdebug under raw fails requests
+ * that reach sector 8 (bytes 4096..4607) of the child, so with offset=4k
+ * they are those at raw offset 0..511.
+ */
+static void test_raw_offset_translation(void)
+{
+    AioContext *ctx = ctx_new();
+    BlockNode *bs = open_ok(
+        "driver=raw,offset=4k,file.driver=blkdebug,file.image.driver=null-co,"
+        "file.image.size=1M,file.inject-error.0.sector=8,"
+        "file.inject-error.0.errno=28", ctx);
+
+    g_assert_cmpint(run_op_scratch(bs, BLOCK_OP_READ, 0, 512), ==, -ENOSPC);
+    g_assert_cmpint(run_op_scratch(bs, BLOCK_OP_WRITE, 511, 1), ==, -ENOSPC);
+    g_assert_cmpint(run_op_scratch(bs, BLOCK_OP_WRITE_ZEROES, 0, 4096), ==,
+                    -ENOSPC);
+    g_assert_cmpint(run_op_scratch(bs, BLOCK_OP_READ, 512, 512), ==, 0);
+    g_assert_cmpint(run_op_scratch(bs, BLOCK_OP_READ, 4096, 512), ==, 0);
+    /* A flush has no range: the sector rule does not apply. */
+    g_assert_cmpint(run_op_scratch(bs, BLOCK_OP_FLUSH, 0, 0), ==, 0);
+    block_node_unref(bs);
+    aio_context_unref(ctx);
+}
+
+/* Write through raw, read the file node and the file itself at offset+X. */
+static void test_raw_over_file(void)
+{
+    const int64_t off = 64 * KiB, x = 12 * KiB, len = 8 * KiB;
+    AioContext *ctx = ctx_new();
+    g_autoptr(GError) gerr = NULL;
+    g_autofree char *path = NULL;
+    g_autofree char *fstr = NULL;
+    g_autofree char *wbuf = g_malloc(len);
+    g_autofree char *rbuf = g_malloc(len);
+    BlockNode *file, *raw;
+    int fd;
+
+    fd = g_file_open_tmp("test-block-drivers-XXXXXX", &path, &gerr);
+    g_assert_no_error(gerr);
+    g_assert_cmpint(ftruncate(fd, MiB), ==, 0);
+
+    fstr = g_strdup_printf("driver=file,node-name=rawfile,filename=%s", path);
+    file = open_ok(fstr, ctx);
+    raw = open_ok("driver=raw,file=rawfile,offset=64k,size=256k", ctx);
+
+    for (int64_t i = 0; i < len; i++) {
+        wbuf[i] = (char)(i * 7 + 3);
+    }
+    g_assert_cmpint(run_op(raw, BLOCK_OP_WRITE, x, wbuf, len), ==, 0);
+    g_assert_cmpint(run_op_scratch(raw, BLOCK_OP_FLUSH, 0, 0), ==, 0);
+
+    memset(rbuf, 0, len);
+    g_assert_cmpint(run_op(file, BLOCK_OP_READ, off + x, rbuf, len), ==, 0);
+    g_assert_true(memcmp(rbuf, wbuf, len) == 0);
+
+    memset(rbuf, 0, len);
+    g_assert_cmpint(pread(fd, rbuf, len, off + x), ==, len);
+    g_assert_true(memcmp(rbuf, wbuf, len) == 0);
+
+    memset(rbuf, 0, len);
+    g_assert_cmpint(run_op(raw, BLOCK_OP_READ, x, rbuf, len), ==, 0);
+    g_assert_true(memcmp(rbuf, wbuf, len) == 0);
+
+    /* Nothing landed at X itself (outside the window's translation). */
+    g_assert_cmpint(pread(fd, rbuf, len, x), ==, len);
+    for (int64_t i = 0; i < len; i++) {
+        g_assert_cmpint(rbuf[i], ==, 0);
+    }
+
+    block_node_unref(raw);
+    block_node_unref(file);
+    close(fd);
+    g_unlink(path);
+    aio_context_unref(ctx);
+}
+
+/* An offset that is not a multiple of the child's request alignment. */
+static void test_raw_offset_alignment(void)
+{
+    AioContext *ctx = ctx_new();
+    g_autoptr(GError) gerr = NULL;
+    g_autofree char *path = NULL;
+    g_autofree char *fstr = NULL;
+    Error *err = NULL;
+    BlockNode *file, *raw;
+    BlockLimits lim;
+    int fd;
+
+    fd = g_file_open_tmp("test-block-drivers-XXXXXX", &path, &gerr);
+    g_assert_no_error(gerr);
+    g_assert_cmpint(ftruncate(fd, MiB), ==, 0);
+    fstr = g_strdup_printf("driver=file,node-name=alignfile,cache.direct=on,"
+                           "filename=%s", path);
+    file = block_node_open_str(fstr, ctx, &err);
+    if (!file) {
+        g_autofree char *why = g_strdup_printf(
+            "no O_DIRECT file node in $TMPDIR: %s", err->message);
+
+        error_free(err);
+        g_test_skip(why);
+        goto out;
+    }
+    block_node_get_limits(file, &lim);
+    if (lim.request_alignment <= 1) {
+        g_test_skip("the O_DIRECT file node reports no request alignment");
+        block_node_unref(file);
+        goto out;
+    }
+
+    g_free(fstr);
+    fstr = g_strdup_printf("driver=raw,file=alignfile,offset=%u",
+                           lim.request_alignment / 2);
+    open_fails(fstr, ctx, "'offset'");
+    g_free(fstr);
+    fstr = g_strdup_printf("driver=raw,file=alignfile,offset=%u",
+                           lim.request_alignment);
+    raw = open_ok(fstr, ctx);
+    block_node_get_limits(raw, &lim);
+    g_assert_cmpuint(lim.request_alignment, >, 1);   /* copied */
+    g_assert_cmpint(block_node_get_length(raw), ==,
+                    MiB - lim.request_alignment);
+
+    block_node_unref(raw);
+    block_node_unref(file);
+out:
+    close(fd);
+    g_unlink(path);
+    aio_context_unref(ctx);
+}
+
+/*
+ * Misaligned requests on a raw node over an O_DIRECT file: the generic
+ * layer bounces them on the raw node (raw copies the file's alignment),
+ * then raw translates the aligned request.  The data must land at
+ * offset + x in the file and read back the same through raw.
+ */
+static void test_raw_unaligned_over_direct_file(void)
+{
+    AioContext *ctx = ctx_new();
+    g_autoptr(GError) gerr = NULL;
+    g_autofree char *path = NULL;
+    g_autofree char *fstr = NULL;
+    Error *err = NULL;
+    BlockNode *file, *raw;
+    BlockLimits lim;
+    char wbuf[300], rbuf[300];
+    const int64_t x = 100, len = sizeof(wbuf);
+    int64_t off;
+    int fd;
+
+    fd = g_file_open_tmp("test-block-drivers-XXXXXX", &path, &gerr);
+    g_assert_no_error(gerr);
+    g_assert_cmpint(ftruncate(fd, MiB), ==, 0);
+    fstr = g_strdup_printf("driver=file,node-name=unalignedfile,"
+                           "cache.direct=on,filename=%s", path);
+    file = block_node_open_str(fstr, ctx, &err);
+    if (!file) {
+        g_autofree char *why = g_strdup_printf(
+            "no O_DIRECT file node in $TMPDIR: %s", err->message);
+
+        error_free(err);
+        g_test_skip(why);
+        goto out;
+    }
+    block_node_get_limits(file, &lim);
+    off = MAX(lim.request_alignment, 4096);
+    g_free(fstr);
+    fstr = g_strdup_printf("driver=raw,file=unalignedfile,offset=%" PRId64,
+                           off);
+    raw = open_ok(fstr, ctx);
+
+    for (int i = 0; i < len; i++) {
+        wbuf[i] = (char)(i + 1);
+    }
+    g_assert_cmpint(run_op(raw, BLOCK_OP_WRITE, x, wbuf, len), ==, 0);
+    g_assert_cmpint(pread(fd, rbuf, len, off + x), ==, len);
+    g_assert_true(memcmp(rbuf, wbuf, len) == 0);
+    memset(rbuf, 0, len);
+    g_assert_cmpint(run_op(raw, BLOCK_OP_READ, x, rbuf, len), ==, 0);
+    g_assert_true(memcmp(rbuf, wbuf, len) == 0);
+    /* Nothing at x itself. */
+    g_assert_cmpint(pread(fd, rbuf, len, x), ==, len);
+    for (int i = 0; i < len; i++) {
+        g_assert_cmpint(rbuf[i], ==, 0);
+    }
+
+    block_node_unref(raw);
+    block_node_unref(file);
+out:
+    close(fd);
+    g_unlink(path);
+    aio_context_unref(ctx);
+}
+
+static void test_raw_errors(void)
+{
+    AioContext *ctx = ctx_new();
+    BlockNode *bs;
+
+    open_fails("driver=raw,file.driver=null-co,file.size=1M,offset=2M", ctx,
+               "'offset'");
+    open_fails("driver=raw,file.driver=null-co,file.size=1M,offset=1048577",
+               ctx, "'offset'");
+    open_fails("driver=raw,file.driver=null-co,file.size=1M,offset=512k,"
+               "size=768k", ctx, "'size'");
+    open_fails("driver=raw,file.driver=null-co,file.size=1M,size=2M", ctx,
+               "'size'");
+    open_fails("driver=raw,file.driver=null-co,offset=abc", ctx, "'offset'");
+    open_fails("driver=raw,file.driver=null-co,size=-5", ctx, "'size'");
+    open_fails("driver=raw", ctx, "'file'");
+    open_fails("driver=raw,file=nosuchnode", ctx, "nosuchnode");
+    open_fails("driver=raw,file.driver=null-co,bogus=1", ctx, "'bogus'");
+    open_fails("driver=raw,file.driver=null-co,file.bogus=1", ctx,
+               "'file.bogus'");
+    /* A failed open leaves no node behind, the inline child included. */
+    open_fails("driver=raw,file.driver=null-co,file.node-name=leak,"
+               "offset=2G", ctx, "'offset'");
+    g_assert_null(block_node_find("leak"));
+
+    /* Writable over a read-only child: refused; read-only over it: fine. */
+    open_fails("driver=raw,file.driver=null-co,file.read-only=on", ctx,
+               "read-only");
+    bs = open_ok("driver=raw,read-only=on,file.driver=null-co,"
+                 "file.read-only=on", ctx);
+    g_assert_true(block_node_is_read_only(bs));
+    g_assert_cmpint(run_op_scratch(bs, BLOCK_OP_READ, 0, 512), ==, 0);
+    g_assert_cmpint(run_op_scratch(bs, BLOCK_OP_WRITE, 0, 512), ==, -EPERM);
+    block_node_unref(bs);
+
+    /* Read-only over a writable child is fine too. */
+    bs = open_ok("driver=raw,read-only=on,file.driver=null-co", ctx);
+    g_assert_cmpint(run_op_scratch(bs, BLOCK_OP_WRITE_ZEROES, 0, 512), ==,
+                    -EPERM);
+    block_node_unref(bs);
+    aio_context_unref(ctx);
+}
+
+/* ------------------------------------------------------------------------ */
+/* blkdebug                                                                  */
+
+#define BLKDEBUG_NULL "driver=blkdebug,discard=unmap,image.driver=null-co," \
+                      "image.size=1M"
+
+static void test_blkdebug_range(void)
+{
+    AioContext *ctx = ctx_new();
+    BlockNode *bs = open_ok(BLKDEBUG_NULL ",inject-error.0.op=read,"
+                            "inject-error.0.errno=28,inject-error.0.sector=8,"
+                            "inject-error.0.sectors=2", ctx);
+
+    g_assert_cmpstr(block_node_get_driver_name(bs), ==, "blkdebug");
+    g_assert_cmpint(block_node_get_length(bs), ==, MiB);
+    /* [4096, 5120) fails, every time. */
+    g_assert_cmpint(run_op_scratch(bs, BLOCK_OP_READ, 4096, 512), ==, -ENOSPC);
+    g_assert_cmpint(run_op_scratch(bs, BLOCK_OP_READ, 4096, 512), ==, -ENOSPC);
+    g_assert_cmpint(run_op_scratch(bs, BLOCK_OP_READ, 4608, 512), ==, -ENOSPC);
+    g_assert_cmpint(run_op_scratch(bs, BLOCK_OP_READ, 5119, 1), ==, -ENOSPC);
+    g_assert_cmpint(run_op_scratch(bs, BLOCK_OP_READ, 3584, 1024), ==,
+                    -ENOSPC);
+    g_assert_cmpint(run_op_scratch(bs, BLOCK_OP_READ, 0, 64 * KiB), ==,
+                    -ENOSPC);
+    /* Outside the range. */
+    g_assert_cmpint(run_op_scratch(bs, BLOCK_OP_READ, 5120, 512), ==, 0);
+    g_assert_cmpint(run_op_scratch(bs, BLOCK_OP_READ, 3584, 512), ==, 0);
+    g_assert_cmpint(run_op_scratch(bs, BLOCK_OP_READ, 4095, 1), ==, 0);
+    /* Other operations on the range. */
+    g_assert_cmpint(run_op_scratch(bs, BLOCK_OP_WRITE, 4096, 512), ==, 0);
+    g_assert_cmpint(run_op_scratch(bs, BLOCK_OP_WRITE_ZEROES, 4096, 512), ==,
+                    0);
+    g_assert_cmpint(run_op_scratch(bs, BLOCK_OP_DISCARD, 4096, 512), ==, 0);
+    g_assert_cmpint(run_op_scratch(bs, BLOCK_OP_FLUSH, 0, 0), ==, 0);
+    block_node_unref(bs);
+    aio_context_unref(ctx);
+}
+
+static void test_blkdebug_once(void)
+{
+    AioContext *ctx = ctx_new();
+    BlockNode *bs;
+
+    /* once=on: the first matching request only; default errno EIO. */
+    bs = open_ok(BLKDEBUG_NULL ",inject-error.0.op=write,"
+                 "inject-error.0.once=on", ctx);
+    g_assert_cmpint(run_op_scratch(bs, BLOCK_OP_READ, 0, 512), ==, 0);
+    g_assert_cmpint(run_op_scratch(bs, BLOCK_OP_WRITE, 8192, 512), ==, -EIO);
+    g_assert_cmpint(run_op_scratch(bs, BLOCK_OP_WRITE, 8192, 512), ==, 0);
+    g_assert_cmpint(run_op_scratch(bs, BLOCK_OP_WRITE, 0, 512), ==, 0);
+    block_node_unref(bs);
+
+    /* once=off (the default): every time. */
+    bs = open_ok(BLKDEBUG_NULL ",inject-error.0.op=write", ctx);
+    for (int i = 0; i < 3; i++) {
+        g_assert_cmpint(run_op_scratch(bs, BLOCK_OP_WRITE, i * 512, 512), ==,
+                        -EIO);
+    }
+    block_node_unref(bs);
+
+    /* Submitted together: only the first of them fails. */
+    bs = open_ok(BLKDEBUG_NULL ",inject-error.0.op=read,inject-error.0.once=on,"
+                 "inject-error.0.errno=61", ctx);
+    {
+        TReq r[3];
+        char buf[3][512];
+
+        for (int i = 0; i < 3; i++) {
+            treq_init(&r[i], BLOCK_OP_READ, 0, buf[i], 512);
+            treq_submit(bs, &r[i]);
+        }
+        block_node_drain(bs);
+        g_assert_cmpint(r[0].ret, ==, -ENODATA);
+        g_assert_cmpint(r[1].ret, ==, 0);
+        g_assert_cmpint(r[2].ret, ==, 0);
+    }
+    block_node_unref(bs);
+    aio_context_unref(ctx);
+}
+
+static void test_blkdebug_ops(void)
+{
+    static const struct {
+        const char *name;
+        BlockOp op;
+    } ops[] = {
+        { "read", BLOCK_OP_READ },
+        { "write", BLOCK_OP_WRITE },
+        { "flush", BLOCK_OP_FLUSH },
+        { "discard", BLOCK_OP_DISCARD },
+        { "write-zeroes", BLOCK_OP_WRITE_ZEROES },
+    };
+    AioContext *ctx = ctx_new();
+
+    for (size_t i = 0; i < G_N_ELEMENTS(ops); i++) {
+        g_autofree char *str = g_strdup_printf(
+            BLKDEBUG_NULL ",inject-error.0.op=%s,inject-error.0.errno=%zu",
+            ops[i].name, 100 + i);
+        BlockNode *bs = open_ok(str, ctx);
+
+        for (size_t j = 0; j < G_N_ELEMENTS(ops); j++) {
+            int expect = i == j ? -(int)(100 + i) : 0;
+
+            g_assert_cmpint(run_op_scratch(bs, ops[j].op, 4096, 4096), ==,
+                            expect);
+        }
+        block_node_unref(bs);
+    }
+
+    /* op=any (the default) without a range: everything fails. */
+    {
+        BlockNode *bs = open_ok(BLKDEBUG_NULL ",inject-error.0.errno=7", ctx);
+
+        for (size_t j = 0; j < G_N_ELEMENTS(ops); j++) {
+            g_assert_cmpint(run_op_scratch(bs, ops[j].op, 0, 512), ==, -7);
+        }
+        block_node_unref(bs);
+    }
+
+    /* The first matching rule wins; a fired once rule lets the next one. */
+    {
+        BlockNode *bs = open_ok(BLKDEBUG_NULL ",inject-error.0.sector=0,"
+                                "inject-error.0.errno=28,"
+                                "inject-error.0.once=on,"
+                                "inject-error.1.op=read,"
+                                "inject-error.1.errno=5", ctx);
+
+        g_assert_cmpint(run_op_scratch(bs, BLOCK_OP_READ, 0, 512), ==,
+                        -ENOSPC);
+        g_assert_cmpint(run_op_scratch(bs, BLOCK_OP_READ, 0, 512), ==, -EIO);
+        g_assert_cmpint(run_op_scratch(bs, BLOCK_OP_READ, 8192, 512), ==,
+                        -EIO);
+        g_assert_cmpint(run_op_scratch(bs, BLOCK_OP_WRITE, 0, 512), ==, 0);
+        block_node_unref(bs);
+    }
+    aio_context_unref(ctx);
+}
+
+static void test_blkdebug_json(void)
+{
+    AioContext *ctx = ctx_new();
+    BlockNode *bs = open_ok(
+        "{\"driver\": \"blkdebug\", "
+        " \"image\": {\"driver\": \"null-co\", \"size\": 1048576}, "
+        " \"inject-error\": ["
+        "   {\"op\": \"write\", \"errno\": 28, \"sector\": 8, \"once\": true},"
+        "   {\"op\": \"read\", \"errno\": \"61\", \"sector\": 16, "
+        "    \"sectors\": 8}"
+        " ]}", ctx);
+
+    g_assert_cmpint(run_op_scratch(bs, BLOCK_OP_WRITE, 4096, 512), ==,
+                    -ENOSPC);
+    g_assert_cmpint(run_op_scratch(bs, BLOCK_OP_WRITE, 4096, 512), ==, 0);
+    g_assert_cmpint(run_op_scratch(bs, BLOCK_OP_READ, 4096, 512), ==, 0);
+    g_assert_cmpint(run_op_scratch(bs, BLOCK_OP_READ, 8192, 512), ==,
+                    -ENODATA);
+    g_assert_cmpint(run_op_scratch(bs, BLOCK_OP_READ, 12287, 1), ==,
+                    -ENODATA);
+    g_assert_cmpint(run_op_scratch(bs, BLOCK_OP_READ, 12288, 512), ==, 0);
+    block_node_unref(bs);
+
+    /* An empty list: no rules. */
+    bs = open_ok("{\"driver\": \"blkdebug\", \"image\": {\"driver\": "
+                 "\"null-co\"}, \"inject-error\": []}", ctx);
+    g_assert_cmpint(run_op_scratch(bs, BLOCK_OP_WRITE, 0, 512), ==, 0);
+    block_node_unref(bs);
+    aio_context_unref(ctx);
+}
+
+/*
+ * An injected error never reaches the child.  The child is itself a
+ * blkdebug node with a once rule, a tripwire: it fires on the first read
+ * that gets through, so the second read (the first to pass the outer
+ * once rule) must be the one to see it.
+ */
+static void test_blkdebug_not_forwarded(void)
+{
+    AioContext *ctx = ctx_new();
+    BlockNode *bs = open_ok(
+        "driver=blkdebug,inject-error.0.op=read,inject-error.0.errno=28,"
+        "inject-error.0.once=on,image.driver=blkdebug,"
+        "image.inject-error.0.op=read,image.inject-error.0.errno=61,"
+        "image.inject-error.0.once=on,image.image.driver=null-co", ctx);
+
+    g_assert_cmpint(run_op_scratch(bs, BLOCK_OP_READ, 0, 512), ==, -ENOSPC);
+    g_assert_cmpint(run_op_scratch(bs, BLOCK_OP_READ, 0, 512), ==, -ENODATA);
+    g_assert_cmpint(run_op_scratch(bs, BLOCK_OP_READ, 0, 512), ==, 0);
+    block_node_unref(bs);
+    aio_context_unref(ctx);
+}
+
+static void test_blkdebug_errors(void)
+{
+    AioContext *ctx = ctx_new();
+
+    open_fails(BLKDEBUG_NULL ",inject-error.0.errno=0", ctx,
+               "'inject-error.0.errno'");
+    open_fails(BLKDEBUG_NULL ",inject-error.0.errno=4096", ctx,
+               "'inject-error.0.errno'");
+    open_fails(BLKDEBUG_NULL ",inject-error.0.errno=eio", ctx,
+               "'inject-error.0.errno'");
+    open_fails(BLKDEBUG_NULL ",inject-error.0.op=readd", ctx,
+               "'inject-error.0.op'");
+    open_fails(BLKDEBUG_NULL ",inject-error.0.sector=-1", ctx,
+               "'inject-error.0.sector'");
+    open_fails(BLKDEBUG_NULL ",inject-error.0.sector=1,"
+               "inject-error.0.sectors=0", ctx, "'inject-error.0.sectors'");
+    open_fails(BLKDEBUG_NULL ",inject-error.0.sectors=4", ctx,
+               "'inject-error.0.sectors'");
+    open_fails(BLKDEBUG_NULL ",inject-error.0.once=maybe", ctx,
+               "'inject-error.0.once'");
+    open_fails(BLKDEBUG_NULL ",inject-error.0.errno=5,inject-error.0.bogus=1",
+               ctx, "'inject-error.0.bogus'");
+    open_fails(BLKDEBUG_NULL ",inject-error.0.errno=5,"
+               "inject-error.1.errno=5,inject-error.1.sectr=3",
+               ctx, "'inject-error.1.sectr'");
+    open_fails(BLKDEBUG_NULL ",inject-error.1.errno=5", ctx,
+               "'inject-error'");
+    open_fails(BLKDEBUG_NULL ",inject-error=5", ctx, "'inject-error'");
+    open_fails(BLKDEBUG_NULL ",bogus=1", ctx, "'bogus'");
+    open_fails("driver=blkdebug", ctx, "'image'");
+    open_fails("driver=blkdebug,image.driver=null-co,image.read-only=on", ctx,
+               "read-only");
+    open_fails("{\"driver\": \"blkdebug\", \"image\": {\"driver\": "
+               "\"null-co\"}, \"inject-error\": [{\"errno\": \"x\"}]}", ctx,
+               "'inject-error.0.errno'");
+    open_fails("{\"driver\": \"blkdebug\", \"image\": {\"driver\": "
+               "\"null-co\"}, \"inject-error\": [{\"op\": \"read\"}, 5]}",
+               ctx, "inject-error.1");
+    aio_context_unref(ctx);
+}
+
+/* A read-only blkdebug node over a read-only image: writes refused. */
+static void test_blkdebug_read_only(void)
+{
+    AioContext *ctx = ctx_new();
+    BlockNode *bs = open_ok("driver=blkdebug,read-only=on,"
+                            "image.driver=null-co,image.read-only=on", ctx);
+
+    g_assert_cmpint(run_op_scratch(bs, BLOCK_OP_READ, 0, 512), ==, 0);
+    g_assert_cmpint(run_op_scratch(bs, BLOCK_OP_WRITE, 0, 512), ==, -EPERM);
+    block_node_unref(bs);
+    aio_context_unref(ctx);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Read-modify-write serialisation (blkdebug align= over a file)             */
+
+#define RMW_DISK (64 * KiB)
+#define RMW_WRITES 24
+
+/*
+ * Overlapping misaligned and aligned writes submitted together on a node
+ * with 4 KiB alignment, over a file served by the thread pool (so requests
+ * really run concurrently).  Each misaligned write is a read-modify-write of
+ * whole blocks; if two of them, or one and a plain write, interleaved, one
+ * would write back blocks read before the other's data landed and undo it.
+ * The result must equal the writes applied one after another in submission
+ * order.
+ */
+static void test_rmw_serialised(void)
+{
+    AioContext *ctx = ctx_new();
+    g_autofree char *path = NULL;
+    g_autofree char *opts = NULL;
+    g_autofree char *model = g_malloc0(RMW_DISK);
+    g_autofree char *readback = g_malloc(RMW_DISK);
+    GError *gerr = NULL;
+    GRand *rand = g_rand_new_with_seed(20261121);
+    TReq reqs[RMW_WRITES];
+    char *bufs[RMW_WRITES];
+    BlockNode *bs;
+    int fd;
+
+    fd = g_file_open_tmp("test-block-rmw-XXXXXX", &path, &gerr);
+    g_assert_no_error(gerr);
+    g_assert_cmpint(ftruncate(fd, RMW_DISK), ==, 0);
+    close(fd);
+    opts = g_strdup_printf("driver=blkdebug,align=4096,image.driver=file,"
+                           "image.filename=%s,image.aio=threads", path);
+    bs = open_ok(opts, ctx);
+
+    for (int round = 0; round < 20; round++) {
+        for (int i = 0; i < RMW_WRITES; i++) {
+            /* Every third write is aligned, the others straddle blocks. */
+            bool aligned = i % 3 == 0;
+            int64_t len = aligned ? 4 * KiB * g_rand_int_range(rand, 1, 3)
+                                  : g_rand_int_range(rand, 1, 9000);
+            int64_t off = aligned ?
+                4 * KiB * g_rand_int_range(rand, 0, RMW_DISK / (4 * KiB) - 2) :
+                g_rand_int_range(rand, 0, RMW_DISK - len);
+
+            bufs[i] = g_malloc(len);
+            memset(bufs[i], 'A' + (round * RMW_WRITES + i) % 26, len);
+            memcpy(model + off, bufs[i], len);
+            treq_init(&reqs[i], BLOCK_OP_WRITE, off, bufs[i], len);
+            treq_submit(bs, &reqs[i]);
+        }
+        block_node_drain(bs);
+        for (int i = 0; i < RMW_WRITES; i++) {
+            g_assert_true(reqs[i].done);
+            g_assert_cmpint(reqs[i].ret, ==, 0);
+            g_free(bufs[i]);
+        }
+        g_assert_cmpint(run_op(bs, BLOCK_OP_READ, 0, readback, RMW_DISK), ==, 0);
+        for (int64_t b = 0; b < RMW_DISK; b++) {
+            if (readback[b] != model[b]) {
+                g_error("round %d: byte %" PRId64 " is '%c', expected '%c'",
+                        round, b, readback[b], model[b]);
+            }
+        }
+    }
+    block_node_unref(bs);
+    g_rand_free(rand);
+    g_unlink(path);
+    aio_context_unref(ctx);
+}
+
+static const TestCase tests[] = {
+    { "/block-drivers/null/async", test_null_async },
+    { "/block-drivers/null/read-zeroes", test_null_read_zeroes },
+    { "/block-drivers/null/order", test_null_order },
+    { "/block-drivers/null/latency", test_null_latency },
+    { "/block-drivers/null/resubmit-from-callback",
+      test_null_resubmit_from_callback },
+    { "/block-drivers/null/drain-in-callback", test_null_drain_in_callback },
+    { "/block-drivers/null/size", test_null_size },
+    { "/block-drivers/null/bad-options", test_null_bad_options },
+    { "/block-drivers/null/move-context", test_null_move_context },
+    { "/block-drivers/raw/window", test_raw_window },
+    { "/block-drivers/raw/offset-translation", test_raw_offset_translation },
+    { "/block-drivers/raw/over-file", test_raw_over_file },
+    { "/block-drivers/raw/offset-alignment", test_raw_offset_alignment },
+    { "/block-drivers/raw/unaligned-over-direct-file",
+      test_raw_unaligned_over_direct_file },
+    { "/block-drivers/raw/errors", test_raw_errors },
+    { "/block-drivers/blkdebug/range", test_blkdebug_range },
+    { "/block-drivers/blkdebug/once", test_blkdebug_once },
+    { "/block-drivers/blkdebug/ops", test_blkdebug_ops },
+    { "/block-drivers/blkdebug/json", test_blkdebug_json },
+    { "/block-drivers/blkdebug/not-forwarded", test_blkdebug_not_forwarded },
+    { "/block-drivers/blkdebug/errors", test_blkdebug_errors },
+    { "/block-drivers/blkdebug/read-only", test_blkdebug_read_only },
+    { "/block-drivers/blkdebug/rmw-serialised", test_rmw_serialised },
+};
+
+int main(int argc, char **argv)
+{
+    g_test_init(&argc, &argv, NULL);
+    /* Below the 60 s meson timeout, so that the watchdog reports first. */
+    test_add_with_watchdog(tests, G_N_ELEMENTS(tests), 50);
+    return g_test_run();
+}
