@@ -50,6 +50,31 @@ struct IOThread {
     bool started;
 };
 
+/* Every IOThread by creation order; main thread only. */
+static GPtrArray *iothreads;
+
+IOThread *iothread_lookup(const char *id)
+{
+    for (guint i = 0; iothreads && i < iothreads->len; i++) {
+        IOThread *iot = g_ptr_array_index(iothreads, i);
+
+        if (!strcmp(iot->id, id)) {
+            return iot;
+        }
+    }
+    return NULL;
+}
+
+GPtrArray *iothread_list(void)
+{
+    GPtrArray *list = g_ptr_array_new();
+
+    for (guint i = 0; iothreads && i < iothreads->len; i++) {
+        g_ptr_array_add(list, g_ptr_array_index(iothreads, i));
+    }
+    return list;
+}
+
 static const char *const iothread_property_names[] = {
     "poll-max-ns", "poll-grow", "poll-shrink", "aio-max-batch",
     "cpu-affinity", "poll-policy", NULL,
@@ -353,6 +378,11 @@ IOThread *iothread_create(const char *id, GPtrArray *props, Error **errp)
     if (!iothread_valid_id(id, errp)) {
         return NULL;
     }
+    if (iothread_lookup(id)) {
+        error_setg(errp, "iothread: an IOThread with id '%s' already exists",
+                   id);
+        return NULL;
+    }
     iot = g_new0(IOThread, 1);
     iot->id = g_strdup(id);
     iot->cfg.poll.max_ns = AIO_POLL_MAX_NS_DEFAULT;
@@ -379,6 +409,10 @@ IOThread *iothread_create(const char *id, GPtrArray *props, Error **errp)
         iothread_free(iot);
         return NULL;
     }
+    if (!iothreads) {
+        iothreads = g_ptr_array_new();
+    }
+    g_ptr_array_add(iothreads, iot);
     return iot;
 }
 
@@ -421,6 +455,7 @@ void iothread_destroy(IOThread *iot)
     aio_notify(iot->ctx);
     pthread_join(iot->thread, NULL);
     aio_context_set_home_thread(iot->ctx);
+    g_ptr_array_remove(iothreads, iot);
     iothread_free(iot);
 }
 

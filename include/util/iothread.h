@@ -30,7 +30,8 @@ typedef struct IOThread IOThread;
 
 /*
  * Create and start an IOThread named id (the thread's name is "iot-"+id,
- * truncated to the kernel's 15 characters).  props is a key=value list of
+ * truncated to the kernel's 15 characters).  Ids are unique: a second
+ * IOThread with the same id is an error.  props is a key=value list of
  * the properties above (may be NULL or empty; borrowed: the caller keeps
  * ownership); the first bad one is reported naming the property and
  * nothing is started.
@@ -50,6 +51,13 @@ IOThread *iothread_create_from_string(const char *optstr, Error **errp);
  * without running).  Owners of plain BHs delete them after this returns.
  */
 void iothread_destroy(IOThread *iot);
+
+/* The IOThread created with id, or NULL.  Main thread. */
+IOThread *iothread_lookup(const char *id);
+
+/* Every IOThread, in creation order (a new array; free it with
+ * g_ptr_array_unref; the IOThreads are borrowed).  Main thread. */
+GPtrArray *iothread_list(void);
 
 const char *iothread_get_id(const IOThread *iot);
 AioContext *iothread_get_aio_context(IOThread *iot);

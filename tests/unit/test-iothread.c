@@ -1120,6 +1120,38 @@ static void test_cpu_affinity_empty_elements(void)
     }
 }
 
+static void test_registry(void)
+{
+    IOThread *a = iot_new("reg-a", NULL);
+    IOThread *b = iot_new("reg-b", NULL);
+    Error *err = NULL;
+    GPtrArray *list;
+
+    g_assert_true(iothread_lookup("reg-a") == a);
+    g_assert_true(iothread_lookup("reg-b") == b);
+    g_assert_null(iothread_lookup("reg-c"));
+
+    /* Ids are unique. */
+    g_assert_null(iothread_create("reg-a", NULL, &err));
+    g_assert_nonnull(err);
+    g_assert_nonnull(strstr(err->message, "reg-a"));
+    g_clear_error(&err);
+
+    list = iothread_list();
+    g_assert_cmpuint(list->len, ==, 2);
+    g_assert_true(g_ptr_array_index(list, 0) == a);
+    g_assert_true(g_ptr_array_index(list, 1) == b);
+    g_ptr_array_unref(list);
+
+    iothread_destroy(a);
+    g_assert_null(iothread_lookup("reg-a"));
+    g_assert_true(iothread_lookup("reg-b") == b);
+    iothread_destroy(b);
+    list = iothread_list();
+    g_assert_cmpuint(list->len, ==, 0);
+    g_ptr_array_unref(list);
+}
+
 static const TestCase tests[] = {
     { "/iothread/create-destroy", test_create_destroy },
     { "/iothread/create-from-string", test_create_from_string },
@@ -1139,6 +1171,7 @@ static const TestCase tests[] = {
       test_destroy_with_always_busy_handler },
     { "/iothread/cpu-affinity/empty-elements",
       test_cpu_affinity_empty_elements },
+    { "/iothread/registry", test_registry },
 };
 
 int main(int argc, char **argv)
