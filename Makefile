@@ -15,7 +15,7 @@ SAN_ENV := ASAN_OPTIONS=detect_leaks=1 \
 MAKEFLAGS += --no-print-directory
 
 .PHONY: all san deps check check-unit check-functional install bench-aio \
-        clean help
+        bench-block clean help
 
 all: $(BUILD)/build.ninja
 	ninja -C $(BUILD)
@@ -53,6 +53,11 @@ bench-aio: all
 	    { echo "bench-aio is not built: it needs json-glib and -Dtests=true"; exit 1; }
 	$(BUILD)/tests/bench/bench-aio $(BENCH_ARGS)
 
+bench-block: all
+	@test -x $(BUILD)/tests/bench/bench-block || \
+	    { echo "bench-block is not built: it needs json-glib and -Dtests=true"; exit 1; }
+	$(BUILD)/tests/bench/bench-block $(BENCH_ARGS)
+
 clean:
 	rm -rf $(BUILD) $(BUILD_SAN)
 
@@ -64,13 +69,14 @@ help:
 	@echo '  check-functional  pytest suite in tests/functional against $(BUILD)/'
 	@echo '  install           meson install from $(BUILD)/'
 	@echo '  bench-aio         build, then run the event loop benchmark'
+	@echo '  bench-block       build, then run the block layer benchmark'
 	@echo '  deps              run scripts/install-deps.sh'
 	@echo '  san               configure and build $(BUILD_SAN)/ only'
 	@echo '  clean             remove $(BUILD)/ and $(BUILD_SAN)/'
 	@echo '  help              this text'
 	@echo
 	@echo 'Variables:'
-	@echo '  BENCH_ARGS=...    arguments for bench-aio'
+	@echo '  BENCH_ARGS=...    arguments for bench-aio and bench-block'
 	@echo '  PYTEST_ARGS=...   extra pytest arguments, e.g. PYTEST_ARGS="-k qmp"'
 	@echo '  PYTHON=...        Python for pytest and deps (default: python3)'
 	@echo

@@ -72,11 +72,9 @@
 #include "util/error.h"
 #include "util/event-notifier.h"
 #include "util/iothread.h"
+#include "bench-common.h"
 
-#define CACHELINE 64
-
-/* Exit status for bad command-line values. */
-#define EXIT_USAGE 2
+#define CACHELINE BENCH_CACHELINE
 
 /* A message without an answer for this long means a lost wakeup. */
 #define RESPONSE_TIMEOUT_NS (10LL * 1000 * 1000 * 1000)
@@ -359,19 +357,7 @@ static int64_t probe_cpu_ns(const ServerProbe *probe)
  */
 static int64_t probe_sleeps(const ServerProbe *probe)
 {
-    g_autofree char *path = NULL;
-    g_autofree char *text = NULL;
-    const char *line;
-
-    path = g_strdup_printf("/proc/self/task/%d/status", (int)probe->tid);
-    if (!g_file_get_contents(path, &text, NULL, NULL)) {
-        return -1;
-    }
-    line = strstr(text, "\nvoluntary_ctxt_switches:");
-    if (!line) {
-        return -1;
-    }
-    return g_ascii_strtoll(strchr(line, ':') + 1, NULL, 10);
+    return bench_thread_sleeps(probe->tid);
 }
 
 static void probe_stats(const ServerProbe *probe, AioPollStats *out)
@@ -535,74 +521,18 @@ static void *client_thread_fn(void *opaque)
     return NULL;
 }
 
-/* Start a thread pinned to cpu; false with errp set on failure. */
-static bool start_pinned_thread(pthread_t *thread, const char *name, int cpu,
-                                void *(*fn)(void *), void *opaque,
-                                Error **errp)
-{
-    pthread_attr_t attr;
-    cpu_set_t set;
-    int ret;
-
-    CPU_ZERO(&set);
-    CPU_SET(cpu, &set);
-    pthread_attr_init(&attr);
-    ret = pthread_attr_setaffinity_np(&attr, sizeof(set), &set);
-    if (ret == 0) {
-        ret = pthread_create(thread, &attr, fn, opaque);
-    }
-    pthread_attr_destroy(&attr);
-    if (ret != 0) {
-        error_setg_errno(errp, ret, "cannot start thread %s on CPU %d",
-                         name, cpu);
-        return false;
-    }
-    pthread_setname_np(*thread, name);
-    return true;
-}
-
 /* ------------------------------------------------------------------------ */
 /* Turning samples into statistics                                           */
 
-static int compare_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-    return (x > y) - (x < y);
-}
-
-/* Nearest-rank percentile (permille: 500 = p50, 999 = p99.9) of sorted v. */
-static uint64_t percentile_sorted(const uint64_t *v, size_t n,
-                                  unsigned permille)
-{
-    size_t rank = ((uint64_t)permille * n + 999) / 1000;
-
-    if (rank == 0) {
-        rank = 1;
-    }
-    return v[rank - 1];
-}
-
-static double mean_u64(const uint64_t *v, size_t n)
-{
-    double sum = 0;
-    size_t i;
-
-    for (i = 0; i < n; i++) {
-        sum += (double)v[i];
-    }
-    return sum / (double)n;
-}
-
 static void fill_latency_stats(RunStats *rs, uint64_t *samples, size_t n)
 {
-    qsort(samples, n, sizeof(samples[0]), compare_u64);
-    rs->v[STAT_P50] = percentile_sorted(samples, n, 500);
-    rs->v[STAT_P99] = percentile_sorted(samples, n, 990);
-    rs->v[STAT_P999] = percentile_sorted(samples, n, 999);
+    bench_sort_u64(samples, n);
+    rs->v[STAT_P50] = bench_percentile_sorted(samples, n, 500);
+    rs->v[STAT_P99] = bench_percentile_sorted(samples, n, 990);
+    rs->v[STAT_P999] = bench_percentile_sorted(samples, n, 999);
     rs->v[STAT_MIN] = samples[0];
     rs->v[STAT_MAX] = samples[n - 1];
-    rs->v[STAT_MEAN] = mean_u64(samples, n);
+    rs->v[STAT_MEAN] = bench_mean_u64(samples, n);
 }
 
 static void fill_loop_stats(RunStats *rs, const AioPollStats *a,
@@ -648,8 +578,8 @@ static bool run_client(PingPong *pp, const BenchOpts *opts, BenchMode mode,
     pthread_t thread;
 
     run.samples = g_new(uint64_t, opts->count);
-    if (!start_pinned_thread(&thread, "bench-client", opts->client_cpu,
-                             client_thread_fn, &run, errp)) {
+    if (!bench_start_pinned_thread(&thread, "bench-client", opts->client_cpu,
+                                   client_thread_fn, &run, errp)) {
         g_free(run.samples);
         return false;
     }
@@ -726,8 +656,8 @@ static bool run_cacheline_mode(const BenchOpts *opts, RunStats *rs,
     bool ok = false;
     int ret;
 
-    if (!start_pinned_thread(&echo, "bench-echo", opts->server_cpu,
-                             echo_thread_fn, pp, errp)) {
+    if (!bench_start_pinned_thread(&echo, "bench-echo", opts->server_cpu,
+                                   echo_thread_fn, pp, errp)) {
         goto out_free;
     }
     probe.tid = wait_for_echo_tid(pp);
@@ -756,23 +686,6 @@ static bool run_mode(BenchMode mode, const BenchOpts *opts, RunStats *rs,
 /* ------------------------------------------------------------------------ */
 /* Medians over repeats                                                      */
 
-static int compare_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-
-    return (x > y) - (x < y);
-}
-
-/* Median of v[0..n) (sorts v); the mean of the middle two if n is even. */
-static double median_double(double *v, size_t n)
-{
-    qsort(v, n, sizeof(v[0]), compare_double);
-    if (n % 2) {
-        return v[n / 2];
-    }
-    return (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 static void median_run_stats(const RunStats *runs, size_t n, RunStats *out)
 {
     g_autofree double *col = g_new(double, n);
@@ -783,36 +696,8 @@ static void median_run_stats(const RunStats *runs, size_t n, RunStats *out)
         for (i = 0; i < n; i++) {
             col[i] = runs[i].v[s];
         }
-        out->v[s] = median_double(col, n);
+        out->v[s] = bench_median_double(col, n);
     }
-}
-
-/* ------------------------------------------------------------------------ */
-/* Machine description                                                       */
-
-static char *read_cpu_model(void)
-{
-    g_autofree char *text = NULL;
-    g_auto(GStrv) lines = NULL;
-    char **l;
-
-    if (!g_file_get_contents("/proc/cpuinfo", &text, NULL, NULL)) {
-        return g_strdup("unknown");
-    }
-    lines = g_strsplit(text, "\n", -1);
-    for (l = lines; *l; l++) {
-        const char *colon = strchr(*l, ':');
-
-        if (g_str_has_prefix(*l, "model name") && colon) {
-            return g_strstrip(g_strdup(colon + 1));
-        }
-    }
-    return g_strdup("unknown");
-}
-
-static long online_cpus(void)
-{
-    return sysconf(_SC_NPROCESSORS_ONLN);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -845,7 +730,7 @@ static void json_add_mode(JsonBuilder *b, BenchMode mode, const RunStats *rs)
 
 static void json_add_config(JsonBuilder *b, const BenchOpts *opts)
 {
-    g_autofree char *model = read_cpu_model();
+    g_autofree char *model = bench_cpu_model();
 
     json_builder_set_member_name(b, "config");
     json_builder_begin_object(b);
@@ -865,7 +750,7 @@ static void json_add_config(JsonBuilder *b, const BenchOpts *opts)
     json_builder_set_member_name(b, "gap_ns");
     json_builder_add_int_value(b, opts->gap_ns);
     json_builder_set_member_name(b, "nproc");
-    json_builder_add_int_value(b, online_cpus());
+    json_builder_add_int_value(b, bench_online_cpus());
     json_builder_set_member_name(b, "cpu_model");
     json_builder_add_string_value(b, model);
     json_builder_end_object(b);
@@ -897,7 +782,7 @@ static void print_json(const BenchOpts *opts, const RunStats *results)
 
 static void print_table_header(const BenchOpts *opts)
 {
-    g_autofree char *model = read_cpu_model();
+    g_autofree char *model = bench_cpu_model();
 
     printf("bench-aio: ping-pong of %" PRId64 " messages (%" PRId64
            " warm-up), client CPU %d, server CPU %d, polled poll-max-ns %"
@@ -905,7 +790,7 @@ static void print_table_header(const BenchOpts *opts)
            opts->count, opts->warmup, opts->client_cpu, opts->server_cpu,
            opts->poll_max_ns, opts->gap_ns, opts->repeat,
            opts->repeat > 1 ? " (medians)" : "");
-    printf("machine: %ld CPUs online, %s\n\n", online_cpus(), model);
+    printf("machine: %ld CPUs online, %s\n\n", bench_online_cpus(), model);
     printf("%-10s %10s %10s %10s %10s %12s %10s %11s\n", "mode", "p50(ns)",
            "p99(ns)", "p99.9(ns)", "mean(ns)", "cpu/msg(ns)", "kicks/msg",
            "sleeps/msg");
@@ -1002,16 +887,6 @@ static void raw_opts_free(RawOpts *raw)
     g_free(raw->repeat);
 }
 
-static bool parse_optional_int(const char *name, const char *str,
-                               int64_t min, int64_t max, int64_t *out,
-                               Error **errp)
-{
-    if (!str) {
-        return true;         /* keep the default */
-    }
-    return parse_int64_in_range(name, str, min, max, out, errp);
-}
-
 static bool parse_modes(const char *str, BenchOpts *opts, Error **errp)
 {
     g_auto(GStrv) words = NULL;
@@ -1047,64 +922,23 @@ static bool parse_modes(const char *str, BenchOpts *opts, Error **errp)
     return true;
 }
 
-static bool cpu_is_usable(int64_t cpu)
-{
-    cpu_set_t set;
-
-    if (cpu >= CPU_SETSIZE || sched_getaffinity(0, sizeof(set), &set) != 0) {
-        return false;
-    }
-    return CPU_ISSET(cpu, &set);
-}
-
 static bool parse_cpus(const char *str, BenchOpts *opts, Error **errp)
 {
-    g_auto(GStrv) parts = NULL;
-    int64_t a, b;
-
-    if (!str) {
-        str = "0,1";
-    }
-    parts = g_strsplit(str, ",", -1);
-    if (g_strv_length(parts) != 2) {
-        error_setg(errp, "--cpus: expected two CPU numbers 'CLIENT,SERVER' "
-                   "(e.g. 0,1), got '%s'", str);
-        return false;
-    }
-    if (!parse_int64_in_range("--cpus", parts[0], 0, INT_MAX, &a,
-                              errp) ||
-        !parse_int64_in_range("--cpus", parts[1], 0, INT_MAX, &b,
-                              errp)) {
-        return false;
-    }
-    if (a == b) {
-        error_setg(errp, "--cpus: the client and server CPUs must differ "
-                   "(both threads spin), got %" PRId64 " twice", a);
-        return false;
-    }
-    if (!cpu_is_usable(a) || !cpu_is_usable(b)) {
-        error_setg(errp, "--cpus: CPU %" PRId64 " does not exist or is not "
-                   "available to this process (%ld CPUs online)",
-                   cpu_is_usable(a) ? b : a, online_cpus());
-        return false;
-    }
-    opts->client_cpu = a;
-    opts->server_cpu = b;
-    return true;
+    return bench_parse_cpus(str, &opts->client_cpu, &opts->server_cpu, errp);
 }
 
 static bool convert_opts(const RawOpts *raw, BenchOpts *opts, Error **errp)
 {
-    return parse_optional_int("--count", raw->count, 1, COUNT_MAX,
-                              &opts->count, errp) &&
-           parse_optional_int("--warmup", raw->warmup, 0, COUNT_MAX,
-                              &opts->warmup, errp) &&
-           parse_optional_int("--repeat", raw->repeat, 1, REPEAT_MAX,
-                              &opts->repeat, errp) &&
-           parse_optional_int("--poll-max-ns", raw->poll_max_ns, 1,
-                              INT64_MAX, &opts->poll_max_ns, errp) &&
-           parse_optional_int("--gap-ns", raw->gap_ns, 0, GAP_NS_MAX,
-                              &opts->gap_ns, errp) &&
+    return bench_parse_optional_int("--count", raw->count, 1, COUNT_MAX,
+                                    &opts->count, errp) &&
+           bench_parse_optional_int("--warmup", raw->warmup, 0, COUNT_MAX,
+                                    &opts->warmup, errp) &&
+           bench_parse_optional_int("--repeat", raw->repeat, 1, REPEAT_MAX,
+                                    &opts->repeat, errp) &&
+           bench_parse_optional_int("--poll-max-ns", raw->poll_max_ns, 1,
+                                    INT64_MAX, &opts->poll_max_ns, errp) &&
+           bench_parse_optional_int("--gap-ns", raw->gap_ns, 0, GAP_NS_MAX,
+                                    &opts->gap_ns, errp) &&
            parse_cpus(raw->cpus, opts, errp) &&
            parse_modes(raw->mode, opts, errp);
 }
@@ -1198,7 +1032,7 @@ int main(int argc, char **argv)
     if (!parse_command_line(argc, argv, &opts, &err)) {
         fprintf(stderr, "bench-aio: %s\n", err->message);
         error_free(err);
-        return EXIT_USAGE;
+        return BENCH_EXIT_USAGE;
     }
     if (!run_all(&opts, results, &err)) {
         fprintf(stderr, "bench-aio: %s\n", err->message);

@@ -1,0 +1,1649 @@
+/*
+ * bench-block: latency, IOPS and CPU cost of 4 KiB random reads through the
+ * block layer, with and without the adaptive poll window.
+ *
+ * Theory of operation
+ * -------------------
+ * A client thread pinned to one CPU plays the guest; an IOThread pinned to
+ * another owns a block node and plays the device.  They share a ring laid
+ * out like a split virtqueue, each part on its own cache lines:
+ *
+ *   desc_offset[id]   the byte offset of request slot id (client writes)
+ *   avail[], avail_idx  slot ids posted by the client, and how many
+ *   used[], used_idx    slot ids completed by the IOThread, and how many
+ *   no_notify           set by the IOThread while it busy-polls
+ *                       (VRING_USED_F_NO_NOTIFY)
+ *
+ * The client keeps QD requests outstanding: it fills free slots with random
+ * 4 KiB-aligned offsets, publishes avail_idx (release), issues a full fence
+ * and, unless no_notify is set, kicks the IOThread's eventfd.  Then it spins
+ * on used_idx (acquire), takes every completed slot, records
+ * now - post time for each, and refills.  The client is identical in every
+ * configuration; only the server side changes.
+ *
+ * The IOThread registers the kick eventfd with a poll callback (avail_idx
+ * moved) and io_poll_begin/end hooks that set and clear no_notify.  For each
+ * new slot it submits a BlockRequest (READ, 4 KiB, a buffer from a 4 KiB
+ * aligned pool) to the node; the completion callback appends the slot to
+ * used[] and publishes used_idx (release).  The "no lost kick" argument is
+ * bench-aio's: the client stores avail_idx, fences, loads no_notify; the
+ * loop clears no_notify in io_poll_end, issues a full barrier and polls once
+ * more, so either the client sees 0 and kicks or the loop sees the request.
+ *
+ * Configurations (cells): every engine (null-co; file with aio=native,
+ * io_uring and threads on a temporary file, O_DIRECT where the file system
+ * allows it) x every queue depth x {poll-max-ns=0, the adaptive window}.
+ * Each cell gets a fresh IOThread and node, sends warm-up requests (not
+ * recorded; the window settles), then samples the IOThread's CPU clock, the
+ * loop's AioPollStats and the engine's counters (in the IOThread, through
+ * aio_run_sync: block_engine_get_stats() is a home-thread function) around
+ * the recorded requests.  With --repeat R every cell runs R times,
+ * alternating, and every statistic is the median over the R runs.
+ * Percentiles are nearest-rank on the sorted samples.
+ *
+ * Threads: main creates and destroys IOThreads and nodes (main-thread
+ * jobs); a dedicated client thread runs the requests so that the main
+ * thread's affinity is left alone.
+ */
+
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <glib.h>
+#include <json-glib/json-glib.h>
+
+#include "block/aio-engine.h"
+#include "block/block.h"
+#include "util/aio.h"
+#include "util/clock.h"
+#include "util/cutils.h"
+#include "util/error.h"
+#include "util/event-notifier.h"
+#include "util/iothread.h"
+#include "bench-common.h"
+#include "bench-file.h"
+
+#define CACHELINE BENCH_CACHELINE
+
+#define BLOCK_SIZE 4096
+#define QD_MAX 256
+#define QD_LIST_MAX 16
+/* Ring entries: a power of two, at least QD_MAX. */
+#define RING_SIZE 256
+#define RING_MASK (RING_SIZE - 1)
+
+/* No completion for this long means a lost wakeup or a stuck request. */
+#define RESPONSE_TIMEOUT_NS (10LL * 1000 * 1000 * 1000)
+/* Spins between two looks at the clock while waiting for a completion. */
+#define SPINS_PER_CLOCK_CHECK 1024
+
+#define COUNT_MAX 100000000     /* 800 MB of samples */
+#define REPEAT_MAX 1000
+#define NULL_LATENCY_NS_MAX 1000000000    /* 1 s */
+#define FILE_SIZE_MIN (1LL << 20)
+#define FILE_SIZE_MAX (64LL << 30)
+#define FILE_SIZE_DEFAULT (64LL << 20)
+
+G_STATIC_ASSERT(RING_SIZE >= QD_MAX && (RING_SIZE & RING_MASK) == 0);
+G_STATIC_ASSERT(FILE_SIZE_MIN >= (int64_t)QD_MAX * BLOCK_SIZE);
+
+/* ------------------------------------------------------------------------ */
+/* Options                                                                   */
+
+typedef enum {
+    ENGINE_NULL_CO,
+    ENGINE_NATIVE,
+    ENGINE_IO_URING,
+    ENGINE_THREADS,
+    ENGINE_COUNT,
+} EngineId;
+
+static const char *const engine_names[ENGINE_COUNT] = {
+    [ENGINE_NULL_CO] = "null-co",
+    [ENGINE_NATIVE] = "native",
+    [ENGINE_IO_URING] = "io_uring",
+    [ENGINE_THREADS] = "threads",
+};
+
+static bool engine_is_file(EngineId e)
+{
+    return e != ENGINE_NULL_CO;
+}
+
+typedef enum {
+    POLL_OFF,
+    POLL_ADAPTIVE,
+    POLL_COUNT,
+} PollMode;
+
+static const char *const poll_names[POLL_COUNT] = {
+    [POLL_OFF] = "off",
+    [POLL_ADAPTIVE] = "adaptive",
+};
+
+typedef struct BenchOpts {
+    int64_t count;
+    int64_t warmup;
+    int64_t repeat;
+    int64_t poll_max_ns;       /* of the adaptive mode */
+    int64_t null_latency_ns;
+    int64_t file_size;
+    int client_cpu;
+    int server_cpu;
+    bool engines[ENGINE_COUNT];
+    int64_t qds[QD_LIST_MAX];
+    int nqd;
+    BenchDirectMode direct;
+    bool json;
+} BenchOpts;
+
+/* ------------------------------------------------------------------------ */
+/* Statistics of one run of one cell                                         */
+
+typedef enum {
+    STAT_P50,
+    STAT_P99,
+    STAT_P999,
+    STAT_MEAN,
+    STAT_MIN,
+    STAT_MAX,
+    STAT_IOPS,
+    STAT_CPU_PER_IO,         /* the IOThread */
+    STAT_ALL_CPU_PER_IO,     /* every thread but the client */
+    STAT_KICKS_PER_IO,
+    STAT_SLEEPS_PER_IO,      /* the IOThread's voluntary context switches */
+    /* The engine's counters (file engines; null-co: see fill_engine_stats) */
+    STAT_COMPLETIONS,
+    STAT_COMPLETIONS_POLLED,
+    STAT_POLLED_FRACTION,
+    STAT_SUBMISSIONS,
+    STAT_RESUBMITS,
+    /* AioContext counters over the recorded requests. */
+    STAT_POLL_HITS,
+    STAT_POLL_MISSES,
+    STAT_WAKEUPS,
+    STAT_DISPATCHES,
+    STAT_BHS,
+    STAT_POLL_TIME,
+    STAT_BLOCK_TIME,
+    STAT_POLL_NS,            /* the context's window at the end */
+    STAT_KICK_WINDOW,        /* the kick handler's window at the end */
+    STAT_ELAPSED,
+    STAT_COUNT,
+} StatId;
+
+typedef struct StatInfo {
+    const char *json_name;
+    bool is_integer;
+} StatInfo;
+
+static const StatInfo stat_info[STAT_COUNT] = {
+    [STAT_P50] = { "p50_ns", true },
+    [STAT_P99] = { "p99_ns", true },
+    [STAT_P999] = { "p999_ns", true },
+    [STAT_MEAN] = { "mean_ns", true },
+    [STAT_MIN] = { "min_ns", true },
+    [STAT_MAX] = { "max_ns", true },
+    [STAT_IOPS] = { "iops", false },
+    [STAT_CPU_PER_IO] = { "cpu_ns_per_io", true },
+    [STAT_ALL_CPU_PER_IO] = { "all_cpu_ns_per_io", true },
+    [STAT_KICKS_PER_IO] = { "kicks_per_io", false },
+    [STAT_SLEEPS_PER_IO] = { "sleeps_per_io", false },
+    [STAT_COMPLETIONS] = { "completions", true },
+    [STAT_COMPLETIONS_POLLED] = { "completions_polled", true },
+    [STAT_POLLED_FRACTION] = { "polled_fraction", false },
+    [STAT_SUBMISSIONS] = { "submissions", true },
+    [STAT_RESUBMITS] = { "resubmits", true },
+    [STAT_POLL_HITS] = { "poll_hits", true },
+    [STAT_POLL_MISSES] = { "poll_misses", true },
+    [STAT_WAKEUPS] = { "wakeups", true },
+    [STAT_DISPATCHES] = { "dispatches", true },
+    [STAT_BHS] = { "bhs", true },
+    [STAT_POLL_TIME] = { "poll_time_ns", true },
+    [STAT_BLOCK_TIME] = { "block_time_ns", true },
+    [STAT_POLL_NS] = { "poll_ns", true },
+    [STAT_KICK_WINDOW] = { "kick_window_ns", true },
+    [STAT_ELAPSED] = { "elapsed_ns", true },
+};
+
+typedef struct RunStats {
+    double v[STAT_COUNT];
+} RunStats;
+
+/* One configuration: engine x queue depth x poll mode. */
+typedef struct Cell {
+    EngineId engine;
+    int64_t qd;
+    PollMode poll;
+    bool direct;
+    RunStats *runs;          /* opts->repeat */
+    RunStats result;         /* medians */
+} Cell;
+
+/* For the stall handler: the test file to remove before _exit. */
+static const char *stall_unlink_path;
+
+/* ------------------------------------------------------------------------ */
+/* Shared ring                                                               */
+
+typedef struct BenchRing BenchRing;
+
+/* The IOThread's side of one request slot. */
+typedef struct BenchSlot {
+    BlockRequest req;
+    struct iovec iov;
+    void *buf;               /* BLOCK_SIZE bytes, BLOCK_SIZE-aligned */
+    BenchRing *ring;
+    uint16_t id;
+} BenchSlot;
+
+struct BenchRing {
+    /* Written by the client. */
+    _Alignas(CACHELINE) _Atomic uint32_t avail_idx;
+    _Alignas(CACHELINE) uint16_t avail[RING_SIZE];
+    _Alignas(CACHELINE) int64_t desc_offset[QD_MAX];
+    /* Written by the IOThread. */
+    _Alignas(CACHELINE) _Atomic uint32_t used_idx;
+    _Alignas(CACHELINE) uint16_t used[RING_SIZE];
+    /* Written by the IOThread's poll hooks, read by the client. */
+    _Alignas(CACHELINE) _Atomic int no_notify;
+    /* IOThread-private (read by the client once the run is over). */
+    _Alignas(CACHELINE) uint32_t last_avail;
+    uint32_t used_shadow;
+    uint64_t errors;         /* requests that completed with an error */
+    int first_error;         /* -errno of the first one */
+    /* Set up by main. */
+    EventNotifier kick;
+    AioContext *ctx;
+    BlockNode *node;
+    unsigned qd;
+    BenchSlot *slots;        /* qd of them */
+    void *pool;              /* qd * BLOCK_SIZE bytes */
+};
+
+static BenchRing *ring_new(unsigned qd, BlockNode *node, AioContext *ctx)
+{
+    BenchRing *r;
+    unsigned i;
+
+    if (posix_memalign((void **)&r, CACHELINE, sizeof(*r)) != 0) {
+        g_error("out of memory");
+    }
+    memset(r, 0, sizeof(*r));
+    if (posix_memalign(&r->pool, BLOCK_SIZE, (size_t)qd * BLOCK_SIZE) != 0) {
+        g_error("out of memory");
+    }
+    atomic_init(&r->avail_idx, 0);
+    atomic_init(&r->used_idx, 0);
+    atomic_init(&r->no_notify, 0);
+    memset(r->pool, 0x5a, (size_t)qd * BLOCK_SIZE);
+    r->kick.fd = -1;
+    r->ctx = ctx;
+    r->node = node;
+    r->qd = qd;
+    r->slots = g_new0(BenchSlot, qd);
+    for (i = 0; i < qd; i++) {
+        r->slots[i].buf = (char *)r->pool + (size_t)i * BLOCK_SIZE;
+        r->slots[i].ring = r;
+        r->slots[i].id = i;
+    }
+    return r;
+}
+
+static void ring_free(BenchRing *r)
+{
+    g_free(r->slots);
+    free(r->pool);
+    free(r);
+}
+
+static BenchRing *ring_from_kick(EventNotifier *e)
+{
+    return (BenchRing *)((char *)e - offsetof(BenchRing, kick));
+}
+
+/* ------------------------------------------------------------------------ */
+/* Server: the device side, in the IOThread                                  */
+
+/* Completion of one slot: hand it back to the client.  IOThread. */
+static void server_complete(BlockRequest *req, int ret)
+{
+    BenchSlot *s = req->opaque;
+    BenchRing *r = s->ring;
+
+    if (ret < 0) {
+        if (!r->errors++) {
+            r->first_error = ret;
+        }
+    }
+    r->used[r->used_shadow & RING_MASK] = s->id;
+    r->used_shadow++;
+    /*
+     * Pairs with the client's acquire load of used_idx: the used[] entry
+     * (and the error count) are visible before the new index.
+     */
+    atomic_store_explicit(&r->used_idx, r->used_shadow, memory_order_release);
+}
+
+static void server_submit(BenchRing *r, uint16_t id)
+{
+    BenchSlot *s = &r->slots[id];
+
+    s->iov.iov_base = s->buf;
+    s->iov.iov_len = BLOCK_SIZE;
+    s->req.op = BLOCK_OP_READ;
+    s->req.flags = 0;
+    s->req.offset = r->desc_offset[id];
+    s->req.bytes = BLOCK_SIZE;
+    s->req.iov = &s->iov;
+    s->req.niov = 1;
+    s->req.cb = server_complete;
+    s->req.opaque = s;
+    block_node_submit(r->node, &s->req);
+}
+
+/* Submit every slot posted since the last look.  IOThread. */
+static void server_process(BenchRing *r)
+{
+    /* Pairs with the client's release store of avail_idx. */
+    uint32_t avail = atomic_load_explicit(&r->avail_idx, memory_order_acquire);
+
+    while (r->last_avail != avail) {
+        uint16_t id = r->avail[r->last_avail & RING_MASK];
+
+        r->last_avail++;
+        /* The client is this program: a bad slot id is our own bug. */
+        g_assert(id < r->qd);
+        server_submit(r, id);
+    }
+}
+
+static bool server_io_poll(EventNotifier *e)
+{
+    BenchRing *r = ring_from_kick(e);
+
+    /* Pairs with the client's release store of avail_idx. */
+    return atomic_load_explicit(&r->avail_idx, memory_order_acquire) !=
+           r->last_avail;
+}
+
+static void server_io_read(EventNotifier *e)
+{
+    event_notifier_test_and_clear(e);
+    server_process(ring_from_kick(e));
+}
+
+static void server_io_poll_ready(EventNotifier *e)
+{
+    server_process(ring_from_kick(e));
+}
+
+static void server_poll_begin(EventNotifier *e)
+{
+    BenchRing *r = ring_from_kick(e);
+
+    /*
+     * Relaxed: suppressing kicks is an optimisation; a client that still
+     * sees 0 just kicks once more.
+     */
+    atomic_store_explicit(&r->no_notify, 1, memory_order_relaxed);
+}
+
+static void server_poll_end(EventNotifier *e)
+{
+    BenchRing *r = ring_from_kick(e);
+
+    /*
+     * The loop issues a full barrier after io_poll_end and polls once more;
+     * that barrier pairs with the client's fence between storing avail_idx
+     * and loading no_notify.
+     */
+    atomic_store_explicit(&r->no_notify, 0, memory_order_relaxed);
+}
+
+/* Register the kick handler.  Runs in the IOThread via aio_run_sync(). */
+static void server_attach(void *opaque)
+{
+    BenchRing *r = opaque;
+
+    g_assert(aio_context_in_home_thread(r->ctx));
+    aio_set_event_notifier(r->ctx, &r->kick, server_io_read,
+                           server_io_poll, server_io_poll_ready);
+    aio_set_event_notifier_poll(r->ctx, &r->kick, server_poll_begin,
+                                server_poll_end);
+    aio_set_fd_handler_name(r->ctx, event_notifier_get_fd(&r->kick),
+                            "bench-kick");
+}
+
+/* Remove the kick handler.  Runs in the IOThread via aio_run_sync(). */
+static void server_detach(void *opaque)
+{
+    BenchRing *r = opaque;
+
+    g_assert(aio_context_in_home_thread(r->ctx));
+    aio_set_event_notifier(r->ctx, &r->kick, NULL, NULL, NULL);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Engine statistics (home-thread function, called through aio_run_sync)     */
+
+typedef struct EngineStatsCall {
+    const BlockEngineOps *ops;
+    AioContext *ctx;
+    BlockEngineStats st;
+    bool found;
+} EngineStatsCall;
+
+static void engine_stats_in_iothread(void *opaque)
+{
+    EngineStatsCall *c = opaque;
+
+    c->found = block_engine_get_stats(c->ops, c->ctx, &c->st);
+}
+
+/* The engine instance's counters in ctx; zeroes if it has none. */
+static void read_engine_stats(const BlockEngineOps *ops, AioContext *ctx,
+                              BlockEngineStats *out)
+{
+    EngineStatsCall c = { .ops = ops, .ctx = ctx };
+
+    aio_run_sync(ctx, engine_stats_in_iothread, &c);
+    *out = c.found ? c.st : (BlockEngineStats) { 0 };
+}
+
+/* ------------------------------------------------------------------------ */
+/* Client: the guest side                                                    */
+
+typedef struct ClientRun {
+    /* Inputs. */
+    BenchRing *ring;
+    const BenchOpts *opts;
+    IOThread *iot;
+    const BlockEngineOps *engine_ops;   /* NULL for null-co */
+    const char *label;                  /* for stall reports */
+    unsigned qd;
+    uint64_t nblocks;
+    uint64_t rng;
+    /* Client-private ring state. */
+    uint32_t avail_shadow;
+    uint32_t used_seen;
+    unsigned nfree;
+    uint16_t free_ids[QD_MAX];
+    int64_t post_ns[QD_MAX];
+    /* Outputs. */
+    uint64_t *samples;       /* opts->count latencies, in ns */
+    uint64_t kicks;          /* over the recorded requests */
+    int64_t start_ns, end_ns;
+    int64_t cpu_start_ns, cpu_end_ns;             /* the IOThread */
+    int64_t proc_cpu_start_ns, proc_cpu_end_ns;   /* the whole process */
+    int64_t self_cpu_start_ns, self_cpu_end_ns;   /* the client thread */
+    int64_t sleeps_start, sleeps_end;
+    AioPollStats stats_start, stats_end;
+    BlockEngineStats engine_start, engine_end;   /* zeroes if none */
+} ClientRun;
+
+/* xorshift64*: cheap, and the same sequence in every cell. */
+static uint64_t rng_next(uint64_t *state)
+{
+    uint64_t x = *state;
+
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    *state = x;
+    return x * 0x2545F4914F6CDD1DULL;
+}
+
+static int64_t process_cpu_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* No completion within RESPONSE_TIMEOUT_NS: say what we saw and give up. */
+static void G_GNUC_NORETURN client_report_stall(const ClientRun *run)
+{
+    AioPollStats st;
+
+    aio_context_get_stats(iothread_get_aio_context(run->iot), &st);
+    fprintf(stderr,
+            "bench-block: %s: no completion for %lld s "
+            "(avail_idx=%" PRIu32 " used_idx=%" PRIu32 " seen=%" PRIu32
+            " no_notify=%d); IOThread loop: turns=%" PRIu64 " wakeups=%"
+            PRIu64 " poll_hits=%" PRIu64 " poll_misses=%" PRIu64
+            " dispatches=%" PRIu64 " poll_ns=%" PRId64
+            ": lost wakeup or stuck request?\n",
+            run->label, RESPONSE_TIMEOUT_NS / 1000000000LL,
+            atomic_load(&run->ring->avail_idx),
+            atomic_load(&run->ring->used_idx), run->used_seen,
+            atomic_load(&run->ring->no_notify),
+            st.turns, st.wakeups, st.poll_hits, st.poll_misses,
+            st.dispatches, st.poll_ns);
+    fflush(stderr);
+    if (stall_unlink_path) {
+        unlink(stall_unlink_path);
+    }
+    /* Other threads may be wedged: do not run exit handlers. */
+    _exit(EXIT_FAILURE);
+}
+
+/*
+ * Fill up to max free slots with random offsets, publish them and kick the
+ * IOThread unless it is polling.  Returns the number posted.
+ */
+static int64_t client_post(ClientRun *run, int64_t max, uint64_t *kicks)
+{
+    BenchRing *r = run->ring;
+    int64_t now = clock_now_ns();
+    int64_t k = 0;
+
+    while (run->nfree && k < max) {
+        uint16_t id = run->free_ids[--run->nfree];
+
+        r->desc_offset[id] =
+            (int64_t)(rng_next(&run->rng) % run->nblocks) * BLOCK_SIZE;
+        run->post_ns[id] = now;
+        r->avail[run->avail_shadow & RING_MASK] = id;
+        run->avail_shadow++;
+        k++;
+    }
+    /* Pairs with the IOThread's acquire load of avail_idx. */
+    atomic_store_explicit(&r->avail_idx, run->avail_shadow,
+                          memory_order_release);
+    /*
+     * Full fence between the store of avail_idx and the load of no_notify;
+     * pairs with the loop's full barrier after io_poll_end (before its last
+     * poll).
+     */
+    atomic_thread_fence(memory_order_seq_cst);
+    if (!atomic_load_explicit(&r->no_notify, memory_order_relaxed)) {
+        event_notifier_set(&r->kick);
+        (*kicks)++;
+    }
+    return k;
+}
+
+/*
+ * Spin until at least one request has completed, then take every completed
+ * one: record its latency into samples (if not NULL) and free its slot.
+ * Returns the number taken.
+ */
+static int64_t client_reap(ClientRun *run, uint64_t *samples)
+{
+    BenchRing *r = run->ring;
+    int64_t t0 = clock_now_ns();
+    unsigned spins = 0;
+    uint32_t used;
+    int64_t now, k = 0;
+
+    /* Pairs with the IOThread's release store of used_idx. */
+    while ((used = atomic_load_explicit(&r->used_idx, memory_order_acquire))
+           == run->used_seen) {
+        cpu_relax();
+        if (++spins == SPINS_PER_CLOCK_CHECK) {
+            spins = 0;
+            if (clock_now_ns() - t0 > RESPONSE_TIMEOUT_NS) {
+                client_report_stall(run);
+            }
+        }
+    }
+    now = clock_now_ns();
+    while (run->used_seen != used) {
+        uint16_t id = r->used[run->used_seen & RING_MASK];
+
+        run->used_seen++;
+        g_assert(id < run->qd);
+        if (samples) {
+            samples[k] = now - run->post_ns[id];
+        }
+        run->free_ids[run->nfree++] = id;
+        k++;
+    }
+    return k;
+}
+
+/* Complete n requests with qd in flight; the ring is idle on return. */
+static void client_phase(ClientRun *run, int64_t n, uint64_t *samples,
+                         uint64_t *kicks)
+{
+    int64_t posted = 0, done = 0;
+
+    while (done < n) {
+        if (run->nfree && posted < n) {
+            posted += client_post(run, n - posted, kicks);
+        }
+        done += client_reap(run, samples ? samples + done : NULL);
+    }
+}
+
+static void client_sample(ClientRun *run, bool end)
+{
+    AioContext *ctx = iothread_get_aio_context(run->iot);
+    pid_t tid = iothread_get_thread_id(run->iot);
+
+    if (!end) {
+        if (run->engine_ops) {
+            read_engine_stats(run->engine_ops, ctx, &run->engine_start);
+        }
+        run->sleeps_start = bench_thread_sleeps(tid);
+        aio_context_get_stats(ctx, &run->stats_start);
+        run->self_cpu_start_ns = clock_thread_cpu_ns();
+        run->proc_cpu_start_ns = process_cpu_ns();
+        run->cpu_start_ns = iothread_get_cpu_ns(run->iot);
+        run->start_ns = clock_now_ns();
+        return;
+    }
+    run->end_ns = clock_now_ns();
+    run->cpu_end_ns = iothread_get_cpu_ns(run->iot);
+    run->proc_cpu_end_ns = process_cpu_ns();
+    run->self_cpu_end_ns = clock_thread_cpu_ns();
+    aio_context_get_stats(ctx, &run->stats_end);
+    run->sleeps_end = bench_thread_sleeps(tid);
+    if (run->engine_ops) {
+        read_engine_stats(run->engine_ops, ctx, &run->engine_end);
+    }
+}
+
+static void *client_thread_fn(void *opaque)
+{
+    ClientRun *run = opaque;
+    uint64_t warmup_kicks = 0;
+    unsigned i;
+
+    for (i = 0; i < run->qd; i++) {
+        run->free_ids[run->nfree++] = run->qd - 1 - i;
+    }
+    client_phase(run, run->opts->warmup, NULL, &warmup_kicks);
+    client_sample(run, false);
+    client_phase(run, run->opts->count, run->samples, &run->kicks);
+    client_sample(run, true);
+    return NULL;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Turning samples into statistics                                           */
+
+static void fill_latency_stats(RunStats *rs, uint64_t *samples, size_t n)
+{
+    bench_sort_u64(samples, n);
+    rs->v[STAT_P50] = bench_percentile_sorted(samples, n, 500);
+    rs->v[STAT_P99] = bench_percentile_sorted(samples, n, 990);
+    rs->v[STAT_P999] = bench_percentile_sorted(samples, n, 999);
+    rs->v[STAT_MIN] = samples[0];
+    rs->v[STAT_MAX] = samples[n - 1];
+    rs->v[STAT_MEAN] = bench_mean_u64(samples, n);
+}
+
+static void fill_loop_stats(RunStats *rs, const AioPollStats *a,
+                            const AioPollStats *b)
+{
+    rs->v[STAT_POLL_HITS] = (double)(b->poll_hits - a->poll_hits);
+    rs->v[STAT_POLL_MISSES] = (double)(b->poll_misses - a->poll_misses);
+    rs->v[STAT_WAKEUPS] = (double)(b->wakeups - a->wakeups);
+    rs->v[STAT_DISPATCHES] = (double)(b->dispatches - a->dispatches);
+    rs->v[STAT_BHS] = (double)(b->bhs - a->bhs);
+    rs->v[STAT_POLL_TIME] = (double)(b->poll_time_ns - a->poll_time_ns);
+    rs->v[STAT_BLOCK_TIME] = (double)(b->block_time_ns - a->block_time_ns);
+    rs->v[STAT_POLL_NS] = (double)b->poll_ns;
+}
+
+/*
+ * The engine's counters over the recorded requests.  null-co has no engine:
+ * its requests complete from a bottom half, none is found by a poll
+ * callback, so it reports every request as completed and none as polled.
+ */
+static void fill_engine_stats(RunStats *rs, const ClientRun *run)
+{
+    const BlockEngineStats *a = &run->engine_start, *b = &run->engine_end;
+    double completions, polled;
+
+    if (!run->engine_ops) {
+        rs->v[STAT_COMPLETIONS] = (double)run->opts->count;
+        return;              /* polled, submissions, resubmits: 0 */
+    }
+    completions = (double)(b->completions - a->completions);
+    polled = (double)(b->completions_polled - a->completions_polled);
+    rs->v[STAT_COMPLETIONS] = completions;
+    rs->v[STAT_COMPLETIONS_POLLED] = polled;
+    rs->v[STAT_POLLED_FRACTION] = completions > 0 ? polled / completions : 0;
+    rs->v[STAT_SUBMISSIONS] = (double)(b->submissions - a->submissions);
+    rs->v[STAT_RESUBMITS] = (double)(b->resubmits - a->resubmits);
+}
+
+static void fill_run_stats(RunStats *rs, ClientRun *run)
+{
+    double n = (double)run->opts->count;
+    double elapsed = (double)(run->end_ns - run->start_ns);
+    double all_cpu = (double)(run->proc_cpu_end_ns - run->proc_cpu_start_ns) -
+                     (double)(run->self_cpu_end_ns - run->self_cpu_start_ns);
+
+    memset(rs, 0, sizeof(*rs));
+    fill_latency_stats(rs, run->samples, run->opts->count);
+    rs->v[STAT_ELAPSED] = elapsed;
+    rs->v[STAT_IOPS] = elapsed > 0 ? n * 1e9 / elapsed : 0;
+    rs->v[STAT_CPU_PER_IO] = (run->cpu_end_ns - run->cpu_start_ns) / n;
+    rs->v[STAT_ALL_CPU_PER_IO] = all_cpu > 0 ? all_cpu / n : 0;
+    rs->v[STAT_KICKS_PER_IO] = run->kicks / n;
+    rs->v[STAT_SLEEPS_PER_IO] =
+        run->sleeps_start < 0 || run->sleeps_end < 0 ? -1 :
+        (run->sleeps_end - run->sleeps_start) / n;
+    fill_engine_stats(rs, run);
+    fill_loop_stats(rs, &run->stats_start, &run->stats_end);
+}
+
+/* The kick handler's own window, or -1 if the context does not list it. */
+static int64_t kick_window(AioContext *ctx, int fd)
+{
+    AioHandlerWindow wins[16];
+    int n, i;
+
+    n = aio_context_get_handler_windows(ctx, wins, G_N_ELEMENTS(wins));
+    for (i = 0; i < n && i < (int)G_N_ELEMENTS(wins); i++) {
+        if (wins[i].fd == fd) {
+            return wins[i].poll_ns;
+        }
+    }
+    return -1;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Running one cell                                                          */
+
+/* ',' inside a key=value option value is written ",,". */
+static char *escape_keyval(const char *value)
+{
+    g_auto(GStrv) parts = g_strsplit(value, ",", -1);
+
+    return g_strjoinv(",,", parts);
+}
+
+static char *node_options(const Cell *cell, const BenchOpts *opts,
+                          const BenchTestFile *tf)
+{
+    g_autofree char *filename = NULL;
+
+    if (cell->engine == ENGINE_NULL_CO) {
+        return g_strdup_printf("driver=null-co,node-name=bench-disk,"
+                               "size=%" PRId64 ",latency-ns=%" PRId64,
+                               opts->file_size, opts->null_latency_ns);
+    }
+    filename = escape_keyval(tf->path);
+    return g_strdup_printf("driver=file,node-name=bench-disk,filename=%s,"
+                           "aio=%s,cache.direct=%s,read-only=on",
+                           filename, engine_names[cell->engine],
+                           cell->direct ? "on" : "off");
+}
+
+static IOThread *create_iothread(const Cell *cell, const BenchOpts *opts,
+                                 Error **errp)
+{
+    g_autofree char *optstr = NULL;
+    int64_t poll_max_ns = cell->poll == POLL_ADAPTIVE ? opts->poll_max_ns : 0;
+
+    optstr = g_strdup_printf("iothread,id=bench-block,poll-max-ns=%" PRId64
+                             ",cpu-affinity=%d", poll_max_ns,
+                             opts->server_cpu);
+    return iothread_create_from_string(optstr, errp);
+}
+
+static char *cell_label(const Cell *cell)
+{
+    return g_strdup_printf("%s qd=%" PRId64 " poll=%s",
+                           engine_names[cell->engine], cell->qd,
+                           poll_names[cell->poll]);
+}
+
+/* Run the client thread against a ready ring; fills rs. */
+static bool run_client(BenchRing *r, const BenchOpts *opts, const Cell *cell,
+                       IOThread *iot, RunStats *rs, Error **errp)
+{
+    g_autofree char *label = cell_label(cell);
+    ClientRun *run = g_new0(ClientRun, 1);
+    pthread_t thread;
+    bool ok = false;
+
+    run->ring = r;
+    run->opts = opts;
+    run->iot = iot;
+    run->engine_ops = engine_is_file(cell->engine) ?
+                      block_engine_find(engine_names[cell->engine]) : NULL;
+    run->label = label;
+    run->qd = cell->qd;
+    run->nblocks = opts->file_size / BLOCK_SIZE;
+    run->rng = 0x9E3779B97F4A7C15ULL;
+    run->samples = g_new(uint64_t, opts->count);
+    if (bench_start_pinned_thread(&thread, "bench-client", opts->client_cpu,
+                                  client_thread_fn, run, errp)) {
+        pthread_join(thread, NULL);
+        /* Ordered by the client's acquire loads of used_idx. */
+        if (r->errors) {
+            error_setg_errno(errp, -r->first_error,
+                             "%" PRIu64 " of the reads failed, the first with",
+                             r->errors);
+        } else {
+            fill_run_stats(rs, run);
+            ok = true;
+        }
+    }
+    g_free(run->samples);
+    g_free(run);
+    return ok;
+}
+
+/*
+ * Run one cell once.  *open_failed tells a node that could not be opened or
+ * whose reads failed (the engine is unusable here) from other errors.
+ */
+static bool run_cell(Cell *cell, const BenchOpts *opts,
+                     const BenchTestFile *tf, RunStats *rs, bool *open_failed,
+                     Error **errp)
+{
+    g_autofree char *nodeopts = node_options(cell, opts, tf);
+    IOThread *iot;
+    AioContext *ctx;
+    BlockNode *node;
+    BenchRing *r;
+    bool ok = false;
+    int ret;
+
+    *open_failed = false;
+    iot = create_iothread(cell, opts, errp);
+    if (!iot) {
+        return false;
+    }
+    ctx = iothread_get_aio_context(iot);
+    node = block_node_open_str(nodeopts, ctx, errp);
+    if (!node) {
+        *open_failed = true;
+        goto out_iothread;
+    }
+    r = ring_new(cell->qd, node, ctx);
+    ret = event_notifier_init(&r->kick, false);
+    if (ret < 0) {
+        error_setg_errno(errp, -ret, "cannot create the kick eventfd");
+        goto out_ring;
+    }
+    aio_run_sync(ctx, server_attach, r);
+
+    ok = run_client(r, opts, cell, iot, rs, errp);
+    if (ok) {
+        rs->v[STAT_KICK_WINDOW] =
+            kick_window(ctx, event_notifier_get_fd(&r->kick));
+    } else {
+        *open_failed = r->errors > 0;
+    }
+
+    aio_run_sync(ctx, server_detach, r);
+    event_notifier_cleanup(&r->kick);
+out_ring:
+    ring_free(r);
+    block_node_unref(node);
+out_iothread:
+    iothread_destroy(iot);
+    return ok;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The test file                                                             */
+
+/*
+ * Create the test file in $TMPDIR, the build directory or /var/tmp: the
+ * first whose file system allows O_DIRECT (see bench-file.h).
+ */
+static bool test_file_create(BenchTestFile *tf, const BenchOpts *opts,
+                             Error **errp)
+{
+    const char *tmpdir = g_getenv("TMPDIR");
+    const char *dirs[4];
+    int n = 0;
+
+    if (tmpdir && *tmpdir) {
+        dirs[n++] = tmpdir;
+    }
+    dirs[n++] = BENCH_BUILD_DIR;
+    dirs[n++] = "/var/tmp";
+    dirs[n] = NULL;
+    if (!bench_test_file_create(tf, dirs, opts->file_size, opts->direct,
+                                errp)) {
+        error_prepend(errp, "test file: ");
+        return false;
+    }
+    stall_unlink_path = tf->path;
+    return true;
+}
+
+/* ------------------------------------------------------------------------ */
+/* All cells                                                                 */
+
+typedef struct Bench {
+    const BenchOpts *opts;
+    BenchTestFile file;
+    Cell *cells;
+    size_t ncells;
+    char *skipped[ENGINE_COUNT];   /* reason, or NULL if the engine ran */
+} Bench;
+
+static void bench_skip_engine(Bench *b, EngineId e, const char *reason)
+{
+    if (!b->skipped[e]) {
+        b->skipped[e] = g_strdup(reason);
+        fprintf(stderr, "bench-block: skipping %s: %s\n", engine_names[e],
+                reason);
+    }
+}
+
+static bool bench_has_file_engine(const Bench *b)
+{
+    int e;
+
+    for (e = 0; e < ENGINE_COUNT; e++) {
+        if (b->opts->engines[e] && engine_is_file(e) && !b->skipped[e]) {
+            return true;
+        }
+    }
+    return false;
+}
+
+static bool bench_ran_any(const Bench *b)
+{
+    size_t i;
+
+    for (i = 0; i < b->ncells; i++) {
+        if (!b->skipped[b->cells[i].engine]) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Engines that were not built in are skipped before anything runs. */
+static void bench_check_engines(Bench *b)
+{
+    int e;
+
+    for (e = 0; e < ENGINE_COUNT; e++) {
+        if (b->opts->engines[e] && engine_is_file(e) &&
+            !block_engine_find(engine_names[e])) {
+            bench_skip_engine(b, e, "not built in (its library was missing "
+                              "when Spindle was configured)");
+        }
+    }
+}
+
+static void bench_make_cells(Bench *b)
+{
+    const BenchOpts *opts = b->opts;
+    size_t n = 0;
+    int e, q, p;
+
+    b->cells = g_new0(Cell, ENGINE_COUNT * opts->nqd * POLL_COUNT);
+    for (e = 0; e < ENGINE_COUNT; e++) {
+        if (!opts->engines[e] || b->skipped[e]) {
+            continue;
+        }
+        for (q = 0; q < opts->nqd; q++) {
+            for (p = 0; p < POLL_COUNT; p++) {
+                Cell *c = &b->cells[n++];
+
+                c->engine = e;
+                c->qd = opts->qds[q];
+                c->poll = p;
+                c->direct = engine_is_file(e) && b->file.direct;
+                c->runs = g_new0(RunStats, opts->repeat);
+            }
+        }
+    }
+    b->ncells = n;
+}
+
+static bool bench_run_all(Bench *b, Error **errp)
+{
+    const BenchOpts *opts = b->opts;
+    int64_t r;
+    size_t i;
+
+    for (r = 0; r < opts->repeat; r++) {
+        for (i = 0; i < b->ncells; i++) {
+            Cell *c = &b->cells[i];
+            Error *err = NULL;
+            bool open_failed;
+
+            if (b->skipped[c->engine]) {
+                continue;
+            }
+            if (run_cell(c, opts, &b->file, &c->runs[r], &open_failed,
+                         &err)) {
+                continue;
+            }
+            /*
+             * An engine that this host cannot run (no io_uring in the
+             * kernel, a file system without AIO support) fails on its
+             * first cell: skip it.  Later failures are real errors.
+             */
+            if (open_failed && r == 0 &&
+                (i == 0 || b->cells[i - 1].engine != c->engine)) {
+                bench_skip_engine(b, c->engine, error_get_pretty(err));
+                error_free(err);
+                continue;
+            }
+            g_autofree char *label = cell_label(c);
+            error_propagate(errp, err);
+            error_prepend(errp, "%s: ", label);
+            return false;
+        }
+    }
+    for (i = 0; i < b->ncells; i++) {
+        Cell *c = &b->cells[i];
+        g_autofree double *col = g_new(double, opts->repeat);
+        int s;
+
+        if (b->skipped[c->engine]) {
+            continue;
+        }
+        for (s = 0; s < STAT_COUNT; s++) {
+            for (r = 0; r < opts->repeat; r++) {
+                col[r] = c->runs[r].v[s];
+            }
+            c->result.v[s] = bench_median_double(col, opts->repeat);
+        }
+    }
+    return true;
+}
+
+static void bench_free(Bench *b)
+{
+    size_t i;
+    int e;
+
+    for (i = 0; i < b->ncells; i++) {
+        g_free(b->cells[i].runs);
+    }
+    g_free(b->cells);
+    for (e = 0; e < ENGINE_COUNT; e++) {
+        g_free(b->skipped[e]);
+    }
+    stall_unlink_path = NULL;
+    bench_test_file_destroy(&b->file);
+}
+
+/* The cell for engine e, queue depth qd and poll mode p, if it ran. */
+static const Cell *bench_find_cell(const Bench *b, EngineId e, int64_t qd,
+                                   PollMode p)
+{
+    size_t i;
+
+    for (i = 0; i < b->ncells; i++) {
+        const Cell *c = &b->cells[i];
+
+        if (c->engine == e && c->qd == qd && c->poll == p &&
+            !b->skipped[e]) {
+            return c;
+        }
+    }
+    return NULL;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Output                                                                    */
+
+static void json_add_stat(JsonBuilder *jb, StatId s, double value)
+{
+    json_builder_set_member_name(jb, stat_info[s].json_name);
+    if (stat_info[s].is_integer) {
+        json_builder_add_int_value(jb, (gint64)(value + (value < 0 ? -0.5 :
+                                                                0.5)));
+    } else {
+        json_builder_add_double_value(jb, value);
+    }
+}
+
+static void json_add_cell(JsonBuilder *jb, const Bench *b, const Cell *c)
+{
+    int s;
+
+    json_builder_begin_object(jb);
+    json_builder_set_member_name(jb, "engine");
+    json_builder_add_string_value(jb, engine_names[c->engine]);
+    json_builder_set_member_name(jb, "driver");
+    json_builder_add_string_value(jb, engine_is_file(c->engine) ? "file" :
+                                  "null-co");
+    json_builder_set_member_name(jb, "direct");
+    json_builder_add_boolean_value(jb, c->direct);
+    json_builder_set_member_name(jb, "qd");
+    json_builder_add_int_value(jb, c->qd);
+    json_builder_set_member_name(jb, "poll");
+    json_builder_add_string_value(jb, poll_names[c->poll]);
+    json_builder_set_member_name(jb, "poll_max_ns");
+    json_builder_add_int_value(jb, c->poll == POLL_ADAPTIVE ?
+                               b->opts->poll_max_ns : 0);
+    json_builder_set_member_name(jb, "count");
+    json_builder_add_int_value(jb, b->opts->count);
+    json_builder_set_member_name(jb, "engine_stats");
+    json_builder_add_boolean_value(jb, engine_is_file(c->engine));
+    for (s = 0; s < STAT_COUNT; s++) {
+        json_add_stat(jb, s, c->result.v[s]);
+    }
+    json_builder_end_object(jb);
+}
+
+static void json_add_int_member(JsonBuilder *jb, const char *name,
+                                int64_t value)
+{
+    json_builder_set_member_name(jb, name);
+    json_builder_add_int_value(jb, value);
+}
+
+static void json_add_file(JsonBuilder *jb, const BenchTestFile *tf)
+{
+    json_builder_set_member_name(jb, "file");
+    if (!tf->path) {
+        json_builder_add_null_value(jb);
+        return;
+    }
+    json_builder_begin_object(jb);
+    json_builder_set_member_name(jb, "dir");
+    json_builder_add_string_value(jb, tf->dir);
+    json_builder_set_member_name(jb, "fs");
+    json_builder_add_string_value(jb, tf->fs);
+    json_builder_set_member_name(jb, "direct");
+    json_builder_add_boolean_value(jb, tf->direct);
+    json_builder_set_member_name(jb, "note");
+    if (tf->note) {
+        json_builder_add_string_value(jb, tf->note);
+    } else {
+        json_builder_add_null_value(jb);
+    }
+    json_builder_end_object(jb);
+}
+
+static void json_add_config(JsonBuilder *jb, const Bench *b)
+{
+    const BenchOpts *opts = b->opts;
+    g_autofree char *model = bench_cpu_model();
+    int i;
+
+    json_builder_set_member_name(jb, "config");
+    json_builder_begin_object(jb);
+    json_add_int_member(jb, "count", opts->count);
+    json_add_int_member(jb, "warmup", opts->warmup);
+    json_add_int_member(jb, "repeat", opts->repeat);
+    json_add_int_member(jb, "block_size", BLOCK_SIZE);
+    json_add_int_member(jb, "file_size", opts->file_size);
+    json_add_int_member(jb, "poll_max_ns", opts->poll_max_ns);
+    json_add_int_member(jb, "null_latency_ns", opts->null_latency_ns);
+    json_builder_set_member_name(jb, "direct_mode");
+    json_builder_add_string_value(jb, bench_direct_mode_names[opts->direct]);
+    json_builder_set_member_name(jb, "cpus");
+    json_builder_begin_array(jb);
+    json_builder_add_int_value(jb, opts->client_cpu);
+    json_builder_add_int_value(jb, opts->server_cpu);
+    json_builder_end_array(jb);
+    json_builder_set_member_name(jb, "qd");
+    json_builder_begin_array(jb);
+    for (i = 0; i < opts->nqd; i++) {
+        json_builder_add_int_value(jb, opts->qds[i]);
+    }
+    json_builder_end_array(jb);
+    json_builder_set_member_name(jb, "engines");
+    json_builder_begin_array(jb);
+    for (i = 0; i < ENGINE_COUNT; i++) {
+        if (opts->engines[i]) {
+            json_builder_add_string_value(jb, engine_names[i]);
+        }
+    }
+    json_builder_end_array(jb);
+    json_builder_set_member_name(jb, "skipped");
+    json_builder_begin_array(jb);
+    for (i = 0; i < ENGINE_COUNT; i++) {
+        if (opts->engines[i] && b->skipped[i]) {
+            json_builder_begin_object(jb);
+            json_builder_set_member_name(jb, "engine");
+            json_builder_add_string_value(jb, engine_names[i]);
+            json_builder_set_member_name(jb, "reason");
+            json_builder_add_string_value(jb, b->skipped[i]);
+            json_builder_end_object(jb);
+        }
+    }
+    json_builder_end_array(jb);
+    json_add_file(jb, &b->file);
+    json_add_int_member(jb, "nproc", bench_online_cpus());
+    json_builder_set_member_name(jb, "cpu_model");
+    json_builder_add_string_value(jb, model);
+    json_builder_end_object(jb);
+}
+
+static void print_json(const Bench *b)
+{
+    g_autoptr(JsonBuilder) jb = json_builder_new();
+    g_autoptr(JsonGenerator) gen = json_generator_new();
+    g_autoptr(JsonNode) root = NULL;
+    g_autofree char *text = NULL;
+    size_t i;
+
+    json_builder_begin_object(jb);
+    json_add_config(jb, b);
+    json_builder_set_member_name(jb, "results");
+    json_builder_begin_array(jb);
+    for (i = 0; i < b->ncells; i++) {
+        if (!b->skipped[b->cells[i].engine]) {
+            json_add_cell(jb, b, &b->cells[i]);
+        }
+    }
+    json_builder_end_array(jb);
+    json_builder_end_object(jb);
+
+    root = json_builder_get_root(jb);
+    json_generator_set_root(gen, root);
+    json_generator_set_pretty(gen, TRUE);
+    text = json_generator_to_data(gen, NULL);
+    printf("%s\n", text);
+}
+
+static void print_table_header(const Bench *b)
+{
+    const BenchOpts *opts = b->opts;
+    g_autofree char *model = bench_cpu_model();
+    int e;
+
+    printf("bench-block: 4 KiB random reads, %" PRId64 " per cell (%" PRId64
+           " warm-up), client CPU %d, IOThread CPU %d, adaptive poll-max-ns %"
+           PRId64 ", repeat %" PRId64 "%s\n",
+           opts->count, opts->warmup, opts->client_cpu, opts->server_cpu,
+           opts->poll_max_ns, opts->repeat,
+           opts->repeat > 1 ? " (medians)" : "");
+    printf("machine: %ld CPUs online, %s\n", bench_online_cpus(), model);
+    if (opts->engines[ENGINE_NULL_CO] && !b->skipped[ENGINE_NULL_CO]) {
+        printf("null-co: latency-ns=%" PRId64 ", size %" PRId64 " MiB\n",
+               opts->null_latency_ns, opts->file_size >> 20);
+    }
+    if (b->file.path && bench_has_file_engine(b)) {
+        printf("file: %" PRId64 " MiB test file in %s (%s), cache.direct=%s\n",
+               opts->file_size >> 20, b->file.dir, b->file.fs,
+               b->file.direct ? "on (O_DIRECT)" : "off");
+        if (b->file.note) {
+            printf("  note: %s\n", b->file.note);
+        }
+    }
+    for (e = 0; e < ENGINE_COUNT; e++) {
+        if (opts->engines[e] && b->skipped[e]) {
+            printf("skipped %s: %s\n", engine_names[e], b->skipped[e]);
+        }
+    }
+    printf("\n%-9s %6s %4s %-8s %9s %9s %10s %10s %11s %9s %9s %8s\n",
+           "engine", "direct", "qd", "poll", "p50(ns)", "p99(ns)", "iops",
+           "cpu/io(ns)", "all-cpu/io", "kicks/io", "sleeps/io", "polled");
+}
+
+static void print_table_row(const Cell *c)
+{
+    const RunStats *rs = &c->result;
+    char polled[16];
+
+    if (engine_is_file(c->engine)) {
+        snprintf(polled, sizeof(polled), "%.1f%%",
+                 rs->v[STAT_POLLED_FRACTION] * 100);
+    } else {
+        snprintf(polled, sizeof(polled), "-");
+    }
+    printf("%-9s %6s %4" PRId64 " %-8s %9.0f %9.0f %10.0f %10.0f %11.0f "
+           "%9.3f %9.3f %8s\n",
+           engine_names[c->engine],
+           engine_is_file(c->engine) ? (c->direct ? "on" : "off") : "-",
+           c->qd, poll_names[c->poll], rs->v[STAT_P50], rs->v[STAT_P99],
+           rs->v[STAT_IOPS], rs->v[STAT_CPU_PER_IO],
+           rs->v[STAT_ALL_CPU_PER_IO], rs->v[STAT_KICKS_PER_IO],
+           rs->v[STAT_SLEEPS_PER_IO], polled);
+}
+
+static void print_loop_row(const Bench *b, const Cell *c)
+{
+    const RunStats *rs = &c->result;
+    double n = (double)b->opts->count;
+
+    printf("%-9s %4" PRId64 " %-8s %12.3f %11.3f %11.0f %10.0f %11.0f %14.3f\n",
+           engine_names[c->engine], c->qd, poll_names[c->poll],
+           rs->v[STAT_POLL_HITS] / n, rs->v[STAT_WAKEUPS] / n,
+           rs->v[STAT_POLL_MISSES], rs->v[STAT_POLL_NS],
+           rs->v[STAT_KICK_WINDOW], rs->v[STAT_SUBMISSIONS] / n);
+}
+
+static void print_ratios(const Bench *b)
+{
+    int e;
+
+    printf("QD1 p50 ratio, poll-max-ns=0 / adaptive (> 1: polling is "
+           "faster):\n");
+    for (e = 0; e < ENGINE_COUNT; e++) {
+        const Cell *off = bench_find_cell(b, e, 1, POLL_OFF);
+        const Cell *on = bench_find_cell(b, e, 1, POLL_ADAPTIVE);
+
+        if (off && on && on->result.v[STAT_P50] > 0) {
+            printf("  %-9s %6.2fx  (%.0f / %.0f ns)\n", engine_names[e],
+                   off->result.v[STAT_P50] / on->result.v[STAT_P50],
+                   off->result.v[STAT_P50], on->result.v[STAT_P50]);
+        }
+    }
+}
+
+static void print_table(const Bench *b)
+{
+    size_t i;
+
+    print_table_header(b);
+    for (i = 0; i < b->ncells; i++) {
+        if (!b->skipped[b->cells[i].engine]) {
+            print_table_row(&b->cells[i]);
+        }
+    }
+    printf("\n%-9s %4s %-8s %12s %11s %11s %10s %11s %14s\n", "loop", "qd",
+           "poll", "poll-hits/io", "wakeups/io", "poll-misses", "window",
+           "kick-window", "submissions/io");
+    for (i = 0; i < b->ncells; i++) {
+        if (!b->skipped[b->cells[i].engine]) {
+            print_loop_row(b, &b->cells[i]);
+        }
+    }
+    printf("\n");
+    print_ratios(b);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Command line                                                              */
+
+typedef struct RawOpts {
+    char *count;
+    char *warmup;
+    char *repeat;
+    char *cpus;
+    char *engines;
+    char *qd;
+    char *poll_max_ns;
+    char *null_latency_ns;
+    char *file_size;
+    char *direct;
+    gboolean json;
+} RawOpts;
+
+static void raw_opts_free(RawOpts *raw)
+{
+    g_free(raw->count);
+    g_free(raw->warmup);
+    g_free(raw->repeat);
+    g_free(raw->cpus);
+    g_free(raw->engines);
+    g_free(raw->qd);
+    g_free(raw->poll_max_ns);
+    g_free(raw->null_latency_ns);
+    g_free(raw->file_size);
+    g_free(raw->direct);
+}
+
+static bool parse_engines(const char *str, BenchOpts *opts, Error **errp)
+{
+    g_auto(GStrv) words = NULL;
+    char **w;
+    int e;
+
+    if (!str || !strcmp(str, "all")) {
+        for (e = 0; e < ENGINE_COUNT; e++) {
+            opts->engines[e] = true;
+        }
+        return true;
+    }
+    words = g_strsplit(str, ",", -1);
+    if (!*str) {
+        error_setg(errp, "--engines: expected null-co, native, io_uring, "
+                   "threads or all, got an empty string");
+        return false;
+    }
+    for (w = words; *w; w++) {
+        for (e = 0; e < ENGINE_COUNT; e++) {
+            if (!strcmp(*w, engine_names[e])) {
+                opts->engines[e] = true;
+                break;
+            }
+        }
+        if (e == ENGINE_COUNT) {
+            error_setg(errp, "--engines: unknown engine '%s'; expected "
+                       "null-co, native, io_uring, threads or all (or a "
+                       "comma-separated list of engines)", *w);
+            return false;
+        }
+    }
+    return true;
+}
+
+static bool parse_qds(const char *str, BenchOpts *opts, Error **errp)
+{
+    g_auto(GStrv) words = NULL;
+    int i, j;
+
+    if (!str) {
+        str = "1,32";
+    }
+    if (!*str) {
+        error_setg(errp, "--qd: expected a comma-separated list of queue "
+                   "depths (1-%d), got an empty string", QD_MAX);
+        return false;
+    }
+    words = g_strsplit(str, ",", -1);
+    if (g_strv_length(words) > QD_LIST_MAX) {
+        error_setg(errp, "--qd: at most %d queue depths, got %u",
+                   QD_LIST_MAX, g_strv_length(words));
+        return false;
+    }
+    opts->nqd = 0;
+    for (i = 0; words[i]; i++) {
+        int64_t qd;
+
+        if (!parse_int64_in_range("--qd", words[i], 1, QD_MAX, &qd, errp)) {
+            return false;
+        }
+        for (j = 0; j < opts->nqd; j++) {
+            if (opts->qds[j] == qd) {
+                error_setg(errp, "--qd: queue depth %" PRId64 " is listed "
+                           "twice", qd);
+                return false;
+            }
+        }
+        opts->qds[opts->nqd++] = qd;
+    }
+    return true;
+}
+
+/* A byte count with an optional k/K, M or G suffix (powers of 1024). */
+static bool parse_file_size(const char *str, BenchOpts *opts, Error **errp)
+{
+    g_autofree char *digits = NULL;
+    int64_t value, shift = 0;
+    size_t len;
+
+    if (!str) {
+        return true;
+    }
+    len = strlen(str);
+    if (len > 1) {
+        switch (str[len - 1]) {
+        case 'k': case 'K': shift = 10; break;
+        case 'M': shift = 20; break;
+        case 'G': shift = 30; break;
+        }
+    }
+    digits = g_strndup(str, shift ? len - 1 : len);
+    if (!parse_int64_in_range("--file-size", digits, 1, INT64_MAX, &value,
+                              errp)) {
+        return false;
+    }
+    if (value > (FILE_SIZE_MAX >> shift)) {
+        error_setg(errp, "--file-size: '%s' is larger than %lld GiB", str,
+                   FILE_SIZE_MAX >> 30);
+        return false;
+    }
+    value <<= shift;
+    if (value < FILE_SIZE_MIN || value % BLOCK_SIZE) {
+        error_setg(errp, "--file-size: '%s' must be a multiple of %d bytes "
+                   "and at least 1M", str, BLOCK_SIZE);
+        return false;
+    }
+    opts->file_size = value;
+    return true;
+}
+
+static bool parse_direct(const char *str, BenchOpts *opts, Error **errp)
+{
+    size_t i;
+
+    if (!str) {
+        return true;
+    }
+    for (i = 0; i < BENCH_DIRECT_COUNT; i++) {
+        if (!strcmp(str, bench_direct_mode_names[i])) {
+            opts->direct = i;
+            return true;
+        }
+    }
+    error_setg(errp, "--direct: expected auto, on or off, got '%s'", str);
+    return false;
+}
+
+static bool convert_opts(const RawOpts *raw, BenchOpts *opts, Error **errp)
+{
+    return bench_parse_optional_int("--count", raw->count, 1, COUNT_MAX,
+                                    &opts->count, errp) &&
+           bench_parse_optional_int("--warmup", raw->warmup, 0, COUNT_MAX,
+                                    &opts->warmup, errp) &&
+           bench_parse_optional_int("--repeat", raw->repeat, 1, REPEAT_MAX,
+                                    &opts->repeat, errp) &&
+           bench_parse_optional_int("--poll-max-ns", raw->poll_max_ns, 1,
+                                    INT64_MAX, &opts->poll_max_ns, errp) &&
+           bench_parse_optional_int("--null-latency-ns", raw->null_latency_ns,
+                                    0, NULL_LATENCY_NS_MAX,
+                                    &opts->null_latency_ns, errp) &&
+           parse_file_size(raw->file_size, opts, errp) &&
+           bench_parse_cpus(raw->cpus, &opts->client_cpu, &opts->server_cpu,
+                            errp) &&
+           parse_engines(raw->engines, opts, errp) &&
+           parse_qds(raw->qd, opts, errp) &&
+           parse_direct(raw->direct, opts, errp);
+}
+
+static bool parse_command_line(int argc, char **argv, BenchOpts *opts,
+                               Error **errp)
+{
+    RawOpts raw = { 0 };
+    GOptionEntry entries[] = {
+        { "count", 'n', 0, G_OPTION_ARG_STRING, &raw.count,
+          "Recorded requests per cell (default 20000)", "N" },
+        { "warmup", 0, 0, G_OPTION_ARG_STRING, &raw.warmup,
+          "Unrecorded warm-up requests per cell (default 1000)", "N" },
+        { "repeat", 0, 0, G_OPTION_ARG_STRING, &raw.repeat,
+          "Run the cells R times alternating, report medians (default 1)",
+          "R" },
+        { "cpus", 0, 0, G_OPTION_ARG_STRING, &raw.cpus,
+          "Client and IOThread CPUs (default 0,1)", "A,B" },
+        { "engines", 0, 0, G_OPTION_ARG_STRING, &raw.engines,
+          "null-co, native, io_uring, threads, a comma-separated list, or "
+          "all (default all)", "LIST" },
+        { "qd", 0, 0, G_OPTION_ARG_STRING, &raw.qd,
+          "Queue depths, comma-separated (default 1,32; at most 256)",
+          "LIST" },
+        { "poll-max-ns", 0, 0, G_OPTION_ARG_STRING, &raw.poll_max_ns,
+          "poll-max-ns of the adaptive mode (default 32768)", "N" },
+        { "null-latency-ns", 0, 0, G_OPTION_ARG_STRING, &raw.null_latency_ns,
+          "latency-ns of the null-co node (default 0)", "N" },
+        { "file-size", 0, 0, G_OPTION_ARG_STRING, &raw.file_size,
+          "Size of the test file and of the null-co node (default 64M)",
+          "SIZE" },
+        { "direct", 0, 0, G_OPTION_ARG_STRING, &raw.direct,
+          "cache.direct of the file engines: auto (O_DIRECT where the "
+          "file system allows it), on or off (default auto)", "MODE" },
+        { "json", 0, 0, G_OPTION_ARG_NONE, &raw.json,
+          "Print one JSON object instead of a table", NULL },
+        { NULL }
+    };
+    g_autoptr(GOptionContext) ctx =
+        g_option_context_new("- block layer random-read micro-benchmark");
+    bool ok;
+
+    g_option_context_set_summary(ctx,
+        "4 KiB random reads at fixed queue depths through an IOThread that\n"
+        "owns a block node (null-co, or file with aio=native, io_uring or\n"
+        "threads on a temporary file), with poll-max-ns=0 and with the\n"
+        "adaptive poll window: latency percentiles, IOPS, CPU per I/O.");
+    g_option_context_add_main_entries(ctx, entries, NULL);
+    ok = g_option_context_parse(ctx, &argc, &argv, errp);
+    if (ok && argc > 1) {
+        error_setg(errp, "unexpected argument '%s'", argv[1]);
+        ok = false;
+    }
+    if (ok) {
+        opts->json = raw.json;
+        ok = convert_opts(&raw, opts, errp);
+    }
+    raw_opts_free(&raw);
+    return ok;
+}
+
+/* ------------------------------------------------------------------------ */
+
+int main(int argc, char **argv)
+{
+    BenchOpts opts = {
+        .count = 20000,
+        .warmup = 1000,
+        .repeat = 1,
+        .poll_max_ns = AIO_POLL_MAX_NS_DEFAULT,
+        .null_latency_ns = 0,
+        .file_size = FILE_SIZE_DEFAULT,
+        .client_cpu = 0,
+        .server_cpu = 1,
+        .direct = BENCH_DIRECT_AUTO,
+    };
+    Bench b = { .opts = &opts };
+    Error *err = NULL;
+    int status = EXIT_FAILURE;
+
+    if (!parse_command_line(argc, argv, &opts, &err)) {
+        fprintf(stderr, "bench-block: %s\n", err->message);
+        error_free(err);
+        return BENCH_EXIT_USAGE;
+    }
+    bench_check_engines(&b);
+    if (bench_has_file_engine(&b) && !test_file_create(&b.file, &opts, &err)) {
+        goto out;
+    }
+    bench_make_cells(&b);
+    if (!bench_run_all(&b, &err)) {
+        goto out;
+    }
+    if (!bench_ran_any(&b)) {
+        error_setg(&err, "no engine could run on this machine");
+        goto out;
+    }
+    if (opts.json) {
+        print_json(&b);
+    } else {
+        print_table(&b);
+    }
+    status = EXIT_SUCCESS;
+out:
+    if (err) {
+        fprintf(stderr, "bench-block: %s\n", err->message);
+        error_free(err);
+    }
+    bench_free(&b);
+    return status;
+}
