@@ -1,0 +1,964 @@
+/*
+ * virtio-blk device over a block node (virtio 1.x, section 5.2).
+ *
+ * Theory of operation
+ * -------------------
+ * A VirtioBlk turns the requests a driver places in its virtqueues into
+ * block layer requests on one node.  The VuServer owns the queues and the
+ * vhost-user protocol; this file only sees the VuDevOps callbacks.
+ *
+ * Each popped request is one allocation, a VirtioBlkReq, which holds the
+ * VirtQueueElement (the descriptor chain mapped to iovecs in guest memory),
+ * the BlockRequest handed to the node and an iovec array describing the
+ * data part of the request.  The request's layout is
+ *
+ *     out: le32 type, le32 reserved, le64 sector   (16 bytes, may be split)
+ *          [OUT: data] [DISCARD/WRITE_ZEROES: 16-byte segments]
+ *     in:  [IN, GET_ID: data] u8 status             (the very last in byte)
+ *
+ * The header is copied out of guest memory once and only the copy is used,
+ * so a driver that changes it while we look cannot make us act on two
+ * different values.  Everything is checked before any I/O starts: header
+ * present, status byte present, directions (no device-writable data for a
+ * write, no device-readable data for a read), length a multiple of 512,
+ * sector range within the capacity, writes on a read-only device.  Reads
+ * and writes go to the node with iovecs pointing into guest memory (zero
+ * copy).  The completion callback stores the status byte, pushes the
+ * element and frees the request.
+ *
+ * Discard and write-zeroes requests carry up to VIRTIO_BLK_MAX_DWZ_SEGS
+ * segments; they are copied into the request (the same bytes that hold the
+ * data iovecs of a read or write), validated together, and then submitted
+ * one after the other with the request's single BlockRequest.
+ *
+ * Write caching: writes are sent with BLOCK_REQ_FUA when the spec says they
+ * must be stable at completion -- the driver negotiated neither FLUSH nor
+ * CONFIG_WCE, or it negotiated CONFIG_WCE and set `writeback` to 0.  The
+ * export's writethrough option makes 0 the initial value of `writeback`.
+ *
+ * Threads: virtio_blk_new/free and the feature/config callbacks run in the
+ * main thread; handle_queue, queue_started and queue_drain run in the
+ * queue's home thread, which must also be the node's.  Per-queue state
+ * (in-flight count, a spare allocation) is touched only by that thread.
+ * The `writeback` flag is written by the main thread (config writes) and
+ * read by the queues: one writer, relaxed atomics.
+ */
+#include <errno.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+#include <glib.h>
+
+#include "block/block.h"
+#include "hw/virtio/virtio-blk.h"
+#include "hw/virtio/virtqueue.h"
+#include "util/error.h"
+#include "util/trace.h"
+
+/* Feature bits (virtio 1.x, 5.2.3). */
+#define VIRTIO_BLK_F_SIZE_MAX       1
+#define VIRTIO_BLK_F_SEG_MAX        2
+#define VIRTIO_BLK_F_RO             5
+#define VIRTIO_BLK_F_BLK_SIZE       6
+#define VIRTIO_BLK_F_FLUSH          9
+#define VIRTIO_BLK_F_TOPOLOGY      10
+#define VIRTIO_BLK_F_CONFIG_WCE    11
+#define VIRTIO_BLK_F_MQ            12
+#define VIRTIO_BLK_F_DISCARD       13
+#define VIRTIO_BLK_F_WRITE_ZEROES  14
+
+/* Request types (5.2.6). */
+#define VIRTIO_BLK_T_IN             0
+#define VIRTIO_BLK_T_OUT            1
+#define VIRTIO_BLK_T_FLUSH          4
+#define VIRTIO_BLK_T_GET_ID         8
+#define VIRTIO_BLK_T_DISCARD       11
+#define VIRTIO_BLK_T_WRITE_ZEROES  13
+
+/* Status byte values. */
+#define VIRTIO_BLK_S_OK             0
+#define VIRTIO_BLK_S_IOERR          1
+#define VIRTIO_BLK_S_UNSUPP         2
+
+/* Discard / write-zeroes segment flags. */
+#define VIRTIO_BLK_DWZ_F_UNMAP      (1u << 0)
+
+#define VIRTIO_BLK_SECTOR_BITS      9
+#define VIRTIO_BLK_SECTOR_SIZE      (1u << VIRTIO_BLK_SECTOR_BITS)
+#define VIRTIO_BLK_HDR_SIZE         16
+#define VIRTIO_BLK_SEG_SIZE         16
+#define VIRTIO_BLK_ID_BYTES         20
+
+/* Most segments in one discard or write-zeroes request (max_*_seg). */
+#define VIRTIO_BLK_MAX_DWZ_SEGS     32
+
+/* Largest discard / write-zeroes per segment when the node sets no limit:
+ * 1 GiB, in sectors (a le32 field; it must also fit the guest's own
+ * 32-bit sector counts). */
+#define VIRTIO_BLK_DWZ_DEFAULT_SECTORS  (UINT32_C(1) << 21)
+
+/*
+ * Largest segment (size_max), unless the node's transfer limit is smaller.
+ * Guests rarely build larger segments (they are pages), and firmware does
+ * arithmetic on size_max * seg_max / 512 in 16 bits: SeaBIOS 1.16 computes
+ * a chunk of 0 sectors from 16 MiB * 126 and then reads 0 bytes forever.
+ */
+#define VIRTIO_BLK_SIZE_MAX_DEFAULT (UINT32_C(64) << 10)
+
+#define VIRTIO_BLK_MAX_QUEUES       64
+
+#define CACHELINE_SIZE              64
+
+/*
+ * The configuration space (5.2.4), little-endian, up to and including
+ * write_zeroes_may_unmap and its padding.  Later fields (secure erase,
+ * zoned) belong to features we do not offer.
+ */
+typedef struct __attribute__((packed)) VirtioBlkConfig {
+    uint64_t capacity;
+    uint32_t size_max;
+    uint32_t seg_max;
+    uint16_t cylinders;
+    uint8_t heads;
+    uint8_t sectors;
+    uint32_t blk_size;
+    uint8_t physical_block_exp;
+    uint8_t alignment_offset;
+    uint16_t min_io_size;
+    uint32_t opt_io_size;
+    uint8_t writeback;
+    uint8_t unused0;
+    uint16_t num_queues;
+    uint32_t max_discard_sectors;
+    uint32_t max_discard_seg;
+    uint32_t discard_sector_alignment;
+    uint32_t max_write_zeroes_sectors;
+    uint32_t max_write_zeroes_seg;
+    uint8_t write_zeroes_may_unmap;
+    uint8_t unused1[3];
+} VirtioBlkConfig;
+
+G_STATIC_ASSERT(offsetof(VirtioBlkConfig, blk_size) == 20);
+G_STATIC_ASSERT(offsetof(VirtioBlkConfig, writeback) == 32);
+G_STATIC_ASSERT(offsetof(VirtioBlkConfig, num_queues) == 34);
+G_STATIC_ASSERT(offsetof(VirtioBlkConfig, max_discard_sectors) == 36);
+G_STATIC_ASSERT(offsetof(VirtioBlkConfig, write_zeroes_may_unmap) == 56);
+G_STATIC_ASSERT(sizeof(VirtioBlkConfig) == 60);
+
+/* One discard / write-zeroes segment, in host byte order. */
+typedef struct VirtioBlkSeg {
+    uint64_t sector;
+    uint32_t num_sectors;
+    uint32_t flags;
+} VirtioBlkSeg;
+
+/* Per-queue state, home thread only, one cache line each. */
+typedef struct VirtioBlkQueue {
+    _Alignas(CACHELINE_SIZE) unsigned in_flight;
+    struct VirtioBlkReq *spare;  /* an allocation kept for the next pop */
+} VirtioBlkQueue;
+
+typedef struct VirtioBlkReq {
+    VirtioBlk *vb;
+    VirtQueue *vq;
+    VirtioBlkQueue *q;
+    uint8_t *status;             /* the status byte, in guest memory */
+    uint32_t in_len;             /* bytes reported written at push */
+    uint32_t type;
+    uint16_t nseg;               /* DISCARD / WRITE_ZEROES */
+    uint16_t next_seg;
+    BlockRequest breq;
+    union {
+        struct iovec iov[VIRTQUEUE_MAX_SEGS];        /* IN, OUT data */
+        VirtioBlkSeg segs[VIRTIO_BLK_MAX_DWZ_SEGS];  /* DISCARD, W_ZEROES */
+    } u;
+    VirtQueueElement elem;
+} VirtioBlkReq;
+
+G_STATIC_ASSERT(VIRTIO_BLK_MAX_DWZ_SEGS * sizeof(VirtioBlkSeg) <=
+                VIRTQUEUE_MAX_SEGS * sizeof(struct iovec));
+
+struct VirtioBlk {
+    BlockNode *bs;               /* a reference */
+    unsigned num_queues;
+    uint32_t blk_size;           /* logical block size */
+    bool writable;
+    bool writethrough;           /* initial writeback = 0 */
+    uint8_t serial[VIRTIO_BLK_ID_BYTES];   /* NUL-padded */
+    uint64_t capacity;           /* 512-byte sectors, whole logical blocks */
+    BlockLimits limits;
+    uint32_t max_discard_sectors;
+    uint32_t max_write_zeroes_sectors;
+
+    /* Written in the main thread while the queues are stopped. */
+    uint64_t features;           /* accepted by the driver */
+    /* The config space `writeback` field; one writer (main thread). */
+    _Atomic bool writeback;
+    /* Set once a malformed request has been logged (any queue thread). */
+    atomic_flag logged_bad_request;
+
+    VirtioBlkQueue *queues;      /* num_queues entries */
+};
+
+/* ------------------------------------------------------------------------ */
+/* Small helpers                                                             */
+
+static bool virtio_blk_has_feature(const VirtioBlk *vb, unsigned bit)
+{
+    return vb->features & (UINT64_C(1) << bit);
+}
+
+/* Copy len bytes from iov, starting offset bytes in, to buf; returns bytes. */
+static size_t virtio_blk_iov_to_buf(const struct iovec *iov, unsigned niov,
+                                    size_t offset, void *buf, size_t len)
+{
+    size_t done = 0;
+
+    for (unsigned i = 0; i < niov && done < len; i++) {
+        size_t n;
+
+        if (offset >= iov[i].iov_len) {
+            offset -= iov[i].iov_len;
+            continue;
+        }
+        n = MIN(iov[i].iov_len - offset, len - done);
+        memcpy((uint8_t *)buf + done, (uint8_t *)iov[i].iov_base + offset, n);
+        done += n;
+        offset = 0;
+    }
+    return done;
+}
+
+/* Copy len bytes from buf into iov[0..niov); returns bytes copied. */
+static size_t virtio_blk_buf_to_iov(const struct iovec *iov, unsigned niov,
+                                    const void *buf, size_t len)
+{
+    size_t done = 0;
+
+    for (unsigned i = 0; i < niov && done < len; i++) {
+        size_t n = MIN(iov[i].iov_len, len - done);
+
+        memcpy(iov[i].iov_base, (const uint8_t *)buf + done, n);
+        done += n;
+    }
+    return done;
+}
+
+static uint64_t virtio_blk_iov_size(const struct iovec *iov, unsigned niov)
+{
+    uint64_t total = 0;
+
+    for (unsigned i = 0; i < niov; i++) {
+        total += iov[i].iov_len;
+    }
+    return total;
+}
+
+/*
+ * Log a malformed request once per device: a driver that sends one will
+ * usually send many, and the log must not become a way to flood the host.
+ */
+static void virtio_blk_log_bad_request(VirtioBlk *vb, VirtQueue *vq,
+                                       const char *why)
+{
+    if (!atomic_flag_test_and_set_explicit(&vb->logged_bad_request,
+                                           memory_order_relaxed)) {
+        error_report("virtio-blk node '%s' queue %u: malformed request: %s "
+                     "(further ones are not logged)",
+                     block_node_get_name(vb->bs), virtqueue_index(vq), why);
+    }
+}
+
+/* Whether writes must be on stable storage when they complete (5.2.6.4). */
+static bool virtio_blk_writes_need_fua(VirtioBlk *vb)
+{
+    return !atomic_load_explicit(&vb->writeback, memory_order_relaxed);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Completion                                                                */
+
+static void virtio_blk_req_finish(VirtioBlkReq *req, uint8_t status)
+{
+    VirtioBlkQueue *q = req->q;
+
+    *req->status = status;
+    virtqueue_push(req->vq, &req->elem, req->in_len);
+    SPINDLE_TRACE3(virtio_blk_complete, virtqueue_index(req->vq), req->type,
+                   status);
+    q->in_flight--;
+    if (!q->spare) {
+        q->spare = req;
+    } else {
+        g_free(req);
+    }
+}
+
+static uint8_t virtio_blk_status_from_errno(int ret)
+{
+    if (ret == 0) {
+        return VIRTIO_BLK_S_OK;
+    }
+    if (ret == -ENOTSUP || ret == -EOPNOTSUPP) {
+        return VIRTIO_BLK_S_UNSUPP;
+    }
+    return VIRTIO_BLK_S_IOERR;
+}
+
+static void virtio_blk_rw_complete(BlockRequest *breq, int ret)
+{
+    VirtioBlkReq *req = breq->opaque;
+
+    virtio_blk_req_finish(req, virtio_blk_status_from_errno(ret));
+}
+
+/* ------------------------------------------------------------------------ */
+/* Validation                                                                */
+
+/* Whether [sector, sector + nsectors) lies within the capacity. */
+static bool virtio_blk_range_ok(const VirtioBlk *vb, uint64_t sector,
+                                uint64_t nsectors)
+{
+    return sector <= vb->capacity && nsectors <= vb->capacity - sector;
+}
+
+/*
+ * Find the status byte (the last in byte) and make req->u.iov the in
+ * buffers without it.  Returns false if there is no in byte at all.
+ */
+static bool virtio_blk_split_in(VirtioBlkReq *req, unsigned *niov)
+{
+    const VirtQueueElement *elem = &req->elem;
+    int last = (int)elem->in_num - 1;
+
+    while (last >= 0 && elem->in_sg[last].iov_len == 0) {
+        last--;
+    }
+    if (last < 0) {
+        return false;
+    }
+    memcpy(req->u.iov, elem->in_sg, (last + 1) * sizeof(struct iovec));
+    req->u.iov[last].iov_len--;
+    req->status = (uint8_t *)elem->in_sg[last].iov_base +
+                  elem->in_sg[last].iov_len - 1;
+    *niov = req->u.iov[last].iov_len ? last + 1 : last;
+    return true;
+}
+
+/*
+ * Make req->u.iov the out buffers after the 16-byte header.  Returns the
+ * number of iovecs.
+ */
+static unsigned virtio_blk_out_data(VirtioBlkReq *req)
+{
+    const VirtQueueElement *elem = &req->elem;
+    size_t skip = VIRTIO_BLK_HDR_SIZE;
+    unsigned n = 0;
+
+    for (unsigned i = 0; i < elem->out_num; i++) {
+        const struct iovec *v = &elem->out_sg[i];
+
+        if (skip >= v->iov_len) {
+            skip -= v->iov_len;
+            continue;
+        }
+        req->u.iov[n].iov_base = (uint8_t *)v->iov_base + skip;
+        req->u.iov[n].iov_len = v->iov_len - skip;
+        skip = 0;
+        n++;
+    }
+    return n;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Request types                                                             */
+
+static void virtio_blk_submit_rw(VirtioBlkReq *req, BlockOp op,
+                                 uint64_t sector, unsigned niov,
+                                 uint64_t bytes, unsigned flags)
+{
+    VirtioBlk *vb = req->vb;
+    BlockRequest *breq = &req->breq;
+
+    breq->op = op;
+    breq->flags = flags;
+    breq->offset = (int64_t)(sector << VIRTIO_BLK_SECTOR_BITS);
+    breq->bytes = (int64_t)bytes;
+    breq->iov = niov ? req->u.iov : NULL;
+    breq->niov = niov;
+    breq->cb = virtio_blk_rw_complete;
+    breq->opaque = req;
+    SPINDLE_TRACE3(virtio_blk_submit, virtqueue_index(req->vq), req->type,
+                   sector);
+    block_node_submit(vb->bs, breq);
+}
+
+static void virtio_blk_handle_read(VirtioBlkReq *req, uint64_t sector,
+                                   unsigned in_niov, uint64_t out_extra)
+{
+    VirtioBlk *vb = req->vb;
+    uint64_t bytes = virtio_blk_iov_size(req->u.iov, in_niov);
+
+    req->in_len = (uint32_t)bytes + 1;
+    if (out_extra) {
+        virtio_blk_log_bad_request(vb, req->vq, "read with device-readable "
+                                   "data after the header");
+        virtio_blk_req_finish(req, VIRTIO_BLK_S_IOERR);
+        return;
+    }
+    if (bytes % VIRTIO_BLK_SECTOR_SIZE ||
+        !virtio_blk_range_ok(vb, sector, bytes >> VIRTIO_BLK_SECTOR_BITS)) {
+        virtio_blk_req_finish(req, VIRTIO_BLK_S_IOERR);
+        return;
+    }
+    virtio_blk_submit_rw(req, BLOCK_OP_READ, sector, in_niov, bytes, 0);
+}
+
+static void virtio_blk_handle_write(VirtioBlkReq *req, uint64_t sector,
+                                    unsigned in_niov)
+{
+    VirtioBlk *vb = req->vb;
+    unsigned niov;
+    uint64_t bytes;
+
+    req->in_len = 1;
+    if (in_niov) {
+        virtio_blk_log_bad_request(vb, req->vq, "write with device-writable "
+                                   "data before the status byte");
+        virtio_blk_req_finish(req, VIRTIO_BLK_S_IOERR);
+        return;
+    }
+    if (!vb->writable) {
+        virtio_blk_req_finish(req, VIRTIO_BLK_S_IOERR);
+        return;
+    }
+    niov = virtio_blk_out_data(req);
+    bytes = virtio_blk_iov_size(req->u.iov, niov);
+    if (bytes % VIRTIO_BLK_SECTOR_SIZE ||
+        !virtio_blk_range_ok(vb, sector, bytes >> VIRTIO_BLK_SECTOR_BITS)) {
+        virtio_blk_req_finish(req, VIRTIO_BLK_S_IOERR);
+        return;
+    }
+    virtio_blk_submit_rw(req, BLOCK_OP_WRITE, sector, niov, bytes,
+                         virtio_blk_writes_need_fua(vb) ? BLOCK_REQ_FUA : 0);
+}
+
+static void virtio_blk_handle_flush(VirtioBlkReq *req)
+{
+    req->in_len = 1;
+    virtio_blk_submit_rw(req, BLOCK_OP_FLUSH, 0, 0, 0, 0);
+}
+
+static void virtio_blk_handle_get_id(VirtioBlkReq *req, unsigned in_niov)
+{
+    size_t n = virtio_blk_buf_to_iov(req->u.iov, in_niov, req->vb->serial,
+                                     VIRTIO_BLK_ID_BYTES);
+
+    req->in_len = (uint32_t)n + 1;
+    virtio_blk_req_finish(req, VIRTIO_BLK_S_OK);
+}
+
+/* Submit the next segment of a discard / write-zeroes request, or finish. */
+static void virtio_blk_dwz_next(VirtioBlkReq *req);
+
+static void virtio_blk_dwz_complete(BlockRequest *breq, int ret)
+{
+    VirtioBlkReq *req = breq->opaque;
+
+    if (ret < 0) {
+        virtio_blk_req_finish(req, virtio_blk_status_from_errno(ret));
+        return;
+    }
+    virtio_blk_dwz_next(req);
+}
+
+static void virtio_blk_dwz_next(VirtioBlkReq *req)
+{
+    BlockRequest *breq = &req->breq;
+    const VirtioBlkSeg *seg;
+
+    if (req->next_seg == req->nseg) {
+        virtio_blk_req_finish(req, VIRTIO_BLK_S_OK);
+        return;
+    }
+    seg = &req->u.segs[req->next_seg++];
+    if (req->type == VIRTIO_BLK_T_DISCARD) {
+        breq->op = BLOCK_OP_DISCARD;
+        breq->flags = 0;
+    } else {
+        breq->op = BLOCK_OP_WRITE_ZEROES;
+        breq->flags = seg->flags & VIRTIO_BLK_DWZ_F_UNMAP ?
+                      BLOCK_REQ_MAY_UNMAP : 0;
+        if (virtio_blk_writes_need_fua(req->vb)) {
+            breq->flags |= BLOCK_REQ_FUA;
+        }
+    }
+    breq->offset = (int64_t)(seg->sector << VIRTIO_BLK_SECTOR_BITS);
+    breq->bytes = (int64_t)seg->num_sectors << VIRTIO_BLK_SECTOR_BITS;
+    breq->iov = NULL;
+    breq->niov = 0;
+    breq->cb = virtio_blk_dwz_complete;
+    breq->opaque = req;
+    SPINDLE_TRACE3(virtio_blk_submit, virtqueue_index(req->vq), req->type,
+                   seg->sector);
+    block_node_submit(req->vb->bs, breq);
+}
+
+/*
+ * Copy and check the segments.  Returns the status to fail the request
+ * with, or VIRTIO_BLK_S_OK if all of them are good.
+ */
+static uint8_t virtio_blk_dwz_parse(VirtioBlkReq *req, uint64_t data_bytes)
+{
+    VirtioBlk *vb = req->vb;
+    bool discard = req->type == VIRTIO_BLK_T_DISCARD;
+    uint32_t max_sectors = discard ? vb->max_discard_sectors
+                                   : vb->max_write_zeroes_sectors;
+    uint8_t raw[VIRTIO_BLK_SEG_SIZE];
+    uint64_t n;
+
+    if (data_bytes == 0 || data_bytes % VIRTIO_BLK_SEG_SIZE) {
+        return VIRTIO_BLK_S_IOERR;
+    }
+    n = data_bytes / VIRTIO_BLK_SEG_SIZE;
+    if (n > VIRTIO_BLK_MAX_DWZ_SEGS) {
+        return VIRTIO_BLK_S_IOERR;
+    }
+    for (unsigned i = 0; i < n; i++) {
+        VirtioBlkSeg *seg = &req->u.segs[i];
+        uint32_t v32;
+        uint64_t v64;
+
+        virtio_blk_iov_to_buf(req->elem.out_sg, req->elem.out_num,
+                              VIRTIO_BLK_HDR_SIZE + i * VIRTIO_BLK_SEG_SIZE,
+                              raw, sizeof(raw));
+        memcpy(&v64, raw, 8);
+        seg->sector = GUINT64_FROM_LE(v64);
+        memcpy(&v32, raw + 8, 4);
+        seg->num_sectors = GUINT32_FROM_LE(v32);
+        memcpy(&v32, raw + 12, 4);
+        seg->flags = GUINT32_FROM_LE(v32);
+
+        if (seg->flags & ~VIRTIO_BLK_DWZ_F_UNMAP ||
+            (discard && seg->flags & VIRTIO_BLK_DWZ_F_UNMAP)) {
+            return VIRTIO_BLK_S_UNSUPP;
+        }
+        if (seg->num_sectors > max_sectors ||
+            !virtio_blk_range_ok(vb, seg->sector, seg->num_sectors)) {
+            return VIRTIO_BLK_S_IOERR;
+        }
+    }
+    req->nseg = (uint16_t)n;
+    req->next_seg = 0;
+    return VIRTIO_BLK_S_OK;
+}
+
+static void virtio_blk_handle_dwz(VirtioBlkReq *req, unsigned in_niov)
+{
+    VirtioBlk *vb = req->vb;
+    unsigned feature = req->type == VIRTIO_BLK_T_DISCARD ?
+                       VIRTIO_BLK_F_DISCARD : VIRTIO_BLK_F_WRITE_ZEROES;
+    uint64_t out_bytes = virtio_blk_iov_size(req->elem.out_sg,
+                                             req->elem.out_num);
+    uint8_t status;
+
+    req->in_len = 1;
+    if (!virtio_blk_has_feature(vb, feature)) {
+        virtio_blk_req_finish(req, VIRTIO_BLK_S_UNSUPP);
+        return;
+    }
+    if (in_niov) {
+        virtio_blk_log_bad_request(vb, req->vq, "discard or write-zeroes with "
+                                   "device-writable data");
+        virtio_blk_req_finish(req, VIRTIO_BLK_S_IOERR);
+        return;
+    }
+    if (!vb->writable) {
+        virtio_blk_req_finish(req, VIRTIO_BLK_S_IOERR);
+        return;
+    }
+    status = virtio_blk_dwz_parse(req, out_bytes - VIRTIO_BLK_HDR_SIZE);
+    if (status != VIRTIO_BLK_S_OK) {
+        virtio_blk_req_finish(req, status);
+        return;
+    }
+    virtio_blk_dwz_next(req);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Dispatch                                                                  */
+
+static void virtio_blk_handle_request(VirtioBlkReq *req)
+{
+    VirtioBlk *vb = req->vb;
+    const VirtQueueElement *elem = &req->elem;
+    uint8_t hdr[VIRTIO_BLK_HDR_SIZE];
+    uint64_t out_bytes, sector;
+    uint32_t type;
+    unsigned in_niov;
+
+    if (!virtio_blk_split_in(req, &in_niov)) {
+        /* Nowhere to put a status: hand the buffers back untouched. */
+        virtio_blk_log_bad_request(vb, req->vq, "no device-writable status "
+                                   "byte");
+        req->status = NULL;
+        virtqueue_push(req->vq, &req->elem, 0);
+        req->q->in_flight--;
+        g_free(req);
+        return;
+    }
+    req->in_len = 1;
+    req->type = UINT32_MAX;
+    out_bytes = virtio_blk_iov_size(elem->out_sg, elem->out_num);
+    if (out_bytes < VIRTIO_BLK_HDR_SIZE) {
+        virtio_blk_log_bad_request(vb, req->vq, "header shorter than 16 "
+                                   "bytes");
+        virtio_blk_req_finish(req, VIRTIO_BLK_S_IOERR);
+        return;
+    }
+    virtio_blk_iov_to_buf(elem->out_sg, elem->out_num, 0, hdr, sizeof(hdr));
+    memcpy(&type, hdr, 4);
+    type = GUINT32_FROM_LE(type);
+    memcpy(&sector, hdr + 8, 8);
+    sector = GUINT64_FROM_LE(sector);
+    req->type = type;
+
+    switch (type) {
+    case VIRTIO_BLK_T_IN:
+        virtio_blk_handle_read(req, sector, in_niov,
+                               out_bytes - VIRTIO_BLK_HDR_SIZE);
+        break;
+    case VIRTIO_BLK_T_OUT:
+        virtio_blk_handle_write(req, sector, in_niov);
+        break;
+    case VIRTIO_BLK_T_FLUSH:
+        virtio_blk_handle_flush(req);
+        break;
+    case VIRTIO_BLK_T_GET_ID:
+        virtio_blk_handle_get_id(req, in_niov);
+        break;
+    case VIRTIO_BLK_T_DISCARD:
+    case VIRTIO_BLK_T_WRITE_ZEROES:
+        virtio_blk_handle_dwz(req, in_niov);
+        break;
+    default:
+        virtio_blk_req_finish(req, VIRTIO_BLK_S_UNSUPP);
+        break;
+    }
+}
+
+static VirtioBlkQueue *virtio_blk_queue(VirtioBlk *vb, VirtQueue *vq)
+{
+    unsigned index = virtqueue_index(vq);
+
+    /* The server never creates more queues than we asked for. */
+    g_assert(index < vb->num_queues);
+    return &vb->queues[index];
+}
+
+static VirtioBlkReq *virtio_blk_req_alloc(VirtioBlkQueue *q)
+{
+    VirtioBlkReq *req = q->spare;
+
+    if (req) {
+        q->spare = NULL;
+        return req;
+    }
+    return g_malloc(sizeof(VirtioBlkReq));
+}
+
+static void virtio_blk_handle_queue(VirtQueue *vq, void *opaque)
+{
+    VirtioBlk *vb = opaque;
+    VirtioBlkQueue *q;
+
+    g_assert(aio_context_in_home_thread(virtqueue_get_aio_context(vq)));
+    q = virtio_blk_queue(vb, vq);
+    block_node_io_plug(vb->bs);
+    for (;;) {
+        VirtioBlkReq *req = virtio_blk_req_alloc(q);
+        int r = virtqueue_pop(vq, &req->elem);
+
+        if (r <= 0) {
+            /* Empty, or broken (the queue has logged why). */
+            q->spare = req;
+            break;
+        }
+        req->vb = vb;
+        req->vq = vq;
+        req->q = q;
+        q->in_flight++;
+        virtio_blk_handle_request(req);
+    }
+    block_node_io_unplug(vb->bs);
+}
+
+/* ------------------------------------------------------------------------ */
+/* VuDevOps                                                                  */
+
+static uint64_t virtio_blk_get_features(void *dev)
+{
+    VirtioBlk *vb = dev;
+    uint64_t f = (UINT64_C(1) << VIRTIO_BLK_F_SIZE_MAX) |
+                 (UINT64_C(1) << VIRTIO_BLK_F_SEG_MAX) |
+                 (UINT64_C(1) << VIRTIO_BLK_F_BLK_SIZE) |
+                 (UINT64_C(1) << VIRTIO_BLK_F_FLUSH) |
+                 (UINT64_C(1) << VIRTIO_BLK_F_TOPOLOGY) |
+                 (UINT64_C(1) << VIRTIO_BLK_F_CONFIG_WCE);
+
+    if (vb->num_queues > 1) {
+        f |= UINT64_C(1) << VIRTIO_BLK_F_MQ;
+    }
+    if (vb->writable) {
+        f |= (UINT64_C(1) << VIRTIO_BLK_F_DISCARD) |
+             (UINT64_C(1) << VIRTIO_BLK_F_WRITE_ZEROES);
+    } else {
+        f |= UINT64_C(1) << VIRTIO_BLK_F_RO;
+    }
+    return f;
+}
+
+static void virtio_blk_set_features(void *dev, uint64_t features)
+{
+    VirtioBlk *vb = dev;
+    bool flush = features & (UINT64_C(1) << VIRTIO_BLK_F_FLUSH);
+    bool wce = features & (UINT64_C(1) << VIRTIO_BLK_F_CONFIG_WCE);
+    bool writeback;
+
+    vb->features = features;
+    /*
+     * 5.2.5 and 5.2.6.4: without FLUSH the driver cannot make writes
+     * stable, so they must be stable at completion (writeback 0); with
+     * CONFIG_WCE the driver may change it later.
+     */
+    if (!flush) {
+        writeback = false;
+    } else if (wce) {
+        writeback = !vb->writethrough;
+    } else {
+        writeback = true;
+    }
+    atomic_store_explicit(&vb->writeback, writeback, memory_order_relaxed);
+}
+
+/* log2(x) for a power of two. */
+static unsigned virtio_blk_log2(uint64_t x)
+{
+    return (unsigned)__builtin_ctzll(x);
+}
+
+static void virtio_blk_fill_config(VirtioBlk *vb, VirtioBlkConfig *cfg)
+{
+    const BlockLimits *l = &vb->limits;
+    uint32_t lbs_sectors = vb->blk_size >> VIRTIO_BLK_SECTOR_BITS;
+    uint64_t size_max = VIRTIO_BLK_SIZE_MAX_DEFAULT;
+    uint32_t phys = MAX(l->request_alignment, vb->blk_size);
+    uint32_t discard_align;
+
+    if (l->max_transfer) {
+        size_max = MIN(size_max, l->max_transfer);
+    }
+    size_max = MAX(size_max, (uint64_t)vb->blk_size);
+    /* A physical block larger than 64 KiB is not worth telling about. */
+    phys = MIN(phys, 65536u);
+    discard_align = MAX(l->discard_alignment, vb->blk_size);
+
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->capacity = GUINT64_TO_LE(vb->capacity);
+    cfg->size_max = GUINT32_TO_LE((uint32_t)size_max);
+    cfg->seg_max = GUINT32_TO_LE(VIRTQUEUE_MAX_SEGS - 2);
+    cfg->blk_size = GUINT32_TO_LE(vb->blk_size);
+    cfg->physical_block_exp = (uint8_t)virtio_blk_log2(phys / vb->blk_size);
+    cfg->alignment_offset = 0;
+    cfg->min_io_size = GUINT16_TO_LE((uint16_t)(phys / vb->blk_size));
+    cfg->opt_io_size = GUINT32_TO_LE(0);
+    cfg->writeback = atomic_load_explicit(&vb->writeback,
+                                          memory_order_relaxed);
+    cfg->num_queues = GUINT16_TO_LE((uint16_t)vb->num_queues);
+    cfg->max_discard_sectors = GUINT32_TO_LE(vb->max_discard_sectors);
+    cfg->max_discard_seg = GUINT32_TO_LE(VIRTIO_BLK_MAX_DWZ_SEGS);
+    cfg->discard_sector_alignment =
+        GUINT32_TO_LE(MAX(discard_align >> VIRTIO_BLK_SECTOR_BITS,
+                          lbs_sectors));
+    cfg->max_write_zeroes_sectors =
+        GUINT32_TO_LE(vb->max_write_zeroes_sectors);
+    cfg->max_write_zeroes_seg = GUINT32_TO_LE(VIRTIO_BLK_MAX_DWZ_SEGS);
+    /*
+     * The guest may always ask; the node deallocates only with
+     * discard=unmap and zeroes the range otherwise.
+     */
+    cfg->write_zeroes_may_unmap = 1;
+}
+
+static uint32_t virtio_blk_get_config(void *dev, uint8_t *buf, uint32_t len)
+{
+    VirtioBlk *vb = dev;
+    VirtioBlkConfig cfg;
+    uint32_t n = MIN(len, (uint32_t)sizeof(cfg));
+
+    virtio_blk_fill_config(vb, &cfg);
+    memcpy(buf, &cfg, n);
+    return n;
+}
+
+static int virtio_blk_set_config(void *dev, const uint8_t *buf,
+                                 uint32_t offset, uint32_t len)
+{
+    VirtioBlk *vb = dev;
+
+    /* Only `writeback` is writable, and only with CONFIG_WCE. */
+    if (offset != offsetof(VirtioBlkConfig, writeback) || len != 1 ||
+        !virtio_blk_has_feature(vb, VIRTIO_BLK_F_CONFIG_WCE) || buf[0] > 1) {
+        return -EINVAL;
+    }
+    atomic_store_explicit(&vb->writeback, buf[0] == 1, memory_order_relaxed);
+    return 0;
+}
+
+static void virtio_blk_queue_started(void *dev, VirtQueue *vq)
+{
+    VirtioBlk *vb = dev;
+
+    g_assert(aio_context_in_home_thread(virtqueue_get_aio_context(vq)));
+    /* The node must live where the queue runs: its requests complete there. */
+    g_assert(block_node_get_aio_context(vb->bs) ==
+             virtqueue_get_aio_context(vq));
+    (void)virtio_blk_queue(vb, vq);
+}
+
+static void virtio_blk_queue_drain(void *dev, VirtQueue *vq)
+{
+    VirtioBlk *vb = dev;
+    AioContext *ctx = virtqueue_get_aio_context(vq);
+    VirtioBlkQueue *q;
+
+    g_assert(aio_context_in_home_thread(ctx));
+    q = virtio_blk_queue(vb, vq);
+    while (q->in_flight > 0) {
+        aio_poll(ctx, true);
+    }
+    g_free(q->spare);
+    q->spare = NULL;
+}
+
+const VuDevOps virtio_blk_vu_ops = {
+    .get_features = virtio_blk_get_features,
+    .set_features = virtio_blk_set_features,
+    .get_config = virtio_blk_get_config,
+    .set_config = virtio_blk_set_config,
+    .queue_started = virtio_blk_queue_started,
+    .queue_drain = virtio_blk_queue_drain,
+    .handle_queue = virtio_blk_handle_queue,
+};
+
+/* ------------------------------------------------------------------------ */
+/* Creation                                                                  */
+
+static bool virtio_blk_conf_valid(const VirtioBlkConf *conf, BlockNode *bs,
+                                  Error **errp)
+{
+    uint32_t lbs = conf->logical_block_size;
+
+    if (conf->num_queues < 1 || conf->num_queues > VIRTIO_BLK_MAX_QUEUES) {
+        error_setg(errp, "Parameter 'num-queues' expects a number from 1 to "
+                   "%u, got %u", VIRTIO_BLK_MAX_QUEUES, conf->num_queues);
+        return false;
+    }
+    if (conf->queue_size > VIRTQUEUE_MAX_SIZE ||
+        (conf->queue_size & (conf->queue_size - 1))) {
+        error_setg(errp, "Parameter 'queue-size' expects a power of two up "
+                   "to %u, got %u", VIRTQUEUE_MAX_SIZE, conf->queue_size);
+        return false;
+    }
+    if (lbs < 512 || lbs > 65536 || (lbs & (lbs - 1))) {
+        error_setg(errp, "Parameter 'logical-block-size' expects a power of "
+                   "two from 512 to 65536, got %u", lbs);
+        return false;
+    }
+    if (conf->serial && strlen(conf->serial) > VIRTIO_BLK_ID_BYTES) {
+        error_setg(errp, "Parameter 'serial' is %zu bytes long; at most %u "
+                   "are allowed", strlen(conf->serial), VIRTIO_BLK_ID_BYTES);
+        return false;
+    }
+    if (conf->writable && block_node_is_read_only(bs)) {
+        error_setg(errp, "writable=on, but node '%s' is read-only",
+                   block_node_get_name(bs));
+        return false;
+    }
+    if (block_node_get_length(bs) < lbs) {
+        error_setg(errp, "node '%s' is smaller than one logical block (%u "
+                   "bytes)", block_node_get_name(bs), lbs);
+        return false;
+    }
+    return true;
+}
+
+/* A per-segment limit in sectors: the node's (bytes), else the default. */
+static uint32_t virtio_blk_dwz_limit(uint64_t node_max, uint32_t blk_size)
+{
+    uint64_t sectors = node_max ? node_max >> VIRTIO_BLK_SECTOR_BITS
+                                : VIRTIO_BLK_DWZ_DEFAULT_SECTORS;
+    uint32_t lbs_sectors = blk_size >> VIRTIO_BLK_SECTOR_BITS;
+
+    sectors = MIN(sectors, (uint64_t)VIRTIO_BLK_DWZ_DEFAULT_SECTORS);
+    sectors -= sectors % lbs_sectors;
+    return (uint32_t)MAX(sectors, (uint64_t)lbs_sectors);
+}
+
+VirtioBlk *virtio_blk_new(const VirtioBlkConf *conf, BlockNode *bs,
+                          Error **errp)
+{
+    VirtioBlk *vb;
+    int64_t length;
+    void *queues;
+
+    if (!virtio_blk_conf_valid(conf, bs, errp)) {
+        return NULL;
+    }
+    vb = g_new0(VirtioBlk, 1);
+    vb->bs = bs;
+    block_node_ref(bs);
+    vb->num_queues = conf->num_queues;
+    vb->blk_size = conf->logical_block_size;
+    vb->writable = conf->writable;
+    vb->writethrough = conf->writethrough;
+    if (conf->serial) {
+        memcpy(vb->serial, conf->serial, strlen(conf->serial));
+    }
+    length = block_node_get_length(bs);
+    vb->capacity = (uint64_t)(length - length % vb->blk_size) >>
+                   VIRTIO_BLK_SECTOR_BITS;
+    block_node_get_limits(bs, &vb->limits);
+    vb->max_discard_sectors = virtio_blk_dwz_limit(vb->limits.max_discard,
+                                                   vb->blk_size);
+    vb->max_write_zeroes_sectors =
+        virtio_blk_dwz_limit(vb->limits.max_write_zeroes, vb->blk_size);
+    atomic_init(&vb->writeback, !vb->writethrough);
+    atomic_flag_clear(&vb->logged_bad_request);
+
+    if (posix_memalign(&queues, CACHELINE_SIZE,
+                       vb->num_queues * sizeof(VirtioBlkQueue))) {
+        g_error("virtio-blk: out of memory");
+    }
+    memset(queues, 0, vb->num_queues * sizeof(VirtioBlkQueue));
+    vb->queues = queues;
+    return vb;
+}
+
+void virtio_blk_free(VirtioBlk *vb)
+{
+    if (!vb) {
+        return;
+    }
+    for (unsigned i = 0; i < vb->num_queues; i++) {
+        /* Queues are stopped and drained: nothing is in flight. */
+        g_assert(vb->queues[i].in_flight == 0);
+        g_free(vb->queues[i].spare);
+    }
+    free(vb->queues);
+    block_node_unref(vb->bs);
+    g_free(vb);
+}

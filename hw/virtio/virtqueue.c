@@ -1,0 +1,1052 @@
+/*
+ * Split virtqueues, device side (virtio 1.x, "Split Virtqueues").
+ *
+ * Theory of operation.
+ *
+ * Rings.  The driver shares three areas of guest memory: the descriptor
+ * table (16 bytes per entry), the available ring (flags, idx, num head
+ * indexes, then used_event) and the used ring (flags, idx, num {id, len}
+ * pairs, then avail_event).  virtqueue_start() translates the three areas,
+ * with their full sizes, from front-end addresses to our mapping of guest
+ * memory, and keeps a reference on the GuestMemory table so the mapping
+ * cannot go away under the queue.  All ring fields are little-endian.
+ *
+ * Popping.  virtqueue_pop() reads avail->idx with an acquire load, checks
+ * that the driver did not claim more than num new entries, reads the head
+ * index from the ring and walks the descriptor chain, possibly through one
+ * indirect table.  Each buffer is translated into iovecs pointing straight
+ * into guest memory (split where it crosses a region boundary).  Every
+ * field the guest controls is read once into a local and checked: indexes,
+ * chain length (so a loop ends), device-readable before device-writable,
+ * indirect rules, addresses, total length, number of iovecs.  A violation
+ * marks the queue broken: a warning is logged once, the error eventfd is
+ * signalled, and pop returns -EIO from then on.  Nothing else stops.
+ *
+ * Pushing.  virtqueue_push() writes the used element, then publishes the
+ * new used->idx with a release store.  It does not signal the driver
+ * itself: it schedules the queue's notify BH, which runs once at the end of
+ * the loop turn however many elements were pushed, issues a full fence and
+ * then decides from avail->flags (VRING_AVAIL_F_NO_INTERRUPT) or, with
+ * EVENT_IDX, from used_event whether the driver wants an interrupt.
+ * Elements finished after virtqueue_stop() (the device draining) make that
+ * decision at once, as there is no BH any more.
+ *
+ * Kicks and polling.  The kick eventfd is a pollable AioContext handler:
+ *   - io_read (a kick) clears the eventfd and runs the device's handler;
+ *   - io_poll compares avail->idx with the next index to pop (a plain load:
+ *     no system call, no locked instruction);
+ *   - io_poll_begin suppresses kicks: VRING_USED_F_NO_NOTIFY in used->flags,
+ *     or with EVENT_IDX it stops advancing avail_event;
+ *   - io_poll_end re-enables them (clears the flag, or publishes avail_event
+ *     = next index to pop); the loop then fences and calls io_poll again.
+ *
+ * Avoiding lost kicks.  We rely on the loop rather than toggling
+ * notifications around every batch:
+ *   - While the loop polls, kicks are off, and the loop's "io_poll_end,
+ *     full fence, io_poll" sequence closes the race when polling stops.
+ *   - While the loop does not poll, notifications stay on, even while the
+ *     handler pops.  Without EVENT_IDX the driver then always kicks, so
+ *     nothing can be missed.  With EVENT_IDX, every pop advances
+ *     avail_event, and when pop finds the ring empty it publishes
+ *     avail_event, fences and reads avail->idx once more; that fence pairs
+ *     with the driver's fence between writing avail->idx and reading
+ *     avail_event, so either the driver kicks or we see its entry.
+ *
+ * Memory tables in flight.  Elements point into the GuestMemory the queue
+ * used when they were popped.  When the table is replaced (set_memory) or
+ * the queue stops with elements still in flight, the old table is kept in
+ * a "retired" list and released when the last of them is pushed.
+ *
+ * Threads: set-up in the main thread while the queue is stopped; start,
+ * stop, pop, push and all the callbacks in the queue's home thread.
+ * Statistics, the broken flag and the in-flight count are written by the
+ * home thread with relaxed atomics and may be read from any thread.
+ */
+#include <endian.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+#include <glib.h>
+
+#include "hw/virtio/virtqueue.h"
+#include "util/trace.h"
+
+/* ------------------------------------------------------------------------ */
+/* The split ring layout (virtio 1.x)                                       */
+
+#define VRING_DESC_F_NEXT           1   /* chain continues at next */
+#define VRING_DESC_F_WRITE          2   /* device-writable buffer */
+#define VRING_DESC_F_INDIRECT       4   /* buffer is a descriptor table */
+
+#define VRING_USED_F_NO_NOTIFY      1   /* device: "don't kick me" */
+#define VRING_AVAIL_F_NO_INTERRUPT  1   /* driver: "don't interrupt me" */
+
+#define VRING_DESC_SIZE 16
+
+typedef struct VRingDesc {
+    uint64_t addr;
+    uint32_t len;
+    uint16_t flags;
+    uint16_t next;
+} VRingDesc;
+
+typedef struct VRingAvail {
+    _Atomic uint16_t flags;
+    _Atomic uint16_t idx;
+    _Atomic uint16_t ring[];     /* num entries, then used_event */
+} VRingAvail;
+
+typedef struct VRingUsedElem {
+    uint32_t id;
+    uint32_t len;
+} VRingUsedElem;
+
+typedef struct VRingUsed {
+    _Atomic uint16_t flags;
+    _Atomic uint16_t idx;
+    VRingUsedElem ring[];        /* num entries, then avail_event */
+} VRingUsed;
+
+G_STATIC_ASSERT(sizeof(VRingDesc) == VRING_DESC_SIZE);
+G_STATIC_ASSERT(sizeof(VRingUsedElem) == 8);
+G_STATIC_ASSERT(sizeof(_Atomic uint16_t) == 2);
+
+/* Sizes of the three areas for a ring of num entries (event fields too). */
+static uint64_t vring_desc_size(unsigned num)
+{
+    return (uint64_t)VRING_DESC_SIZE * num;
+}
+
+static uint64_t vring_avail_size(unsigned num)
+{
+    return 6 + 2 * (uint64_t)num;
+}
+
+static uint64_t vring_used_size(unsigned num)
+{
+    return 6 + 8 * (uint64_t)num;
+}
+
+/*
+ * The event-index rule: signal if event lies in [old, new), i.e. the other
+ * side asked to be told once the index passed event and it did so in the
+ * entries published since old.  All arithmetic is modulo 2^16.
+ */
+static bool vring_need_event(uint16_t event, uint16_t new_idx, uint16_t old)
+{
+    return (uint16_t)(new_idx - event - 1) < (uint16_t)(new_idx - old);
+}
+
+/* ------------------------------------------------------------------------ */
+/* The queue                                                                */
+
+typedef struct VirtQueueCounters {
+    _Atomic uint64_t kicks;
+    _Atomic uint64_t polled;
+    _Atomic uint64_t interrupts;
+    _Atomic uint64_t interrupts_suppressed;
+    _Atomic uint64_t requests;
+} VirtQueueCounters;
+
+struct VirtQueue {
+    /* Set-up (main thread, queue stopped). */
+    unsigned index;
+    unsigned num;                    /* 0: not set */
+    VirtQueueAddrs addrs;
+    bool addrs_set;
+    uint64_t features;
+    _Atomic bool enabled;
+    EventNotifier kick;
+    EventNotifier call;
+    EventNotifier err;
+    AioContext *ctx;
+    char name[16];                   /* "vq<N>", the handler's label */
+
+    /* Running state (home thread). */
+    bool started;
+    bool event_idx;                  /* VIRTIO_RING_F_EVENT_IDX negotiated */
+    bool indirect;                   /* VIRTIO_RING_F_INDIRECT_DESC */
+    bool polling;                    /* between io_poll_begin and _end */
+    bool notify_pending;             /* notify_bh is scheduled */
+    bool signalled_valid;            /* signalled_used means something */
+    uint16_t last_avail_idx;         /* next avail entry to pop */
+    uint16_t used_idx;               /* next used entry to fill */
+    uint16_t signalled_used;         /* used_idx at the last notify check */
+    uint16_t used_flags;             /* what we last stored in used->flags */
+    GuestMemory *mem;
+    GPtrArray *retired;              /* old tables kept for in-flight elems */
+    const VRingDesc *desc;
+    VRingAvail *avail;
+    VRingUsed *used;
+    _Atomic uint16_t *used_event;    /* in the avail ring, after ring[num] */
+    _Atomic uint16_t *avail_event;   /* in the used ring, after ring[num] */
+    VirtQueueHandler *handler;
+    void *opaque;
+    QEMUBH *notify_bh;
+    QEMUBH *kick_bh;
+
+    /* Written by the home thread, readable anywhere. */
+    _Atomic unsigned inflight;
+    _Atomic bool broken;
+    VirtQueueCounters stats;
+};
+
+/* Single-writer counter: relaxed load and store, no locked instruction. */
+static void vq_stat_inc(_Atomic uint64_t *c)
+{
+    atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
+}
+
+static void virtqueue_assert_home(const VirtQueue *vq)
+{
+    g_assert(vq->ctx && aio_context_in_home_thread(vq->ctx));
+}
+
+static bool virtqueue_has_feature(const VirtQueue *vq, unsigned bit)
+{
+    return (vq->features >> bit) & 1;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Set-up                                                                   */
+
+VirtQueue *virtqueue_new(unsigned index)
+{
+    VirtQueue *vq = g_new0(VirtQueue, 1);
+
+    vq->index = index;
+    vq->kick.fd = -1;
+    vq->call.fd = -1;
+    vq->err.fd = -1;
+    snprintf(vq->name, sizeof(vq->name), "vq%u", index);
+    return vq;
+}
+
+/* Release the retired tables (no element points into them any more). */
+static void virtqueue_release_retired(VirtQueue *vq)
+{
+    if (!vq->retired) {
+        return;
+    }
+    for (unsigned i = 0; i < vq->retired->len; i++) {
+        guest_memory_unref(g_ptr_array_index(vq->retired, i));
+    }
+    g_ptr_array_set_size(vq->retired, 0);
+}
+
+void virtqueue_free(VirtQueue *vq)
+{
+    if (!vq) {
+        return;
+    }
+    g_assert(!vq->started);
+    event_notifier_cleanup(&vq->kick);
+    event_notifier_cleanup(&vq->call);
+    event_notifier_cleanup(&vq->err);
+    virtqueue_release_retired(vq);
+    if (vq->retired) {
+        g_ptr_array_free(vq->retired, true);
+    }
+    guest_memory_unref(vq->mem);
+    g_free(vq);
+}
+
+unsigned virtqueue_index(const VirtQueue *vq)
+{
+    return vq->index;
+}
+
+int virtqueue_set_num(VirtQueue *vq, unsigned num)
+{
+    g_assert(!vq->started);
+    if (num == 0 || num > VIRTQUEUE_MAX_SIZE || (num & (num - 1)) != 0) {
+        return -EINVAL;
+    }
+    vq->num = num;
+    return 0;
+}
+
+void virtqueue_set_base(VirtQueue *vq, uint16_t base)
+{
+    g_assert(!vq->started);
+    vq->last_avail_idx = base;
+    vq->used_idx = base;
+}
+
+void virtqueue_set_addrs(VirtQueue *vq, const VirtQueueAddrs *addrs)
+{
+    g_assert(!vq->started);
+    vq->addrs = *addrs;
+    vq->addrs_set = true;
+}
+
+/* Replace the fd of e (taking ownership of fd; -1 leaves none). */
+static void virtqueue_replace_fd(EventNotifier *e, int fd)
+{
+    event_notifier_cleanup(e);
+    if (fd >= 0) {
+        event_notifier_init_fd(e, fd);
+    } else {
+        e->fd = -1;
+    }
+}
+
+void virtqueue_set_kick_fd(VirtQueue *vq, int fd)
+{
+    g_assert(!vq->started);
+    virtqueue_replace_fd(&vq->kick, fd);
+}
+
+void virtqueue_set_call_fd(VirtQueue *vq, int fd)
+{
+    /* Front-ends change it on a running ring (interrupt masking). */
+    if (vq->started) {
+        virtqueue_assert_home(vq);
+    }
+    virtqueue_replace_fd(&vq->call, fd);
+}
+
+void virtqueue_set_err_fd(VirtQueue *vq, int fd)
+{
+    if (vq->started) {
+        virtqueue_assert_home(vq);
+    }
+    virtqueue_replace_fd(&vq->err, fd);
+}
+
+void virtqueue_set_features(VirtQueue *vq, uint64_t features)
+{
+    g_assert(!vq->started);
+    vq->features = features;
+}
+
+void virtqueue_set_enabled(VirtQueue *vq, bool enabled)
+{
+    atomic_store_explicit(&vq->enabled, enabled, memory_order_relaxed);
+}
+
+bool virtqueue_is_enabled(const VirtQueue *vq)
+{
+    return atomic_load_explicit(&vq->enabled, memory_order_relaxed);
+}
+
+bool virtqueue_is_ready(const VirtQueue *vq)
+{
+    return vq->num != 0 && vq->addrs_set &&
+           event_notifier_get_fd(&vq->kick) >= 0;
+}
+
+void virtqueue_set_aio_context(VirtQueue *vq, AioContext *ctx)
+{
+    g_assert(!vq->started);
+    vq->ctx = ctx;
+}
+
+AioContext *virtqueue_get_aio_context(const VirtQueue *vq)
+{
+    return vq->ctx;
+}
+
+bool virtqueue_is_started(const VirtQueue *vq)
+{
+    return vq->started;
+}
+
+bool virtqueue_is_broken(const VirtQueue *vq)
+{
+    return atomic_load_explicit(&vq->broken, memory_order_relaxed);
+}
+
+unsigned virtqueue_inflight(const VirtQueue *vq)
+{
+    return atomic_load_explicit(&vq->inflight, memory_order_relaxed);
+}
+
+void virtqueue_get_stats(const VirtQueue *vq, VirtQueueStats *out)
+{
+    out->kicks = atomic_load_explicit(&vq->stats.kicks, memory_order_relaxed);
+    out->polled = atomic_load_explicit(&vq->stats.polled,
+                                       memory_order_relaxed);
+    out->interrupts = atomic_load_explicit(&vq->stats.interrupts,
+                                           memory_order_relaxed);
+    out->interrupts_suppressed =
+        atomic_load_explicit(&vq->stats.interrupts_suppressed,
+                             memory_order_relaxed);
+    out->requests = atomic_load_explicit(&vq->stats.requests,
+                                         memory_order_relaxed);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Broken queues                                                            */
+
+/*
+ * Mark the queue broken because of what the guest did; log why once and
+ * tell the front-end through the error eventfd.  Returns -EIO for the
+ * caller to pass up.  Only this slow path formats a message.
+ */
+static int G_GNUC_PRINTF(2, 3) virtqueue_fail(VirtQueue *vq,
+                                              const char *fmt, ...)
+{
+    va_list ap;
+    char *reason;
+
+    if (atomic_load_explicit(&vq->broken, memory_order_relaxed)) {
+        return -EIO;
+    }
+    atomic_store_explicit(&vq->broken, true, memory_order_relaxed);
+    va_start(ap, fmt);
+    reason = g_strdup_vprintf(fmt, ap);
+    va_end(ap);
+    g_warning("virtqueue %u is broken and stops: %s", vq->index, reason);
+    g_free(reason);
+    SPINDLE_TRACE1(vq_broken, vq->index);
+    if (event_notifier_get_fd(&vq->err) >= 0) {
+        event_notifier_set(&vq->err);
+    }
+    return -EIO;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Ring memory                                                              */
+
+typedef struct VRingPtrs {
+    const VRingDesc *desc;
+    VRingAvail *avail;
+    VRingUsed *used;
+} VRingPtrs;
+
+/* Translate the three ring areas with mem; -EFAULT if any is not inside. */
+static int virtqueue_map_rings(const VirtQueue *vq, const GuestMemory *mem,
+                               VRingPtrs *p)
+{
+    p->desc = guest_memory_qva_to_host(mem, vq->addrs.desc_qva,
+                                       vring_desc_size(vq->num));
+    p->avail = guest_memory_qva_to_host(mem, vq->addrs.avail_qva,
+                                        vring_avail_size(vq->num));
+    p->used = guest_memory_qva_to_host(mem, vq->addrs.used_qva,
+                                       vring_used_size(vq->num));
+    if (!p->desc || !p->avail || !p->used) {
+        return -EFAULT;
+    }
+    /* The 16- and 32-bit ring fields are accessed atomically: aligned. */
+    if ((uintptr_t)p->avail % 2 != 0 || (uintptr_t)p->used % 4 != 0) {
+        return -EFAULT;
+    }
+    return 0;
+}
+
+static void virtqueue_set_rings(VirtQueue *vq, const VRingPtrs *p)
+{
+    vq->desc = p ? p->desc : NULL;
+    vq->avail = p ? p->avail : NULL;
+    vq->used = p ? p->used : NULL;
+    vq->used_event = p ? &vq->avail->ring[vq->num] : NULL;
+    vq->avail_event = p ? (_Atomic uint16_t *)&vq->used->ring[vq->num] : NULL;
+}
+
+/* Keep mem alive until no popped element can point into it. */
+static void virtqueue_retire_memory(VirtQueue *vq, GuestMemory *mem)
+{
+    if (!mem) {
+        return;
+    }
+    if (virtqueue_inflight(vq) == 0) {
+        guest_memory_unref(mem);
+        return;
+    }
+    if (!vq->retired) {
+        vq->retired = g_ptr_array_new();
+    }
+    g_ptr_array_add(vq->retired, mem);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Notification suppression (our side: the driver's kicks)                  */
+
+static void virtqueue_store_used_flags(VirtQueue *vq, uint16_t flags)
+{
+    vq->used_flags = flags;
+    atomic_store_explicit(&vq->used->flags, htole16(flags),
+                          memory_order_relaxed);
+}
+
+static void virtqueue_publish_avail_event(VirtQueue *vq)
+{
+    atomic_store_explicit(vq->avail_event, htole16(vq->last_avail_idx),
+                          memory_order_relaxed);
+}
+
+/* The driver's avail->idx; acquire orders the ring reads that follow. */
+static uint16_t virtqueue_load_avail_idx(const VirtQueue *vq)
+{
+    /* Acquire: pairs with the driver's write barrier between filling the
+     * descriptors and ring entry and storing avail->idx. */
+    return le16toh(atomic_load_explicit(&vq->avail->idx,
+                                        memory_order_acquire));
+}
+
+/*
+ * The ring looked empty.  With EVENT_IDX and notifications on, make sure
+ * the driver sees avail_event == the next index to pop, then look again.
+ * Returns the fresh avail->idx (equal to last_avail_idx if still empty).
+ */
+static uint16_t virtqueue_recheck_empty(VirtQueue *vq, uint16_t avail_idx)
+{
+    if (!vq->event_idx || vq->polling) {
+        /* No EVENT_IDX: NO_NOTIFY is clear whenever we are not polling, so
+         * the driver kicks for anything it adds.  Polling: the loop's
+         * io_poll_end + fence + io_poll does the re-check. */
+        return avail_idx;
+    }
+    virtqueue_publish_avail_event(vq);
+    /* Full fence: orders the avail_event store before the avail->idx load
+     * below; pairs with the driver's full barrier between storing
+     * avail->idx and loading avail_event.  Either the driver sees our
+     * avail_event and kicks, or we see its new entry here. */
+    atomic_thread_fence(memory_order_seq_cst);
+    return virtqueue_load_avail_idx(vq);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Descriptor chains                                                        */
+
+/* The chain being mapped into an element. */
+typedef struct VirtQueueChain {
+    VirtQueueElement *elem;
+    uint16_t head;
+    unsigned out_num;
+    unsigned in_num;
+    bool seen_in;            /* a device-writable buffer came already */
+    uint64_t total;          /* bytes in all buffers */
+    uint64_t in_bytes;
+} VirtQueueChain;
+
+/* Copy one descriptor out of shared memory: each field is read once. */
+static void vring_read_desc(const VRingDesc *src, VRingDesc *d)
+{
+    VRingDesc raw;
+
+    memcpy(&raw, src, sizeof(raw));
+    d->addr = le64toh(raw.addr);
+    d->len = le32toh(raw.len);
+    d->flags = le16toh(raw.flags);
+    d->next = le16toh(raw.next);
+}
+
+/* Map one buffer descriptor into the element's iovecs. */
+static int virtqueue_map_desc(VirtQueue *vq, VirtQueueChain *c,
+                              const VRingDesc *d)
+{
+    VirtQueueElement *elem = c->elem;
+    int r;
+
+    c->total += d->len;
+    if (c->total > UINT32_MAX) {
+        return virtqueue_fail(vq, "descriptor chain at head %u holds more "
+                              "than 4 GiB", c->head);
+    }
+    if (d->flags & VRING_DESC_F_WRITE) {
+        c->seen_in = true;
+        c->in_bytes += d->len;
+        /* Out and in iovecs share one budget of VIRTQUEUE_MAX_SEGS. */
+        r = guest_memory_map_iov(vq->mem, d->addr, d->len, elem->in_sg,
+                                 &c->in_num, VIRTQUEUE_MAX_SEGS - c->out_num);
+    } else {
+        if (c->seen_in) {
+            return virtqueue_fail(vq, "descriptor chain at head %u has a "
+                                  "device-readable buffer after a "
+                                  "device-writable one", c->head);
+        }
+        r = guest_memory_map_iov(vq->mem, d->addr, d->len, elem->out_sg,
+                                 &c->out_num, VIRTQUEUE_MAX_SEGS);
+    }
+    if (r == -ENOBUFS) {
+        /*
+         * Even a well-formed chain is refused if it needs more iovecs than
+         * we carry: devices advertise seg_max below VIRTQUEUE_MAX_SEGS, so
+         * a driver that honours it never gets here.
+         */
+        return virtqueue_fail(vq, "descriptor chain at head %u needs more "
+                              "than %d segments", c->head, VIRTQUEUE_MAX_SEGS);
+    }
+    if (r < 0) {
+        return virtqueue_fail(vq, "descriptor chain at head %u has a buffer "
+                              "outside guest memory (GPA 0x%" G_GINT64_MODIFIER
+                              "x, %u bytes)", c->head, d->addr, d->len);
+    }
+    return 0;
+}
+
+/*
+ * d refers to an indirect table: check the rules and return the table
+ * (*size entries), or NULL with the queue broken.
+ */
+static const VRingDesc *virtqueue_enter_indirect(VirtQueue *vq,
+                                                 const VirtQueueChain *c,
+                                                 const VRingDesc *d,
+                                                 bool in_indirect,
+                                                 unsigned *size)
+{
+    const VRingDesc *table;
+
+    if (!vq->indirect) {
+        virtqueue_fail(vq, "descriptor chain at head %u uses an indirect "
+                       "table but VIRTIO_RING_F_INDIRECT_DESC was not "
+                       "negotiated", c->head);
+        return NULL;
+    }
+    if (in_indirect) {
+        virtqueue_fail(vq, "descriptor chain at head %u nests an indirect "
+                       "table in an indirect table", c->head);
+        return NULL;
+    }
+    if (d->flags & VRING_DESC_F_NEXT) {
+        virtqueue_fail(vq, "descriptor chain at head %u has an indirect "
+                       "descriptor with VRING_DESC_F_NEXT", c->head);
+        return NULL;
+    }
+    if (d->len == 0 || d->len % VRING_DESC_SIZE != 0 ||
+        d->len > VIRTQUEUE_MAX_SIZE * VRING_DESC_SIZE) {
+        virtqueue_fail(vq, "descriptor chain at head %u has an indirect "
+                       "table of %u bytes (must be a non-zero multiple of %d, "
+                       "at most %d)", c->head, d->len, VRING_DESC_SIZE,
+                       VIRTQUEUE_MAX_SIZE * VRING_DESC_SIZE);
+        return NULL;
+    }
+    /* The table must be contiguous in our mapping: within one region. */
+    table = guest_memory_gpa_to_host(vq->mem, d->addr, d->len);
+    if (!table) {
+        virtqueue_fail(vq, "descriptor chain at head %u has an indirect "
+                       "table outside guest memory or across regions (GPA "
+                       "0x%" G_GINT64_MODIFIER "x, %u bytes)",
+                       c->head, d->addr, d->len);
+        return NULL;
+    }
+    *size = d->len / VRING_DESC_SIZE;
+    return table;
+}
+
+/*
+ * Walk the chain starting at head (< num) and fill elem.  A chain visits
+ * at most num descriptors of the ring's table and at most the table's
+ * entries of an indirect table, so a loop ends.  0 or -EIO (broken).
+ */
+static int virtqueue_walk_chain(VirtQueue *vq, uint16_t head,
+                                VirtQueueElement *elem)
+{
+    VirtQueueChain c = { .elem = elem, .head = head };
+    const VRingDesc *table = vq->desc;
+    unsigned size = vq->num;
+    unsigned i = head;
+    unsigned visited = 0;
+    bool in_indirect = false;
+
+    for (;;) {
+        VRingDesc d;
+
+        if (visited == size) {
+            return virtqueue_fail(vq, "descriptor chain at head %u is longer "
+                                  "than %u descriptors (a loop?)", head, size);
+        }
+        visited++;
+        vring_read_desc(&table[i], &d);
+
+        if (d.flags & VRING_DESC_F_INDIRECT) {
+            /* The WRITE flag of this descriptor means nothing: ignored. */
+            table = virtqueue_enter_indirect(vq, &c, &d, in_indirect, &size);
+            if (!table) {
+                return -EIO;
+            }
+            in_indirect = true;
+            i = 0;
+            visited = 0;
+            continue;
+        }
+        if (virtqueue_map_desc(vq, &c, &d) < 0) {
+            return -EIO;
+        }
+        if (!(d.flags & VRING_DESC_F_NEXT)) {
+            break;
+        }
+        if (d.next >= size) {
+            return virtqueue_fail(vq, "descriptor chain at head %u links to "
+                                  "descriptor %u of a table of %u",
+                                  head, d.next, size);
+        }
+        i = d.next;
+    }
+    elem->head = head;
+    elem->out_num = c.out_num;
+    elem->in_num = c.in_num;
+    elem->in_bytes = (uint32_t)c.in_bytes;     /* <= total <= UINT32_MAX */
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Pop and push                                                             */
+
+int virtqueue_pop(VirtQueue *vq, VirtQueueElement *elem)
+{
+    uint16_t avail_idx, pending, head;
+
+    virtqueue_assert_home(vq);
+    if (virtqueue_is_broken(vq)) {
+        return -EIO;
+    }
+    if (!vq->started) {
+        return 0;
+    }
+    avail_idx = virtqueue_load_avail_idx(vq);
+    if (avail_idx == vq->last_avail_idx) {
+        avail_idx = virtqueue_recheck_empty(vq, avail_idx);
+        if (avail_idx == vq->last_avail_idx) {
+            return 0;
+        }
+    }
+    pending = avail_idx - vq->last_avail_idx;
+    if (pending > vq->num) {
+        return virtqueue_fail(vq, "avail index jumped from %u to %u "
+                              "(ring of %u)", vq->last_avail_idx, avail_idx,
+                              vq->num);
+    }
+    /* Ordered after the acquire load of avail->idx. */
+    head = le16toh(atomic_load_explicit(
+        &vq->avail->ring[vq->last_avail_idx & (vq->num - 1)],
+        memory_order_relaxed));
+    if (head >= vq->num) {
+        return virtqueue_fail(vq, "avail ring entry %u names descriptor %u "
+                              "of a ring of %u", vq->last_avail_idx, head,
+                              vq->num);
+    }
+    if (virtqueue_walk_chain(vq, head, elem) < 0) {
+        return -EIO;
+    }
+    vq->last_avail_idx++;
+    atomic_store_explicit(&vq->inflight, virtqueue_inflight(vq) + 1,
+                          memory_order_relaxed);
+    if (vq->event_idx && !vq->polling) {
+        /* Kicks are on: ask for one when the driver passes what we took. */
+        virtqueue_publish_avail_event(vq);
+    }
+    SPINDLE_TRACE3(vq_pop, vq->index, head, vq->last_avail_idx);
+    return 1;
+}
+
+static void virtqueue_notify(VirtQueue *vq);
+
+static void virtqueue_schedule_notify(VirtQueue *vq)
+{
+    if (!vq->notify_pending) {
+        vq->notify_pending = true;
+        aio_bh_schedule(vq->notify_bh);
+    }
+}
+
+void virtqueue_push(VirtQueue *vq, const VirtQueueElement *elem, uint32_t len)
+{
+    unsigned inflight = virtqueue_inflight(vq);
+    VRingUsedElem *u;
+
+    virtqueue_assert_home(vq);
+    g_assert(inflight > 0);
+    g_assert(len <= elem->in_bytes);
+    atomic_store_explicit(&vq->inflight, inflight - 1, memory_order_relaxed);
+    vq_stat_inc(&vq->stats.requests);
+    SPINDLE_TRACE3(vq_push, vq->index, elem->head, len);
+
+    if (vq->used) {
+        u = &vq->used->ring[vq->used_idx & (vq->num - 1)];
+        u->id = htole32(elem->head);
+        u->len = htole32(len);
+        vq->used_idx++;
+        /* Release: the element above is visible before the new index;
+         * pairs with the driver's read barrier between loading used->idx
+         * and reading the used elements. */
+        atomic_store_explicit(&vq->used->idx, htole16(vq->used_idx),
+                              memory_order_release);
+        if (vq->started) {
+            virtqueue_schedule_notify(vq);
+        } else {
+            /* Draining after stop (no BH any more): rare, signal now. */
+            virtqueue_notify(vq);
+        }
+    }
+    if (inflight == 1) {
+        virtqueue_release_retired(vq);
+        if (!vq->started) {
+            virtqueue_set_rings(vq, NULL);    /* their memory may be gone */
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Interrupts (the call eventfd)                                            */
+
+/* Decide whether the driver wants an interrupt for what we pushed. */
+static bool virtqueue_driver_wants_interrupt(VirtQueue *vq)
+{
+    bool need;
+
+    if (vq->event_idx) {
+        uint16_t event = le16toh(atomic_load_explicit(vq->used_event,
+                                                      memory_order_relaxed));
+
+        /* The first check after start has no reference point: signal. */
+        need = !vq->signalled_valid ||
+               vring_need_event(event, vq->used_idx, vq->signalled_used);
+        vq->signalled_used = vq->used_idx;
+        vq->signalled_valid = true;
+        return need;
+    }
+    return !(le16toh(atomic_load_explicit(&vq->avail->flags,
+                                          memory_order_relaxed)) &
+             VRING_AVAIL_F_NO_INTERRUPT);
+}
+
+static void virtqueue_notify(VirtQueue *vq)
+{
+    bool signalled = false;
+
+    vq->notify_pending = false;
+    if (!vq->used) {
+        return;
+    }
+    /* Full fence: orders our used->idx stores before the loads of
+     * avail->flags / used_event; pairs with the driver's full barrier
+     * between re-enabling interrupts (clearing VRING_AVAIL_F_NO_INTERRUPT
+     * or writing used_event) and re-reading used->idx.  Either we see its
+     * request for an interrupt or it sees our new used entries. */
+    atomic_thread_fence(memory_order_seq_cst);
+    if (!virtqueue_driver_wants_interrupt(vq)) {
+        vq_stat_inc(&vq->stats.interrupts_suppressed);
+    } else if (event_notifier_get_fd(&vq->call) >= 0) {
+        event_notifier_set(&vq->call);
+        vq_stat_inc(&vq->stats.interrupts);
+        signalled = true;
+    }
+    SPINDLE_TRACE2(vq_notify, vq->index, signalled);
+}
+
+/* The notify BH: runs once per loop turn however many elements were pushed. */
+static void virtqueue_notify_bh(void *opaque)
+{
+    VirtQueue *vq = opaque;
+
+    virtqueue_assert_home(vq);
+    virtqueue_notify(vq);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Kick handler and polling                                                 */
+
+static void virtqueue_run_handler(VirtQueue *vq)
+{
+    if (vq->started && !virtqueue_is_broken(vq) && vq->handler) {
+        vq->handler(vq, vq->opaque);
+    }
+}
+
+static VirtQueue *virtqueue_from_kick(EventNotifier *e)
+{
+    return (VirtQueue *)((char *)e - offsetof(VirtQueue, kick));
+}
+
+/* io_read: the driver kicked. */
+static void virtqueue_kick_read(EventNotifier *e)
+{
+    VirtQueue *vq = virtqueue_from_kick(e);
+
+    virtqueue_assert_home(vq);
+    if (event_notifier_test_and_clear(e)) {
+        vq_stat_inc(&vq->stats.kicks);
+        SPINDLE_TRACE1(vq_kick, vq->index);
+    }
+    virtqueue_run_handler(vq);
+}
+
+/*
+ * io_poll: is there an entry we have not popped?  Called in the busy-poll
+ * loop of the home thread, so it skips the thread assertion and does a
+ * single plain load of shared memory.
+ */
+static bool virtqueue_poll(EventNotifier *e)
+{
+    VirtQueue *vq = virtqueue_from_kick(e);
+    uint16_t avail_idx;
+
+    if (!vq->avail || virtqueue_is_broken(vq)) {
+        return false;
+    }
+    /* Relaxed: only looks for work; virtqueue_pop() reloads it with
+     * acquire before reading the ring. */
+    avail_idx = le16toh(atomic_load_explicit(&vq->avail->idx,
+                                             memory_order_relaxed));
+    if (avail_idx == vq->last_avail_idx) {
+        return false;
+    }
+    vq_stat_inc(&vq->stats.polled);
+    return true;
+}
+
+/* io_poll_ready: polling found work. */
+static void virtqueue_poll_ready(EventNotifier *e)
+{
+    VirtQueue *vq = virtqueue_from_kick(e);
+
+    virtqueue_assert_home(vq);
+    virtqueue_run_handler(vq);
+}
+
+/* io_poll_begin: we are watching the ring; the driver need not kick. */
+static void virtqueue_poll_begin(EventNotifier *e)
+{
+    VirtQueue *vq = virtqueue_from_kick(e);
+
+    virtqueue_assert_home(vq);
+    vq->polling = true;
+    if (vq->used && !vq->event_idx) {
+        virtqueue_store_used_flags(vq, vq->used_flags | VRING_USED_F_NO_NOTIFY);
+    }
+    /* With EVENT_IDX, pop simply stops advancing avail_event: once we are
+     * past it the driver's next entries do not cross it. */
+}
+
+/*
+ * io_poll_end: kicks back on.  The loop follows with a full fence (paired
+ * with the driver's barrier between storing avail->idx and reading
+ * used->flags / avail_event) and one more io_poll.
+ */
+static void virtqueue_poll_end(EventNotifier *e)
+{
+    VirtQueue *vq = virtqueue_from_kick(e);
+
+    virtqueue_assert_home(vq);
+    vq->polling = false;
+    if (!vq->used) {
+        return;
+    }
+    if (vq->event_idx) {
+        virtqueue_publish_avail_event(vq);
+    } else {
+        virtqueue_store_used_flags(vq,
+                                   vq->used_flags & ~VRING_USED_F_NO_NOTIFY);
+    }
+}
+
+/* Run once after start: entries published before we were listening. */
+static void virtqueue_kick_bh(void *opaque)
+{
+    VirtQueue *vq = opaque;
+
+    virtqueue_assert_home(vq);
+    virtqueue_run_handler(vq);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Start, stop, memory changes                                              */
+
+int virtqueue_start(VirtQueue *vq, GuestMemory *mem, VirtQueueHandler *handler,
+                    void *opaque)
+{
+    VRingPtrs rings;
+    int fd = event_notifier_get_fd(&vq->kick);
+
+    virtqueue_assert_home(vq);
+    g_assert(!vq->started);
+    if (!virtqueue_is_ready(vq)) {
+        return -EINVAL;
+    }
+    atomic_store_explicit(&vq->broken, false, memory_order_relaxed);
+    if (virtqueue_map_rings(vq, mem, &rings) < 0) {
+        virtqueue_fail(vq, "rings (desc 0x%" G_GINT64_MODIFIER "x, avail 0x%"
+                       G_GINT64_MODIFIER "x, used 0x%" G_GINT64_MODIFIER
+                       "x, %u entries) are not inside guest memory or are "
+                       "misaligned", vq->addrs.desc_qva, vq->addrs.avail_qva,
+                       vq->addrs.used_qva, vq->num);
+        return -EFAULT;
+    }
+    vq->mem = guest_memory_ref(mem);
+    virtqueue_set_rings(vq, &rings);
+    vq->event_idx = virtqueue_has_feature(vq, VIRTIO_RING_F_EVENT_IDX);
+    vq->indirect = virtqueue_has_feature(vq, VIRTIO_RING_F_INDIRECT_DESC);
+    vq->handler = handler;
+    vq->opaque = opaque;
+    vq->polling = false;
+    vq->notify_pending = false;
+    vq->signalled_valid = false;
+
+    /* Kicks on, whatever a previous back-end left in the ring. */
+    virtqueue_store_used_flags(vq, 0);
+    if (vq->event_idx) {
+        virtqueue_publish_avail_event(vq);
+    }
+    /* Full fence: the stores above before kick_bh's look at avail->idx;
+     * pairs with the driver's barrier between storing avail->idx and
+     * reading used->flags / avail_event. */
+    atomic_thread_fence(memory_order_seq_cst);
+
+    vq->notify_bh = aio_bh_new(vq->ctx, virtqueue_notify_bh, vq);
+    vq->kick_bh = aio_bh_new(vq->ctx, virtqueue_kick_bh, vq);
+    vq->started = true;
+    aio_set_event_notifier(vq->ctx, &vq->kick, virtqueue_kick_read,
+                           virtqueue_poll, virtqueue_poll_ready);
+    aio_set_event_notifier_poll(vq->ctx, &vq->kick, virtqueue_poll_begin,
+                                virtqueue_poll_end);
+    aio_set_fd_handler_name(vq->ctx, fd, vq->name);
+    aio_bh_schedule(vq->kick_bh);
+    return 0;
+}
+
+uint16_t virtqueue_stop(VirtQueue *vq)
+{
+    if (!vq->started) {
+        return vq->last_avail_idx;
+    }
+    virtqueue_assert_home(vq);
+    /* Removing the handler runs io_poll_end if polling had begun. */
+    aio_set_event_notifier(vq->ctx, &vq->kick, NULL, NULL, NULL);
+    if (vq->notify_pending) {
+        /* Elements pushed this turn (the drain) still get their interrupt. */
+        aio_bh_cancel(vq->notify_bh);
+        virtqueue_notify(vq);
+    }
+    aio_bh_delete(vq->notify_bh);
+    aio_bh_delete(vq->kick_bh);
+    vq->notify_bh = NULL;
+    vq->kick_bh = NULL;
+    vq->started = false;
+    vq->polling = false;
+    vq->handler = NULL;
+    virtqueue_retire_memory(vq, vq->mem);
+    vq->mem = NULL;
+    if (virtqueue_inflight(vq) == 0) {
+        virtqueue_set_rings(vq, NULL);
+    }
+    return vq->last_avail_idx;
+}
+
+int virtqueue_set_memory(VirtQueue *vq, GuestMemory *mem)
+{
+    GuestMemory *old = vq->mem;
+    VRingPtrs rings;
+
+    if (!vq->started) {
+        return 0;                /* virtqueue_start() takes the table */
+    }
+    virtqueue_assert_home(vq);
+    if (virtqueue_map_rings(vq, mem, &rings) < 0) {
+        vq->mem = NULL;
+        virtqueue_set_rings(vq, NULL);
+        virtqueue_retire_memory(vq, old);
+        virtqueue_fail(vq, "rings are not inside the new guest memory table");
+        return -EFAULT;
+    }
+    vq->mem = guest_memory_ref(mem);
+    virtqueue_set_rings(vq, &rings);
+    virtqueue_retire_memory(vq, old);
+    return 0;
+}

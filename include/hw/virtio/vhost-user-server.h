@@ -1,0 +1,103 @@
+/*
+ * vhost-user back-end server (docs/interop/vhost-user.rst in QEMU's tree is
+ * the protocol's specification).
+ *
+ * A VuServer listens on a UNIX socket (a path it creates, or a listening fd
+ * it inherited) in the main loop thread and serves one front-end at a time;
+ * when that one disconnects it accepts the next (QEMU's reconnect).  It
+ * speaks the protocol (features, memory table, vrings, config, reset) and
+ * owns the VirtQueues; the device behind it (virtio-blk, virtio-scsi) only
+ * sees the VuDevOps callbacks below.
+ *
+ * Queues run in IOThreads: queue i runs in ctxs[i % nctx].  The server never
+ * touches a running queue from the main thread: it runs the start, stop and
+ * memory-table changes in the queue's home thread with aio_run_sync().
+ *
+ * Untrusted input: a malformed message (bad size, unknown request, fd count
+ * wrong, index out of range, rings outside guest memory) gets an error
+ * reply when the front-end asked for one (REPLY_ACK) or drops the
+ * connection; the queue concerned is marked broken at most.  Nothing a
+ * front-end sends can stop the process or touch another export.
+ *
+ * Threads: every function here is for the main thread, except the
+ * VuDevOps queue callbacks, which run in the queue's home thread.
+ */
+#ifndef SPINDLE_HW_VIRTIO_VHOST_USER_SERVER_H
+#define SPINDLE_HW_VIRTIO_VHOST_USER_SERVER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include "hw/virtio/virtqueue.h"
+#include "util/aio.h"
+#include "util/error.h"
+
+typedef struct VuServer VuServer;
+
+typedef struct VuDevOps {
+    /* Device feature bits (virtio-blk's, ...); the server adds the
+     * transport's (VERSION_1, INDIRECT_DESC, EVENT_IDX,
+     * VHOST_USER_F_PROTOCOL_FEATURES). */
+    uint64_t (*get_features)(void *dev);
+    /* The features the driver accepted (main thread, queues stopped). */
+    void (*set_features)(void *dev, uint64_t features);
+    /* Copy up to len bytes of the config space into buf; returns bytes. */
+    uint32_t (*get_config)(void *dev, uint8_t *buf, uint32_t len);
+    /* A config write at offset; 0 or -errno. */
+    int (*set_config)(void *dev, const uint8_t *buf, uint32_t offset,
+                      uint32_t len);
+
+    /*
+     * Queue vq was started in its home thread: the device's handler will
+     * be called for it from now on.  Home thread.
+     */
+    void (*queue_started)(void *dev, VirtQueue *vq);
+    /*
+     * Queue vq is stopping (GET_VRING_BASE, reset, disconnect): finish every
+     * element popped from it (push them) before returning, running the
+     * loop (aio_poll, nested) if requests are in flight.  Home thread.
+     */
+    void (*queue_drain)(void *dev, VirtQueue *vq);
+    /* The handler for a queue's work.  Home thread. */
+    VirtQueueHandler *handle_queue;
+} VuDevOps;
+
+typedef struct VuServerConfig {
+    const char *path;            /* socket path to create (mode 0600) ... */
+    int listen_fd;               /* ... or (path NULL) an inherited listening
+                                  * fd; the server uses a duplicate, the
+                                  * caller keeps and closes this one */
+    unsigned num_queues;         /* 1..64 */
+    unsigned max_queue_size;     /* largest SET_VRING_NUM accepted */
+    AioContext **ctxs;           /* contexts for the queues, round-robin */
+    unsigned nctx;
+    const VuDevOps *ops;
+    void *dev;                   /* passed to ops */
+    const char *name;            /* for messages: the export id */
+} VuServerConfig;
+
+/*
+ * Start listening.  Errors: the path exists and is not a stale socket,
+ * cannot bind, fd not a listening UNIX socket.  main_ctx is the main loop's
+ * context (where the socket handlers run).
+ */
+VuServer *vu_server_new(const VuServerConfig *cfg, AioContext *main_ctx,
+                        Error **errp);
+
+/*
+ * Disconnect the client (draining its queues), stop listening, remove the
+ * socket file (if the server created it) and free everything.  The queues'
+ * IOThreads must still be running (the drain runs in them).
+ */
+void vu_server_free(VuServer *server);
+
+/* Whether a front-end is connected. */
+bool vu_server_has_client(const VuServer *server);
+
+/*
+ * Queue i (for statistics), or NULL.  The queue is replaced by a fresh one
+ * when the front-end disconnects or resets the device: look it up again
+ * rather than keeping the pointer.
+ */
+VirtQueue *vu_server_get_queue(VuServer *server, unsigned i);
+
+#endif

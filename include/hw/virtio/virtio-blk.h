@@ -1,0 +1,43 @@
+/*
+ * virtio-blk device (virtio 1.x, section 5.2) over a block node, served
+ * through a VuServer.
+ *
+ * Requests are validated before any I/O (header size and direction, status
+ * byte, sector range, length a multiple of 512, read-only), then go to the
+ * block layer with iovecs pointing into guest memory (zero copy).  Each
+ * request is one allocation holding the VirtQueueElement and the
+ * BlockRequest.
+ *
+ * Threads: creation and the VuDevOps set-up callbacks in the main thread;
+ * request processing in the queues' home threads.  The block node must be
+ * in the context of every queue (one IOThread per export for now).
+ */
+#ifndef SPINDLE_HW_VIRTIO_VIRTIO_BLK_H
+#define SPINDLE_HW_VIRTIO_VIRTIO_BLK_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include "block/block.h"
+#include "hw/virtio/vhost-user-server.h"
+
+typedef struct VirtioBlk VirtioBlk;
+
+typedef struct VirtioBlkConf {
+    unsigned num_queues;         /* 1..64 */
+    unsigned queue_size;         /* largest ring accepted (default 256) */
+    uint32_t logical_block_size; /* 512..64k, power of two (default 512) */
+    bool writable;               /* off: VIRTIO_BLK_F_RO */
+    bool writethrough;           /* start with the config's writeback = 0:
+                                  * writes complete once stable (FUA) */
+    const char *serial;          /* GET_ID answer, at most 20 bytes; NULL: "" */
+} VirtioBlkConf;
+
+/* Errors: bad block size, serial too long, writable over a read-only node. */
+VirtioBlk *virtio_blk_new(const VirtioBlkConf *conf, BlockNode *bs,
+                          Error **errp);
+void virtio_blk_free(VirtioBlk *vb);
+
+/* The callbacks to give vu_server_new() with vb as dev. */
+extern const VuDevOps virtio_blk_vu_ops;
+
+#endif

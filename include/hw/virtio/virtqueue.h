@@ -1,0 +1,160 @@
+/*
+ * Split virtqueues (virtio 1.x, section 2.7), back-end side.
+ *
+ * A VirtQueue lives in one AioContext (its IOThread).  When started it
+ * registers its kick eventfd in that context as a pollable handler:
+ *   io_poll        reads avail->idx (a plain load) and compares it with the
+ *                  next index to pop;
+ *   io_poll_begin  suppresses guest kicks (VRING_USED_F_NO_NOTIFY, or with
+ *                  EVENT_IDX stops advancing avail_event);
+ *   io_poll_end    re-enables them; the loop then fences and polls again.
+ * and calls the device's handler when there is work.
+ *
+ * The device pops elements (a descriptor chain mapped to iovecs pointing
+ * into guest memory, zero copy), processes them, pushes them back with the
+ * number of bytes written, and the queue signals the call eventfd at most
+ * once per loop turn (a BH), and only if the driver asked for it
+ * (VRING_AVAIL_F_NO_INTERRUPT, or used_event with EVENT_IDX).
+ *
+ * Guest input is untrusted: every index, length, address and chain is
+ * checked.  A violation marks the queue broken (it stops processing and
+ * logs why once); nothing else is affected.
+ *
+ * Threads: set-up (virtqueue_set_*) in the main thread while the queue is
+ * stopped; start/stop/pop/push in the queue's home thread.
+ */
+#ifndef SPINDLE_HW_VIRTIO_VIRTQUEUE_H
+#define SPINDLE_HW_VIRTIO_VIRTQUEUE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/uio.h>
+#include "hw/virtio/guest-memory.h"
+#include "util/aio.h"
+#include "util/event-notifier.h"
+
+#define VIRTQUEUE_MAX_SIZE 1024
+
+/* Most iovecs one element may carry (in + out).  seg_max for devices. */
+#define VIRTQUEUE_MAX_SEGS 128
+
+/* Virtio feature bits the transport handles. */
+#define VIRTIO_RING_F_INDIRECT_DESC 28
+#define VIRTIO_RING_F_EVENT_IDX     29
+#define VIRTIO_F_VERSION_1          32
+
+typedef struct VirtQueue VirtQueue;
+
+typedef struct VirtQueueElement {
+    uint16_t head;               /* first descriptor of the chain */
+    uint16_t out_num;            /* driver -> device buffers */
+    uint16_t in_num;             /* device -> driver buffers */
+    uint32_t in_bytes;           /* total length of the in buffers */
+    struct iovec out_sg[VIRTQUEUE_MAX_SEGS];
+    struct iovec in_sg[VIRTQUEUE_MAX_SEGS];
+} VirtQueueElement;
+
+/* Called in the queue's home thread when the queue may have work. */
+typedef void VirtQueueHandler(VirtQueue *vq, void *opaque);
+
+/* Ring addresses as SET_VRING_ADDR gives them (front-end addresses). */
+typedef struct VirtQueueAddrs {
+    uint64_t desc_qva;
+    uint64_t avail_qva;
+    uint64_t used_qva;
+    uint64_t log_gpa;
+    uint32_t flags;
+} VirtQueueAddrs;
+
+/* ------------------------------------------------------------------------ */
+/* Set-up (main thread, queue stopped)                                       */
+
+VirtQueue *virtqueue_new(unsigned index);
+void virtqueue_free(VirtQueue *vq);
+
+unsigned virtqueue_index(const VirtQueue *vq);
+
+/* Ring size: a power of two from 1 to VIRTQUEUE_MAX_SIZE.  -EINVAL else. */
+int virtqueue_set_num(VirtQueue *vq, unsigned num);
+/* Next avail index to process (and used index: they start equal). */
+void virtqueue_set_base(VirtQueue *vq, uint16_t base);
+void virtqueue_set_addrs(VirtQueue *vq, const VirtQueueAddrs *addrs);
+/*
+ * Take ownership of the fds (-1: none).  The call and error fds may also
+ * be changed on a started queue, from its home thread.
+ */
+void virtqueue_set_kick_fd(VirtQueue *vq, int fd);
+void virtqueue_set_call_fd(VirtQueue *vq, int fd);
+void virtqueue_set_err_fd(VirtQueue *vq, int fd);
+void virtqueue_set_features(VirtQueue *vq, uint64_t features);
+/* Only recorded (any thread): the caller starts/stops enabled queues. */
+void virtqueue_set_enabled(VirtQueue *vq, bool enabled);
+bool virtqueue_is_enabled(const VirtQueue *vq);
+/* Whether num, addresses and the kick fd are all set. */
+bool virtqueue_is_ready(const VirtQueue *vq);
+/* The queue's home context (set before start). */
+void virtqueue_set_aio_context(VirtQueue *vq, AioContext *ctx);
+AioContext *virtqueue_get_aio_context(const VirtQueue *vq);
+
+/* ------------------------------------------------------------------------ */
+/* Running (home thread)                                                     */
+
+/*
+ * Translate the ring addresses with mem (a reference is taken), register
+ * the kick handler, and call handler when there is work.  Returns -EFAULT
+ * if the rings are not inside guest memory (the queue is then broken),
+ * -EINVAL if the queue is not ready (virtqueue_is_ready()).
+ */
+int virtqueue_start(VirtQueue *vq, GuestMemory *mem, VirtQueueHandler *handler,
+                    void *opaque);
+
+/*
+ * Unregister the kick handler.  Requests already popped stay the device's
+ * to finish (push) before the last avail index is read for GET_VRING_BASE.
+ * Returns the next avail index to process.  On a queue that is not started
+ * it only returns that index.  Elements pushed after stop (the device
+ * draining) still go to the used ring, each signalled at once if the
+ * driver wants an interrupt.
+ */
+uint16_t virtqueue_stop(VirtQueue *vq);
+
+bool virtqueue_is_started(const VirtQueue *vq);
+
+/*
+ * Swap the guest memory table of a started queue (re-translates rings;
+ * a reference on mem is taken).  Elements in flight keep the old table
+ * alive until they are pushed.  Home thread.  A stopped queue ignores it
+ * (virtqueue_start() takes the table).  -EFAULT if the rings are not in
+ * mem (the queue is then broken).
+ */
+int virtqueue_set_memory(VirtQueue *vq, GuestMemory *mem);
+
+/*
+ * Pop the next element into elem.  1: popped; 0: the ring is empty;
+ * -EIO: the ring or chain is malformed (the queue is now broken).
+ */
+int virtqueue_pop(VirtQueue *vq, VirtQueueElement *elem);
+
+/*
+ * Return elem to the driver with len bytes written into its in buffers,
+ * and arrange for the call eventfd to be signalled at the end of the loop
+ * turn if the driver wants an interrupt.
+ */
+void virtqueue_push(VirtQueue *vq, const VirtQueueElement *elem, uint32_t len);
+
+/* Elements popped and not pushed yet. */
+unsigned virtqueue_inflight(const VirtQueue *vq);
+
+bool virtqueue_is_broken(const VirtQueue *vq);
+
+/* Statistics: kicks received, interrupts sent, elements processed. */
+typedef struct VirtQueueStats {
+    uint64_t kicks;
+    uint64_t polled;             /* times the poll callback found work */
+    uint64_t interrupts;
+    uint64_t interrupts_suppressed;
+    uint64_t requests;
+} VirtQueueStats;
+void virtqueue_get_stats(const VirtQueue *vq, VirtQueueStats *out);
+
+#endif

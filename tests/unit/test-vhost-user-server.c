@@ -1,0 +1,1536 @@
+/*
+ * Unit tests for the vhost-user server (hw/virtio/vhost-user-server.c).
+ *
+ * Set-up: the server runs in an IOThread of its own ("vu-main"), which plays
+ * the daemon's main loop: every server function is called there through
+ * aio_run_sync().  The rings run in two more IOThreads.  The test thread is
+ * the front-end: it talks to the server over a real UNIX socket with
+ * blocking sendmsg()/recv(), passes fds with SCM_RIGHTS, and acts as the
+ * guest driver on a memfd it shares with the server (split rings, eventfds).
+ *
+ * The device is a dummy whose ops count their calls and whose queue handler
+ * echoes each request: it copies the driver's out buffers into the in
+ * buffers and pushes the element back with the number of bytes copied.
+ *
+ * Since server and test share the process, a leaked fd shows up in
+ * /proc/self/fd: the tests that feed bad messages compare the count before
+ * and after.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <poll.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+#include <glib.h>
+
+#include "hw/virtio/vhost-user-protocol.h"
+#include "hw/virtio/vhost-user-server.h"
+#include "util/clock.h"
+#include "test-helpers.h"
+
+#define NUM_QUEUES 2
+#define MAX_QUEUE_SIZE 256
+#define RING_NUM 8
+#define MEM_SIZE (2 << 20)
+#define GPA_BASE 0x100000000ull
+#define CALL_WAIT_MS 5000
+#define RECV_TIMEOUT_S 5
+
+#define DUMMY_FEATURE_BIT 5
+#define DUMMY_CONFIG_LEN 16
+
+#define REPLY_FLAGS (VHOST_USER_VERSION | VHOST_USER_REPLY_MASK)
+#define NEED_REPLY (VHOST_USER_VERSION | VHOST_USER_NEED_REPLY_MASK)
+
+static const uint64_t transport_features =
+    (1ull << VIRTIO_F_VERSION_1) | (1ull << VIRTIO_RING_F_INDIRECT_DESC) |
+    (1ull << VIRTIO_RING_F_EVENT_IDX) | (1ull << VHOST_USER_F_PROTOCOL_FEATURES);
+
+static const uint64_t expected_protocol_features =
+    (1ull << VHOST_USER_PROTOCOL_F_MQ) |
+    (1ull << VHOST_USER_PROTOCOL_F_REPLY_ACK) |
+    (1ull << VHOST_USER_PROTOCOL_F_CONFIG) |
+    (1ull << VHOST_USER_PROTOCOL_F_CONFIGURE_MEM_SLOTS) |
+    (1ull << VHOST_USER_PROTOCOL_F_RESET_DEVICE);
+
+static IOThread *srv_iot;          /* the server's "main loop" */
+static AioContext *srv_ctx;
+static IOThread *queue_iots[2];
+static AioContext *queue_ctxs[2];
+static pthread_t test_thread;
+static char *tmp_dir;
+static _Atomic int broken_warnings;
+
+/* ------------------------------------------------------------------------ */
+/* The dummy device                                                          */
+
+typedef struct Dummy {
+    _Atomic int set_features_calls;
+    _Atomic uint64_t features;
+    _Atomic int started;
+    _Atomic int drained;
+    _Atomic int handled;
+    _Atomic int pop_errors;
+    _Atomic int wrong_thread;
+    _Atomic int set_config_calls;
+    uint8_t config[DUMMY_CONFIG_LEN];  /* server's main thread only */
+} Dummy;
+
+static uint64_t dummy_get_features(void *dev)
+{
+    return 1ull << DUMMY_FEATURE_BIT;
+}
+
+static void dummy_set_features(void *dev, uint64_t features)
+{
+    Dummy *d = dev;
+
+    g_assert(aio_context_in_home_thread(srv_ctx));
+    atomic_fetch_add(&d->set_features_calls, 1);
+    atomic_store(&d->features, features);
+}
+
+static uint32_t dummy_get_config(void *dev, uint8_t *buf, uint32_t len)
+{
+    Dummy *d = dev;
+    uint32_t n = MIN(len, DUMMY_CONFIG_LEN);
+
+    g_assert(aio_context_in_home_thread(srv_ctx));
+    memcpy(buf, d->config, n);
+    return n;
+}
+
+/* Only the first 8 bytes are writable. */
+static int dummy_set_config(void *dev, const uint8_t *buf, uint32_t offset,
+                            uint32_t len)
+{
+    Dummy *d = dev;
+
+    g_assert(aio_context_in_home_thread(srv_ctx));
+    if (offset > 8 || len > 8 - offset) {
+        return -EINVAL;
+    }
+    memcpy(d->config + offset, buf, len);
+    atomic_fetch_add(&d->set_config_calls, 1);
+    return 0;
+}
+
+static void dummy_check_thread(Dummy *d, VirtQueue *vq)
+{
+    if (!aio_context_in_home_thread(virtqueue_get_aio_context(vq)) ||
+        pthread_equal(pthread_self(), test_thread) ||
+        aio_context_in_home_thread(srv_ctx)) {
+        atomic_fetch_add(&d->wrong_thread, 1);
+    }
+}
+
+static void dummy_queue_started(void *dev, VirtQueue *vq)
+{
+    Dummy *d = dev;
+
+    dummy_check_thread(d, vq);
+    atomic_fetch_add(&d->started, 1);
+}
+
+static void dummy_queue_drain(void *dev, VirtQueue *vq)
+{
+    Dummy *d = dev;
+
+    dummy_check_thread(d, vq);
+    /* The echo handler pushes everything it pops at once. */
+    g_assert_cmpuint(virtqueue_inflight(vq), ==, 0);
+    atomic_fetch_add(&d->drained, 1);
+}
+
+static size_t iov_gather(const struct iovec *iov, unsigned n, uint8_t *buf,
+                         size_t cap)
+{
+    size_t done = 0;
+
+    for (unsigned i = 0; i < n && done < cap; i++) {
+        size_t len = MIN(iov[i].iov_len, cap - done);
+
+        memcpy(buf + done, iov[i].iov_base, len);
+        done += len;
+    }
+    return done;
+}
+
+static size_t iov_scatter(const struct iovec *iov, unsigned n,
+                          const uint8_t *buf, size_t len)
+{
+    size_t done = 0;
+
+    for (unsigned i = 0; i < n && done < len; i++) {
+        size_t part = MIN(iov[i].iov_len, len - done);
+
+        memcpy(iov[i].iov_base, buf + done, part);
+        done += part;
+    }
+    return done;
+}
+
+static void dummy_handle_queue(VirtQueue *vq, void *opaque)
+{
+    Dummy *d = opaque;
+
+    dummy_check_thread(d, vq);
+    for (;;) {
+        VirtQueueElement *elem = g_new(VirtQueueElement, 1);
+        uint8_t buf[4096];
+        size_t len;
+        int r = virtqueue_pop(vq, elem);
+
+        if (r <= 0) {
+            if (r < 0) {
+                atomic_fetch_add(&d->pop_errors, 1);
+            }
+            g_free(elem);
+            return;
+        }
+        len = iov_gather(elem->out_sg, elem->out_num, buf, sizeof(buf));
+        len = iov_scatter(elem->in_sg, elem->in_num, buf, len);
+        virtqueue_push(vq, elem, len);
+        atomic_fetch_add(&d->handled, 1);
+        g_free(elem);
+    }
+}
+
+static const VuDevOps dummy_ops = {
+    .get_features = dummy_get_features,
+    .set_features = dummy_set_features,
+    .get_config = dummy_get_config,
+    .set_config = dummy_set_config,
+    .queue_started = dummy_queue_started,
+    .queue_drain = dummy_queue_drain,
+    .handle_queue = dummy_handle_queue,
+};
+
+static Dummy *dummy_new(void)
+{
+    Dummy *d = g_new0(Dummy, 1);
+
+    memcpy(d->config, "spindle-dummy-01", DUMMY_CONFIG_LEN);
+    return d;
+}
+
+static void dummy_free(Dummy *d)
+{
+    g_assert_cmpint(atomic_load(&d->wrong_thread), ==, 0);
+    g_free(d);
+}
+
+/* ------------------------------------------------------------------------ */
+/* The server, driven in its own thread                                      */
+
+typedef struct ServerCall {
+    VuServerConfig cfg;
+    VuServer *server;
+    Error *err;
+    unsigned index;
+    bool result;
+    VirtQueue *vq;
+} ServerCall;
+
+static void do_server_new(void *opaque)
+{
+    ServerCall *c = opaque;
+
+    c->server = vu_server_new(&c->cfg, srv_ctx, &c->err);
+}
+
+static void do_server_free(void *opaque)
+{
+    vu_server_free(((ServerCall *)opaque)->server);
+}
+
+static void do_has_client(void *opaque)
+{
+    ServerCall *c = opaque;
+
+    c->result = vu_server_has_client(c->server);
+}
+
+static void do_get_queue(void *opaque)
+{
+    ServerCall *c = opaque;
+
+    c->vq = vu_server_get_queue(c->server, c->index);
+}
+
+/* A server on path (or listen_fd if path is NULL); NULL and *errp on error. */
+static VuServer *server_try_new(const char *path, int listen_fd, Dummy *d,
+                                Error **errp)
+{
+    ServerCall c = {
+        .cfg = {
+            .path = path,
+            .listen_fd = listen_fd,
+            .num_queues = NUM_QUEUES,
+            .max_queue_size = MAX_QUEUE_SIZE,
+            .ctxs = queue_ctxs,
+            .nctx = G_N_ELEMENTS(queue_ctxs),
+            .ops = &dummy_ops,
+            .dev = d,
+            .name = "test-export",
+        },
+    };
+
+    aio_run_sync(srv_ctx, do_server_new, &c);
+    if (c.err) {
+        g_propagate_error(errp, c.err);
+    }
+    return c.server;
+}
+
+static VuServer *server_new(const char *path, Dummy *d)
+{
+    Error *err = NULL;
+    VuServer *s = server_try_new(path, -1, d, &err);
+
+    g_assert_no_error(err);
+    g_assert_nonnull(s);
+    return s;
+}
+
+static void server_free(VuServer *s)
+{
+    ServerCall c = { .server = s };
+
+    aio_run_sync(srv_ctx, do_server_free, &c);
+}
+
+static bool server_has_client(VuServer *s)
+{
+    ServerCall c = { .server = s };
+
+    aio_run_sync(srv_ctx, do_has_client, &c);
+    return c.result;
+}
+
+static VirtQueue *server_queue(VuServer *s, unsigned i)
+{
+    ServerCall c = { .server = s, .index = i };
+
+    aio_run_sync(srv_ctx, do_get_queue, &c);
+    return c.vq;
+}
+
+/* Wait until the server has noticed that its client went away. */
+static void server_wait_no_client(VuServer *s)
+{
+    int64_t end = clock_now_ns() + 5 * NS_PER_SEC;
+
+    while (server_has_client(s)) {
+        g_assert_cmpint(clock_now_ns(), <, end);
+        sleep_ns(NS_PER_MS);
+    }
+}
+
+static char *sock_path(const char *name)
+{
+    return g_build_filename(tmp_dir, name, NULL);
+}
+
+static int count_fds(void)
+{
+    GDir *dir = g_dir_open("/proc/self/fd", 0, NULL);
+    int n = 0;
+
+    g_assert_nonnull(dir);
+    while (g_dir_read_name(dir)) {
+        n++;
+    }
+    g_dir_close(dir);
+    return n;
+}
+
+/* Mappings whose description contains name (memfd names show there). */
+static int count_maps(const char *name)
+{
+    char *maps = NULL;
+    char **lines;
+    int n = 0;
+
+    g_assert_true(g_file_get_contents("/proc/self/maps", &maps, NULL, NULL));
+    lines = g_strsplit(maps, "\n", -1);
+    for (char **l = lines; *l; l++) {
+        n += strstr(*l, name) != NULL;
+    }
+    g_strfreev(lines);
+    g_free(maps);
+    return n;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The front-end side                                                        */
+
+static int fe_connect(const char *path)
+{
+    struct sockaddr_un sun = { .sun_family = AF_UNIX };
+    struct timeval tv = { .tv_sec = RECV_TIMEOUT_S };
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+    g_assert_cmpint(fd, >=, 0);
+    g_strlcpy(sun.sun_path, path, sizeof(sun.sun_path));
+    g_assert_cmpint(connect(fd, (struct sockaddr *)&sun, sizeof(sun)), ==, 0);
+    g_assert_cmpint(setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)),
+                    ==, 0);
+    return fd;
+}
+
+static void fe_send_raw(int fd, const void *buf, size_t len, const int *fds,
+                        unsigned nfds)
+{
+    union {
+        char buf[CMSG_SPACE(16 * sizeof(int))];
+        struct cmsghdr align;
+    } ctl;
+    struct iovec iov = { (void *)buf, len };
+    struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+
+    g_assert_cmpuint(nfds, <=, 16);
+    if (nfds) {
+        struct cmsghdr *c;
+
+        memset(&ctl, 0, sizeof(ctl));
+        mh.msg_control = ctl.buf;
+        mh.msg_controllen = CMSG_SPACE(nfds * sizeof(int));
+        c = CMSG_FIRSTHDR(&mh);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN(nfds * sizeof(int));
+        memcpy(CMSG_DATA(c), fds, nfds * sizeof(int));
+    }
+    g_assert_cmpint(sendmsg(fd, &mh, MSG_NOSIGNAL), ==, (ssize_t)len);
+}
+
+/* Send one message (header + payload in one sendmsg, fds attached). */
+static void fe_send(int fd, uint32_t req, uint32_t flags, const void *payload,
+                    uint32_t size, const int *fds, unsigned nfds)
+{
+    uint8_t buf[sizeof(VhostUserHeader) + VHOST_USER_MAX_PAYLOAD + 64];
+    VhostUserHeader h = { .request = req, .flags = flags, .size = size };
+
+    g_assert_cmpuint(size, <=, sizeof(buf) - sizeof(h));
+    memcpy(buf, &h, sizeof(h));
+    if (size) {
+        memcpy(buf + sizeof(h), payload, size);
+    }
+    fe_send_raw(fd, buf, sizeof(h) + size, fds, nfds);
+}
+
+/* Receive a reply to req; returns its payload size. */
+static uint32_t fe_recv(int fd, uint32_t req, void *payload, size_t cap)
+{
+    VhostUserHeader h;
+
+    g_assert_cmpint(recv(fd, &h, sizeof(h), MSG_WAITALL), ==, sizeof(h));
+    g_assert_cmpuint(h.request, ==, req);
+    g_assert_cmpuint(h.flags, ==, REPLY_FLAGS);
+    g_assert_cmpuint(h.size, <=, cap);
+    if (h.size) {
+        g_assert_cmpint(recv(fd, payload, h.size, MSG_WAITALL), ==, h.size);
+    }
+    return h.size;
+}
+
+static uint64_t fe_get_u64(int fd, uint32_t req)
+{
+    uint64_t v = 0;
+
+    fe_send(fd, req, VHOST_USER_VERSION, NULL, 0, NULL, 0);
+    g_assert_cmpuint(fe_recv(fd, req, &v, sizeof(v)), ==, sizeof(v));
+    return v;
+}
+
+/* Send with need_reply and return the REPLY_ACK status. */
+static uint64_t fe_call(int fd, uint32_t req, const void *payload,
+                        uint32_t size, const int *fds, unsigned nfds)
+{
+    uint64_t status = 0xdead;
+
+    fe_send(fd, req, NEED_REPLY, payload, size, fds, nfds);
+    g_assert_cmpuint(fe_recv(fd, req, &status, sizeof(status)), ==,
+                     sizeof(status));
+    return status;
+}
+
+static void fe_ok(int fd, uint32_t req, const void *payload, uint32_t size,
+                  const int *fds, unsigned nfds)
+{
+    g_assert_cmpuint(fe_call(fd, req, payload, size, fds, nfds), ==, 0);
+}
+
+static void fe_fails(int fd, uint32_t req, const void *payload,
+                     uint32_t size, const int *fds, unsigned nfds)
+{
+    g_assert_cmpuint(fe_call(fd, req, payload, size, fds, nfds), !=, 0);
+}
+
+static void fe_ok_u64(int fd, uint32_t req, uint64_t val)
+{
+    fe_ok(fd, req, &val, sizeof(val), NULL, 0);
+}
+
+static void fe_ok_state(int fd, uint32_t req, uint32_t index, uint32_t num)
+{
+    VhostUserVringState st = { .index = index, .num = num };
+
+    fe_ok(fd, req, &st, sizeof(st), NULL, 0);
+}
+
+/* The server closes the connection: EOF (or a reset) within the time-out. */
+static void fe_expect_closed(int fd)
+{
+    char c;
+    ssize_t n = recv(fd, &c, 1, 0);
+
+    g_assert_true(n == 0 || (n < 0 && errno == ECONNRESET));
+}
+
+/* Features and protocol features, REPLY_ACK on, SET_OWNER. */
+static void fe_negotiate(int fd)
+{
+    uint64_t f = fe_get_u64(fd, VHOST_USER_GET_FEATURES);
+    uint64_t pf;
+
+    g_assert_cmphex(f, ==, transport_features | (1ull << DUMMY_FEATURE_BIT));
+    pf = fe_get_u64(fd, VHOST_USER_GET_PROTOCOL_FEATURES);
+    g_assert_cmphex(pf, ==, expected_protocol_features);
+    fe_send(fd, VHOST_USER_SET_PROTOCOL_FEATURES, VHOST_USER_VERSION, &pf,
+            sizeof(pf), NULL, 0);
+    fe_ok(fd, VHOST_USER_SET_OWNER, NULL, 0, NULL, 0);
+    fe_ok_u64(fd, VHOST_USER_SET_FEATURES,
+              (1ull << VIRTIO_F_VERSION_1) |
+              (1ull << VHOST_USER_F_PROTOCOL_FEATURES) |
+              (1ull << DUMMY_FEATURE_BIT));
+}
+
+/* ------------------------------------------------------------------------ */
+/* Guest memory and the driver side of split rings                           */
+
+typedef struct Guest {
+    int memfd;
+    uint8_t *host;
+} Guest;
+
+static void guest_init(Guest *g)
+{
+    g->memfd = memfd_create("guest-ram", MFD_CLOEXEC);
+    g_assert_cmpint(g->memfd, >=, 0);
+    g_assert_cmpint(ftruncate(g->memfd, MEM_SIZE), ==, 0);
+    g->host = mmap(NULL, MEM_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED,
+                   g->memfd, 0);
+    g_assert_true(g->host != MAP_FAILED);
+}
+
+static void guest_cleanup(Guest *g)
+{
+    munmap(g->host, MEM_SIZE);
+    close(g->memfd);
+}
+
+static uint64_t guest_qva(const Guest *g, uint64_t off)
+{
+    return (uint64_t)(uintptr_t)g->host + off;
+}
+
+static uint64_t guest_gpa(uint64_t off)
+{
+    return GPA_BASE + off;
+}
+
+static VhostUserMemRegion guest_region(const Guest *g, uint64_t off,
+                                       uint64_t size)
+{
+    return (VhostUserMemRegion) {
+        .guest_phys_addr = guest_gpa(off),
+        .memory_size = size,
+        .userspace_addr = guest_qva(g, off),
+        .mmap_offset = off,
+    };
+}
+
+/* SET_MEM_TABLE with the whole memfd as one region. */
+static void fe_set_mem_table(int fd, const Guest *g)
+{
+    VhostUserMemory m = { .nregions = 1 };
+
+    m.regions[0] = guest_region(g, 0, MEM_SIZE);
+    fe_ok(fd, VHOST_USER_SET_MEM_TABLE, &m,
+          offsetof(VhostUserMemory, regions) + sizeof(m.regions[0]),
+          &g->memfd, 1);
+}
+
+typedef struct DrvDesc {
+    uint64_t addr;
+    uint32_t len;
+    uint16_t flags;
+    uint16_t next;
+} DrvDesc;
+
+typedef struct DrvUsedElem {
+    uint32_t id;
+    uint32_t len;
+} DrvUsedElem;
+
+/* One ring as the guest driver sees it, laid out at off in guest memory. */
+typedef struct Drv {
+    Guest *g;
+    unsigned index;
+    uint64_t off;
+    DrvDesc *desc;
+    uint16_t *avail;         /* flags, idx, ring[RING_NUM], used_event */
+    uint16_t *used;          /* flags, idx, then DrvUsedElem[RING_NUM] */
+    uint16_t avail_idx;
+    uint16_t used_idx;
+    int kick;
+    int call;
+} Drv;
+
+#define DRV_AVAIL 0x1000
+#define DRV_USED  0x2000
+#define DRV_OUT   0x4000
+#define DRV_IN    0x5000
+#define DRV_IN_LEN 256
+
+static void drv_init(Drv *d, Guest *g, unsigned index)
+{
+    *d = (Drv) { .g = g, .index = index, .off = 0x10000 * (index + 1) };
+    memset(g->host + d->off, 0, 0x10000);
+    d->desc = (DrvDesc *)(g->host + d->off);
+    d->avail = (uint16_t *)(g->host + d->off + DRV_AVAIL);
+    d->used = (uint16_t *)(g->host + d->off + DRV_USED);
+    d->kick = eventfd(0, EFD_CLOEXEC);
+    d->call = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    g_assert_cmpint(d->kick, >=, 0);
+    g_assert_cmpint(d->call, >=, 0);
+}
+
+static void drv_cleanup(Drv *d)
+{
+    close(d->kick);
+    close(d->call);
+}
+
+static VhostUserVringAddr drv_addr(const Drv *d)
+{
+    return (VhostUserVringAddr) {
+        .index = d->index,
+        .desc_user_addr = guest_qva(d->g, d->off),
+        .avail_user_addr = guest_qva(d->g, d->off + DRV_AVAIL),
+        .used_user_addr = guest_qva(d->g, d->off + DRV_USED),
+    };
+}
+
+static void fe_set_vring_fd(int fd, uint32_t req, unsigned index, int efd)
+{
+    uint64_t v = index;
+
+    fe_ok(fd, req, &v, sizeof(v), &efd, 1);
+}
+
+/* Size, base, addresses, call and kick fds, then enable: the ring runs. */
+static void fe_setup_ring(int fd, Drv *d, uint16_t base)
+{
+    VhostUserVringAddr a = drv_addr(d);
+
+    d->avail_idx = d->used_idx = base;
+    fe_ok_state(fd, VHOST_USER_SET_VRING_NUM, d->index, RING_NUM);
+    fe_ok_state(fd, VHOST_USER_SET_VRING_BASE, d->index, base);
+    fe_ok(fd, VHOST_USER_SET_VRING_ADDR, &a, sizeof(a), NULL, 0);
+    fe_set_vring_fd(fd, VHOST_USER_SET_VRING_CALL, d->index, d->call);
+    fe_set_vring_fd(fd, VHOST_USER_SET_VRING_KICK, d->index, d->kick);
+    fe_ok_state(fd, VHOST_USER_SET_VRING_ENABLE, d->index, 1);
+}
+
+/* Make a two-descriptor request (text out, DRV_IN_LEN in) available. */
+static void drv_post(Drv *d, const char *text, uint64_t out_gpa)
+{
+    uint8_t *out = d->g->host + d->off + DRV_OUT;
+    uint64_t one = 1;
+
+    strcpy((char *)out, text);
+    memset(d->g->host + d->off + DRV_IN, 0, DRV_IN_LEN);
+    d->desc[0] = (DrvDesc) { out_gpa, strlen(text) + 1, 1 /* NEXT */, 1 };
+    d->desc[1] = (DrvDesc) { guest_gpa(d->off + DRV_IN), DRV_IN_LEN,
+                             2 /* WRITE */, 0 };
+    d->avail[2 + d->avail_idx % RING_NUM] = 0;
+    d->avail_idx++;
+    /* Release: the descriptors and ring entry before the index. */
+    __atomic_store_n(&d->avail[1], d->avail_idx, __ATOMIC_RELEASE);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    g_assert_cmpint(write(d->kick, &one, sizeof(one)), ==, sizeof(one));
+}
+
+/* Wait for the interrupt and the used entry of the last request. */
+static void drv_complete(Drv *d, const char *text)
+{
+    struct pollfd pfd = { .fd = d->call, .events = POLLIN };
+    const DrvUsedElem *ue;
+    uint64_t v;
+
+    g_assert_cmpint(poll(&pfd, 1, CALL_WAIT_MS), ==, 1);
+    g_assert_cmpint(read(d->call, &v, sizeof(v)), ==, sizeof(v));
+    d->used_idx++;
+    g_assert_cmpuint(__atomic_load_n(&d->used[1], __ATOMIC_ACQUIRE), ==,
+                     d->used_idx);
+    ue = (const DrvUsedElem *)(d->used + 2) + (d->used_idx - 1) % RING_NUM;
+    g_assert_cmpuint(ue->id, ==, 0);
+    g_assert_cmpuint(ue->len, ==, strlen(text) + 1);
+    g_assert_cmpstr((const char *)d->g->host + d->off + DRV_IN, ==, text);
+}
+
+/* One request processed end to end by the echo device. */
+static void drv_echo(Drv *d, const char *text)
+{
+    drv_post(d, text, guest_gpa(d->off + DRV_OUT));
+    drv_complete(d, text);
+}
+
+static uint32_t fe_get_vring_base(int fd, unsigned index)
+{
+    VhostUserVringState st = { .index = index };
+
+    fe_send(fd, VHOST_USER_GET_VRING_BASE, VHOST_USER_VERSION, &st,
+            sizeof(st), NULL, 0);
+    g_assert_cmpuint(fe_recv(fd, VHOST_USER_GET_VRING_BASE, &st, sizeof(st)),
+                     ==, sizeof(st));
+    g_assert_cmpuint(st.index, ==, index);
+    return st.num;
+}
+
+/* A new connection to path works: features read back. */
+static void check_server_alive(const char *path)
+{
+    int fd = fe_connect(path);
+
+    g_assert_cmphex(fe_get_u64(fd, VHOST_USER_GET_FEATURES), ==,
+                    transport_features | (1ull << DUMMY_FEATURE_BIT));
+    close(fd);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Tests                                                                     */
+
+static void test_negotiate(void)
+{
+    char *path = sock_path("negotiate.sock");
+    Dummy *d = dummy_new();
+    VuServer *s = server_new(path, d);
+    VhostUserConfig cfg = { 0 };
+    uint8_t payload[VHOST_USER_CONFIG_HDR_SIZE + 8];
+    uint32_t n;
+    int fd = fe_connect(path);
+
+    fe_negotiate(fd);
+    g_assert_cmpint(atomic_load(&d->set_features_calls), ==, 1);
+    /* The vhost-user bit is not a device feature. */
+    g_assert_cmphex(atomic_load(&d->features), ==,
+                    (1ull << VIRTIO_F_VERSION_1) |
+                    (1ull << DUMMY_FEATURE_BIT));
+    g_assert_cmpuint(fe_get_u64(fd, VHOST_USER_GET_QUEUE_NUM), ==,
+                     NUM_QUEUES);
+    g_assert_cmpuint(fe_get_u64(fd, VHOST_USER_GET_MAX_MEM_SLOTS), ==,
+                     GUEST_MEMORY_MAX_SLOTS);
+    g_assert_true(server_has_client(s));
+
+    /* The whole config space, then a slice. */
+    cfg.size = DUMMY_CONFIG_LEN;
+    fe_send(fd, VHOST_USER_GET_CONFIG, VHOST_USER_VERSION, &cfg,
+            VHOST_USER_CONFIG_HDR_SIZE + cfg.size, NULL, 0);
+    n = fe_recv(fd, VHOST_USER_GET_CONFIG, &cfg, sizeof(cfg));
+    g_assert_cmpuint(n, ==, VHOST_USER_CONFIG_HDR_SIZE + DUMMY_CONFIG_LEN);
+    g_assert_cmpmem(cfg.region, DUMMY_CONFIG_LEN, "spindle-dummy-01",
+                    DUMMY_CONFIG_LEN);
+    cfg = (VhostUserConfig) { .offset = 8, .size = 4 };
+    fe_send(fd, VHOST_USER_GET_CONFIG, VHOST_USER_VERSION, &cfg,
+            VHOST_USER_CONFIG_HDR_SIZE + cfg.size, NULL, 0);
+    n = fe_recv(fd, VHOST_USER_GET_CONFIG, &cfg, sizeof(cfg));
+    g_assert_cmpuint(n, ==, VHOST_USER_CONFIG_HDR_SIZE + 4);
+    g_assert_cmpuint(cfg.offset, ==, 8);
+    g_assert_cmpmem(cfg.region, 4, "dumm", 4);
+
+    /* Past the device's config space: zeros. */
+    memset(&cfg, 0xff, sizeof(cfg));
+    cfg.offset = 0;
+    cfg.size = 40;
+    fe_send(fd, VHOST_USER_GET_CONFIG, VHOST_USER_VERSION, &cfg,
+            VHOST_USER_CONFIG_HDR_SIZE + cfg.size, NULL, 0);
+    n = fe_recv(fd, VHOST_USER_GET_CONFIG, &cfg, sizeof(cfg));
+    g_assert_cmpuint(n, ==, VHOST_USER_CONFIG_HDR_SIZE + 40);
+    for (unsigned i = DUMMY_CONFIG_LEN; i < 40; i++) {
+        g_assert_cmpuint(cfg.region[i], ==, 0);
+    }
+
+    /* Beyond 256 bytes: an empty reply says "failed". */
+    cfg = (VhostUserConfig) { .offset = 250, .size = 10 };
+    fe_send(fd, VHOST_USER_GET_CONFIG, VHOST_USER_VERSION, &cfg,
+            VHOST_USER_CONFIG_HDR_SIZE + cfg.size, NULL, 0);
+    g_assert_cmpuint(fe_recv(fd, VHOST_USER_GET_CONFIG, &cfg, sizeof(cfg)),
+                     ==, 0);
+
+    /* A config write the device accepts, one it refuses. */
+    memcpy(payload, &(VhostUserConfig) { .offset = 0, .size = 4 },
+           VHOST_USER_CONFIG_HDR_SIZE);
+    memcpy(payload + VHOST_USER_CONFIG_HDR_SIZE, "SPIN", 4);
+    fe_ok(fd, VHOST_USER_SET_CONFIG, payload, VHOST_USER_CONFIG_HDR_SIZE + 4,
+          NULL, 0);
+    g_assert_cmpint(atomic_load(&d->set_config_calls), ==, 1);
+    memcpy(payload, &(VhostUserConfig) { .offset = 6, .size = 8 },
+           VHOST_USER_CONFIG_HDR_SIZE);
+    fe_fails(fd, VHOST_USER_SET_CONFIG, payload,
+             VHOST_USER_CONFIG_HDR_SIZE + 8, NULL, 0);
+    cfg = (VhostUserConfig) { .offset = 0, .size = 8 };
+    fe_send(fd, VHOST_USER_GET_CONFIG, VHOST_USER_VERSION, &cfg,
+            VHOST_USER_CONFIG_HDR_SIZE + cfg.size, NULL, 0);
+    fe_recv(fd, VHOST_USER_GET_CONFIG, &cfg, sizeof(cfg));
+    g_assert_cmpmem(cfg.region, 8, "SPINdle-", 8);
+
+    /* Features that were not offered are refused. */
+    fe_fails(fd, VHOST_USER_SET_FEATURES, &(uint64_t) { 1ull << 40 }, 8,
+             NULL, 0);
+    fe_fails(fd, VHOST_USER_SET_PROTOCOL_FEATURES,
+             &(uint64_t) { 1ull << VHOST_USER_PROTOCOL_F_LOG_SHMFD }, 8,
+             NULL, 0);
+    /* RESET_DEVICE forgets the features, keeps the connection. */
+    fe_ok(fd, VHOST_USER_RESET_DEVICE, NULL, 0, NULL, 0);
+    g_assert_cmpint(atomic_load(&d->set_features_calls), ==, 1);
+    g_assert_cmpuint(fe_get_u64(fd, VHOST_USER_GET_QUEUE_NUM), ==,
+                     NUM_QUEUES);
+
+    close(fd);
+    server_wait_no_client(s);
+    server_free(s);
+    g_assert_false(g_file_test(path, G_FILE_TEST_EXISTS));
+    dummy_free(d);
+    g_free(path);
+}
+
+/* need_reply means nothing until REPLY_ACK is negotiated. */
+static void test_reply_ack(void)
+{
+    char *path = sock_path("reply-ack.sock");
+    Dummy *d = dummy_new();
+    VuServer *s = server_new(path, d);
+    int fd = fe_connect(path);
+    uint64_t pf = 1ull << VHOST_USER_PROTOCOL_F_REPLY_ACK;
+
+    fe_send(fd, VHOST_USER_SET_OWNER, NEED_REPLY, NULL, 0, NULL, 0);
+    /* The next reply is GET_FEATURES', not an ack. */
+    g_assert_cmphex(fe_get_u64(fd, VHOST_USER_GET_FEATURES), ==,
+                    transport_features | (1ull << DUMMY_FEATURE_BIT));
+    fe_send(fd, VHOST_USER_SET_PROTOCOL_FEATURES, VHOST_USER_VERSION, &pf,
+            sizeof(pf), NULL, 0);
+    /* Success and failure statuses. */
+    fe_ok(fd, VHOST_USER_SET_OWNER, NULL, 0, NULL, 0);
+    fe_fails(fd, VHOST_USER_SET_VRING_NUM,
+             &(VhostUserVringState) { .index = 0, .num = 3 }, 8, NULL, 0);
+    fe_ok_state(fd, VHOST_USER_SET_VRING_NUM, 0, 16);
+    /* Dirty logging is not offered: refused, connection kept. */
+    fe_fails(fd, VHOST_USER_SET_LOG_BASE, &(uint64_t) { 0 }, 8, NULL, 0);
+    /* A request with its own reply answers with it, not with an ack. */
+    fe_send(fd, VHOST_USER_GET_QUEUE_NUM, NEED_REPLY, NULL, 0, NULL, 0);
+    g_assert_cmpuint(fe_recv(fd, VHOST_USER_GET_QUEUE_NUM, &pf, sizeof(pf)),
+                     ==, sizeof(pf));
+    g_assert_cmpuint(pf, ==, NUM_QUEUES);
+
+    close(fd);
+    server_wait_no_client(s);
+    server_free(s);
+    dummy_free(d);
+    g_free(path);
+}
+
+static void test_mem_table(void)
+{
+    char *path = sock_path("mem-table.sock");
+    Dummy *d = dummy_new();
+    VuServer *s = server_new(path, d);
+    int fds0 = count_fds();
+    int fd = fe_connect(path);
+    VhostUserMemory m = { .nregions = 2 };
+    VhostUserMemRegMsg reg = { 0 };
+    const uint32_t two = offsetof(VhostUserMemory, regions) +
+                         2 * sizeof(VhostUserMemRegion);
+    Guest g;
+    int fds[2];
+
+    guest_init(&g);
+    fe_negotiate(fd);
+    fds[0] = fds[1] = g.memfd;
+    m.regions[0] = guest_region(&g, 0, MEM_SIZE / 4);
+    m.regions[1] = guest_region(&g, MEM_SIZE / 2, MEM_SIZE / 4);
+    fe_ok(fd, VHOST_USER_SET_MEM_TABLE, &m, two, fds, 2);
+
+    /* Hot-add the quarter in between, remove it again. */
+    reg.region = guest_region(&g, MEM_SIZE / 4, MEM_SIZE / 4);
+    fe_ok(fd, VHOST_USER_ADD_MEM_REG, &reg, sizeof(reg), &g.memfd, 1);
+    /* Overlapping an existing region. */
+    fe_fails(fd, VHOST_USER_ADD_MEM_REG, &reg, sizeof(reg), &g.memfd, 1);
+    fe_ok(fd, VHOST_USER_REM_MEM_REG, &reg, sizeof(reg), NULL, 0);
+    fe_fails(fd, VHOST_USER_REM_MEM_REG, &reg, sizeof(reg), NULL, 0);
+    /* An fd with REM_MEM_REG is tolerated (and closed). */
+    fe_ok(fd, VHOST_USER_ADD_MEM_REG, &reg, sizeof(reg), &g.memfd, 1);
+    fe_ok(fd, VHOST_USER_REM_MEM_REG, &reg, sizeof(reg), &g.memfd, 1);
+
+    /* Wrong fd counts, region counts and sizes: refused, nothing kept. */
+    fe_fails(fd, VHOST_USER_SET_MEM_TABLE, &m, two, fds, 1);
+    fe_fails(fd, VHOST_USER_SET_MEM_TABLE, &m, two, NULL, 0);
+    fe_fails(fd, VHOST_USER_SET_MEM_TABLE, &m, two - 8, fds, 2);
+    fe_fails(fd, VHOST_USER_ADD_MEM_REG, &reg, sizeof(reg), NULL, 0);
+    fe_fails(fd, VHOST_USER_ADD_MEM_REG, &reg, sizeof(reg), fds, 2);
+    m.nregions = 9;
+    fe_fails(fd, VHOST_USER_SET_MEM_TABLE, &m, two, fds, 2);
+    m.nregions = 0;
+    fe_fails(fd, VHOST_USER_SET_MEM_TABLE, &m, 8, NULL, 0);
+    /* A region of size 0. */
+    m.nregions = 1;
+    m.regions[0].memory_size = 0;
+    fe_fails(fd, VHOST_USER_SET_MEM_TABLE, &m,
+             offsetof(VhostUserMemory, regions) + sizeof(m.regions[0]),
+             fds, 1);
+
+    /* The mappings and received fds are gone after the client. */
+    g_assert_cmpint(count_maps("guest-ram"), >, 1);
+    close(fd);
+    server_wait_no_client(s);
+    g_assert_cmpint(count_maps("guest-ram"), ==, 1);
+    guest_cleanup(&g);
+    g_assert_cmpint(count_fds(), ==, fds0);
+    server_free(s);
+    dummy_free(d);
+    g_free(path);
+}
+
+static void test_ring_io(void)
+{
+    char *path = sock_path("ring-io.sock");
+    Dummy *d = dummy_new();
+    VuServer *s = server_new(path, d);
+    int fd = fe_connect(path);
+    VhostUserMemRegMsg reg = { 0 };
+    VirtQueueStats st;
+    Guest g;
+    Drv r0, r1;
+    int new_call, new_kick;
+
+    guest_init(&g);
+    drv_init(&r0, &g, 0);
+    drv_init(&r1, &g, 1);
+    fe_negotiate(fd);
+    fe_set_mem_table(fd, &g);
+    fe_setup_ring(fd, &r0, 0);
+    fe_setup_ring(fd, &r1, 0);
+    g_assert_cmpint(atomic_load(&d->started), ==, 2);
+    g_assert_true(virtqueue_get_aio_context(server_queue(s, 0)) ==
+                  queue_ctxs[0]);
+    g_assert_true(virtqueue_get_aio_context(server_queue(s, 1)) ==
+                  queue_ctxs[1]);
+
+    for (int i = 0; i < 5; i++) {
+        char text[32];
+
+        snprintf(text, sizeof(text), "ring 0 request %d", i);
+        drv_echo(&r0, text);
+    }
+    for (int i = 0; i < 3; i++) {
+        drv_echo(&r1, "ring 1 says hi");
+    }
+    g_assert_cmpint(atomic_load(&d->handled), ==, 8);
+    virtqueue_get_stats(server_queue(s, 0), &st);
+    g_assert_cmpuint(st.requests, ==, 5);
+
+    /* New memory tables reach running rings without stopping them. */
+    fe_set_mem_table(fd, &g);
+    drv_echo(&r0, "after SET_MEM_TABLE");
+    reg.region = guest_region(&g, 0, MEM_SIZE);
+    reg.region.guest_phys_addr = GPA_BASE + 2 * MEM_SIZE;
+    reg.region.userspace_addr = 0x1000000000ull;
+    fe_ok(fd, VHOST_USER_ADD_MEM_REG, &reg, sizeof(reg), &g.memfd, 1);
+    drv_echo(&r1, "after ADD_MEM_REG");
+    fe_ok(fd, VHOST_USER_REM_MEM_REG, &reg, sizeof(reg), NULL, 0);
+    drv_echo(&r0, "after REM_MEM_REG");
+    g_assert_cmpint(atomic_load(&d->started), ==, 2);
+    g_assert_cmpint(atomic_load(&d->drained), ==, 0);
+
+    /* A new call fd on a running ring takes effect at once. */
+    new_call = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    fe_set_vring_fd(fd, VHOST_USER_SET_VRING_CALL, 1, new_call);
+    close(r1.call);
+    r1.call = new_call;
+    drv_echo(&r1, "after the call fd changed");
+    g_assert_cmpint(atomic_load(&d->drained), ==, 0);
+
+    /* Stop: the index of the next request to process. */
+    g_assert_cmpuint(fe_get_vring_base(fd, 0), ==, 7);
+    g_assert_cmpuint(fe_get_vring_base(fd, 1), ==, 5);
+    g_assert_cmpint(atomic_load(&d->drained), ==, 2);
+    g_assert_false(virtqueue_is_started(server_queue(s, 0)));
+
+    /* A stopped ring does not process; it restarts with a new kick fd. */
+    drv_post(&r0, "while stopped", guest_gpa(r0.off + DRV_OUT));
+    sleep_ns(50 * NS_PER_MS);
+    g_assert_cmpuint(__atomic_load_n(&r0.used[1], __ATOMIC_ACQUIRE), ==, 7);
+    fe_ok_state(fd, VHOST_USER_SET_VRING_ENABLE, 0, 1);
+    g_assert_false(virtqueue_is_started(server_queue(s, 0)));
+    new_kick = eventfd(0, EFD_CLOEXEC);
+    fe_ok_state(fd, VHOST_USER_SET_VRING_BASE, 0, 7);
+    fe_set_vring_fd(fd, VHOST_USER_SET_VRING_KICK, 0, new_kick);
+    close(r0.kick);
+    r0.kick = new_kick;
+    /* The request posted while stopped is found at start. */
+    drv_complete(&r0, "while stopped");
+    drv_echo(&r0, "after restart");
+    g_assert_cmpuint(fe_get_vring_base(fd, 0), ==, 9);
+
+    /* SET_VRING_ENABLE 0 stops a running ring, 1 restarts it. */
+    fe_ok_state(fd, VHOST_USER_SET_VRING_BASE, 1, 5);
+    new_kick = eventfd(0, EFD_CLOEXEC);
+    fe_set_vring_fd(fd, VHOST_USER_SET_VRING_KICK, 1, new_kick);
+    close(r1.kick);
+    r1.kick = new_kick;
+    drv_echo(&r1, "ring 1 again");
+    fe_ok_state(fd, VHOST_USER_SET_VRING_ENABLE, 1, 0);
+    g_assert_false(virtqueue_is_started(server_queue(s, 1)));
+    fe_ok_state(fd, VHOST_USER_SET_VRING_ENABLE, 1, 1);
+    g_assert_true(virtqueue_is_started(server_queue(s, 1)));
+    drv_echo(&r1, "re-enabled");
+
+    /* Ring set-up on a running ring is refused. */
+    fe_fails(fd, VHOST_USER_SET_VRING_NUM,
+             &(VhostUserVringState) { .index = 1, .num = 16 }, 8, NULL, 0);
+    fe_fails(fd, VHOST_USER_SET_VRING_BASE,
+             &(VhostUserVringState) { .index = 1, .num = 0 }, 8, NULL, 0);
+
+    g_assert_cmpint(atomic_load(&d->pop_errors), ==, 0);
+    close(fd);
+    server_wait_no_client(s);
+    /* The disconnect stopped and drained the running ring. */
+    g_assert_cmpint(atomic_load(&d->drained), ==, 5);
+    server_free(s);
+    drv_cleanup(&r0);
+    drv_cleanup(&r1);
+    guest_cleanup(&g);
+    dummy_free(d);
+    g_free(path);
+}
+
+/* The front-end goes away with rings running; the next one starts over. */
+static void test_reconnect(void)
+{
+    char *path = sock_path("reconnect.sock");
+    Dummy *d = dummy_new();
+    VuServer *s = server_new(path, d);
+    int fds0 = count_fds();
+    int fd = fe_connect(path);
+    Guest g;
+    Drv r0;
+
+    guest_init(&g);
+    drv_init(&r0, &g, 0);
+    fe_negotiate(fd);
+    fe_set_mem_table(fd, &g);
+    fe_setup_ring(fd, &r0, 0);
+    drv_echo(&r0, "first connection 1");
+    drv_echo(&r0, "first connection 2");
+    drv_echo(&r0, "first connection 3");
+    close(fd);
+    server_wait_no_client(s);
+    g_assert_cmpint(atomic_load(&d->drained), ==, 1);
+    g_assert_cmpint(count_maps("guest-ram"), ==, 1);
+
+    /* Like QEMU: the base is the used index found in guest memory. */
+    fd = fe_connect(path);
+    fe_negotiate(fd);
+    fe_set_mem_table(fd, &g);
+    drv_cleanup(&r0);
+    r0.kick = eventfd(0, EFD_CLOEXEC);
+    r0.call = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    fe_setup_ring(fd, &r0, r0.used[1]);
+    drv_echo(&r0, "second connection");
+    g_assert_cmpuint(fe_get_vring_base(fd, 0), ==, 4);
+    g_assert_cmpint(atomic_load(&d->started), ==, 2);
+    close(fd);
+    server_wait_no_client(s);
+
+    drv_cleanup(&r0);
+    guest_cleanup(&g);
+    /* Every fd the server received is closed, every region unmapped. */
+    g_assert_cmpint(count_fds(), ==, fds0);
+    server_free(s);
+    dummy_free(d);
+    g_free(path);
+}
+
+/* A second front-end waits until the first one is gone. */
+static void test_second_client_waits(void)
+{
+    char *path = sock_path("second.sock");
+    Dummy *d = dummy_new();
+    VuServer *s = server_new(path, d);
+    int fd1 = fe_connect(path);
+    int fd2;
+    struct pollfd pfd;
+
+    fe_negotiate(fd1);
+    fd2 = fe_connect(path);
+    fe_send(fd2, VHOST_USER_GET_QUEUE_NUM, VHOST_USER_VERSION, NULL, 0,
+            NULL, 0);
+    pfd = (struct pollfd) { .fd = fd2, .events = POLLIN };
+    g_assert_cmpint(poll(&pfd, 1, 200), ==, 0);
+    /* The first client is still served. */
+    g_assert_cmpuint(fe_get_u64(fd1, VHOST_USER_GET_QUEUE_NUM), ==,
+                     NUM_QUEUES);
+    close(fd1);
+    /* Now the second is accepted and its request answered. */
+    g_assert_cmpuint(fe_recv(fd2, VHOST_USER_GET_QUEUE_NUM,
+                             &(uint64_t) { 0 }, 8), ==, 8);
+    fe_negotiate(fd2);
+    close(fd2);
+    server_wait_no_client(s);
+    server_free(s);
+    dummy_free(d);
+    g_free(path);
+}
+
+/* Bad requests the front-end asked an ack for: refused, connection kept. */
+static void check_refused_with_ack(int fd, int efd)
+{
+    VhostUserVringState st = { .index = 0, .num = 100 };
+    uint8_t zeros[16] = { 0 };
+    uint64_t v = 0;
+    int nine[9];
+
+    /* Unknown request, wrong payload sizes. */
+    fe_fails(fd, 99, NULL, 0, NULL, 0);
+    fe_fails(fd, VHOST_USER_SET_FEATURES, zeros, 4, NULL, 0);
+    fe_fails(fd, VHOST_USER_SET_VRING_NUM, zeros, 12, NULL, 0);
+    /* Ring sizes: not a power of two, zero, above the maximum. */
+    fe_fails(fd, VHOST_USER_SET_VRING_NUM, &st, sizeof(st), NULL, 0);
+    st.num = 0;
+    fe_fails(fd, VHOST_USER_SET_VRING_NUM, &st, sizeof(st), NULL, 0);
+    st.num = 2 * MAX_QUEUE_SIZE;
+    fe_fails(fd, VHOST_USER_SET_VRING_NUM, &st, sizeof(st), NULL, 0);
+    /* Ring index out of range. */
+    st = (VhostUserVringState) { .index = NUM_QUEUES, .num = 8 };
+    fe_fails(fd, VHOST_USER_SET_VRING_NUM, &st, sizeof(st), NULL, 0);
+    fe_fails(fd, VHOST_USER_SET_VRING_ENABLE, &st, sizeof(st), NULL, 0);
+    v = NUM_QUEUES;
+    fe_fails(fd, VHOST_USER_SET_VRING_KICK, &v, sizeof(v), &efd, 1);
+    /* Base beyond 16 bits, enable not 0/1. */
+    st = (VhostUserVringState) { .index = 0, .num = 0x10000 };
+    fe_fails(fd, VHOST_USER_SET_VRING_BASE, &st, sizeof(st), NULL, 0);
+    st.num = 2;
+    fe_fails(fd, VHOST_USER_SET_VRING_ENABLE, &st, sizeof(st), NULL, 0);
+    /* Missing fd; fd with the no-fd flag; unknown bits. */
+    v = 0;
+    fe_fails(fd, VHOST_USER_SET_VRING_KICK, &v, sizeof(v), NULL, 0);
+    fe_fails(fd, VHOST_USER_SET_VRING_CALL, &v, sizeof(v), NULL, 0);
+    v = VHOST_USER_VRING_NOFD_MASK;
+    fe_fails(fd, VHOST_USER_SET_VRING_CALL, &v, sizeof(v), &efd, 1);
+    v = 1ull << 9;
+    fe_fails(fd, VHOST_USER_SET_VRING_CALL, &v, sizeof(v), &efd, 1);
+    /* An fd with a request that takes none. */
+    fe_fails(fd, VHOST_USER_SET_OWNER, NULL, 0, &efd, 1);
+    /* Too many fds: the kernel drops the ninth, the server the others. */
+    for (int i = 0; i < 9; i++) {
+        nine[i] = efd;
+    }
+    v = 0;
+    fe_fails(fd, VHOST_USER_SET_VRING_CALL, &v, sizeof(v), nine, 9);
+    /* Config accesses with inconsistent sizes. */
+    fe_fails(fd, VHOST_USER_SET_CONFIG,
+             &(VhostUserConfig) { .offset = 0, .size = 8 },
+             VHOST_USER_CONFIG_HDR_SIZE + 4, NULL, 0);
+    fe_fails(fd, VHOST_USER_SET_CONFIG,
+             &(VhostUserConfig) { .offset = 0, .size = 300 },
+             VHOST_USER_CONFIG_HDR_SIZE, NULL, 0);
+    /* Still fine. */
+    fe_ok(fd, VHOST_USER_SET_OWNER, NULL, 0, NULL, 0);
+}
+
+/* Open a connection, negotiate, send one bad message: it must be closed. */
+static void check_closes(const char *path, uint32_t req, uint32_t flags,
+                         const void *payload, uint32_t size, const int *fds,
+                         unsigned nfds)
+{
+    int fd = fe_connect(path);
+
+    fe_negotiate(fd);
+    fe_send(fd, req, flags, payload, size, fds, nfds);
+    fe_expect_closed(fd);
+    close(fd);
+}
+
+static void test_malformed(void)
+{
+    char *path = sock_path("malformed.sock");
+    Dummy *d = dummy_new();
+    VuServer *s = server_new(path, d);
+    int fds0 = count_fds();
+    int efd = eventfd(0, EFD_CLOEXEC);
+    VhostUserVringState st = { .index = NUM_QUEUES };
+    uint8_t big[VHOST_USER_MAX_PAYLOAD + 8] = { 0 };
+    VhostUserHeader h;
+    int fd;
+
+    fd = fe_connect(path);
+    fe_negotiate(fd);
+    check_refused_with_ack(fd, efd);
+    close(fd);
+    server_wait_no_client(s);
+
+    /* Without need_reply a bad request closes the connection. */
+    check_closes(path, 99, VHOST_USER_VERSION, NULL, 0, NULL, 0);
+    check_closes(path, VHOST_USER_SET_VRING_NUM, VHOST_USER_VERSION,
+                 &(VhostUserVringState) { .index = 0, .num = 3 }, 8,
+                 NULL, 0);
+    check_closes(path, VHOST_USER_SET_VRING_KICK, VHOST_USER_VERSION,
+                 &(uint64_t) { 0 }, 8, NULL, 0);
+    /* Requests with their own reply cannot carry an error ack. */
+    check_closes(path, VHOST_USER_GET_VRING_BASE, NEED_REPLY, &st,
+                 sizeof(st), NULL, 0);
+    check_closes(path, VHOST_USER_GET_FEATURES, NEED_REPLY, big, 8, NULL, 0);
+    /* Framing: version, reply flag, oversized payload. */
+    check_closes(path, VHOST_USER_SET_OWNER, 0x2, NULL, 0, NULL, 0);
+    check_closes(path, VHOST_USER_SET_OWNER,
+                 VHOST_USER_VERSION | VHOST_USER_REPLY_MASK, NULL, 0,
+                 NULL, 0);
+    check_closes(path, VHOST_USER_SET_CONFIG, VHOST_USER_VERSION, big,
+                 sizeof(big), &efd, 1);
+    /* A header announcing more than the server accepts, then silence. */
+    fd = fe_connect(path);
+    h = (VhostUserHeader) { VHOST_USER_SET_OWNER, VHOST_USER_VERSION,
+                            0x7fffffff };
+    fe_send_raw(fd, &h, sizeof(h), NULL, 0);
+    fe_expect_closed(fd);
+    close(fd);
+    server_wait_no_client(s);
+
+    close(efd);
+    /* Every fd that came with a bad message was closed. */
+    g_assert_cmpint(count_fds(), ==, fds0);
+    check_server_alive(path);
+    g_assert_cmpint(atomic_load(&d->started), ==, 0);
+    server_wait_no_client(s);
+    server_free(s);
+    dummy_free(d);
+    g_free(path);
+}
+
+/*
+ * A ring marked broken logs a warning: expected where the tests break one,
+ * so it is counted and not fatal.  Every other warning stays fatal.
+ */
+static bool is_broken_ring_warning(GLogLevelFlags level, const gchar *message)
+{
+    return (level & G_LOG_LEVEL_WARNING) && strstr(message, "is broken");
+}
+
+static gboolean fatal_log_filter(const gchar *domain, GLogLevelFlags level,
+                                 const gchar *message, gpointer data)
+{
+    return !is_broken_ring_warning(level, message);
+}
+
+static void warning_handler(const gchar *domain, GLogLevelFlags level,
+                            const gchar *message, gpointer data)
+{
+    if (is_broken_ring_warning(level, message)) {
+        atomic_fetch_add(&broken_warnings, 1);
+        fprintf(stderr, "expected warning: %s\n", message);
+        return;
+    }
+    g_log_default_handler(domain, level, message, data);
+}
+
+static void wait_broken(VirtQueue *vq)
+{
+    int64_t end = clock_now_ns() + 5 * NS_PER_SEC;
+
+    while (!virtqueue_is_broken(vq)) {
+        g_assert_cmpint(clock_now_ns(), <, end);
+        sleep_ns(NS_PER_MS);
+    }
+}
+
+/* Rings outside guest memory break that ring only. */
+static void test_ring_outside_memory(void)
+{
+    char *path1 = sock_path("outside-1.sock");
+    char *path2 = sock_path("outside-2.sock");
+    Dummy *d1 = dummy_new(), *d2 = dummy_new();
+    VuServer *s1 = server_new(path1, d1);
+    VuServer *s2 = server_new(path2, d2);
+    int fd1 = fe_connect(path1);
+    int fd2 = fe_connect(path2);
+    int warnings = atomic_load(&broken_warnings);
+    VhostUserVringAddr a;
+    Guest g1, g2;
+    Drv r0, r1, q0;
+
+    /* GLib resets this for every test case. */
+    g_test_log_set_fatal_handler(fatal_log_filter, NULL);
+    guest_init(&g1);
+    guest_init(&g2);
+    drv_init(&r0, &g1, 0);
+    drv_init(&r1, &g1, 1);
+    drv_init(&q0, &g2, 0);
+    fe_negotiate(fd1);
+    fe_negotiate(fd2);
+    fe_set_mem_table(fd1, &g1);
+    fe_set_mem_table(fd2, &g2);
+
+    /* Ring 0's used ring lies past the end of guest memory. */
+    a = drv_addr(&r0);
+    a.used_user_addr = guest_qva(&g1, MEM_SIZE - 16);
+    fe_ok_state(fd1, VHOST_USER_SET_VRING_NUM, 0, RING_NUM);
+    fe_ok(fd1, VHOST_USER_SET_VRING_ADDR, &a, sizeof(a), NULL, 0);
+    fe_set_vring_fd(fd1, VHOST_USER_SET_VRING_KICK, 0, r0.kick);
+    fe_ok_state(fd1, VHOST_USER_SET_VRING_ENABLE, 0, 1);
+    g_assert_false(virtqueue_is_started(server_queue(s1, 0)));
+    g_assert_true(virtqueue_is_broken(server_queue(s1, 0)));
+    g_assert_cmpint(atomic_load(&broken_warnings), ==, warnings + 1);
+
+    /* Ring 1 of the same export and the other export work. */
+    fe_setup_ring(fd1, &r1, 0);
+    fe_setup_ring(fd2, &q0, 0);
+    drv_echo(&r1, "ring 1 is fine");
+    drv_echo(&q0, "the other export is fine");
+
+    /* A descriptor outside guest memory breaks a running ring. */
+    drv_post(&r1, "bad buffer", GPA_BASE + MEM_SIZE);
+    wait_broken(server_queue(s1, 1));
+    /* The handler sees -EIO once the queue is marked and the warning out. */
+    while (atomic_load(&d1->pop_errors) == 0) {
+        sleep_ns(NS_PER_MS);
+    }
+    g_assert_true(poll(&(struct pollfd) { .fd = r1.call, .events = POLLIN },
+                       1, 0) == 0);
+    g_assert_cmpint(atomic_load(&d1->pop_errors), ==, 1);
+    g_assert_cmpint(atomic_load(&broken_warnings), ==, warnings + 2);
+    drv_echo(&q0, "the other export is still fine");
+    /* The broken ring can still be stopped; the connection works. */
+    g_assert_cmpuint(fe_get_vring_base(fd1, 1), ==, 1);
+    g_assert_cmpuint(fe_get_u64(fd1, VHOST_USER_GET_QUEUE_NUM), ==,
+                     NUM_QUEUES);
+
+    close(fd1);
+    close(fd2);
+    server_wait_no_client(s1);
+    server_wait_no_client(s2);
+    server_free(s1);
+    server_free(s2);
+    drv_cleanup(&r0);
+    drv_cleanup(&r1);
+    drv_cleanup(&q0);
+    guest_cleanup(&g1);
+    guest_cleanup(&g2);
+    dummy_free(d1);
+    dummy_free(d2);
+    g_free(path1);
+    g_free(path2);
+}
+
+/* A front-end that stops in the middle of a message is dropped. */
+static void test_half_message(void)
+{
+    char *path1 = sock_path("half-1.sock");
+    char *path2 = sock_path("half-2.sock");
+    Dummy *d1 = dummy_new(), *d2 = dummy_new();
+    VuServer *s1 = server_new(path1, d1);
+    VuServer *s2 = server_new(path2, d2);
+    VhostUserHeader h = { VHOST_USER_SET_FEATURES, VHOST_USER_VERSION, 8 };
+    uint8_t buf[sizeof(h) + 4] = { 0 };
+    int fd = fe_connect(path1);
+    int64_t t0;
+
+    fe_negotiate(fd);
+    /* Header and half of the payload. */
+    memcpy(buf, &h, sizeof(h));
+    t0 = clock_now_ns();
+    fe_send_raw(fd, buf, sizeof(buf), NULL, 0);
+    fe_expect_closed(fd);
+    g_assert_cmpint(clock_now_ns() - t0, <, 3 * NS_PER_SEC);
+    close(fd);
+    server_wait_no_client(s1);
+
+    /* Half of a header. */
+    fd = fe_connect(path1);
+    fe_send_raw(fd, &h, 6, NULL, 0);
+    fe_expect_closed(fd);
+    close(fd);
+    server_wait_no_client(s1);
+
+    /* Both servers still serve. */
+    check_server_alive(path1);
+    check_server_alive(path2);
+    server_wait_no_client(s1);
+    server_wait_no_client(s2);
+    server_free(s1);
+    server_free(s2);
+    dummy_free(d1);
+    dummy_free(d2);
+    g_free(path1);
+    g_free(path2);
+}
+
+static void test_socket_path(void)
+{
+    char *path = sock_path("stale.sock");
+    char *file = sock_path("regular-file");
+    struct sockaddr_un sun = { .sun_family = AF_UNIX };
+    Dummy *d = dummy_new();
+    Error *err = NULL;
+    struct stat st;
+    VuServer *s, *s2;
+    char *longpath;
+    int fd;
+
+    /* A socket file nobody listens on (its server died): replaced. */
+    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    g_strlcpy(sun.sun_path, path, sizeof(sun.sun_path));
+    g_assert_cmpint(bind(fd, (struct sockaddr *)&sun, sizeof(sun)), ==, 0);
+    close(fd);
+    g_assert_cmpint(stat(path, &st), ==, 0);
+    g_assert_true(S_ISSOCK(st.st_mode));
+    s = server_new(path, d);
+    g_assert_cmpint(stat(path, &st), ==, 0);
+    g_assert_true(S_ISSOCK(st.st_mode));
+    g_assert_cmpint(st.st_mode & 0777, ==, 0600);
+    check_server_alive(path);
+
+    /* A live server at the path: refused, and its socket left alone. */
+    s2 = server_try_new(path, -1, d, &err);
+    g_assert_null(s2);
+    g_assert_nonnull(err);
+    g_assert_nonnull(strstr(err->message, "in use"));
+    g_clear_error(&err);
+    check_server_alive(path);
+    server_wait_no_client(s);
+    server_free(s);
+    g_assert_false(g_file_test(path, G_FILE_TEST_EXISTS));
+
+    /* A regular file: refused and kept. */
+    g_assert_true(g_file_set_contents(file, "data", -1, NULL));
+    s = server_try_new(file, -1, d, &err);
+    g_assert_null(s);
+    g_assert_nonnull(err);
+    g_assert_nonnull(strstr(err->message, "not a socket"));
+    g_clear_error(&err);
+    g_assert_true(g_file_test(file, G_FILE_TEST_IS_REGULAR));
+    unlink(file);
+
+    /* A path longer than sun_path. */
+    longpath = g_strnfill(200, 'x');
+    s = server_try_new(longpath, -1, d, &err);
+    g_assert_null(s);
+    g_assert_nonnull(err);
+    g_clear_error(&err);
+
+    dummy_free(d);
+    g_free(longpath);
+    g_free(file);
+    g_free(path);
+}
+
+static void test_listen_fd(void)
+{
+    char *path = sock_path("inherited.sock");
+    struct sockaddr_un sun = { .sun_family = AF_UNIX };
+    Dummy *d = dummy_new();
+    Error *err = NULL;
+    VuServer *s;
+    int lfd, plain, pipefd[2];
+
+    lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    g_strlcpy(sun.sun_path, path, sizeof(sun.sun_path));
+    g_assert_cmpint(bind(lfd, (struct sockaddr *)&sun, sizeof(sun)), ==, 0);
+    g_assert_cmpint(listen(lfd, 4), ==, 0);
+    s = server_try_new(NULL, lfd, d, &err);
+    g_assert_no_error(err);
+    g_assert_nonnull(s);
+    check_server_alive(path);
+    check_server_alive(path);
+    server_wait_no_client(s);
+    server_free(s);
+    /* The caller's fd is still its own; the file is not ours to remove. */
+    g_assert_cmpint(fcntl(lfd, F_GETFD), >=, 0);
+    g_assert_true(g_file_test(path, G_FILE_TEST_EXISTS));
+    close(lfd);
+    unlink(path);
+
+    /* Not listening, not a socket. */
+    plain = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    g_assert_null(server_try_new(NULL, plain, d, &err));
+    g_assert_nonnull(err);
+    g_clear_error(&err);
+    close(plain);
+    g_assert_cmpint(pipe(pipefd), ==, 0);
+    g_assert_null(server_try_new(NULL, pipefd[0], d, &err));
+    g_assert_nonnull(err);
+    g_clear_error(&err);
+    close(pipefd[0]);
+    close(pipefd[1]);
+    g_assert_null(server_try_new(NULL, -1, d, &err));
+    g_assert_nonnull(err);
+    g_clear_error(&err);
+
+    dummy_free(d);
+    g_free(path);
+}
+
+/* ------------------------------------------------------------------------ */
+
+static const TestCase tests[] = {
+    { "/vhost-user-server/negotiate", test_negotiate },
+    { "/vhost-user-server/reply-ack", test_reply_ack },
+    { "/vhost-user-server/mem-table", test_mem_table },
+    { "/vhost-user-server/ring-io", test_ring_io },
+    { "/vhost-user-server/reconnect", test_reconnect },
+    { "/vhost-user-server/second-client-waits", test_second_client_waits },
+    { "/vhost-user-server/malformed", test_malformed },
+    { "/vhost-user-server/ring-outside-memory", test_ring_outside_memory },
+    { "/vhost-user-server/half-message", test_half_message },
+    { "/vhost-user-server/socket-path", test_socket_path },
+    { "/vhost-user-server/listen-fd", test_listen_fd },
+};
+
+int main(int argc, char **argv)
+{
+    int r;
+
+    g_test_init(&argc, &argv, NULL);
+    g_log_set_handler(NULL, G_LOG_LEVEL_WARNING | G_LOG_FLAG_FATAL |
+                      G_LOG_FLAG_RECURSION, warning_handler, NULL);
+    test_thread = pthread_self();
+    tmp_dir = g_dir_make_tmp("test-vhost-user-XXXXXX", NULL);
+    g_assert_nonnull(tmp_dir);
+    srv_iot = iot_new("vu-main", NULL);
+    srv_ctx = iothread_get_aio_context(srv_iot);
+    queue_iots[0] = iot_new("vu-q0", NULL);
+    queue_iots[1] = iot_new("vu-q1", NULL);
+    queue_ctxs[0] = iothread_get_aio_context(queue_iots[0]);
+    queue_ctxs[1] = iothread_get_aio_context(queue_iots[1]);
+
+    /* Below the meson timeout, so that the watchdog reports first. */
+    test_add_with_watchdog(tests, G_N_ELEMENTS(tests), 50);
+    r = g_test_run();
+
+    iothread_destroy(queue_iots[1]);
+    iothread_destroy(queue_iots[0]);
+    iothread_destroy(srv_iot);
+    rmdir(tmp_dir);
+    g_free(tmp_dir);
+    return r;
+}

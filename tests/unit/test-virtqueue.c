@@ -1,0 +1,1618 @@
+/*
+ * Unit tests for split virtqueues (hw/virtio/virtqueue.c).
+ *
+ * Theory of operation: a Drv is a tiny virtio driver written for these
+ * tests.  It owns a memfd that holds "guest memory" as two regions that
+ * are adjacent in guest physical space but not in the fd (region B starts
+ * at an unaligned fd offset), so buffers can cross a region boundary and
+ * the device must split them into two iovecs.  The driver maps the whole
+ * memfd itself and lays out the rings at fixed GPAs as a real driver
+ * would: it writes descriptors (direct chains or indirect tables), adds
+ * heads to the avail ring, publishes avail->idx, decides whether to kick
+ * from used->flags or avail_event, reads used entries, and counts the
+ * interrupts it gets by reading its call eventfd.  The device side is the
+ * VirtQueue under test, started in an AioContext whose home thread is the
+ * test's thread; tests either pop and push directly or let aio_poll()
+ * dispatch an "echo" handler that copies each element's out bytes into
+ * its in buffers.  One test runs the driver in a second thread while the
+ * loop polls, to see kicks suppressed and work found by polling.
+ *
+ * Malformed rings must mark the queue broken with one warning naming the
+ * queue and the reason (checked with g_test_expect_message()), signal
+ * the error eventfd, make pop return -EIO from then on and leave stop
+ * working.
+ */
+#include <endian.h>
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+#include <glib.h>
+
+#include "hw/virtio/guest-memory.h"
+#include "hw/virtio/virtqueue.h"
+#include "util/aio.h"
+#include "util/event-notifier.h"
+#include "test-helpers.h"
+
+#define KiB 1024ULL
+#define MiB (1024 * KiB)
+
+/* Guest physical layout (region A starts at 0, region B right after it). */
+#define DESC_GPA      0x1000
+#define AVAIL_GPA     0x2000
+#define USED_GPA      0x3000
+#define TABLE_GPA     0x4000          /* indirect tables */
+#define DATA_GPA      0x8000
+#define QVA_A         0x7f0000000000ULL
+#define QVA_B         0x7e0000000000ULL
+#define SMALL_REGION  (64 * KiB)
+
+#define F_NEXT      1
+#define F_WRITE     2
+#define F_INDIRECT  4
+
+typedef struct TDesc {
+    uint64_t addr;
+    uint32_t len;
+    uint16_t flags;
+    uint16_t next;
+} TDesc;
+
+typedef struct Buf {
+    uint64_t gpa;
+    uint32_t len;
+    bool write;                    /* device-writable */
+} Buf;
+
+typedef struct Drv {
+    /* Memory */
+    int memfd;
+    uint8_t *map;                  /* the driver's own view of the memfd */
+    size_t map_len;
+    uint64_t size_a, size_b, off_b;
+    GuestMemory *mem;
+
+    /* Driver state */
+    unsigned num;
+    bool event_idx;
+    uint16_t avail_idx;            /* next avail index to publish */
+    uint16_t last_used;            /* next used entry to read */
+    unsigned next_desc;
+    uint64_t kicks;
+    EventNotifier kick, call, err; /* the driver's ends */
+
+    /* Device side */
+    AioContext *ctx;
+    VirtQueue *vq;
+    _Atomic unsigned handled;      /* echo handler calls */
+    _Atomic unsigned processed;    /* elements the echo handler pushed */
+} Drv;
+
+/* ------------------------------------------------------------------------ */
+/* The driver's view of guest memory                                        */
+
+static void *drv_ptr(Drv *d, uint64_t gpa)
+{
+    if (gpa < d->size_a) {
+        return d->map + gpa;
+    }
+    g_assert_cmpuint(gpa - d->size_a, <, d->size_b);
+    return d->map + d->off_b + (gpa - d->size_a);
+}
+
+/* Bytes left in gpa's region. */
+static uint64_t drv_region_left(Drv *d, uint64_t gpa)
+{
+    return gpa < d->size_a ? d->size_a - gpa : d->size_a + d->size_b - gpa;
+}
+
+static void drv_write(Drv *d, uint64_t gpa, const void *buf, size_t len)
+{
+    const uint8_t *p = buf;
+
+    while (len > 0) {
+        size_t n = MIN(len, drv_region_left(d, gpa));
+
+        memcpy(drv_ptr(d, gpa), p, n);
+        gpa += n;
+        p += n;
+        len -= n;
+    }
+}
+
+static void drv_read(Drv *d, uint64_t gpa, void *buf, size_t len)
+{
+    uint8_t *p = buf;
+
+    while (len > 0) {
+        size_t n = MIN(len, drv_region_left(d, gpa));
+
+        memcpy(p, drv_ptr(d, gpa), n);
+        gpa += n;
+        p += n;
+        len -= n;
+    }
+}
+
+static void drv_fill(Drv *d, uint64_t gpa, size_t len, uint8_t seed)
+{
+    uint8_t *buf = g_malloc(len);
+
+    for (size_t i = 0; i < len; i++) {
+        buf[i] = (uint8_t)(seed + i * 3);
+    }
+    drv_write(d, gpa, buf, len);
+    g_free(buf);
+}
+
+/* Ring fields */
+static _Atomic uint16_t *drv_u16(Drv *d, uint64_t gpa)
+{
+    return drv_ptr(d, gpa);
+}
+
+static _Atomic uint16_t *avail_flags(Drv *d)
+{
+    return drv_u16(d, AVAIL_GPA);
+}
+
+static _Atomic uint16_t *avail_idx_field(Drv *d)
+{
+    return drv_u16(d, AVAIL_GPA + 2);
+}
+
+static _Atomic uint16_t *avail_ring(Drv *d, unsigned i)
+{
+    return drv_u16(d, AVAIL_GPA + 4 + 2 * i);
+}
+
+static _Atomic uint16_t *used_event(Drv *d)
+{
+    return drv_u16(d, AVAIL_GPA + 4 + 2 * d->num);
+}
+
+static _Atomic uint16_t *used_flags(Drv *d)
+{
+    return drv_u16(d, USED_GPA);
+}
+
+static _Atomic uint16_t *used_idx_field(Drv *d)
+{
+    return drv_u16(d, USED_GPA + 2);
+}
+
+static _Atomic uint16_t *avail_event(Drv *d)
+{
+    return drv_u16(d, USED_GPA + 4 + 8 * d->num);
+}
+
+static uint16_t ld16(_Atomic uint16_t *p)
+{
+    return le16toh(atomic_load_explicit(p, memory_order_relaxed));
+}
+
+static void st16(_Atomic uint16_t *p, uint16_t v)
+{
+    atomic_store_explicit(p, htole16(v), memory_order_relaxed);
+}
+
+static bool need_event(uint16_t event, uint16_t new_idx, uint16_t old)
+{
+    return (uint16_t)(new_idx - event - 1) < (uint16_t)(new_idx - old);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Driver operations                                                        */
+
+static void drv_set_desc(Drv *d, uint64_t table_gpa, unsigned i,
+                         uint64_t addr, uint32_t len, uint16_t flags,
+                         uint16_t next)
+{
+    TDesc t = {
+        .addr = htole64(addr), .len = htole32(len),
+        .flags = htole16(flags), .next = htole16(next),
+    };
+
+    drv_write(d, table_gpa + 16 * (uint64_t)i, &t, sizeof(t));
+}
+
+/* A direct chain in consecutive descriptors; returns its head. */
+static uint16_t drv_add_direct(Drv *d, const Buf *b, unsigned n)
+{
+    uint16_t head = d->next_desc % d->num;
+
+    for (unsigned i = 0; i < n; i++) {
+        unsigned idx = (d->next_desc + i) % d->num;
+
+        drv_set_desc(d, DESC_GPA, idx, b[i].gpa, b[i].len,
+                     (b[i].write ? F_WRITE : 0) | (i + 1 < n ? F_NEXT : 0),
+                     (idx + 1) % d->num);
+    }
+    d->next_desc += n;
+    return head;
+}
+
+/* An indirect table at table_gpa, referenced by one ring descriptor. */
+static uint16_t drv_add_indirect(Drv *d, uint64_t table_gpa, const Buf *b,
+                                 unsigned n)
+{
+    uint16_t head = d->next_desc++ % d->num;
+
+    for (unsigned i = 0; i < n; i++) {
+        drv_set_desc(d, table_gpa, i, b[i].gpa, b[i].len,
+                     (b[i].write ? F_WRITE : 0) | (i + 1 < n ? F_NEXT : 0),
+                     i + 1);
+    }
+    drv_set_desc(d, DESC_GPA, head, table_gpa, 16 * n, F_INDIRECT, 0);
+    return head;
+}
+
+/* Make head available and kick if the device asked for it. */
+static bool drv_publish(Drv *d, uint16_t head)
+{
+    uint16_t old = d->avail_idx;
+    bool kick;
+
+    st16(avail_ring(d, old % d->num), head);
+    d->avail_idx++;
+    /* Release: the descriptors and ring entry before the index. */
+    atomic_store_explicit(avail_idx_field(d), htole16(d->avail_idx),
+                          memory_order_release);
+    /* Full fence: the index before reading the device's suppression
+     * state (pairs with the device's fences). */
+    atomic_thread_fence(memory_order_seq_cst);
+    if (d->event_idx) {
+        kick = need_event(ld16(avail_event(d)), d->avail_idx, old);
+    } else {
+        kick = !(ld16(used_flags(d)) & 1);
+    }
+    if (kick) {
+        event_notifier_set(&d->kick);
+        d->kicks++;
+    }
+    return kick;
+}
+
+/* One chain with a single device-writable buffer of 16 bytes. */
+static uint16_t drv_submit_one(Drv *d)
+{
+    Buf b = { DATA_GPA + 0x100 * (d->next_desc % d->num), 16, true };
+    uint16_t head = drv_add_direct(d, &b, 1);
+
+    drv_publish(d, head);
+    return head;
+}
+
+static bool drv_get_used(Drv *d, uint32_t *id, uint32_t *len)
+{
+    uint16_t idx = le16toh(atomic_load_explicit(used_idx_field(d),
+                                                memory_order_acquire));
+    uint32_t e[2];
+
+    if (idx == d->last_used) {
+        return false;
+    }
+    drv_read(d, USED_GPA + 4 + 8 * (uint64_t)(d->last_used % d->num), e,
+             sizeof(e));
+    *id = le32toh(e[0]);
+    *len = le32toh(e[1]);
+    d->last_used++;
+    return true;
+}
+
+/* Interrupts received since the last call (the eventfd's counter). */
+static uint64_t drv_calls(Drv *d)
+{
+    uint64_t v;
+    ssize_t r = read(d->call.fd, &v, sizeof(v));
+
+    if (r == sizeof(v)) {
+        return v;
+    }
+    g_assert_cmpint(errno, ==, EAGAIN);
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Set-up                                                                   */
+
+static GuestMemory *drv_build_table(Drv *d, bool with_a, bool with_b)
+{
+    GuestMemRegionDesc ra = { 0, d->size_a, QVA_A, 0 };
+    GuestMemRegionDesc rb = { d->size_a, d->size_b, QVA_B, d->off_b };
+    GuestMemory *mem = guest_memory_new_empty(), *next;
+    Error *err = NULL;
+
+    if (with_a) {
+        next = guest_memory_add(mem, &ra, d->memfd, &err);
+        g_assert_no_error(err);
+        guest_memory_unref(mem);
+        mem = next;
+    }
+    if (with_b) {
+        next = guest_memory_add(mem, &rb, d->memfd, &err);
+        g_assert_no_error(err);
+        guest_memory_unref(mem);
+        mem = next;
+    }
+    return mem;
+}
+
+static void drv_setup_sized(Drv *d, unsigned num, uint64_t features,
+                            uint64_t size_a, uint64_t size_b)
+{
+    VirtQueueAddrs addrs = {
+        .desc_qva = QVA_A + DESC_GPA,
+        .avail_qva = QVA_A + AVAIL_GPA,
+        .used_qva = QVA_A + USED_GPA,
+    };
+    AioPollParams no_polling = { .max_ns = 0 };
+
+    memset(d, 0, sizeof(*d));
+    d->num = num;
+    d->event_idx = features & (1ULL << VIRTIO_RING_F_EVENT_IDX);
+    d->size_a = size_a;
+    d->size_b = size_b;
+    d->off_b = 2 * size_a + 0x800;         /* not page-aligned */
+    d->map_len = d->off_b + size_b;
+    d->memfd = memfd_create("test-virtqueue", MFD_CLOEXEC);
+    g_assert_cmpint(d->memfd, >=, 0);
+    g_assert_cmpint(ftruncate(d->memfd, d->map_len), ==, 0);
+    d->map = mmap(NULL, d->map_len, PROT_READ | PROT_WRITE,
+                  MAP_SHARED | MAP_NORESERVE, d->memfd, 0);
+    g_assert(d->map != MAP_FAILED);
+    d->mem = drv_build_table(d, true, true);
+
+    g_assert_cmpint(event_notifier_init(&d->kick, false), ==, 0);
+    g_assert_cmpint(event_notifier_init(&d->call, false), ==, 0);
+    g_assert_cmpint(event_notifier_init(&d->err, false), ==, 0);
+
+    d->ctx = ctx_new();
+    aio_context_set_poll_params(d->ctx, &no_polling);
+    d->vq = virtqueue_new(0);
+    g_assert_cmpint(virtqueue_set_num(d->vq, num), ==, 0);
+    virtqueue_set_addrs(d->vq, &addrs);
+    virtqueue_set_kick_fd(d->vq, dup(d->kick.fd));
+    virtqueue_set_call_fd(d->vq, dup(d->call.fd));
+    virtqueue_set_err_fd(d->vq, dup(d->err.fd));
+    virtqueue_set_features(d->vq, features | (1ULL << VIRTIO_F_VERSION_1));
+    virtqueue_set_aio_context(d->vq, d->ctx);
+    virtqueue_set_enabled(d->vq, true);
+}
+
+static void drv_setup(Drv *d, unsigned num, uint64_t features)
+{
+    drv_setup_sized(d, num, features, SMALL_REGION, SMALL_REGION);
+}
+
+/* Driver and device agree on base (before start). */
+static void drv_set_base(Drv *d, uint16_t base)
+{
+    d->avail_idx = base;
+    d->last_used = base;
+    st16(avail_idx_field(d), base);
+    st16(used_idx_field(d), base);
+    virtqueue_set_base(d->vq, base);
+}
+
+static void drv_start(Drv *d, VirtQueueHandler *handler)
+{
+    g_assert_cmpint(virtqueue_start(d->vq, d->mem, handler, d), ==, 0);
+    g_assert_true(virtqueue_is_started(d->vq));
+    /* Run the start-up BH now, so that tests start from a quiet loop. */
+    while (aio_poll(d->ctx, false)) {
+        /* nothing */
+    }
+}
+
+static void drv_cleanup(Drv *d)
+{
+    virtqueue_stop(d->vq);
+    virtqueue_free(d->vq);
+    aio_context_unref(d->ctx);
+    guest_memory_unref(d->mem);
+    munmap(d->map, d->map_len);
+    close(d->memfd);
+    event_notifier_cleanup(&d->kick);
+    event_notifier_cleanup(&d->call);
+    event_notifier_cleanup(&d->err);
+}
+
+static const uint64_t F_EVENT_IDX = 1ULL << VIRTIO_RING_F_EVENT_IDX;
+static const uint64_t F_INDIRECT_DESC = 1ULL << VIRTIO_RING_F_INDIRECT_DESC;
+
+/* ------------------------------------------------------------------------ */
+/* The device: an echo handler                                              */
+
+static size_t iov_size(const struct iovec *iov, unsigned n)
+{
+    size_t s = 0;
+
+    for (unsigned i = 0; i < n; i++) {
+        s += iov[i].iov_len;
+    }
+    return s;
+}
+
+/* Copy the out bytes into the in buffers; returns the bytes copied. */
+static size_t echo_element(VirtQueueElement *e)
+{
+    size_t out = iov_size(e->out_sg, e->out_num);
+    uint8_t *buf = g_malloc(out + 1);
+    size_t pos = 0, done = 0;
+
+    for (unsigned i = 0; i < e->out_num; i++) {
+        memcpy(buf + pos, e->out_sg[i].iov_base, e->out_sg[i].iov_len);
+        pos += e->out_sg[i].iov_len;
+    }
+    for (unsigned i = 0; i < e->in_num && done < out; i++) {
+        size_t n = MIN(e->in_sg[i].iov_len, out - done);
+
+        memcpy(e->in_sg[i].iov_base, buf + done, n);
+        done += n;
+    }
+    g_free(buf);
+    return done;
+}
+
+static void echo_handler(VirtQueue *vq, void *opaque)
+{
+    Drv *d = opaque;
+    VirtQueueElement *e = g_new0(VirtQueueElement, 1);
+
+    atomic_fetch_add(&d->handled, 1);
+    while (virtqueue_pop(vq, e) == 1) {
+        virtqueue_push(vq, e, echo_element(e));
+        atomic_fetch_add(&d->processed, 1);
+    }
+    g_free(e);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Set-up and start                                                         */
+
+static void test_setup(void)
+{
+    AioContext *ctx = ctx_new();
+    VirtQueue *vq = virtqueue_new(3);
+    VirtQueueAddrs addrs = { 0x1000, 0x2000, 0x3000, 0, 0 };
+    GuestMemory *mem = guest_memory_new_empty();
+    EventNotifier e;
+
+    g_assert_cmpuint(virtqueue_index(vq), ==, 3);
+    g_assert_cmpint(virtqueue_set_num(vq, 0), ==, -EINVAL);
+    g_assert_cmpint(virtqueue_set_num(vq, 3), ==, -EINVAL);
+    g_assert_cmpint(virtqueue_set_num(vq, 1025), ==, -EINVAL);
+    g_assert_cmpint(virtqueue_set_num(vq, 2048), ==, -EINVAL);
+    g_assert_cmpint(virtqueue_set_num(vq, 1), ==, 0);
+    g_assert_cmpint(virtqueue_set_num(vq, VIRTQUEUE_MAX_SIZE), ==, 0);
+    g_assert_false(virtqueue_is_ready(vq));
+    virtqueue_set_addrs(vq, &addrs);
+    g_assert_false(virtqueue_is_ready(vq));
+
+    virtqueue_set_aio_context(vq, ctx);
+    g_assert(virtqueue_get_aio_context(vq) == ctx);
+    /* Not ready: no kick fd. */
+    g_assert_cmpint(virtqueue_start(vq, mem, NULL, NULL), ==, -EINVAL);
+    g_assert_false(virtqueue_is_started(vq));
+    g_assert_false(virtqueue_is_broken(vq));
+
+    g_assert_cmpint(event_notifier_init(&e, false), ==, 0);
+    virtqueue_set_kick_fd(vq, e.fd);           /* the queue owns it now */
+    g_assert_true(virtqueue_is_ready(vq));
+    virtqueue_set_kick_fd(vq, -1);
+    g_assert_false(virtqueue_is_ready(vq));
+
+    g_assert_false(virtqueue_is_enabled(vq));
+    virtqueue_set_enabled(vq, true);
+    g_assert_true(virtqueue_is_enabled(vq));
+
+    /* Stopped: stop returns the base, set_memory waits for start. */
+    virtqueue_set_base(vq, 7);
+    g_assert_cmpuint(virtqueue_stop(vq), ==, 7);
+    g_assert_cmpint(virtqueue_set_memory(vq, mem), ==, 0);
+    g_assert_cmpuint(virtqueue_inflight(vq), ==, 0);
+
+    virtqueue_free(vq);
+    virtqueue_free(NULL);
+    guest_memory_unref(mem);
+    aio_context_unref(ctx);
+}
+
+static void start_fails(Drv *d, uint64_t desc, uint64_t avail, uint64_t used)
+{
+    VirtQueueAddrs addrs = { desc, avail, used, 0, 0 };
+
+    virtqueue_set_addrs(d->vq, &addrs);
+    g_test_expect_message(NULL, G_LOG_LEVEL_WARNING,
+                          "virtqueue 0 is broken*rings*not inside guest "
+                          "memory*");
+    g_assert_cmpint(virtqueue_start(d->vq, d->mem, echo_handler, d), ==,
+                    -EFAULT);
+    g_test_assert_expected_messages();
+    g_assert_false(virtqueue_is_started(d->vq));
+    g_assert_true(virtqueue_is_broken(d->vq));
+    g_assert_true(event_notifier_test_and_clear(&d->err));
+}
+
+static void test_start_rings_outside(void)
+{
+    Drv d;
+    uint64_t desc = QVA_A + DESC_GPA, avail = QVA_A + AVAIL_GPA;
+    uint64_t used = QVA_A + USED_GPA;
+    VirtQueueAddrs good = { desc, avail, used, 0, 0 };
+    VirtQueueElement *e = g_new0(VirtQueueElement, 1);
+
+    drv_setup(&d, 16, 0);
+    /* A GPA is not a front-end address. */
+    start_fails(&d, DESC_GPA, avail, used);
+    /* Outside every region. */
+    start_fails(&d, desc, QVA_A + 64 * MiB, used);
+    /* Straddling the end of a region (used ring is 6 + 8 * 16 bytes). */
+    start_fails(&d, desc, avail, QVA_A + SMALL_REGION - 64);
+    /* Desc table of 256 bytes running off region B's end. */
+    start_fails(&d, QVA_B + SMALL_REGION - 128, avail, used);
+    /* Overflowing. */
+    start_fails(&d, UINT64_MAX - 8, avail, used);
+    /* Misaligned used ring (its fields are accessed atomically). */
+    start_fails(&d, desc, avail, used + 2);
+    g_assert_cmpint(virtqueue_pop(d.vq, e), ==, -EIO);
+
+    /* Good addresses: a fresh start clears the broken state. */
+    virtqueue_set_addrs(d.vq, &good);
+    drv_start(&d, echo_handler);
+    g_assert_false(virtqueue_is_broken(d.vq));
+    g_assert_cmpint(virtqueue_pop(d.vq, e), ==, 0);
+    g_free(e);
+    drv_cleanup(&d);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Round trips                                                              */
+
+static void test_roundtrip_direct(void)
+{
+    Drv d;
+    VirtQueueElement *e = g_new0(VirtQueueElement, 1);
+    VirtQueueElement *more = g_new0(VirtQueueElement, 3);
+    Buf bufs[2] = { { DATA_GPA, 32, false }, { DATA_GPA + 0x1000, 64, true } };
+    const char reply[] = "response from the device";
+    char got[sizeof(reply)];
+    uint8_t expect[32];
+    VirtQueueStats st;
+    uint32_t id, len;
+    uint16_t head;
+
+    drv_setup(&d, 16, 0);
+    drv_start(&d, NULL);
+    g_assert_cmpuint(ld16(used_flags(&d)), ==, 0);
+
+    drv_fill(&d, DATA_GPA, 32, 0x40);
+    drv_read(&d, DATA_GPA, expect, 32);
+    head = drv_add_direct(&d, bufs, 2);
+    g_assert_true(drv_publish(&d, head));       /* notifications are on */
+
+    g_assert_cmpint(virtqueue_pop(d.vq, e), ==, 1);
+    g_assert_cmpuint(e->head, ==, head);
+    g_assert_cmpuint(e->out_num, ==, 1);
+    g_assert_cmpuint(e->in_num, ==, 1);
+    g_assert_cmpuint(e->in_bytes, ==, 64);
+    g_assert_cmpuint(e->out_sg[0].iov_len, ==, 32);
+    g_assert_cmpmem(e->out_sg[0].iov_base, 32, expect, 32);
+    g_assert(e->in_sg[0].iov_base ==
+             guest_memory_gpa_to_host(d.mem, DATA_GPA + 0x1000, 64));
+    g_assert_cmpuint(e->in_sg[0].iov_len, ==, 64);
+    g_assert_cmpuint(virtqueue_inflight(d.vq), ==, 1);
+    g_assert_cmpint(virtqueue_pop(d.vq, e), ==, 0);
+
+    memcpy(e->in_sg[0].iov_base, reply, sizeof(reply));
+    g_assert_false(drv_get_used(&d, &id, &len));
+    virtqueue_push(d.vq, e, sizeof(reply));
+    g_assert_cmpuint(virtqueue_inflight(d.vq), ==, 0);
+    g_assert_true(drv_get_used(&d, &id, &len));
+    g_assert_cmpuint(id, ==, head);
+    g_assert_cmpuint(len, ==, sizeof(reply));
+    drv_read(&d, DATA_GPA + 0x1000, got, sizeof(got));
+    g_assert_cmpstr(got, ==, reply);
+
+    /* The interrupt comes from the loop (a BH), not from push. */
+    g_assert_cmpuint(drv_calls(&d), ==, 0);
+    aio_poll(d.ctx, false);
+    g_assert_cmpuint(drv_calls(&d), ==, 1);
+
+    /* Several in flight, completed out of order. */
+    for (unsigned i = 0; i < 3; i++) {
+        drv_submit_one(&d);
+    }
+    for (unsigned i = 0; i < 3; i++) {
+        g_assert_cmpint(virtqueue_pop(d.vq, &more[i]), ==, 1);
+    }
+    g_assert_cmpuint(virtqueue_inflight(d.vq), ==, 3);
+    virtqueue_push(d.vq, &more[2], 1);
+    virtqueue_push(d.vq, &more[0], 2);
+    virtqueue_push(d.vq, &more[1], 3);
+    g_assert_true(drv_get_used(&d, &id, &len));
+    g_assert_cmpuint(id, ==, more[2].head);
+    g_assert_cmpuint(len, ==, 1);
+    g_assert_true(drv_get_used(&d, &id, &len));
+    g_assert_cmpuint(id, ==, more[0].head);
+    g_assert_true(drv_get_used(&d, &id, &len));
+    g_assert_cmpuint(id, ==, more[1].head);
+    g_assert_cmpuint(len, ==, 3);
+    aio_poll(d.ctx, false);
+    g_assert_cmpuint(drv_calls(&d), ==, 1);
+
+    virtqueue_get_stats(d.vq, &st);
+    g_assert_cmpuint(st.requests, ==, 4);
+    g_assert_cmpuint(st.interrupts, ==, 2);
+    g_assert_cmpuint(st.interrupts_suppressed, ==, 0);
+    g_free(e);
+    g_free(more);
+    drv_cleanup(&d);
+}
+
+static void test_roundtrip_indirect(void)
+{
+    Drv d;
+    VirtQueueElement *e = g_new0(VirtQueueElement, 1);
+    Buf bufs[3] = {
+        { DATA_GPA, 16, false },
+        { DATA_GPA + 0x1000, 512, true },
+        { DATA_GPA + 0x2000, 1, true },
+    };
+    Buf tail_in = { DATA_GPA + 0x3000, 8, true };
+    uint32_t id, len;
+    uint16_t head;
+
+    drv_setup(&d, 16, F_INDIRECT_DESC);
+    drv_start(&d, NULL);
+    drv_fill(&d, DATA_GPA, 16, 1);
+
+    head = drv_add_indirect(&d, TABLE_GPA, bufs, 3);
+    drv_publish(&d, head);
+    g_assert_cmpint(virtqueue_pop(d.vq, e), ==, 1);
+    g_assert_cmpuint(e->head, ==, head);
+    g_assert_cmpuint(e->out_num, ==, 1);
+    g_assert_cmpuint(e->in_num, ==, 2);
+    g_assert_cmpuint(e->in_bytes, ==, 513);
+    g_assert(e->out_sg[0].iov_base ==
+             guest_memory_gpa_to_host(d.mem, DATA_GPA, 16));
+    g_assert(e->in_sg[1].iov_base ==
+             guest_memory_gpa_to_host(d.mem, DATA_GPA + 0x2000, 1));
+    g_assert_cmpuint(echo_element(e), ==, 16);
+    virtqueue_push(d.vq, e, 513);
+    g_assert_true(drv_get_used(&d, &id, &len));
+    g_assert_cmpuint(id, ==, head);
+    g_assert_cmpuint(len, ==, 513);
+    {
+        uint8_t a[16], b[16];
+
+        drv_read(&d, DATA_GPA, a, 16);
+        drv_read(&d, DATA_GPA + 0x1000, b, 16);
+        g_assert_cmpmem(a, 16, b, 16);
+    }
+
+    /* A direct chain may end in an indirect descriptor (its WRITE flag
+     * is ignored). */
+    drv_set_desc(&d, TABLE_GPA + 0x400, 0, tail_in.gpa, tail_in.len, F_WRITE,
+                 0);
+    drv_set_desc(&d, DESC_GPA, 5, DATA_GPA, 4, F_NEXT, 6);
+    drv_set_desc(&d, DESC_GPA, 6, TABLE_GPA + 0x400, 16,
+                 F_INDIRECT | F_WRITE, 0);
+    drv_publish(&d, 5);
+    g_assert_cmpint(virtqueue_pop(d.vq, e), ==, 1);
+    g_assert_cmpuint(e->head, ==, 5);
+    g_assert_cmpuint(e->out_num, ==, 1);
+    g_assert_cmpuint(e->in_num, ==, 1);
+    g_assert_cmpuint(e->in_bytes, ==, 8);
+    virtqueue_push(d.vq, e, 0);
+    g_assert_true(drv_get_used(&d, &id, &len));
+    g_assert_cmpuint(len, ==, 0);
+    g_free(e);
+    drv_cleanup(&d);
+}
+
+static void test_index_wrap(void)
+{
+    Drv d;
+    VirtQueueElement *e = g_new0(VirtQueueElement, 1);
+    uint32_t id, len;
+
+    drv_setup(&d, 16, F_EVENT_IDX);
+    drv_set_base(&d, 65530);
+    drv_start(&d, NULL);
+    g_assert_cmpuint(ld16(avail_event(&d)), ==, 65530);
+    for (unsigned i = 0; i < 40; i++) {
+        uint16_t head = drv_submit_one(&d);
+
+        g_assert_cmpint(virtqueue_pop(d.vq, e), ==, 1);
+        g_assert_cmpuint(e->head, ==, head);
+        virtqueue_push(d.vq, e, i % 16);
+        g_assert_true(drv_get_used(&d, &id, &len));
+        g_assert_cmpuint(id, ==, head);
+        g_assert_cmpuint(len, ==, i % 16);
+    }
+    g_assert_cmpuint(ld16(used_idx_field(&d)), ==, (uint16_t)(65530 + 40));
+    g_assert_cmpuint(virtqueue_stop(d.vq), ==, (uint16_t)(65530 + 40));
+    g_free(e);
+    drv_cleanup(&d);
+}
+
+static void test_multi_region(void)
+{
+    Drv d;
+    VirtQueueElement *e = g_new0(VirtQueueElement, 1);
+    uint64_t cross = SMALL_REGION - 0x800;      /* 2 KiB before B */
+    Buf bufs[2] = {
+        { cross, 0x1000, false },                /* 2 KiB in A, 2 KiB in B */
+        { SMALL_REGION - 0x100, 0x200, true },   /* 256 B in A, 256 B in B */
+    };
+    uint8_t *out = g_malloc(0x1000), in[0x200];
+    uint32_t id, len;
+
+    drv_setup(&d, 16, 0);
+    drv_start(&d, NULL);
+    drv_fill(&d, cross, 0x1000, 9);
+    drv_read(&d, cross, out, 0x1000);
+    drv_publish(&d, drv_add_direct(&d, bufs, 2));
+
+    g_assert_cmpint(virtqueue_pop(d.vq, e), ==, 1);
+    g_assert_cmpuint(e->out_num, ==, 2);
+    g_assert_cmpuint(e->in_num, ==, 2);
+    g_assert(e->out_sg[0].iov_base ==
+             guest_memory_gpa_to_host(d.mem, cross, 0x800));
+    g_assert_cmpuint(e->out_sg[0].iov_len, ==, 0x800);
+    g_assert(e->out_sg[1].iov_base ==
+             guest_memory_gpa_to_host(d.mem, SMALL_REGION, 0x800));
+    g_assert_cmpuint(e->out_sg[1].iov_len, ==, 0x800);
+    /* Adjacent in GPA, not in our address space. */
+    g_assert((uint8_t *)e->out_sg[0].iov_base + 0x800 !=
+             e->out_sg[1].iov_base);
+    g_assert_cmpmem(e->out_sg[0].iov_base, 0x800, out, 0x800);
+    g_assert_cmpmem(e->out_sg[1].iov_base, 0x800, out + 0x800, 0x800);
+    g_assert_cmpuint(e->in_sg[0].iov_len, ==, 0x100);
+    g_assert_cmpuint(e->in_sg[1].iov_len, ==, 0x100);
+    g_assert_cmpuint(e->in_bytes, ==, 0x200);
+
+    g_assert_cmpuint(echo_element(e), ==, 0x200);
+    virtqueue_push(d.vq, e, 0x200);
+    g_assert_true(drv_get_used(&d, &id, &len));
+    g_assert_cmpuint(len, ==, 0x200);
+    drv_read(&d, SMALL_REGION - 0x100, in, sizeof(in));
+    g_assert_cmpmem(in, sizeof(in), out, sizeof(in));
+    g_free(out);
+    g_free(e);
+    drv_cleanup(&d);
+}
+
+static void test_segments(void)
+{
+    Drv d;
+    VirtQueueElement *e = g_new0(VirtQueueElement, 1);
+    Buf bufs[6] = {
+        { DATA_GPA, 1, false },
+        { DATA_GPA + 0x100, 100, false },
+        { DATA_GPA + 0x200, 511, false },
+        { DATA_GPA + 0x1000, 4096, true },
+        { DATA_GPA + 0x3000, 0, true },          /* empty: no iovec */
+        { DATA_GPA + 0x2000, 1, true },
+    };
+    Buf *many = g_new0(Buf, VIRTQUEUE_MAX_SEGS);
+    Buf full[16];
+
+    drv_setup(&d, 16, F_INDIRECT_DESC);
+    drv_start(&d, NULL);
+
+    drv_publish(&d, drv_add_direct(&d, bufs, 6));
+    g_assert_cmpint(virtqueue_pop(d.vq, e), ==, 1);
+    g_assert_cmpuint(e->out_num, ==, 3);
+    g_assert_cmpuint(e->in_num, ==, 2);
+    g_assert_cmpuint(e->out_sg[0].iov_len, ==, 1);
+    g_assert_cmpuint(e->out_sg[1].iov_len, ==, 100);
+    g_assert_cmpuint(e->out_sg[2].iov_len, ==, 511);
+    g_assert_cmpuint(e->in_sg[0].iov_len, ==, 4096);
+    g_assert_cmpuint(e->in_sg[1].iov_len, ==, 1);
+    g_assert_cmpuint(e->in_bytes, ==, 4097);
+    virtqueue_push(d.vq, e, 4097);
+
+    /* Exactly VIRTQUEUE_MAX_SEGS iovecs, half out, half in. */
+    for (unsigned i = 0; i < VIRTQUEUE_MAX_SEGS; i++) {
+        many[i] = (Buf) { DATA_GPA + 16 * i, 8, i >= VIRTQUEUE_MAX_SEGS / 2 };
+    }
+    drv_publish(&d, drv_add_indirect(&d, TABLE_GPA, many,
+                                     VIRTQUEUE_MAX_SEGS));
+    g_assert_cmpint(virtqueue_pop(d.vq, e), ==, 1);
+    g_assert_cmpuint(e->out_num, ==, VIRTQUEUE_MAX_SEGS / 2);
+    g_assert_cmpuint(e->in_num, ==, VIRTQUEUE_MAX_SEGS / 2);
+    g_assert_cmpuint(e->in_bytes, ==, 8 * VIRTQUEUE_MAX_SEGS / 2);
+    virtqueue_push(d.vq, e, 0);
+
+    /* A direct chain through all num descriptors is fine. */
+    for (unsigned i = 0; i < 16; i++) {
+        full[i] = (Buf) { DATA_GPA + 32 * i, 32, i >= 8 };
+    }
+    d.next_desc = 3;        /* wraps around the end of the table */
+    drv_publish(&d, drv_add_direct(&d, full, 16));
+    g_assert_cmpint(virtqueue_pop(d.vq, e), ==, 1);
+    g_assert_cmpuint(e->head, ==, 3);
+    g_assert_cmpuint(e->out_num, ==, 8);
+    g_assert_cmpuint(e->in_num, ==, 8);
+    virtqueue_push(d.vq, e, 256);
+    g_assert_false(virtqueue_is_broken(d.vq));
+    g_free(many);
+    g_free(e);
+    drv_cleanup(&d);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Interrupts and kicks                                                     */
+
+/* Pop n elements and push them all back (one loop turn's worth). */
+static void device_complete(Drv *d, unsigned n)
+{
+    VirtQueueElement *e = g_new0(VirtQueueElement, 1);
+
+    for (unsigned i = 0; i < n; i++) {
+        g_assert_cmpint(virtqueue_pop(d->vq, e), ==, 1);
+        virtqueue_push(d->vq, e, 4);
+    }
+    g_free(e);
+}
+
+static void submit_n(Drv *d, unsigned n)
+{
+    for (unsigned i = 0; i < n; i++) {
+        drv_submit_one(d);
+    }
+}
+
+static void test_no_interrupt_flag(void)
+{
+    Drv d;
+    VirtQueueStats st;
+
+    drv_setup(&d, 16, 0);
+    drv_start(&d, NULL);
+    st16(avail_flags(&d), 1);                   /* NO_INTERRUPT */
+    submit_n(&d, 2);
+    device_complete(&d, 2);
+    aio_poll(d.ctx, false);
+    g_assert_cmpuint(drv_calls(&d), ==, 0);
+    virtqueue_get_stats(d.vq, &st);
+    g_assert_cmpuint(st.interrupts, ==, 0);
+    g_assert_cmpuint(st.interrupts_suppressed, ==, 1);
+
+    /* used_event means nothing without EVENT_IDX. */
+    st16(avail_flags(&d), 0);
+    st16(used_event(&d), 100);
+    submit_n(&d, 1);
+    device_complete(&d, 1);
+    aio_poll(d.ctx, false);
+    g_assert_cmpuint(drv_calls(&d), ==, 1);
+    virtqueue_get_stats(d.vq, &st);
+    g_assert_cmpuint(st.interrupts, ==, 1);
+    drv_cleanup(&d);
+}
+
+static void test_event_idx_interrupts(void)
+{
+    Drv d;
+    VirtQueueStats st;
+
+    drv_setup(&d, 16, F_EVENT_IDX);
+    drv_start(&d, NULL);
+
+    /* The first check after start has no history: it signals. */
+    st16(used_event(&d), 0);
+    submit_n(&d, 1);
+    device_complete(&d, 1);                     /* used idx 1 */
+    aio_poll(d.ctx, false);
+    g_assert_cmpuint(drv_calls(&d), ==, 1);
+
+    /* "Interrupt me once entry 2 is used", i.e. when used idx passes 2. */
+    st16(used_event(&d), 2);
+    submit_n(&d, 1);
+    device_complete(&d, 1);                     /* used idx 2 */
+    aio_poll(d.ctx, false);
+    g_assert_cmpuint(drv_calls(&d), ==, 0);
+    submit_n(&d, 1);
+    device_complete(&d, 1);                     /* used idx 3 */
+    aio_poll(d.ctx, false);
+    g_assert_cmpuint(drv_calls(&d), ==, 1);
+
+    /* Batches: the event must fall among the entries since the last check. */
+    st16(used_event(&d), 10);
+    submit_n(&d, 3);
+    device_complete(&d, 3);                     /* 4, 5, 6 */
+    aio_poll(d.ctx, false);
+    g_assert_cmpuint(drv_calls(&d), ==, 0);
+    submit_n(&d, 5);
+    device_complete(&d, 5);                     /* 7 .. 11 */
+    aio_poll(d.ctx, false);
+    g_assert_cmpuint(drv_calls(&d), ==, 1);
+
+    /* avail->flags is ignored with EVENT_IDX. */
+    st16(avail_flags(&d), 1);
+    st16(used_event(&d), 11);
+    submit_n(&d, 1);
+    device_complete(&d, 1);                     /* 12 */
+    aio_poll(d.ctx, false);
+    g_assert_cmpuint(drv_calls(&d), ==, 1);
+
+    /* An event index behind everything: no interrupt. */
+    st16(used_event(&d), 5);
+    submit_n(&d, 2);
+    device_complete(&d, 2);                     /* 13, 14 */
+    aio_poll(d.ctx, false);
+    g_assert_cmpuint(drv_calls(&d), ==, 0);
+
+    virtqueue_get_stats(d.vq, &st);
+    g_assert_cmpuint(st.interrupts, ==, 4);
+    g_assert_cmpuint(st.interrupts_suppressed, ==, 3);
+    drv_cleanup(&d);
+}
+
+static void test_avail_event(void)
+{
+    Drv d;
+    VirtQueueElement *e = g_new0(VirtQueueElement, 1);
+
+    drv_setup(&d, 16, F_EVENT_IDX);
+    drv_set_base(&d, 5);
+    st16(avail_event(&d), 1234);                /* stale, from someone else */
+    drv_start(&d, NULL);
+    g_assert_cmpuint(ld16(avail_event(&d)), ==, 5);
+    /* The device never sets NO_NOTIFY with EVENT_IDX. */
+    g_assert_cmpuint(ld16(used_flags(&d)), ==, 0);
+
+    /* The first entry past avail_event kicks, the next ones do not. */
+    g_assert_true(drv_publish(&d, drv_add_direct(&d, &(Buf){ DATA_GPA, 4,
+                                                         true }, 1)));
+    g_assert_false(drv_publish(&d, drv_add_direct(&d, &(Buf){ DATA_GPA, 4,
+                                                          true }, 1)));
+    g_assert_cmpint(virtqueue_pop(d.vq, e), ==, 1);
+    g_assert_cmpuint(ld16(avail_event(&d)), ==, 6);
+    virtqueue_push(d.vq, e, 0);
+    g_assert_cmpint(virtqueue_pop(d.vq, e), ==, 1);
+    g_assert_cmpuint(ld16(avail_event(&d)), ==, 7);
+    virtqueue_push(d.vq, e, 0);
+    g_assert_cmpint(virtqueue_pop(d.vq, e), ==, 0);
+    g_assert_cmpuint(ld16(avail_event(&d)), ==, 7);
+    /* Caught up: the next entry kicks again. */
+    g_assert_true(drv_publish(&d, drv_add_direct(&d, &(Buf){ DATA_GPA, 4,
+                                                         true }, 1)));
+    g_assert_cmpuint(d.kicks, ==, 2);
+    g_free(e);
+    drv_cleanup(&d);
+}
+
+static void test_one_signal_per_turn(void)
+{
+    Drv d;
+    VirtQueueStats st;
+    uint32_t id, len;
+    unsigned used = 0;
+
+    drv_setup(&d, 16, 0);
+    drv_start(&d, echo_handler);
+    submit_n(&d, 12);
+    g_assert_cmpuint(d.kicks, ==, 12);          /* notifications on */
+    g_assert_true(aio_poll(d.ctx, false));
+    g_assert_cmpuint(atomic_load(&d.processed), ==, 12);
+    g_assert_cmpuint(drv_calls(&d), ==, 1);     /* 12 pushes, 1 interrupt */
+    while (drv_get_used(&d, &id, &len)) {
+        used++;
+    }
+    g_assert_cmpuint(used, ==, 12);
+
+    submit_n(&d, 5);
+    aio_poll(d.ctx, false);
+    g_assert_cmpuint(atomic_load(&d.processed), ==, 17);
+    g_assert_cmpuint(drv_calls(&d), ==, 1);
+    virtqueue_get_stats(d.vq, &st);
+    g_assert_cmpuint(st.requests, ==, 17);
+    g_assert_cmpuint(st.interrupts, ==, 2);
+    g_assert_cmpuint(st.kicks, ==, 2);          /* the eventfd coalesces */
+    drv_cleanup(&d);
+}
+
+static void test_kick_dispatch(void)
+{
+    Drv d;
+    AioHandlerWindow w[4];
+    VirtQueueStats st;
+    uint32_t id, len;
+    int n;
+    bool named = false;
+
+    drv_setup(&d, 16, 0);
+    drv_start(&d, echo_handler);
+    g_assert_cmpuint(atomic_load(&d.handled), ==, 1);  /* start-up check */
+    g_assert_cmpuint(atomic_load(&d.processed), ==, 0);
+
+    n = aio_context_get_handler_windows(d.ctx, w, G_N_ELEMENTS(w));
+    for (int i = 0; i < MIN(n, 4); i++) {
+        named |= strcmp(w[i].name, "vq0") == 0;
+    }
+    g_assert_true(named);
+
+    drv_fill(&d, DATA_GPA, 8, 0x11);
+    drv_publish(&d, drv_add_direct(&d, (Buf[]){ { DATA_GPA, 8, false },
+                                                { DATA_GPA + 0x100, 8, true } },
+                                   2));
+    g_assert_cmpuint(d.kicks, ==, 1);
+    g_assert_true(aio_poll(d.ctx, true));
+    g_assert_cmpuint(atomic_load(&d.handled), ==, 2);
+    g_assert_cmpuint(atomic_load(&d.processed), ==, 1);
+    g_assert_true(drv_get_used(&d, &id, &len));
+    g_assert_cmpuint(len, ==, 8);
+    g_assert_cmpuint(drv_calls(&d), ==, 1);
+    virtqueue_get_stats(d.vq, &st);
+    g_assert_cmpuint(st.kicks, ==, 1);
+    g_assert_cmpuint(st.polled, ==, 0);
+
+    /* A spurious kick just runs the handler, which finds nothing. */
+    event_notifier_set(&d.kick);
+    aio_poll(d.ctx, true);
+    g_assert_cmpuint(atomic_load(&d.handled), ==, 3);
+    g_assert_cmpuint(atomic_load(&d.processed), ==, 1);
+    aio_poll(d.ctx, false);
+    g_assert_cmpuint(drv_calls(&d), ==, 0);
+    drv_cleanup(&d);
+}
+
+/* Entries published before start (no kick will come) are still served. */
+static void test_start_pending(void)
+{
+    Drv d;
+
+    drv_setup(&d, 16, 0);
+    st16(used_flags(&d), 1);             /* left over by a previous back-end */
+    submit_n(&d, 3);
+    g_assert_cmpuint(d.kicks, ==, 0);
+    g_assert_cmpint(virtqueue_start(d.vq, d.mem, echo_handler, &d), ==, 0);
+    g_assert_cmpuint(ld16(used_flags(&d)), ==, 0);
+    while (aio_poll(d.ctx, false)) {
+        /* the start-up BH, then the notify BH it scheduled */
+    }
+    g_assert_cmpuint(atomic_load(&d.processed), ==, 3);
+    g_assert_cmpuint(drv_calls(&d), ==, 1);
+    drv_cleanup(&d);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Polling                                                                  */
+
+typedef struct PollRun {
+    Drv *d;
+    unsigned n;
+    _Atomic unsigned unkicked;       /* entries published without a kick */
+    _Atomic unsigned saw_no_notify;  /* NO_NOTIFY was set when publishing */
+    _Atomic unsigned saw_stale;      /* avail_event was behind */
+} PollRun;
+
+static gpointer poll_producer(gpointer opaque)
+{
+    PollRun *run = opaque;
+    Drv *d = run->d;
+
+    for (unsigned i = 0; i < run->n; i++) {
+        int64_t deadline = g_get_monotonic_time() + 10 * G_USEC_PER_SEC;
+
+        /* One request at a time, like a guest at queue depth 1. */
+        while (atomic_load(&d->processed) < i) {
+            g_assert_cmpint(g_get_monotonic_time(), <, deadline);
+            sleep_ns(20000);
+        }
+        sleep_ns(NS_PER_MS);
+        if (ld16(used_flags(d)) & 1) {
+            atomic_fetch_add(&run->saw_no_notify, 1);
+        }
+        if (d->event_idx && ld16(avail_event(d)) != d->avail_idx) {
+            atomic_fetch_add(&run->saw_stale, 1);
+        }
+        if (!drv_publish(d, drv_add_direct(d, &(Buf){ DATA_GPA, 8, true },
+                                           1))) {
+            atomic_fetch_add(&run->unkicked, 1);
+        }
+    }
+    return NULL;
+}
+
+static void run_polled(bool event_idx)
+{
+    Drv d;
+    PollRun run = { .d = &d, .n = 30 };
+    /* Two events arriving after the window open it to max_ns. */
+    AioPollParams params = { .max_ns = 500 * NS_PER_MS, .grow = 1000000 };
+    int64_t deadline;
+    VirtQueueStats st;
+    GThread *t;
+
+    drv_setup(&d, 16, event_idx ? F_EVENT_IDX : 0);
+    aio_context_set_poll_params(d.ctx, &params);
+    drv_start(&d, echo_handler);
+    t = g_thread_new("producer", poll_producer, &run);
+    deadline = g_get_monotonic_time() + 20 * G_USEC_PER_SEC;
+    while (atomic_load(&d.processed) < run.n) {
+        g_assert_cmpint(g_get_monotonic_time(), <, deadline);
+        aio_poll(d.ctx, true);
+    }
+    g_thread_join(t);
+
+    virtqueue_get_stats(d.vq, &st);
+    g_test_message("%s: %u published, %" G_GUINT64_FORMAT " kicks, %u "
+                   "unkicked, %" G_GUINT64_FORMAT " found by polling",
+                   event_idx ? "event-idx" : "flags", run.n, d.kicks,
+                   atomic_load(&run.unkicked), st.polled);
+    g_assert_cmpuint(st.requests, ==, run.n);
+    g_assert_cmpuint(st.polled, >=, 1);
+    g_assert_cmpuint(atomic_load(&run.unkicked), >=, 1);
+    g_assert_cmpuint(d.kicks + atomic_load(&run.unkicked), ==, run.n);
+    g_assert_cmpuint(st.kicks, <=, d.kicks);
+    if (event_idx) {
+        /* Polling stopped advancing avail_event; flags stay 0. */
+        g_assert_cmpuint(atomic_load(&run.saw_stale), >=, 1);
+        g_assert_cmpuint(atomic_load(&run.saw_no_notify), ==, 0);
+    } else {
+        /* io_poll_begin set NO_NOTIFY while the loop was spinning. */
+        g_assert_cmpuint(atomic_load(&run.saw_no_notify), >=, 1);
+    }
+
+    /* Removing the handler ends polling: notifications back on. */
+    g_assert_cmpuint(virtqueue_stop(d.vq), ==, run.n);
+    g_assert_cmpuint(ld16(used_flags(&d)), ==, 0);
+    if (event_idx) {
+        g_assert_cmpuint(ld16(avail_event(&d)), ==, run.n);
+    }
+    drv_cleanup(&d);
+}
+
+static void test_poll_dispatch(void)
+{
+    run_polled(false);
+}
+
+static void test_poll_dispatch_event_idx(void)
+{
+    run_polled(true);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Stop, restart, memory changes                                            */
+
+static void test_stop_restart(void)
+{
+    Drv d;
+    VirtQueueElement *e = g_new0(VirtQueueElement, 1);
+    uint32_t id = 0, len = 0;
+
+    drv_setup(&d, 16, 0);
+    drv_start(&d, NULL);
+    submit_n(&d, 3);
+    device_complete(&d, 3);
+    /* Stopping flushes the pending interrupt of this turn's pushes. */
+    g_assert_cmpuint(virtqueue_stop(d.vq), ==, 3);
+    g_assert_false(virtqueue_is_started(d.vq));
+    g_assert_cmpuint(drv_calls(&d), ==, 1);
+    g_assert_cmpuint(virtqueue_stop(d.vq), ==, 3);     /* idempotent */
+
+    /* While stopped, nothing is popped or dispatched. */
+    submit_n(&d, 1);
+    aio_poll(d.ctx, false);
+    g_assert_cmpint(virtqueue_pop(d.vq, e), ==, 0);
+
+    /* Restart from the returned base. */
+    virtqueue_set_base(d.vq, 3);
+    drv_start(&d, NULL);
+    g_assert_cmpint(virtqueue_pop(d.vq, e), ==, 1);
+    g_assert_cmpuint(virtqueue_inflight(d.vq), ==, 1);
+
+    /* Stop, then drain: an element pushed after stop still reaches the
+     * used ring, and the driver gets its interrupt at once. */
+    g_assert_cmpuint(virtqueue_stop(d.vq), ==, 4);
+    g_assert_cmpuint(drv_calls(&d), ==, 0);
+    virtqueue_push(d.vq, e, 2);
+    g_assert_cmpuint(virtqueue_inflight(d.vq), ==, 0);
+    g_assert_cmpuint(drv_calls(&d), ==, 1);
+    while (drv_get_used(&d, &id, &len)) {
+        /* the three from before, then this one */
+    }
+    g_assert_cmpuint(id, ==, e->head);
+    g_assert_cmpuint(len, ==, 2);
+    aio_poll(d.ctx, false);
+    g_assert_cmpuint(drv_calls(&d), ==, 0);
+
+    /* Same with NO_INTERRUPT: the driver's wish still counts. */
+    drv_start(&d, NULL);
+    st16(avail_flags(&d), 1);
+    submit_n(&d, 1);
+    g_assert_cmpint(virtqueue_pop(d.vq, e), ==, 1);
+    g_assert_cmpuint(virtqueue_stop(d.vq), ==, 5);
+    virtqueue_push(d.vq, e, 0);
+    g_assert_cmpuint(drv_calls(&d), ==, 0);
+    g_free(e);
+    drv_cleanup(&d);
+}
+
+static bool page_is_mapped(const void *p)
+{
+    long page = sysconf(_SC_PAGESIZE);
+    void *base = (void *)((uintptr_t)p & ~(uintptr_t)(page - 1));
+    unsigned char vec;
+
+    return mincore(base, page, &vec) == 0;
+}
+
+static void test_set_memory(void)
+{
+    Drv d;
+    VirtQueueElement *e = g_new0(VirtQueueElement, 1);
+    GuestMemory *next, *only_b;
+    uint8_t *old_in;
+    uint32_t id, len;
+
+    drv_setup(&d, 16, 0);
+    drv_start(&d, NULL);
+    submit_n(&d, 1);
+    g_assert_cmpint(virtqueue_pop(d.vq, e), ==, 1);
+    old_in = e->in_sg[0].iov_base;
+
+    /* A new table (fresh mappings of the same memory); we drop the old
+     * one, but the element in flight keeps it mapped. */
+    next = drv_build_table(&d, true, true);
+    g_assert_cmpint(virtqueue_set_memory(d.vq, next), ==, 0);
+    guest_memory_unref(d.mem);
+    d.mem = next;
+    g_assert(page_is_mapped(old_in));
+    memset(old_in, 0x77, 16);
+    virtqueue_push(d.vq, e, 16);
+    g_assert_false(page_is_mapped(old_in));    /* released with the push */
+    g_assert_true(drv_get_used(&d, &id, &len));
+
+    /* The rings now come from the new table. */
+    submit_n(&d, 1);
+    g_assert_cmpint(virtqueue_pop(d.vq, e), ==, 1);
+    g_assert(e->in_sg[0].iov_base ==
+             guest_memory_gpa_to_host(next, DATA_GPA + 0x100, 16));
+    virtqueue_push(d.vq, e, 1);
+    g_assert_true(drv_get_used(&d, &id, &len));
+    g_assert_cmpuint(len, ==, 1);
+
+    /* A table without the rings breaks the queue; stop still works. */
+    only_b = drv_build_table(&d, false, true);
+    g_test_expect_message(NULL, G_LOG_LEVEL_WARNING,
+                          "virtqueue 0 is broken*not inside the new guest "
+                          "memory table*");
+    g_assert_cmpint(virtqueue_set_memory(d.vq, only_b), ==, -EFAULT);
+    g_test_assert_expected_messages();
+    g_assert_true(virtqueue_is_broken(d.vq));
+    g_assert_cmpint(virtqueue_pop(d.vq, e), ==, -EIO);
+    guest_memory_unref(only_b);
+    g_assert_cmpuint(virtqueue_stop(d.vq), ==, 2);
+    g_free(e);
+    drv_cleanup(&d);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Malformed rings                                                          */
+
+/* The next pop must break the queue with one warning containing why. */
+static void expect_broken(Drv *d, const char *why)
+{
+    VirtQueueElement *e = g_new0(VirtQueueElement, 1);
+    char *pattern = g_strdup_printf("virtqueue 0 is broken*%s*", why);
+    unsigned handled;
+    VirtQueueStats st;
+
+    g_test_expect_message(NULL, G_LOG_LEVEL_WARNING, pattern);
+    g_assert_cmpint(virtqueue_pop(d->vq, e), ==, -EIO);
+    g_test_assert_expected_messages();
+    g_assert_true(virtqueue_is_broken(d->vq));
+    g_assert_true(event_notifier_test_and_clear(&d->err));
+    g_assert_cmpuint(virtqueue_inflight(d->vq), ==, 0);
+
+    /* Once only; from now on -EIO, and the handler no longer runs. */
+    g_assert_cmpint(virtqueue_pop(d->vq, e), ==, -EIO);
+    handled = atomic_load(&d->handled);
+    event_notifier_set(&d->kick);
+    aio_poll(d->ctx, false);
+    g_assert_cmpuint(atomic_load(&d->handled), ==, handled);
+    g_assert_false(event_notifier_test_and_clear(&d->err));
+    virtqueue_get_stats(d->vq, &st);
+    g_assert_cmpuint(st.requests, ==, 0);
+
+    g_assert_cmpuint(virtqueue_stop(d->vq), ==, 0);
+    g_free(pattern);
+    g_free(e);
+}
+
+static void broken_setup(Drv *d, uint64_t features)
+{
+    drv_setup(d, 16, features);
+    drv_start(d, echo_handler);
+}
+
+static void test_bad_head(void)
+{
+    Drv d;
+
+    broken_setup(&d, 0);
+    drv_publish(&d, 16);
+    expect_broken(&d, "names descriptor 16 of a ring of 16");
+    drv_cleanup(&d);
+}
+
+static void test_bad_avail_jump(void)
+{
+    Drv d;
+
+    broken_setup(&d, 0);
+    st16(avail_idx_field(&d), 17);
+    expect_broken(&d, "avail index jumped from 0 to 17");
+    drv_cleanup(&d);
+}
+
+static void test_bad_loop(void)
+{
+    Drv d;
+
+    broken_setup(&d, 0);
+    drv_set_desc(&d, DESC_GPA, 0, DATA_GPA, 8, F_NEXT, 1);
+    drv_set_desc(&d, DESC_GPA, 1, DATA_GPA, 8, F_NEXT, 0);
+    drv_publish(&d, 0);
+    expect_broken(&d, "longer than 16 descriptors");
+    drv_cleanup(&d);
+}
+
+static void test_bad_self_loop(void)
+{
+    Drv d;
+
+    broken_setup(&d, 0);
+    drv_set_desc(&d, DESC_GPA, 7, DATA_GPA, 8, F_NEXT | F_WRITE, 7);
+    drv_publish(&d, 7);
+    expect_broken(&d, "longer than 16 descriptors");
+    drv_cleanup(&d);
+}
+
+static void test_bad_indirect_loop(void)
+{
+    Drv d;
+
+    broken_setup(&d, F_INDIRECT_DESC);
+    for (unsigned i = 0; i < 4; i++) {
+        drv_set_desc(&d, TABLE_GPA, i, DATA_GPA, 8, F_NEXT, (i + 1) % 4);
+    }
+    drv_set_desc(&d, DESC_GPA, 0, TABLE_GPA, 64, F_INDIRECT, 0);
+    drv_publish(&d, 0);
+    expect_broken(&d, "longer than 4 descriptors");
+    drv_cleanup(&d);
+}
+
+static void test_bad_next(void)
+{
+    Drv d;
+
+    broken_setup(&d, 0);
+    drv_set_desc(&d, DESC_GPA, 0, DATA_GPA, 8, F_NEXT, 16);
+    drv_publish(&d, 0);
+    expect_broken(&d, "links to descriptor 16 of a table of 16");
+    drv_cleanup(&d);
+}
+
+static void test_bad_addr_outside(void)
+{
+    Drv d;
+
+    broken_setup(&d, 0);
+    /* Starts in region B, runs past its end. */
+    drv_set_desc(&d, DESC_GPA, 0, 2 * SMALL_REGION - 8, 16, 0, 0);
+    drv_publish(&d, 0);
+    expect_broken(&d, "outside guest memory");
+    drv_cleanup(&d);
+}
+
+static void test_bad_addr_overflow(void)
+{
+    Drv d;
+
+    broken_setup(&d, 0);
+    drv_set_desc(&d, DESC_GPA, 0, DATA_GPA, 8, F_NEXT, 1);
+    drv_set_desc(&d, DESC_GPA, 1, UINT64_MAX - 7, 16, F_WRITE, 0);
+    drv_publish(&d, 0);
+    expect_broken(&d, "outside guest memory");
+    drv_cleanup(&d);
+}
+
+static void test_bad_in_before_out(void)
+{
+    Drv d;
+
+    broken_setup(&d, 0);
+    drv_set_desc(&d, DESC_GPA, 0, DATA_GPA, 8, F_NEXT | F_WRITE, 1);
+    drv_set_desc(&d, DESC_GPA, 1, DATA_GPA + 8, 8, 0, 0);
+    drv_publish(&d, 0);
+    expect_broken(&d, "device-readable buffer after a device-writable");
+    drv_cleanup(&d);
+}
+
+static void test_bad_nested_indirect(void)
+{
+    Drv d;
+
+    broken_setup(&d, F_INDIRECT_DESC);
+    drv_set_desc(&d, TABLE_GPA, 0, DATA_GPA, 8, F_NEXT, 1);
+    drv_set_desc(&d, TABLE_GPA, 1, TABLE_GPA + 0x100, 16, F_INDIRECT, 0);
+    drv_set_desc(&d, TABLE_GPA + 0x100, 0, DATA_GPA, 8, F_WRITE, 0);
+    drv_set_desc(&d, DESC_GPA, 0, TABLE_GPA, 32, F_INDIRECT, 0);
+    drv_publish(&d, 0);
+    expect_broken(&d, "nests an indirect table");
+    drv_cleanup(&d);
+}
+
+static void test_bad_indirect_no_feature(void)
+{
+    Drv d;
+
+    broken_setup(&d, 0);
+    drv_add_indirect(&d, TABLE_GPA, &(Buf){ DATA_GPA, 8, true }, 1);
+    drv_publish(&d, 0);
+    expect_broken(&d, "VIRTIO_RING_F_INDIRECT_DESC was not negotiated");
+    drv_cleanup(&d);
+}
+
+static void test_bad_indirect_len(void)
+{
+    static const struct {
+        uint32_t len;
+        const char *why;
+    } cases[] = {
+        { 24, "indirect table of 24 bytes" },
+        { 0, "indirect table of 0 bytes" },
+        { 17, "indirect table of 17 bytes" },
+        { 16 * (VIRTQUEUE_MAX_SIZE + 1), "indirect table of 16400 bytes" },
+    };
+
+    for (unsigned i = 0; i < G_N_ELEMENTS(cases); i++) {
+        Drv d;
+
+        broken_setup(&d, F_INDIRECT_DESC);
+        drv_set_desc(&d, DESC_GPA, 0, TABLE_GPA, cases[i].len, F_INDIRECT, 0);
+        drv_publish(&d, 0);
+        expect_broken(&d, cases[i].why);
+        drv_cleanup(&d);
+    }
+}
+
+static void test_bad_indirect_next(void)
+{
+    Drv d;
+
+    broken_setup(&d, F_INDIRECT_DESC);
+    drv_set_desc(&d, TABLE_GPA, 0, DATA_GPA, 8, F_WRITE, 0);
+    drv_set_desc(&d, DESC_GPA, 0, TABLE_GPA, 16, F_INDIRECT | F_NEXT, 1);
+    drv_set_desc(&d, DESC_GPA, 1, DATA_GPA, 8, F_WRITE, 0);
+    drv_publish(&d, 0);
+    expect_broken(&d, "indirect descriptor with VRING_DESC_F_NEXT");
+    drv_cleanup(&d);
+}
+
+static void test_bad_indirect_table_outside(void)
+{
+    static const uint64_t where[] = {
+        2 * SMALL_REGION,                 /* past the end */
+        SMALL_REGION - 16,                /* across the A/B boundary */
+        UINT64_MAX - 15,                  /* wrapping */
+    };
+
+    for (unsigned i = 0; i < G_N_ELEMENTS(where); i++) {
+        Drv d;
+
+        broken_setup(&d, F_INDIRECT_DESC);
+        drv_set_desc(&d, DESC_GPA, 0, where[i], 32, F_INDIRECT, 0);
+        drv_publish(&d, 0);
+        expect_broken(&d, "indirect table outside guest memory or across "
+                      "regions");
+        drv_cleanup(&d);
+    }
+}
+
+static void test_bad_too_many_segments(void)
+{
+    Buf *b = g_new0(Buf, VIRTQUEUE_MAX_SEGS + 1);
+
+    /* All out, and split between out and in: the budget is shared. */
+    for (unsigned split = 0; split < 2; split++) {
+        Drv d;
+
+        for (unsigned i = 0; i <= VIRTQUEUE_MAX_SEGS; i++) {
+            b[i] = (Buf) { DATA_GPA + 8 * i, 1, split && i >= 64 };
+        }
+        broken_setup(&d, F_INDIRECT_DESC);
+        drv_publish(&d, drv_add_indirect(&d, TABLE_GPA, b,
+                                         VIRTQUEUE_MAX_SEGS + 1));
+        expect_broken(&d, "needs more than 128 segments");
+        drv_cleanup(&d);
+    }
+
+    /* A buffer crossing a region boundary needs two iovecs. */
+    {
+        Drv d;
+
+        for (unsigned i = 0; i < VIRTQUEUE_MAX_SEGS; i++) {
+            b[i] = (Buf) { DATA_GPA + 8 * i, 1, false };
+        }
+        b[VIRTQUEUE_MAX_SEGS - 1] = (Buf) { SMALL_REGION - 1, 2, true };
+        broken_setup(&d, F_INDIRECT_DESC);
+        drv_publish(&d, drv_add_indirect(&d, TABLE_GPA, b,
+                                         VIRTQUEUE_MAX_SEGS));
+        expect_broken(&d, "needs more than 128 segments");
+        drv_cleanup(&d);
+    }
+    g_free(b);
+}
+
+/* More than 4 GiB in one chain (sparse memory: nothing is touched). */
+static void test_bad_total_length(void)
+{
+    Drv d;
+    uint64_t big = 2 * 1024 * MiB + MiB;
+
+    drv_setup_sized(&d, 16, 0, big, SMALL_REGION);
+    drv_start(&d, echo_handler);
+    drv_set_desc(&d, DESC_GPA, 0, MiB, 0x80000000u, F_NEXT, 1);
+    drv_set_desc(&d, DESC_GPA, 1, MiB, 0x80000000u, 0, 0);
+    drv_publish(&d, 0);
+    expect_broken(&d, "more than 4 GiB");
+    drv_cleanup(&d);
+}
+
+int main(int argc, char **argv)
+{
+    static const TestCase tests[] = {
+        { "/virtqueue/setup", test_setup },
+        { "/virtqueue/start/rings-outside", test_start_rings_outside },
+        { "/virtqueue/start/pending", test_start_pending },
+        { "/virtqueue/roundtrip/direct", test_roundtrip_direct },
+        { "/virtqueue/roundtrip/indirect", test_roundtrip_indirect },
+        { "/virtqueue/roundtrip/index-wrap", test_index_wrap },
+        { "/virtqueue/roundtrip/multi-region", test_multi_region },
+        { "/virtqueue/roundtrip/segments", test_segments },
+        { "/virtqueue/notify/no-interrupt-flag", test_no_interrupt_flag },
+        { "/virtqueue/notify/event-idx", test_event_idx_interrupts },
+        { "/virtqueue/notify/avail-event", test_avail_event },
+        { "/virtqueue/notify/one-signal-per-turn", test_one_signal_per_turn },
+        { "/virtqueue/dispatch/kick", test_kick_dispatch },
+        { "/virtqueue/dispatch/poll", test_poll_dispatch },
+        { "/virtqueue/dispatch/poll-event-idx", test_poll_dispatch_event_idx },
+        { "/virtqueue/stop-restart", test_stop_restart },
+        { "/virtqueue/set-memory", test_set_memory },
+        { "/virtqueue/malformed/head", test_bad_head },
+        { "/virtqueue/malformed/avail-jump", test_bad_avail_jump },
+        { "/virtqueue/malformed/loop", test_bad_loop },
+        { "/virtqueue/malformed/self-loop", test_bad_self_loop },
+        { "/virtqueue/malformed/indirect-loop", test_bad_indirect_loop },
+        { "/virtqueue/malformed/next", test_bad_next },
+        { "/virtqueue/malformed/addr-outside", test_bad_addr_outside },
+        { "/virtqueue/malformed/addr-overflow", test_bad_addr_overflow },
+        { "/virtqueue/malformed/in-before-out", test_bad_in_before_out },
+        { "/virtqueue/malformed/nested-indirect", test_bad_nested_indirect },
+        { "/virtqueue/malformed/indirect-no-feature",
+          test_bad_indirect_no_feature },
+        { "/virtqueue/malformed/indirect-len", test_bad_indirect_len },
+        { "/virtqueue/malformed/indirect-next", test_bad_indirect_next },
+        { "/virtqueue/malformed/indirect-outside",
+          test_bad_indirect_table_outside },
+        { "/virtqueue/malformed/too-many-segments",
+          test_bad_too_many_segments },
+        { "/virtqueue/malformed/total-length", test_bad_total_length },
+    };
+
+    g_test_init(&argc, &argv, NULL);
+    test_add_with_watchdog(tests, G_N_ELEMENTS(tests), 50);
+    return g_test_run();
+}
