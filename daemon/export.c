@@ -1,0 +1,434 @@
+/*
+ * Exports: the registry and the options every export type shares.
+ *
+ * Theory of operation
+ * -------------------
+ * An export serves one block node to front-ends.  export_create() reads the
+ * options in qemu-storage-daemon's BlockExportOptions (type, id, node-name,
+ * writable, writethrough, iothread, fixed-iothread), looks everything up,
+ * lets the type read its own options (ExportDriver.parse, no side effects),
+ * rejects unknown keys, and only then changes anything: it moves the node
+ * into the export's IOThread and starts the type (ExportDriver.start).  A
+ * failure at any step undoes the earlier ones, so a bad --export leaves the
+ * daemon as it was.
+ *
+ * Where the node runs.  A block node lives in one AioContext and every
+ * request to it is submitted and completed there, so an export's queues run
+ * in the node's context.  iothread=ID moves the node into that IOThread
+ * (it must be idle: nothing is exported from it yet).  Without iothread the
+ * node stays where it is (the main loop for a node nobody exports), as in
+ * qemu-storage-daemon.  If another export already serves the node from
+ * another context, fixed-iothread=on is an error and fixed-iothread=off
+ * (the default) uses the node's context instead of the one asked for.
+ * When the last export of a node that was moved goes away, the node moves
+ * back to the main loop.
+ *
+ * Several IOThreads for one export (iothread.0=a,iothread.1=b, or a JSON
+ * list) are accepted by the parser but refused: the block layer serves a
+ * node from a single context, and spreading one node's requests over
+ * several threads needs that to change first.
+ *
+ * Sharing.  A node may back several read-only exports; an export that is
+ * writable must have the node to itself (a guest caches what it reads and
+ * would not see another guest's writes).
+ *
+ * Threads: everything here runs in the main thread.
+ */
+#include <string.h>
+#include <glib.h>
+#include <json-glib/json-glib.h>
+
+#include "daemon/export-int.h"
+#include "util/iothread.h"
+
+static const ExportDriver *const export_drivers[] = {
+    &export_vhost_user_blk,
+    NULL,
+};
+
+/* Every export, in creation order. */
+static GPtrArray *exports;
+
+/* ------------------------------------------------------------------------ */
+/* Registry                                                                  */
+
+Export *export_find(const char *id)
+{
+    for (guint i = 0; exports && i < exports->len; i++) {
+        Export *exp = g_ptr_array_index(exports, i);
+
+        if (!strcmp(exp->id, id)) {
+            return exp;
+        }
+    }
+    return NULL;
+}
+
+/* Another export serving bs, other than skip; NULL if none. */
+static Export *export_find_by_node(BlockNode *bs, Export *skip)
+{
+    for (guint i = 0; exports && i < exports->len; i++) {
+        Export *exp = g_ptr_array_index(exports, i);
+
+        if (exp != skip && exp->bs == bs) {
+            return exp;
+        }
+    }
+    return NULL;
+}
+
+static const ExportDriver *export_driver_find(const char *type)
+{
+    for (int i = 0; export_drivers[i]; i++) {
+        if (!strcmp(export_drivers[i]->type, type)) {
+            return export_drivers[i];
+        }
+    }
+    return NULL;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Parsing                                                                   */
+
+/*
+ * A JSON list is the one form of "iothread" that Opts cannot read (its
+ * lists are lists of objects): turn ["a", "b"] into {"0": "a", "1": "b"},
+ * the tree the key=value form iothread.0=a,iothread.1=b produces.
+ */
+static void export_json_normalize_iothreads(JsonObject *obj)
+{
+    JsonNode *node = json_object_get_member(obj, "iothread");
+    JsonArray *array;
+    JsonObject *list;
+
+    if (!node || !JSON_NODE_HOLDS_ARRAY(node)) {
+        return;
+    }
+    array = json_node_get_array(node);
+    list = json_object_new();
+    for (guint i = 0; i < json_array_get_length(array); i++) {
+        g_autofree char *key = g_strdup_printf("%u", i);
+
+        json_object_set_member(list, key,
+                               json_node_copy(json_array_get_element(array,
+                                                                     i)));
+    }
+    json_object_set_object_member(obj, "iothread", list);
+}
+
+static bool export_str_is_json(const char *str)
+{
+    while (g_ascii_isspace(*str)) {
+        str++;
+    }
+    return *str == '{';
+}
+
+Opts *export_opts_parse(const char *str, Error **errp)
+{
+    g_autoptr(JsonParser) parser = NULL;
+    JsonNode *root;
+
+    if (!export_str_is_json(str)) {
+        return opts_parse_keyval(str, "type", errp);
+    }
+    parser = json_parser_new();
+    if (!json_parser_load_from_data(parser, str, -1, NULL) ||
+        !(root = json_parser_get_root(parser)) ||
+        !JSON_NODE_HOLDS_OBJECT(root)) {
+        /* Let the common parser describe what is wrong. */
+        return opts_parse_json(str, errp);
+    }
+    export_json_normalize_iothreads(json_node_get_object(root));
+    return opts_new_from_object(json_node_get_object(root));
+}
+
+/* The options every type shares, as read from Opts. */
+typedef struct ExportCommonOpts {
+    const char *type;
+    const char *id;
+    const char *node_name;
+    bool writable;
+    bool writethrough;
+    bool fixed_iothread;
+    GPtrArray *iothreads;        /* of const char * (borrowed from opts) */
+} ExportCommonOpts;
+
+/* "iothread": absent, one id, or a list (iothread.0=..., or JSON). */
+static bool export_read_iothreads(Opts *opts, GPtrArray *out, Error **errp)
+{
+    const char *id;
+
+    if (!opts_has(opts, "iothread")) {
+        return true;
+    }
+    if (!opts_has(opts, "iothread.0")) {
+        if (!opts_get_str(opts, "iothread", NULL, &id, errp)) {
+            return false;
+        }
+        g_ptr_array_add(out, (gpointer)id);
+        return true;
+    }
+    for (unsigned i = 0;; i++) {
+        g_autofree char *key = g_strdup_printf("iothread.%u", i);
+
+        if (!opts_has(opts, key)) {
+            break;
+        }
+        if (!opts_get_str(opts, key, NULL, &id, errp)) {
+            return false;
+        }
+        g_ptr_array_add(out, (gpointer)id);
+    }
+    return true;
+}
+
+static bool export_read_common(Opts *opts, ExportCommonOpts *c, Error **errp)
+{
+    if (!opts_get_str(opts, "type", NULL, &c->type, errp) ||
+        !opts_get_str(opts, "id", NULL, &c->id, errp) ||
+        !opts_get_str(opts, "node-name", NULL, &c->node_name, errp) ||
+        !opts_get_bool(opts, "writable", false, &c->writable, errp) ||
+        !opts_get_bool(opts, "writethrough", false, &c->writethrough, errp) ||
+        !opts_get_bool(opts, "fixed-iothread", false, &c->fixed_iothread,
+                       errp) ||
+        !export_read_iothreads(opts, c->iothreads, errp)) {
+        return false;
+    }
+    if (!c->type) {
+        error_setg(errp, "Parameter 'type' is missing (the export type: "
+                   "vhost-user-blk)");
+        return false;
+    }
+    if (!c->id) {
+        error_setg(errp, "Parameter 'id' is missing");
+        return false;
+    }
+    if (!*c->id) {
+        error_setg(errp, "Parameter 'id' must not be empty");
+        return false;
+    }
+    if (!c->node_name) {
+        error_setg(errp, "Parameter 'node-name' is missing");
+        return false;
+    }
+    return true;
+}
+
+/* The IOThread the export asks for; *iot = NULL if none.  Errors name it. */
+static bool export_lookup_iothread(GPtrArray *ids, IOThread **iot,
+                                   Error **errp)
+{
+    *iot = NULL;
+    for (guint i = 0; i < ids->len; i++) {
+        const char *id = g_ptr_array_index(ids, i);
+
+        if (!iothread_lookup(id)) {
+            error_setg(errp, "Parameter 'iothread': there is no IOThread "
+                       "'%s' (create it with an earlier --object "
+                       "iothread,id=%s)", id, id);
+            return false;
+        }
+    }
+    if (ids->len > 1) {
+        error_setg(errp, "Parameter 'iothread': %u IOThreads given, but "
+                   "multiple IOThreads per export are not supported yet (a "
+                   "block node is served from one IOThread); give one",
+                   ids->len);
+        return false;
+    }
+    if (ids->len == 1) {
+        *iot = iothread_lookup(g_ptr_array_index(ids, 0));
+    }
+    return true;
+}
+
+/* "IOThread 'x'" or "the main loop", for messages. */
+static char *export_describe_ctx(AioContext *ctx, AioContext *main_ctx)
+{
+    g_autoptr(GPtrArray) list = NULL;
+
+    if (ctx == main_ctx) {
+        return g_strdup("the main loop");
+    }
+    list = iothread_list();
+    for (guint i = 0; i < list->len; i++) {
+        IOThread *iot = g_ptr_array_index(list, i);
+
+        if (iothread_get_aio_context(iot) == ctx) {
+            return g_strdup_printf("IOThread '%s'", iothread_get_id(iot));
+        }
+    }
+    return g_strdup("another context");
+}
+
+/*
+ * Check that the node may be exported once more, and choose the context
+ * the export runs in.
+ */
+static bool export_check_sharing(Export *exp, const char *exp_id,
+                                 bool fixed_iothread, Error **errp)
+{
+    Export *other = export_find_by_node(exp->bs, NULL);
+    const char *node = block_node_get_name(exp->bs);
+
+    if (!other) {
+        return true;
+    }
+    if (exp->writable || other->writable) {
+        error_setg(errp, "node '%s' is already exported by '%s'; %s", node,
+                   other->id,
+                   exp->writable ? "a writable export needs the node to itself"
+                                 : "that export is writable and needs the "
+                                   "node to itself");
+        return false;
+    }
+    if (other->ctx != exp->ctx) {
+        g_autofree char *where = export_describe_ctx(other->ctx,
+                                                     exp->main_ctx);
+
+        if (fixed_iothread) {
+            error_setg(errp, "node '%s' is served by export '%s' from %s, so "
+                       "it cannot move (fixed-iothread=on)", node, other->id,
+                       where);
+            return false;
+        }
+        {
+            g_autofree char *asked = export_describe_ctx(exp->ctx,
+                                                         exp->main_ctx);
+
+            error_report("warning: export '%s': node '%s' is served by "
+                         "export '%s' from %s, so this export runs there "
+                         "too, not in %s (fixed-iothread=on makes this an "
+                         "error)", exp_id, node, other->id, where, asked);
+        }
+        exp->ctx = other->ctx;
+        exp->iothread = other->iothread;
+    }
+    return true;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Creation and deletion                                                     */
+
+static void export_free(Export *exp)
+{
+    g_free(exp->id);
+    g_free(exp);
+}
+
+/* Move the node back to the main loop if no other export uses it. */
+static void export_release_node(Export *exp)
+{
+    if (!export_find_by_node(exp->bs, exp) &&
+        block_node_get_aio_context(exp->bs) != exp->main_ctx) {
+        Error *err = NULL;
+
+        /* The export is stopped and drained: the node is idle. */
+        if (!block_node_set_aio_context(exp->bs, exp->main_ctx, &err)) {
+            error_prepend(&err, "export '%s': ", exp->id);
+            error_report_err(err);
+        }
+    }
+    block_node_unref(exp->bs);
+    exp->bs = NULL;
+}
+
+static Export *export_create_inner(Opts *opts, AioContext *main_ctx,
+                                   ExportCommonOpts *c, Error **errp)
+{
+    g_autofree Export *exp = g_new0(Export, 1);
+    BlockNode *bs;
+
+    if (!export_read_common(opts, c, errp)) {
+        return NULL;
+    }
+    exp->drv = export_driver_find(c->type);
+    if (!exp->drv) {
+        error_setg(errp, "Parameter 'type': unknown export type '%s' "
+                   "(supported: vhost-user-blk)", c->type);
+        return NULL;
+    }
+    if (export_find(c->id)) {
+        error_setg(errp, "an export with id '%s' already exists", c->id);
+        return NULL;
+    }
+    bs = block_node_find(c->node_name);
+    if (!bs) {
+        error_setg(errp, "Parameter 'node-name': there is no node '%s' "
+                   "(define it with an earlier --blockdev)", c->node_name);
+        return NULL;
+    }
+    if (!export_lookup_iothread(c->iothreads, &exp->iothread, errp)) {
+        return NULL;
+    }
+    if (c->writable && block_node_is_read_only(bs)) {
+        error_setg(errp, "writable=on, but node '%s' is read-only",
+                   c->node_name);
+        return NULL;
+    }
+    exp->bs = bs;
+    exp->main_ctx = main_ctx;
+    exp->writable = c->writable;
+    exp->writethrough = c->writethrough;
+    exp->ctx = exp->iothread ? iothread_get_aio_context(exp->iothread)
+                             : block_node_get_aio_context(bs);
+    if (!export_check_sharing(exp, c->id, c->fixed_iothread, errp)) {
+        return NULL;
+    }
+
+    exp->state = exp->drv->parse(opts, errp);
+    if (!exp->state) {
+        return NULL;
+    }
+    if (!opts_check_unused(opts, NULL, errp) ||
+        !block_node_set_aio_context(bs, exp->ctx, errp)) {
+        exp->drv->free(exp->state);
+        return NULL;
+    }
+    exp->id = g_strdup(c->id);
+    block_node_ref(bs);
+    if (!exp->drv->start(exp, exp->state, errp)) {
+        exp->drv->free(exp->state);
+        export_release_node(exp);
+        g_clear_pointer(&exp->id, g_free);
+        return NULL;
+    }
+    if (!exports) {
+        exports = g_ptr_array_new();
+    }
+    g_ptr_array_add(exports, exp);
+    return g_steal_pointer(&exp);
+}
+
+Export *export_create(Opts *opts, AioContext *main_ctx, Error **errp)
+{
+    g_autoptr(GPtrArray) iothreads = g_ptr_array_new();
+    ExportCommonOpts c = { .iothreads = iothreads };
+    Export *exp;
+
+    g_assert(aio_context_in_home_thread(main_ctx));
+    exp = export_create_inner(opts, main_ctx, &c, errp);
+    if (!exp && c.id && *c.id && errp && *errp) {
+        error_prepend(errp, "export '%s': ", c.id);
+    }
+    return exp;
+}
+
+void export_delete(Export *exp)
+{
+    g_assert(aio_context_in_home_thread(exp->main_ctx));
+    g_ptr_array_remove(exports, exp);
+    exp->drv->free(exp->state);
+    export_release_node(exp);
+    export_free(exp);
+}
+
+void export_delete_all(void)
+{
+    /* Newest first: the reverse of the order they were created in. */
+    while (exports && exports->len) {
+        export_delete(g_ptr_array_index(exports, exports->len - 1));
+    }
+    g_clear_pointer(&exports, g_ptr_array_unref);
+}

@@ -1,0 +1,871 @@
+/*
+ * spindle: the daemon's command line, start-up, main loop and shutdown.
+ *
+ * Theory of operation
+ * -------------------
+ * The command line follows qemu-storage-daemon's (docs/cli.md):
+ *
+ *   spindle [--object iothread,...] [--blockdev ...] [--export ...]
+ *           [--chardev socket,...] [--monitor ...] [--pidfile PATH]
+ *           [--daemonize]
+ *
+ * It is read in two passes.  The first (getopt) only collects the options
+ * in order and handles what needs nothing started: --help, --version,
+ * --object help, and options Spindle does not have.  Then, with
+ * --daemonize, the process forks *before* creating any thread (a fork
+ * keeps only the calling thread, so it cannot come after the IOThreads
+ * exist): the child does all the work and tells the parent through a pipe
+ * when it is ready; the parent exits 0 then, or with the child's status if
+ * the child fails first.  Its error messages reach the terminal because
+ * the child redirects its stdio to /dev/null only once it is ready.
+ *
+ * The second pass creates things in the order given, so an --export can
+ * use only the --blockdev and --object options before it.  The first error
+ * prints one line, "spindle: --OPTION: message", deletes everything created
+ * so far, and exits 1.  After the last option the pid file is written; the
+ * daemon then counts as started.
+ *
+ * The main thread runs an AioContext of its own (sockets and protocol
+ * messages of the exports live there).  SIGTERM, SIGINT and SIGHUP are
+ * blocked in every thread (the mask is set before any thread exists) and
+ * read from a signalfd registered in that context; the first one ends the
+ * loop.  Shutdown then deletes the exports (each drains its queues,
+ * disconnects its front-end and removes its socket), drops the nodes,
+ * stops the IOThreads, removes the pid file and exits 0.  SIGPIPE is
+ * ignored: a front-end that goes away is seen as an error on the socket.
+ * SIGUSR1 (and the shutdown) prints one line of loop statistics per
+ * IOThread on stderr.
+ *
+ * --chardev and --monitor are read and checked, and recorded for the QMP
+ * monitor, which is not implemented yet: --monitor prints a warning.
+ *
+ * Threads: all of this is the main thread.
+ */
+#include "config-host.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <glib.h>
+#include <json-glib/json-glib.h>
+
+#include "block/block.h"
+#include "daemon/export.h"
+#include "util/aio.h"
+#include "util/error.h"
+#include "util/iothread.h"
+#include "util/keyval.h"
+#include "util/opts.h"
+
+enum {
+    OPT_OBJECT = 256,
+    OPT_BLOCKDEV,
+    OPT_EXPORT,
+    OPT_CHARDEV,
+    OPT_MONITOR,
+    OPT_PIDFILE,
+    OPT_DAEMONIZE,
+    OPT_NBD_SERVER,
+};
+
+static const struct option daemon_long_options[] = {
+    { "help", no_argument, NULL, 'h' },
+    { "version", no_argument, NULL, 'V' },
+    { "trace", required_argument, NULL, 'T' },
+    { "object", required_argument, NULL, OPT_OBJECT },
+    { "blockdev", required_argument, NULL, OPT_BLOCKDEV },
+    { "export", required_argument, NULL, OPT_EXPORT },
+    { "chardev", required_argument, NULL, OPT_CHARDEV },
+    { "monitor", required_argument, NULL, OPT_MONITOR },
+    { "pidfile", required_argument, NULL, OPT_PIDFILE },
+    { "daemonize", no_argument, NULL, OPT_DAEMONIZE },
+    { "nbd-server", required_argument, NULL, OPT_NBD_SERVER },
+    { NULL, 0, NULL, 0 },
+};
+
+/* One option of the command line, in order. */
+typedef struct CliOption {
+    int opt;
+    const char *name;            /* "--export", for messages */
+    const char *arg;             /* borrowed from argv; NULL if none */
+} CliOption;
+
+/* A --chardev, kept for the QMP monitor. */
+typedef struct ChardevConf {
+    char *id;
+    char *path;                  /* or NULL with fd >= 0 */
+    int fd;
+    bool server;
+    bool wait;
+} ChardevConf;
+
+/* A --monitor, kept for the QMP monitor. */
+typedef struct MonitorConf {
+    char *chardev;
+    bool pretty;
+} MonitorConf;
+
+typedef struct Daemon {
+    AioContext *ctx;             /* the main loop's */
+    GPtrArray *nodes;            /* BlockNode *, one reference each */
+    GPtrArray *chardevs;         /* ChardevConf * */
+    GPtrArray *monitors;         /* MonitorConf * */
+
+    const char *pidfile;         /* NULL: none */
+    int pidfile_fd;              /* open and locked while we run */
+    bool daemonize;
+    int ready_fd;                /* --daemonize: write end of the pipe */
+
+    int sigfd;
+    bool quit;
+} Daemon;
+
+/* ------------------------------------------------------------------------ */
+/* --help, --version                                                         */
+
+static void daemon_print_help(void)
+{
+    printf(
+"Usage: spindle [options]\n"
+"Serve disk images to virtual machines over vhost-user.\n"
+"\n"
+"  -h, --help             print this help and exit\n"
+"  -V, --version          print the version and exit\n"
+"  --object iothread,id=ID[,poll-max-ns=NS][,poll-grow=N][,poll-shrink=N]\n"
+"           [,aio-max-batch=N][,cpu-affinity=CPUS][,poll-policy=adaptive]\n"
+"                         create an IOThread (--object help,\n"
+"                         --object iothread,help: list types, properties)\n"
+"  --blockdev OPTIONS     open a block node: key=value pairs or JSON, e.g.\n"
+"                         driver=file,node-name=disk0,filename=vm.img\n"
+"  --export [type=]vhost-user-blk,id=ID,node-name=NODE,\n"
+"           addr.type=unix,addr.path=SOCKET (or addr.type=fd,addr.str=FD)\n"
+"           [,writable=on|off][,num-queues=N][,logical-block-size=N]\n"
+"           [,iothread=ID][,serial=S][,writethrough=on|off]\n"
+"           [,fixed-iothread=on|off]\n"
+"                         serve a node to a vhost-user front-end (QEMU)\n"
+"  --chardev socket,id=ID,path=PATH,server=on[,wait=off]\n"
+"                         a socket for the QMP monitor (checked and kept)\n"
+"  --monitor [chardev=]ID the QMP monitor: not implemented yet; it is\n"
+"                         accepted with a warning and serves nothing\n"
+"  --pidfile PATH         write the daemon's pid to PATH once it has\n"
+"                         started (locked; removed at exit)\n"
+"  --daemonize            run in the background; return once started\n"
+"\n"
+"Options are processed in order: an --export may use only the nodes and\n"
+"IOThreads defined before it.  SIGTERM, SIGINT or SIGHUP stops the daemon\n"
+"cleanly; SIGUSR1 prints IOThread statistics on stderr.  The full\n"
+"reference is docs/cli.md.\n");
+}
+
+static void daemon_print_version(void)
+{
+    printf("spindle %s\n", SPINDLE_VERSION);
+}
+
+static void daemon_print_object_help(const char *arg)
+{
+    if (!strcmp(arg, "help")) {
+        printf("Available object types:\n  iothread\n");
+        return;
+    }
+    printf(
+"iothread options:\n"
+"  id=<identifier>        required\n"
+"  poll-max-ns=<int>      longest busy-poll window, ns (default 32768; 0: off)\n"
+"  poll-grow=<int>        window growth factor (default 0: double)\n"
+"  poll-shrink=<int>      window shrink divisor (default 0: drop to 0)\n"
+"  aio-max-batch=<int>    requests submitted at once (default 0: engine's)\n"
+"  cpu-affinity=<cpus>    CPUs the thread may run on, e.g. 2-3:6\n"
+"  poll-policy=<name>     adaptive\n");
+}
+
+/* ------------------------------------------------------------------------ */
+/* First pass: collect the options                                           */
+
+/* The length of "--foo" in "--foo=bar", for messages. */
+static int daemon_option_name_len(const char *argv_elem)
+{
+    const char *eq = strchr(argv_elem, '=');
+
+    return eq ? (int)(eq - argv_elem) : (int)strlen(argv_elem);
+}
+
+static const char *daemon_long_name(int opt)
+{
+    for (int i = 0; daemon_long_options[i].name; i++) {
+        if (daemon_long_options[i].val == opt) {
+            return daemon_long_options[i].name;
+        }
+    }
+    return "?";
+}
+
+static G_NORETURN void daemon_usage_error(const char *fmt, ...)
+    G_GNUC_PRINTF(1, 2);
+
+static G_NORETURN void daemon_usage_error(const char *fmt, ...)
+{
+    va_list ap;
+
+    /* The format of error_report(), without an allocation left behind. */
+    fputs("spindle: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    exit(1);
+}
+
+static bool daemon_is_object_help(const char *arg)
+{
+    return !strcmp(arg, "help") || !strcmp(arg, "iothread,help") ||
+           !strcmp(arg, "qom-type=iothread,help");
+}
+
+/*
+ * Collect the options that act when they are processed, in order, into
+ * out; set the flags; handle --help and friends.  Exits on a usage error.
+ */
+static void daemon_collect_options(int argc, char **argv, Daemon *d,
+                                   GArray *out)
+{
+    int opt;
+
+    opterr = 0;
+    while ((opt = getopt_long(argc, argv, "+:hVT:", daemon_long_options,
+                              NULL)) != -1) {
+        CliOption o = { .opt = opt, .arg = optarg };
+        const char *elem = argv[optind - 1];
+
+        switch (opt) {
+        case 'h':
+            daemon_print_help();
+            exit(0);
+        case 'V':
+            daemon_print_version();
+            exit(0);
+        case 'T':
+            daemon_usage_error("--trace: not supported: Spindle's trace "
+                               "points are USDT probes that a tracer "
+                               "(bpftrace, perf) enables by attaching to "
+                               "them (see docs/cli.md)");
+        case OPT_NBD_SERVER:
+            daemon_usage_error("--nbd-server: not supported: Spindle "
+                               "serves vhost-user-blk exports only");
+        case OPT_PIDFILE:
+            d->pidfile = optarg;
+            break;
+        case OPT_DAEMONIZE:
+            d->daemonize = true;
+            break;
+        case OPT_OBJECT:
+            if (daemon_is_object_help(optarg)) {
+                daemon_print_object_help(optarg);
+                exit(0);
+            }
+            /* fall through */
+        case OPT_BLOCKDEV:
+        case OPT_EXPORT:
+        case OPT_CHARDEV:
+        case OPT_MONITOR:
+            o.name = daemon_long_name(opt);
+            g_array_append_val(out, o);
+            break;
+        case ':':
+            daemon_usage_error("%.*s: option requires an argument (see "
+                               "spindle --help)",
+                               daemon_option_name_len(elem), elem);
+        default:
+            if (optopt) {
+                daemon_usage_error("-%c: unknown option (see spindle --help)",
+                                   optopt);
+            }
+            daemon_usage_error("%.*s: unknown option (see spindle --help)",
+                               daemon_option_name_len(elem), elem);
+        }
+    }
+    if (optind < argc) {
+        daemon_usage_error("unexpected argument '%s': every argument is an "
+                           "option (see spindle --help)", argv[optind]);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* --object                                                                  */
+
+static void keyval_pair_free(gpointer p)
+{
+    KeyvalPair *kv = p;
+
+    g_free(kv->key);
+    g_free(kv->value);
+    g_free(kv);
+}
+
+/* A JSON member's value as the string a key=value option would give. */
+static char *daemon_json_scalar(const char *name, JsonNode *node,
+                                Error **errp)
+{
+    if (JSON_NODE_HOLDS_VALUE(node)) {
+        GType t = json_node_get_value_type(node);
+
+        if (t == G_TYPE_STRING) {
+            return g_strdup(json_node_get_string(node));
+        }
+        if (t == G_TYPE_INT64) {
+            return g_strdup_printf("%" PRId64, json_node_get_int(node));
+        }
+        if (t == G_TYPE_BOOLEAN) {
+            return g_strdup(json_node_get_boolean(node) ? "on" : "off");
+        }
+    }
+    error_setg(errp, "Parameter '%s' expects a string, an integer or a "
+               "boolean", name);
+    return NULL;
+}
+
+/* --object '{"qom-type": "iothread", "id": "iot0", ...}' */
+static bool daemon_object_json(const char *arg, Error **errp)
+{
+    g_autoptr(Opts) check = opts_parse_json(arg, errp);
+    g_autoptr(JsonParser) parser = NULL;
+    g_autoptr(GPtrArray) props = NULL;
+    g_autofree char *type = NULL;
+    g_autofree char *id = NULL;
+    JsonObjectIter iter;
+    const char *name;
+    JsonNode *node;
+
+    if (!check) {
+        return false;
+    }
+    parser = json_parser_new();
+    if (!json_parser_load_from_data(parser, arg, -1, NULL)) {
+        error_setg(errp, "Invalid JSON");
+        return false;
+    }
+    props = g_ptr_array_new_with_free_func(keyval_pair_free);
+    json_object_iter_init_ordered(&iter,
+                                  json_node_get_object(
+                                      json_parser_get_root(parser)));
+    while (json_object_iter_next_ordered(&iter, &name, &node)) {
+        char *value = daemon_json_scalar(name, node, errp);
+        KeyvalPair *kv;
+
+        if (!value) {
+            return false;
+        }
+        if (!strcmp(name, "qom-type")) {
+            g_free(type);
+            type = value;
+        } else if (!strcmp(name, "id")) {
+            g_free(id);
+            id = value;
+        } else {
+            kv = g_new(KeyvalPair, 1);
+            kv->key = g_strdup(name);
+            kv->value = value;
+            g_ptr_array_add(props, kv);
+        }
+    }
+    if (!type) {
+        error_setg(errp, "Parameter 'qom-type' is missing (the object type: "
+                   "iothread)");
+        return false;
+    }
+    if (strcmp(type, "iothread")) {
+        error_setg(errp, "Object type '%s' is not supported (Spindle has: "
+                   "iothread)", type);
+        return false;
+    }
+    return iothread_create(id, props, errp) != NULL;
+}
+
+static bool daemon_add_object(Daemon *d, const char *arg, Error **errp)
+{
+    g_autoptr(GPtrArray) kv = NULL;
+    const char *type;
+    const char *p = arg;
+
+    while (g_ascii_isspace(*p)) {
+        p++;
+    }
+    if (*p == '{') {
+        return daemon_object_json(arg, errp);
+    }
+    kv = keyval_parse(arg, "qom-type", errp);
+    if (!kv) {
+        return false;
+    }
+    type = keyval_lookup(kv, "qom-type");
+    if (!type) {
+        error_setg(errp, "Parameter 'qom-type' is missing: the option "
+                   "starts with the object type (iothread,id=...)");
+        return false;
+    }
+    if (strcmp(type, "iothread")) {
+        error_setg(errp, "Object type '%s' is not supported (Spindle has: "
+                   "iothread)", type);
+        return false;
+    }
+    return iothread_create_from_string(arg, errp) != NULL;
+}
+
+/* ------------------------------------------------------------------------ */
+/* --blockdev, --export                                                      */
+
+static bool daemon_add_blockdev(Daemon *d, const char *arg, Error **errp)
+{
+    BlockNode *bs = block_node_open_str(arg, d->ctx, errp);
+
+    if (!bs) {
+        return false;
+    }
+    g_ptr_array_add(d->nodes, bs);
+    return true;
+}
+
+static bool daemon_add_export(Daemon *d, const char *arg, Error **errp)
+{
+    g_autoptr(Opts) opts = export_opts_parse(arg, errp);
+
+    return opts && export_create(opts, d->ctx, errp);
+}
+
+/* ------------------------------------------------------------------------ */
+/* --chardev, --monitor (recorded for the QMP monitor)                       */
+
+static void chardev_conf_free(gpointer p)
+{
+    ChardevConf *c = p;
+
+    g_free(c->id);
+    g_free(c->path);
+    g_free(c);
+}
+
+static void monitor_conf_free(gpointer p)
+{
+    MonitorConf *m = p;
+
+    g_free(m->chardev);
+    g_free(m);
+}
+
+static ChardevConf *daemon_find_chardev(Daemon *d, const char *id)
+{
+    for (guint i = 0; i < d->chardevs->len; i++) {
+        ChardevConf *c = g_ptr_array_index(d->chardevs, i);
+
+        if (!strcmp(c->id, id)) {
+            return c;
+        }
+    }
+    return NULL;
+}
+
+static bool daemon_add_chardev(Daemon *d, const char *arg, Error **errp)
+{
+    g_autoptr(Opts) opts = opts_parse_keyval(arg, "backend", errp);
+    const char *backend, *id, *path;
+    int64_t fd;
+    bool server, wait;
+    ChardevConf *c;
+
+    if (!opts ||
+        !opts_get_str(opts, "backend", NULL, &backend, errp) ||
+        !opts_get_str(opts, "id", NULL, &id, errp) ||
+        !opts_get_str(opts, "path", NULL, &path, errp) ||
+        !opts_get_int(opts, "fd", 0, INT32_MAX, -1, &fd, errp) ||
+        !opts_get_bool(opts, "server", false, &server, errp) ||
+        !opts_get_bool(opts, "wait", true, &wait, errp)) {
+        return false;
+    }
+    if (!backend) {
+        error_setg(errp, "the chardev type is missing (socket,id=...)");
+        return false;
+    }
+    if (strcmp(backend, "socket")) {
+        error_setg(errp, "chardev type '%s' is not supported (only 'socket', "
+                   "for the QMP monitor)", backend);
+        return false;
+    }
+    if (!id || !*id) {
+        error_setg(errp, "Parameter 'id' is missing");
+        return false;
+    }
+    if (daemon_find_chardev(d, id)) {
+        error_setg(errp, "a chardev with id '%s' already exists", id);
+        return false;
+    }
+    if (!opts_check_unused(opts, NULL, errp)) {
+        return false;
+    }
+    if ((path != NULL) == (fd >= 0)) {
+        error_setg(errp, "give exactly one of 'path' (a UNIX socket to "
+                   "create) and 'fd' (an inherited listening socket)");
+        return false;
+    }
+    if (path && !*path) {
+        error_setg(errp, "Parameter 'path' must not be empty");
+        return false;
+    }
+    if (!server) {
+        error_setg(errp, "server=off (connecting out) is not supported; use "
+                   "server=on");
+        return false;
+    }
+    c = g_new0(ChardevConf, 1);
+    c->id = g_strdup(id);
+    c->path = g_strdup(path);
+    c->fd = (int)fd;
+    c->server = server;
+    c->wait = wait;
+    g_ptr_array_add(d->chardevs, c);
+    return true;
+}
+
+static bool daemon_add_monitor(Daemon *d, const char *arg, Error **errp)
+{
+    static const char *const modes[] = { "control", "readline", NULL };
+    g_autoptr(Opts) opts = opts_parse_keyval(arg, "chardev", errp);
+    const char *chardev;
+    bool pretty;
+    int mode;
+    MonitorConf *m;
+
+    if (!opts ||
+        !opts_get_str(opts, "chardev", NULL, &chardev, errp) ||
+        !opts_get_enum(opts, "mode", modes, 0, &mode, errp) ||
+        !opts_get_bool(opts, "pretty", false, &pretty, errp) ||
+        !opts_check_unused(opts, NULL, errp)) {
+        return false;
+    }
+    if (!chardev) {
+        error_setg(errp, "Parameter 'chardev' is missing");
+        return false;
+    }
+    if (mode != 0) {
+        error_setg(errp, "Parameter 'mode': only 'control' (QMP) monitors "
+                   "are supported");
+        return false;
+    }
+    if (!daemon_find_chardev(d, chardev)) {
+        error_setg(errp, "Parameter 'chardev': there is no chardev '%s' "
+                   "(define it with an earlier --chardev)", chardev);
+        return false;
+    }
+    m = g_new0(MonitorConf, 1);
+    m->chardev = g_strdup(chardev);
+    m->pretty = pretty;
+    g_ptr_array_add(d->monitors, m);
+    error_report("warning: --monitor: the QMP monitor is not implemented "
+                 "yet; chardev '%s' is not served", chardev);
+    return true;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Second pass                                                               */
+
+static bool daemon_process_option(Daemon *d, const CliOption *o,
+                                  Error **errp)
+{
+    switch (o->opt) {
+    case OPT_OBJECT:
+        return daemon_add_object(d, o->arg, errp);
+    case OPT_BLOCKDEV:
+        return daemon_add_blockdev(d, o->arg, errp);
+    case OPT_EXPORT:
+        return daemon_add_export(d, o->arg, errp);
+    case OPT_CHARDEV:
+        return daemon_add_chardev(d, o->arg, errp);
+    case OPT_MONITOR:
+        return daemon_add_monitor(d, o->arg, errp);
+    }
+    g_assert_not_reached();
+}
+
+/* ------------------------------------------------------------------------ */
+/* Pid file                                                                  */
+
+static bool daemon_write_pidfile(Daemon *d, Error **errp)
+{
+    struct flock lock = { .l_type = F_WRLCK, .l_whence = SEEK_SET };
+    g_autofree char *text = NULL;
+    ssize_t len;
+    int fd;
+
+    fd = open(d->pidfile, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        error_setg_errno(errp, errno, "Cannot open pid file '%s'",
+                         d->pidfile);
+        return false;
+    }
+    if (fcntl(fd, F_SETLK, &lock) < 0) {
+        int err = errno;
+
+        close(fd);
+        if (err == EAGAIN || err == EACCES) {
+            error_setg(errp, "Cannot lock pid file '%s': another spindle "
+                       "is running with it", d->pidfile);
+        } else {
+            error_setg_errno(errp, err, "Cannot lock pid file '%s'",
+                             d->pidfile);
+        }
+        return false;
+    }
+    text = g_strdup_printf("%d\n", (int)getpid());
+    len = (ssize_t)strlen(text);
+    if (ftruncate(fd, 0) < 0 || write(fd, text, len) != len) {
+        error_setg_errno(errp, errno, "Cannot write pid file '%s'",
+                         d->pidfile);
+        unlink(d->pidfile);
+        close(fd);
+        return false;
+    }
+    d->pidfile_fd = fd;
+    return true;
+}
+
+static void daemon_remove_pidfile(Daemon *d)
+{
+    if (d->pidfile_fd < 0) {
+        return;
+    }
+    /* Unlink while still holding the lock, so nobody else's file goes. */
+    unlink(d->pidfile);
+    close(d->pidfile_fd);
+    d->pidfile_fd = -1;
+}
+
+/* ------------------------------------------------------------------------ */
+/* --daemonize                                                               */
+
+/*
+ * Fork.  The parent waits until the child reports that it started (one
+ * byte on the pipe) and exits 0, or until the child exits first, and
+ * exits with its status.  Returns in the child only.
+ */
+static void daemon_fork(Daemon *d)
+{
+    int fds[2];
+    pid_t pid;
+    char byte;
+    ssize_t n;
+    int status;
+
+    if (pipe2(fds, O_CLOEXEC) < 0) {
+        daemon_usage_error("--daemonize: cannot create a pipe: %s",
+                           strerror(errno));
+    }
+    fflush(NULL);
+    pid = fork();
+    if (pid < 0) {
+        daemon_usage_error("--daemonize: cannot fork: %s", strerror(errno));
+    }
+    if (pid == 0) {
+        close(fds[0]);
+        d->ready_fd = fds[1];
+        if (setsid() < 0) {
+            daemon_usage_error("--daemonize: setsid failed: %s",
+                               strerror(errno));
+        }
+        return;
+    }
+    close(fds[1]);
+    do {
+        n = read(fds[0], &byte, 1);
+    } while (n < 0 && errno == EINTR);
+    if (n == 1) {
+        exit(0);
+    }
+    /* The child exited (or closed the pipe) without starting. */
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+        continue;
+    }
+    if (WIFEXITED(status) && WEXITSTATUS(status) != 0) {
+        exit(WEXITSTATUS(status));
+    }
+    exit(1);
+}
+
+/* The child has started: detach from the terminal and release the parent. */
+static void daemon_detach(Daemon *d)
+{
+    int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+    char byte = 0;
+
+    if (null >= 0) {
+        dup2(null, STDIN_FILENO);
+        dup2(null, STDOUT_FILENO);
+        dup2(null, STDERR_FILENO);
+        close(null);
+    }
+    if (write(d->ready_fd, &byte, 1) != 1) {
+        /* The parent is gone; nobody is waiting for us.  Carry on. */
+    }
+    close(d->ready_fd);
+    d->ready_fd = -1;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Signals                                                                   */
+
+/*
+ * One line per IOThread on stderr with its loop counters (until the QMP
+ * monitor's query-iothreads exists, this is how to read them).
+ */
+static void daemon_print_iothread_stats(void)
+{
+    g_autoptr(GPtrArray) list = iothread_list();
+
+    for (guint i = 0; i < list->len; i++) {
+        IOThread *iot = g_ptr_array_index(list, i);
+        AioPollStats st;
+
+        aio_context_get_stats(iothread_get_aio_context(iot), &st);
+        error_report("iothread %s stats: turns=%" PRIu64 " poll_ns=%" PRId64
+                     " poll_hits=%" PRIu64 " poll_misses=%" PRIu64
+                     " wakeups=%" PRIu64 " poll_time_ns=%" PRIu64
+                     " block_time_ns=%" PRIu64 " grows=%" PRIu64
+                     " shrinks=%" PRIu64 " dispatches=%" PRIu64 " bhs=%"
+                     PRIu64 " timers=%" PRIu64 " cpu_ns=%" PRId64,
+                     iothread_get_id(iot), st.turns, st.poll_ns,
+                     st.poll_hits, st.poll_misses, st.wakeups,
+                     st.poll_time_ns, st.block_time_ns, st.grows,
+                     st.shrinks, st.dispatches, st.bhs, st.timers,
+                     iothread_get_cpu_ns(iot));
+    }
+}
+
+static void daemon_signal_read(void *opaque)
+{
+    Daemon *d = opaque;
+    struct signalfd_siginfo info;
+
+    g_assert(aio_context_in_home_thread(d->ctx));
+    while (read(d->sigfd, &info, sizeof(info)) == sizeof(info)) {
+        if (info.ssi_signo == SIGUSR1) {
+            daemon_print_iothread_stats();
+        } else {
+            d->quit = true;
+        }
+    }
+}
+
+/*
+ * Block the stop signals in this thread, before any other thread exists
+ * (they inherit the mask), and open a signalfd for them.
+ */
+static void daemon_setup_signals(Daemon *d)
+{
+    sigset_t set;
+
+    signal(SIGPIPE, SIG_IGN);
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGHUP);
+    sigaddset(&set, SIGUSR1);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    d->sigfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+    if (d->sigfd < 0) {
+        daemon_usage_error("cannot create a signalfd: %s", strerror(errno));
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Start-up and shutdown                                                     */
+
+/* Delete everything created, newest first. */
+static void daemon_teardown(Daemon *d)
+{
+    g_autoptr(GPtrArray) iothreads = NULL;
+
+    export_delete_all();
+    while (d->nodes->len) {
+        block_node_unref(g_ptr_array_steal_index(d->nodes,
+                                                 d->nodes->len - 1));
+    }
+    iothreads = iothread_list();
+    for (guint i = iothreads->len; i-- > 0;) {
+        iothread_destroy(g_ptr_array_index(iothreads, i));
+    }
+    daemon_remove_pidfile(d);
+    aio_set_fd_handler(d->ctx, d->sigfd, NULL, NULL, NULL, NULL, NULL);
+    close(d->sigfd);
+    g_ptr_array_unref(d->nodes);
+    g_ptr_array_unref(d->chardevs);
+    g_ptr_array_unref(d->monitors);
+    aio_context_unref(d->ctx);
+}
+
+static G_NORETURN void daemon_fail(Daemon *d, const char *option, Error *err)
+{
+    if (option) {
+        error_report("%s: %s", option, error_get_pretty(err));
+    } else {
+        error_report("%s", error_get_pretty(err));
+    }
+    error_free(err);
+    daemon_teardown(d);
+    exit(1);
+}
+
+int main(int argc, char **argv)
+{
+    g_autoptr(GArray) options = g_array_new(FALSE, FALSE, sizeof(CliOption));
+    Daemon d = { .pidfile_fd = -1, .ready_fd = -1, .sigfd = -1 };
+    Error *err = NULL;
+
+    daemon_collect_options(argc, argv, &d, options);
+    if (d.daemonize) {
+        daemon_fork(&d);
+    }
+    daemon_setup_signals(&d);
+
+    d.ctx = aio_context_new(&err);
+    if (!d.ctx) {
+        error_report("%s", error_get_pretty(err));
+        exit(1);
+    }
+    d.nodes = g_ptr_array_new();
+    d.chardevs = g_ptr_array_new_with_free_func(chardev_conf_free);
+    d.monitors = g_ptr_array_new_with_free_func(monitor_conf_free);
+    aio_set_fd_handler(d.ctx, d.sigfd, daemon_signal_read, NULL, NULL, NULL,
+                       &d);
+    aio_set_fd_handler_name(d.ctx, d.sigfd, "signals");
+
+    for (guint i = 0; i < options->len; i++) {
+        const CliOption *o = &g_array_index(options, CliOption, i);
+        g_autofree char *name = g_strconcat("--", o->name, NULL);
+
+        if (!daemon_process_option(&d, o, &err)) {
+            daemon_fail(&d, name, err);
+        }
+    }
+    if (d.pidfile && !daemon_write_pidfile(&d, &err)) {
+        daemon_fail(&d, "--pidfile", err);
+    }
+    if (d.daemonize) {
+        daemon_detach(&d);
+    }
+
+    while (!d.quit) {
+        aio_poll(d.ctx, true);
+    }
+
+    daemon_print_iothread_stats();
+    daemon_teardown(&d);
+    return 0;
+}

@@ -1,0 +1,249 @@
+/*
+ * The vhost-user-blk export type: a virtio-blk device (hw/virtio/virtio-blk.c)
+ * served over a vhost-user socket (hw/virtio/vhost-user-server.c).
+ *
+ * Theory of operation
+ * -------------------
+ * parse() reads the type's options (qemu-storage-daemon's, plus serial):
+ *   addr.type=unix,addr.path=PATH   a socket the server creates (mode 0600)
+ *   addr.type=fd,addr.str=N         a listening UNIX socket inherited as fd N
+ *   num-queues=N                    1..64, default 1
+ *   logical-block-size=N            512..64k, a power of two, default 512
+ *   serial=S                        GET_ID's answer, at most 20 bytes
+ * and checks what can be checked without side effects (an inherited fd must
+ * be an open, listening UNIX stream socket).  start() creates the VirtioBlk
+ * over the export's node and a VuServer whose queues all run in the
+ * export's context (the node's); the server listens on a duplicate of an
+ * inherited fd, so the original is closed once it runs.  free() frees the
+ * server first -- it
+ * drains the queues, disconnects the front-end and removes the socket file
+ * it created -- and then the device.
+ *
+ * Threads: main thread.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <glib.h>
+
+#include "daemon/export-int.h"
+#include "hw/virtio/vhost-user-server.h"
+#include "hw/virtio/virtio-blk.h"
+#include "hw/virtio/virtqueue.h"
+#include "util/cutils.h"
+
+#define VHOST_USER_BLK_MAX_QUEUES 64
+
+typedef struct VhostUserBlkExport {
+    char *path;                  /* addr.type=unix */
+    int listen_fd;               /* addr.type=fd; else -1 */
+    unsigned num_queues;
+    uint32_t logical_block_size;
+    char *serial;
+    VirtioBlk *vb;
+    VuServer *server;
+    AioContext *ctxs[1];
+} VhostUserBlkExport;
+
+static void vhost_user_blk_export_free(void *opaque)
+{
+    VhostUserBlkExport *vexp = opaque;
+
+    if (!vexp) {
+        return;
+    }
+    /* The server first: it drains the queues that use the device. */
+    if (vexp->server) {
+        vu_server_free(vexp->server);
+    }
+    virtio_blk_free(vexp->vb);
+    g_free(vexp->path);
+    g_free(vexp->serial);
+    g_free(vexp);
+}
+
+/* An inherited fd must be an open, listening UNIX stream socket. */
+static bool vhost_user_blk_check_fd(int fd, Error **errp)
+{
+    int val;
+    socklen_t len = sizeof(val);
+
+    if (fcntl(fd, F_GETFD) < 0) {
+        error_setg(errp, "Parameter 'addr.str': fd %d is not open (the "
+                   "parent must pass it to spindle)", fd);
+        return false;
+    }
+    if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &val, &len) < 0 ||
+        val != AF_UNIX) {
+        error_setg(errp, "Parameter 'addr.str': fd %d is not a UNIX domain "
+                   "socket", fd);
+        return false;
+    }
+    len = sizeof(val);
+    if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &val, &len) < 0 ||
+        val != SOCK_STREAM) {
+        error_setg(errp, "Parameter 'addr.str': fd %d is not a stream "
+                   "socket", fd);
+        return false;
+    }
+    len = sizeof(val);
+    if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &val, &len) < 0 || !val) {
+        error_setg(errp, "Parameter 'addr.str': fd %d is not listening "
+                   "(call listen() on it before starting spindle)", fd);
+        return false;
+    }
+    return true;
+}
+
+static bool vhost_user_blk_parse_addr(Opts *opts, VhostUserBlkExport *vexp,
+                                      Error **errp)
+{
+    static const char *const types[] = {
+        "unix", "fd", "inet", "vsock", NULL
+    };
+    g_autoptr(Opts) addr = opts_get_child(opts, "addr");
+    const char *str;
+    int64_t fd;
+    int type;
+
+    if (!addr) {
+        if (opts_has(opts, "addr")) {
+            error_setg(errp, "Parameter 'addr' expects an object: "
+                       "addr.type=unix,addr.path=PATH or "
+                       "addr.type=fd,addr.str=FD");
+        } else {
+            error_setg(errp, "Parameter 'addr' is missing: give "
+                       "addr.type=unix,addr.path=PATH or "
+                       "addr.type=fd,addr.str=FD");
+        }
+        return false;
+    }
+    if (!opts_get_enum(addr, "type", types, -1, &type, errp)) {
+        return false;
+    }
+    switch (type) {
+    case -1:
+        error_setg(errp, "Parameter 'addr.type' is missing (unix or fd)");
+        return false;
+    case 0:
+        if (!opts_get_str(addr, "path", NULL, &str, errp)) {
+            return false;
+        }
+        if (!str || !*str) {
+            error_setg(errp, "Parameter 'addr.path' is missing (the socket "
+                       "to create)");
+            return false;
+        }
+        vexp->path = g_strdup(str);
+        break;
+    case 1:
+        if (!opts_get_str(addr, "str", NULL, &str, errp)) {
+            return false;
+        }
+        if (!str) {
+            error_setg(errp, "Parameter 'addr.str' is missing (the number "
+                       "of an inherited listening socket)");
+            return false;
+        }
+        if (!parse_int64_in_range("addr.str", str, 0, INT_MAX, &fd, errp) ||
+            !vhost_user_blk_check_fd((int)fd, errp)) {
+            return false;
+        }
+        vexp->listen_fd = (int)fd;
+        break;
+    default:
+        error_setg(errp, "Parameter 'addr.type': vhost-user needs a UNIX "
+                   "domain socket; use addr.type=unix or addr.type=fd");
+        return false;
+    }
+    return opts_check_unused(addr, NULL, errp);
+}
+
+static void *vhost_user_blk_export_parse(Opts *opts, Error **errp)
+{
+    g_autoptr(GError) err = NULL;
+    VhostUserBlkExport *vexp = g_new0(VhostUserBlkExport, 1);
+    const char *serial;
+    int64_t num_queues;
+    uint64_t lbs;
+
+    vexp->listen_fd = -1;
+    if (!opts_get_int(opts, "num-queues", 1, VHOST_USER_BLK_MAX_QUEUES, 1,
+                      &num_queues, &err) ||
+        !opts_get_size(opts, "logical-block-size", 512, &lbs, &err) ||
+        !opts_get_str(opts, "serial", NULL, &serial, &err) ||
+        !vhost_user_blk_parse_addr(opts, vexp, &err)) {
+        goto fail;
+    }
+    if (lbs < 512 || lbs > 65536 || (lbs & (lbs - 1))) {
+        error_setg(&err, "Parameter 'logical-block-size' expects a power of "
+                   "two from 512 to 65536 (64k), got %" G_GUINT64_FORMAT,
+                   lbs);
+        goto fail;
+    }
+    if (serial && strlen(serial) > 20) {
+        error_setg(&err, "Parameter 'serial' is %zu bytes long; at most 20 "
+                   "are allowed", strlen(serial));
+        goto fail;
+    }
+    vexp->num_queues = (unsigned)num_queues;
+    vexp->logical_block_size = (uint32_t)lbs;
+    vexp->serial = g_strdup(serial);
+    return vexp;
+
+fail:
+    vhost_user_blk_export_free(vexp);
+    error_propagate(errp, g_steal_pointer(&err));
+    return NULL;
+}
+
+static bool vhost_user_blk_export_start(Export *exp, void *opaque,
+                                        Error **errp)
+{
+    VhostUserBlkExport *vexp = opaque;
+    VirtioBlkConf conf = {
+        .num_queues = vexp->num_queues,
+        .queue_size = VIRTQUEUE_MAX_SIZE,
+        .logical_block_size = vexp->logical_block_size,
+        .writable = exp->writable,
+        .writethrough = exp->writethrough,
+        .serial = vexp->serial,
+    };
+    VuServerConfig cfg = {
+        .path = vexp->path,
+        .listen_fd = vexp->listen_fd,
+        .num_queues = vexp->num_queues,
+        .max_queue_size = VIRTQUEUE_MAX_SIZE,
+        .ctxs = vexp->ctxs,
+        .nctx = 1,
+        .ops = &virtio_blk_vu_ops,
+        .name = exp->id,
+    };
+
+    vexp->vb = virtio_blk_new(&conf, exp->bs, errp);
+    if (!vexp->vb) {
+        return false;
+    }
+    vexp->ctxs[0] = exp->ctx;
+    cfg.dev = vexp->vb;
+    vexp->server = vu_server_new(&cfg, exp->main_ctx, errp);
+    if (!vexp->server) {
+        return false;
+    }
+    if (vexp->listen_fd >= 0) {
+        /* The server listens on a duplicate; the one we were given is ours
+         * to close, as when qemu-storage-daemon adopts an fd. */
+        close(vexp->listen_fd);
+        vexp->listen_fd = -1;
+    }
+    return true;
+}
+
+const ExportDriver export_vhost_user_blk = {
+    .type = "vhost-user-blk",
+    .parse = vhost_user_blk_export_parse,
+    .start = vhost_user_blk_export_start,
+    .free = vhost_user_blk_export_free,
+};

@@ -1,0 +1,43 @@
+/*
+ * Exports: a block node served to a front-end.  Created from --export
+ * options (qemu-storage-daemon syntax, key=value or JSON), kept in a
+ * registry by id.  Main thread.
+ */
+#ifndef SPINDLE_DAEMON_EXPORT_H
+#define SPINDLE_DAEMON_EXPORT_H
+
+#include "util/aio.h"
+#include "util/error.h"
+#include "util/opts.h"
+
+typedef struct Export Export;
+
+/*
+ * Create and start the export described by opts:
+ *   type=vhost-user-blk,id=ID,node-name=N,addr.type=unix,addr.path=P
+ *   (or addr.type=fd,addr.str=FD), writable=on|off, num-queues=N,
+ *   logical-block-size=N, iothread=ID (or a list: iothread.0=a,...),
+ *   serial=S, and qemu-storage-daemon's writethrough=on|off and
+ *   fixed-iothread=on|off (docs/cli.md)
+ * IOThreads are looked up by id (iothread_lookup()).  main_ctx runs the
+ * socket.  Errors name the option; on error nothing is left behind.
+ */
+Export *export_create(Opts *opts, AioContext *main_ctx, Error **errp);
+
+/*
+ * Parse the argument of --export (key=value with the implied key "type",
+ * or JSON) into Opts for export_create().  Unlike opts_parse(), it also
+ * takes a JSON list of strings for "iothread".  Returns NULL and sets errp
+ * if the text is malformed.  Main thread.
+ */
+Opts *export_opts_parse(const char *str, Error **errp);
+
+Export *export_find(const char *id);
+
+/* Stop serving (drain, disconnect, remove the socket) and free. */
+void export_delete(Export *exp);
+
+/* Delete every export (at shutdown). */
+void export_delete_all(void);
+
+#endif

@@ -1,0 +1,309 @@
+/*
+ * vu-blk: virtio-blk requests on top of the vu-frontend virtqueue driver.
+ *
+ * Theory of operation
+ * -------------------
+ * A VufBlkReq owns two pieces of guest memory: a 64-byte block holding the
+ * request header (16 bytes), a discard/write-zeroes segment (16 bytes) and
+ * the status byte, and a 4096-aligned data buffer.  vufblk_prep_*() fills
+ * the header (and segment) and sets the status byte to 0xff, a value no
+ * device writes, so that a completion without a status shows.
+ *
+ * vufblk_submit() lays the chain out as a guest driver does (virtio 1.x,
+ * 5.2.6): the header (device-readable), the data (readable for OUT,
+ * DISCARD and WRITE_ZEROES, writable for IN and GET_ID), then the status
+ * byte (writable).  The data is cut into req->data_segs pieces (in 512-byte
+ * units where possible) and each piece further at the device's size_max;
+ * more data segments than seg_max is refused with -E2BIG, as a driver
+ * would never send them.
+ *
+ * Data path functions belong to the queue's thread; vufblk_req_new/free
+ * use the thread-safe guest memory allocator.
+ */
+
+#include <errno.h>
+#include <string.h>
+
+#include <glib.h>
+
+#include "vu-frontend-int.h"
+
+/* Most descriptors one request may use (stack array in vufblk_submit). */
+#define BLK_SEGS_MAX        512
+#define SMALL_BLOCK_BYTES   64
+#define STATUS_NONE         0xff
+
+VufBlkReq *vufblk_req_new(VuFrontend *fe, size_t data_cap, Error **errp)
+{
+    VufBlkReq *req = g_new0(VufBlkReq, 1);
+    uint64_t small_gpa;
+    uint8_t *small;
+
+    small = vuf_mem_alloc(fe, SMALL_BLOCK_BYTES, SMALL_BLOCK_BYTES,
+                          &small_gpa);
+    if (small && data_cap) {
+        req->data = vuf_mem_alloc(fe, data_cap, 4096, &req->data_gpa);
+    }
+    if (!small || (data_cap && !req->data)) {
+        error_setg(errp, "guest memory exhausted: cannot allocate a request "
+                   "with %zu data bytes (%" G_GUINT64_FORMAT " bytes left "
+                   "of %" G_GUINT64_FORMAT "); raise the memory size",
+                   data_cap, vuf_mem_available(fe), vuf_mem_size(fe));
+        vuf_mem_free(fe, small);
+        vuf_mem_free(fe, req->data);
+        g_free(req);
+        return NULL;
+    }
+    req->hdr = (VufBlkOutHdr *)small;
+    req->hdr_gpa = small_gpa;
+    req->dwz = (VufBlkDwzSeg *)(small + 16);
+    req->dwz_gpa = small_gpa + 16;
+    req->status = small + 32;
+    req->status_gpa = small_gpa + 32;
+    req->data_cap = data_cap;
+    req->data_segs = 1;
+    return req;
+}
+
+void vufblk_req_free(VuFrontend *fe, VufBlkReq *req)
+{
+    if (!req) {
+        return;
+    }
+    vuf_mem_free(fe, req->hdr);
+    vuf_mem_free(fe, req->data);
+    g_free(req);
+}
+
+static int prep(VufBlkReq *req, uint32_t type, uint64_t sector,
+                size_t data_len, bool data_in, bool use_dwz)
+{
+    if (!use_dwz && data_len > req->data_cap) {
+        return -EINVAL;
+    }
+    req->hdr->type = type;
+    req->hdr->ioprio = 0;
+    req->hdr->sector = sector;
+    req->data_len = data_len;
+    req->data_in = data_in;
+    req->use_dwz = use_dwz;
+    *req->status = STATUS_NONE;
+    return 0;
+}
+
+int vufblk_prep_read(VufBlkReq *req, uint64_t sector, size_t len)
+{
+    return prep(req, VUF_BLK_T_IN, sector, len, true, false);
+}
+
+int vufblk_prep_write(VufBlkReq *req, uint64_t sector, size_t len)
+{
+    return prep(req, VUF_BLK_T_OUT, sector, len, false, false);
+}
+
+int vufblk_prep_flush(VufBlkReq *req)
+{
+    return prep(req, VUF_BLK_T_FLUSH, 0, 0, false, false);
+}
+
+int vufblk_prep_get_id(VufBlkReq *req)
+{
+    return prep(req, VUF_BLK_T_GET_ID, 0, VUF_BLK_ID_BYTES, true, false);
+}
+
+static int prep_dwz(VufBlkReq *req, uint32_t type, uint64_t sector,
+                    uint32_t nsectors, uint32_t flags)
+{
+    *req->dwz = (VufBlkDwzSeg) {
+        .sector = sector,
+        .num_sectors = nsectors,
+        .flags = flags,
+    };
+    return prep(req, type, 0, sizeof(VufBlkDwzSeg), false, true);
+}
+
+int vufblk_prep_discard(VufBlkReq *req, uint64_t sector, uint32_t nsectors)
+{
+    return prep_dwz(req, VUF_BLK_T_DISCARD, sector, nsectors, 0);
+}
+
+int vufblk_prep_write_zeroes(VufBlkReq *req, uint64_t sector,
+                             uint32_t nsectors, bool unmap)
+{
+    return prep_dwz(req, VUF_BLK_T_WRITE_ZEROES, sector, nsectors,
+                    unmap ? VUF_BLK_WZ_F_UNMAP : 0);
+}
+
+/* The longest descriptor the device takes (size_max), or UINT32_MAX. */
+static uint32_t seg_len_limit(VuFrontend *fe)
+{
+    const VufBlkConfig *cfg = vuf_blk_config(fe);
+
+    if (cfg && vuf_has_feature(fe, VUF_BLK_F_SIZE_MAX) && cfg->size_max) {
+        return cfg->size_max;
+    }
+    return UINT32_MAX;
+}
+
+/* Append the data of req to segs[*n], cut as the theory comment says. */
+static int add_data_segs(VufQueue *q, const VufBlkReq *req, VufSeg *segs,
+                         unsigned *n)
+{
+    uint32_t limit = seg_len_limit(vufq_frontend(q));
+    unsigned pieces = MAX(req->data_segs, 1);
+    size_t piece = req->data_len / pieces, done = 0;
+    unsigned first = *n, p;
+
+    if (piece >= VUF_BLK_SECTOR_SIZE) {
+        piece -= piece % VUF_BLK_SECTOR_SIZE;
+    }
+    if (piece == 0) {
+        piece = req->data_len;
+    }
+    for (p = 0; done < req->data_len; p++) {
+        size_t this_piece = p + 1 >= pieces ? req->data_len - done
+                                            : MIN(piece, req->data_len - done);
+        size_t off = 0;
+
+        while (off < this_piece) {
+            uint32_t len = MIN(this_piece - off, limit);
+
+            if (*n >= BLK_SEGS_MAX - 1) {
+                return -E2BIG;
+            }
+            segs[(*n)++] = (VufSeg) {
+                .gpa = req->data_gpa + done + off,
+                .len = len,
+                .device_writes = req->data_in,
+            };
+            off += len;
+        }
+        done += this_piece;
+    }
+    {
+        VuFrontend *fe = vufq_frontend(q);
+        const VufBlkConfig *cfg = vuf_blk_config(fe);
+
+        if (cfg && vuf_has_feature(fe, VUF_BLK_F_SEG_MAX) && cfg->seg_max &&
+            *n - first > cfg->seg_max) {
+            return -E2BIG;
+        }
+    }
+    return 0;
+}
+
+int vufblk_submit(VufQueue *q, VufBlkReq *req, unsigned flags)
+{
+    VufSeg segs[BLK_SEGS_MAX];
+    unsigned n = 0;
+    int r;
+
+    segs[n++] = (VufSeg) { req->hdr_gpa, sizeof(VufBlkOutHdr), false };
+    if (req->use_dwz) {
+        segs[n++] = (VufSeg) { req->dwz_gpa, sizeof(VufBlkDwzSeg), false };
+    } else if (req->data_len) {
+        r = add_data_segs(q, req, segs, &n);
+        if (r < 0) {
+            return r;
+        }
+    }
+    segs[n++] = (VufSeg) { req->status_gpa, 1, true };
+    r = vufq_add(q, segs, n, flags, req);
+    return r < 0 ? r : 0;
+}
+
+int vufblk_complete(VufQueue *q, VufBlkReq **req)
+{
+    void *token;
+    int r = vufq_get_used(q, &token, NULL);
+
+    if (r == 1) {
+        *req = token;
+    }
+    return r;
+}
+
+int vufblk_do(VufQueue *q, VufBlkReq *req, unsigned flags,
+              int64_t timeout_ns)
+{
+    VufBlkReq *done = NULL;
+    int r;
+
+    r = vufblk_submit(q, req, flags);
+    if (r < 0) {
+        return r;
+    }
+    r = vufq_kick(q);
+    if (r < 0) {
+        return r;
+    }
+    r = vufq_wait(q, timeout_ns);
+    if (r < 0) {
+        return r;
+    }
+    r = vufblk_complete(q, &done);
+    if (r < 0) {
+        return r;
+    }
+    if (r == 0 || done != req) {
+        return -EIO;    /* someone else's request: misuse or a bad device */
+    }
+    return *req->status;
+}
+
+const char *vufblk_status_name(int status)
+{
+    switch (status) {
+    case VUF_BLK_S_OK:
+        return "OK";
+    case VUF_BLK_S_IOERR:
+        return "IOERR";
+    case VUF_BLK_S_UNSUPP:
+        return "UNSUPP";
+    case STATUS_NONE:
+        return "none";
+    default:
+        return "unknown";
+    }
+}
+
+static uint16_t le16_at(const uint8_t *p)
+{
+    return p[0] | (uint16_t)p[1] << 8;
+}
+
+static uint32_t le32_at(const uint8_t *p)
+{
+    return le16_at(p) | (uint32_t)le16_at(p + 2) << 16;
+}
+
+static uint64_t le64_at(const uint8_t *p)
+{
+    return le32_at(p) | (uint64_t)le32_at(p + 4) << 32;
+}
+
+void vufblk_decode_config(const uint8_t *raw, VufBlkConfig *cfg)
+{
+    /* Offsets from struct virtio_blk_config in the virtio 1.x spec. */
+    *cfg = (VufBlkConfig) {
+        .capacity = le64_at(raw + 0),
+        .size_max = le32_at(raw + 8),
+        .seg_max = le32_at(raw + 12),
+        .cylinders = le16_at(raw + 16),
+        .heads = raw[18],
+        .sectors = raw[19],
+        .blk_size = le32_at(raw + 20),
+        .physical_block_exp = raw[24],
+        .alignment_offset = raw[25],
+        .min_io_size = le16_at(raw + 26),
+        .opt_io_size = le32_at(raw + 28),
+        .wce = raw[32],
+        .num_queues = le16_at(raw + 34),
+        .max_discard_sectors = le32_at(raw + 36),
+        .max_discard_seg = le32_at(raw + 40),
+        .discard_sector_alignment = le32_at(raw + 44),
+        .max_write_zeroes_sectors = le32_at(raw + 48),
+        .max_write_zeroes_seg = le32_at(raw + 52),
+        .write_zeroes_may_unmap = raw[56],
+    };
+}

@@ -1,0 +1,143 @@
+/*
+ * Internals shared by the vu-frontend source files (not for users: they go
+ * through vu-frontend.h).
+ */
+#ifndef SPINDLE_TOOLS_VU_FRONTEND_INT_H
+#define SPINDLE_TOOLS_VU_FRONTEND_INT_H
+
+#include <pthread.h>
+
+#include <glib.h>
+
+#include "vu-frontend.h"
+
+#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "vu-frontend lays out little-endian virtio structures natively"
+#endif
+
+#define VUF_CACHELINE 64
+
+/* Counters written by the queue's thread only, read by anyone: each update
+ * is a relaxed load and store (no read-modify-write needed). */
+typedef struct VufStatCounters {
+    _Atomic uint64_t added;
+    _Atomic uint64_t completed;
+    _Atomic uint64_t kicks;
+    _Atomic uint64_t kicks_avoided;
+    _Atomic uint64_t interrupts;
+    _Atomic uint64_t wakeups;
+    _Atomic uint64_t spins;
+} VufStatCounters;
+
+struct VufQueue {
+    /* Fixed at vuf_new(). */
+    VuFrontend *fe;
+    unsigned index;
+    unsigned num;
+    unsigned indirect_max;
+    VufDesc *desc;
+    VufAvail *avail;
+    VufUsed *used;
+    VufDesc *indirect;          /* num tables of indirect_max entries */
+    _Atomic uint16_t *used_event;   /* &avail->ring[num] */
+    _Atomic uint16_t *avail_event;  /* &used->ring[num] */
+    uint64_t desc_gpa, avail_gpa, used_gpa, indirect_gpa;
+    size_t desc_bytes, avail_bytes, used_bytes;
+    /* Private shadow of the chain links and the free list: never read back
+     * from shared memory. */
+    uint16_t *next;
+    uint16_t *chain_len;        /* descriptors used by the chain at head */
+    void **tokens;              /* non-NULL while the head is in flight */
+    void *fault_scratch;        /* guest buffer for vufq_inject_fault() */
+    uint64_t fault_scratch_gpa;
+
+    /* Per session, set by the control thread while the queue is idle. */
+    int kick_fd;
+    int call_fd;
+    bool ready;
+    bool event_idx;
+    bool indirect_ok;
+
+    /* Data path state: the queue's thread. */
+    VufCompletion mode;
+    bool broken;
+    uint16_t avail_idx;         /* shadow of avail->idx */
+    uint16_t kicked_idx;        /* avail_idx at the last kick decision */
+    uint16_t last_used;         /* next used ring slot to harvest */
+    uint16_t used_event_shadow; /* last value stored in used_event */
+    uint16_t free_head;
+    unsigned num_free;
+    unsigned in_flight;
+
+    VufStatCounters stats __attribute__((aligned(VUF_CACHELINE)));
+};
+
+/* One free extent of guest memory. */
+typedef struct VufExtent {
+    uint64_t start;
+    uint64_t len;
+} VufExtent;
+
+struct VuFrontend {
+    VufOptions opts;
+    pthread_t control_thread;   /* the thread that called vuf_new() */
+
+    /* Guest memory. */
+    int memfd;
+    uint8_t *mem;
+    uint64_t mem_size;
+    GMutex mem_lock;            /* protects free_extents, allocs, mem_free */
+    GArray *free_extents;       /* VufExtent, sorted by start, coalesced */
+    GHashTable *allocs;         /* start -> len of allocated blocks */
+    uint64_t mem_free;
+
+    /* Session. */
+    int sock;
+    uint64_t features_offered;
+    uint64_t features;
+    uint64_t protocol_features_offered;
+    uint64_t protocol_features;
+    uint64_t queue_num_max;
+    uint64_t max_mem_slots;
+    bool have_blk_config;
+    VufBlkConfig blk_config;
+
+    unsigned num_queues;
+    VufQueue **queues;
+};
+
+/* Control-path functions run in the thread that created the front-end. */
+static inline void vuf_assert_control_thread(const VuFrontend *fe)
+{
+    g_assert(pthread_equal(pthread_self(), fe->control_thread));
+}
+
+static inline void vuf_stat_add(_Atomic uint64_t *c, uint64_t n)
+{
+    atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + n,
+                          memory_order_relaxed);
+}
+
+/* vu-virtqueue.c */
+/* Carve queue i's rings out of fe's memory.  NULL with errp on failure. */
+VufQueue *vufq_create(VuFrontend *fe, unsigned index, Error **errp);
+void vufq_destroy(VufQueue *q);
+/* Reset the rings and state for a new session: zero the rings, rebuild the
+ * free list, create the eventfds, apply the completion mode. */
+bool vufq_session_start(VufQueue *q, bool event_idx, bool indirect,
+                        Error **errp);
+/* Close the eventfds; the queue is no longer ready. */
+void vufq_session_end(VufQueue *q);
+/*
+ * Build a chain as vufq_add() does, but leave it unpublished: the caller
+ * may alter the descriptors, then call vufq_publish().  Returns the head or
+ * -errno.
+ */
+int vufq_build_chain(VufQueue *q, const VufSeg *segs, unsigned n,
+                     unsigned flags, void *token);
+/* Put head in the available ring and publish it. */
+void vufq_publish(VufQueue *q, uint16_t head);
+/* Write the kick eventfd regardless of what the device asked. */
+int vufq_kick_force(VufQueue *q);
+
+#endif

@@ -1,0 +1,698 @@
+/*
+ * vu-frontend: a guest-less vhost-user front-end (the part QEMU plays).
+ *
+ * A VuFrontend owns a block of "guest memory" (a memfd mapped in this
+ * process), connects to a vhost-user back-end over a UNIX socket, negotiates
+ * features, shares the memory with the back-end and sets up N split
+ * virtqueues whose rings live in that memory.  Callers then drive the queues
+ * like a guest driver: put descriptor chains in the available ring, kick the
+ * back-end when it wants to be kicked, and harvest the used ring by polling
+ * or by blocking on the call eventfd.  A virtio-blk layer on top builds
+ * requests (read, write, flush, get-id, discard, write-zeroes).
+ *
+ * Users: tools/frontend/vu-client.c (spindle-vu-client, the command-line
+ * driver used by the functional tests) and spindle-bench (tools/bench), which
+ * drives each queue from its own pinned thread.
+ *
+ * Threads
+ * -------
+ * - Control path (everything taking Error **, and vuf_free/disconnect):
+ *   the "control thread", the one that called vuf_new() (asserted).  It
+ *   connects, negotiates, stops queues, sends raw messages, disconnects.
+ *   It must not disconnect or reconnect while another thread uses a queue.
+ * - Data path (vufq_*, vufblk_* except vufblk_req_new/free): each VufQueue
+ *   is used by one thread at a time, which need not be the control thread;
+ *   different queues may run in different threads with no locking.  These
+ *   functions return 0 / a count or a negative errno.
+ * - The guest memory allocator (vuf_mem_alloc/free) is thread-safe.
+ * - Statistics (vufq_get_stats) may be read from any thread at any time.
+ *
+ * Guest memory layout
+ * -------------------
+ * One region, guest physical address 0, user address = our mapping.  The
+ * rings and indirect tables of every queue are carved out of it when the
+ * VuFrontend is created; the rest is handed out by vuf_mem_alloc().  Memory
+ * (and so every buffer) survives a reconnect; rings are reset.
+ *
+ * Byte order: the rings and virtio-blk structures are little-endian; this
+ * code only builds on little-endian hosts.
+ */
+#ifndef SPINDLE_TOOLS_VU_FRONTEND_H
+#define SPINDLE_TOOLS_VU_FRONTEND_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "util/error.h"
+
+/* ------------------------------------------------------------------------ */
+/* Protocol constants (vhost-user spec, virtio 1.x spec)                     */
+
+/* Message header flags. */
+#define VUF_MSG_VERSION             0x1u
+#define VUF_MSG_VERSION_MASK        0x3u
+#define VUF_MSG_REPLY               (1u << 2)
+#define VUF_MSG_NEED_REPLY          (1u << 3)
+
+/* Largest payload we send or accept, and fds per message. */
+#define VUF_MSG_PAYLOAD_MAX         4096
+#define VUF_MSG_FDS_MAX             8
+#define VUF_MEM_REGIONS_MAX         8
+
+/* Front-end requests. */
+typedef enum VufRequest {
+    VUF_REQ_GET_FEATURES = 1,
+    VUF_REQ_SET_FEATURES = 2,
+    VUF_REQ_SET_OWNER = 3,
+    VUF_REQ_RESET_OWNER = 4,
+    VUF_REQ_SET_MEM_TABLE = 5,
+    VUF_REQ_SET_LOG_BASE = 6,
+    VUF_REQ_SET_LOG_FD = 7,
+    VUF_REQ_SET_VRING_NUM = 8,
+    VUF_REQ_SET_VRING_ADDR = 9,
+    VUF_REQ_SET_VRING_BASE = 10,
+    VUF_REQ_GET_VRING_BASE = 11,
+    VUF_REQ_SET_VRING_KICK = 12,
+    VUF_REQ_SET_VRING_CALL = 13,
+    VUF_REQ_SET_VRING_ERR = 14,
+    VUF_REQ_GET_PROTOCOL_FEATURES = 15,
+    VUF_REQ_SET_PROTOCOL_FEATURES = 16,
+    VUF_REQ_GET_QUEUE_NUM = 17,
+    VUF_REQ_SET_VRING_ENABLE = 18,
+    VUF_REQ_GET_CONFIG = 24,
+    VUF_REQ_SET_CONFIG = 25,
+    VUF_REQ_RESET_DEVICE = 34,
+    VUF_REQ_GET_MAX_MEM_SLOTS = 36,
+    VUF_REQ_ADD_MEM_REG = 37,
+    VUF_REQ_REM_MEM_REG = 38,
+} VufRequest;
+
+/* Bits 0-7 of the SET_VRING_KICK/CALL/ERR payload: queue; bit 8: no fd. */
+#define VUF_VRING_INDEX_MASK        0xffu
+#define VUF_VRING_NOFD              (1u << 8)
+
+/* Virtio transport feature bits (in the 64-bit feature word). */
+#define VUF_F_RING_INDIRECT_DESC    28
+#define VUF_F_RING_EVENT_IDX        29
+#define VUF_F_PROTOCOL_FEATURES     30  /* vhost-user's protocol features */
+#define VUF_F_VERSION_1             32
+
+/* virtio-blk device feature bits. */
+#define VUF_BLK_F_SIZE_MAX          1
+#define VUF_BLK_F_SEG_MAX           2
+#define VUF_BLK_F_GEOMETRY          4
+#define VUF_BLK_F_RO                5
+#define VUF_BLK_F_BLK_SIZE          6
+#define VUF_BLK_F_FLUSH             9
+#define VUF_BLK_F_TOPOLOGY          10
+#define VUF_BLK_F_CONFIG_WCE        11
+#define VUF_BLK_F_MQ                12
+#define VUF_BLK_F_DISCARD           13
+#define VUF_BLK_F_WRITE_ZEROES      14
+
+/* vhost-user protocol feature bits. */
+#define VUF_PROTOCOL_F_MQ                   0
+#define VUF_PROTOCOL_F_LOG_SHMFD            1
+#define VUF_PROTOCOL_F_REPLY_ACK            3
+#define VUF_PROTOCOL_F_BACKEND_REQ          5
+#define VUF_PROTOCOL_F_CONFIG               9
+#define VUF_PROTOCOL_F_INFLIGHT_SHMFD       12
+#define VUF_PROTOCOL_F_RESET_DEVICE         13
+#define VUF_PROTOCOL_F_CONFIGURE_MEM_SLOTS  15
+
+#define VUF_BIT(n)                  (1ull << (n))
+
+/* Features accepted by default when the back-end offers them. */
+#define VUF_FEATURES_DEFAULT \
+    (VUF_BIT(VUF_F_VERSION_1) | VUF_BIT(VUF_F_RING_INDIRECT_DESC) | \
+     VUF_BIT(VUF_F_RING_EVENT_IDX) | VUF_BIT(VUF_BLK_F_SIZE_MAX) | \
+     VUF_BIT(VUF_BLK_F_SEG_MAX) | VUF_BIT(VUF_BLK_F_GEOMETRY) | \
+     VUF_BIT(VUF_BLK_F_RO) | VUF_BIT(VUF_BLK_F_BLK_SIZE) | \
+     VUF_BIT(VUF_BLK_F_FLUSH) | VUF_BIT(VUF_BLK_F_TOPOLOGY) | \
+     VUF_BIT(VUF_BLK_F_CONFIG_WCE) | VUF_BIT(VUF_BLK_F_MQ) | \
+     VUF_BIT(VUF_BLK_F_DISCARD) | VUF_BIT(VUF_BLK_F_WRITE_ZEROES))
+/* Features without which we refuse to go on, by default. */
+#define VUF_FEATURES_REQUIRED_DEFAULT   VUF_BIT(VUF_F_VERSION_1)
+/* Protocol features accepted by default when offered. */
+#define VUF_PROTOCOL_FEATURES_DEFAULT \
+    (VUF_BIT(VUF_PROTOCOL_F_MQ) | VUF_BIT(VUF_PROTOCOL_F_REPLY_ACK) | \
+     VUF_BIT(VUF_PROTOCOL_F_CONFIG) | \
+     VUF_BIT(VUF_PROTOCOL_F_CONFIGURE_MEM_SLOTS))
+
+/* Split virtqueue flags. */
+#define VUF_DESC_F_NEXT             1
+#define VUF_DESC_F_WRITE            2
+#define VUF_DESC_F_INDIRECT         4
+#define VUF_AVAIL_F_NO_INTERRUPT    1
+#define VUF_USED_F_NO_NOTIFY        1
+
+/* virtio-blk request types and status values. */
+#define VUF_BLK_T_IN                0
+#define VUF_BLK_T_OUT               1
+#define VUF_BLK_T_FLUSH             4
+#define VUF_BLK_T_GET_ID            8
+#define VUF_BLK_T_DISCARD           11
+#define VUF_BLK_T_WRITE_ZEROES      13
+#define VUF_BLK_S_OK                0
+#define VUF_BLK_S_IOERR             1
+#define VUF_BLK_S_UNSUPP            2
+#define VUF_BLK_ID_BYTES            20
+#define VUF_BLK_SECTOR_SIZE         512
+#define VUF_BLK_WZ_F_UNMAP          1
+
+/* ------------------------------------------------------------------------ */
+/* Wire structures (native byte order, packed as on the wire)                */
+
+typedef struct __attribute__((packed)) VufMsgHeader {
+    uint32_t request;
+    uint32_t flags;
+    uint32_t size;          /* payload bytes that follow */
+} VufMsgHeader;
+
+typedef struct __attribute__((packed)) VufVringState {
+    uint32_t index;
+    uint32_t num;
+} VufVringState;
+
+typedef struct __attribute__((packed)) VufVringAddr {
+    uint32_t index;
+    uint32_t flags;
+    uint64_t desc_user_addr;
+    uint64_t used_user_addr;
+    uint64_t avail_user_addr;
+    uint64_t log_guest_addr;
+} VufVringAddr;
+
+typedef struct __attribute__((packed)) VufMemRegion {
+    uint64_t guest_phys_addr;
+    uint64_t memory_size;
+    uint64_t userspace_addr;
+    uint64_t mmap_offset;
+} VufMemRegion;
+
+typedef struct __attribute__((packed)) VufMemTable {
+    uint32_t nregions;
+    uint32_t padding;
+    VufMemRegion regions[VUF_MEM_REGIONS_MAX];
+} VufMemTable;
+
+typedef struct __attribute__((packed)) VufMemRegMsg {
+    uint64_t padding;
+    VufMemRegion region;
+} VufMemRegMsg;
+
+typedef struct __attribute__((packed)) VufConfigMsg {
+    uint32_t offset;
+    uint32_t size;
+    uint32_t flags;
+    uint8_t payload[256];
+} VufConfigMsg;
+
+/* Split virtqueue (virtio 1.x, 2.7).  Fields the other side writes while
+ * we run are _Atomic so that every access says its memory order. */
+typedef struct VufDesc {
+    uint64_t addr;
+    uint32_t len;
+    uint16_t flags;
+    uint16_t next;
+} VufDesc;
+
+typedef struct VufAvail {
+    _Atomic uint16_t flags;
+    _Atomic uint16_t idx;
+    uint16_t ring[];        /* [num], then _Atomic uint16_t used_event */
+} VufAvail;
+
+typedef struct VufUsedElem {
+    uint32_t id;
+    uint32_t len;
+} VufUsedElem;
+
+typedef struct VufUsed {
+    _Atomic uint16_t flags;
+    _Atomic uint16_t idx;
+    VufUsedElem ring[];     /* [num], then _Atomic uint16_t avail_event */
+} VufUsed;
+
+/* virtio-blk structures. */
+typedef struct VufBlkOutHdr {
+    uint32_t type;
+    uint32_t ioprio;
+    uint64_t sector;
+} VufBlkOutHdr;
+
+typedef struct VufBlkDwzSeg {   /* discard / write-zeroes segment */
+    uint64_t sector;
+    uint32_t num_sectors;
+    uint32_t flags;
+} VufBlkDwzSeg;
+
+/* The virtio-blk configuration space, decoded (host byte order).  Fields
+ * whose feature was not negotiated are still filled from the config space
+ * (a back-end usually fills them anyway); check the feature bits. */
+typedef struct VufBlkConfig {
+    uint64_t capacity;          /* in 512-byte sectors */
+    uint32_t size_max;
+    uint32_t seg_max;
+    uint16_t cylinders;
+    uint8_t heads;
+    uint8_t sectors;
+    uint32_t blk_size;
+    uint8_t physical_block_exp;
+    uint8_t alignment_offset;
+    uint16_t min_io_size;
+    uint32_t opt_io_size;
+    uint8_t wce;
+    uint16_t num_queues;
+    uint32_t max_discard_sectors;
+    uint32_t max_discard_seg;
+    uint32_t discard_sector_alignment;
+    uint32_t max_write_zeroes_sectors;
+    uint32_t max_write_zeroes_seg;
+    uint8_t write_zeroes_may_unmap;
+} VufBlkConfig;
+
+/* Bytes of the virtio-blk config space we ask for (through
+ * write_zeroes_may_unmap and its padding). */
+#define VUF_BLK_CONFIG_SIZE         60
+
+/* ------------------------------------------------------------------------ */
+/* Options                                                                   */
+
+typedef enum VufCompletion {
+    VUF_COMPLETION_POLL,        /* spin on used->idx; ask for no interrupts */
+    VUF_COMPLETION_INTERRUPT,   /* block on the call eventfd */
+} VufCompletion;
+
+typedef enum VufDeviceType {
+    VUF_DEVICE_BLK,             /* read and check the virtio-blk config */
+    VUF_DEVICE_GENERIC,         /* no device-specific config handling */
+} VufDeviceType;
+
+typedef enum VufMemMethod {
+    VUF_MEM_SET_MEM_TABLE,      /* the default */
+    VUF_MEM_ADD_MEM_REG,        /* needs CONFIGURE_MEM_SLOTS; error if absent */
+} VufMemMethod;
+
+typedef struct VufOptions {
+    const char *socket_path;    /* borrowed; must outlive the VuFrontend */
+    VufDeviceType device;
+    uint64_t mem_size;          /* guest memory bytes (default 64 MiB) */
+    unsigned num_queues;        /* queues to set up (default 1) */
+    unsigned queue_size;        /* descriptors per queue, power of 2 (256) */
+    unsigned indirect_max;      /* entries per indirect table (default 64) */
+    uint64_t features_wanted;   /* accepted when offered */
+    uint64_t features_required; /* connect fails without them */
+    uint64_t protocol_features_wanted;
+    VufMemMethod mem_method;
+    VufCompletion completion;   /* initial mode of every queue */
+    int reply_timeout_ms;       /* per control reply (default 5000) */
+    int connect_timeout_ms;     /* retry connect() this long (default 0) */
+} VufOptions;
+
+#define VUF_MEM_SIZE_DEFAULT        (64ull << 20)
+#define VUF_QUEUE_SIZE_DEFAULT      256
+#define VUF_QUEUE_SIZE_MAX          32768
+#define VUF_QUEUES_MAX              64
+#define VUF_INDIRECT_MAX_DEFAULT    64
+
+/* Fill *opts with the defaults above (socket_path NULL).  Any thread. */
+void vuf_options_init(VufOptions *opts);
+
+/* ------------------------------------------------------------------------ */
+/* Front-end lifecycle (control thread)                                      */
+
+typedef struct VuFrontend VuFrontend;
+typedef struct VufQueue VufQueue;
+
+/*
+ * Create a front-end: allocate and map the guest memory and carve out the
+ * rings of opts->num_queues queues.  No connection yet.  The options are
+ * copied (socket_path is borrowed).  Returns NULL with errp set on bad
+ * options or when the memory cannot be created.  Free with vuf_free().
+ */
+VuFrontend *vuf_new(const VufOptions *opts, Error **errp);
+
+/* Disconnect if connected, unmap the memory, free everything. NULL is ok. */
+void vuf_free(VuFrontend *fe);
+
+/*
+ * Start a session: vuf_connect_socket(), vuf_negotiate(),
+ * vuf_setup_queues().  On failure the socket is closed again and errp says
+ * which step failed and why (socket unreachable, a required feature
+ * missing, a short or unexpected reply, too many queues requested, ...).
+ */
+bool vuf_connect(VuFrontend *fe, Error **errp);
+
+/* The steps of vuf_connect(), for tests that stop in between. */
+bool vuf_connect_socket(VuFrontend *fe, Error **errp);
+/* GET_FEATURES, protocol features, GET_QUEUE_NUM, GET_MAX_MEM_SLOTS,
+ * SET_OWNER, GET_CONFIG, feature checks, SET_FEATURES, memory table. */
+bool vuf_negotiate(VuFrontend *fe, Error **errp);
+/* Reset and hand over every queue's rings: SET_VRING_NUM/BASE/ADDR/CALL/
+ * KICK and SET_VRING_ENABLE. */
+bool vuf_setup_queues(VuFrontend *fe, Error **errp);
+
+/*
+ * Stop queue i with GET_VRING_BASE (the back-end finishes and stops the
+ * ring); *last_avail (may be NULL) gets the back-end's next avail index.
+ */
+bool vuf_stop_queue(VuFrontend *fe, unsigned i, uint32_t *last_avail,
+                    Error **errp);
+
+/* SET_VRING_ENABLE for queue i. */
+bool vuf_enable_queue(VuFrontend *fe, unsigned i, bool enable, Error **errp);
+
+/*
+ * End the session: close the socket and the queues' eventfds.  In-flight
+ * requests are forgotten.  No queue may be in use by another thread.
+ * Harmless when not connected.
+ */
+void vuf_disconnect(VuFrontend *fe);
+
+/*
+ * Stop every started queue (errors ignored: the back-end may be gone),
+ * disconnect and start a new session with the same options.  Guest memory
+ * and everything allocated in it stay; rings start from index 0 again.
+ */
+bool vuf_reconnect(VuFrontend *fe, Error **errp);
+
+bool vuf_is_connected(const VuFrontend *fe);
+
+/* ------------------------------------------------------------------------ */
+/* What was negotiated (control thread, or any thread once set up)           */
+
+uint64_t vuf_features_offered(const VuFrontend *fe);
+uint64_t vuf_features(const VuFrontend *fe);           /* negotiated */
+bool vuf_has_feature(const VuFrontend *fe, unsigned bit);
+uint64_t vuf_protocol_features_offered(const VuFrontend *fe);
+uint64_t vuf_protocol_features(const VuFrontend *fe);  /* negotiated */
+/* GET_QUEUE_NUM's answer, 0 if the back-end lacks protocol feature MQ. */
+uint64_t vuf_queue_num_max(const VuFrontend *fe);
+/* GET_MAX_MEM_SLOTS's answer, 0 without CONFIGURE_MEM_SLOTS. */
+uint64_t vuf_max_mem_slots(const VuFrontend *fe);
+/* The decoded virtio-blk config, or NULL when the back-end has no
+ * CONFIG protocol feature (or device is VUF_DEVICE_GENERIC).  Borrowed. */
+const VufBlkConfig *vuf_blk_config(const VuFrontend *fe);
+unsigned vuf_num_queues(const VuFrontend *fe);
+/* Queue i (< vuf_num_queues()); the pointer stays valid until vuf_free(). */
+VufQueue *vuf_queue(VuFrontend *fe, unsigned i);
+const VufOptions *vuf_options(const VuFrontend *fe);
+
+/*
+ * Name of a feature bit ("VERSION_1", "BLK_FLUSH", ...), or NULL if unknown;
+ * of a protocol feature bit ("REPLY_ACK", ...) likewise.  Any thread.
+ */
+const char *vuf_feature_name(unsigned bit);
+const char *vuf_protocol_feature_name(unsigned bit);
+/* Look up a feature bit by name (as vuf_feature_name() spells it, case
+ * insensitive); -1 if unknown. */
+int vuf_feature_by_name(const char *name);
+
+/*
+ * GET_CONFIG: read size bytes (<= 256) at offset of the device config space
+ * into buf.  Fails if CONFIG was not negotiated or the reply is malformed
+ * (wrong size, zero size = the back-end's error).
+ */
+bool vuf_get_config(VuFrontend *fe, uint32_t offset, void *buf,
+                    uint32_t size, Error **errp);
+
+/* ------------------------------------------------------------------------ */
+/* Guest memory (thread-safe)                                                */
+
+void *vuf_mem_base(const VuFrontend *fe);
+uint64_t vuf_mem_size(const VuFrontend *fe);
+
+/*
+ * Allocate size bytes of guest memory aligned to align (a power of two, 0
+ * means 64).  Returns the host pointer and stores the guest address in *gpa
+ * (may be NULL); NULL when the memory is exhausted.  The memory is not
+ * cleared.  Free with vuf_mem_free().
+ */
+void *vuf_mem_alloc(VuFrontend *fe, size_t size, size_t align, uint64_t *gpa);
+void vuf_mem_free(VuFrontend *fe, void *ptr);
+/* Bytes not allocated (fragmentation not accounted for). */
+uint64_t vuf_mem_available(VuFrontend *fe);
+
+/* Guest address of a host pointer inside the memory. */
+uint64_t vuf_gpa(const VuFrontend *fe, const void *hva);
+/* Host pointer for [gpa, gpa+len), or NULL if outside the memory. */
+void *vuf_hva(const VuFrontend *fe, uint64_t gpa, uint64_t len);
+
+/* ------------------------------------------------------------------------ */
+/* Raw messages, for tests of the back-end (control thread)                  */
+
+typedef enum VufRecvResult {
+    VUF_RECV_MESSAGE,           /* a message arrived */
+    VUF_RECV_TIMEOUT,           /* nothing within the timeout */
+    VUF_RECV_CLOSED,            /* the back-end closed the connection */
+} VufRecvResult;
+
+/*
+ * Send one message exactly as given: header {request, flags, size}, then
+ * size payload bytes, with nfds (<= VUF_MSG_FDS_MAX) descriptors attached
+ * (the fds stay ours).  Nothing is checked, so this can send what the
+ * protocol forbids.  Returns false with errp set if the send fails.
+ */
+bool vuf_send_raw(VuFrontend *fe, uint32_t request, uint32_t flags,
+                  const void *payload, size_t size, const int *fds,
+                  size_t nfds, Error **errp);
+
+/* Like vuf_send_raw(), but the header's size field says size_field while
+ * len bytes follow: a lying header. */
+bool vuf_send_raw_header(VuFrontend *fe, uint32_t request, uint32_t flags,
+                         uint32_t size_field, const void *payload,
+                         size_t len, const int *fds, size_t nfds,
+                         Error **errp);
+
+/*
+ * Wait up to timeout_ms for one message from the back-end.  On
+ * VUF_RECV_MESSAGE, *hdr gets its header and payload (of capacity max) its
+ * first min(size, max) bytes; *len the bytes stored.  Any fds that came
+ * with it are closed.  Returns false with errp set only on a local error or
+ * a truncated message.
+ */
+bool vuf_recv_raw(VuFrontend *fe, int timeout_ms, VufMsgHeader *hdr,
+                  void *payload, size_t max, size_t *len,
+                  VufRecvResult *result, Error **errp);
+
+/*
+ * Is the back-end still talking to us?  Sends GET_FEATURES and waits up to
+ * timeout_ms for its reply, skipping any stray replies.  No Error: false
+ * means closed, silent or nonsensical.
+ */
+bool vuf_check_alive(VuFrontend *fe, int timeout_ms);
+
+/* The socket, or -1 when disconnected (e.g. to poll for hang-up). */
+int vuf_socket_fd(const VuFrontend *fe);
+
+/* ------------------------------------------------------------------------ */
+/* Virtqueue driver (data path: one thread per queue at a time)             */
+
+typedef struct VufSeg {
+    uint64_t gpa;               /* guest address of the buffer */
+    uint32_t len;
+    bool device_writes;         /* VIRTQ_DESC_F_WRITE: the device fills it */
+} VufSeg;
+
+/* vufq_add() flags. */
+#define VUFQ_ADD_INDIRECT       1u  /* put the chain in an indirect table */
+
+typedef struct VufQueueStats {
+    uint64_t added;             /* chains put in the available ring */
+    uint64_t completed;         /* used elements harvested */
+    uint64_t kicks;             /* kick eventfd writes */
+    uint64_t kicks_avoided;     /* vufq_kick() calls the device said to skip */
+    uint64_t interrupts;        /* call eventfd signals received */
+    uint64_t wakeups;           /* blocking waits that returned on the fd */
+    uint64_t spins;             /* poll-mode looks at used->idx that found
+                                 * nothing */
+} VufQueueStats;
+
+/* Queue index, size, and whether it is set up in the current session. */
+unsigned vufq_index(const VufQueue *q);
+unsigned vufq_size(const VufQueue *q);
+bool vufq_ready(const VufQueue *q);
+VuFrontend *vufq_frontend(const VufQueue *q);
+
+/*
+ * Choose how vufq_wait() detects completions and tell the device whether we
+ * want interrupts (VRING_AVAIL_F_NO_INTERRUPT, or used_event with
+ * EVENT_IDX).  Call while nothing is in flight, or between waits.
+ */
+void vufq_set_completion(VufQueue *q, VufCompletion mode);
+VufCompletion vufq_completion(const VufQueue *q);
+
+/* Free descriptors, and chains added but not yet harvested. */
+unsigned vufq_free_descs(const VufQueue *q);
+unsigned vufq_in_flight(const VufQueue *q);
+/* Largest chain vufq_add() accepts with/without VUFQ_ADD_INDIRECT. */
+unsigned vufq_max_segs(const VufQueue *q, unsigned flags);
+
+/*
+ * Add a descriptor chain of n segments (readable ones must come before
+ * device-writable ones) and publish it in the available ring (release
+ * store of avail->idx).  token (not NULL) comes back from vufq_get_used().
+ * Does not kick.  Returns the head index, -ENOSPC if there are not enough
+ * free descriptors, -EINVAL for n == 0, a NULL token or a too long chain,
+ * -ENOTSUP for VUFQ_ADD_INDIRECT without INDIRECT_DESC, -EIO on a broken
+ * queue, -ENOTCONN if the queue is not set up.
+ */
+int vufq_add(VufQueue *q, const VufSeg *segs, unsigned n, unsigned flags,
+             void *token);
+
+/*
+ * Kick the device if it wants to know about the chains added since the last
+ * kick: with EVENT_IDX when they cross used->avail_event, otherwise unless
+ * VRING_USED_F_NO_NOTIFY is set.  Returns 1 if it kicked, 0 if the kick was
+ * avoided or nothing was added, -errno if the eventfd write failed.
+ */
+int vufq_kick(VufQueue *q);
+
+/*
+ * Harvest one used element: 1 with *token and *len (bytes the device
+ * wrote) set, 0 if there is none, -EIO if the device returned an id that is
+ * not in flight or moved used->idx by more than the queue size (the queue
+ * is then broken until the next session).
+ */
+int vufq_get_used(VufQueue *q, void **token, uint32_t *len);
+
+/*
+ * Wait until a used element is ready or timeout_ns passes (< 0: forever):
+ * spin on used->idx in poll mode, arm interrupts and block on the call
+ * eventfd in interrupt mode.  Returns 0 when one is ready, -ETIMEDOUT,
+ * -ECONNRESET if the back-end hung up, -EIO on a broken queue, -ENOTCONN.
+ */
+int vufq_wait(VufQueue *q, int64_t timeout_ns);
+
+/*
+ * Read the call eventfd without blocking and add what it counted to the
+ * interrupts (e.g. at the end of a poll-mode run, to see whether the device
+ * signalled although we asked it not to).  Returns the count read, or 0.
+ * The queue's thread.
+ */
+uint64_t vufq_collect_interrupts(VufQueue *q);
+
+/* Copy the counters (any thread). */
+void vufq_get_stats(const VufQueue *q, VufQueueStats *out);
+/* Zero the counters (the queue's thread). */
+void vufq_reset_stats(VufQueue *q);
+/* True once the device returned something impossible on this queue. */
+bool vufq_broken(const VufQueue *q);
+
+/*
+ * Ring access for tests that craft their own chains.  The pointers stay
+ * valid until vuf_free(); writing through them bypasses every check.
+ */
+VufDesc *vufq_desc_table(VufQueue *q);
+VufAvail *vufq_avail(VufQueue *q);
+VufUsed *vufq_used(VufQueue *q);
+
+/* Faults vufq_inject_fault() can put in a ring; each is a virtio-blk read
+ * of one sector that is wrong in exactly one way. */
+typedef enum VufRingFault {
+    VUF_FAULT_HEAD_OUT_OF_RANGE,    /* avail ring entry >= queue size */
+    VUF_FAULT_DESC_LOOP,            /* the last descriptor links back to
+                                     * the second (same direction) */
+    VUF_FAULT_ADDR_OUT_OF_RANGE,    /* data buffer beyond guest memory */
+    VUF_FAULT_ADDR_OVERFLOW,        /* addr + len wraps around 2^64 */
+    VUF_FAULT_NEXT_OUT_OF_RANGE,    /* next >= queue size */
+    VUF_FAULT_INDIRECT_BAD_LEN,     /* indirect table length % 16 != 0 */
+    VUF_FAULT_INDIRECT_NESTED,      /* INDIRECT flag inside a table */
+    VUF_FAULT_INDIRECT_LOOP,        /* the same loop inside a table */
+    VUF_FAULT_AVAIL_IDX_JUMP,       /* avail->idx moved by > queue size */
+    VUF_FAULT_COUNT,
+} VufRingFault;
+
+/* Name ("desc-loop", ...) of a fault, and the reverse (-1 if unknown). */
+const char *vuf_ring_fault_name(VufRingFault f);
+int vuf_ring_fault_by_name(const char *name);
+
+/*
+ * Put fault f in the available ring and kick.  Returns 0 or -errno (as
+ * vufq_add(); -ENOTSUP for an indirect fault without INDIRECT_DESC).  The
+ * queue should be considered spoilt afterwards: reconnect to use it again.
+ */
+int vufq_inject_fault(VufQueue *q, VufRingFault f);
+
+/* The status byte of the last injected fault's request: 0xff if the device
+ * did not write it (or there was no request). */
+int vufq_fault_status(const VufQueue *q);
+
+/* ------------------------------------------------------------------------ */
+/* virtio-blk requests                                                       */
+
+/*
+ * A request whose header, status byte and data buffer live in guest
+ * memory.  The caller fills it with a vufblk_prep_*() call, submits it,
+ * and after completion reads *status and (for reads) data.
+ */
+typedef struct VufBlkReq {
+    VufBlkOutHdr *hdr;          /* guest memory */
+    VufBlkDwzSeg *dwz;          /* guest memory: discard/write-zeroes seg */
+    uint8_t *status;            /* guest memory */
+    uint8_t *data;              /* guest memory, data_cap bytes */
+    uint64_t hdr_gpa, dwz_gpa, status_gpa, data_gpa;
+    size_t data_cap;
+    /* Set by vufblk_prep_*(): */
+    size_t data_len;            /* bytes of data in this request */
+    bool data_in;               /* the device writes the data (IN, GET_ID) */
+    bool use_dwz;               /* the data is *dwz */
+    /* Set by the caller: */
+    unsigned data_segs;         /* split data into this many descriptors
+                                 * (>= 1; default 1) */
+    void *opaque;               /* anything */
+} VufBlkReq;
+
+/*
+ * Allocate a request with data_cap bytes of data buffer (4096-aligned) in
+ * fe's guest memory.  NULL (errp set) when the memory is exhausted.
+ * Thread-safe.  Free with vufblk_req_free().
+ */
+VufBlkReq *vufblk_req_new(VuFrontend *fe, size_t data_cap, Error **errp);
+void vufblk_req_free(VuFrontend *fe, VufBlkReq *req);
+
+/*
+ * Fill the request.  Offsets and lengths are in bytes (multiples of 512)
+ * or sectors as named.  Return 0, or -EINVAL if len exceeds data_cap.  The
+ * status byte is set to 0xff so that a device that never writes it shows.
+ */
+int vufblk_prep_read(VufBlkReq *req, uint64_t sector, size_t len);
+int vufblk_prep_write(VufBlkReq *req, uint64_t sector, size_t len);
+int vufblk_prep_flush(VufBlkReq *req);
+int vufblk_prep_get_id(VufBlkReq *req);
+int vufblk_prep_discard(VufBlkReq *req, uint64_t sector, uint32_t nsectors);
+int vufblk_prep_write_zeroes(VufBlkReq *req, uint64_t sector,
+                             uint32_t nsectors, bool unmap);
+
+/*
+ * Add the request's chain (header, data split in data_segs descriptors and
+ * at size_max, status) to q with vufq_add() flags; the token is req.
+ * Does not kick.  Returns 0 or vufq_add()'s -errno.
+ */
+int vufblk_submit(VufQueue *q, VufBlkReq *req, unsigned flags);
+
+/*
+ * Harvest one completed request: 1 and *req, 0 if none, -EIO as
+ * vufq_get_used().
+ */
+int vufblk_complete(VufQueue *q, VufBlkReq **req);
+
+/*
+ * Submit req, kick, and wait for it (timeout_ns < 0: forever).  Nothing
+ * else may be in flight on q.  Returns the status byte (VUF_BLK_S_*, or
+ * 0xff if the device did not write it), or -errno as vufblk_submit() /
+ * vufq_wait().
+ */
+int vufblk_do(VufQueue *q, VufBlkReq *req, unsigned flags,
+              int64_t timeout_ns);
+
+/* "OK", "IOERR", "UNSUPP", "none" (0xff) or "unknown". Any thread. */
+const char *vufblk_status_name(int status);
+
+/* Decode the first VUF_BLK_CONFIG_SIZE bytes of a config space. */
+void vufblk_decode_config(const uint8_t *raw, VufBlkConfig *cfg);
+
+#endif
