@@ -15,7 +15,7 @@ SAN_ENV := ASAN_OPTIONS=detect_leaks=1 \
 MAKEFLAGS += --no-print-directory
 
 .PHONY: all san deps check check-unit check-functional install bench-aio \
-        bench-block clean help
+        bench-block demo clean help
 
 all: $(BUILD)/build.ninja
 	ninja -C $(BUILD)
@@ -58,6 +58,10 @@ bench-block: all
 	    { echo "bench-block is not built: it needs json-glib and -Dtests=true"; exit 1; }
 	$(BUILD)/tests/bench/bench-block $(BENCH_ARGS)
 
+# Installs what it needs, builds, boots a guest on a disk served by spindle.
+demo:
+	PYTHON=$(PYTHON) BUILD=$(BUILD) bash scripts/demo.sh
+
 clean:
 	rm -rf $(BUILD) $(BUILD_SAN)
 
@@ -70,6 +74,7 @@ help:
 	@echo '  install           meson install from $(BUILD)/'
 	@echo '  bench-aio         build, then run the event loop benchmark'
 	@echo '  bench-block       build, then run the block layer benchmark'
+	@echo '  demo              boot a Linux guest (QEMU, TCG) on a disk spindle serves'
 	@echo '  deps              run scripts/install-deps.sh'
 	@echo '  san               configure and build $(BUILD_SAN)/ only'
 	@echo '  clean             remove $(BUILD)/ and $(BUILD_SAN)/'

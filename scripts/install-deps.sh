@@ -34,6 +34,19 @@ APT_PACKAGES=(
     python3-pip
 )
 
+# For the end-to-end tests and `make demo` (DESIGN.md section 7): QEMU under
+# TCG and qemu-storage-daemon (the peer), a Debian kernel and its modules for
+# the guest, static busybox for the guest's initramfs, kmod for modprobe's
+# module dependency list.  Installed without Recommends, which would pull in
+# a GUI and firmware the tests never use.
+GUEST_APT_PACKAGES=(
+    qemu-system-x86
+    qemu-system-common
+    linux-image-amd64
+    busybox-static
+    kmod
+)
+
 # Python packages, as "pip name:module to import".
 PIP_PACKAGES=(
     pytest:pytest
@@ -53,10 +66,10 @@ is_root() {
     [[ $(id -u) -eq 0 ]]
 }
 
-# Print the Debian packages that are not installed, one per line.
+# Print those of the named Debian packages that are not installed, one per line.
 missing_apt_packages() {
     local pkg status
-    for pkg in "${APT_PACKAGES[@]}"; do
+    for pkg in "$@"; do
         status=$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null || true)
         if [[ $status != "install ok installed" ]]; then
             echo "$pkg"
@@ -74,9 +87,14 @@ missing_pip_packages() {
     done
 }
 
+APT_UPDATED=
+# install_apt_packages [--no-install-recommends] PACKAGE...
 install_apt_packages() {
     log "installing Debian packages: $*"
-    apt-get update -q
+    if [[ -z $APT_UPDATED ]]; then
+        apt-get update -q
+        APT_UPDATED=1
+    fi
     apt-get install -y -q -o DPkg::Lock::Timeout=300 "$@"
 }
 
@@ -105,13 +123,20 @@ install_pip_packages() {
 }
 
 main() {
-    local -a apt_missing pip_missing
+    local -a apt_missing guest_missing pip_missing
 
-    mapfile -t apt_missing < <(missing_apt_packages)
+    mapfile -t apt_missing < <(missing_apt_packages "${APT_PACKAGES[@]}")
     if [[ ${#apt_missing[@]} -gt 0 ]]; then
         is_root || die "missing Debian packages: ${apt_missing[*]}
     install them as root with:  apt-get install ${apt_missing[*]}"
         install_apt_packages "${apt_missing[@]}"
+    fi
+
+    mapfile -t guest_missing < <(missing_apt_packages "${GUEST_APT_PACKAGES[@]}")
+    if [[ ${#guest_missing[@]} -gt 0 ]]; then
+        is_root || die "missing Debian packages for guest tests: ${guest_missing[*]}
+    install them as root with:  apt-get install --no-install-recommends ${guest_missing[*]}"
+        install_apt_packages --no-install-recommends "${guest_missing[@]}"
     fi
 
     # Checked after apt, which may just have provided python3 and pip.
@@ -126,7 +151,7 @@ main() {
             die "still cannot import after installing: ${pip_missing[*]}"
     fi
 
-    log "all ${#APT_PACKAGES[@]} Debian and ${#PIP_PACKAGES[@]} Python packages are present"
+    log "all $(( ${#APT_PACKAGES[@]} + ${#GUEST_APT_PACKAGES[@]} )) Debian and ${#PIP_PACKAGES[@]} Python packages are present"
 }
 
 main "$@"
