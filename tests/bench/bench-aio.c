@@ -26,7 +26,9 @@
  * The "no lost kick" argument (a Dekker pair): the client stores req, fences,
  * then loads no_notify; the loop stores no_notify = 0 in io_poll_end, issues
  * a full barrier and calls io_poll once more.  Either the client sees 0 and
- * kicks, or the loop's re-check sees the new req.
+ * kicks, or the loop's re-check sees the new req.  The kick channel (the
+ * eventfd, its handler and poll hooks, the client's fence and kick) is
+ * bench-ring.h's, shared with bench-block.
  *
  * Back to back (the default) the eventfd server may not get to sleep at
  * all: if the next kick lands before the IOThread is back in epoll_wait, the
@@ -73,6 +75,7 @@
 #include "util/event-notifier.h"
 #include "util/iothread.h"
 #include "bench-common.h"
+#include "bench-ring.h"
 
 #define CACHELINE BENCH_CACHELINE
 
@@ -183,31 +186,23 @@ typedef struct PingPong {
     _Alignas(CACHELINE) _Atomic uint64_t req;
     /* Written by the server. */
     _Alignas(CACHELINE) _Atomic uint64_t resp;
-    /* Written by the server's poll hooks, read by the client. */
-    _Alignas(CACHELINE) _Atomic int no_notify;
+    /* no_notify (written by the server's poll hooks) and the eventfd. */
+    BenchKick kick;
     /* Written by main to stop the cache-line echo thread. */
     _Alignas(CACHELINE) _Atomic bool stop;
     /* Server-private. */
     _Alignas(CACHELINE) uint64_t last_seen;
     _Atomic pid_t echo_tid;      /* the cache-line echo thread, once started */
-    EventNotifier kick;
-    AioContext *ctx;
 } PingPong;
 
 static PingPong *pingpong_new(void)
 {
-    PingPong *pp;
+    PingPong *pp = bench_alloc_aligned(CACHELINE, sizeof(*pp));
 
-    if (posix_memalign((void **)&pp, CACHELINE, sizeof(*pp)) != 0) {
-        g_error("out of memory");
-    }
-    memset(pp, 0, sizeof(*pp));
     atomic_init(&pp->req, 0);
     atomic_init(&pp->resp, 0);
-    atomic_init(&pp->no_notify, 0);
     atomic_init(&pp->stop, false);
     atomic_init(&pp->echo_tid, 0);
-    pp->kick.fd = -1;
     return pp;
 }
 
@@ -216,17 +211,23 @@ static void pingpong_free(PingPong *pp)
     free(pp);
 }
 
-static PingPong *pingpong_from_kick(EventNotifier *e)
+/* ------------------------------------------------------------------------ */
+/* Server: the kick handler in an IOThread (see bench-ring.h)                */
+
+/* Is there a request not echoed yet?  IOThread (io_poll). */
+static bool server_has_work(void *opaque)
 {
-    return (PingPong *)((char *)e - offsetof(PingPong, kick));
+    PingPong *pp = opaque;
+
+    /* Pairs with the client's release store of req. */
+    return atomic_load_explicit(&pp->req, memory_order_acquire) !=
+           pp->last_seen;
 }
 
-/* ------------------------------------------------------------------------ */
-/* Server: the kick handler in an IOThread                                   */
-
 /* Echo the newest request, if there is one.  IOThread. */
-static void server_process(PingPong *pp)
+static void server_process(void *opaque)
 {
+    PingPong *pp = opaque;
     /* Pairs with the client's release store of req. */
     uint64_t r = atomic_load_explicit(&pp->req, memory_order_acquire);
 
@@ -238,71 +239,10 @@ static void server_process(PingPong *pp)
     atomic_store_explicit(&pp->resp, r, memory_order_release);
 }
 
-static bool server_io_poll(EventNotifier *e)
-{
-    PingPong *pp = pingpong_from_kick(e);
-
-    /* Pairs with the client's release store of req. */
-    return atomic_load_explicit(&pp->req, memory_order_acquire) !=
-           pp->last_seen;
-}
-
-static void server_io_read(EventNotifier *e)
-{
-    event_notifier_test_and_clear(e);
-    server_process(pingpong_from_kick(e));
-}
-
-static void server_io_poll_ready(EventNotifier *e)
-{
-    server_process(pingpong_from_kick(e));
-}
-
-static void server_poll_begin(EventNotifier *e)
-{
-    PingPong *pp = pingpong_from_kick(e);
-
-    /*
-     * Relaxed: suppressing kicks is an optimisation; a client that still
-     * sees 0 just kicks once more.
-     */
-    atomic_store_explicit(&pp->no_notify, 1, memory_order_relaxed);
-}
-
-static void server_poll_end(EventNotifier *e)
-{
-    PingPong *pp = pingpong_from_kick(e);
-
-    /*
-     * The loop issues a full barrier after io_poll_end and polls once more;
-     * that barrier pairs with the client's fence between storing req and
-     * loading no_notify.
-     */
-    atomic_store_explicit(&pp->no_notify, 0, memory_order_relaxed);
-}
-
-/* Register the kick handler.  Runs in the IOThread via aio_run_sync(). */
-static void server_attach(void *opaque)
-{
-    PingPong *pp = opaque;
-
-    g_assert(aio_context_in_home_thread(pp->ctx));
-    aio_set_event_notifier(pp->ctx, &pp->kick, server_io_read,
-                           server_io_poll, server_io_poll_ready);
-    aio_set_event_notifier_poll(pp->ctx, &pp->kick, server_poll_begin,
-                                server_poll_end);
-    aio_set_fd_handler_name(pp->ctx, event_notifier_get_fd(&pp->kick),
-                            "bench-kick");
-}
-
-/* Remove the kick handler.  Runs in the IOThread via aio_run_sync(). */
-static void server_detach(void *opaque)
-{
-    PingPong *pp = opaque;
-
-    g_assert(aio_context_in_home_thread(pp->ctx));
-    aio_set_event_notifier(pp->ctx, &pp->kick, NULL, NULL, NULL);
-}
+static const BenchKickOps server_kick_ops = {
+    .has_work = server_has_work,
+    .process = server_process,
+};
 
 /* ------------------------------------------------------------------------ */
 /* Server: the bare cache-line echo thread                                   */
@@ -329,83 +269,19 @@ static void *echo_thread_fn(void *opaque)
 }
 
 /* ------------------------------------------------------------------------ */
-/* What the client samples on the server side                                */
-
-typedef struct ServerProbe {
-    IOThread *iot;           /* IOThread modes */
-    clockid_t echo_clock;    /* cache-line mode: the echo thread's CPU clock */
-    pid_t tid;               /* the server thread (for its context switches) */
-} ServerProbe;
-
-static int64_t probe_cpu_ns(const ServerProbe *probe)
-{
-    struct timespec ts;
-
-    if (probe->iot) {
-        return iothread_get_cpu_ns(probe->iot);
-    }
-    if (clock_gettime(probe->echo_clock, &ts) != 0) {
-        return 0;
-    }
-    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
-/*
- * Voluntary context switches of the server thread: how often it really went
- * to sleep (a wait that found its event already pending does not count).
- * -1 if unknown.
- */
-static int64_t probe_sleeps(const ServerProbe *probe)
-{
-    return bench_thread_sleeps(probe->tid);
-}
-
-static void probe_stats(const ServerProbe *probe, AioPollStats *out)
-{
-    memset(out, 0, sizeof(*out));
-    if (probe->iot) {
-        aio_context_get_stats(iothread_get_aio_context(probe->iot), out);
-    }
-}
-
-/* The kick handler's own window, or -1 if the context does not list it. */
-static int64_t probe_handler_window(const ServerProbe *probe, int fd)
-{
-    AioHandlerWindow wins[16];
-    int n, i;
-
-    if (!probe->iot) {
-        return -1;
-    }
-    n = aio_context_get_handler_windows(iothread_get_aio_context(probe->iot),
-                                        wins, G_N_ELEMENTS(wins));
-    for (i = 0; i < n && i < (int)G_N_ELEMENTS(wins); i++) {
-        if (wins[i].fd == fd) {
-            return wins[i].poll_ns;
-        }
-    }
-    return -1;
-}
-
-/* ------------------------------------------------------------------------ */
 /* Client                                                                    */
 
 typedef struct ClientRun {
     /* Inputs. */
     PingPong *pp;
     const BenchOpts *opts;
-    const ServerProbe *probe;
+    const BenchServerProbe *probe;
     BenchMode mode;
     bool use_kick;
     /* Outputs. */
     uint64_t *samples;       /* opts->count round trips, in ns */
     uint64_t kicks;          /* over the recorded messages */
-    int64_t cpu_start_ns;
-    int64_t cpu_end_ns;
-    int64_t sleeps_start;
-    int64_t sleeps_end;
-    AioPollStats stats_start;
-    AioPollStats stats_end;
+    BenchServerSample start, end;   /* around the recorded messages */
 } ClientRun;
 
 /* No answer within RESPONSE_TIMEOUT_NS: say what we saw and give up. */
@@ -414,7 +290,7 @@ static void G_GNUC_NORETURN client_report_stall(const ClientRun *run,
 {
     AioPollStats st;
 
-    probe_stats(run->probe, &st);
+    bench_probe_loop_stats(run->probe, &st);
     fprintf(stderr,
             "bench-aio: %s: no response to message %" PRIu64 " after %lld s "
             "(req=%" PRIu64 " resp=%" PRIu64 " no_notify=%d); "
@@ -425,7 +301,7 @@ static void G_GNUC_NORETURN client_report_stall(const ClientRun *run,
             mode_names[run->mode], seq,
             RESPONSE_TIMEOUT_NS / 1000000000LL,
             atomic_load(&run->pp->req), atomic_load(&run->pp->resp),
-            atomic_load(&run->pp->no_notify),
+            atomic_load(&run->pp->kick.no_notify),
             st.turns, st.wakeups, st.poll_hits, st.poll_misses,
             st.dispatches, st.poll_ns);
     fflush(stderr);
@@ -438,19 +314,7 @@ static bool client_send(PingPong *pp, uint64_t seq, bool use_kick)
 {
     /* Pairs with the server's acquire load of req. */
     atomic_store_explicit(&pp->req, seq, memory_order_release);
-    if (!use_kick) {
-        return false;
-    }
-    /*
-     * Full fence between the store of req and the load of no_notify; pairs
-     * with the loop's full barrier after io_poll_end (before its last poll).
-     */
-    atomic_thread_fence(memory_order_seq_cst);
-    if (atomic_load_explicit(&pp->no_notify, memory_order_relaxed)) {
-        return false;
-    }
-    event_notifier_set(&pp->kick);
-    return true;
+    return use_kick && bench_kick_notify(&pp->kick);
 }
 
 /* Spin until the server has echoed seq. */
@@ -508,57 +372,47 @@ static void *client_thread_fn(void *opaque)
         client_round_trip(run, ++seq, &kicked);
     }
 
-    run->sleeps_start = probe_sleeps(run->probe);
-    run->cpu_start_ns = probe_cpu_ns(run->probe);
-    probe_stats(run->probe, &run->stats_start);
+    run->start.sleeps = bench_probe_sleeps(run->probe);
+    run->start.cpu_ns = bench_probe_cpu_ns(run->probe);
+    bench_probe_loop_stats(run->probe, &run->start.stats);
     for (i = 0; i < run->opts->count; i++) {
         run->samples[i] = client_round_trip(run, ++seq, &kicked);
         run->kicks += kicked;
     }
-    run->cpu_end_ns = probe_cpu_ns(run->probe);
-    probe_stats(run->probe, &run->stats_end);
-    run->sleeps_end = probe_sleeps(run->probe);
+    run->end.cpu_ns = bench_probe_cpu_ns(run->probe);
+    bench_probe_loop_stats(run->probe, &run->end.stats);
+    run->end.sleeps = bench_probe_sleeps(run->probe);
     return NULL;
 }
 
 /* ------------------------------------------------------------------------ */
 /* Turning samples into statistics                                           */
 
-static void fill_latency_stats(RunStats *rs, uint64_t *samples, size_t n)
-{
-    bench_sort_u64(samples, n);
-    rs->v[STAT_P50] = bench_percentile_sorted(samples, n, 500);
-    rs->v[STAT_P99] = bench_percentile_sorted(samples, n, 990);
-    rs->v[STAT_P999] = bench_percentile_sorted(samples, n, 999);
-    rs->v[STAT_MIN] = samples[0];
-    rs->v[STAT_MAX] = samples[n - 1];
-    rs->v[STAT_MEAN] = bench_mean_u64(samples, n);
-}
-
-static void fill_loop_stats(RunStats *rs, const AioPollStats *a,
-                            const AioPollStats *b)
-{
-    rs->v[STAT_POLL_HITS] = (double)(b->poll_hits - a->poll_hits);
-    rs->v[STAT_POLL_MISSES] = (double)(b->poll_misses - a->poll_misses);
-    rs->v[STAT_WAKEUPS] = (double)(b->wakeups - a->wakeups);
-    rs->v[STAT_DISPATCHES] = (double)(b->dispatches - a->dispatches);
-    rs->v[STAT_POLL_TIME] = (double)(b->poll_time_ns - a->poll_time_ns);
-    rs->v[STAT_BLOCK_TIME] = (double)(b->block_time_ns - a->block_time_ns);
-    rs->v[STAT_POLL_NS] = (double)b->poll_ns;
-}
-
 static void fill_run_stats(RunStats *rs, ClientRun *run)
 {
     double n = (double)run->opts->count;
+    BenchLatency lat;
+    AioPollStats loop;
 
     memset(rs, 0, sizeof(*rs));
-    fill_latency_stats(rs, run->samples, run->opts->count);
-    rs->v[STAT_CPU_PER_MSG] = (run->cpu_end_ns - run->cpu_start_ns) / n;
+    bench_latency_stats(run->samples, run->opts->count, &lat);
+    rs->v[STAT_P50] = lat.p50;
+    rs->v[STAT_P99] = lat.p99;
+    rs->v[STAT_P999] = lat.p999;
+    rs->v[STAT_MEAN] = lat.mean;
+    rs->v[STAT_MIN] = lat.min;
+    rs->v[STAT_MAX] = lat.max;
+    rs->v[STAT_CPU_PER_MSG] = (run->end.cpu_ns - run->start.cpu_ns) / n;
     rs->v[STAT_KICKS_PER_MSG] = run->kicks / n;
-    rs->v[STAT_SLEEPS_PER_MSG] =
-        run->sleeps_start < 0 || run->sleeps_end < 0 ? -1 :
-        (run->sleeps_end - run->sleeps_start) / n;
-    fill_loop_stats(rs, &run->stats_start, &run->stats_end);
+    rs->v[STAT_SLEEPS_PER_MSG] = bench_sleeps_per(&run->start, &run->end, n);
+    bench_loop_stats_delta(&run->start.stats, &run->end.stats, &loop);
+    rs->v[STAT_POLL_HITS] = loop.poll_hits;
+    rs->v[STAT_POLL_MISSES] = loop.poll_misses;
+    rs->v[STAT_WAKEUPS] = loop.wakeups;
+    rs->v[STAT_DISPATCHES] = loop.dispatches;
+    rs->v[STAT_POLL_TIME] = loop.poll_time_ns;
+    rs->v[STAT_BLOCK_TIME] = loop.block_time_ns;
+    rs->v[STAT_POLL_NS] = loop.poll_ns;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -566,7 +420,8 @@ static void fill_run_stats(RunStats *rs, ClientRun *run)
 
 /* Run the client against an already running server; fills rs. */
 static bool run_client(PingPong *pp, const BenchOpts *opts, BenchMode mode,
-                       const ServerProbe *probe, RunStats *rs, Error **errp)
+                       const BenchServerProbe *probe, RunStats *rs,
+                       Error **errp)
 {
     ClientRun run = {
         .pp = pp,
@@ -605,13 +460,10 @@ static bool run_iothread_mode(BenchMode mode, const BenchOpts *opts,
                               RunStats *rs, Error **errp)
 {
     PingPong *pp = pingpong_new();
-    ServerProbe probe = { 0 };
+    BenchServerProbe probe = { 0 };
     bool ok = false;
-    int ret;
 
-    ret = event_notifier_init(&pp->kick, false);
-    if (ret < 0) {
-        error_setg_errno(errp, -ret, "cannot create the kick eventfd");
+    if (!bench_kick_init(&pp->kick, &server_kick_ops, pp, errp)) {
         goto out_free;
     }
     probe.iot = create_server_iothread(mode, opts, errp);
@@ -619,19 +471,17 @@ static bool run_iothread_mode(BenchMode mode, const BenchOpts *opts,
         goto out_notifier;
     }
     probe.tid = iothread_get_thread_id(probe.iot);
-    pp->ctx = iothread_get_aio_context(probe.iot);
-    aio_run_sync(pp->ctx, server_attach, pp);
+    bench_kick_attach(&pp->kick, iothread_get_aio_context(probe.iot));
 
     ok = run_client(pp, opts, mode, &probe, rs, errp);
     if (ok) {
-        rs->v[STAT_HANDLER_WINDOW] =
-            probe_handler_window(&probe, event_notifier_get_fd(&pp->kick));
+        rs->v[STAT_HANDLER_WINDOW] = bench_kick_handler_window(&pp->kick);
     }
 
-    aio_run_sync(pp->ctx, server_detach, pp);
+    bench_kick_detach(&pp->kick);
     iothread_destroy(probe.iot);
 out_notifier:
-    event_notifier_cleanup(&pp->kick);
+    bench_kick_cleanup(&pp->kick);
 out_free:
     pingpong_free(pp);
     return ok;
@@ -651,7 +501,7 @@ static bool run_cacheline_mode(const BenchOpts *opts, RunStats *rs,
                                Error **errp)
 {
     PingPong *pp = pingpong_new();
-    ServerProbe probe = { 0 };
+    BenchServerProbe probe = { 0 };
     pthread_t echo;
     bool ok = false;
     int ret;
@@ -661,7 +511,7 @@ static bool run_cacheline_mode(const BenchOpts *opts, RunStats *rs,
         goto out_free;
     }
     probe.tid = wait_for_echo_tid(pp);
-    ret = pthread_getcpuclockid(echo, &probe.echo_clock);
+    ret = pthread_getcpuclockid(echo, &probe.cpu_clock);
     if (ret != 0) {
         error_setg_errno(errp, ret, "cannot read the echo thread's CPU clock");
     } else {

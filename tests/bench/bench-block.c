@@ -22,7 +22,8 @@
  * configuration; only the server side changes.
  *
  * The IOThread registers the kick eventfd with a poll callback (avail_idx
- * moved) and io_poll_begin/end hooks that set and clear no_notify.  For each
+ * moved) and io_poll_begin/end hooks that set and clear no_notify (the kick
+ * channel is bench-ring.h's, shared with bench-aio).  For each
  * new slot it submits a BlockRequest (READ, 4 KiB, a buffer from a 4 KiB
  * aligned pool) to the node; the completion callback appends the slot to
  * used[] and publishes used_idx (release).  The "no lost kick" argument is
@@ -43,7 +44,8 @@
  *
  * Threads: main creates and destroys IOThreads and nodes (main-thread
  * jobs); a dedicated client thread runs the requests so that the main
- * thread's affinity is left alone.
+ * thread's affinity is left alone.  The tables and the JSON report are
+ * printed by bench-block-report.c.
  */
 
 #include <errno.h>
@@ -61,7 +63,6 @@
 #include <unistd.h>
 
 #include <glib.h>
-#include <json-glib/json-glib.h>
 
 #include "block/aio-engine.h"
 #include "block/block.h"
@@ -71,14 +72,13 @@
 #include "util/error.h"
 #include "util/event-notifier.h"
 #include "util/iothread.h"
+#include "bench-block.h"
 #include "bench-common.h"
 #include "bench-file.h"
+#include "bench-ring.h"
 
 #define CACHELINE BENCH_CACHELINE
 
-#define BLOCK_SIZE 4096
-#define QD_MAX 256
-#define QD_LIST_MAX 16
 /* Ring entries: a power of two, at least QD_MAX. */
 #define RING_SIZE 256
 #define RING_MASK (RING_SIZE - 1)
@@ -99,96 +99,21 @@ G_STATIC_ASSERT(RING_SIZE >= QD_MAX && (RING_SIZE & RING_MASK) == 0);
 G_STATIC_ASSERT(FILE_SIZE_MIN >= (int64_t)QD_MAX * BLOCK_SIZE);
 
 /* ------------------------------------------------------------------------ */
-/* Options                                                                   */
+/* Names (declared in bench-block.h)                                         */
 
-typedef enum {
-    ENGINE_NULL_CO,
-    ENGINE_NATIVE,
-    ENGINE_IO_URING,
-    ENGINE_THREADS,
-    ENGINE_COUNT,
-} EngineId;
-
-static const char *const engine_names[ENGINE_COUNT] = {
+const char *const engine_names[ENGINE_COUNT] = {
     [ENGINE_NULL_CO] = "null-co",
     [ENGINE_NATIVE] = "native",
     [ENGINE_IO_URING] = "io_uring",
     [ENGINE_THREADS] = "threads",
 };
 
-static bool engine_is_file(EngineId e)
-{
-    return e != ENGINE_NULL_CO;
-}
-
-typedef enum {
-    POLL_OFF,
-    POLL_ADAPTIVE,
-    POLL_COUNT,
-} PollMode;
-
-static const char *const poll_names[POLL_COUNT] = {
+const char *const poll_names[POLL_COUNT] = {
     [POLL_OFF] = "off",
     [POLL_ADAPTIVE] = "adaptive",
 };
 
-typedef struct BenchOpts {
-    int64_t count;
-    int64_t warmup;
-    int64_t repeat;
-    int64_t poll_max_ns;       /* of the adaptive mode */
-    int64_t null_latency_ns;
-    int64_t file_size;
-    int client_cpu;
-    int server_cpu;
-    bool engines[ENGINE_COUNT];
-    int64_t qds[QD_LIST_MAX];
-    int nqd;
-    BenchDirectMode direct;
-    bool json;
-} BenchOpts;
-
-/* ------------------------------------------------------------------------ */
-/* Statistics of one run of one cell                                         */
-
-typedef enum {
-    STAT_P50,
-    STAT_P99,
-    STAT_P999,
-    STAT_MEAN,
-    STAT_MIN,
-    STAT_MAX,
-    STAT_IOPS,
-    STAT_CPU_PER_IO,         /* the IOThread */
-    STAT_ALL_CPU_PER_IO,     /* every thread but the client */
-    STAT_KICKS_PER_IO,
-    STAT_SLEEPS_PER_IO,      /* the IOThread's voluntary context switches */
-    /* The engine's counters (file engines; null-co: see fill_engine_stats) */
-    STAT_COMPLETIONS,
-    STAT_COMPLETIONS_POLLED,
-    STAT_POLLED_FRACTION,
-    STAT_SUBMISSIONS,
-    STAT_RESUBMITS,
-    /* AioContext counters over the recorded requests. */
-    STAT_POLL_HITS,
-    STAT_POLL_MISSES,
-    STAT_WAKEUPS,
-    STAT_DISPATCHES,
-    STAT_BHS,
-    STAT_POLL_TIME,
-    STAT_BLOCK_TIME,
-    STAT_POLL_NS,            /* the context's window at the end */
-    STAT_KICK_WINDOW,        /* the kick handler's window at the end */
-    STAT_ELAPSED,
-    STAT_COUNT,
-} StatId;
-
-typedef struct StatInfo {
-    const char *json_name;
-    bool is_integer;
-} StatInfo;
-
-static const StatInfo stat_info[STAT_COUNT] = {
+const StatInfo stat_info[STAT_COUNT] = {
     [STAT_P50] = { "p50_ns", true },
     [STAT_P99] = { "p99_ns", true },
     [STAT_P999] = { "p999_ns", true },
@@ -217,20 +142,6 @@ static const StatInfo stat_info[STAT_COUNT] = {
     [STAT_ELAPSED] = { "elapsed_ns", true },
 };
 
-typedef struct RunStats {
-    double v[STAT_COUNT];
-} RunStats;
-
-/* One configuration: engine x queue depth x poll mode. */
-typedef struct Cell {
-    EngineId engine;
-    int64_t qd;
-    PollMode poll;
-    bool direct;
-    RunStats *runs;          /* opts->repeat */
-    RunStats result;         /* medians */
-} Cell;
-
 /* For the stall handler: the test file to remove before _exit. */
 static const char *stall_unlink_path;
 
@@ -256,40 +167,29 @@ struct BenchRing {
     /* Written by the IOThread. */
     _Alignas(CACHELINE) _Atomic uint32_t used_idx;
     _Alignas(CACHELINE) uint16_t used[RING_SIZE];
-    /* Written by the IOThread's poll hooks, read by the client. */
-    _Alignas(CACHELINE) _Atomic int no_notify;
+    /* no_notify (written by the IOThread's poll hooks) and the eventfd. */
+    BenchKick kick;
     /* IOThread-private (read by the client once the run is over). */
     _Alignas(CACHELINE) uint32_t last_avail;
     uint32_t used_shadow;
     uint64_t errors;         /* requests that completed with an error */
     int first_error;         /* -errno of the first one */
     /* Set up by main. */
-    EventNotifier kick;
-    AioContext *ctx;
     BlockNode *node;
     unsigned qd;
     BenchSlot *slots;        /* qd of them */
     void *pool;              /* qd * BLOCK_SIZE bytes */
 };
 
-static BenchRing *ring_new(unsigned qd, BlockNode *node, AioContext *ctx)
+static BenchRing *ring_new(unsigned qd, BlockNode *node)
 {
-    BenchRing *r;
+    BenchRing *r = bench_alloc_aligned(CACHELINE, sizeof(*r));
     unsigned i;
 
-    if (posix_memalign((void **)&r, CACHELINE, sizeof(*r)) != 0) {
-        g_error("out of memory");
-    }
-    memset(r, 0, sizeof(*r));
-    if (posix_memalign(&r->pool, BLOCK_SIZE, (size_t)qd * BLOCK_SIZE) != 0) {
-        g_error("out of memory");
-    }
+    r->pool = bench_alloc_aligned(BLOCK_SIZE, (size_t)qd * BLOCK_SIZE);
     atomic_init(&r->avail_idx, 0);
     atomic_init(&r->used_idx, 0);
-    atomic_init(&r->no_notify, 0);
     memset(r->pool, 0x5a, (size_t)qd * BLOCK_SIZE);
-    r->kick.fd = -1;
-    r->ctx = ctx;
     r->node = node;
     r->qd = qd;
     r->slots = g_new0(BenchSlot, qd);
@@ -306,11 +206,6 @@ static void ring_free(BenchRing *r)
     g_free(r->slots);
     free(r->pool);
     free(r);
-}
-
-static BenchRing *ring_from_kick(EventNotifier *e)
-{
-    return (BenchRing *)((char *)e - offsetof(BenchRing, kick));
 }
 
 /* ------------------------------------------------------------------------ */
@@ -353,9 +248,20 @@ static void server_submit(BenchRing *r, uint16_t id)
     block_node_submit(r->node, &s->req);
 }
 
-/* Submit every slot posted since the last look.  IOThread. */
-static void server_process(BenchRing *r)
+/* Has the client posted a slot not submitted yet?  IOThread (io_poll). */
+static bool server_has_work(void *opaque)
 {
+    BenchRing *r = opaque;
+
+    /* Pairs with the client's release store of avail_idx. */
+    return atomic_load_explicit(&r->avail_idx, memory_order_acquire) !=
+           r->last_avail;
+}
+
+/* Submit every slot posted since the last look.  IOThread. */
+static void server_process(void *opaque)
+{
+    BenchRing *r = opaque;
     /* Pairs with the client's release store of avail_idx. */
     uint32_t avail = atomic_load_explicit(&r->avail_idx, memory_order_acquire);
 
@@ -369,71 +275,10 @@ static void server_process(BenchRing *r)
     }
 }
 
-static bool server_io_poll(EventNotifier *e)
-{
-    BenchRing *r = ring_from_kick(e);
-
-    /* Pairs with the client's release store of avail_idx. */
-    return atomic_load_explicit(&r->avail_idx, memory_order_acquire) !=
-           r->last_avail;
-}
-
-static void server_io_read(EventNotifier *e)
-{
-    event_notifier_test_and_clear(e);
-    server_process(ring_from_kick(e));
-}
-
-static void server_io_poll_ready(EventNotifier *e)
-{
-    server_process(ring_from_kick(e));
-}
-
-static void server_poll_begin(EventNotifier *e)
-{
-    BenchRing *r = ring_from_kick(e);
-
-    /*
-     * Relaxed: suppressing kicks is an optimisation; a client that still
-     * sees 0 just kicks once more.
-     */
-    atomic_store_explicit(&r->no_notify, 1, memory_order_relaxed);
-}
-
-static void server_poll_end(EventNotifier *e)
-{
-    BenchRing *r = ring_from_kick(e);
-
-    /*
-     * The loop issues a full barrier after io_poll_end and polls once more;
-     * that barrier pairs with the client's fence between storing avail_idx
-     * and loading no_notify.
-     */
-    atomic_store_explicit(&r->no_notify, 0, memory_order_relaxed);
-}
-
-/* Register the kick handler.  Runs in the IOThread via aio_run_sync(). */
-static void server_attach(void *opaque)
-{
-    BenchRing *r = opaque;
-
-    g_assert(aio_context_in_home_thread(r->ctx));
-    aio_set_event_notifier(r->ctx, &r->kick, server_io_read,
-                           server_io_poll, server_io_poll_ready);
-    aio_set_event_notifier_poll(r->ctx, &r->kick, server_poll_begin,
-                                server_poll_end);
-    aio_set_fd_handler_name(r->ctx, event_notifier_get_fd(&r->kick),
-                            "bench-kick");
-}
-
-/* Remove the kick handler.  Runs in the IOThread via aio_run_sync(). */
-static void server_detach(void *opaque)
-{
-    BenchRing *r = opaque;
-
-    g_assert(aio_context_in_home_thread(r->ctx));
-    aio_set_event_notifier(r->ctx, &r->kick, NULL, NULL, NULL);
-}
+static const BenchKickOps server_kick_ops = {
+    .has_work = server_has_work,
+    .process = server_process,
+};
 
 /* ------------------------------------------------------------------------ */
 /* Engine statistics (home-thread function, called through aio_run_sync)     */
@@ -470,6 +315,7 @@ typedef struct ClientRun {
     BenchRing *ring;
     const BenchOpts *opts;
     IOThread *iot;
+    BenchServerProbe probe;             /* the IOThread */
     const BlockEngineOps *engine_ops;   /* NULL for null-co */
     const char *label;                  /* for stall reports */
     unsigned qd;
@@ -485,11 +331,9 @@ typedef struct ClientRun {
     uint64_t *samples;       /* opts->count latencies, in ns */
     uint64_t kicks;          /* over the recorded requests */
     int64_t start_ns, end_ns;
-    int64_t cpu_start_ns, cpu_end_ns;             /* the IOThread */
+    BenchServerSample server_start, server_end;   /* the IOThread */
     int64_t proc_cpu_start_ns, proc_cpu_end_ns;   /* the whole process */
     int64_t self_cpu_start_ns, self_cpu_end_ns;   /* the client thread */
-    int64_t sleeps_start, sleeps_end;
-    AioPollStats stats_start, stats_end;
     BlockEngineStats engine_start, engine_end;   /* zeroes if none */
 } ClientRun;
 
@@ -529,7 +373,7 @@ static void G_GNUC_NORETURN client_report_stall(const ClientRun *run)
             run->label, RESPONSE_TIMEOUT_NS / 1000000000LL,
             atomic_load(&run->ring->avail_idx),
             atomic_load(&run->ring->used_idx), run->used_seen,
-            atomic_load(&run->ring->no_notify),
+            atomic_load(&run->ring->kick.no_notify),
             st.turns, st.wakeups, st.poll_hits, st.poll_misses,
             st.dispatches, st.poll_ns);
     fflush(stderr);
@@ -563,16 +407,7 @@ static int64_t client_post(ClientRun *run, int64_t max, uint64_t *kicks)
     /* Pairs with the IOThread's acquire load of avail_idx. */
     atomic_store_explicit(&r->avail_idx, run->avail_shadow,
                           memory_order_release);
-    /*
-     * Full fence between the store of avail_idx and the load of no_notify;
-     * pairs with the loop's full barrier after io_poll_end (before its last
-     * poll).
-     */
-    atomic_thread_fence(memory_order_seq_cst);
-    if (!atomic_load_explicit(&r->no_notify, memory_order_relaxed)) {
-        event_notifier_set(&r->kick);
-        (*kicks)++;
-    }
+    *kicks += bench_kick_notify(&r->kick);
     return k;
 }
 
@@ -632,26 +467,25 @@ static void client_phase(ClientRun *run, int64_t n, uint64_t *samples,
 static void client_sample(ClientRun *run, bool end)
 {
     AioContext *ctx = iothread_get_aio_context(run->iot);
-    pid_t tid = iothread_get_thread_id(run->iot);
 
     if (!end) {
         if (run->engine_ops) {
             read_engine_stats(run->engine_ops, ctx, &run->engine_start);
         }
-        run->sleeps_start = bench_thread_sleeps(tid);
-        aio_context_get_stats(ctx, &run->stats_start);
+        run->server_start.sleeps = bench_probe_sleeps(&run->probe);
+        bench_probe_loop_stats(&run->probe, &run->server_start.stats);
         run->self_cpu_start_ns = clock_thread_cpu_ns();
         run->proc_cpu_start_ns = process_cpu_ns();
-        run->cpu_start_ns = iothread_get_cpu_ns(run->iot);
+        run->server_start.cpu_ns = bench_probe_cpu_ns(&run->probe);
         run->start_ns = clock_now_ns();
         return;
     }
     run->end_ns = clock_now_ns();
-    run->cpu_end_ns = iothread_get_cpu_ns(run->iot);
+    run->server_end.cpu_ns = bench_probe_cpu_ns(&run->probe);
     run->proc_cpu_end_ns = process_cpu_ns();
     run->self_cpu_end_ns = clock_thread_cpu_ns();
-    aio_context_get_stats(ctx, &run->stats_end);
-    run->sleeps_end = bench_thread_sleeps(tid);
+    bench_probe_loop_stats(&run->probe, &run->server_end.stats);
+    run->server_end.sleeps = bench_probe_sleeps(&run->probe);
     if (run->engine_ops) {
         read_engine_stats(run->engine_ops, ctx, &run->engine_end);
     }
@@ -678,26 +512,31 @@ static void *client_thread_fn(void *opaque)
 
 static void fill_latency_stats(RunStats *rs, uint64_t *samples, size_t n)
 {
-    bench_sort_u64(samples, n);
-    rs->v[STAT_P50] = bench_percentile_sorted(samples, n, 500);
-    rs->v[STAT_P99] = bench_percentile_sorted(samples, n, 990);
-    rs->v[STAT_P999] = bench_percentile_sorted(samples, n, 999);
-    rs->v[STAT_MIN] = samples[0];
-    rs->v[STAT_MAX] = samples[n - 1];
-    rs->v[STAT_MEAN] = bench_mean_u64(samples, n);
+    BenchLatency lat;
+
+    bench_latency_stats(samples, n, &lat);
+    rs->v[STAT_P50] = lat.p50;
+    rs->v[STAT_P99] = lat.p99;
+    rs->v[STAT_P999] = lat.p999;
+    rs->v[STAT_MEAN] = lat.mean;
+    rs->v[STAT_MIN] = lat.min;
+    rs->v[STAT_MAX] = lat.max;
 }
 
 static void fill_loop_stats(RunStats *rs, const AioPollStats *a,
                             const AioPollStats *b)
 {
-    rs->v[STAT_POLL_HITS] = (double)(b->poll_hits - a->poll_hits);
-    rs->v[STAT_POLL_MISSES] = (double)(b->poll_misses - a->poll_misses);
-    rs->v[STAT_WAKEUPS] = (double)(b->wakeups - a->wakeups);
-    rs->v[STAT_DISPATCHES] = (double)(b->dispatches - a->dispatches);
-    rs->v[STAT_BHS] = (double)(b->bhs - a->bhs);
-    rs->v[STAT_POLL_TIME] = (double)(b->poll_time_ns - a->poll_time_ns);
-    rs->v[STAT_BLOCK_TIME] = (double)(b->block_time_ns - a->block_time_ns);
-    rs->v[STAT_POLL_NS] = (double)b->poll_ns;
+    AioPollStats d;
+
+    bench_loop_stats_delta(a, b, &d);
+    rs->v[STAT_POLL_HITS] = d.poll_hits;
+    rs->v[STAT_POLL_MISSES] = d.poll_misses;
+    rs->v[STAT_WAKEUPS] = d.wakeups;
+    rs->v[STAT_DISPATCHES] = d.dispatches;
+    rs->v[STAT_BHS] = d.bhs;
+    rs->v[STAT_POLL_TIME] = d.poll_time_ns;
+    rs->v[STAT_BLOCK_TIME] = d.block_time_ns;
+    rs->v[STAT_POLL_NS] = d.poll_ns;
 }
 
 /*
@@ -734,29 +573,14 @@ static void fill_run_stats(RunStats *rs, ClientRun *run)
     fill_latency_stats(rs, run->samples, run->opts->count);
     rs->v[STAT_ELAPSED] = elapsed;
     rs->v[STAT_IOPS] = elapsed > 0 ? n * 1e9 / elapsed : 0;
-    rs->v[STAT_CPU_PER_IO] = (run->cpu_end_ns - run->cpu_start_ns) / n;
+    rs->v[STAT_CPU_PER_IO] =
+        (run->server_end.cpu_ns - run->server_start.cpu_ns) / n;
     rs->v[STAT_ALL_CPU_PER_IO] = all_cpu > 0 ? all_cpu / n : 0;
     rs->v[STAT_KICKS_PER_IO] = run->kicks / n;
     rs->v[STAT_SLEEPS_PER_IO] =
-        run->sleeps_start < 0 || run->sleeps_end < 0 ? -1 :
-        (run->sleeps_end - run->sleeps_start) / n;
+        bench_sleeps_per(&run->server_start, &run->server_end, n);
     fill_engine_stats(rs, run);
-    fill_loop_stats(rs, &run->stats_start, &run->stats_end);
-}
-
-/* The kick handler's own window, or -1 if the context does not list it. */
-static int64_t kick_window(AioContext *ctx, int fd)
-{
-    AioHandlerWindow wins[16];
-    int n, i;
-
-    n = aio_context_get_handler_windows(ctx, wins, G_N_ELEMENTS(wins));
-    for (i = 0; i < n && i < (int)G_N_ELEMENTS(wins); i++) {
-        if (wins[i].fd == fd) {
-            return wins[i].poll_ns;
-        }
-    }
-    return -1;
+    fill_loop_stats(rs, &run->server_start.stats, &run->server_end.stats);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -818,6 +642,8 @@ static bool run_client(BenchRing *r, const BenchOpts *opts, const Cell *cell,
     run->ring = r;
     run->opts = opts;
     run->iot = iot;
+    run->probe.iot = iot;
+    run->probe.tid = iothread_get_thread_id(iot);
     run->engine_ops = engine_is_file(cell->engine) ?
                       block_engine_find(engine_names[cell->engine]) : NULL;
     run->label = label;
@@ -857,7 +683,6 @@ static bool run_cell(Cell *cell, const BenchOpts *opts,
     BlockNode *node;
     BenchRing *r;
     bool ok = false;
-    int ret;
 
     *open_failed = false;
     iot = create_iothread(cell, opts, errp);
@@ -870,24 +695,21 @@ static bool run_cell(Cell *cell, const BenchOpts *opts,
         *open_failed = true;
         goto out_iothread;
     }
-    r = ring_new(cell->qd, node, ctx);
-    ret = event_notifier_init(&r->kick, false);
-    if (ret < 0) {
-        error_setg_errno(errp, -ret, "cannot create the kick eventfd");
+    r = ring_new(cell->qd, node);
+    if (!bench_kick_init(&r->kick, &server_kick_ops, r, errp)) {
         goto out_ring;
     }
-    aio_run_sync(ctx, server_attach, r);
+    bench_kick_attach(&r->kick, ctx);
 
     ok = run_client(r, opts, cell, iot, rs, errp);
     if (ok) {
-        rs->v[STAT_KICK_WINDOW] =
-            kick_window(ctx, event_notifier_get_fd(&r->kick));
+        rs->v[STAT_KICK_WINDOW] = bench_kick_handler_window(&r->kick);
     } else {
         *open_failed = r->errors > 0;
     }
 
-    aio_run_sync(ctx, server_detach, r);
-    event_notifier_cleanup(&r->kick);
+    bench_kick_detach(&r->kick);
+    bench_kick_cleanup(&r->kick);
 out_ring:
     ring_free(r);
     block_node_unref(node);
@@ -928,14 +750,6 @@ static bool test_file_create(BenchTestFile *tf, const BenchOpts *opts,
 /* ------------------------------------------------------------------------ */
 /* All cells                                                                 */
 
-typedef struct Bench {
-    const BenchOpts *opts;
-    BenchTestFile file;
-    Cell *cells;
-    size_t ncells;
-    char *skipped[ENGINE_COUNT];   /* reason, or NULL if the engine ran */
-} Bench;
-
 static void bench_skip_engine(Bench *b, EngineId e, const char *reason)
 {
     if (!b->skipped[e]) {
@@ -945,7 +759,7 @@ static void bench_skip_engine(Bench *b, EngineId e, const char *reason)
     }
 }
 
-static bool bench_has_file_engine(const Bench *b)
+bool bench_has_file_engine(const Bench *b)
 {
     int e;
 
@@ -1077,287 +891,6 @@ static void bench_free(Bench *b)
     }
     stall_unlink_path = NULL;
     bench_test_file_destroy(&b->file);
-}
-
-/* The cell for engine e, queue depth qd and poll mode p, if it ran. */
-static const Cell *bench_find_cell(const Bench *b, EngineId e, int64_t qd,
-                                   PollMode p)
-{
-    size_t i;
-
-    for (i = 0; i < b->ncells; i++) {
-        const Cell *c = &b->cells[i];
-
-        if (c->engine == e && c->qd == qd && c->poll == p &&
-            !b->skipped[e]) {
-            return c;
-        }
-    }
-    return NULL;
-}
-
-/* ------------------------------------------------------------------------ */
-/* Output                                                                    */
-
-static void json_add_stat(JsonBuilder *jb, StatId s, double value)
-{
-    json_builder_set_member_name(jb, stat_info[s].json_name);
-    if (stat_info[s].is_integer) {
-        json_builder_add_int_value(jb, (gint64)(value + (value < 0 ? -0.5 :
-                                                                0.5)));
-    } else {
-        json_builder_add_double_value(jb, value);
-    }
-}
-
-static void json_add_cell(JsonBuilder *jb, const Bench *b, const Cell *c)
-{
-    int s;
-
-    json_builder_begin_object(jb);
-    json_builder_set_member_name(jb, "engine");
-    json_builder_add_string_value(jb, engine_names[c->engine]);
-    json_builder_set_member_name(jb, "driver");
-    json_builder_add_string_value(jb, engine_is_file(c->engine) ? "file" :
-                                  "null-co");
-    json_builder_set_member_name(jb, "direct");
-    json_builder_add_boolean_value(jb, c->direct);
-    json_builder_set_member_name(jb, "qd");
-    json_builder_add_int_value(jb, c->qd);
-    json_builder_set_member_name(jb, "poll");
-    json_builder_add_string_value(jb, poll_names[c->poll]);
-    json_builder_set_member_name(jb, "poll_max_ns");
-    json_builder_add_int_value(jb, c->poll == POLL_ADAPTIVE ?
-                               b->opts->poll_max_ns : 0);
-    json_builder_set_member_name(jb, "count");
-    json_builder_add_int_value(jb, b->opts->count);
-    json_builder_set_member_name(jb, "engine_stats");
-    json_builder_add_boolean_value(jb, engine_is_file(c->engine));
-    for (s = 0; s < STAT_COUNT; s++) {
-        json_add_stat(jb, s, c->result.v[s]);
-    }
-    json_builder_end_object(jb);
-}
-
-static void json_add_int_member(JsonBuilder *jb, const char *name,
-                                int64_t value)
-{
-    json_builder_set_member_name(jb, name);
-    json_builder_add_int_value(jb, value);
-}
-
-static void json_add_file(JsonBuilder *jb, const BenchTestFile *tf)
-{
-    json_builder_set_member_name(jb, "file");
-    if (!tf->path) {
-        json_builder_add_null_value(jb);
-        return;
-    }
-    json_builder_begin_object(jb);
-    json_builder_set_member_name(jb, "dir");
-    json_builder_add_string_value(jb, tf->dir);
-    json_builder_set_member_name(jb, "fs");
-    json_builder_add_string_value(jb, tf->fs);
-    json_builder_set_member_name(jb, "direct");
-    json_builder_add_boolean_value(jb, tf->direct);
-    json_builder_set_member_name(jb, "note");
-    if (tf->note) {
-        json_builder_add_string_value(jb, tf->note);
-    } else {
-        json_builder_add_null_value(jb);
-    }
-    json_builder_end_object(jb);
-}
-
-static void json_add_config(JsonBuilder *jb, const Bench *b)
-{
-    const BenchOpts *opts = b->opts;
-    g_autofree char *model = bench_cpu_model();
-    int i;
-
-    json_builder_set_member_name(jb, "config");
-    json_builder_begin_object(jb);
-    json_add_int_member(jb, "count", opts->count);
-    json_add_int_member(jb, "warmup", opts->warmup);
-    json_add_int_member(jb, "repeat", opts->repeat);
-    json_add_int_member(jb, "block_size", BLOCK_SIZE);
-    json_add_int_member(jb, "file_size", opts->file_size);
-    json_add_int_member(jb, "poll_max_ns", opts->poll_max_ns);
-    json_add_int_member(jb, "null_latency_ns", opts->null_latency_ns);
-    json_builder_set_member_name(jb, "direct_mode");
-    json_builder_add_string_value(jb, bench_direct_mode_names[opts->direct]);
-    json_builder_set_member_name(jb, "cpus");
-    json_builder_begin_array(jb);
-    json_builder_add_int_value(jb, opts->client_cpu);
-    json_builder_add_int_value(jb, opts->server_cpu);
-    json_builder_end_array(jb);
-    json_builder_set_member_name(jb, "qd");
-    json_builder_begin_array(jb);
-    for (i = 0; i < opts->nqd; i++) {
-        json_builder_add_int_value(jb, opts->qds[i]);
-    }
-    json_builder_end_array(jb);
-    json_builder_set_member_name(jb, "engines");
-    json_builder_begin_array(jb);
-    for (i = 0; i < ENGINE_COUNT; i++) {
-        if (opts->engines[i]) {
-            json_builder_add_string_value(jb, engine_names[i]);
-        }
-    }
-    json_builder_end_array(jb);
-    json_builder_set_member_name(jb, "skipped");
-    json_builder_begin_array(jb);
-    for (i = 0; i < ENGINE_COUNT; i++) {
-        if (opts->engines[i] && b->skipped[i]) {
-            json_builder_begin_object(jb);
-            json_builder_set_member_name(jb, "engine");
-            json_builder_add_string_value(jb, engine_names[i]);
-            json_builder_set_member_name(jb, "reason");
-            json_builder_add_string_value(jb, b->skipped[i]);
-            json_builder_end_object(jb);
-        }
-    }
-    json_builder_end_array(jb);
-    json_add_file(jb, &b->file);
-    json_add_int_member(jb, "nproc", bench_online_cpus());
-    json_builder_set_member_name(jb, "cpu_model");
-    json_builder_add_string_value(jb, model);
-    json_builder_end_object(jb);
-}
-
-static void print_json(const Bench *b)
-{
-    g_autoptr(JsonBuilder) jb = json_builder_new();
-    g_autoptr(JsonGenerator) gen = json_generator_new();
-    g_autoptr(JsonNode) root = NULL;
-    g_autofree char *text = NULL;
-    size_t i;
-
-    json_builder_begin_object(jb);
-    json_add_config(jb, b);
-    json_builder_set_member_name(jb, "results");
-    json_builder_begin_array(jb);
-    for (i = 0; i < b->ncells; i++) {
-        if (!b->skipped[b->cells[i].engine]) {
-            json_add_cell(jb, b, &b->cells[i]);
-        }
-    }
-    json_builder_end_array(jb);
-    json_builder_end_object(jb);
-
-    root = json_builder_get_root(jb);
-    json_generator_set_root(gen, root);
-    json_generator_set_pretty(gen, TRUE);
-    text = json_generator_to_data(gen, NULL);
-    printf("%s\n", text);
-}
-
-static void print_table_header(const Bench *b)
-{
-    const BenchOpts *opts = b->opts;
-    g_autofree char *model = bench_cpu_model();
-    int e;
-
-    printf("bench-block: 4 KiB random reads, %" PRId64 " per cell (%" PRId64
-           " warm-up), client CPU %d, IOThread CPU %d, adaptive poll-max-ns %"
-           PRId64 ", repeat %" PRId64 "%s\n",
-           opts->count, opts->warmup, opts->client_cpu, opts->server_cpu,
-           opts->poll_max_ns, opts->repeat,
-           opts->repeat > 1 ? " (medians)" : "");
-    printf("machine: %ld CPUs online, %s\n", bench_online_cpus(), model);
-    if (opts->engines[ENGINE_NULL_CO] && !b->skipped[ENGINE_NULL_CO]) {
-        printf("null-co: latency-ns=%" PRId64 ", size %" PRId64 " MiB\n",
-               opts->null_latency_ns, opts->file_size >> 20);
-    }
-    if (b->file.path && bench_has_file_engine(b)) {
-        printf("file: %" PRId64 " MiB test file in %s (%s), cache.direct=%s\n",
-               opts->file_size >> 20, b->file.dir, b->file.fs,
-               b->file.direct ? "on (O_DIRECT)" : "off");
-        if (b->file.note) {
-            printf("  note: %s\n", b->file.note);
-        }
-    }
-    for (e = 0; e < ENGINE_COUNT; e++) {
-        if (opts->engines[e] && b->skipped[e]) {
-            printf("skipped %s: %s\n", engine_names[e], b->skipped[e]);
-        }
-    }
-    printf("\n%-9s %6s %4s %-8s %9s %9s %10s %10s %11s %9s %9s %8s\n",
-           "engine", "direct", "qd", "poll", "p50(ns)", "p99(ns)", "iops",
-           "cpu/io(ns)", "all-cpu/io", "kicks/io", "sleeps/io", "polled");
-}
-
-static void print_table_row(const Cell *c)
-{
-    const RunStats *rs = &c->result;
-    char polled[16];
-
-    if (engine_is_file(c->engine)) {
-        snprintf(polled, sizeof(polled), "%.1f%%",
-                 rs->v[STAT_POLLED_FRACTION] * 100);
-    } else {
-        snprintf(polled, sizeof(polled), "-");
-    }
-    printf("%-9s %6s %4" PRId64 " %-8s %9.0f %9.0f %10.0f %10.0f %11.0f "
-           "%9.3f %9.3f %8s\n",
-           engine_names[c->engine],
-           engine_is_file(c->engine) ? (c->direct ? "on" : "off") : "-",
-           c->qd, poll_names[c->poll], rs->v[STAT_P50], rs->v[STAT_P99],
-           rs->v[STAT_IOPS], rs->v[STAT_CPU_PER_IO],
-           rs->v[STAT_ALL_CPU_PER_IO], rs->v[STAT_KICKS_PER_IO],
-           rs->v[STAT_SLEEPS_PER_IO], polled);
-}
-
-static void print_loop_row(const Bench *b, const Cell *c)
-{
-    const RunStats *rs = &c->result;
-    double n = (double)b->opts->count;
-
-    printf("%-9s %4" PRId64 " %-8s %12.3f %11.3f %11.0f %10.0f %11.0f %14.3f\n",
-           engine_names[c->engine], c->qd, poll_names[c->poll],
-           rs->v[STAT_POLL_HITS] / n, rs->v[STAT_WAKEUPS] / n,
-           rs->v[STAT_POLL_MISSES], rs->v[STAT_POLL_NS],
-           rs->v[STAT_KICK_WINDOW], rs->v[STAT_SUBMISSIONS] / n);
-}
-
-static void print_ratios(const Bench *b)
-{
-    int e;
-
-    printf("QD1 p50 ratio, poll-max-ns=0 / adaptive (> 1: polling is "
-           "faster):\n");
-    for (e = 0; e < ENGINE_COUNT; e++) {
-        const Cell *off = bench_find_cell(b, e, 1, POLL_OFF);
-        const Cell *on = bench_find_cell(b, e, 1, POLL_ADAPTIVE);
-
-        if (off && on && on->result.v[STAT_P50] > 0) {
-            printf("  %-9s %6.2fx  (%.0f / %.0f ns)\n", engine_names[e],
-                   off->result.v[STAT_P50] / on->result.v[STAT_P50],
-                   off->result.v[STAT_P50], on->result.v[STAT_P50]);
-        }
-    }
-}
-
-static void print_table(const Bench *b)
-{
-    size_t i;
-
-    print_table_header(b);
-    for (i = 0; i < b->ncells; i++) {
-        if (!b->skipped[b->cells[i].engine]) {
-            print_table_row(&b->cells[i]);
-        }
-    }
-    printf("\n%-9s %4s %-8s %12s %11s %11s %10s %11s %14s\n", "loop", "qd",
-           "poll", "poll-hits/io", "wakeups/io", "poll-misses", "window",
-           "kick-window", "submissions/io");
-    for (i = 0; i < b->ncells; i++) {
-        if (!b->skipped[b->cells[i].engine]) {
-            print_loop_row(b, &b->cells[i]);
-        }
-    }
-    printf("\n");
-    print_ratios(b);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1634,9 +1167,9 @@ int main(int argc, char **argv)
         goto out;
     }
     if (opts.json) {
-        print_json(&b);
+        bench_block_print_json(&b);
     } else {
-        print_table(&b);
+        bench_block_print_table(&b);
     }
     status = EXIT_SUCCESS;
 out:

@@ -247,28 +247,7 @@ static int env_io(Env *env, BlockOp op, int64_t offset, void *buf,
 
 static void *aligned_buf(size_t size)
 {
-    void *p = NULL;
-
-    g_assert_cmpint(posix_memalign(&p, ALIGN, MAX(size, 1)), ==, 0);
-    return p;
-}
-
-static void fill_random(uint8_t *p, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        p[i] = g_test_rand_int();
-    }
-}
-
-static void assert_same(const uint8_t *got, const uint8_t *want, size_t n,
-                        int64_t offset, const char *what)
-{
-    for (size_t i = 0; i < n; i++) {
-        if (got[i] != want[i]) {
-            g_error("%s: byte at %" PRId64 " is 0x%02x, expected 0x%02x",
-                    what, offset + (int64_t)i, got[i], want[i]);
-        }
-    }
+    return test_aligned_buf(ALIGN, size);
 }
 
 /* A random range inside slot `slot`, aligned to `unit`. */

@@ -610,23 +610,24 @@ static void test_raw_over_file(void)
     aio_context_unref(ctx);
 }
 
-/* An offset that is not a multiple of the child's request alignment. */
-static void test_raw_offset_alignment(void)
+/*
+ * A MiB temporary file (*fd, *path: the caller closes and unlinks them) and
+ * an O_DIRECT file node named node_name over it; NULL, with the test
+ * skipped, if the file system of $TMPDIR refuses O_DIRECT.
+ */
+static BlockNode *open_direct_tmp_file(AioContext *ctx, const char *node_name,
+                                       int *fd, char **path)
 {
-    AioContext *ctx = ctx_new();
     g_autoptr(GError) gerr = NULL;
-    g_autofree char *path = NULL;
     g_autofree char *fstr = NULL;
     Error *err = NULL;
-    BlockNode *file, *raw;
-    BlockLimits lim;
-    int fd;
+    BlockNode *file;
 
-    fd = g_file_open_tmp("test-block-drivers-XXXXXX", &path, &gerr);
+    *fd = g_file_open_tmp("test-block-drivers-XXXXXX", path, &gerr);
     g_assert_no_error(gerr);
-    g_assert_cmpint(ftruncate(fd, MiB), ==, 0);
-    fstr = g_strdup_printf("driver=file,node-name=alignfile,cache.direct=on,"
-                           "filename=%s", path);
+    g_assert_cmpint(ftruncate(*fd, MiB), ==, 0);
+    fstr = g_strdup_printf("driver=file,node-name=%s,cache.direct=on,"
+                           "filename=%s", node_name, *path);
     file = block_node_open_str(fstr, ctx, &err);
     if (!file) {
         g_autofree char *why = g_strdup_printf(
@@ -634,6 +635,22 @@ static void test_raw_offset_alignment(void)
 
         error_free(err);
         g_test_skip(why);
+    }
+    return file;
+}
+
+/* An offset that is not a multiple of the child's request alignment. */
+static void test_raw_offset_alignment(void)
+{
+    AioContext *ctx = ctx_new();
+    g_autofree char *path = NULL;
+    g_autofree char *fstr = NULL;
+    BlockNode *file, *raw;
+    BlockLimits lim;
+    int fd;
+
+    file = open_direct_tmp_file(ctx, "alignfile", &fd, &path);
+    if (!file) {
         goto out;
     }
     block_node_get_limits(file, &lim);
@@ -643,7 +660,6 @@ static void test_raw_offset_alignment(void)
         goto out;
     }
 
-    g_free(fstr);
     fstr = g_strdup_printf("driver=raw,file=alignfile,offset=%u",
                            lim.request_alignment / 2);
     open_fails(fstr, ctx, "'offset'");
@@ -673,10 +689,8 @@ out:
 static void test_raw_unaligned_over_direct_file(void)
 {
     AioContext *ctx = ctx_new();
-    g_autoptr(GError) gerr = NULL;
     g_autofree char *path = NULL;
     g_autofree char *fstr = NULL;
-    Error *err = NULL;
     BlockNode *file, *raw;
     BlockLimits lim;
     char wbuf[300], rbuf[300];
@@ -684,23 +698,12 @@ static void test_raw_unaligned_over_direct_file(void)
     int64_t off;
     int fd;
 
-    fd = g_file_open_tmp("test-block-drivers-XXXXXX", &path, &gerr);
-    g_assert_no_error(gerr);
-    g_assert_cmpint(ftruncate(fd, MiB), ==, 0);
-    fstr = g_strdup_printf("driver=file,node-name=unalignedfile,"
-                           "cache.direct=on,filename=%s", path);
-    file = block_node_open_str(fstr, ctx, &err);
+    file = open_direct_tmp_file(ctx, "unalignedfile", &fd, &path);
     if (!file) {
-        g_autofree char *why = g_strdup_printf(
-            "no O_DIRECT file node in $TMPDIR: %s", err->message);
-
-        error_free(err);
-        g_test_skip(why);
         goto out;
     }
     block_node_get_limits(file, &lim);
     off = MAX(lim.request_alignment, 4096);
-    g_free(fstr);
     fstr = g_strdup_printf("driver=raw,file=unalignedfile,offset=%" PRId64,
                            off);
     raw = open_ok(fstr, ctx);

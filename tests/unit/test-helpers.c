@@ -10,6 +10,7 @@
  * two sides meet only through the atomics in Vq (see test-helpers.h for
  * the model, and vq_publish() for the fence that pairs with the loop's).
  */
+#include <inttypes.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -114,6 +115,35 @@ IOThread *iot_new(const char *id, const char *props)
         g_ptr_array_unref(opts);
     }
     return iot;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Data buffers                                                              */
+
+void *test_aligned_buf(size_t align, size_t size)
+{
+    void *p = NULL;
+
+    g_assert_cmpint(posix_memalign(&p, align, MAX(size, 1)), ==, 0);
+    return p;
+}
+
+void fill_random(uint8_t *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        p[i] = g_test_rand_int();
+    }
+}
+
+void assert_same(const uint8_t *got, const uint8_t *want, size_t n,
+                 int64_t offset, const char *what)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (got[i] != want[i]) {
+            g_error("%s: byte at %" PRId64 " is 0x%02x, expected 0x%02x",
+                    what, offset + (int64_t)i, got[i], want[i]);
+        }
+    }
 }
 
 /* ------------------------------------------------------------------------ */

@@ -80,6 +80,26 @@ AioContext *ctx_new(void);
 IOThread *iot_new(const char *id, const char *props);
 
 /* ------------------------------------------------------------------------ */
+/* Data buffers (the block tests)                                            */
+
+/*
+ * A buffer of size bytes (at least 1) aligned to align (a power of two, a
+ * multiple of sizeof(void *)), uninitialised.  Fails the test when out of
+ * memory.  Free with free().  Any thread.
+ */
+void *test_aligned_buf(size_t align, size_t size);
+
+/* Fill p[0..n) with bytes from the test's random generator.  Main thread. */
+void fill_random(uint8_t *p, size_t n);
+
+/*
+ * Fail the test unless got[0..n) equals want[0..n); the message names what
+ * and the first differing byte's position (offset + its index).
+ */
+void assert_same(const uint8_t *got, const uint8_t *want, size_t n,
+                 int64_t offset, const char *what);
+
+/* ------------------------------------------------------------------------ */
 /* Vq: a virtqueue-like pollable source                                      */
 
 /*
