@@ -509,7 +509,8 @@ static void virtio_blk_dwz_next(VirtioBlkReq *req)
 
 /*
  * Copy and check the segments.  Returns the status to fail the request
- * with, or VIRTIO_BLK_S_OK if all of them are good.
+ * with, or VIRTIO_BLK_S_OK if all of them are good.  An unknown flag in any
+ * segment makes it UNSUPP (5.2.6.2), even after a segment out of range.
  */
 static uint8_t virtio_blk_dwz_parse(VirtioBlkReq *req, uint64_t data_bytes)
 {
@@ -518,6 +519,7 @@ static uint8_t virtio_blk_dwz_parse(VirtioBlkReq *req, uint64_t data_bytes)
     uint32_t max_sectors = discard ? vb->max_discard_sectors
                                    : vb->max_write_zeroes_sectors;
     uint8_t raw[VIRTIO_BLK_SEG_SIZE];
+    uint8_t status = VIRTIO_BLK_S_OK;
     uint64_t n;
 
     if (data_bytes == 0 || data_bytes % VIRTIO_BLK_SEG_SIZE) {
@@ -548,8 +550,11 @@ static uint8_t virtio_blk_dwz_parse(VirtioBlkReq *req, uint64_t data_bytes)
         }
         if (seg->num_sectors > max_sectors ||
             !virtio_blk_range_ok(vb, seg->sector, seg->num_sectors)) {
-            return VIRTIO_BLK_S_IOERR;
+            status = VIRTIO_BLK_S_IOERR;
         }
+    }
+    if (status != VIRTIO_BLK_S_OK) {
+        return status;
     }
     req->nseg = (uint16_t)n;
     req->next_seg = 0;

@@ -68,6 +68,10 @@ static const CmdSpec cmd_specs[] = {
     { "malformed", CMD_MALFORMED, 1, "malformed KIND [--queue Q]",
       { { "queue", ARG_VALUE }, { NULL } } },
     { "stats", CMD_STATS, 0, "stats", { { NULL } } },
+    { "bad-request", CMD_BAD_REQUEST, 1, "bad-request KIND [--offset BYTES] "
+      "[--pattern SEED] [--queue Q]",
+      { { "offset", ARG_VALUE }, { "pattern", ARG_VALUE },
+        { "queue", ARG_VALUE }, { NULL } } },
 };
 
 static const CmdSpec *find_cmd_spec(const char *name)
@@ -293,6 +297,26 @@ static bool convert_command(Command *cmd, char **pos, GHashTable *vals,
             return false;
         }
         return true;
+    case CMD_BAD_REQUEST:
+        cmd->what = g_strdup(pos[0]);
+        if (!bad_request_kind_valid(cmd->what)) {
+            g_autofree char *kinds = bad_request_kinds();
+
+            error_setg(errp, "bad-request: unknown kind '%s'; expected one "
+                       "of: %s", cmd->what, kinds);
+            return false;
+        }
+        if (opt_value(vals, "offset") &&
+            !parse_size("bad-request --offset", opt_value(vals, "offset"),
+                        &cmd->offset, errp)) {
+            return false;
+        }
+        if (cmd->offset % SECTOR) {
+            error_setg(errp, "bad-request --offset must be a multiple of %d",
+                       SECTOR);
+            return false;
+        }
+        return convert_seed(cmd, "pattern", opt_value(vals, "pattern"), errp);
     default:
         return true;
     }

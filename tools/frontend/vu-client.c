@@ -819,6 +819,8 @@ static bool run_command(Client *c, const Command *cmd, Result *r,
         return cmd_malformed(c, cmd, r, errp);
     case CMD_STATS:
         return cmd_stats(c, cmd, r, errp);
+    case CMD_BAD_REQUEST:
+        return cmd_bad_request(c, cmd, r, errp);
     }
     g_assert_not_reached();
 }

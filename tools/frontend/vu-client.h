@@ -5,6 +5,7 @@
  * vu-client.c          main, session, output, the simple commands
  * vu-client-args.c     command-line parsing
  * vu-client-run.c      verify-run (one thread per queue) and malformed
+ * vu-client-bad.c      bad-request (malformed virtio-blk requests)
  *
  * Everything runs in the main thread except verify-run's queue threads,
  * which only touch their own queue, requests and result slot.
@@ -39,6 +40,7 @@ typedef enum CmdKind {
     CMD_STOP,
     CMD_MALFORMED,
     CMD_STATS,
+    CMD_BAD_REQUEST,
 } CmdKind;
 
 typedef struct Command {
@@ -55,7 +57,7 @@ typedef struct Command {
     /* verify-run */
     uint64_t size, count, bs, iodepth;
     unsigned run_queues;
-    /* malformed */
+    /* malformed, bad-request */
     char *what;
 } Command;
 
@@ -136,5 +138,11 @@ bool cmd_malformed(Client *c, const Command *cmd, Result *r, Error **errp);
 bool malformed_kind_valid(const char *name);
 /* The names `malformed` accepts, for --help ("a, b, c"). Caller frees. */
 char *malformed_kinds(void);
+
+/* ---- vu-client-bad.c ---- */
+bool cmd_bad_request(Client *c, const Command *cmd, Result *r, Error **errp);
+bool bad_request_kind_valid(const char *name);
+/* The names `bad-request` accepts ("a, b, c"). Caller frees. */
+char *bad_request_kinds(void);
 
 #endif
