@@ -54,43 +54,10 @@
 
 #include "block/block.h"
 #include "hw/virtio/virtio-blk.h"
+#include "hw/virtio/virtio-blk-wire.h"
 #include "hw/virtio/virtqueue.h"
 #include "util/error.h"
 #include "util/trace.h"
-
-/* Feature bits (virtio 1.x, 5.2.3). */
-#define VIRTIO_BLK_F_SIZE_MAX       1
-#define VIRTIO_BLK_F_SEG_MAX        2
-#define VIRTIO_BLK_F_RO             5
-#define VIRTIO_BLK_F_BLK_SIZE       6
-#define VIRTIO_BLK_F_FLUSH          9
-#define VIRTIO_BLK_F_TOPOLOGY      10
-#define VIRTIO_BLK_F_CONFIG_WCE    11
-#define VIRTIO_BLK_F_MQ            12
-#define VIRTIO_BLK_F_DISCARD       13
-#define VIRTIO_BLK_F_WRITE_ZEROES  14
-
-/* Request types (5.2.6). */
-#define VIRTIO_BLK_T_IN             0
-#define VIRTIO_BLK_T_OUT            1
-#define VIRTIO_BLK_T_FLUSH          4
-#define VIRTIO_BLK_T_GET_ID         8
-#define VIRTIO_BLK_T_DISCARD       11
-#define VIRTIO_BLK_T_WRITE_ZEROES  13
-
-/* Status byte values. */
-#define VIRTIO_BLK_S_OK             0
-#define VIRTIO_BLK_S_IOERR          1
-#define VIRTIO_BLK_S_UNSUPP         2
-
-/* Discard / write-zeroes segment flags. */
-#define VIRTIO_BLK_DWZ_F_UNMAP      (1u << 0)
-
-#define VIRTIO_BLK_SECTOR_BITS      9
-#define VIRTIO_BLK_SECTOR_SIZE      (1u << VIRTIO_BLK_SECTOR_BITS)
-#define VIRTIO_BLK_HDR_SIZE         16
-#define VIRTIO_BLK_SEG_SIZE         16
-#define VIRTIO_BLK_ID_BYTES         20
 
 /* Most segments in one discard or write-zeroes request (max_*_seg). */
 #define VIRTIO_BLK_MAX_DWZ_SEGS     32
@@ -112,49 +79,6 @@
 
 #define CACHELINE_SIZE              64
 
-/*
- * The configuration space (5.2.4), little-endian, up to and including
- * write_zeroes_may_unmap and its padding.  Later fields (secure erase,
- * zoned) belong to features we do not offer.
- */
-typedef struct __attribute__((packed)) VirtioBlkConfig {
-    uint64_t capacity;
-    uint32_t size_max;
-    uint32_t seg_max;
-    uint16_t cylinders;
-    uint8_t heads;
-    uint8_t sectors;
-    uint32_t blk_size;
-    uint8_t physical_block_exp;
-    uint8_t alignment_offset;
-    uint16_t min_io_size;
-    uint32_t opt_io_size;
-    uint8_t writeback;
-    uint8_t unused0;
-    uint16_t num_queues;
-    uint32_t max_discard_sectors;
-    uint32_t max_discard_seg;
-    uint32_t discard_sector_alignment;
-    uint32_t max_write_zeroes_sectors;
-    uint32_t max_write_zeroes_seg;
-    uint8_t write_zeroes_may_unmap;
-    uint8_t unused1[3];
-} VirtioBlkConfig;
-
-G_STATIC_ASSERT(offsetof(VirtioBlkConfig, blk_size) == 20);
-G_STATIC_ASSERT(offsetof(VirtioBlkConfig, writeback) == 32);
-G_STATIC_ASSERT(offsetof(VirtioBlkConfig, num_queues) == 34);
-G_STATIC_ASSERT(offsetof(VirtioBlkConfig, max_discard_sectors) == 36);
-G_STATIC_ASSERT(offsetof(VirtioBlkConfig, write_zeroes_may_unmap) == 56);
-G_STATIC_ASSERT(sizeof(VirtioBlkConfig) == 60);
-
-/* One discard / write-zeroes segment, in host byte order. */
-typedef struct VirtioBlkSeg {
-    uint64_t sector;
-    uint32_t num_sectors;
-    uint32_t flags;
-} VirtioBlkSeg;
-
 /* Per-queue state, home thread only, one cache line each. */
 typedef struct VirtioBlkQueue {
     _Alignas(CACHELINE_SIZE) unsigned in_flight;
@@ -173,7 +97,8 @@ typedef struct VirtioBlkReq {
     BlockRequest breq;
     union {
         struct iovec iov[VIRTQUEUE_MAX_SEGS];        /* IN, OUT data */
-        VirtioBlkSeg segs[VIRTIO_BLK_MAX_DWZ_SEGS];  /* DISCARD, W_ZEROES */
+        /* DISCARD, WRITE_ZEROES: the segments, in host byte order */
+        VirtioBlkSeg segs[VIRTIO_BLK_MAX_DWZ_SEGS];
     } u;
     VirtQueueElement elem;
 } VirtioBlkReq;
@@ -518,7 +443,6 @@ static uint8_t virtio_blk_dwz_parse(VirtioBlkReq *req, uint64_t data_bytes)
     bool discard = req->type == VIRTIO_BLK_T_DISCARD;
     uint32_t max_sectors = discard ? vb->max_discard_sectors
                                    : vb->max_write_zeroes_sectors;
-    uint8_t raw[VIRTIO_BLK_SEG_SIZE];
     uint8_t status = VIRTIO_BLK_S_OK;
     uint64_t n;
 
@@ -531,18 +455,14 @@ static uint8_t virtio_blk_dwz_parse(VirtioBlkReq *req, uint64_t data_bytes)
     }
     for (unsigned i = 0; i < n; i++) {
         VirtioBlkSeg *seg = &req->u.segs[i];
-        uint32_t v32;
-        uint64_t v64;
+        VirtioBlkSeg raw;
 
         virtio_blk_iov_to_buf(req->elem.out_sg, req->elem.out_num,
                               VIRTIO_BLK_HDR_SIZE + i * VIRTIO_BLK_SEG_SIZE,
-                              raw, sizeof(raw));
-        memcpy(&v64, raw, 8);
-        seg->sector = GUINT64_FROM_LE(v64);
-        memcpy(&v32, raw + 8, 4);
-        seg->num_sectors = GUINT32_FROM_LE(v32);
-        memcpy(&v32, raw + 12, 4);
-        seg->flags = GUINT32_FROM_LE(v32);
+                              &raw, sizeof(raw));
+        seg->sector = GUINT64_FROM_LE(raw.sector);
+        seg->num_sectors = GUINT32_FROM_LE(raw.num_sectors);
+        seg->flags = GUINT32_FROM_LE(raw.flags);
 
         if (seg->flags & ~VIRTIO_BLK_DWZ_F_UNMAP ||
             (discard && seg->flags & VIRTIO_BLK_DWZ_F_UNMAP)) {
@@ -600,7 +520,7 @@ static void virtio_blk_handle_request(VirtioBlkReq *req)
 {
     VirtioBlk *vb = req->vb;
     const VirtQueueElement *elem = &req->elem;
-    uint8_t hdr[VIRTIO_BLK_HDR_SIZE];
+    VirtioBlkOutHdr hdr;
     uint64_t out_bytes, sector;
     uint32_t type;
     unsigned in_niov;
@@ -624,11 +544,9 @@ static void virtio_blk_handle_request(VirtioBlkReq *req)
         virtio_blk_req_finish(req, VIRTIO_BLK_S_IOERR);
         return;
     }
-    virtio_blk_iov_to_buf(elem->out_sg, elem->out_num, 0, hdr, sizeof(hdr));
-    memcpy(&type, hdr, 4);
-    type = GUINT32_FROM_LE(type);
-    memcpy(&sector, hdr + 8, 8);
-    sector = GUINT64_FROM_LE(sector);
+    virtio_blk_iov_to_buf(elem->out_sg, elem->out_num, 0, &hdr, sizeof(hdr));
+    type = GUINT32_FROM_LE(hdr.type);
+    sector = GUINT64_FROM_LE(hdr.sector);
     req->type = type;
 
     switch (type) {

@@ -75,44 +75,7 @@
 #include "util/trace.h"
 
 /* ------------------------------------------------------------------------ */
-/* The split ring layout (virtio 1.x)                                       */
-
-#define VRING_DESC_F_NEXT           1   /* chain continues at next */
-#define VRING_DESC_F_WRITE          2   /* device-writable buffer */
-#define VRING_DESC_F_INDIRECT       4   /* buffer is a descriptor table */
-
-#define VRING_USED_F_NO_NOTIFY      1   /* device: "don't kick me" */
-#define VRING_AVAIL_F_NO_INTERRUPT  1   /* driver: "don't interrupt me" */
-
-#define VRING_DESC_SIZE 16
-
-typedef struct VRingDesc {
-    uint64_t addr;
-    uint32_t len;
-    uint16_t flags;
-    uint16_t next;
-} VRingDesc;
-
-typedef struct VRingAvail {
-    _Atomic uint16_t flags;
-    _Atomic uint16_t idx;
-    _Atomic uint16_t ring[];     /* num entries, then used_event */
-} VRingAvail;
-
-typedef struct VRingUsedElem {
-    uint32_t id;
-    uint32_t len;
-} VRingUsedElem;
-
-typedef struct VRingUsed {
-    _Atomic uint16_t flags;
-    _Atomic uint16_t idx;
-    VRingUsedElem ring[];        /* num entries, then avail_event */
-} VRingUsed;
-
-G_STATIC_ASSERT(sizeof(VRingDesc) == VRING_DESC_SIZE);
-G_STATIC_ASSERT(sizeof(VRingUsedElem) == 8);
-G_STATIC_ASSERT(sizeof(_Atomic uint16_t) == 2);
+/* Ring sizes (the layout is in hw/virtio/virtio-ring-wire.h)               */
 
 /* Sizes of the three areas for a ring of num entries (event fields too). */
 static uint64_t vring_desc_size(unsigned num)
@@ -128,16 +91,6 @@ static uint64_t vring_avail_size(unsigned num)
 static uint64_t vring_used_size(unsigned num)
 {
     return 6 + 8 * (uint64_t)num;
-}
-
-/*
- * The event-index rule: signal if event lies in [old, new), i.e. the other
- * side asked to be told once the index passed event and it did so in the
- * entries published since old.  All arithmetic is modulo 2^16.
- */
-static bool vring_need_event(uint16_t event, uint16_t new_idx, uint16_t old)
-{
-    return (uint16_t)(new_idx - event - 1) < (uint16_t)(new_idx - old);
 }
 
 /* ------------------------------------------------------------------------ */

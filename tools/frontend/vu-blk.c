@@ -54,9 +54,9 @@ VufBlkReq *vufblk_req_new(VuFrontend *fe, size_t data_cap, Error **errp)
         g_free(req);
         return NULL;
     }
-    req->hdr = (VufBlkOutHdr *)small;
+    req->hdr = (VirtioBlkOutHdr *)small;
     req->hdr_gpa = small_gpa;
-    req->dwz = (VufBlkDwzSeg *)(small + 16);
+    req->dwz = (VirtioBlkSeg *)(small + 16);
     req->dwz_gpa = small_gpa + 16;
     req->status = small + 32;
     req->status_gpa = small_gpa + 32;
@@ -82,7 +82,7 @@ static int prep(VufBlkReq *req, uint32_t type, uint64_t sector,
         return -EINVAL;
     }
     req->hdr->type = type;
-    req->hdr->ioprio = 0;
+    req->hdr->reserved = 0;
     req->hdr->sector = sector;
     req->data_len = data_len;
     req->data_in = data_in;
@@ -93,53 +93,53 @@ static int prep(VufBlkReq *req, uint32_t type, uint64_t sector,
 
 int vufblk_prep_read(VufBlkReq *req, uint64_t sector, size_t len)
 {
-    return prep(req, VUF_BLK_T_IN, sector, len, true, false);
+    return prep(req, VIRTIO_BLK_T_IN, sector, len, true, false);
 }
 
 int vufblk_prep_write(VufBlkReq *req, uint64_t sector, size_t len)
 {
-    return prep(req, VUF_BLK_T_OUT, sector, len, false, false);
+    return prep(req, VIRTIO_BLK_T_OUT, sector, len, false, false);
 }
 
 int vufblk_prep_flush(VufBlkReq *req)
 {
-    return prep(req, VUF_BLK_T_FLUSH, 0, 0, false, false);
+    return prep(req, VIRTIO_BLK_T_FLUSH, 0, 0, false, false);
 }
 
 int vufblk_prep_get_id(VufBlkReq *req)
 {
-    return prep(req, VUF_BLK_T_GET_ID, 0, VUF_BLK_ID_BYTES, true, false);
+    return prep(req, VIRTIO_BLK_T_GET_ID, 0, VIRTIO_BLK_ID_BYTES, true, false);
 }
 
 static int prep_dwz(VufBlkReq *req, uint32_t type, uint64_t sector,
                     uint32_t nsectors, uint32_t flags)
 {
-    *req->dwz = (VufBlkDwzSeg) {
+    *req->dwz = (VirtioBlkSeg) {
         .sector = sector,
         .num_sectors = nsectors,
         .flags = flags,
     };
-    return prep(req, type, 0, sizeof(VufBlkDwzSeg), false, true);
+    return prep(req, type, 0, sizeof(VirtioBlkSeg), false, true);
 }
 
 int vufblk_prep_discard(VufBlkReq *req, uint64_t sector, uint32_t nsectors)
 {
-    return prep_dwz(req, VUF_BLK_T_DISCARD, sector, nsectors, 0);
+    return prep_dwz(req, VIRTIO_BLK_T_DISCARD, sector, nsectors, 0);
 }
 
 int vufblk_prep_write_zeroes(VufBlkReq *req, uint64_t sector,
                              uint32_t nsectors, bool unmap)
 {
-    return prep_dwz(req, VUF_BLK_T_WRITE_ZEROES, sector, nsectors,
-                    unmap ? VUF_BLK_WZ_F_UNMAP : 0);
+    return prep_dwz(req, VIRTIO_BLK_T_WRITE_ZEROES, sector, nsectors,
+                    unmap ? VIRTIO_BLK_DWZ_F_UNMAP : 0);
 }
 
 /* The longest descriptor the device takes (size_max), or UINT32_MAX. */
 static uint32_t seg_len_limit(VuFrontend *fe)
 {
-    const VufBlkConfig *cfg = vuf_blk_config(fe);
+    const VirtioBlkConfig *cfg = vuf_blk_config(fe);
 
-    if (cfg && vuf_has_feature(fe, VUF_BLK_F_SIZE_MAX) && cfg->size_max) {
+    if (cfg && vuf_has_feature(fe, VIRTIO_BLK_F_SIZE_MAX) && cfg->size_max) {
         return cfg->size_max;
     }
     return UINT32_MAX;
@@ -154,8 +154,8 @@ static int add_data_segs(VufQueue *q, const VufBlkReq *req, VufSeg *segs,
     size_t piece = req->data_len / pieces, done = 0;
     unsigned first = *n, p;
 
-    if (piece >= VUF_BLK_SECTOR_SIZE) {
-        piece -= piece % VUF_BLK_SECTOR_SIZE;
+    if (piece >= VIRTIO_BLK_SECTOR_SIZE) {
+        piece -= piece % VIRTIO_BLK_SECTOR_SIZE;
     }
     if (piece == 0) {
         piece = req->data_len;
@@ -182,9 +182,9 @@ static int add_data_segs(VufQueue *q, const VufBlkReq *req, VufSeg *segs,
     }
     {
         VuFrontend *fe = vufq_frontend(q);
-        const VufBlkConfig *cfg = vuf_blk_config(fe);
+        const VirtioBlkConfig *cfg = vuf_blk_config(fe);
 
-        if (cfg && vuf_has_feature(fe, VUF_BLK_F_SEG_MAX) && cfg->seg_max &&
+        if (cfg && vuf_has_feature(fe, VIRTIO_BLK_F_SEG_MAX) && cfg->seg_max &&
             *n - first > cfg->seg_max) {
             return -E2BIG;
         }
@@ -198,9 +198,9 @@ int vufblk_submit(VufQueue *q, VufBlkReq *req, unsigned flags)
     unsigned n = 0;
     int r;
 
-    segs[n++] = (VufSeg) { req->hdr_gpa, sizeof(VufBlkOutHdr), false };
+    segs[n++] = (VufSeg) { req->hdr_gpa, sizeof(VirtioBlkOutHdr), false };
     if (req->use_dwz) {
-        segs[n++] = (VufSeg) { req->dwz_gpa, sizeof(VufBlkDwzSeg), false };
+        segs[n++] = (VufSeg) { req->dwz_gpa, sizeof(VirtioBlkSeg), false };
     } else if (req->data_len) {
         r = add_data_segs(q, req, segs, &n);
         if (r < 0) {
@@ -254,56 +254,15 @@ int vufblk_do(VufQueue *q, VufBlkReq *req, unsigned flags,
 const char *vufblk_status_name(int status)
 {
     switch (status) {
-    case VUF_BLK_S_OK:
+    case VIRTIO_BLK_S_OK:
         return "OK";
-    case VUF_BLK_S_IOERR:
+    case VIRTIO_BLK_S_IOERR:
         return "IOERR";
-    case VUF_BLK_S_UNSUPP:
+    case VIRTIO_BLK_S_UNSUPP:
         return "UNSUPP";
     case STATUS_NONE:
         return "none";
     default:
         return "unknown";
     }
-}
-
-static uint16_t le16_at(const uint8_t *p)
-{
-    return p[0] | (uint16_t)p[1] << 8;
-}
-
-static uint32_t le32_at(const uint8_t *p)
-{
-    return le16_at(p) | (uint32_t)le16_at(p + 2) << 16;
-}
-
-static uint64_t le64_at(const uint8_t *p)
-{
-    return le32_at(p) | (uint64_t)le32_at(p + 4) << 32;
-}
-
-void vufblk_decode_config(const uint8_t *raw, VufBlkConfig *cfg)
-{
-    /* Offsets from struct virtio_blk_config in the virtio 1.x spec. */
-    *cfg = (VufBlkConfig) {
-        .capacity = le64_at(raw + 0),
-        .size_max = le32_at(raw + 8),
-        .seg_max = le32_at(raw + 12),
-        .cylinders = le16_at(raw + 16),
-        .heads = raw[18],
-        .sectors = raw[19],
-        .blk_size = le32_at(raw + 20),
-        .physical_block_exp = raw[24],
-        .alignment_offset = raw[25],
-        .min_io_size = le16_at(raw + 26),
-        .opt_io_size = le32_at(raw + 28),
-        .wce = raw[32],
-        .num_queues = le16_at(raw + 34),
-        .max_discard_sectors = le32_at(raw + 36),
-        .max_discard_seg = le32_at(raw + 40),
-        .discard_sector_alignment = le32_at(raw + 44),
-        .max_write_zeroes_sectors = le32_at(raw + 48),
-        .max_write_zeroes_seg = le32_at(raw + 52),
-        .write_zeroes_may_unmap = raw[56],
-    };
 }

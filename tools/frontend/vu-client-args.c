@@ -21,7 +21,7 @@
 #include "util/error.h"
 #include "vu-client.h"
 
-#define SECTOR              VUF_BLK_SECTOR_SIZE
+#define SECTOR              VIRTIO_BLK_SECTOR_SIZE
 
 typedef enum ArgType {
     ARG_FLAG,
@@ -178,7 +178,7 @@ static bool convert_io_args(Command *cmd, char **pos, GHashTable *vals,
         return false;
     }
     if (cmd->offset % SECTOR || cmd->len % SECTOR || cmd->len == 0) {
-        error_setg(errp, "%s: OFFSET and LEN must be multiples of %d and LEN "
+        error_setg(errp, "%s: OFFSET and LEN must be multiples of %u and LEN "
                    "non-zero (got %" PRIu64 " and %" PRIu64 ")", cmd->name,
                    SECTOR, cmd->offset, cmd->len);
         return false;
@@ -232,12 +232,12 @@ static bool convert_verify_run(Command *cmd, GHashTable *vals, Error **errp)
     }
     cmd->run_queues = queues;
     if (cmd->bs % SECTOR || cmd->bs == 0 || cmd->bs > RUN_BS_MAX) {
-        error_setg(errp, "verify-run --bs must be a non-zero multiple of %d "
+        error_setg(errp, "verify-run --bs must be a non-zero multiple of %u "
                    "up to 16M, got %" PRIu64, SECTOR, cmd->bs);
         return false;
     }
     if (cmd->offset % SECTOR) {
-        error_setg(errp, "verify-run --offset must be a multiple of %d",
+        error_setg(errp, "verify-run --offset must be a multiple of %u",
                    SECTOR);
         return false;
     }
@@ -312,7 +312,7 @@ static bool convert_command(Command *cmd, char **pos, GHashTable *vals,
             return false;
         }
         if (cmd->offset % SECTOR) {
-            error_setg(errp, "bad-request --offset must be a multiple of %d",
+            error_setg(errp, "bad-request --offset must be a multiple of %u",
                        SECTOR);
             return false;
         }

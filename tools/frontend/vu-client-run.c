@@ -32,7 +32,7 @@
 
 #include "vu-client.h"
 
-#define SECTOR                  VUF_BLK_SECTOR_SIZE
+#define SECTOR                  VIRTIO_BLK_SECTOR_SIZE
 #define MALFORMED_WAIT_MS       1000
 #define ALIVE_WAIT_MS           2000
 
@@ -115,7 +115,7 @@ static bool run_check(RunQueue *rq, RunSlot *s, bool writing)
     uint64_t bs = rq->cmd->bs, off = rq->base + s->block * bs;
     int status = *s->req->status;
 
-    if (status != VUF_BLK_S_OK) {
+    if (status != VIRTIO_BLK_S_OK) {
         rq->error = g_strdup_printf("queue %u: %s of block %" PRIu64
                                     " (offset %" PRIu64 "): the device "
                                     "answered %s", rq->qi,
@@ -283,7 +283,7 @@ static void run_queue_fini(Client *c, RunQueue *rq)
 static bool check_run_geometry(Client *c, const Command *cmd, unsigned nq,
                                uint64_t *slice, Error **errp)
 {
-    const VufBlkConfig *cfg = vuf_blk_config(c->fe);
+    const VirtioBlkConfig *cfg = vuf_blk_config(c->fe);
 
     *slice = cmd->size / nq / cmd->bs * cmd->bs;
     if (*slice == 0) {
@@ -413,132 +413,134 @@ bool cmd_verify_run(Client *c, const Command *cmd, Result *r, Error **errp)
 
 typedef struct MalformedMsg {
     const char *name;
-    void (*build)(Client *c, VufMsgHeader *hdr, uint8_t *payload,
+    void (*build)(Client *c, VhostUserHeader *hdr, uint8_t *payload,
                   size_t *len, int *fds, size_t *nfds);
 } MalformedMsg;
 
-static uint32_t ack_flag(Client *c)
+/* Header flags of a well-behaved request: NEED_REPLY with REPLY_ACK. */
+static uint32_t request_flags(Client *c)
 {
-    return vuf_protocol_features(c->fe) & VUF_BIT(VUF_PROTOCOL_F_REPLY_ACK)
-           ? VUF_MSG_NEED_REPLY : 0;
+    bool ack = vuf_protocol_features(c->fe) &
+               VUF_BIT(VHOST_USER_PROTOCOL_F_REPLY_ACK);
+
+    return VHOST_USER_VERSION | (ack ? VHOST_USER_NEED_REPLY_MASK : 0);
 }
 
-static void build_unknown_request(Client *c, VufMsgHeader *hdr,
+/* Fill in the header and a payload of size bytes copied from body. */
+static void build_msg(VhostUserHeader *hdr, uint8_t *payload, size_t *len,
+                      uint32_t request, uint32_t flags, const void *body,
+                      size_t size)
+{
+    hdr->request = request;
+    hdr->flags = flags;
+    if (size) {
+        memcpy(payload, body, size);
+    }
+    *len = hdr->size = size;
+}
+
+static void build_unknown_request(Client *c, VhostUserHeader *hdr,
                                   uint8_t *payload, size_t *len, int *fds,
                                   size_t *nfds)
 {
     uint64_t zero = 0;
 
-    hdr->request = 999;
-    hdr->flags = VUF_MSG_VERSION | VUF_MSG_NEED_REPLY;
-    memcpy(payload, &zero, sizeof(zero));
-    *len = hdr->size = sizeof(zero);
+    build_msg(hdr, payload, len, 999,
+              VHOST_USER_VERSION | VHOST_USER_NEED_REPLY_MASK, &zero,
+              sizeof(zero));
 }
 
-static void build_short_payload(Client *c, VufMsgHeader *hdr,
+static void build_short_payload(Client *c, VhostUserHeader *hdr,
                                 uint8_t *payload, size_t *len, int *fds,
                                 size_t *nfds)
 {
     uint32_t index = 0;
 
     /* SET_VRING_NUM wants a vring state (8 bytes); send only the index. */
-    hdr->request = VUF_REQ_SET_VRING_NUM;
-    hdr->flags = VUF_MSG_VERSION | ack_flag(c);
-    memcpy(payload, &index, sizeof(index));
-    *len = hdr->size = sizeof(index);
+    build_msg(hdr, payload, len, VHOST_USER_SET_VRING_NUM, request_flags(c),
+              &index, sizeof(index));
 }
 
-static void build_oversized_payload(Client *c, VufMsgHeader *hdr,
+static void build_oversized_payload(Client *c, VhostUserHeader *hdr,
                                     uint8_t *payload, size_t *len, int *fds,
                                     size_t *nfds)
 {
-    VufVringState s = { 0, vufq_size(vuf_queue(c->fe, 0)) };
+    VhostUserVringState s = { 0, vufq_size(vuf_queue(c->fe, 0)) };
 
     /* A harmless SET_VRING_NUM (same size again) padded to 64 KiB. */
-    hdr->request = VUF_REQ_SET_VRING_NUM;
-    hdr->flags = VUF_MSG_VERSION | ack_flag(c);
-    memcpy(payload, &s, sizeof(s));
+    build_msg(hdr, payload, len, VHOST_USER_SET_VRING_NUM, request_flags(c),
+              &s, sizeof(s));
     *len = hdr->size = 64 * 1024;
 }
 
-static void build_bad_version(Client *c, VufMsgHeader *hdr, uint8_t *payload,
-                              size_t *len, int *fds, size_t *nfds)
+static void build_bad_version(Client *c, VhostUserHeader *hdr,
+                              uint8_t *payload, size_t *len, int *fds,
+                              size_t *nfds)
 {
-    hdr->request = VUF_REQ_GET_FEATURES;
-    hdr->flags = 0x2;
-    *len = hdr->size = 0;
+    build_msg(hdr, payload, len, VHOST_USER_GET_FEATURES, 0x2, NULL, 0);
 }
 
-static void build_bad_queue_index(Client *c, VufMsgHeader *hdr,
+static void build_bad_queue_index(Client *c, VhostUserHeader *hdr,
                                   uint8_t *payload, size_t *len, int *fds,
                                   size_t *nfds)
 {
-    VufVringState s = { 255, vufq_size(vuf_queue(c->fe, 0)) };
+    VhostUserVringState s = { 255, vufq_size(vuf_queue(c->fe, 0)) };
 
-    hdr->request = VUF_REQ_SET_VRING_NUM;
-    hdr->flags = VUF_MSG_VERSION | ack_flag(c);
-    memcpy(payload, &s, sizeof(s));
-    *len = hdr->size = sizeof(s);
+    build_msg(hdr, payload, len, VHOST_USER_SET_VRING_NUM, request_flags(c),
+              &s, sizeof(s));
 }
 
-static void build_bad_vring_addr(Client *c, VufMsgHeader *hdr,
+static void build_bad_vring_addr(Client *c, VhostUserHeader *hdr,
                                  uint8_t *payload, size_t *len, int *fds,
                                  size_t *nfds)
 {
     /* Ring addresses in no memory region (just past ours). */
     uint64_t outside = (uintptr_t)vuf_mem_base(c->fe) + vuf_mem_size(c->fe) +
                        (1u << 20);
-    VufVringAddr a = {
+    VhostUserVringAddr a = {
         .index = 0,
         .desc_user_addr = outside,
         .used_user_addr = outside + 0x10000,
         .avail_user_addr = outside + 0x20000,
     };
 
-    hdr->request = VUF_REQ_SET_VRING_ADDR;
-    hdr->flags = VUF_MSG_VERSION | ack_flag(c);
-    memcpy(payload, &a, sizeof(a));
-    *len = hdr->size = sizeof(a);
+    build_msg(hdr, payload, len, VHOST_USER_SET_VRING_ADDR, request_flags(c),
+              &a, sizeof(a));
 }
 
-static void build_mem_table_no_fd(Client *c, VufMsgHeader *hdr,
+static void build_mem_table_no_fd(Client *c, VhostUserHeader *hdr,
                                   uint8_t *payload, size_t *len, int *fds,
                                   size_t *nfds)
 {
-    VufMemTable t = { .nregions = 1 };
+    VhostUserMemory t = { .nregions = 1 };
 
-    t.regions[0] = (VufMemRegion) {
+    t.regions[0] = (VhostUserMemRegion) {
         .guest_phys_addr = 0,
         .memory_size = vuf_mem_size(c->fe),
         .userspace_addr = (uintptr_t)vuf_mem_base(c->fe),
     };
-    hdr->request = VUF_REQ_SET_MEM_TABLE;
-    hdr->flags = VUF_MSG_VERSION | ack_flag(c);
-    memcpy(payload, &t, sizeof(t));
-    *len = hdr->size = offsetof(VufMemTable, regions[1]);
+    build_msg(hdr, payload, len, VHOST_USER_SET_MEM_TABLE, request_flags(c),
+              &t, offsetof(VhostUserMemory, regions[1]));
 }
 
-static void build_mem_table_too_many(Client *c, VufMsgHeader *hdr,
+static void build_mem_table_too_many(Client *c, VhostUserHeader *hdr,
                                      uint8_t *payload, size_t *len, int *fds,
                                      size_t *nfds)
 {
-    VufMemTable t = { .nregions = 1000 };
+    VhostUserMemory t = { .nregions = 1000 };
 
-    hdr->request = VUF_REQ_SET_MEM_TABLE;
-    hdr->flags = VUF_MSG_VERSION | ack_flag(c);
-    memcpy(payload, &t, sizeof(t));
-    *len = hdr->size = sizeof(t);
+    build_msg(hdr, payload, len, VHOST_USER_SET_MEM_TABLE, request_flags(c),
+              &t, sizeof(t));
 }
 
-static void build_kick_no_fd(Client *c, VufMsgHeader *hdr, uint8_t *payload,
-                             size_t *len, int *fds, size_t *nfds)
+static void build_kick_no_fd(Client *c, VhostUserHeader *hdr,
+                             uint8_t *payload, size_t *len, int *fds,
+                             size_t *nfds)
 {
-    uint64_t index = 0;     /* no VUF_VRING_NOFD flag, and yet no fd */
+    uint64_t index = 0;     /* no NOFD flag, and yet no fd */
 
-    hdr->request = VUF_REQ_SET_VRING_KICK;
-    hdr->flags = VUF_MSG_VERSION | ack_flag(c);
-    memcpy(payload, &index, sizeof(index));
-    *len = hdr->size = sizeof(index);
+    build_msg(hdr, payload, len, VHOST_USER_SET_VRING_KICK, request_flags(c),
+              &index, sizeof(index));
 }
 
 static const MalformedMsg malformed_msgs[] = {
@@ -588,12 +590,12 @@ char *malformed_kinds(void)
 static bool request_has_reply(uint32_t request)
 {
     switch (request) {
-    case VUF_REQ_GET_FEATURES:
-    case VUF_REQ_GET_PROTOCOL_FEATURES:
-    case VUF_REQ_GET_VRING_BASE:
-    case VUF_REQ_GET_QUEUE_NUM:
-    case VUF_REQ_GET_CONFIG:
-    case VUF_REQ_GET_MAX_MEM_SLOTS:
+    case VHOST_USER_GET_FEATURES:
+    case VHOST_USER_GET_PROTOCOL_FEATURES:
+    case VHOST_USER_GET_VRING_BASE:
+    case VHOST_USER_GET_QUEUE_NUM:
+    case VHOST_USER_GET_CONFIG:
+    case VHOST_USER_GET_MAX_MEM_SLOTS:
         return true;
     default:
         return false;
@@ -604,10 +606,10 @@ static bool malformed_message(Client *c, const MalformedMsg *m, Result *r,
                               Error **errp)
 {
     g_autofree uint8_t *payload = g_malloc0(64 * 1024);
-    VufMsgHeader hdr = { 0 }, reply;
-    uint8_t reply_buf[VUF_MSG_PAYLOAD_MAX];
+    VhostUserHeader hdr = { 0 }, reply;
+    uint8_t reply_buf[VHOST_USER_MAX_PAYLOAD];
     VufRecvResult res;
-    int fds[VUF_MSG_FDS_MAX];
+    int fds[VHOST_USER_MAX_FDS];
     size_t len = 0, nfds = 0, got;
     const char *reaction;
 

@@ -38,7 +38,7 @@
 #include "util/error.h"
 #include "vu-client.h"
 
-#define SECTOR              VUF_BLK_SECTOR_SIZE
+#define SECTOR              VIRTIO_BLK_SECTOR_SIZE
 
 /* ------------------------------------------------------------------------ */
 /* The data pattern                                                          */
@@ -339,7 +339,7 @@ static bool client_connect(Client *c, Error **errp)
     if (!vuf_connect(c->fe, errp)) {
         return false;
     }
-    if (o->indirect && !vuf_has_feature(c->fe, VUF_F_RING_INDIRECT_DESC)) {
+    if (o->indirect && !vuf_has_feature(c->fe, VIRTIO_RING_F_INDIRECT_DESC)) {
         error_setg(errp, "--indirect: the back-end did not negotiate "
                    "RING_INDIRECT_DESC");
         return false;
@@ -362,7 +362,7 @@ static bool run_request(Client *c, unsigned qi, const char *what,
         return false;
     }
     *status = r;
-    if (r != VUF_BLK_S_OK) {
+    if (r != VIRTIO_BLK_S_OK) {
         error_setg(errp, "%s on queue %u: the device answered %s (status %d)",
                    what, qi, vufblk_status_name(r), r);
         return false;
@@ -402,7 +402,7 @@ static JsonArray *feature_array(uint64_t mask, bool protocol)
     return a;
 }
 
-static JsonObject *config_object(const VufBlkConfig *cfg)
+static JsonObject *config_object(const VirtioBlkConfig *cfg)
 {
     JsonObject *o = json_object_new();
 
@@ -415,7 +415,7 @@ static JsonObject *config_object(const VufBlkConfig *cfg)
                                cfg->physical_block_exp);
     json_object_set_int_member(o, "min_io_size", cfg->min_io_size);
     json_object_set_int_member(o, "opt_io_size", cfg->opt_io_size);
-    json_object_set_int_member(o, "wce", cfg->wce);
+    json_object_set_int_member(o, "wce", cfg->writeback);
     json_object_set_int_member(o, "num_queues", cfg->num_queues);
     json_object_set_int_member(o, "max_discard_sectors",
                                cfg->max_discard_sectors);
@@ -446,12 +446,12 @@ static char *hex_string(const uint8_t *p, size_t n)
 static bool get_serial(Client *c, unsigned qi, Result *r, Error **errp)
 {
     VufBlkReq *req = c->reqs[qi];
-    char serial[VUF_BLK_ID_BYTES + 1];
+    char serial[VIRTIO_BLK_ID_BYTES + 1];
     g_autofree char *hex = NULL;
     int status;
 
     vufblk_prep_get_id(req);
-    memset(req->data, 0, VUF_BLK_ID_BYTES);
+    memset(req->data, 0, VIRTIO_BLK_ID_BYTES);
     status = vufblk_do(vuf_queue(c->fe, qi), req, c->add_flags,
                        c->timeout_ns);
     if (status < 0) {
@@ -460,14 +460,14 @@ static bool get_serial(Client *c, unsigned qi, Result *r, Error **errp)
         return false;
     }
     res_str(r, "serial_status", vufblk_status_name(status));
-    if (status != VUF_BLK_S_OK) {
+    if (status != VIRTIO_BLK_S_OK) {
         json_object_set_null_member(r->obj, "serial");
         return true;
     }
     /* The ID is NUL-terminated unless it fills all 20 bytes. */
-    memcpy(serial, req->data, VUF_BLK_ID_BYTES);
-    serial[VUF_BLK_ID_BYTES] = '\0';
-    hex = hex_string(req->data, VUF_BLK_ID_BYTES);
+    memcpy(serial, req->data, VIRTIO_BLK_ID_BYTES);
+    serial[VIRTIO_BLK_ID_BYTES] = '\0';
+    hex = hex_string(req->data, VIRTIO_BLK_ID_BYTES);
     res_str(r, "serial", g_utf8_validate(serial, -1, NULL) ? serial : "");
     res_str(r, "serial_hex", hex);
     return true;
@@ -476,7 +476,7 @@ static bool get_serial(Client *c, unsigned qi, Result *r, Error **errp)
 static bool cmd_info(Client *c, const Command *cmd, Result *r, Error **errp)
 {
     VuFrontend *fe = c->fe;
-    const VufBlkConfig *cfg = vuf_blk_config(fe);
+    const VirtioBlkConfig *cfg = vuf_blk_config(fe);
     const char *mode = c->opts->completion == VUF_COMPLETION_POLL
                        ? "poll" : "interrupt";
 
@@ -496,7 +496,7 @@ static bool cmd_info(Client *c, const Command *cmd, Result *r, Error **errp)
     res_int(r, "queue_size", vufq_size(vuf_queue(fe, 0)));
     res_str(r, "completion", mode);
     res_int(r, "mem_size", vuf_mem_size(fe));
-    res_bool(r, "read_only", vuf_has_feature(fe, VUF_BLK_F_RO));
+    res_bool(r, "read_only", vuf_has_feature(fe, VIRTIO_BLK_F_RO));
     if (cfg) {
         json_object_set_object_member(r->obj, "config", config_object(cfg));
         res_int(r, "capacity_bytes", cfg->capacity * SECTOR);
@@ -524,7 +524,7 @@ static bool cmd_get_id(Client *c, const Command *cmd, Result *r, Error **errp)
 /* Does [off, off+len) fit the disk? (Unknown capacity: assume so.) */
 static bool check_range(Client *c, const Command *cmd, Error **errp)
 {
-    const VufBlkConfig *cfg = vuf_blk_config(c->fe);
+    const VirtioBlkConfig *cfg = vuf_blk_config(c->fe);
 
     if (cfg && (cmd->offset > cfg->capacity * SECTOR ||
                 cmd->len > cfg->capacity * SECTOR - cmd->offset)) {
@@ -547,7 +547,7 @@ static bool cmd_write(Client *c, const Command *cmd, Result *r, Error **errp)
 {
     VufBlkReq *req = c->reqs[cmd->queue];
     uint64_t done = 0;
-    int status = VUF_BLK_S_OK;
+    int status = VIRTIO_BLK_S_OK;
 
     res_io(r, cmd);
     res_int(r, "seed", cmd->seed);
@@ -595,7 +595,7 @@ static bool read_range(Client *c, unsigned qi, uint64_t offset, uint64_t len,
 {
     VufBlkReq *req = c->reqs[qi];
     uint64_t done = 0;
-    int status = VUF_BLK_S_OK;
+    int status = VIRTIO_BLK_S_OK;
 
     while (done < len) {
         size_t n = MIN(c->chunk, len - done);
@@ -678,7 +678,7 @@ static bool cmd_read(Client *c, const Command *cmd, Result *r, Error **errp)
 
 static bool cmd_flush(Client *c, const Command *cmd, Result *r, Error **errp)
 {
-    int status = VUF_BLK_S_OK;
+    int status = VIRTIO_BLK_S_OK;
     bool ok;
 
     vufblk_prep_flush(c->reqs[cmd->queue]);
@@ -693,7 +693,7 @@ static bool cmd_dwz(Client *c, const Command *cmd, Result *r, Error **errp)
     bool zeroes = cmd->kind == CMD_WRITE_ZEROES;
     g_autofree char *what = g_strdup_printf("%s at %" PRIu64 "+%" PRIu64,
                                             cmd->name, cmd->offset, cmd->len);
-    int status = VUF_BLK_S_OK;
+    int status = VIRTIO_BLK_S_OK;
     bool ok;
 
     res_io(r, cmd);

@@ -72,10 +72,10 @@ static void scratch_read_request(VufQueue *q, VufSeg segs[3])
     uint8_t *s = q->fault_scratch;
     uint64_t gpa = q->fault_scratch_gpa;
 
-    *(VufBlkOutHdr *)s = (VufBlkOutHdr) { .type = VUF_BLK_T_IN };
+    *(VirtioBlkOutHdr *)s = (VirtioBlkOutHdr) { .type = VIRTIO_BLK_T_IN };
     s[SCRATCH_STATUS] = 0xff;
-    segs[0] = (VufSeg) { gpa, sizeof(VufBlkOutHdr), false };
-    segs[1] = (VufSeg) { gpa + SCRATCH_DATA, VUF_BLK_SECTOR_SIZE, true };
+    segs[0] = (VufSeg) { gpa, sizeof(VirtioBlkOutHdr), false };
+    segs[1] = (VufSeg) { gpa + SCRATCH_DATA, VIRTIO_BLK_SECTOR_SIZE, true };
     segs[2] = (VufSeg) { gpa + SCRATCH_STATUS, 1, true };
 }
 
@@ -102,7 +102,7 @@ static void spoil_direct_chain(VufQueue *q, uint16_t head, VufRingFault f)
     if (f == VUF_FAULT_DESC_LOOP) {
         /* status -> data: both device-writable, so only a loop check (or
          * a chain length limit) can catch it. */
-        q->desc[third].flags |= VUF_DESC_F_NEXT;
+        q->desc[third].flags |= VRING_DESC_F_NEXT;
         q->desc[third].next = second;
     } else if (f == VUF_FAULT_NEXT_OUT_OF_RANGE) {
         q->desc[head].next = q->num;
@@ -112,26 +112,26 @@ static void spoil_direct_chain(VufQueue *q, uint16_t head, VufRingFault f)
 /* Spoil the indirect chain at head (a table of three entries). */
 static void spoil_indirect_chain(VufQueue *q, uint16_t head, VufRingFault f)
 {
-    VufDesc *table = q->indirect + (size_t)head * q->indirect_max;
-    VufDesc *table2 = (VufDesc *)((uint8_t *)q->fault_scratch +
-                                  SCRATCH_TABLE2);
+    VRingDesc *table = q->indirect + (size_t)head * q->indirect_max;
+    VRingDesc *table2 = (VRingDesc *)((uint8_t *)q->fault_scratch +
+                                      SCRATCH_TABLE2);
 
     switch (f) {
     case VUF_FAULT_INDIRECT_BAD_LEN:
-        q->desc[head].len = 3 * sizeof(VufDesc) + 8;
+        q->desc[head].len = 3 * sizeof(VRingDesc) + 8;
         break;
     case VUF_FAULT_INDIRECT_NESTED:
         table2[0] = table[1];
-        table2[0].flags &= ~VUF_DESC_F_NEXT;
-        table[1] = (VufDesc) {
+        table2[0].flags &= ~VRING_DESC_F_NEXT;
+        table[1] = (VRingDesc) {
             .addr = q->fault_scratch_gpa + SCRATCH_TABLE2,
-            .len = sizeof(VufDesc),
-            .flags = VUF_DESC_F_INDIRECT | VUF_DESC_F_NEXT,
+            .len = sizeof(VRingDesc),
+            .flags = VRING_DESC_F_INDIRECT | VRING_DESC_F_NEXT,
             .next = 2,
         };
         break;
     case VUF_FAULT_INDIRECT_LOOP:
-        table[2].flags |= VUF_DESC_F_NEXT;
+        table[2].flags |= VRING_DESC_F_NEXT;
         table[2].next = 1;     /* status -> data, as for desc-loop */
         break;
     default:
@@ -170,7 +170,7 @@ int vufq_inject_fault(VufQueue *q, VufRingFault f)
     if (f == VUF_FAULT_ADDR_OUT_OF_RANGE) {
         segs[1].gpa = vuf_mem_size(q->fe) + 4096;
     } else if (f == VUF_FAULT_ADDR_OVERFLOW) {
-        segs[1].gpa = UINT64_MAX - VUF_BLK_SECTOR_SIZE / 2;
+        segs[1].gpa = UINT64_MAX - VIRTIO_BLK_SECTOR_SIZE / 2;
     }
     head = vufq_build_chain(q, segs, 3,
                             fault_is_indirect(f) ? VUFQ_ADD_INDIRECT : 0,

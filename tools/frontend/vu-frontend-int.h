@@ -35,10 +35,10 @@ struct VufQueue {
     unsigned index;
     unsigned num;
     unsigned indirect_max;
-    VufDesc *desc;
-    VufAvail *avail;
-    VufUsed *used;
-    VufDesc *indirect;          /* num tables of indirect_max entries */
+    VRingDesc *desc;
+    VRingAvail *avail;
+    VRingUsed *used;
+    VRingDesc *indirect;        /* num tables of indirect_max entries */
     _Atomic uint16_t *used_event;   /* &avail->ring[num] */
     _Atomic uint16_t *avail_event;  /* &used->ring[num] */
     uint64_t desc_gpa, avail_gpa, used_gpa, indirect_gpa;
@@ -100,7 +100,7 @@ struct VuFrontend {
     uint64_t queue_num_max;
     uint64_t max_mem_slots;
     bool have_blk_config;
-    VufBlkConfig blk_config;
+    VirtioBlkConfig blk_config;
 
     unsigned num_queues;
     VufQueue **queues;

@@ -60,24 +60,24 @@ typedef struct BitName {
 } BitName;
 
 static const BitName feature_names[] = {
-    { VUF_BLK_F_SIZE_MAX, "BLK_SIZE_MAX" },
-    { VUF_BLK_F_SEG_MAX, "BLK_SEG_MAX" },
-    { VUF_BLK_F_GEOMETRY, "BLK_GEOMETRY" },
-    { VUF_BLK_F_RO, "BLK_RO" },
-    { VUF_BLK_F_BLK_SIZE, "BLK_BLK_SIZE" },
-    { VUF_BLK_F_FLUSH, "BLK_FLUSH" },
-    { VUF_BLK_F_TOPOLOGY, "BLK_TOPOLOGY" },
-    { VUF_BLK_F_CONFIG_WCE, "BLK_CONFIG_WCE" },
-    { VUF_BLK_F_MQ, "BLK_MQ" },
-    { VUF_BLK_F_DISCARD, "BLK_DISCARD" },
-    { VUF_BLK_F_WRITE_ZEROES, "BLK_WRITE_ZEROES" },
+    { VIRTIO_BLK_F_SIZE_MAX, "BLK_SIZE_MAX" },
+    { VIRTIO_BLK_F_SEG_MAX, "BLK_SEG_MAX" },
+    { VIRTIO_BLK_F_GEOMETRY, "BLK_GEOMETRY" },
+    { VIRTIO_BLK_F_RO, "BLK_RO" },
+    { VIRTIO_BLK_F_BLK_SIZE, "BLK_BLK_SIZE" },
+    { VIRTIO_BLK_F_FLUSH, "BLK_FLUSH" },
+    { VIRTIO_BLK_F_TOPOLOGY, "BLK_TOPOLOGY" },
+    { VIRTIO_BLK_F_CONFIG_WCE, "BLK_CONFIG_WCE" },
+    { VIRTIO_BLK_F_MQ, "BLK_MQ" },
+    { VIRTIO_BLK_F_DISCARD, "BLK_DISCARD" },
+    { VIRTIO_BLK_F_WRITE_ZEROES, "BLK_WRITE_ZEROES" },
     { 24, "NOTIFY_ON_EMPTY" },
     { 26, "LOG_ALL" },
     { 27, "ANY_LAYOUT" },
-    { VUF_F_RING_INDIRECT_DESC, "RING_INDIRECT_DESC" },
-    { VUF_F_RING_EVENT_IDX, "RING_EVENT_IDX" },
-    { VUF_F_PROTOCOL_FEATURES, "PROTOCOL_FEATURES" },
-    { VUF_F_VERSION_1, "VERSION_1" },
+    { VIRTIO_RING_F_INDIRECT_DESC, "RING_INDIRECT_DESC" },
+    { VIRTIO_RING_F_EVENT_IDX, "RING_EVENT_IDX" },
+    { VHOST_USER_F_PROTOCOL_FEATURES, "PROTOCOL_FEATURES" },
+    { VIRTIO_F_VERSION_1, "VERSION_1" },
     { 33, "ACCESS_PLATFORM" },
     { 34, "RING_PACKED" },
     { 35, "IN_ORDER" },
@@ -88,22 +88,22 @@ static const BitName feature_names[] = {
 };
 
 static const BitName protocol_feature_names[] = {
-    { VUF_PROTOCOL_F_MQ, "MQ" },
-    { VUF_PROTOCOL_F_LOG_SHMFD, "LOG_SHMFD" },
+    { VHOST_USER_PROTOCOL_F_MQ, "MQ" },
+    { VHOST_USER_PROTOCOL_F_LOG_SHMFD, "LOG_SHMFD" },
     { 2, "RARP" },
-    { VUF_PROTOCOL_F_REPLY_ACK, "REPLY_ACK" },
+    { VHOST_USER_PROTOCOL_F_REPLY_ACK, "REPLY_ACK" },
     { 4, "NET_MTU" },
-    { VUF_PROTOCOL_F_BACKEND_REQ, "BACKEND_REQ" },
+    { VHOST_USER_PROTOCOL_F_SLAVE_REQ, "BACKEND_REQ" },
     { 6, "CROSS_ENDIAN" },
     { 7, "CRYPTO_SESSION" },
     { 8, "PAGEFAULT" },
-    { VUF_PROTOCOL_F_CONFIG, "CONFIG" },
+    { VHOST_USER_PROTOCOL_F_CONFIG, "CONFIG" },
     { 10, "BACKEND_SEND_FD" },
     { 11, "HOST_NOTIFIER" },
-    { VUF_PROTOCOL_F_INFLIGHT_SHMFD, "INFLIGHT_SHMFD" },
-    { VUF_PROTOCOL_F_RESET_DEVICE, "RESET_DEVICE" },
+    { VHOST_USER_PROTOCOL_F_INFLIGHT_SHMFD, "INFLIGHT_SHMFD" },
+    { VHOST_USER_PROTOCOL_F_RESET_DEVICE, "RESET_DEVICE" },
     { 14, "INBAND_NOTIFICATIONS" },
-    { VUF_PROTOCOL_F_CONFIGURE_MEM_SLOTS, "CONFIGURE_MEM_SLOTS" },
+    { VHOST_USER_PROTOCOL_F_CONFIGURE_MEM_SLOTS, "CONFIGURE_MEM_SLOTS" },
     { 16, "STATUS" },
     { 17, "XEN_MMAP" },
     { 18, "SHARED_OBJECT" },
@@ -177,30 +177,30 @@ static char *feature_list(uint64_t mask, bool protocol)
 static const char *request_name(uint32_t request)
 {
     static const char *const names[] = {
-        [VUF_REQ_GET_FEATURES] = "GET_FEATURES",
-        [VUF_REQ_SET_FEATURES] = "SET_FEATURES",
-        [VUF_REQ_SET_OWNER] = "SET_OWNER",
-        [VUF_REQ_RESET_OWNER] = "RESET_OWNER",
-        [VUF_REQ_SET_MEM_TABLE] = "SET_MEM_TABLE",
-        [VUF_REQ_SET_LOG_BASE] = "SET_LOG_BASE",
-        [VUF_REQ_SET_LOG_FD] = "SET_LOG_FD",
-        [VUF_REQ_SET_VRING_NUM] = "SET_VRING_NUM",
-        [VUF_REQ_SET_VRING_ADDR] = "SET_VRING_ADDR",
-        [VUF_REQ_SET_VRING_BASE] = "SET_VRING_BASE",
-        [VUF_REQ_GET_VRING_BASE] = "GET_VRING_BASE",
-        [VUF_REQ_SET_VRING_KICK] = "SET_VRING_KICK",
-        [VUF_REQ_SET_VRING_CALL] = "SET_VRING_CALL",
-        [VUF_REQ_SET_VRING_ERR] = "SET_VRING_ERR",
-        [VUF_REQ_GET_PROTOCOL_FEATURES] = "GET_PROTOCOL_FEATURES",
-        [VUF_REQ_SET_PROTOCOL_FEATURES] = "SET_PROTOCOL_FEATURES",
-        [VUF_REQ_GET_QUEUE_NUM] = "GET_QUEUE_NUM",
-        [VUF_REQ_SET_VRING_ENABLE] = "SET_VRING_ENABLE",
-        [VUF_REQ_GET_CONFIG] = "GET_CONFIG",
-        [VUF_REQ_SET_CONFIG] = "SET_CONFIG",
-        [VUF_REQ_RESET_DEVICE] = "RESET_DEVICE",
-        [VUF_REQ_GET_MAX_MEM_SLOTS] = "GET_MAX_MEM_SLOTS",
-        [VUF_REQ_ADD_MEM_REG] = "ADD_MEM_REG",
-        [VUF_REQ_REM_MEM_REG] = "REM_MEM_REG",
+        [VHOST_USER_GET_FEATURES] = "GET_FEATURES",
+        [VHOST_USER_SET_FEATURES] = "SET_FEATURES",
+        [VHOST_USER_SET_OWNER] = "SET_OWNER",
+        [VHOST_USER_RESET_OWNER] = "RESET_OWNER",
+        [VHOST_USER_SET_MEM_TABLE] = "SET_MEM_TABLE",
+        [VHOST_USER_SET_LOG_BASE] = "SET_LOG_BASE",
+        [VHOST_USER_SET_LOG_FD] = "SET_LOG_FD",
+        [VHOST_USER_SET_VRING_NUM] = "SET_VRING_NUM",
+        [VHOST_USER_SET_VRING_ADDR] = "SET_VRING_ADDR",
+        [VHOST_USER_SET_VRING_BASE] = "SET_VRING_BASE",
+        [VHOST_USER_GET_VRING_BASE] = "GET_VRING_BASE",
+        [VHOST_USER_SET_VRING_KICK] = "SET_VRING_KICK",
+        [VHOST_USER_SET_VRING_CALL] = "SET_VRING_CALL",
+        [VHOST_USER_SET_VRING_ERR] = "SET_VRING_ERR",
+        [VHOST_USER_GET_PROTOCOL_FEATURES] = "GET_PROTOCOL_FEATURES",
+        [VHOST_USER_SET_PROTOCOL_FEATURES] = "SET_PROTOCOL_FEATURES",
+        [VHOST_USER_GET_QUEUE_NUM] = "GET_QUEUE_NUM",
+        [VHOST_USER_SET_VRING_ENABLE] = "SET_VRING_ENABLE",
+        [VHOST_USER_GET_CONFIG] = "GET_CONFIG",
+        [VHOST_USER_SET_CONFIG] = "SET_CONFIG",
+        [VHOST_USER_RESET_DEVICE] = "RESET_DEVICE",
+        [VHOST_USER_GET_MAX_MEM_SLOTS] = "GET_MAX_MEM_SLOTS",
+        [VHOST_USER_ADD_MEM_REG] = "ADD_MEM_REG",
+        [VHOST_USER_REM_MEM_REG] = "REM_MEM_REG",
     };
 
     if (request < G_N_ELEMENTS(names) && names[request]) {
@@ -265,7 +265,7 @@ uint64_t vuf_max_mem_slots(const VuFrontend *fe)
     return fe->max_mem_slots;
 }
 
-const VufBlkConfig *vuf_blk_config(const VuFrontend *fe)
+const VirtioBlkConfig *vuf_blk_config(const VuFrontend *fe)
 {
     return fe->have_blk_config ? &fe->blk_config : NULL;
 }
@@ -576,7 +576,7 @@ static int64_t now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static bool send_all(VuFrontend *fe, const VufMsgHeader *hdr,
+static bool send_all(VuFrontend *fe, const VhostUserHeader *hdr,
                      const void *payload, size_t len, const int *fds,
                      size_t nfds, Error **errp)
 {
@@ -585,7 +585,7 @@ static bool send_all(VuFrontend *fe, const VufMsgHeader *hdr,
         { .iov_base = (void *)payload, .iov_len = len },
     };
     union {
-        char buf[CMSG_SPACE(sizeof(int) * VUF_MSG_FDS_MAX)];
+        char buf[CMSG_SPACE(sizeof(int) * VHOST_USER_MAX_FDS)];
         struct cmsghdr align;
     } control;
     struct msghdr msg = { .msg_iov = iov, .msg_iovlen = len ? 2 : 1 };
@@ -595,7 +595,7 @@ static bool send_all(VuFrontend *fe, const VufMsgHeader *hdr,
         error_setg(errp, "not connected to the back-end");
         return false;
     }
-    g_assert(nfds <= VUF_MSG_FDS_MAX);
+    g_assert(nfds <= VHOST_USER_MAX_FDS);
     if (nfds) {
         struct cmsghdr *cmsg;
 
@@ -672,7 +672,7 @@ static void close_received_fds(struct msghdr *msg)
     for (cmsg = CMSG_FIRSTHDR(msg); cmsg; cmsg = CMSG_NXTHDR(msg, cmsg)) {
         if (cmsg->cmsg_level == SOL_SOCKET && cmsg->cmsg_type == SCM_RIGHTS) {
             size_t n = (cmsg->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-            int fds[VUF_MSG_FDS_MAX * 2];
+            int fds[VHOST_USER_MAX_FDS * 2];
             size_t i;
 
             n = MIN(n, G_N_ELEMENTS(fds));
@@ -696,7 +696,7 @@ static int read_exact(int fd, void *buf, size_t len, int64_t deadline_ms,
 
     while (got < len) {
         union {
-            char buf[CMSG_SPACE(sizeof(int) * VUF_MSG_FDS_MAX)];
+            char buf[CMSG_SPACE(sizeof(int) * VHOST_USER_MAX_FDS)];
             struct cmsghdr align;
         } control;
         struct iovec iov = { (char *)buf + got, len - got };
@@ -737,12 +737,12 @@ bool vuf_send_raw_header(VuFrontend *fe, uint32_t request, uint32_t flags,
                          size_t len, const int *fds, size_t nfds,
                          Error **errp)
 {
-    VufMsgHeader hdr = { request, flags, size_field };
+    VhostUserHeader hdr = { request, flags, size_field };
 
     vuf_assert_control_thread(fe);
-    if (nfds > VUF_MSG_FDS_MAX) {
+    if (nfds > VHOST_USER_MAX_FDS) {
         error_setg(errp, "at most %d fds per message, got %zu",
-                   VUF_MSG_FDS_MAX, nfds);
+                   VHOST_USER_MAX_FDS, nfds);
         return false;
     }
     return send_all(fe, &hdr, payload, len, fds, nfds, errp);
@@ -760,7 +760,7 @@ bool vuf_send_raw(VuFrontend *fe, uint32_t request, uint32_t flags,
                                nfds, errp);
 }
 
-bool vuf_recv_raw(VuFrontend *fe, int timeout_ms, VufMsgHeader *hdr,
+bool vuf_recv_raw(VuFrontend *fe, int timeout_ms, VhostUserHeader *hdr,
                   void *payload, size_t max, size_t *len,
                   VufRecvResult *result, Error **errp)
 {
@@ -819,7 +819,7 @@ bool vuf_recv_raw(VuFrontend *fe, int timeout_ms, VufMsgHeader *hdr,
 static bool read_reply(VuFrontend *fe, uint32_t request, void *buf,
                        size_t want, size_t *got, Error **errp)
 {
-    VufMsgHeader hdr;
+    VhostUserHeader hdr;
     VufRecvResult res;
     size_t len;
 
@@ -843,8 +843,8 @@ static bool read_reply(VuFrontend *fe, uint32_t request, void *buf,
                    request_name(hdr.request));
         return false;
     }
-    if (!(hdr.flags & VUF_MSG_REPLY) ||
-        (hdr.flags & VUF_MSG_VERSION_MASK) != VUF_MSG_VERSION) {
+    if (!(hdr.flags & VHOST_USER_REPLY_MASK) ||
+        (hdr.flags & VHOST_USER_VERSION_MASK) != VHOST_USER_VERSION) {
         error_setg(errp, "reply to %s has bad flags 0x%x (want version 1 "
                    "and the reply bit)", request_name(request), hdr.flags);
         return false;
@@ -868,7 +868,7 @@ static bool read_reply(VuFrontend *fe, uint32_t request, void *buf,
 static bool request_u64(VuFrontend *fe, uint32_t request, uint64_t *value,
                         Error **errp)
 {
-    return vuf_send_raw(fe, request, VUF_MSG_VERSION, NULL, 0, NULL, 0,
+    return vuf_send_raw(fe, request, VHOST_USER_VERSION, NULL, 0, NULL, 0,
                         errp) &&
            read_reply(fe, request, value, sizeof(*value), NULL, errp);
 }
@@ -881,8 +881,9 @@ static bool request_set(VuFrontend *fe, uint32_t request, const void *payload,
                         size_t size, const int *fds, size_t nfds,
                         Error **errp)
 {
-    bool ack = has_protocol_feature(fe, VUF_PROTOCOL_F_REPLY_ACK);
-    uint32_t flags = VUF_MSG_VERSION | (ack ? VUF_MSG_NEED_REPLY : 0);
+    bool ack = has_protocol_feature(fe, VHOST_USER_PROTOCOL_F_REPLY_ACK);
+    uint32_t flags = VHOST_USER_VERSION |
+                     (ack ? VHOST_USER_NEED_REPLY_MASK : 0);
     uint64_t status;
 
     if (!vuf_send_raw(fe, request, flags, payload, size, fds, nfds, errp)) {
@@ -911,7 +912,7 @@ static bool request_u64_set(VuFrontend *fe, uint32_t request, uint64_t value,
 static bool request_vring_state(VuFrontend *fe, uint32_t request,
                                 unsigned index, unsigned num, Error **errp)
 {
-    VufVringState s = { index, num };
+    VhostUserVringState s = { index, num };
 
     return request_set(fe, request, &s, sizeof(s), NULL, 0, errp);
 }
@@ -922,12 +923,12 @@ bool vuf_check_alive(VuFrontend *fe, int timeout_ms)
     uint64_t features;
 
     vuf_assert_control_thread(fe);
-    if (!vuf_send_raw(fe, VUF_REQ_GET_FEATURES, VUF_MSG_VERSION, NULL, 0,
+    if (!vuf_send_raw(fe, VHOST_USER_GET_FEATURES, VHOST_USER_VERSION, NULL, 0,
                       NULL, 0, NULL)) {
         return false;
     }
     for (;;) {
-        VufMsgHeader hdr;
+        VhostUserHeader hdr;
         VufRecvResult res;
         size_t len;
         int64_t left = deadline - now_ms();
@@ -938,8 +939,9 @@ bool vuf_check_alive(VuFrontend *fe, int timeout_ms)
             res != VUF_RECV_MESSAGE) {
             return false;
         }
-        if (hdr.request == VUF_REQ_GET_FEATURES &&
-            (hdr.flags & VUF_MSG_REPLY) && hdr.size == sizeof(features)) {
+        if (hdr.request == VHOST_USER_GET_FEATURES &&
+            (hdr.flags & VHOST_USER_REPLY_MASK) &&
+            hdr.size == sizeof(features)) {
             return true;
         }
         /* A stray reply to something sent before: skip it. */
@@ -949,24 +951,24 @@ bool vuf_check_alive(VuFrontend *fe, int timeout_ms)
 bool vuf_get_config(VuFrontend *fe, uint32_t offset, void *buf,
                     uint32_t size, Error **errp)
 {
-    VufConfigMsg msg = { .offset = offset, .size = size, .flags = 0 };
-    size_t hdr_bytes = offsetof(VufConfigMsg, payload);
+    VhostUserConfig msg = { .offset = offset, .size = size, .flags = 0 };
+    size_t hdr_bytes = offsetof(VhostUserConfig, region);
     size_t got;
 
     vuf_assert_control_thread(fe);
-    if (!has_protocol_feature(fe, VUF_PROTOCOL_F_CONFIG)) {
+    if (!has_protocol_feature(fe, VHOST_USER_PROTOCOL_F_CONFIG)) {
         error_setg(errp, "the back-end does not offer the CONFIG protocol "
                    "feature: its device configuration cannot be read");
         return false;
     }
-    if (size == 0 || size > sizeof(msg.payload)) {
+    if (size == 0 || size > sizeof(msg.region)) {
         error_setg(errp, "config reads are 1 to %zu bytes, got %u",
-                   sizeof(msg.payload), size);
+                   sizeof(msg.region), size);
         return false;
     }
-    if (!vuf_send_raw(fe, VUF_REQ_GET_CONFIG, VUF_MSG_VERSION, &msg,
+    if (!vuf_send_raw(fe, VHOST_USER_GET_CONFIG, VHOST_USER_VERSION, &msg,
                       hdr_bytes + size, NULL, 0, errp) ||
-        !read_reply(fe, VUF_REQ_GET_CONFIG, &msg, sizeof(msg), &got, errp)) {
+        !read_reply(fe, VHOST_USER_GET_CONFIG, &msg, sizeof(msg), &got, errp)) {
         return false;
     }
     if (got == hdr_bytes || got == 0) {
@@ -978,7 +980,7 @@ bool vuf_get_config(VuFrontend *fe, uint32_t offset, void *buf,
                    "expected %zu", got, msg.size, hdr_bytes + size);
         return false;
     }
-    memcpy(buf, msg.payload, size);
+    memcpy(buf, msg.region, size);
     return true;
 }
 
@@ -1025,42 +1027,44 @@ static bool negotiate_protocol_features(VuFrontend *fe, Error **errp)
 {
     uint64_t pf;
 
-    if (!request_u64(fe, VUF_REQ_GET_PROTOCOL_FEATURES,
+    if (!request_u64(fe, VHOST_USER_GET_PROTOCOL_FEATURES,
                      &fe->protocol_features_offered, errp)) {
         return false;
     }
     pf = fe->protocol_features_offered & fe->opts.protocol_features_wanted;
     /* Sent without NEED_REPLY: REPLY_ACK is not in force before this. */
-    if (!vuf_send_raw(fe, VUF_REQ_SET_PROTOCOL_FEATURES, VUF_MSG_VERSION,
+    if (!vuf_send_raw(fe, VHOST_USER_SET_PROTOCOL_FEATURES, VHOST_USER_VERSION,
                       &pf, sizeof(pf), NULL, 0, errp)) {
         return false;
     }
     fe->protocol_features = pf;
-    if (has_protocol_feature(fe, VUF_PROTOCOL_F_MQ) &&
-        !request_u64(fe, VUF_REQ_GET_QUEUE_NUM, &fe->queue_num_max, errp)) {
+    if (has_protocol_feature(fe, VHOST_USER_PROTOCOL_F_MQ) &&
+        !request_u64(fe, VHOST_USER_GET_QUEUE_NUM, &fe->queue_num_max, errp)) {
         return false;
     }
-    if (has_protocol_feature(fe, VUF_PROTOCOL_F_CONFIGURE_MEM_SLOTS) &&
-        !request_u64(fe, VUF_REQ_GET_MAX_MEM_SLOTS, &fe->max_mem_slots,
+    if (has_protocol_feature(fe, VHOST_USER_PROTOCOL_F_CONFIGURE_MEM_SLOTS) &&
+        !request_u64(fe, VHOST_USER_GET_MAX_MEM_SLOTS, &fe->max_mem_slots,
                      errp)) {
         return false;
     }
     return true;
 }
 
+/*
+ * The config space is little-endian, as is every host vu-frontend builds
+ * on (vu-frontend-int.h), so it is kept as read.
+ */
 static bool read_blk_config(VuFrontend *fe, Error **errp)
 {
-    uint8_t raw[VUF_BLK_CONFIG_SIZE];
-
     if (fe->opts.device != VUF_DEVICE_BLK ||
-        !has_protocol_feature(fe, VUF_PROTOCOL_F_CONFIG)) {
+        !has_protocol_feature(fe, VHOST_USER_PROTOCOL_F_CONFIG)) {
         return true;
     }
-    if (!vuf_get_config(fe, 0, raw, sizeof(raw), errp)) {
+    if (!vuf_get_config(fe, 0, &fe->blk_config, sizeof(fe->blk_config),
+                        errp)) {
         error_prepend(errp, "reading the virtio-blk configuration: ");
         return false;
     }
-    vufblk_decode_config(raw, &fe->blk_config);
     fe->have_blk_config = true;
     return true;
 }
@@ -1078,7 +1082,7 @@ static bool check_features(VuFrontend *fe, Error **errp)
         return false;
     }
     if (fe->opts.mem_method == VUF_MEM_ADD_MEM_REG &&
-        !has_protocol_feature(fe, VUF_PROTOCOL_F_CONFIGURE_MEM_SLOTS)) {
+        !has_protocol_feature(fe, VHOST_USER_PROTOCOL_F_CONFIGURE_MEM_SLOTS)) {
         error_setg(errp, "ADD_MEM_REG was asked for, but the back-end does "
                    "not offer the CONFIGURE_MEM_SLOTS protocol feature");
         return false;
@@ -1098,7 +1102,7 @@ static bool check_queue_count(VuFrontend *fe, Error **errp)
     if (fe->opts.device != VUF_DEVICE_BLK || n == 1) {
         return true;
     }
-    if (!(fe->features & VUF_BIT(VUF_BLK_F_MQ))) {
+    if (!(fe->features & VUF_BIT(VIRTIO_BLK_F_MQ))) {
         error_setg(errp, "%u queues asked for, but the back-end does not "
                    "offer VIRTIO_BLK_F_MQ: it has 1 queue", n);
         return false;
@@ -1112,9 +1116,9 @@ static bool check_queue_count(VuFrontend *fe, Error **errp)
     return true;
 }
 
-static VufMemRegion guest_memory_region(VuFrontend *fe)
+static VhostUserMemRegion guest_memory_region(VuFrontend *fe)
 {
-    return (VufMemRegion) {
+    return (VhostUserMemRegion) {
         .guest_phys_addr = 0,
         .memory_size = fe->mem_size,
         .userspace_addr = (uintptr_t)fe->mem,
@@ -1125,17 +1129,20 @@ static VufMemRegion guest_memory_region(VuFrontend *fe)
 static bool share_memory(VuFrontend *fe, Error **errp)
 {
     if (fe->opts.mem_method == VUF_MEM_ADD_MEM_REG) {
-        VufMemRegMsg reg = { .padding = 0, .region = guest_memory_region(fe) };
+        VhostUserMemRegMsg reg = {
+            .padding = 0,
+            .region = guest_memory_region(fe),
+        };
 
-        return request_set(fe, VUF_REQ_ADD_MEM_REG, &reg, sizeof(reg),
+        return request_set(fe, VHOST_USER_ADD_MEM_REG, &reg, sizeof(reg),
                            &fe->memfd, 1, errp);
     } else {
-        VufMemTable table = { .nregions = 1 };
+        VhostUserMemory table = { .nregions = 1 };
 
         /* Sized for the regions sent, as QEMU does. */
         table.regions[0] = guest_memory_region(fe);
-        return request_set(fe, VUF_REQ_SET_MEM_TABLE, &table,
-                           offsetof(VufMemTable, regions[1]), &fe->memfd, 1,
+        return request_set(fe, VHOST_USER_SET_MEM_TABLE, &table,
+                           offsetof(VhostUserMemory, regions[1]), &fe->memfd, 1,
                            errp);
     }
 }
@@ -1145,24 +1152,26 @@ bool vuf_negotiate(VuFrontend *fe, Error **errp)
     uint64_t features;
 
     vuf_assert_control_thread(fe);
-    if (!request_u64(fe, VUF_REQ_GET_FEATURES, &fe->features_offered, errp)) {
+    if (!request_u64(fe, VHOST_USER_GET_FEATURES, &fe->features_offered,
+                     errp)) {
         return false;
     }
-    if ((fe->features_offered & VUF_BIT(VUF_F_PROTOCOL_FEATURES)) &&
+    if ((fe->features_offered & VUF_BIT(VHOST_USER_F_PROTOCOL_FEATURES)) &&
         !negotiate_protocol_features(fe, errp)) {
         return false;
     }
     if (!check_features(fe, errp) ||
-        !request_set(fe, VUF_REQ_SET_OWNER, NULL, 0, NULL, 0, errp) ||
+        !request_set(fe, VHOST_USER_SET_OWNER, NULL, 0, NULL, 0, errp) ||
         !read_blk_config(fe, errp)) {
         return false;
     }
     features = fe->features_offered &
                (fe->opts.features_wanted | fe->opts.features_required |
-                VUF_BIT(VUF_F_PROTOCOL_FEATURES));
+                VUF_BIT(VHOST_USER_F_PROTOCOL_FEATURES));
     fe->features = features;
     if (!check_queue_count(fe, errp) ||
-        !request_u64_set(fe, VUF_REQ_SET_FEATURES, features, NULL, 0, errp)) {
+        !request_u64_set(fe, VHOST_USER_SET_FEATURES, features, NULL, 0,
+                         errp)) {
         return false;
     }
     return share_memory(fe, errp);
@@ -1171,7 +1180,7 @@ bool vuf_negotiate(VuFrontend *fe, Error **errp)
 static bool setup_queue(VuFrontend *fe, VufQueue *q, Error **errp)
 {
     uint64_t index = q->index;
-    VufVringAddr addr = {
+    VhostUserVringAddr addr = {
         .index = q->index,
         .flags = 0,
         .desc_user_addr = (uintptr_t)q->desc,
@@ -1180,25 +1189,26 @@ static bool setup_queue(VuFrontend *fe, VufQueue *q, Error **errp)
         .log_guest_addr = 0,
     };
 
-    if (!vufq_session_start(q, vuf_has_feature(fe, VUF_F_RING_EVENT_IDX),
-                            vuf_has_feature(fe, VUF_F_RING_INDIRECT_DESC),
+    if (!vufq_session_start(q, vuf_has_feature(fe, VIRTIO_RING_F_EVENT_IDX),
+                            vuf_has_feature(fe, VIRTIO_RING_F_INDIRECT_DESC),
                             errp)) {
         return false;
     }
-    if (!request_vring_state(fe, VUF_REQ_SET_VRING_NUM, q->index, q->num,
+    if (!request_vring_state(fe, VHOST_USER_SET_VRING_NUM, q->index, q->num,
                              errp) ||
-        !request_vring_state(fe, VUF_REQ_SET_VRING_BASE, q->index, 0, errp) ||
-        !request_set(fe, VUF_REQ_SET_VRING_ADDR, &addr, sizeof(addr), NULL, 0,
-                     errp) ||
-        !request_u64_set(fe, VUF_REQ_SET_VRING_CALL, index, &q->call_fd, 1,
+        !request_vring_state(fe, VHOST_USER_SET_VRING_BASE, q->index, 0,
+                             errp) ||
+        !request_set(fe, VHOST_USER_SET_VRING_ADDR, &addr, sizeof(addr), NULL,
+                     0, errp) ||
+        !request_u64_set(fe, VHOST_USER_SET_VRING_CALL, index, &q->call_fd, 1,
                          errp) ||
-        !request_u64_set(fe, VUF_REQ_SET_VRING_KICK, index, &q->kick_fd, 1,
+        !request_u64_set(fe, VHOST_USER_SET_VRING_KICK, index, &q->kick_fd, 1,
                          errp)) {
         error_prepend(errp, "setting up queue %u: ", q->index);
         vufq_session_end(q);
         return false;
     }
-    if (vuf_has_feature(fe, VUF_F_PROTOCOL_FEATURES) &&
+    if (vuf_has_feature(fe, VHOST_USER_F_PROTOCOL_FEATURES) &&
         !vuf_enable_queue(fe, q->index, true, errp)) {
         vufq_session_end(q);
         return false;
@@ -1219,8 +1229,8 @@ bool vuf_setup_queues(VuFrontend *fe, Error **errp)
     }
     /* Without acknowledgements, a round trip proves that the back-end has
      * processed all of the above before any request is queued. */
-    if (!has_protocol_feature(fe, VUF_PROTOCOL_F_REPLY_ACK) &&
-        !request_u64(fe, VUF_REQ_GET_FEATURES, &features, errp)) {
+    if (!has_protocol_feature(fe, VHOST_USER_PROTOCOL_F_REPLY_ACK) &&
+        !request_u64(fe, VHOST_USER_GET_FEATURES, &features, errp)) {
         return false;
     }
     return true;
@@ -1248,7 +1258,8 @@ bool vuf_enable_queue(VuFrontend *fe, unsigned i, bool enable, Error **errp)
         error_setg(errp, "no queue %u (there are %u)", i, fe->num_queues);
         return false;
     }
-    if (!request_vring_state(fe, VUF_REQ_SET_VRING_ENABLE, i, enable, errp)) {
+    if (!request_vring_state(fe, VHOST_USER_SET_VRING_ENABLE, i, enable,
+                             errp)) {
         error_prepend(errp, "%s queue %u: ", enable ? "enabling" : "disabling",
                       i);
         return false;
@@ -1259,16 +1270,16 @@ bool vuf_enable_queue(VuFrontend *fe, unsigned i, bool enable, Error **errp)
 bool vuf_stop_queue(VuFrontend *fe, unsigned i, uint32_t *last_avail,
                     Error **errp)
 {
-    VufVringState s = { i, 0 };
+    VhostUserVringState s = { i, 0 };
 
     vuf_assert_control_thread(fe);
     if (i >= fe->num_queues) {
         error_setg(errp, "no queue %u (there are %u)", i, fe->num_queues);
         return false;
     }
-    if (!vuf_send_raw(fe, VUF_REQ_GET_VRING_BASE, VUF_MSG_VERSION, &s,
+    if (!vuf_send_raw(fe, VHOST_USER_GET_VRING_BASE, VHOST_USER_VERSION, &s,
                       sizeof(s), NULL, 0, errp) ||
-        !read_reply(fe, VUF_REQ_GET_VRING_BASE, &s, sizeof(s), NULL, errp)) {
+        !read_reply(fe, VHOST_USER_GET_VRING_BASE, &s, sizeof(s), NULL, errp)) {
         error_prepend(errp, "stopping queue %u: ", i);
         return false;
     }

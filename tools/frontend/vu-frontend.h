@@ -45,238 +45,33 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "hw/virtio/vhost-user-wire.h"
+#include "hw/virtio/virtio-blk-wire.h"
+#include "hw/virtio/virtio-ring-wire.h"
 #include "util/error.h"
 
 /* ------------------------------------------------------------------------ */
-/* Protocol constants (vhost-user spec, virtio 1.x spec)                     */
-
-/* Message header flags. */
-#define VUF_MSG_VERSION             0x1u
-#define VUF_MSG_VERSION_MASK        0x3u
-#define VUF_MSG_REPLY               (1u << 2)
-#define VUF_MSG_NEED_REPLY          (1u << 3)
-
-/* Largest payload we send or accept, and fds per message. */
-#define VUF_MSG_PAYLOAD_MAX         4096
-#define VUF_MSG_FDS_MAX             8
-#define VUF_MEM_REGIONS_MAX         8
-
-/* Front-end requests. */
-typedef enum VufRequest {
-    VUF_REQ_GET_FEATURES = 1,
-    VUF_REQ_SET_FEATURES = 2,
-    VUF_REQ_SET_OWNER = 3,
-    VUF_REQ_RESET_OWNER = 4,
-    VUF_REQ_SET_MEM_TABLE = 5,
-    VUF_REQ_SET_LOG_BASE = 6,
-    VUF_REQ_SET_LOG_FD = 7,
-    VUF_REQ_SET_VRING_NUM = 8,
-    VUF_REQ_SET_VRING_ADDR = 9,
-    VUF_REQ_SET_VRING_BASE = 10,
-    VUF_REQ_GET_VRING_BASE = 11,
-    VUF_REQ_SET_VRING_KICK = 12,
-    VUF_REQ_SET_VRING_CALL = 13,
-    VUF_REQ_SET_VRING_ERR = 14,
-    VUF_REQ_GET_PROTOCOL_FEATURES = 15,
-    VUF_REQ_SET_PROTOCOL_FEATURES = 16,
-    VUF_REQ_GET_QUEUE_NUM = 17,
-    VUF_REQ_SET_VRING_ENABLE = 18,
-    VUF_REQ_GET_CONFIG = 24,
-    VUF_REQ_SET_CONFIG = 25,
-    VUF_REQ_RESET_DEVICE = 34,
-    VUF_REQ_GET_MAX_MEM_SLOTS = 36,
-    VUF_REQ_ADD_MEM_REG = 37,
-    VUF_REQ_REM_MEM_REG = 38,
-} VufRequest;
-
-/* Bits 0-7 of the SET_VRING_KICK/CALL/ERR payload: queue; bit 8: no fd. */
-#define VUF_VRING_INDEX_MASK        0xffu
-#define VUF_VRING_NOFD              (1u << 8)
-
-/* Virtio transport feature bits (in the 64-bit feature word). */
-#define VUF_F_RING_INDIRECT_DESC    28
-#define VUF_F_RING_EVENT_IDX        29
-#define VUF_F_PROTOCOL_FEATURES     30  /* vhost-user's protocol features */
-#define VUF_F_VERSION_1             32
-
-/* virtio-blk device feature bits. */
-#define VUF_BLK_F_SIZE_MAX          1
-#define VUF_BLK_F_SEG_MAX           2
-#define VUF_BLK_F_GEOMETRY          4
-#define VUF_BLK_F_RO                5
-#define VUF_BLK_F_BLK_SIZE          6
-#define VUF_BLK_F_FLUSH             9
-#define VUF_BLK_F_TOPOLOGY          10
-#define VUF_BLK_F_CONFIG_WCE        11
-#define VUF_BLK_F_MQ                12
-#define VUF_BLK_F_DISCARD           13
-#define VUF_BLK_F_WRITE_ZEROES      14
-
-/* vhost-user protocol feature bits. */
-#define VUF_PROTOCOL_F_MQ                   0
-#define VUF_PROTOCOL_F_LOG_SHMFD            1
-#define VUF_PROTOCOL_F_REPLY_ACK            3
-#define VUF_PROTOCOL_F_BACKEND_REQ          5
-#define VUF_PROTOCOL_F_CONFIG               9
-#define VUF_PROTOCOL_F_INFLIGHT_SHMFD       12
-#define VUF_PROTOCOL_F_RESET_DEVICE         13
-#define VUF_PROTOCOL_F_CONFIGURE_MEM_SLOTS  15
+/* Feature defaults (the wire formats: include/hw/virtio/...-wire.h)         */
 
 #define VUF_BIT(n)                  (1ull << (n))
 
 /* Features accepted by default when the back-end offers them. */
 #define VUF_FEATURES_DEFAULT \
-    (VUF_BIT(VUF_F_VERSION_1) | VUF_BIT(VUF_F_RING_INDIRECT_DESC) | \
-     VUF_BIT(VUF_F_RING_EVENT_IDX) | VUF_BIT(VUF_BLK_F_SIZE_MAX) | \
-     VUF_BIT(VUF_BLK_F_SEG_MAX) | VUF_BIT(VUF_BLK_F_GEOMETRY) | \
-     VUF_BIT(VUF_BLK_F_RO) | VUF_BIT(VUF_BLK_F_BLK_SIZE) | \
-     VUF_BIT(VUF_BLK_F_FLUSH) | VUF_BIT(VUF_BLK_F_TOPOLOGY) | \
-     VUF_BIT(VUF_BLK_F_CONFIG_WCE) | VUF_BIT(VUF_BLK_F_MQ) | \
-     VUF_BIT(VUF_BLK_F_DISCARD) | VUF_BIT(VUF_BLK_F_WRITE_ZEROES))
+    (VUF_BIT(VIRTIO_F_VERSION_1) | VUF_BIT(VIRTIO_RING_F_INDIRECT_DESC) | \
+     VUF_BIT(VIRTIO_RING_F_EVENT_IDX) | VUF_BIT(VIRTIO_BLK_F_SIZE_MAX) | \
+     VUF_BIT(VIRTIO_BLK_F_SEG_MAX) | VUF_BIT(VIRTIO_BLK_F_GEOMETRY) | \
+     VUF_BIT(VIRTIO_BLK_F_RO) | VUF_BIT(VIRTIO_BLK_F_BLK_SIZE) | \
+     VUF_BIT(VIRTIO_BLK_F_FLUSH) | VUF_BIT(VIRTIO_BLK_F_TOPOLOGY) | \
+     VUF_BIT(VIRTIO_BLK_F_CONFIG_WCE) | VUF_BIT(VIRTIO_BLK_F_MQ) | \
+     VUF_BIT(VIRTIO_BLK_F_DISCARD) | VUF_BIT(VIRTIO_BLK_F_WRITE_ZEROES))
 /* Features without which we refuse to go on, by default. */
-#define VUF_FEATURES_REQUIRED_DEFAULT   VUF_BIT(VUF_F_VERSION_1)
+#define VUF_FEATURES_REQUIRED_DEFAULT   VUF_BIT(VIRTIO_F_VERSION_1)
 /* Protocol features accepted by default when offered. */
 #define VUF_PROTOCOL_FEATURES_DEFAULT \
-    (VUF_BIT(VUF_PROTOCOL_F_MQ) | VUF_BIT(VUF_PROTOCOL_F_REPLY_ACK) | \
-     VUF_BIT(VUF_PROTOCOL_F_CONFIG) | \
-     VUF_BIT(VUF_PROTOCOL_F_CONFIGURE_MEM_SLOTS))
-
-/* Split virtqueue flags. */
-#define VUF_DESC_F_NEXT             1
-#define VUF_DESC_F_WRITE            2
-#define VUF_DESC_F_INDIRECT         4
-#define VUF_AVAIL_F_NO_INTERRUPT    1
-#define VUF_USED_F_NO_NOTIFY        1
-
-/* virtio-blk request types and status values. */
-#define VUF_BLK_T_IN                0
-#define VUF_BLK_T_OUT               1
-#define VUF_BLK_T_FLUSH             4
-#define VUF_BLK_T_GET_ID            8
-#define VUF_BLK_T_DISCARD           11
-#define VUF_BLK_T_WRITE_ZEROES      13
-#define VUF_BLK_S_OK                0
-#define VUF_BLK_S_IOERR             1
-#define VUF_BLK_S_UNSUPP            2
-#define VUF_BLK_ID_BYTES            20
-#define VUF_BLK_SECTOR_SIZE         512
-#define VUF_BLK_WZ_F_UNMAP          1
-
-/* ------------------------------------------------------------------------ */
-/* Wire structures (native byte order, packed as on the wire)                */
-
-typedef struct __attribute__((packed)) VufMsgHeader {
-    uint32_t request;
-    uint32_t flags;
-    uint32_t size;          /* payload bytes that follow */
-} VufMsgHeader;
-
-typedef struct __attribute__((packed)) VufVringState {
-    uint32_t index;
-    uint32_t num;
-} VufVringState;
-
-typedef struct __attribute__((packed)) VufVringAddr {
-    uint32_t index;
-    uint32_t flags;
-    uint64_t desc_user_addr;
-    uint64_t used_user_addr;
-    uint64_t avail_user_addr;
-    uint64_t log_guest_addr;
-} VufVringAddr;
-
-typedef struct __attribute__((packed)) VufMemRegion {
-    uint64_t guest_phys_addr;
-    uint64_t memory_size;
-    uint64_t userspace_addr;
-    uint64_t mmap_offset;
-} VufMemRegion;
-
-typedef struct __attribute__((packed)) VufMemTable {
-    uint32_t nregions;
-    uint32_t padding;
-    VufMemRegion regions[VUF_MEM_REGIONS_MAX];
-} VufMemTable;
-
-typedef struct __attribute__((packed)) VufMemRegMsg {
-    uint64_t padding;
-    VufMemRegion region;
-} VufMemRegMsg;
-
-typedef struct __attribute__((packed)) VufConfigMsg {
-    uint32_t offset;
-    uint32_t size;
-    uint32_t flags;
-    uint8_t payload[256];
-} VufConfigMsg;
-
-/* Split virtqueue (virtio 1.x, 2.7).  Fields the other side writes while
- * we run are _Atomic so that every access says its memory order. */
-typedef struct VufDesc {
-    uint64_t addr;
-    uint32_t len;
-    uint16_t flags;
-    uint16_t next;
-} VufDesc;
-
-typedef struct VufAvail {
-    _Atomic uint16_t flags;
-    _Atomic uint16_t idx;
-    uint16_t ring[];        /* [num], then _Atomic uint16_t used_event */
-} VufAvail;
-
-typedef struct VufUsedElem {
-    uint32_t id;
-    uint32_t len;
-} VufUsedElem;
-
-typedef struct VufUsed {
-    _Atomic uint16_t flags;
-    _Atomic uint16_t idx;
-    VufUsedElem ring[];     /* [num], then _Atomic uint16_t avail_event */
-} VufUsed;
-
-/* virtio-blk structures. */
-typedef struct VufBlkOutHdr {
-    uint32_t type;
-    uint32_t ioprio;
-    uint64_t sector;
-} VufBlkOutHdr;
-
-typedef struct VufBlkDwzSeg {   /* discard / write-zeroes segment */
-    uint64_t sector;
-    uint32_t num_sectors;
-    uint32_t flags;
-} VufBlkDwzSeg;
-
-/* The virtio-blk configuration space, decoded (host byte order).  Fields
- * whose feature was not negotiated are still filled from the config space
- * (a back-end usually fills them anyway); check the feature bits. */
-typedef struct VufBlkConfig {
-    uint64_t capacity;          /* in 512-byte sectors */
-    uint32_t size_max;
-    uint32_t seg_max;
-    uint16_t cylinders;
-    uint8_t heads;
-    uint8_t sectors;
-    uint32_t blk_size;
-    uint8_t physical_block_exp;
-    uint8_t alignment_offset;
-    uint16_t min_io_size;
-    uint32_t opt_io_size;
-    uint8_t wce;
-    uint16_t num_queues;
-    uint32_t max_discard_sectors;
-    uint32_t max_discard_seg;
-    uint32_t discard_sector_alignment;
-    uint32_t max_write_zeroes_sectors;
-    uint32_t max_write_zeroes_seg;
-    uint8_t write_zeroes_may_unmap;
-} VufBlkConfig;
-
-/* Bytes of the virtio-blk config space we ask for (through
- * write_zeroes_may_unmap and its padding). */
-#define VUF_BLK_CONFIG_SIZE         60
+    (VUF_BIT(VHOST_USER_PROTOCOL_F_MQ) | \
+     VUF_BIT(VHOST_USER_PROTOCOL_F_REPLY_ACK) | \
+     VUF_BIT(VHOST_USER_PROTOCOL_F_CONFIG) | \
+     VUF_BIT(VHOST_USER_PROTOCOL_F_CONFIGURE_MEM_SLOTS))
 
 /* ------------------------------------------------------------------------ */
 /* Options                                                                   */
@@ -393,9 +188,12 @@ uint64_t vuf_protocol_features(const VuFrontend *fe);  /* negotiated */
 uint64_t vuf_queue_num_max(const VuFrontend *fe);
 /* GET_MAX_MEM_SLOTS's answer, 0 without CONFIGURE_MEM_SLOTS. */
 uint64_t vuf_max_mem_slots(const VuFrontend *fe);
-/* The decoded virtio-blk config, or NULL when the back-end has no
- * CONFIG protocol feature (or device is VUF_DEVICE_GENERIC).  Borrowed. */
-const VufBlkConfig *vuf_blk_config(const VuFrontend *fe);
+/* The virtio-blk config space as read at connect (little-endian, which is
+ * host order here), or NULL when the back-end has no CONFIG protocol
+ * feature (or device is VUF_DEVICE_GENERIC).  Fields whose feature was not
+ * negotiated are filled too (a back-end usually fills them anyway); check
+ * the feature bits.  Borrowed. */
+const VirtioBlkConfig *vuf_blk_config(const VuFrontend *fe);
 unsigned vuf_num_queues(const VuFrontend *fe);
 /* Queue i (< vuf_num_queues()); the pointer stays valid until vuf_free(). */
 VufQueue *vuf_queue(VuFrontend *fe, unsigned i);
@@ -452,7 +250,7 @@ typedef enum VufRecvResult {
 
 /*
  * Send one message exactly as given: header {request, flags, size}, then
- * size payload bytes, with nfds (<= VUF_MSG_FDS_MAX) descriptors attached
+ * size payload bytes, with nfds (<= VHOST_USER_MAX_FDS) descriptors attached
  * (the fds stay ours).  Nothing is checked, so this can send what the
  * protocol forbids.  Returns false with errp set if the send fails.
  */
@@ -474,7 +272,7 @@ bool vuf_send_raw_header(VuFrontend *fe, uint32_t request, uint32_t flags,
  * with it are closed.  Returns false with errp set only on a local error or
  * a truncated message.
  */
-bool vuf_recv_raw(VuFrontend *fe, int timeout_ms, VufMsgHeader *hdr,
+bool vuf_recv_raw(VuFrontend *fe, int timeout_ms, VhostUserHeader *hdr,
                   void *payload, size_t max, size_t *len,
                   VufRecvResult *result, Error **errp);
 
@@ -494,7 +292,7 @@ int vuf_socket_fd(const VuFrontend *fe);
 typedef struct VufSeg {
     uint64_t gpa;               /* guest address of the buffer */
     uint32_t len;
-    bool device_writes;         /* VIRTQ_DESC_F_WRITE: the device fills it */
+    bool device_writes;         /* VRING_DESC_F_WRITE: the device fills it */
 } VufSeg;
 
 /* vufq_add() flags. */
@@ -586,9 +384,9 @@ bool vufq_broken(const VufQueue *q);
  * Ring access for tests that craft their own chains.  The pointers stay
  * valid until vuf_free(); writing through them bypasses every check.
  */
-VufDesc *vufq_desc_table(VufQueue *q);
-VufAvail *vufq_avail(VufQueue *q);
-VufUsed *vufq_used(VufQueue *q);
+VRingDesc *vufq_desc_table(VufQueue *q);
+VRingAvail *vufq_avail(VufQueue *q);
+VRingUsed *vufq_used(VufQueue *q);
 
 /* Faults vufq_inject_fault() can put in a ring; each is a virtio-blk read
  * of one sector that is wrong in exactly one way. */
@@ -630,8 +428,8 @@ int vufq_fault_status(const VufQueue *q);
  * and after completion reads *status and (for reads) data.
  */
 typedef struct VufBlkReq {
-    VufBlkOutHdr *hdr;          /* guest memory */
-    VufBlkDwzSeg *dwz;          /* guest memory: discard/write-zeroes seg */
+    VirtioBlkOutHdr *hdr;          /* guest memory */
+    VirtioBlkSeg *dwz;          /* guest memory: discard/write-zeroes seg */
     uint8_t *status;            /* guest memory */
     uint8_t *data;              /* guest memory, data_cap bytes */
     uint64_t hdr_gpa, dwz_gpa, status_gpa, data_gpa;
@@ -682,7 +480,7 @@ int vufblk_complete(VufQueue *q, VufBlkReq **req);
 
 /*
  * Submit req, kick, and wait for it (timeout_ns < 0: forever).  Nothing
- * else may be in flight on q.  Returns the status byte (VUF_BLK_S_*, or
+ * else may be in flight on q.  Returns the status byte (VIRTIO_BLK_S_*, or
  * 0xff if the device did not write it), or -errno as vufblk_submit() /
  * vufq_wait().
  */
@@ -691,8 +489,5 @@ int vufblk_do(VufQueue *q, VufBlkReq *req, unsigned flags,
 
 /* "OK", "IOERR", "UNSUPP", "none" (0xff) or "unknown". Any thread. */
 const char *vufblk_status_name(int status);
-
-/* Decode the first VUF_BLK_CONFIG_SIZE bytes of a config space. */
-void vufblk_decode_config(const uint8_t *raw, VufBlkConfig *cfg);
 
 #endif

@@ -84,14 +84,6 @@ static int64_t now_ns(void)
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-/* vring_need_event() of the virtio spec: do the entries old..new-1 cross
- * the event index? */
-static inline bool need_event(uint16_t event, uint16_t new_idx,
-                              uint16_t old_idx)
-{
-    return (uint16_t)(new_idx - event - 1) < (uint16_t)(new_idx - old_idx);
-}
-
 /* ------------------------------------------------------------------------ */
 /* Creation and sessions (control thread)                                    */
 
@@ -125,9 +117,9 @@ VufQueue *vufq_create(VuFrontend *fe, unsigned index, Error **errp)
     q->indirect_max = o->indirect_max;
     q->kick_fd = q->call_fd = -1;
     q->mode = o->completion;
-    q->desc_bytes = sizeof(VufDesc) * q->num;
-    q->avail_bytes = sizeof(VufAvail) + sizeof(uint16_t) * (q->num + 1);
-    q->used_bytes = sizeof(VufUsed) + sizeof(VufUsedElem) * q->num +
+    q->desc_bytes = sizeof(VRingDesc) * q->num;
+    q->avail_bytes = sizeof(VRingAvail) + sizeof(uint16_t) * (q->num + 1);
+    q->used_bytes = sizeof(VRingUsed) + sizeof(VRingUsedElem) * q->num +
                     sizeof(uint16_t);
     q->next = g_new0(uint16_t, q->num);
     q->chain_len = g_new0(uint16_t, q->num);
@@ -143,8 +135,9 @@ VufQueue *vufq_create(VuFrontend *fe, unsigned index, Error **errp)
         q->used = alloc_ring(fe, q->used_bytes, &q->used_gpa, "used ring",
                              index, errp);
     }
-    if (q->used && (o->features_wanted & VUF_BIT(VUF_F_RING_INDIRECT_DESC))) {
-        q->indirect = alloc_ring(fe, sizeof(VufDesc) * q->indirect_max *
+    if (q->used &&
+        (o->features_wanted & VUF_BIT(VIRTIO_RING_F_INDIRECT_DESC))) {
+        q->indirect = alloc_ring(fe, sizeof(VRingDesc) * q->indirect_max *
                                  q->num, &q->indirect_gpa,
                                  "indirect descriptor tables", index, errp);
         if (!q->indirect) {
@@ -156,7 +149,7 @@ VufQueue *vufq_create(VuFrontend *fe, unsigned index, Error **errp)
         vufq_destroy(q);
         return NULL;
     }
-    q->used_event = (_Atomic uint16_t *)&q->avail->ring[q->num];
+    q->used_event = &q->avail->ring[q->num];
     q->avail_event = (_Atomic uint16_t *)&q->used->ring[q->num];
     return q;
 }
@@ -274,17 +267,17 @@ bool vufq_broken(const VufQueue *q)
     return q->broken;
 }
 
-VufDesc *vufq_desc_table(VufQueue *q)
+VRingDesc *vufq_desc_table(VufQueue *q)
 {
     return q->desc;
 }
 
-VufAvail *vufq_avail(VufQueue *q)
+VRingAvail *vufq_avail(VufQueue *q)
 {
     return q->avail;
 }
 
-VufUsed *vufq_used(VufQueue *q)
+VRingUsed *vufq_used(VufQueue *q)
 {
     return q->used;
 }
@@ -334,7 +327,7 @@ void vufq_set_completion(VufQueue *q, VufCompletion mode)
         /* Without EVENT_IDX the flag asks for no interrupts; with it the
          * device ignores the flag and a used_event just behind last_used is
          * never crossed. */
-        atomic_store_explicit(&q->avail->flags, VUF_AVAIL_F_NO_INTERRUPT,
+        atomic_store_explicit(&q->avail->flags, VRING_AVAIL_F_NO_INTERRUPT,
                               memory_order_relaxed);
         store_used_event(q, q->last_used - 1);
     } else {
@@ -350,13 +343,13 @@ void vufq_set_completion(VufQueue *q, VufCompletion mode)
 /* ------------------------------------------------------------------------ */
 /* Submission                                                                */
 
-static void fill_desc(VufDesc *d, const VufSeg *seg, bool more,
+static void fill_desc(VRingDesc *d, const VufSeg *seg, bool more,
                       uint16_t next)
 {
     d->addr = seg->gpa;
     d->len = seg->len;
-    d->flags = (seg->device_writes ? VUF_DESC_F_WRITE : 0) |
-               (more ? VUF_DESC_F_NEXT : 0);
+    d->flags = (seg->device_writes ? VRING_DESC_F_WRITE : 0) |
+               (more ? VRING_DESC_F_NEXT : 0);
     d->next = more ? next : 0;
 }
 
@@ -385,16 +378,16 @@ int vufq_build_chain(VufQueue *q, const VufSeg *segs, unsigned n,
     }
     head = q->free_head;
     if (indirect) {
-        VufDesc *table = q->indirect + (size_t)head * q->indirect_max;
+        VRingDesc *table = q->indirect + (size_t)head * q->indirect_max;
 
         for (i = 0; i < n; i++) {
             fill_desc(&table[i], &segs[i], i + 1 < n, i + 1);
         }
-        q->desc[head] = (VufDesc) {
+        q->desc[head] = (VRingDesc) {
             .addr = q->indirect_gpa +
-                    (uint64_t)head * q->indirect_max * sizeof(VufDesc),
-            .len = n * sizeof(VufDesc),
-            .flags = VUF_DESC_F_INDIRECT,
+                    (uint64_t)head * q->indirect_max * sizeof(VRingDesc),
+            .len = n * sizeof(VRingDesc),
+            .flags = VRING_DESC_F_INDIRECT,
         };
         q->free_head = q->next[head];
     } else {
@@ -414,7 +407,9 @@ int vufq_build_chain(VufQueue *q, const VufSeg *segs, unsigned n,
 
 void vufq_publish(VufQueue *q, uint16_t head)
 {
-    q->avail->ring[q->avail_idx % q->num] = head;
+    /* Relaxed: ordered by the release store of avail->idx below. */
+    atomic_store_explicit(&q->avail->ring[q->avail_idx % q->num], head,
+                          memory_order_relaxed);
     q->avail_idx++;
     /* Release: the descriptors and the ring entry above become visible
      * before the new index (pairs with the device's acquire load of
@@ -467,11 +462,11 @@ int vufq_kick(VufQueue *q)
         uint16_t event = atomic_load_explicit(q->avail_event,
                                               memory_order_relaxed);
 
-        needed = need_event(event, new_idx, old_idx);
+        needed = vring_need_event(event, new_idx, old_idx);
     } else {
         needed = !(atomic_load_explicit(&q->used->flags,
                                         memory_order_relaxed) &
-                   VUF_USED_F_NO_NOTIFY);
+                   VRING_USED_F_NO_NOTIFY);
     }
     if (!needed) {
         vuf_stat_add(&q->stats.kicks_avoided, 1);
@@ -517,7 +512,7 @@ static int mark_broken(VufQueue *q)
 int vufq_get_used(VufQueue *q, void **token, uint32_t *len)
 {
     uint16_t used_idx;
-    VufUsedElem elem;
+    VRingUsedElem elem;
 
     if (!q->ready) {
         return -ENOTCONN;

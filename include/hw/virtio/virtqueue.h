@@ -30,6 +30,7 @@
 #include <stdint.h>
 #include <sys/uio.h>
 #include "hw/virtio/guest-memory.h"
+#include "hw/virtio/virtio-ring-wire.h"
 #include "util/aio.h"
 #include "util/event-notifier.h"
 
@@ -37,11 +38,6 @@
 
 /* Most iovecs one element may carry (in + out).  seg_max for devices. */
 #define VIRTQUEUE_MAX_SEGS 128
-
-/* Virtio feature bits the transport handles. */
-#define VIRTIO_RING_F_INDIRECT_DESC 28
-#define VIRTIO_RING_F_EVENT_IDX     29
-#define VIRTIO_F_VERSION_1          32
 
 typedef struct VirtQueue VirtQueue;
 
