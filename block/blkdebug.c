@@ -30,11 +30,13 @@
  * N bytes (a power of two, at least the child's), so that tests can drive
  * the generic layer's bounce buffers and read-modify-write over any child.
  *
- * The rules are an array owned by the node, read and (the `fired` flags of
- * once rules) written only in the node's home thread.
+ * The rules are an array owned by the node, fixed after open except for
+ * the `fired` flags of once rules, which requests from queues in several
+ * threads may set: an atomic exchange decides which request fires.
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <stdatomic.h>
 #include "block/block-int.h"
 #include "util/trace.h"
 
@@ -58,7 +60,7 @@ typedef struct BlkdebugRule {
     int64_t start;               /* byte range [start, end); -1: any */
     int64_t end;
     bool once;
-    bool fired;                  /* a once rule that has failed a request */
+    _Atomic bool fired;          /* a once rule that has failed a request */
 } BlkdebugRule;
 
 typedef struct BlkdebugState {
@@ -203,7 +205,8 @@ static int64_t blkdebug_getlength(BlockNode *bs)
 static bool blkdebug_rule_matches(const BlkdebugRule *rule,
                                   const BlockRequest *req)
 {
-    if (rule->once && rule->fired) {
+    if (rule->once && atomic_load_explicit(&rule->fired,
+                                           memory_order_relaxed)) {
         return false;
     }
     if (rule->op >= 0 && rule->op != (int)req->op) {
@@ -227,7 +230,11 @@ static void blkdebug_submit(BlockNode *bs, BlockRequest *req)
         BlkdebugRule *rule = &s->rules[i];
 
         if (blkdebug_rule_matches(rule, req)) {
-            rule->fired = true;
+            /* Queues in several threads may race for a once rule: the
+             * exchange lets exactly one of them fire it. */
+            if (atomic_exchange(&rule->fired, true) && rule->once) {
+                continue;
+            }
             SPINDLE_TRACE3(blkdebug_inject_error, bs, req, rule->error);
             block_request_complete_later(req, -rule->error);
             return;

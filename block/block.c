@@ -10,11 +10,16 @@
  * is in one registry (main thread only); nodes opened without one get
  * "#blockN".
  *
- * A node belongs to one AioContext.  The driver's per-context state (engine
- * instance, BH, timer) is created by attach_aio_context() in that context's
- * home thread and torn down by detach_aio_context() there; block.c runs
- * those hooks through aio_run_sync(), children before parents on attach and
- * parents before children on detach.  The last reference drains the node,
+ * A node belongs to one AioContext (its home, for the single-context API),
+ * but may be used from others through BlockQueues.  A queue is a chain:
+ * one BlockQueue per node from the top down, all in one context, each
+ * holding that node's per-context driver state (engine instance, BH,
+ * timer), created by the driver's attach_queue() in the context's home
+ * thread and torn down by detach_queue() there; block.c runs those hooks
+ * through aio_run_sync(), children before parents on attach and parents
+ * before children on detach.  Every node has a default queue chain in its
+ * own context, made on open and remade on a move, through which
+ * block_node_submit() & co. go.  The last reference drains the node,
  * detaches it, closes it and drops its child.
  */
 #include <errno.h>
@@ -97,32 +102,76 @@ static void block_node_register(BlockNode *bs)
 /* ------------------------------------------------------------------------ */
 /* Per-context hooks, run in the context's home thread                       */
 
-static void block_node_attach_bh(void *opaque)
+/* The chain of queues for bs and its children in ctx (not attached). */
+static BlockQueue *block_queue_chain_new(BlockNode *bs, AioContext *ctx)
 {
-    BlockNode *bs = opaque;
+    BlockQueue *q = g_new0(BlockQueue, 1);
 
-    if (bs->drv->attach_aio_context) {
-        bs->drv->attach_aio_context(bs, bs->ctx);
+    q->bs = bs;
+    q->ctx = ctx;
+    if (bs->child) {
+        q->child = block_queue_chain_new(bs->child, ctx);
+    }
+    return q;
+}
+
+/* Children first, so a parent's hook finds its child's state set up. */
+static void block_queue_attach_bh(void *opaque)
+{
+    BlockQueue *q = opaque;
+
+    if (q->child) {
+        block_queue_attach_bh(q->child);
+    }
+    if (q->bs->drv->attach_queue) {
+        q->bs->drv->attach_queue(q);
     }
 }
 
-static void block_node_detach_bh(void *opaque)
+/* Parents first; frees the chain. */
+static void block_queue_detach_bh(void *opaque)
 {
-    BlockNode *bs = opaque;
+    BlockQueue *q = opaque;
 
-    if (bs->drv->detach_aio_context) {
-        bs->drv->detach_aio_context(bs);
+    g_assert(q->in_flight == 0 && q->plugged == 0);
+    if (q->bs->drv->detach_queue) {
+        q->bs->drv->detach_queue(q);
     }
+    if (q->child) {
+        block_queue_detach_bh(q->child);
+    }
+    g_free(q);
+}
+
+BlockQueue *block_queue_new(BlockNode *bs, AioContext *ctx, Error **errp)
+{
+    BlockQueue *q = block_queue_chain_new(bs, ctx);
+
+    aio_run_sync(ctx, block_queue_attach_bh, q);
+    return q;
+}
+
+void block_queue_free(BlockQueue *q)
+{
+    if (q) {
+        aio_run_sync(q->ctx, block_queue_detach_bh, q);
+    }
+}
+
+AioContext *block_queue_get_aio_context(const BlockQueue *q)
+{
+    return q->ctx;
 }
 
 static void block_node_attach(BlockNode *bs)
 {
-    aio_run_sync(bs->ctx, block_node_attach_bh, bs);
+    bs->default_q = block_queue_new(bs, bs->ctx, NULL);
 }
 
 static void block_node_detach(BlockNode *bs)
 {
-    aio_run_sync(bs->ctx, block_node_detach_bh, bs);
+    block_queue_free(bs->default_q);
+    bs->default_q = NULL;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -185,6 +234,7 @@ static void block_node_free(BlockNode *bs)
     if (bs->child) {
         block_node_unref(bs->child);
     }
+    g_mutex_clear(&bs->rmw_lock);
     g_free(bs->opaque);
     g_free(bs->node_name);
     g_free(bs);
@@ -219,6 +269,7 @@ BlockNode *block_node_open(Opts *opts, AioContext *ctx, Error **errp)
     bs->refcnt = 1;
     bs->ctx = ctx;
     bs->limits = (BlockLimits) { .request_alignment = 1, .mem_alignment = 1 };
+    g_mutex_init(&bs->rmw_lock);
     if (node_name) {
         bs->node_name = g_strdup(node_name);
     } else {
@@ -350,9 +401,9 @@ AioContext *block_node_get_aio_context(const BlockNode *bs)
 static bool block_node_tree_idle(BlockNode *bs, Error **errp)
 {
     for (BlockNode *n = bs; n; n = n->child) {
-        if (n->in_flight) {
+        if (n->default_q->in_flight) {
             error_setg(errp, "Node '%s' has %u requests in flight",
-                       n->node_name, n->in_flight);
+                       n->node_name, n->default_q->in_flight);
             return false;
         }
     }

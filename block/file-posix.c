@@ -13,17 +13,18 @@
  * Linux AIO ("native"), io_uring or the thread pool ("threads").  Engines
  * have one instance per AioContext, shared by every file node there, so the
  * driver keeps the engine's ops (chosen once, at open) and the instance of
- * the node's current context: obtained at open (in the node's context, via
- * aio_run_sync() when that is an IOThread's), so that the default can be
- * chosen and an explicit aio= that cannot work fails the open, and again
- * in attach_aio_context(), which the generic layer runs after open and
- * after every move.  Without aio=, the default is
+ * each context the node is used from (one per BlockQueue, in q->opaque):
+ * tried at open (in the node's context, via aio_run_sync() when that is
+ * an IOThread's), so that the default can be chosen and an explicit aio=
+ * that cannot work fails the open, and obtained in attach_queue(), which
+ * the generic layer runs for the node's default queue after open and
+ * after every move, and for every other queue over the node.  Without aio=, the default is
  * io_uring if it was built and the kernel lets us set up a ring in the
  * node's context, else native if it was built and cache.direct=on (Linux
  * AIO is only asynchronous with O_DIRECT), else threads.  An explicit aio=
  * that cannot be set up fails the open; if it cannot be set up in a context
- * the node later moves to, the node falls back to threads there (with a
- * warning), because a move cannot fail at that point.
+ * the node later moves to or is used from, the node falls back to threads
+ * there (with a warning), because attaching cannot fail at that point.
  *
  * DISCARD and WRITE_ZEROES are blocking system calls (fallocate, the
  * BLKDISCARD / BLKZEROOUT ioctls), so they run in the thread pool; the
@@ -130,10 +131,8 @@ typedef struct FilePosixState {
     bool locked;                 /* we hold the OFD lock */
     uint32_t block_size;         /* block devices: logical block size */
 
-    /* The engine chosen at open, and the instance for bs->ctx. */
+    /* The engine chosen at open; the instances are per queue. */
     const BlockEngineOps *chosen_ops;
-    const BlockEngineOps *ops;   /* == chosen_ops unless we fell back */
-    BlockEngine *engine;
 
     /*
      * Methods found unsupported, set and read by pool workers.  Relaxed:
@@ -147,6 +146,12 @@ typedef struct FilePosixState {
 
 /* What a pool worker needs: the state is fixed while requests are in
  * flight, the request is owned by the block layer until we complete it. */
+/* Per BlockQueue (per context): the engine instance there.  Home thread. */
+typedef struct FileQueue {
+    const BlockEngineOps *ops;   /* == chosen_ops unless we fell back */
+    BlockEngine *engine;
+} FileQueue;
+
 typedef struct FileWork {
     FilePosixState *s;
     BlockRequest *req;
@@ -203,11 +208,10 @@ static bool file_engine_try(FilePosixState *s, const char *name,
     if (!ops) {
         return false;
     }
-    s->engine = file_engine_get(ops, ctx, NULL);
-    if (!s->engine) {
+    if (!file_engine_get(ops, ctx, NULL)) {
         return false;
     }
-    s->chosen_ops = s->ops = ops;
+    s->chosen_ops = ops;
     return true;
 }
 
@@ -233,9 +237,7 @@ static bool file_engine_choose(BlockNode *bs, int aio_index, Error **errp)
                    name);
         return false;
     }
-    s->ops = s->chosen_ops;
-    s->engine = file_engine_get(s->ops, bs->ctx, errp);
-    if (!s->engine) {
+    if (!file_engine_get(s->chosen_ops, bs->ctx, errp)) {
         error_prepend(errp, "aio=%s: ", name);
         return false;
     }
@@ -536,7 +538,6 @@ static void file_close(BlockNode *bs)
         s->fd = -1;
     }
     g_clear_pointer(&s->filename, g_free);
-    s->engine = NULL;
 }
 
 static bool file_read_options(BlockNode *bs, Opts *opts, int *aio_index,
@@ -583,7 +584,7 @@ static bool file_open(BlockNode *bs, Opts *opts, Error **errp)
         file_close(bs);
         return false;
     }
-    SPINDLE_TRACE2(file_open, s->fd, s->ops->name);
+    SPINDLE_TRACE2(file_open, s->fd, s->chosen_ops->name);
     return true;
 }
 
@@ -876,6 +877,7 @@ static void file_work_done(void *opaque, int ret)
 static void file_submit_work(BlockNode *bs, BlockRequest *req,
                              ThreadPoolFunc *func)
 {
+    AioContext *ctx = block_req_queue(bs, req)->ctx;
     FileWork *w = g_new(FileWork, 1);
 
     *w = (FileWork) {
@@ -885,7 +887,7 @@ static void file_submit_work(BlockNode *bs, BlockRequest *req,
         .discard_unmap = bs->discard_unmap,
         .no_flush = bs->no_flush,
     };
-    thread_pool_submit(bs->ctx, func, w, file_work_done, w);
+    thread_pool_submit(ctx, func, w, file_work_done, w);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -894,24 +896,26 @@ static void file_submit_work(BlockNode *bs, BlockRequest *req,
 static void file_submit(BlockNode *bs, BlockRequest *req)
 {
     FilePosixState *s = bs->opaque;
+    BlockQueue *q = block_req_queue(bs, req);
+    FileQueue *fq = q->opaque;
 
-    g_assert(aio_context_in_home_thread(bs->ctx));
+    g_assert(aio_context_in_home_thread(q->ctx));
     switch (req->op) {
     case BLOCK_OP_READ:
-        s->ops->submit(s->engine, s->fd, req);
+        fq->ops->submit(fq->engine, s->fd, req);
         return;
     case BLOCK_OP_WRITE:
         if (!s->is_blkdev && req->offset + req->bytes > bs->length) {
             file_submit_work(bs, req, file_write_past_eof_work);
         } else {
-            s->ops->submit(s->engine, s->fd, req);
+            fq->ops->submit(fq->engine, s->fd, req);
         }
         return;
     case BLOCK_OP_FLUSH:
         if (bs->no_flush) {
             block_request_complete_later(req, 0);
         } else {
-            s->ops->submit(s->engine, s->fd, req);
+            fq->ops->submit(fq->engine, s->fd, req);
         }
         return;
     case BLOCK_OP_DISCARD:
@@ -930,54 +934,55 @@ static void file_submit(BlockNode *bs, BlockRequest *req)
     block_request_complete_later(req, -EINVAL);
 }
 
-static void file_io_plug(BlockNode *bs)
+static void file_io_plug(BlockQueue *q)
 {
-    FilePosixState *s = bs->opaque;
+    FileQueue *fq = q->opaque;
 
-    g_assert(aio_context_in_home_thread(bs->ctx));
-    if (s->ops->plug) {
-        s->ops->plug(s->engine);
+    g_assert(aio_context_in_home_thread(q->ctx));
+    if (fq->ops->plug) {
+        fq->ops->plug(fq->engine);
     }
 }
 
-static void file_io_unplug(BlockNode *bs)
+static void file_io_unplug(BlockQueue *q)
 {
-    FilePosixState *s = bs->opaque;
+    FileQueue *fq = q->opaque;
 
-    g_assert(aio_context_in_home_thread(bs->ctx));
-    if (s->ops->unplug) {
-        s->ops->unplug(s->engine);
+    g_assert(aio_context_in_home_thread(q->ctx));
+    if (fq->ops->unplug) {
+        fq->ops->unplug(fq->engine);
     }
 }
 
-static void file_detach_aio_context(BlockNode *bs)
+static void file_detach_queue(BlockQueue *q)
 {
-    FilePosixState *s = bs->opaque;
-
-    g_assert(aio_context_in_home_thread(bs->ctx));
-    /* The instance belongs to the old context and stays there. */
-    s->engine = NULL;
+    g_assert(aio_context_in_home_thread(q->ctx));
+    /* The instance belongs to the context and stays there. */
+    g_free(q->opaque);
+    q->opaque = NULL;
 }
 
-static void file_attach_aio_context(BlockNode *bs, AioContext *ctx)
+static void file_attach_queue(BlockQueue *q)
 {
-    FilePosixState *s = bs->opaque;
+    FilePosixState *s = q->bs->opaque;
+    FileQueue *fq = g_new0(FileQueue, 1);
     Error *err = NULL;
 
-    g_assert(aio_context_in_home_thread(ctx));
-    s->ops = s->chosen_ops;
-    s->engine = s->ops->get(ctx, &err);
-    if (!s->engine) {
-        /* A move cannot fail here: serve the node with threads. */
-        error_report("node '%s': aio=%s unavailable in its new context (%s);"
-                     " using aio=threads there", bs->node_name, s->ops->name,
-                     error_get_pretty(err));
+    g_assert(aio_context_in_home_thread(q->ctx));
+    fq->ops = s->chosen_ops;
+    fq->engine = fq->ops->get(q->ctx, &err);
+    if (!fq->engine) {
+        /* Attaching cannot fail here: serve the queue with threads. */
+        error_report("node '%s': aio=%s unavailable in a new context (%s);"
+                     " using aio=threads there", q->bs->node_name,
+                     fq->ops->name, error_get_pretty(err));
         error_free(err);
-        s->ops = &block_engine_threads;
-        s->engine = s->ops->get(ctx, NULL);
+        fq->ops = &block_engine_threads;
+        fq->engine = fq->ops->get(q->ctx, NULL);
         /* Our invariant: the thread pool engine always exists. */
-        g_assert(s->engine);
+        g_assert(fq->engine);
     }
+    q->opaque = fq;
 }
 
 const BlockDriver block_driver_file = {
@@ -987,8 +992,8 @@ const BlockDriver block_driver_file = {
     .close = file_close,
     .getlength = file_getlength,
     .submit = file_submit,
-    .attach_aio_context = file_attach_aio_context,
-    .detach_aio_context = file_detach_aio_context,
+    .attach_queue = file_attach_queue,
+    .detach_queue = file_detach_queue,
     .io_plug = file_io_plug,
     .io_unplug = file_io_unplug,
 };

@@ -16,7 +16,17 @@
  * write-like request (WRITE, DISCARD, WRITE_ZEROES) is counted, an RMW
  * waits until no write is in flight, and writes arriving while an RMW runs
  * wait until it is done.  Guests issue aligned I/O, so this slow path is
- * rare; nodes without alignment needs skip all of it.
+ * rare; nodes without alignment needs skip all of it.  Several queues, in
+ * several threads, may write to one node, so this state is under the
+ * node's rmw_lock: taken for write-like requests on nodes that need
+ * alignment only (uncontended when a single context uses the node), never
+ * held across a submission or a callback.  A waiting request that may go
+ * is started in its own queue's thread: at once if that is the thread
+ * that let it go, else from a one-shot BH there.
+ *
+ * Queues.  Every request goes through a BlockQueue (block_node_submit()
+ * uses the node's default one): its in-flight count, the deferred BH and
+ * the completion are those of the queue's context.
  *
  * Completion.  Drivers and engines call block_request_complete(), which
  * advances a bounced request to its next phase or undoes the bounce, ends
@@ -27,6 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "block/block-int.h"
+
 
 typedef enum BlockBouncePhase {
     BOUNCE_NONE,
@@ -73,7 +84,7 @@ static void block_deferred_free(gpointer p)
 void block_request_complete_later(BlockRequest *req, int ret)
 {
     BlockRequestInt *ri = block_req_int(req);
-    AioContext *ctx = ri->node->ctx;
+    AioContext *ctx = ri->queue->ctx;
     BlockDeferred *d = aio_context_get_data(ctx, &block_deferred_key);
 
     if (!d) {
@@ -316,7 +327,8 @@ static BlockRequest *block_wait_pop(BlockNode *bs)
     return req;
 }
 
-/* Whether a write-like request (rmw: a misaligned write) may start now. */
+/* Whether a write-like request (rmw: a misaligned write) may start now.
+ * rmw_lock held. */
 static bool block_write_may_start(BlockNode *bs, bool rmw)
 {
     if (bs->rmw_active || bs->wait_head) {
@@ -325,42 +337,89 @@ static bool block_write_may_start(BlockNode *bs, bool rmw)
     return !rmw || bs->writes_in_flight == 0;
 }
 
-/* Start a write-like request on a node that serialises; counts it. */
-static void block_write_start(BlockNode *bs, BlockRequest *req, bool rmw)
+/* Count a write-like request that may start now.  rmw_lock held. */
+static void block_write_count(BlockNode *bs, BlockRequest *req, bool rmw)
+{
+    BlockRequestInt *ri = block_req_int(req);
+
+    ri->serialized = true;
+    bs->writes_in_flight++;
+    if (rmw) {
+        ri->holds_rmw = true;
+        bs->rmw_active = true;
+    }
+}
+
+/* Start a counted write-like request.  Its queue's home thread. */
+static void block_write_go(BlockNode *bs, BlockRequest *req)
 {
     BlockRequestInt *ri = block_req_int(req);
     int r;
 
-    ri->serialized = true;
-    bs->writes_in_flight++;
-    if (!rmw) {
-        bs->drv->submit(bs, req);
-        return;
+    if (ri->holds_rmw) {
+        r = block_bounce_start(bs, req);
+        if (r < 0) {
+            /* Still counted; the completion uncounts it. */
+            block_request_complete_later(req, r);
+            return;
+        }
     }
-    r = block_bounce_start(bs, req);
-    if (r < 0) {
-        block_request_complete_later(req, r);   /* still counted as a write */
-        return;
-    }
-    bs->rmw_active = true;
     bs->drv->submit(bs, req);
 }
 
-/* A serialised write finished: let waiting requests go, in order. */
+static void block_write_resume_bh(void *opaque)
+{
+    BlockRequest *req = opaque;
+
+    block_write_go(block_req_int(req)->node, req);
+}
+
+/*
+ * A serialised write finished: let waiting requests go, in order.  Those
+ * that were submitted in another context are started there, from a
+ * one-shot BH; ours are started here and now.
+ */
 static void block_write_done(BlockNode *bs, BlockRequest *req)
 {
     BlockRequestInt *ri = block_req_int(req);
+    BlockRequest *start = NULL, **tail = &start;
 
+    g_mutex_lock(&bs->rmw_lock);
     ri->serialized = false;
     bs->writes_in_flight--;
+    if (ri->holds_rmw) {
+        ri->holds_rmw = false;
+        bs->rmw_active = false;
+    }
     /* Only write-like requests wait; start them in order while allowed. */
     while (bs->wait_head && !bs->rmw_active) {
         bool rmw = block_request_misaligned(bs, bs->wait_head);
+        BlockRequest *w;
 
         if (rmw && bs->writes_in_flight > 0) {
             break;
         }
-        block_write_start(bs, block_wait_pop(bs), rmw);
+        w = block_wait_pop(bs);
+        block_write_count(bs, w, rmw);
+        block_req_int(w)->next = NULL;
+        *tail = w;
+        tail = &block_req_int(w)->next;
+    }
+    g_mutex_unlock(&bs->rmw_lock);
+
+    while (start) {
+        BlockRequest *w = start;
+        BlockRequestInt *wi = block_req_int(w);
+
+        start = wi->next;
+        wi->next = NULL;
+        if (aio_context_in_home_thread(wi->queue->ctx)) {
+            block_write_go(bs, w);
+        } else {
+            /* Another thread's request: a one-shot BH (thread-safe to
+             * schedule) starts it there.  The rare slow path. */
+            aio_bh_schedule_oneshot(wi->queue->ctx, block_write_resume_bh, w);
+        }
     }
 }
 
@@ -378,11 +437,15 @@ static void block_dispatch(BlockNode *bs, BlockRequest *req)
     }
     misaligned = block_request_misaligned(bs, req);
     if (block_op_writes(req->op)) {
+        g_mutex_lock(&bs->rmw_lock);
         if (!block_write_may_start(bs, misaligned)) {
             block_wait_push(bs, req);
+            g_mutex_unlock(&bs->rmw_lock);
             return;
         }
-        block_write_start(bs, req, misaligned);
+        block_write_count(bs, req, misaligned);
+        g_mutex_unlock(&bs->rmw_lock);
+        block_write_go(bs, req);
         return;
     }
     if (misaligned) {
@@ -396,15 +459,17 @@ static void block_dispatch(BlockNode *bs, BlockRequest *req)
     bs->drv->submit(bs, req);
 }
 
-void block_node_submit(BlockNode *bs, BlockRequest *req)
+void block_queue_submit(BlockQueue *q, BlockRequest *req)
 {
     BlockRequestInt *ri = block_req_int(req);
+    BlockNode *bs = q->bs;
     int r;
 
-    g_assert(aio_context_in_home_thread(bs->ctx));
+    g_assert(aio_context_in_home_thread(q->ctx));
     memset(ri, 0, offsetof(BlockRequestInt, engine));
     ri->node = bs;
-    bs->in_flight++;
+    ri->queue = q;
+    q->in_flight++;
 
     r = block_request_check(bs, req);
     if (r <= 0) {
@@ -414,24 +479,25 @@ void block_node_submit(BlockNode *bs, BlockRequest *req)
     block_dispatch(bs, req);
 }
 
+void block_node_submit(BlockNode *bs, BlockRequest *req)
+{
+    block_queue_submit(bs->default_q, req);
+}
+
 void block_request_complete(BlockRequest *req, int ret)
 {
     BlockRequestInt *ri = block_req_int(req);
     BlockNode *bs = ri->node;
-    bool was_rmw = ri->bounce_phase == BOUNCE_RMW_READ ||
-                   ri->bounce_phase == BOUNCE_RMW_WRITE;
+    BlockQueue *q = ri->queue;
 
-    g_assert(aio_context_in_home_thread(bs->ctx));
+    g_assert(aio_context_in_home_thread(q->ctx));
     if (ri->bounce_phase != BOUNCE_NONE && block_bounce_advance(req, ret)) {
         return;                  /* the RMW write is under way */
-    }
-    if (was_rmw) {
-        bs->rmw_active = false;
     }
     if (ri->serialized) {
         block_write_done(bs, req);
     }
-    bs->in_flight--;
+    q->in_flight--;
     req->cb(req, ret);
 }
 
@@ -440,42 +506,62 @@ void block_driver_submit(BlockNode *bs, BlockRequest *req)
     bs->drv->submit(bs, req);
 }
 
+unsigned block_queue_in_flight(const BlockQueue *q)
+{
+    return q->in_flight;
+}
+
 unsigned block_node_in_flight(const BlockNode *bs)
 {
-    return bs->in_flight;
+    return bs->default_q->in_flight;
+}
+
+void block_queue_drain(BlockQueue *q)
+{
+    g_assert(aio_context_in_home_thread(q->ctx));
+    while (q->in_flight > 0) {
+        aio_poll(q->ctx, true);
+    }
 }
 
 void block_node_drain(BlockNode *bs)
 {
-    g_assert(aio_context_in_home_thread(bs->ctx));
-    while (bs->in_flight > 0) {
-        aio_poll(bs->ctx, true);
+    block_queue_drain(bs->default_q);
+}
+
+void block_queue_io_plug(BlockQueue *q)
+{
+    g_assert(aio_context_in_home_thread(q->ctx));
+    if (q->plugged++ > 0) {
+        return;
+    }
+    if (q->bs->drv->io_plug) {
+        q->bs->drv->io_plug(q);
+    } else if (q->child) {
+        block_queue_io_plug(q->child);
+    }
+}
+
+void block_queue_io_unplug(BlockQueue *q)
+{
+    g_assert(aio_context_in_home_thread(q->ctx));
+    g_assert(q->plugged > 0);
+    if (--q->plugged > 0) {
+        return;
+    }
+    if (q->bs->drv->io_unplug) {
+        q->bs->drv->io_unplug(q);
+    } else if (q->child) {
+        block_queue_io_unplug(q->child);
     }
 }
 
 void block_node_io_plug(BlockNode *bs)
 {
-    g_assert(aio_context_in_home_thread(bs->ctx));
-    if (bs->plugged++ > 0) {
-        return;
-    }
-    if (bs->drv->io_plug) {
-        bs->drv->io_plug(bs);
-    } else if (bs->child) {
-        block_node_io_plug(bs->child);
-    }
+    block_queue_io_plug(bs->default_q);
 }
 
 void block_node_io_unplug(BlockNode *bs)
 {
-    g_assert(aio_context_in_home_thread(bs->ctx));
-    g_assert(bs->plugged > 0);
-    if (--bs->plugged > 0) {
-        return;
-    }
-    if (bs->drv->io_unplug) {
-        bs->drv->io_unplug(bs);
-    } else if (bs->child) {
-        block_node_io_unplug(bs->child);
-    }
+    block_queue_io_unplug(bs->default_q);
 }

@@ -10,14 +10,16 @@
  * the devices, the event loop and its poll window.
  *
  * A request never completes inside submit (the block layer's contract), so
- * every request goes onto the node's queue: a singly linked FIFO threaded
- * through block_req_int(req)->next, owned by the node's home thread.  What
+ * every request goes onto a queue: a singly linked FIFO threaded through
+ * block_req_int(req)->next, one per BlockQueue (NullQueue, in q->opaque),
+ * owned by that queue's home thread, so queues in several IOThreads share
+ * nothing but the node's fixed options.  What
  * drains the queue depends on `latency-ns`:
  *
- *   - 0: one bottom half per node.  Submitting schedules it (scheduling a
+ *   - 0: one bottom half per queue.  Submitting schedules it (scheduling a
  *     pending BH is free), so all the requests submitted in one loop turn
  *     complete together in the BH's next run.
- *   - > 0: one AioTimer per node.  Every request is due latency-ns after
+ *   - > 0: one AioTimer per queue.  Every request is due latency-ns after
  *     it reached the driver; the deadline is kept in the request itself
  *     (block_req_int(req)->submit_ns, which the generic layer leaves to
  *     the driver).  The latency is the same for every request, so FIFO
@@ -32,10 +34,9 @@
  * out, the BH or timer is already set up for the requests still queued, so
  * the nested loop can complete them.
  *
- * Per-context state (the BH and the timer) is made by attach_aio_context
- * and destroyed by detach_aio_context, both in the context's home thread;
- * the node is idle then, so nothing is queued and nothing pending moves
- * with it.  open only reads options; close has nothing to free.
+ * Per-context state (the NullQueue with its BH and timer) is made by
+ * attach_queue and destroyed by detach_queue, both in the queue's home
+ * thread; the queue is drained then, so nothing is queued.  open only reads options; close has nothing to free.
  *
  * null-aio is the same implementation under another name.  (In QEMU the
  * two differ in how they complete: null-co in a coroutine, null-aio
@@ -55,17 +56,22 @@ typedef struct NullState {
     int64_t length;
     bool read_zeroes;
     int64_t latency_ns;
+} NullState;
 
-    /* The queue of submitted requests (home thread). */
+/* Per BlockQueue (per context): its home thread only. */
+typedef struct NullQueue {
+    const NullState *ns;
+
+    /* The queue of submitted requests. */
     BlockRequest *head;
     BlockRequest *tail;
     unsigned queued;
 
     QEMUBH *bh;                  /* latency_ns == 0 */
     AioTimer timer;              /* latency_ns > 0 */
-} NullState;
+} NullQueue;
 
-static void null_queue_push(NullState *s, BlockRequest *req)
+static void null_queue_push(NullQueue *s, BlockRequest *req)
 {
     block_req_int(req)->next = NULL;
     if (s->tail) {
@@ -77,7 +83,7 @@ static void null_queue_push(NullState *s, BlockRequest *req)
     s->queued++;
 }
 
-static BlockRequest *null_queue_pop(NullState *s)
+static BlockRequest *null_queue_pop(NullQueue *s)
 {
     BlockRequest *req = s->head;
 
@@ -107,9 +113,9 @@ static void null_zero_iov(BlockRequest *req)
     }
 }
 
-static void null_complete(NullState *s, BlockRequest *req)
+static void null_complete(NullQueue *s, BlockRequest *req)
 {
-    if (req->op == BLOCK_OP_READ && s->read_zeroes) {
+    if (req->op == BLOCK_OP_READ && s->ns->read_zeroes) {
         null_zero_iov(req);
     }
     block_request_complete(req, 0);
@@ -118,7 +124,7 @@ static void null_complete(NullState *s, BlockRequest *req)
 /* Latency 0: complete everything queued when the BH started. */
 static void null_bh_cb(void *opaque)
 {
-    NullState *s = opaque;
+    NullQueue *s = opaque;
     unsigned n = s->queued;
     bool rescheduled = n > 1;
     BlockRequest *req;
@@ -139,7 +145,7 @@ static void null_bh_cb(void *opaque)
 }
 
 /* Arm the timer for the queue's head, or disarm it if the queue is empty. */
-static void null_timer_update(NullState *s)
+static void null_timer_update(NullQueue *s)
 {
     if (s->head) {
         aio_timer_mod(&s->timer, null_deadline(s->head));
@@ -151,7 +157,7 @@ static void null_timer_update(NullState *s)
 /* Latency > 0: complete every request that is due. */
 static void null_timer_cb(void *opaque)
 {
-    NullState *s = opaque;
+    NullQueue *s = opaque;
     int64_t now = clock_now_ns();
 
     /* Armed for the rest before calling out (see the top of the file). */
@@ -164,14 +170,14 @@ static void null_timer_cb(void *opaque)
 
 static void null_submit(BlockNode *bs, BlockRequest *req)
 {
-    NullState *s = bs->opaque;
+    NullQueue *s = block_req_queue(bs, req)->opaque;
 
-    if (s->latency_ns > 0) {
+    if (s->ns->latency_ns > 0) {
         block_req_int(req)->submit_ns = add_sat_int64(clock_now_ns(),
-                                                      s->latency_ns);
+                                                      s->ns->latency_ns);
     }
     null_queue_push(s, req);
-    if (s->latency_ns == 0) {
+    if (s->ns->latency_ns == 0) {
         aio_bh_schedule(s->bh);
     } else if (!aio_timer_pending(&s->timer)) {
         /* Not armed: the queue was empty, or we are inside the timer
@@ -181,30 +187,32 @@ static void null_submit(BlockNode *bs, BlockRequest *req)
     }
 }
 
-/* Set up the BH (latency 0) and the timer in ctx.  ctx's home thread. */
-static void null_attach_aio_context(BlockNode *bs, AioContext *ctx)
+/* Set up the BH (latency 0) and the timer in q->ctx.  Its home thread. */
+static void null_attach_queue(BlockQueue *q)
 {
-    NullState *s = bs->opaque;
+    NullQueue *s = g_new0(NullQueue, 1);
 
-    g_assert(!s->head);
+    s->ns = q->bs->opaque;
     /* Initialised even when unused: the pending checks read it. */
-    aio_timer_init(ctx, &s->timer, null_timer_cb, s);
-    if (s->latency_ns == 0) {
-        s->bh = aio_bh_new(ctx, null_bh_cb, s);
+    aio_timer_init(q->ctx, &s->timer, null_timer_cb, s);
+    if (s->ns->latency_ns == 0) {
+        s->bh = aio_bh_new(q->ctx, null_bh_cb, s);
     }
+    q->opaque = s;
 }
 
-/* The old context's home thread, node idle. */
-static void null_detach_aio_context(BlockNode *bs)
+/* q->ctx's home thread, q drained. */
+static void null_detach_queue(BlockQueue *q)
 {
-    NullState *s = bs->opaque;
+    NullQueue *s = q->opaque;
 
-    /* Idle: nothing queued, so the BH is not scheduled and the timer is
+    /* Drained: nothing queued, so the BH is not scheduled and the timer is
      * not armed. */
     g_assert(!s->head);
     g_assert(!aio_timer_pending(&s->timer));
     aio_bh_delete(s->bh);
-    s->bh = NULL;
+    g_free(s);
+    q->opaque = NULL;
 }
 
 static bool null_open(BlockNode *bs, Opts *opts, Error **errp)
@@ -234,7 +242,7 @@ static bool null_open(BlockNode *bs, Opts *opts, Error **errp)
 
 static void null_close(BlockNode *bs)
 {
-    /* Nothing: the BH and timer went with detach_aio_context. */
+    /* Nothing: the BHs and timers went with detach_queue. */
 }
 
 static int64_t null_getlength(BlockNode *bs)
@@ -251,8 +259,8 @@ const BlockDriver block_driver_null_co = {
     .close = null_close,
     .getlength = null_getlength,
     .submit = null_submit,
-    .attach_aio_context = null_attach_aio_context,
-    .detach_aio_context = null_detach_aio_context,
+    .attach_queue = null_attach_queue,
+    .detach_queue = null_detach_queue,
 };
 
 /* The same driver under QEMU's other name (see the top of the file). */
@@ -263,6 +271,6 @@ const BlockDriver block_driver_null_aio = {
     .close = null_close,
     .getlength = null_getlength,
     .submit = null_submit,
-    .attach_aio_context = null_attach_aio_context,
-    .detach_aio_context = null_detach_aio_context,
+    .attach_queue = null_attach_queue,
+    .detach_queue = null_detach_queue,
 };

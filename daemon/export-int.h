@@ -19,7 +19,11 @@ struct Export {
     bool writable;
     bool writethrough;
     IOThread *iothread;          /* NULL: the node runs in the main loop */
-    AioContext *ctx;             /* where the node (and the queues) run */
+    AioContext *ctx;             /* where the node runs (its home) */
+    /* Where the queues run, round-robin: the IOThreads given (in order)
+     * if several, else just ctx. */
+    AioContext **ctxs;
+    unsigned nctx;
     AioContext *main_ctx;        /* the main loop's: sockets, control */
 };
 

@@ -24,9 +24,10 @@
  * back to the main loop.
  *
  * Several IOThreads for one export (iothread.0=a,iothread.1=b, or a JSON
- * list) are accepted by the parser but refused: the block layer serves a
- * node from a single context, and spreading one node's requests over
- * several threads needs that to change first.
+ * list): the node moves into the first, as with one, and the export's
+ * queues are spread over all of them, queue i in IOThread i % n (Export
+ * ctxs/nctx).  Each queue reaches the node through a BlockQueue of its own
+ * context, so its requests are submitted and completed in its IOThread.
  *
  * Sharing.  A node may back several read-only exports; an export that is
  * writable must have the node to itself (a guest caches what it reads and
@@ -215,7 +216,8 @@ static bool export_read_common(Opts *opts, ExportCommonOpts *c, Error **errp)
     return true;
 }
 
-/* The IOThread the export asks for; *iot = NULL if none.  Errors name it. */
+/* The (first) IOThread the export asks for; *iot = NULL if none.  Errors
+ * name it. */
 static bool export_lookup_iothread(GPtrArray *ids, IOThread **iot,
                                    Error **errp)
 {
@@ -230,14 +232,7 @@ static bool export_lookup_iothread(GPtrArray *ids, IOThread **iot,
             return false;
         }
     }
-    if (ids->len > 1) {
-        error_setg(errp, "Parameter 'iothread': %u IOThreads given, but "
-                   "multiple IOThreads per export are not supported yet (a "
-                   "block node is served from one IOThread); give one",
-                   ids->len);
-        return false;
-    }
-    if (ids->len == 1) {
+    if (ids->len >= 1) {
         *iot = iothread_lookup(g_ptr_array_index(ids, 0));
     }
     return true;
@@ -313,6 +308,7 @@ static bool export_check_sharing(Export *exp, const char *exp_id,
 
 static void export_free(Export *exp)
 {
+    g_free(exp->ctxs);
     g_free(exp->id);
     g_free(exp);
 }
@@ -376,6 +372,18 @@ static Export *export_create_inner(Opts *opts, AioContext *main_ctx,
     if (!export_check_sharing(exp, c->id, c->fixed_iothread, errp)) {
         return NULL;
     }
+    if (c->iothreads->len > 1) {
+        exp->nctx = c->iothreads->len;
+        exp->ctxs = g_new(AioContext *, exp->nctx);
+        for (guint i = 0; i < c->iothreads->len; i++) {
+            exp->ctxs[i] = iothread_get_aio_context(
+                iothread_lookup(g_ptr_array_index(c->iothreads, i)));
+        }
+    } else {
+        exp->nctx = 1;
+        exp->ctxs = g_new(AioContext *, 1);
+        exp->ctxs[0] = exp->ctx;
+    }
 
     exp->state = exp->drv->parse(opts, errp);
     if (!exp->state) {
@@ -384,6 +392,7 @@ static Export *export_create_inner(Opts *opts, AioContext *main_ctx,
     if (!opts_check_unused(opts, NULL, errp) ||
         !block_node_set_aio_context(bs, exp->ctx, errp)) {
         exp->drv->free(exp->state);
+        g_free(exp->ctxs);
         return NULL;
     }
     exp->id = g_strdup(c->id);
@@ -392,6 +401,7 @@ static Export *export_create_inner(Opts *opts, AioContext *main_ctx,
         exp->drv->free(exp->state);
         export_release_node(exp);
         g_clear_pointer(&exp->id, g_free);
+        g_free(exp->ctxs);
         return NULL;
     }
     if (!exports) {

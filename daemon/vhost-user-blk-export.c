@@ -12,8 +12,8 @@
  *   serial=S                        GET_ID's answer, at most 20 bytes
  * and checks what can be checked without side effects (an inherited fd must
  * be an open, listening UNIX stream socket).  start() creates the VirtioBlk
- * over the export's node and a VuServer whose queues all run in the
- * export's context (the node's); the server listens on a duplicate of an
+ * over the export's node and a VuServer whose queues run in the export's
+ * contexts (exp->ctxs, queue i in ctxs[i % nctx]); the server listens on a duplicate of an
  * inherited fd, so the original is closed once it runs.  free() frees the
  * server first -- it
  * drains the queues, disconnects the front-end and removes the socket file
@@ -44,7 +44,6 @@ typedef struct VhostUserBlkExport {
     char *serial;
     VirtioBlk *vb;
     VuServer *server;
-    AioContext *ctxs[1];
 } VhostUserBlkExport;
 
 static void vhost_user_blk_export_free(void *opaque)
@@ -216,8 +215,8 @@ static bool vhost_user_blk_export_start(Export *exp, void *opaque,
         .listen_fd = vexp->listen_fd,
         .num_queues = vexp->num_queues,
         .max_queue_size = VIRTQUEUE_MAX_SIZE,
-        .ctxs = vexp->ctxs,
-        .nctx = 1,
+        .ctxs = exp->ctxs,
+        .nctx = exp->nctx,
         .ops = &virtio_blk_vu_ops,
         .name = exp->id,
     };
@@ -226,7 +225,6 @@ static bool vhost_user_blk_export_start(Export *exp, void *opaque,
     if (!vexp->vb) {
         return false;
     }
-    vexp->ctxs[0] = exp->ctx;
     cfg.dev = vexp->vb;
     vexp->server = vu_server_new(&cfg, exp->main_ctx, errp);
     if (!vexp->server) {

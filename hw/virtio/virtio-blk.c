@@ -38,8 +38,12 @@
  *
  * Threads: virtio_blk_new/free and the feature/config callbacks run in the
  * main thread; handle_queue, queue_started and queue_drain run in the
- * queue's home thread, which must also be the node's.  Per-queue state
- * (in-flight count, a spare allocation) is touched only by that thread.
+ * queue's home thread, which may differ from the node's: each queue submits
+ * through a BlockQueue of its own context (made when the queue starts,
+ * freed when it is drained), so the requests complete in the queue's
+ * thread and queues in different IOThreads share no lock.  Per-queue state
+ * (in-flight count, a spare allocation, the BlockQueue) is touched only by
+ * that thread.
  * The `writeback` flag is written by the main thread (config writes) and
  * read by the queues: one writer, relaxed atomics.
  */
@@ -83,6 +87,7 @@
 typedef struct VirtioBlkQueue {
     _Alignas(CACHELINE_SIZE) unsigned in_flight;
     struct VirtioBlkReq *spare;  /* an allocation kept for the next pop */
+    BlockQueue *bq;              /* the node, from this queue's context */
 } VirtioBlkQueue;
 
 typedef struct VirtioBlkReq {
@@ -305,7 +310,6 @@ static void virtio_blk_submit_rw(VirtioBlkReq *req, BlockOp op,
                                  uint64_t sector, unsigned niov,
                                  uint64_t bytes, unsigned flags)
 {
-    VirtioBlk *vb = req->vb;
     BlockRequest *breq = &req->breq;
 
     breq->op = op;
@@ -318,7 +322,7 @@ static void virtio_blk_submit_rw(VirtioBlkReq *req, BlockOp op,
     breq->opaque = req;
     SPINDLE_TRACE3(virtio_blk_submit, virtqueue_index(req->vq), req->type,
                    sector);
-    block_node_submit(vb->bs, breq);
+    block_queue_submit(req->q->bq, breq);
 }
 
 static void virtio_blk_handle_read(VirtioBlkReq *req, uint64_t sector,
@@ -429,7 +433,7 @@ static void virtio_blk_dwz_next(VirtioBlkReq *req)
     breq->opaque = req;
     SPINDLE_TRACE3(virtio_blk_submit, virtqueue_index(req->vq), req->type,
                    seg->sector);
-    block_node_submit(req->vb->bs, breq);
+    block_queue_submit(req->q->bq, breq);
 }
 
 /*
@@ -600,7 +604,7 @@ static void virtio_blk_handle_queue(VirtQueue *vq, void *opaque)
 
     g_assert(aio_context_in_home_thread(virtqueue_get_aio_context(vq)));
     q = virtio_blk_queue(vb, vq);
-    block_node_io_plug(vb->bs);
+    block_queue_io_plug(q->bq);
     for (;;) {
         VirtioBlkReq *req = virtio_blk_req_alloc(q);
         int r = virtqueue_pop(vq, &req->elem);
@@ -616,7 +620,7 @@ static void virtio_blk_handle_queue(VirtQueue *vq, void *opaque)
         q->in_flight++;
         virtio_blk_handle_request(req);
     }
-    block_node_io_unplug(vb->bs);
+    block_queue_io_unplug(q->bq);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -745,11 +749,17 @@ static void virtio_blk_queue_started(void *dev, VirtQueue *vq)
 {
     VirtioBlk *vb = dev;
 
-    g_assert(aio_context_in_home_thread(virtqueue_get_aio_context(vq)));
-    /* The node must live where the queue runs: its requests complete there. */
-    g_assert(block_node_get_aio_context(vb->bs) ==
-             virtqueue_get_aio_context(vq));
-    (void)virtio_blk_queue(vb, vq);
+    AioContext *ctx = virtqueue_get_aio_context(vq);
+    VirtioBlkQueue *q;
+
+    g_assert(aio_context_in_home_thread(ctx));
+    q = virtio_blk_queue(vb, vq);
+    /* The node's requests complete where the queue runs: through a
+     * BlockQueue of this context, made here and freed by queue_drain. */
+    if (!q->bq) {
+        q->bq = block_queue_new(vb->bs, ctx, NULL);   /* never fails */
+    }
+    g_assert(block_queue_get_aio_context(q->bq) == ctx);
 }
 
 static void virtio_blk_queue_drain(void *dev, VirtQueue *vq)
@@ -762,6 +772,11 @@ static void virtio_blk_queue_drain(void *dev, VirtQueue *vq)
     q = virtio_blk_queue(vb, vq);
     while (q->in_flight > 0) {
         aio_poll(ctx, true);
+    }
+    if (q->bq) {
+        g_assert(block_queue_in_flight(q->bq) == 0);
+        block_queue_free(q->bq);
+        q->bq = NULL;
     }
     g_free(q->spare);
     q->spare = NULL;
@@ -879,6 +894,7 @@ void virtio_blk_free(VirtioBlk *vb)
     for (unsigned i = 0; i < vb->num_queues; i++) {
         /* Queues are stopped and drained: nothing is in flight. */
         g_assert(vb->queues[i].in_flight == 0);
+        block_queue_free(vb->queues[i].bq);
         g_free(vb->queues[i].spare);
     }
     free(vb->queues);

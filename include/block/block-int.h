@@ -20,12 +20,14 @@ typedef struct BlockDriver BlockDriver;
  */
 typedef struct BlockRequestInt {
     BlockNode *node;             /* the node it was submitted to */
+    BlockQueue *queue;           /* ... through this queue (its context) */
     BlockRequest *next;          /* an engine's or driver's queue */
     int64_t submit_ns;           /* free for the driver (null: deadline) */
     int retries;                 /* -EAGAIN resubmissions */
     int ret;                     /* block_request_complete_later() */
     uint8_t bounce_phase;        /* io.c: BlockBouncePhase */
     bool serialized;             /* io.c: counted as a write on its node */
+    bool holds_rmw;              /* io.c: this request set rmw_active */
 
     /* Bounce buffer for unaligned requests on O_DIRECT nodes. */
     void *bounce;
@@ -73,18 +75,48 @@ struct BlockNode {
     BlockNode *child;            /* filters and formats: the node below */
     int64_t length;              /* cached at open; see getlength() */
 
-    /* Home thread only. */
-    unsigned in_flight;
-    unsigned plugged;
+    /*
+     * The queue of the single-context API (block_node_submit() & co.) in
+     * bs->ctx; made on attach, freed on detach.
+     */
+    BlockQueue *default_q;
     /*
      * Serialisation of read-modify-write (unaligned writes on a node with
      * alignment): writes in flight, whether an RMW is running, and the
-     * write-like requests waiting for their turn.
+     * write-like requests waiting for their turn.  Queues in several
+     * contexts may write to the node, so these are under rmw_lock, which
+     * is taken only on nodes that need alignment (io.c).
      */
+    GMutex rmw_lock;
     unsigned writes_in_flight;
     bool rmw_active;
     BlockRequest *wait_head, *wait_tail;
 };
+
+/*
+ * Per-context state of a node: one per BlockQueue and per node of its
+ * chain (q->child is the queue of bs->child, in the same context).  Every
+ * field is touched only in ctx's home thread.
+ */
+struct BlockQueue {
+    BlockNode *bs;
+    AioContext *ctx;
+    BlockQueue *child;
+    void *opaque;                /* the driver's per-queue state */
+    unsigned in_flight;          /* submitted through this queue (top only) */
+    unsigned plugged;
+};
+
+/* The queue of bs (a node of req's chain) that req was submitted through. */
+static inline BlockQueue *block_req_queue(BlockNode *bs, BlockRequest *req)
+{
+    BlockQueue *q = block_req_int(req)->queue;
+
+    while (q->bs != bs) {
+        q = q->child;
+    }
+    return q;
+}
 
 /*
  * A driver.
@@ -92,13 +124,18 @@ struct BlockNode {
  * Lifecycle of a node, as the generic layer (block/block.c) drives it:
  *   1. open()                    main thread; bs->ctx is already set, but
  *                                do not register handlers/BHs/timers here;
- *   2. attach_aio_context(ctx)   in ctx's home thread (through
+ *   2. attach_queue(q)           for the node's default queue (bs->ctx)
+ *                                and for every BlockQueue made over it or
+ *                                over a parent (block_queue_new), in
+ *                                q->ctx's home thread (through
  *                                aio_run_sync): set up per-context state
- *                                (engine instance, BH, timer);
- *   ... submit(), io_plug(), io_unplug(), getlength() in the home thread ...
- *   on a move: detach_aio_context() in the old home thread, then
- *              attach_aio_context(new) in the new one (node idle);
- *   3. detach_aio_context()      in the home thread, node drained;
+ *                                (engine instance, BH, timer) in
+ *                                q->opaque;
+ *   ... submit(), io_plug(), io_unplug() in the home thread of the
+ *       request's queue (block_req_queue()); getlength() ...
+ *   on a move: detach_queue() of the default queue in the old home
+ *              thread, then attach_queue() of a new one (node idle);
+ *   3. detach_queue(q)           in q->ctx's home thread, q drained;
  *   4. close()                   main thread: free what open() made.
  * getlength() is also called from the main thread between 1 and 2 and
  * while the node is idle.
@@ -128,13 +165,18 @@ struct BlockDriver {
      */
     void (*submit)(BlockNode *bs, BlockRequest *req);
 
-    /* Called in the new context's home thread after a move. */
-    void (*attach_aio_context)(BlockNode *bs, AioContext *ctx);
-    /* Called in the old context's home thread before a move. */
-    void (*detach_aio_context)(BlockNode *bs);
+    /*
+     * Per-context state: set q->opaque up (attach) and tear it down
+     * (detach), in q->ctx's home thread.  Several queues, in one context
+     * or in several, may be attached at once; submit() runs in the home
+     * thread of the request's queue and must use only that queue's
+     * state and the node's fixed state.
+     */
+    void (*attach_queue)(BlockQueue *q);
+    void (*detach_queue)(BlockQueue *q);
 
-    void (*io_plug)(BlockNode *bs);
-    void (*io_unplug)(BlockNode *bs);
+    void (*io_plug)(BlockQueue *q);
+    void (*io_unplug)(BlockQueue *q);
 };
 
 /* The driver called format_name, or NULL. */

@@ -35,6 +35,7 @@
 
 typedef struct BlockNode BlockNode;
 typedef struct BlockRequest BlockRequest;
+typedef struct BlockQueue BlockQueue;
 
 typedef enum BlockOp {
     BLOCK_OP_READ,
@@ -54,7 +55,7 @@ typedef void BlockCompletionFunc(BlockRequest *req, int ret);
 
 /* Internal state of a request; see block/block-int.h.  Do not touch. */
 typedef struct BlockRequestPriv {
-    _Alignas(16) unsigned char space[160];
+    _Alignas(16) unsigned char space[176];
 } BlockRequestPriv;
 
 struct BlockRequest {
@@ -129,7 +130,8 @@ bool block_node_set_aio_context(BlockNode *bs, AioContext *new_ctx,
  */
 void block_node_submit(BlockNode *bs, BlockRequest *req);
 
-/* Requests submitted to bs and not yet completed. */
+/* Requests submitted to bs with block_node_submit() and not yet completed
+ * (not those of BlockQueues). */
 unsigned block_node_in_flight(const BlockNode *bs);
 
 /* Run the event loop (nested) until bs has no requests in flight. */
@@ -143,5 +145,33 @@ void block_node_drain(BlockNode *bs);
  */
 void block_node_io_plug(BlockNode *bs);
 void block_node_io_unplug(BlockNode *bs);
+
+/* ------------------------------------------------------------------------ */
+/* Queues: one node used from several contexts                               */
+
+/*
+ * A BlockQueue lets ctx's home thread submit requests to bs, whatever
+ * bs's own context: the requests complete in ctx's home thread, and the
+ * queue has its own in-flight count and per-context driver state (engine
+ * instance, BH), so queues in different IOThreads share no lock on the
+ * data path.  (The one exception: on a node that needs alignment, write
+ * requests take a per-node mutex for the read-modify-write serialisation.)
+ *
+ * block_queue_new() and block_queue_free() run in any thread from which
+ * ctx's home thread can be reached with aio_run_sync() (the main thread,
+ * or ctx's home thread itself).  The caller holds a reference to bs for
+ * the queue's whole life, does not move bs to another context meanwhile,
+ * and frees the queue drained.  Never fails today (errp is for the
+ * future).  The rest runs in ctx's home thread.
+ */
+BlockQueue *block_queue_new(BlockNode *bs, AioContext *ctx, Error **errp);
+void block_queue_free(BlockQueue *q);
+
+AioContext *block_queue_get_aio_context(const BlockQueue *q);
+void block_queue_submit(BlockQueue *q, BlockRequest *req);
+unsigned block_queue_in_flight(const BlockQueue *q);
+void block_queue_drain(BlockQueue *q);
+void block_queue_io_plug(BlockQueue *q);
+void block_queue_io_unplug(BlockQueue *q);
 
 #endif

@@ -290,10 +290,6 @@ def error_cases(img, d):
         ("export-serial-too-long",
          bdev + export(sock, extra=",serial=123456789012345678901"), "--export",
          "serial"),
-        ("export-two-iothreads",
-         iot + ["--object", "iothread,id=iot1"] + bdev
-         + export(sock, extra=",iothread.0=iot0,iothread.1=iot1"), "--export",
-         "multiple IOThreads per export are not supported yet"),
         ("export-fd-not-open",
          bdev + ["--export", "vhost-user-blk,id=e0,node-name=disk0,addr.type=fd,"
                              "addr.str=999"], "--export", "addr.str"),

@@ -213,7 +213,8 @@ static void io_start_fd(Io *io, int fd)
 
     memset(&io->req.priv, 0, sizeof(io->req.priv));
     ri->node = env->owner;
-    env->owner->in_flight++;
+    ri->queue = env->owner->default_q;
+    env->owner->default_q->in_flight++;
     env->pending++;
     env->ops->submit(env->e, fd, &io->req);
     /* Completions never come from inside submit. */
