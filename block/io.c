@@ -38,7 +38,6 @@
 #include <string.h>
 #include "block/block-int.h"
 
-
 typedef enum BlockBouncePhase {
     BOUNCE_NONE,
     BOUNCE_READ,          /* misaligned read: aligned read into the bounce */

@@ -1,0 +1,81 @@
+"""One export's queues spread over several IOThreads.
+
+`iothread.0=a,iothread.1=b` with num-queues=4: queue i runs in IOThread
+i % 2, submitting to the shared node through a block-layer queue of its
+own.  spindle-vu-client's verify-run checks the data on every queue, and
+/proc/PID/task shows that both IOThreads did the work.
+"""
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from test_frontend import CLIENT, run_client, workdir  # noqa: F401
+
+NUM_QUEUES = 4
+
+
+def thread_cpu_ticks(pid):
+    """{thread name: utime + stime} of every thread of pid."""
+    out = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            name = (task / "comm").read_text().strip()
+            stat = (task / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        out[name] = out.get(name, 0) + int(fields[11]) + int(fields[12])
+    return out
+
+
+@pytest.mark.parametrize("form", ["keyval", "json"])
+def test_queues_over_two_iothreads(binary, workdir, form):  # noqa: F811
+    image = workdir / "disk.img"
+    with open(image, "wb") as f:
+        f.truncate(16 << 20)
+    socket = workdir / "vu.sock"
+    if form == "keyval":
+        export = ["--export",
+                  "type=vhost-user-blk,id=e0,node-name=d0,addr.type=unix,"
+                  f"addr.path={socket},writable=on,num-queues={NUM_QUEUES},"
+                  "iothread.0=iota,iothread.1=iotb"]
+    else:
+        export = ["--export",
+                  '{"type": "vhost-user-blk", "id": "e0", "node-name": "d0",'
+                  ' "addr": {"type": "unix", "path": "%s"}, "writable": true,'
+                  ' "num-queues": %d, "iothread": ["iota", "iotb"]}'
+                  % (socket, NUM_QUEUES)]
+    argv = [str(binary("spindle")),
+            "--object", "iothread,id=iota", "--object", "iothread,id=iotb",
+            "--blockdev", f"driver=file,node-name=d0,filename={image}"
+            ] + export
+    log = open(workdir / "spindle.log", "wb")
+    proc = subprocess.Popen(argv, stdout=log, stderr=log,
+                            stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 10
+        while not socket.exists():
+            assert proc.poll() is None, (workdir / "spindle.log").read_text()
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        before = thread_cpu_ticks(proc.pid)
+        res = run_client(binary(CLIENT), socket, "verify-run",
+                         "--size", "8M", "--count", "3000",
+                         "--queues", NUM_QUEUES, "--iodepth", "16")
+        run = res.result("verify-run")
+        assert run["queues"] == NUM_QUEUES
+        assert run["writes"] == 3000 * NUM_QUEUES
+        assert all(q["writes"] == 3000 for q in run["per_queue"])
+        after = thread_cpu_ticks(proc.pid)
+        iot = {n: after.get(n, 0) - before.get(n, 0)
+               for n in after if "iota" in n or "iotb" in n}
+        assert len(iot) == 2, after
+        assert all(t > 0 for t in iot.values()), iot
+        assert proc.poll() is None
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        log.close()
+    assert proc.returncode == 0, (workdir / "spindle.log").read_text()
