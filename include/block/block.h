@@ -2,10 +2,12 @@
  * Block layer: nodes and requests.
  *
  * A block node is a named, reference-counted block device made by a driver
- * (file, null-co, raw, blkdebug) from options.  A node lives in one
- * AioContext at a time; every request is submitted and completed in that
- * context's home thread.  Filters (raw, blkdebug) sit on top of a child node
- * and live in the same context as their child.
+ * (file, null-co, raw, blkdebug) from options.  A node has a home
+ * AioContext (block_node_submit() and friends use it), and may also be
+ * used from other contexts through BlockQueues (block_queue_new()), one per
+ * context: every request is submitted and completed in the home thread of
+ * the context it was submitted in.  Filters (raw, blkdebug) sit on top of a
+ * child node and live in the same context(s) as their child.
  *
  * Requests.  The caller owns the BlockRequest (typically embedded in its
  * own per-request structure, so a request costs one allocation in total),
