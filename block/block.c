@@ -123,6 +123,7 @@ static void block_queue_attach_bh(void *opaque)
     if (q->child) {
         block_queue_attach_bh(q->child);
     }
+    block_queue_deferred_init(q);
     if (q->bs->drv->attach_queue) {
         q->bs->drv->attach_queue(q);
     }
@@ -137,6 +138,7 @@ static void block_queue_detach_bh(void *opaque)
     if (q->bs->drv->detach_queue) {
         q->bs->drv->detach_queue(q);
     }
+    block_queue_deferred_fini(q);
     if (q->child) {
         block_queue_detach_bh(q->child);
     }

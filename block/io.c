@@ -48,58 +48,53 @@ typedef enum BlockBouncePhase {
 /* ------------------------------------------------------------------------ */
 /* Completing later                                                          */
 
-/* Per context: requests finished at submission, completed from one BH. */
-typedef struct BlockDeferred {
-    QEMUBH *bh;
-    BlockRequest *head, *tail;
-} BlockDeferred;
-
-static const char block_deferred_key;
-
+/*
+ * Requests finished at submission (errors, nothing to do) complete from
+ * their queue's BH, in order: one BH per queue, no allocation or lookup
+ * per request.
+ */
 static void block_deferred_bh(void *opaque)
 {
-    BlockDeferred *d = opaque;
+    BlockQueue *q = opaque;
 
-    while (d->head) {
-        BlockRequest *req = d->head;
+    while (q->deferred_head) {
+        BlockRequest *req = q->deferred_head;
         BlockRequestInt *ri = block_req_int(req);
 
-        d->head = ri->next;
-        if (!d->head) {
-            d->tail = NULL;
+        q->deferred_head = ri->next;
+        if (!q->deferred_head) {
+            q->deferred_tail = NULL;
         }
         block_request_complete(req, ri->ret);
     }
 }
 
-static void block_deferred_free(gpointer p)
+void block_queue_deferred_init(BlockQueue *q)
 {
-    BlockDeferred *d = p;
+    q->deferred_bh = aio_bh_new(q->ctx, block_deferred_bh, q);
+}
 
-    aio_bh_delete(d->bh);
-    g_free(d);
+void block_queue_deferred_fini(BlockQueue *q)
+{
+    g_assert(!q->deferred_head);     /* drained: nothing can be pending */
+    aio_bh_delete(q->deferred_bh);
+    q->deferred_bh = NULL;
 }
 
 void block_request_complete_later(BlockRequest *req, int ret)
 {
     BlockRequestInt *ri = block_req_int(req);
-    AioContext *ctx = ri->queue->ctx;
-    BlockDeferred *d = aio_context_get_data(ctx, &block_deferred_key);
+    BlockQueue *q = ri->queue;
 
-    if (!d) {
-        d = g_new0(BlockDeferred, 1);
-        d->bh = aio_bh_new(ctx, block_deferred_bh, d);
-        aio_context_set_data(ctx, &block_deferred_key, d, block_deferred_free);
-    }
     ri->ret = ret;
     ri->next = NULL;
-    if (d->tail) {
-        block_req_int(d->tail)->next = req;
+    if (q->deferred_tail) {
+        block_req_int(q->deferred_tail)->next = req;
     } else {
-        d->head = req;
+        q->deferred_head = req;
     }
-    d->tail = req;
-    aio_bh_schedule(d->bh);
+    q->deferred_tail = req;
+    aio_bh_schedule(q->deferred_bh);
 }
 
 /* ------------------------------------------------------------------------ */

@@ -105,7 +105,14 @@ struct BlockQueue {
     void *opaque;                /* the driver's per-queue state */
     unsigned in_flight;          /* submitted through this queue (top only) */
     unsigned plugged;
+    /* Requests finished at submission, completed from one BH (io.c). */
+    QEMUBH *deferred_bh;
+    BlockRequest *deferred_head, *deferred_tail;
 };
+
+/* Set up / tear down a queue's deferred completions.  Its home thread. */
+void block_queue_deferred_init(BlockQueue *q);
+void block_queue_deferred_fini(BlockQueue *q);
 
 /* The queue of bs (a node of req's chain) that req was submitted through. */
 static inline BlockQueue *block_req_queue(BlockNode *bs, BlockRequest *req)
