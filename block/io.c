@@ -5,7 +5,7 @@
  * checks it against the node (operation, bounds, read-only, iovec length).
  * A request that fails the checks, or has nothing to do (zero length, a
  * discard on a discard=ignore node, a flush on a cache.no-flush node),
- * completes from a per-context BH, never from inside submit.
+ * completes from its queue's BH, never from inside submit.
  *
  * Alignment.  A node whose driver needs aligned offsets, lengths or buffers
  * (O_DIRECT) still accepts any request: a misaligned READ reads the aligned
