@@ -109,6 +109,10 @@ static BlockQueue *block_queue_chain_new(BlockNode *bs, AioContext *ctx)
 
     q->bs = bs;
     q->ctx = ctx;
+    g_mutex_lock(&bs->rmw_lock);          /* io.c sums the queues' writes */
+    q->node_next = bs->queues;
+    bs->queues = q;
+    g_mutex_unlock(&bs->rmw_lock);
     if (bs->child) {
         q->child = block_queue_chain_new(bs->child, ctx);
     }
@@ -139,6 +143,15 @@ static void block_queue_detach_bh(void *opaque)
         q->bs->drv->detach_queue(q);
     }
     block_queue_deferred_fini(q);
+    g_assert(atomic_load(&q->fast_writes) == 0);
+    g_mutex_lock(&q->bs->rmw_lock);
+    for (BlockQueue **p = &q->bs->queues; *p; p = &(*p)->node_next) {
+        if (*p == q) {
+            *p = q->node_next;
+            break;
+        }
+    }
+    g_mutex_unlock(&q->bs->rmw_lock);
     if (q->child) {
         block_queue_detach_bh(q->child);
     }
@@ -236,6 +249,7 @@ static void block_node_free(BlockNode *bs)
     if (bs->child) {
         block_node_unref(bs->child);
     }
+    g_assert(!bs->queues);
     g_mutex_clear(&bs->rmw_lock);
     g_free(bs->opaque);
     g_free(bs->node_name);

@@ -14,15 +14,24 @@
  * (read-modify-write).  An RMW must not interleave with another write to
  * the same blocks, or one of the two would be lost, so on such nodes every
  * write-like request (WRITE, DISCARD, WRITE_ZEROES) is counted, an RMW
- * waits until no write is in flight, and writes arriving while an RMW runs
- * wait until it is done.  Guests issue aligned I/O, so this slow path is
- * rare; nodes without alignment needs skip all of it.  Several queues, in
- * several threads, may write to one node, so this state is under the
- * node's rmw_lock: taken for write-like requests on nodes that need
- * alignment only (uncontended when a single context uses the node), never
- * held across a submission or a callback.  A waiting request that may go
- * is started in its own queue's thread: at once if that is the thread
- * that let it go, else from a one-shot BH there.
+ * waits until no write is in flight, and writes arriving while an RMW
+ * waits or runs wait until it is done.  Guests issue aligned I/O, so this
+ * slow path is rare; nodes without alignment needs skip all of it.
+ *
+ * Several queues, in several threads, may write to one node, and the
+ * common case must not share a lock or a written cache line between
+ * them.  So an aligned write counts itself in its own queue (fast_writes)
+ * and, after a full fence, reads the node's gate: if the gate is down it
+ * goes, taking no lock.  An RMW, under the node's rmw_lock, raises the
+ * gate, fences, and sums the queues' counts: it starts only at zero.  The
+ * two fences make sure that at least one side sees the other (an aligned
+ * write either sees the gate and takes the slow path, or the RMW sees its
+ * count and waits).  An aligned write that finishes while the gate is up
+ * takes the lock to let a waiting RMW go.  Everything on the slow path
+ * (writes counted under the lock, the queue of waiting requests) is under
+ * rmw_lock, never held across a submission or a callback.  A waiting
+ * request that may go is started in its own queue's thread: at once if
+ * that is the thread that let it go, else from a one-shot BH there.
  *
  * Queues.  Every request goes through a BlockQueue (block_node_submit()
  * uses the node's default one): its in-flight count, the deferred BH and
@@ -321,14 +330,47 @@ static BlockRequest *block_wait_pop(BlockNode *bs)
     return req;
 }
 
+/* Aligned writes in flight on the lock-free path, all queues.  rmw_lock
+ * held, and the gate raised before (so the sum can only go down). */
+static unsigned block_fast_writes(BlockNode *bs)
+{
+    unsigned n = 0;
+
+    for (BlockQueue *q = bs->queues; q; q = q->node_next) {
+        n += atomic_load_explicit(&q->fast_writes, memory_order_relaxed);
+    }
+    return n;
+}
+
+/*
+ * Raise the gate: from now on aligned writes take the lock.  The fence
+ * pairs with the one in block_fast_write_begin(): either that writer sees
+ * the gate, or we see its count.  rmw_lock held.
+ */
+static void block_gate_raise(BlockNode *bs)
+{
+    if (!atomic_load_explicit(&bs->rmw_gate, memory_order_relaxed)) {
+        atomic_store_explicit(&bs->rmw_gate, true, memory_order_relaxed);
+        atomic_thread_fence(memory_order_seq_cst);
+    }
+}
+
+/* Lower the gate once no RMW runs or waits.  rmw_lock held. */
+static void block_gate_settle(BlockNode *bs)
+{
+    if (!bs->rmw_active && !bs->wait_head) {
+        atomic_store_explicit(&bs->rmw_gate, false, memory_order_release);
+    }
+}
+
 /* Whether a write-like request (rmw: a misaligned write) may start now.
- * rmw_lock held. */
+ * rmw_lock held; for an RMW, the gate raised. */
 static bool block_write_may_start(BlockNode *bs, bool rmw)
 {
     if (bs->rmw_active || bs->wait_head) {
         return false;            /* keep the order of waiting requests */
     }
-    return !rmw || bs->writes_in_flight == 0;
+    return !rmw || (bs->writes_in_flight == 0 && block_fast_writes(bs) == 0);
 }
 
 /* Count a write-like request that may start now.  rmw_lock held. */
@@ -369,28 +411,17 @@ static void block_write_resume_bh(void *opaque)
 }
 
 /*
- * A serialised write finished: let waiting requests go, in order.  Those
- * that were submitted in another context are started there, from a
- * one-shot BH; ours are started here and now.
+ * Take the waiting requests that may go now, in order, counted, onto
+ * *tail (a list linked by next).  rmw_lock held.
  */
-static void block_write_done(BlockNode *bs, BlockRequest *req)
+static BlockRequest **block_wait_release(BlockNode *bs, BlockRequest **tail)
 {
-    BlockRequestInt *ri = block_req_int(req);
-    BlockRequest *start = NULL, **tail = &start;
-
-    g_mutex_lock(&bs->rmw_lock);
-    ri->serialized = false;
-    bs->writes_in_flight--;
-    if (ri->holds_rmw) {
-        ri->holds_rmw = false;
-        bs->rmw_active = false;
-    }
-    /* Only write-like requests wait; start them in order while allowed. */
+    /* Only write-like requests wait; the gate is up while any does. */
     while (bs->wait_head && !bs->rmw_active) {
         bool rmw = block_request_misaligned(bs, bs->wait_head);
         BlockRequest *w;
 
-        if (rmw && bs->writes_in_flight > 0) {
+        if (rmw && (bs->writes_in_flight > 0 || block_fast_writes(bs) > 0)) {
             break;
         }
         w = block_wait_pop(bs);
@@ -399,8 +430,15 @@ static void block_write_done(BlockNode *bs, BlockRequest *req)
         *tail = w;
         tail = &block_req_int(w)->next;
     }
-    g_mutex_unlock(&bs->rmw_lock);
+    return tail;
+}
 
+/*
+ * Start the requests that block_wait_release() let go: those submitted in
+ * another context there, from a one-shot BH; ours here and now.
+ */
+static void block_write_start_list(BlockNode *bs, BlockRequest *start)
+{
     while (start) {
         BlockRequest *w = start;
         BlockRequestInt *wi = block_req_int(w);
@@ -417,6 +455,118 @@ static void block_write_done(BlockNode *bs, BlockRequest *req)
     }
 }
 
+/* Let waiting requests go after a write left the count. */
+static void block_write_wake(BlockNode *bs)
+{
+    BlockRequest *start = NULL;
+
+    g_mutex_lock(&bs->rmw_lock);
+    block_wait_release(bs, &start);
+    block_gate_settle(bs);
+    g_mutex_unlock(&bs->rmw_lock);
+    block_write_start_list(bs, start);
+}
+
+/*
+ * The lock-free path of an aligned write: count it in its queue, then
+ * look at the gate.  Returns false (uncounted) if an RMW waits or runs.
+ */
+static bool block_fast_write_begin(BlockNode *bs, BlockQueue *q)
+{
+    unsigned n = atomic_load_explicit(&q->fast_writes, memory_order_relaxed);
+
+    atomic_store_explicit(&q->fast_writes, n + 1, memory_order_relaxed);
+    atomic_thread_fence(memory_order_seq_cst);
+    if (!atomic_load_explicit(&bs->rmw_gate, memory_order_relaxed)) {
+        return true;
+    }
+    atomic_store_explicit(&q->fast_writes, n, memory_order_relaxed);
+    return false;
+}
+
+/*
+ * An aligned write left the lock-free count (it finished, or found the
+ * gate up).  If an RMW may be waiting for the count to reach zero, see
+ * whether it can go: the fence pairs with the one in block_gate_raise().
+ */
+static void block_fast_write_end(BlockNode *bs, BlockQueue *q)
+{
+    unsigned n = atomic_load_explicit(&q->fast_writes, memory_order_relaxed);
+
+    atomic_store_explicit(&q->fast_writes, n - 1, memory_order_release);
+    atomic_thread_fence(memory_order_seq_cst);
+    if (atomic_load_explicit(&bs->rmw_gate, memory_order_relaxed)) {
+        block_write_wake(bs);
+    }
+}
+
+/* A write counted under the lock finished: uncount it, let waiters go. */
+static void block_write_done(BlockNode *bs, BlockRequest *req)
+{
+    BlockRequestInt *ri = block_req_int(req);
+    BlockRequest *start = NULL;
+
+    g_mutex_lock(&bs->rmw_lock);
+    ri->serialized = false;
+    bs->writes_in_flight--;
+    if (ri->holds_rmw) {
+        ri->holds_rmw = false;
+        bs->rmw_active = false;
+    }
+    block_wait_release(bs, &start);
+    block_gate_settle(bs);
+    g_mutex_unlock(&bs->rmw_lock);
+    block_write_start_list(bs, start);
+}
+
+/*
+ * A write-like request on a node that needs alignment.  Aligned ones take
+ * the lock-free path unless the gate is up; the others (and aligned ones
+ * while an RMW waits or runs) are counted or queued under the lock.
+ */
+static void block_write_submit(BlockNode *bs, BlockRequest *req, bool rmw)
+{
+    BlockRequestInt *ri = block_req_int(req);
+    BlockRequest *start = NULL, **tail = &start;
+    bool go;
+
+    if (!rmw && block_fast_write_begin(bs, ri->queue)) {
+        ri->fast_write = true;
+        bs->drv->submit(bs, req);
+        return;
+    }
+    g_mutex_lock(&bs->rmw_lock);
+    bs->locked_writes++;
+    if (rmw) {
+        bs->rmw_writes++;
+        block_gate_raise(bs);
+    }
+    /* An RMW may have waited for the count this write just dropped. */
+    tail = block_wait_release(bs, tail);
+    go = block_write_may_start(bs, rmw);
+    if (go) {
+        block_write_count(bs, req, rmw);
+    } else {
+        block_wait_push(bs, req);        /* the gate is up: wait_head set */
+    }
+    block_gate_settle(bs);
+    g_mutex_unlock(&bs->rmw_lock);
+    block_write_start_list(bs, start);
+    if (go) {
+        block_write_go(bs, req);
+    }
+}
+
+void block_node_get_write_stats(BlockNode *bs, BlockWriteStats *out)
+{
+    g_mutex_lock(&bs->rmw_lock);
+    *out = (BlockWriteStats) {
+        .locked_writes = bs->locked_writes,
+        .rmw_writes = bs->rmw_writes,
+    };
+    g_mutex_unlock(&bs->rmw_lock);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Submission and completion                                                 */
 
@@ -431,15 +581,7 @@ static void block_dispatch(BlockNode *bs, BlockRequest *req)
     }
     misaligned = block_request_misaligned(bs, req);
     if (block_op_writes(req->op)) {
-        g_mutex_lock(&bs->rmw_lock);
-        if (!block_write_may_start(bs, misaligned)) {
-            block_wait_push(bs, req);
-            g_mutex_unlock(&bs->rmw_lock);
-            return;
-        }
-        block_write_count(bs, req, misaligned);
-        g_mutex_unlock(&bs->rmw_lock);
-        block_write_go(bs, req);
+        block_write_submit(bs, req, misaligned);
         return;
     }
     if (misaligned) {
@@ -488,7 +630,10 @@ void block_request_complete(BlockRequest *req, int ret)
     if (ri->bounce_phase != BOUNCE_NONE && block_bounce_advance(req, ret)) {
         return;                  /* the RMW write is under way */
     }
-    if (ri->serialized) {
+    if (ri->fast_write) {
+        ri->fast_write = false;
+        block_fast_write_end(bs, q);
+    } else if (ri->serialized) {
         block_write_done(bs, req);
     }
     q->in_flight--;

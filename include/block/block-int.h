@@ -6,6 +6,7 @@
 #define SPINDLE_BLOCK_BLOCK_INT_H
 
 #include "config-host.h"
+#include <stdatomic.h>
 #ifdef CONFIG_LIBAIO
 #include <libaio.h>
 #endif
@@ -26,7 +27,8 @@ typedef struct BlockRequestInt {
     int retries;                 /* -EAGAIN resubmissions */
     int ret;                     /* block_request_complete_later() */
     uint8_t bounce_phase;        /* io.c: BlockBouncePhase */
-    bool serialized;             /* io.c: counted as a write on its node */
+    bool serialized;             /* io.c: counted in the node's writes_in_flight */
+    bool fast_write;             /* io.c: counted in its queue's fast_writes */
     bool holds_rmw;              /* io.c: this request set rmw_active */
 
     /* Bounce buffer for unaligned requests on O_DIRECT nodes. */
@@ -81,22 +83,30 @@ struct BlockNode {
      */
     BlockQueue *default_q;
     /*
-     * Serialisation of read-modify-write (unaligned writes on a node with
-     * alignment): writes in flight, whether an RMW is running, and the
-     * write-like requests waiting for their turn.  Queues in several
-     * contexts may write to the node, so these are under rmw_lock, which
-     * is taken only on nodes that need alignment (io.c).
+     * Serialisation of read-modify-write (misaligned writes on a node with
+     * alignment), io.c.  Aligned writes take no lock: each counts itself
+     * in its queue's fast_writes and then checks rmw_gate, which is raised
+     * while an RMW waits or runs.  Everything else is under rmw_lock: the
+     * queues of this node (to sum their fast_writes), the writes counted
+     * under the lock, whether an RMW is running, the write-like requests
+     * waiting for their turn, and the statistics.
      */
+    atomic_bool rmw_gate;
     GMutex rmw_lock;
+    BlockQueue *queues;          /* linked by node_next */
     unsigned writes_in_flight;
     bool rmw_active;
     BlockRequest *wait_head, *wait_tail;
+    uint64_t locked_writes;      /* write-like requests that took rmw_lock */
+    uint64_t rmw_writes;         /* ... of which misaligned writes (RMW) */
 };
 
 /*
  * Per-context state of a node: one per BlockQueue and per node of its
  * chain (q->child is the queue of bs->child, in the same context).  Every
- * field is touched only in ctx's home thread.
+ * field is touched only in ctx's home thread, but for the two marked
+ * otherwise (read or written by other threads under bs->rmw_lock, on the
+ * rare slow path only).
  */
 struct BlockQueue {
     BlockNode *bs;
@@ -105,6 +115,12 @@ struct BlockQueue {
     void *opaque;                /* the driver's per-queue state */
     unsigned in_flight;          /* submitted through this queue (top only) */
     unsigned plugged;
+    /*
+     * Aligned writes in flight that took the lock-free path (io.c).
+     * Written only by the home thread; read by others under bs->rmw_lock.
+     */
+    atomic_uint fast_writes;
+    BlockQueue *node_next;       /* bs->queues, under bs->rmw_lock */
     /* Requests finished at submission, completed from one BH (io.c). */
     QEMUBH *deferred_bh;
     BlockRequest *deferred_head, *deferred_tail;

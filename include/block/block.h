@@ -148,6 +148,18 @@ void block_node_drain(BlockNode *bs);
 void block_node_io_plug(BlockNode *bs);
 void block_node_io_unplug(BlockNode *bs);
 
+/*
+ * How many write-like requests (WRITE, DISCARD, WRITE_ZEROES) on a node
+ * that needs alignment took the node's lock, and how many of those were
+ * misaligned writes (read-modify-write).  Any thread.
+ */
+typedef struct BlockWriteStats {
+    uint64_t locked_writes;
+    uint64_t rmw_writes;
+} BlockWriteStats;
+
+void block_node_get_write_stats(BlockNode *bs, BlockWriteStats *out);
+
 /* ------------------------------------------------------------------------ */
 /* Queues: one node used from several contexts                               */
 
@@ -156,8 +168,10 @@ void block_node_io_unplug(BlockNode *bs);
  * bs's own context: the requests complete in ctx's home thread, and the
  * queue has its own in-flight count and per-context driver state (engine
  * instance, BH), so queues in different IOThreads share no lock on the
- * data path.  (The one exception: on a node that needs alignment, write
- * requests take a per-node mutex for the read-modify-write serialisation.)
+ * data path.  (On a node that needs alignment, a misaligned write is a
+ * read-modify-write that must not overlap other writes: it, and the writes
+ * that arrive while it waits or runs, take a per-node mutex.  Aligned
+ * writes at other times do not.)
  *
  * block_queue_new() and block_queue_free() run in any thread from which
  * ctx's home thread can be reached with aio_run_sync() (the main thread,
