@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include "block/block.h"
 #include "daemon/export.h"
+#include "hw/virtio/virtqueue.h"
 #include "util/iothread.h"
 
 /* What every export has, whatever its type.  Main thread. */
@@ -46,6 +47,10 @@ typedef struct ExportDriver {
     void *(*parse)(Opts *opts, Error **errp);
     bool (*start)(Export *exp, void *state, Error **errp);
     void (*free)(void *state);
+    /* Statistics (main thread, after a successful start()): the number
+     * of queues, and queue i's since start (false if there is none). */
+    unsigned (*num_queues)(void *state);
+    bool (*get_queue_stats)(void *state, unsigned i, VirtQueueStats *out);
 } ExportDriver;
 
 extern const ExportDriver export_vhost_user_blk;

@@ -238,23 +238,32 @@ static bool export_lookup_iothread(GPtrArray *ids, IOThread **iot,
     return true;
 }
 
-/* "IOThread 'x'" or "the main loop", for messages. */
-static char *export_describe_ctx(AioContext *ctx, AioContext *main_ctx)
+/* The IOThread whose context is ctx, or NULL. */
+static IOThread *export_ctx_iothread(AioContext *ctx)
 {
-    g_autoptr(GPtrArray) list = NULL;
+    g_autoptr(GPtrArray) list = iothread_list();
 
-    if (ctx == main_ctx) {
-        return g_strdup("the main loop");
-    }
-    list = iothread_list();
     for (guint i = 0; i < list->len; i++) {
         IOThread *iot = g_ptr_array_index(list, i);
 
         if (iothread_get_aio_context(iot) == ctx) {
-            return g_strdup_printf("IOThread '%s'", iothread_get_id(iot));
+            return iot;
         }
     }
-    return g_strdup("another context");
+    return NULL;
+}
+
+/* "IOThread 'x'" or "the main loop", for messages. */
+static char *export_describe_ctx(AioContext *ctx, AioContext *main_ctx)
+{
+    IOThread *iot;
+
+    if (ctx == main_ctx) {
+        return g_strdup("the main loop");
+    }
+    iot = export_ctx_iothread(ctx);
+    return iot ? g_strdup_printf("IOThread '%s'", iothread_get_id(iot))
+               : g_strdup("another context");
 }
 
 /*
@@ -432,6 +441,49 @@ void export_delete(Export *exp)
     exp->drv->free(exp->state);
     export_release_node(exp);
     export_free(exp);
+}
+
+void export_foreach(void (*fn)(Export *exp, void *opaque), void *opaque)
+{
+    for (guint i = 0; exports && i < exports->len; i++) {
+        fn(g_ptr_array_index(exports, i), opaque);
+    }
+}
+
+const char *export_get_id(const Export *exp)
+{
+    return exp->id;
+}
+
+BlockNode *export_get_node(const Export *exp)
+{
+    return exp->bs;
+}
+
+unsigned export_get_num_queues(const Export *exp)
+{
+    return exp->drv->num_queues(exp->state);
+}
+
+bool export_get_queue_stats(Export *exp, unsigned i, ExportQueueStats *out)
+{
+    VirtQueueStats st;
+    IOThread *iot;
+
+    if (i >= export_get_num_queues(exp) ||
+        !exp->drv->get_queue_stats(exp->state, i, &st)) {
+        return false;
+    }
+    iot = export_ctx_iothread(exp->ctxs[i % exp->nctx]);
+    *out = (ExportQueueStats) {
+        .iothread = iot ? iothread_get_id(iot) : NULL,
+        .requests = st.requests,
+        .kicks = st.kicks,
+        .polled = st.polled,
+        .interrupts = st.interrupts,
+        .interrupts_suppressed = st.interrupts_suppressed,
+    };
+    return true;
 }
 
 void export_delete_all(void)

@@ -722,8 +722,36 @@ static void daemon_detach(Daemon *d)
 /* Signals                                                                   */
 
 /*
- * One line per IOThread on stderr with its loop counters (until the QMP
- * monitor's query-iothreads exists, this is how to read them).
+ * One line per export with its node's write counters, and one per queue:
+ *   spindle: export e0 stats: locked_writes=N rmw_writes=N
+ *   spindle: export e0 queue 0 stats: iothread=iot0 requests=N kicks=N ...
+ */
+static void daemon_print_export_stats(Export *exp, void *opaque)
+{
+    BlockWriteStats ws;
+
+    block_node_get_write_stats(export_get_node(exp), &ws);
+    error_report("export %s stats: locked_writes=%" PRIu64 " rmw_writes=%"
+                 PRIu64, export_get_id(exp), ws.locked_writes, ws.rmw_writes);
+    for (unsigned i = 0; i < export_get_num_queues(exp); i++) {
+        ExportQueueStats st;
+
+        if (export_get_queue_stats(exp, i, &st)) {
+            error_report("export %s queue %u stats: iothread=%s requests=%"
+                         PRIu64 " kicks=%" PRIu64 " polled=%" PRIu64
+                         " interrupts=%" PRIu64 " interrupts_suppressed=%"
+                         PRIu64, export_get_id(exp), i,
+                         st.iothread ? st.iothread : "main-loop", st.requests,
+                         st.kicks, st.polled, st.interrupts,
+                         st.interrupts_suppressed);
+        }
+    }
+}
+
+/*
+ * One line per IOThread on stderr with its loop counters, then the
+ * exports' (until the QMP monitor's query commands exist, this is how to
+ * read them).
  */
 static void daemon_print_iothread_stats(void)
 {
@@ -746,6 +774,7 @@ static void daemon_print_iothread_stats(void)
                      st.shrinks, st.dispatches, st.bhs, st.timers,
                      iothread_get_cpu_ns(iot));
     }
+    export_foreach(daemon_print_export_stats, NULL);
 }
 
 static void daemon_signal_read(void *opaque)

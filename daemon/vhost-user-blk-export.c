@@ -239,9 +239,26 @@ static bool vhost_user_blk_export_start(Export *exp, void *opaque,
     return true;
 }
 
+static unsigned vhost_user_blk_export_num_queues(void *opaque)
+{
+    VhostUserBlkExport *vexp = opaque;
+
+    return vexp->num_queues;
+}
+
+static bool vhost_user_blk_export_queue_stats(void *opaque, unsigned i,
+                                              VirtQueueStats *out)
+{
+    VhostUserBlkExport *vexp = opaque;
+
+    return vu_server_get_queue_stats(vexp->server, i, out);
+}
+
 const ExportDriver export_vhost_user_blk = {
     .type = "vhost-user-blk",
     .parse = vhost_user_blk_export_parse,
     .start = vhost_user_blk_export_start,
     .free = vhost_user_blk_export_free,
+    .num_queues = vhost_user_blk_export_num_queues,
+    .get_queue_stats = vhost_user_blk_export_queue_stats,
 };

@@ -184,9 +184,15 @@ if grep -E 'iothread .* stats: ' "$SCRATCH/daemon.log" >"$SCRATCH/stats.txt"; th
 else
     echo "$NAME printed no IOThread polling statistics at exit."
 fi
-if [[ -s $SCRATCH/daemon.log ]] && grep -vqE 'iothread .* stats: ' "$SCRATCH/daemon.log"; then
+# ... and one per export and per queue:
+#   spindle: export e0 queue 0 stats: iothread=iot0 requests=... kicks=... ...
+if grep -E 'export .* stats: ' "$SCRATCH/daemon.log" >"$SCRATCH/export-stats.txt"; then
+    echo "requests, kicks and interrupts per queue ($NAME's report at exit):"
+    sed 's/^/  /' "$SCRATCH/export-stats.txt"
+fi
+if [[ -s $SCRATCH/daemon.log ]] && grep -vqE '(iothread|export) .* stats: ' "$SCRATCH/daemon.log"; then
     echo "$NAME's other output:"
-    grep -vE 'iothread .* stats: ' "$SCRATCH/daemon.log" | sed 's/^/  /' | tail -20
+    grep -vE '(iothread|export) .* stats: ' "$SCRATCH/daemon.log" | sed 's/^/  /' | tail -20
 fi
 
 say "done in $(elapsed) s"

@@ -96,6 +96,7 @@ typedef struct VuQueue {
     bool enabled;             /* SET_VRING_ENABLE */
     bool start_failed;        /* don't retry until the set-up changes */
     uint16_t base;            /* next avail index while stopped */
+    VirtQueueStats past;      /* of the rings before vq (reset, reconnect) */
 } VuQueue;
 
 /* What a request handler did. */
@@ -389,6 +390,24 @@ static void vu_queues_update(VuServer *s)
     }
 }
 
+static void vu_stats_add(VirtQueueStats *acc, const VirtQueue *vq)
+{
+    VirtQueueStats st;
+
+    virtqueue_get_stats(vq, &st);
+    acc->kicks += st.kicks;
+    acc->polled += st.polled;
+    acc->interrupts += st.interrupts;
+    acc->interrupts_suppressed += st.interrupts_suppressed;
+    acc->requests += st.requests;
+}
+
+/* Keep the statistics of q->vq before it is replaced. */
+static void vu_queue_add_stats(VuQueue *q)
+{
+    vu_stats_add(&q->past, q->vq);
+}
+
 /* Stop every ring, then forget all ring state (fds, sizes, bases). */
 static void vu_queues_reset(VuServer *s)
 {
@@ -396,6 +415,7 @@ static void vu_queues_reset(VuServer *s)
         VuQueue *q = &s->queues[i];
 
         vu_queue_stop(s, q);
+        vu_queue_add_stats(q);
         virtqueue_free(q->vq);
         q->vq = virtqueue_new(i);
         q->enabled = false;
@@ -1239,4 +1259,15 @@ VirtQueue *vu_server_get_queue(VuServer *s, unsigned i)
 {
     g_assert(aio_context_in_home_thread(s->main_ctx));
     return i < s->num_queues ? s->queues[i].vq : NULL;
+}
+
+bool vu_server_get_queue_stats(VuServer *s, unsigned i, VirtQueueStats *out)
+{
+    g_assert(aio_context_in_home_thread(s->main_ctx));
+    if (i >= s->num_queues) {
+        return false;
+    }
+    *out = s->queues[i].past;
+    vu_stats_add(out, s->queues[i].vq);
+    return true;
 }

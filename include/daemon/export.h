@@ -6,6 +6,9 @@
 #ifndef SPINDLE_DAEMON_EXPORT_H
 #define SPINDLE_DAEMON_EXPORT_H
 
+#include <stdbool.h>
+#include <stdint.h>
+#include "block/block.h"
 #include "util/aio.h"
 #include "util/error.h"
 #include "util/opts.h"
@@ -39,5 +42,25 @@ void export_delete(Export *exp);
 
 /* Delete every export (at shutdown). */
 void export_delete_all(void);
+
+/* Call fn for every export, oldest first.  fn must not delete exports. */
+void export_foreach(void (*fn)(Export *exp, void *opaque), void *opaque);
+
+const char *export_get_id(const Export *exp);
+BlockNode *export_get_node(const Export *exp);   /* borrowed */
+unsigned export_get_num_queues(const Export *exp);
+
+/* One queue's counters since the export started, over every front-end. */
+typedef struct ExportQueueStats {
+    const char *iothread;        /* where the queue runs; NULL: main loop */
+    uint64_t requests;           /* requests taken from the ring */
+    uint64_t kicks;              /* notifications from the driver */
+    uint64_t polled;             /* times polling found requests */
+    uint64_t interrupts;         /* notifications sent to the driver */
+    uint64_t interrupts_suppressed;  /* ... not sent (EVENT_IDX, flags) */
+} ExportQueueStats;
+
+/* Queue i's statistics; false if there is no queue i. */
+bool export_get_queue_stats(Export *exp, unsigned i, ExportQueueStats *out);
 
 #endif

@@ -9,7 +9,8 @@ Both daemons take the same command line for a vhost-user-blk export
              addr.path=SOCK,writable=on,num-queues=N,iothread=iot0[,serial=S]
 
 `serial=` is Spindle's addition; qemu-storage-daemon 7.2 rejects it (its
-vhost-user-blk serial is fixed), so it is only passed to spindle.
+vhost-user-blk serial is fixed), so it is only passed to spindle.  So is a
+list of IOThreads (`iothread.0=a,iothread.1=b`: queue i runs in the i % n-th).
 
 A Daemon is ready when every export's socket is listening, which is read
 from /proc/net/unix, so readiness is checked without connecting (a
@@ -65,7 +66,8 @@ class Export:
     writable: bool = True
     serial: str = None
     logical_block_size: int = None
-    iothread: str = "iot0"
+    iothread: str = "iot0"       # or a list of ids (spindle only)
+    node_opts: str = ""          # more ",key=value" for --blockdev
 
 
 def export_args(exports, flavour, iothread_props=""):
@@ -78,26 +80,39 @@ def export_args(exports, flavour, iothread_props=""):
     args = []
     seen = []
     for exp in exports:
-        if exp.iothread and exp.iothread not in seen:
-            seen.append(exp.iothread)
-            args += ["--object", f"iothread,id={exp.iothread}{iothread_props}"]
+        for iot in _iothreads(exp):
+            if iot not in seen:
+                seen.append(iot)
+                args += ["--object", f"iothread,id={iot}{iothread_props}"]
     for i, exp in enumerate(exports):
         node = f"d{i}"
-        args += ["--blockdev", f"driver=file,node-name={node},filename={exp.image}"]
+        args += ["--blockdev", f"driver=file,node-name={node},"
+                               f"filename={exp.image}{exp.node_opts}"]
         opts = [
             "type=vhost-user-blk", f"id=e{i}", f"node-name={node}",
             "addr.type=unix", f"addr.path={exp.socket}",
             f"writable={'on' if exp.writable else 'off'}",
             f"num-queues={exp.num_queues}",
         ]
-        if exp.iothread:
-            opts.append(f"iothread={exp.iothread}")
+        iothreads = _iothreads(exp)
+        if len(iothreads) == 1:
+            opts.append(f"iothread={iothreads[0]}")
+        else:
+            opts += [f"iothread.{n}={iot}" for n, iot in enumerate(iothreads)]
         if exp.logical_block_size:
             opts.append(f"logical-block-size={exp.logical_block_size}")
         if exp.serial is not None and flavour == "spindle":
             opts.append(f"serial={exp.serial}")
         args += ["--export", ",".join(opts)]
     return args
+
+
+def _iothreads(exp):
+    if not exp.iothread:
+        return []
+    if isinstance(exp.iothread, str):
+        return [exp.iothread]
+    return list(exp.iothread)
 
 
 def listening_unix_paths():

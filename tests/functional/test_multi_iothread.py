@@ -2,9 +2,14 @@
 
 `iothread.0=a,iothread.1=b` with num-queues=4: queue i runs in IOThread
 i % 2, submitting to the shared node through a block-layer queue of its
-own.  spindle-vu-client's verify-run checks the data on every queue, and
-/proc/PID/task shows that both IOThreads did the work.
+own.  spindle-vu-client's verify-run checks the data on every queue,
+/proc/PID/task shows that both IOThreads did the work, and the statistics
+spindle prints at exit show each queue's requests in its IOThread.  With
+cache.direct=on (the node needs aligned I/O), the aligned writes took the
+node's read-modify-write lock not once.
 """
+import os
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -30,8 +35,29 @@ def thread_cpu_ticks(pid):
     return out
 
 
-@pytest.mark.parametrize("form", ["keyval", "json"])
-def test_queues_over_two_iothreads(binary, workdir, form):  # noqa: F811
+QUEUE_STATS = re.compile(
+    r"export e0 queue (\d+) stats: iothread=(\S+) requests=(\d+)")
+WRITE_STATS = re.compile(
+    r"export e0 stats: locked_writes=(\d+) rmw_writes=(\d+)")
+
+
+def o_direct_works(directory):
+    """Whether files in directory can be opened with O_DIRECT (not tmpfs)."""
+    probe = Path(directory) / "odirect-probe"
+    try:
+        fd = os.open(probe, os.O_CREAT | os.O_RDWR | os.O_DIRECT, 0o600)
+    except OSError:
+        return False
+    os.close(fd)
+    probe.unlink()
+    return True
+
+
+@pytest.mark.parametrize("form,cache", [("keyval", ""), ("json", ""),
+                                        ("keyval", ",cache.direct=on")])
+def test_queues_over_two_iothreads(binary, workdir, form, cache):  # noqa: F811
+    if cache and not o_direct_works(workdir):
+        pytest.skip(f"{workdir} does not support O_DIRECT (tmpfs?)")
     image = workdir / "disk.img"
     with open(image, "wb") as f:
         f.truncate(16 << 20)
@@ -49,7 +75,7 @@ def test_queues_over_two_iothreads(binary, workdir, form):  # noqa: F811
                   % (socket, NUM_QUEUES)]
     argv = [str(binary("spindle")),
             "--object", "iothread,id=iota", "--object", "iothread,id=iotb",
-            "--blockdev", f"driver=file,node-name=d0,filename={image}"
+            "--blockdev", f"driver=file,node-name=d0,filename={image}{cache}"
             ] + export
     log = open(workdir / "spindle.log", "wb")
     proc = subprocess.Popen(argv, stdout=log, stderr=log,
@@ -79,4 +105,15 @@ def test_queues_over_two_iothreads(binary, workdir, form):  # noqa: F811
         proc.terminate()
         proc.wait(timeout=10)
         log.close()
-    assert proc.returncode == 0, (workdir / "spindle.log").read_text()
+    text = (workdir / "spindle.log").read_text()
+    assert proc.returncode == 0, text
+    # Queue i ran in IOThread i % 2 and took at least its 3000 writes from
+    # its ring (and the reads that verified them).
+    queues = {int(m[1]): (m[2], int(m[3])) for m in QUEUE_STATS.finditer(text)}
+    assert sorted(queues) == list(range(NUM_QUEUES)), text
+    for i, (iothread, requests) in queues.items():
+        assert iothread == ("iota", "iotb")[i % 2], text
+        assert requests > 3000, text
+    writes = WRITE_STATS.search(text)
+    assert writes, text
+    assert (int(writes[1]), int(writes[2])) == (0, 0), text

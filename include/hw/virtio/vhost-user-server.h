@@ -100,4 +100,12 @@ bool vu_server_has_client(const VuServer *server);
  */
 VirtQueue *vu_server_get_queue(VuServer *server, unsigned i);
 
+/*
+ * Statistics of queue i since the server started, over every front-end
+ * and reset (the current ring's plus those before it).  False if there
+ * is no queue i.  Main thread.
+ */
+bool vu_server_get_queue_stats(VuServer *server, unsigned i,
+                               VirtQueueStats *out);
+
 #endif
