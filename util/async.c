@@ -25,6 +25,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 #include "aio-internal.h"
 #include "util/clock.h"
@@ -298,7 +299,7 @@ AioContext *aio_context_new(Error **errp)
         return NULL;
     }
     g_mutex_init(&ctx->handlers_lock);
-    ctx->home = pthread_self();
+    aio_context_set_home_thread(ctx);
     ctx->policy = &aio_poll_policy_adaptive;
     ctx->fdmon = &fdmon_epoll_ops;
     atomic_init(&ctx->poll_max_ns, AIO_POLL_MAX_NS_DEFAULT);
@@ -379,9 +380,22 @@ void aio_context_unref(AioContext *ctx)
     free(ctx);
 }
 
+/*
+ * An event loop thread wants its timers to fire on time: Linux's default
+ * timer slack (50 us) would let every timed wait (a timer, the end of a
+ * poll window's sleep) run up to 50 us late, which at storage speeds is
+ * the whole request.  The slack is per thread, and threads this one
+ * creates inherit it.
+ */
+static void aio_thread_set_timer_slack(void)
+{
+    prctl(PR_SET_TIMERSLACK, 1, 0, 0, 0);
+}
+
 void aio_context_set_home_thread(AioContext *ctx)
 {
     ctx->home = pthread_self();
+    aio_thread_set_timer_slack();
 }
 
 bool aio_context_in_home_thread(AioContext *ctx)

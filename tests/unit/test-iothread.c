@@ -18,6 +18,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 #include <sys/sysinfo.h>
 #include <sys/syscall.h>
@@ -373,6 +374,29 @@ static void test_thread_name(void)
     check_thread_name("iot0", "iot-iot0");
     /* 15 characters at most. */
     check_thread_name("abcdefghijklmnopq", "iot-abcdefghijk");
+}
+
+/*
+ * An IOThread's timers fire on time: its timer slack is 1 ns, not the
+ * 50 us it would inherit from a creator with the default slack.
+ */
+static void test_timer_slack(void)
+{
+    IOThread *iot;
+    g_autofree char *path = NULL;
+    g_autofree char *text = NULL;
+
+    g_assert_cmpint(prctl(PR_SET_TIMERSLACK, 50000, 0, 0, 0), ==, 0);
+    iot = iot_new("slack", NULL);
+    path = g_strdup_printf("/proc/%d/timerslack_ns",
+                           (int)iothread_get_thread_id(iot));
+    if (!g_file_get_contents(path, &text, NULL, NULL)) {
+        g_test_skip("no /proc/TID/timerslack_ns (Linux < 4.6)");
+    } else {
+        g_assert_cmpstr(g_strstrip(text), ==, "1");
+    }
+    iothread_destroy(iot);
+    prctl(PR_SET_TIMERSLACK, 0, 0, 0, 0);    /* back to the default */
 }
 
 static void test_bh_runs_in_iothread(void)
@@ -1157,6 +1181,7 @@ static const TestCase tests[] = {
     { "/iothread/create-from-string", test_create_from_string },
     { "/iothread/create-errors", test_create_errors },
     { "/iothread/thread-name", test_thread_name },
+    { "/iothread/timer-slack", test_timer_slack },
     { "/iothread/bh-runs-in-iothread", test_bh_runs_in_iothread },
     { "/iothread/destroy-runs-pending-bhs", test_destroy_runs_pending_bhs },
     { "/iothread/properties/defaults-and-readback", test_properties_defaults },
