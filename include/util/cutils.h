@@ -36,6 +36,31 @@ static inline int64_t mul_sat_int64(int64_t a, int64_t b)
     return r;
 }
 
+/*
+ * splitmix64: step x by the golden ratio and mix the bits.  A good hash of
+ * one 64-bit value, and the usual way to turn a small seed into a PRNG
+ * state.
+ */
+static inline uint64_t splitmix64(uint64_t x)
+{
+    x += UINT64_C(0x9e3779b97f4a7c15);
+    x = (x ^ (x >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+    x = (x ^ (x >> 27)) * UINT64_C(0x94d049bb133111eb);
+    return x ^ (x >> 31);
+}
+
+/* xorshift64*: a fast PRNG for workloads.  *state must not be 0. */
+static inline uint64_t xorshift64star(uint64_t *state)
+{
+    uint64_t x = *state;
+
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    *state = x;
+    return x * UINT64_C(0x2545f4914f6cdd1d);
+}
+
 /* a + b for non-negative b, saturating at INT64_MAX. */
 static inline int64_t add_sat_int64(int64_t a, int64_t b)
 {

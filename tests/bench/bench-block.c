@@ -340,13 +340,7 @@ typedef struct ClientRun {
 /* xorshift64*: cheap, and the same sequence in every cell. */
 static uint64_t rng_next(uint64_t *state)
 {
-    uint64_t x = *state;
-
-    x ^= x >> 12;
-    x ^= x << 25;
-    x ^= x >> 27;
-    *state = x;
-    return x * 0x2545F4914F6CDD1DULL;
+    return xorshift64star(state);
 }
 
 static int64_t process_cpu_ns(void)

@@ -373,6 +373,17 @@ int vufq_wait(VufQueue *q, int64_t timeout_ns);
  */
 uint64_t vufq_collect_interrupts(VufQueue *q);
 
+/*
+ * The call eventfd of the current session, or -1 when the queue is not set
+ * up.  For a caller that must block on it with a finer timeout than
+ * vufq_wait()'s milliseconds, or together with other fds: arm and re-check
+ * first with vufq_wait(q, 0) in interrupt mode (it returns 0 if a used
+ * element is ready, -ETIMEDOUT otherwise), block until the fd is readable,
+ * then count the signal with vufq_collect_interrupts().  The fd stays the
+ * queue's: do not read or close it.  The queue's thread.
+ */
+int vufq_call_fd(const VufQueue *q);
+
 /* Copy the counters (any thread). */
 void vufq_get_stats(const VufQueue *q, VufQueueStats *out);
 /* Zero the counters (the queue's thread). */

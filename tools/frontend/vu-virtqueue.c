@@ -57,6 +57,7 @@
 
 #include <glib.h>
 
+#include "util/clock.h"
 #include "util/trace.h"
 #include "vu-frontend-int.h"
 
@@ -66,15 +67,6 @@
 /* In poll mode with EVENT_IDX, how far last_used may run ahead of the
  * used_event we stored before we move used_event up again. */
 #define USED_EVENT_REFRESH      0x4000
-
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __asm__ volatile("pause");
-#elif defined(__aarch64__)
-    __asm__ volatile("yield");
-#endif
-}
 
 static int64_t now_ns(void)
 {
@@ -265,6 +257,11 @@ unsigned vufq_max_segs(const VufQueue *q, unsigned flags)
 bool vufq_broken(const VufQueue *q)
 {
     return q->broken;
+}
+
+int vufq_call_fd(const VufQueue *q)
+{
+    return q->ready ? q->call_fd : -1;
 }
 
 VRingDesc *vufq_desc_table(VufQueue *q)
