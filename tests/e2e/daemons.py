@@ -68,6 +68,8 @@ class Export:
     logical_block_size: int = None
     iothread: str = "iot0"       # or a list of ids (spindle only)
     node_opts: str = ""          # more ",key=value" for --blockdev
+    blockdev: str = None         # instead of the file node, e.g.
+                                 # "driver=null-co,size=1G" (image unused)
 
 
 def export_args(exports, flavour, iothread_props=""):
@@ -86,8 +88,11 @@ def export_args(exports, flavour, iothread_props=""):
                 args += ["--object", f"iothread,id={iot}{iothread_props}"]
     for i, exp in enumerate(exports):
         node = f"d{i}"
-        args += ["--blockdev", f"driver=file,node-name={node},"
-                               f"filename={exp.image}{exp.node_opts}"]
+        if exp.blockdev:
+            args += ["--blockdev", f"{exp.blockdev},node-name={node}"]
+        else:
+            args += ["--blockdev", f"driver=file,node-name={node},"
+                                   f"filename={exp.image}{exp.node_opts}"]
         opts = [
             "type=vhost-user-blk", f"id=e{i}", f"node-name={node}",
             "addr.type=unix", f"addr.path={exp.socket}",

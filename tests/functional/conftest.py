@@ -27,6 +27,8 @@ BINARY_DIRS = (
     ".",
     "daemon",
     "tools",
+    "tools/frontend",
+    "tools/bench",
     "tests/unit",
     "tests/bench",
 )

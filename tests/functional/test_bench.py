@@ -1,0 +1,282 @@
+"""spindle-bench (tools/bench, docs/bench.md) against a running spindle.
+
+Short runs (a fraction of a second each) check that the benchmark does
+what it claims, not how fast anything is: both completion modes, closed
+and open loop, several pinned queues, counts that add up in the JSON
+report (IOPS x runtime = I/Os, reads + writes = I/Os), the kick and
+interrupt accounting, the back-end CPU sampling, and that --verify catches
+bad data: writes a null-co node drops (reads come back as zeroes), and a
+byte changed in the image file behind the daemon's back.  Bad input gives
+one clear line and exit status 2.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from test_frontend import workdir  # noqa: F401
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests" / "e2e"))
+
+import daemons  # noqa: E402
+
+BENCH = "tools/bench/spindle-bench"
+IMAGE_SIZE = 64 << 20
+RUN_TIMEOUT_S = 60
+
+
+@pytest.fixture
+def bench(binary):
+    return binary(BENCH)
+
+
+def start_spindle(binary, workdir, blockdev=None, queues=2, image=None):
+    """A spindle with one export (a file, or `blockdev`); returns the Daemon."""
+    if image is None and blockdev is None:
+        image = workdir / "disk.img"
+        with open(image, "wb") as f:
+            f.truncate(IMAGE_SIZE)
+    exp = daemons.Export(str(image) if image else "", str(workdir / "vu.sock"),
+                         num_queues=queues, blockdev=blockdev)
+    d = daemons.Daemon(binary("spindle"), [exp], "spindle", workdir)
+    d.start()
+    return d
+
+
+def run_bench(bench, socket, *args, expect=0):
+    argv = [str(bench), f"--socket={socket}", *[str(a) for a in args]]
+    proc = subprocess.run(argv, capture_output=True, text=True,
+                          timeout=RUN_TIMEOUT_S)
+    assert proc.returncode == expect, (
+        f"{' '.join(argv)}\nexit {proc.returncode}\nstdout:\n{proc.stdout}\n"
+        f"stderr:\n{proc.stderr}")
+    return proc
+
+
+def run_json(bench, socket, *args, expect=0):
+    proc = run_bench(bench, socket, "--json", *args, expect=expect)
+    return json.loads(proc.stdout), proc
+
+
+def check_consistent(r):
+    """The counts of one JSON report agree with each other."""
+    assert r["ios"] > 0
+    assert r["reads"] + r["writes"] == r["ios"]
+    assert r["runtime_s"] > 0
+    assert r["iops"] == pytest.approx(r["ios"] / r["runtime_s"], rel=1e-9)
+    assert r["bytes"] == r["ios"] * r["bs"]
+    assert r["bw_mib_s"] == pytest.approx(r["bytes"] / r["runtime_s"] / 2**20,
+                                          rel=1e-6)
+    lat = r["lat_ns"]
+    assert 0 < lat["min"] <= lat["p50"] <= lat["p90"] <= lat["p99"] \
+        <= lat["p999"] <= lat["max"]
+    assert lat["min"] <= lat["mean"] <= lat["max"]
+    cdf = r["lat_cdf"]
+    assert 1 <= len(cdf) <= 100
+    assert cdf[-1] == [pytest.approx(lat["max"]), 1.0]
+    assert all(a[0] < b[0] and a[1] <= b[1] for a, b in zip(cdf, cdf[1:]))
+    assert r["kicks_per_io"] == pytest.approx(r["kicks"] / r["ios"])
+    assert r["interrupts_per_io"] == pytest.approx(r["interrupts"] / r["ios"])
+    assert sum(q["ios"] for q in r["per_queue"]) == r["ios"]
+    assert len(r["per_queue"]) == r["queues"]
+    assert r["errors"] == 0 and r["first_error"] is None
+
+
+@pytest.mark.parametrize("completion", ["poll", "interrupt"])
+def test_closed_loop_both_completion_modes(binary, bench, workdir, completion):
+    d = start_spindle(binary, workdir)
+    try:
+        r, _ = run_json(bench, d.exports[0].socket, "--rw=randread",
+                        "--iodepth=4", "--runtime=0.3",
+                        f"--completion={completion}",
+                        f"--backend-pid={d.pid}")
+    finally:
+        assert d.stop() == 0
+    check_consistent(r)
+    assert r["completion"] == completion and r["iodepth"] == 4
+    assert r["rw"] == "randread" and r["writes"] == 0
+    if completion == "poll":
+        # The bench asked for no interrupts and spun on the used ring.
+        assert r["interrupts_per_io"] < 0.05, r
+    else:
+        # It blocked on the call eventfd: interrupts came, fewer than I/Os
+        # at most by batching, never more than one per I/O plus spurious.
+        assert 0 < r["interrupts"] <= r["ios"] + r["queues"], r
+    # The back-end's CPU was sampled over the window.
+    assert r["backend_pid"] == d.pid
+    assert r["backend_cpu_s"] is not None and r["backend_cpu_s"] >= 0
+    assert r["backend_cpu_us_per_io"] is not None
+    assert r["backend_cpu_us_per_io"] > 0
+
+
+def test_count_stops_each_queue(binary, bench, workdir):
+    d = start_spindle(binary, workdir, queues=2)
+    try:
+        r, _ = run_json(bench, d.exports[0].socket, "--queues=2",
+                        "--count=500", "--rw=randwrite", "--iodepth=8")
+    finally:
+        d.stop()
+    check_consistent(r)
+    assert r["ios"] == 1000 and r["writes"] == 1000
+    assert [q["ios"] for q in r["per_queue"]] == [500, 500]
+
+
+def test_multi_queue_pinned(binary, bench, workdir):
+    cpus = sorted(os.sched_getaffinity(0))[:2]
+    d = start_spindle(binary, workdir, queues=2)
+    try:
+        r, _ = run_json(bench, d.exports[0].socket, "--queues=2",
+                        f"--cpus={','.join(map(str, cpus))}",
+                        "--rw=randrw", "--rwmixread=70", "--iodepth=4",
+                        "--runtime=0.3")
+    finally:
+        d.stop()
+    check_consistent(r)
+    assert r["queues"] == 2
+    assert [q["queue"] for q in r["per_queue"]] == [0, 1]
+    # Thread i is pinned to the (i mod n)-th CPU of the list.
+    assert [q["cpu"] for q in r["per_queue"]] == [cpus[0], cpus[1 % len(cpus)]]
+    assert all(q["ios"] > 0 for q in r["per_queue"])
+    # A 70% read mix, give or take what a third of a second allows.
+    assert 0.5 < r["reads"] / r["ios"] < 0.9, r
+
+
+def test_open_loop_rate(binary, bench, workdir):
+    d = start_spindle(binary, workdir, blockdev="driver=null-co,size=1G")
+    try:
+        r, _ = run_json(bench, d.exports[0].socket, "--rate=2000",
+                        "--runtime=0.5", "--ramp=0.1")
+    finally:
+        d.stop()
+    check_consistent(r)
+    assert r["rate_iops"] == 2000
+    # Poisson arrivals at 2000/s for 0.5 s: about 1000 I/Os (well within
+    # +-30%; a standard deviation is about 32).
+    assert 700 < r["ios"] < 1300, r
+    assert r["iops"] == pytest.approx(2000, rel=0.3)
+
+
+def test_verify_passes_on_a_good_disk(binary, bench, workdir):
+    d = start_spindle(binary, workdir)
+    try:
+        r, _ = run_json(bench, d.exports[0].socket, "--verify", "--rw=randrw",
+                        "--queues=2", "--iodepth=8", "--size=4M",
+                        "--count=3000")
+    finally:
+        d.stop()
+    check_consistent(r)
+    v = r["verify"]
+    assert v["enabled"] is True
+    assert v["mismatches"] == 0 and v["first_mismatch"] is None
+    # Reads of blocks written in the run were checked, 8 sectors each.
+    assert v["sectors_checked"] >= 8 * r["reads"] // 2 > 0
+
+
+def test_verify_catches_lost_writes(binary, bench, workdir):
+    """null-co drops every write and reads back zeroes: a written block
+    that reads back without its header is a lost write."""
+    d = start_spindle(binary, workdir,
+                      blockdev="driver=null-co,size=64M,read-zeroes=on")
+    try:
+        r, proc = run_json(bench, d.exports[0].socket, "--verify",
+                           "--rw=randrw", "--size=1M", "--count=2000",
+                           expect=1)
+    finally:
+        d.stop()
+    v = r["verify"]
+    assert v["mismatches"] > 0
+    first = v["first_mismatch"]
+    assert first["problem"] == "no header"
+    assert first["offset"] % 512 == 0 and first["offset"] < 1 << 20
+    assert first["expected_gen"] >= 1
+    assert "verify" in proc.stderr and "no header" in proc.stderr
+
+
+def test_verify_catches_a_changed_byte_in_the_image(binary, bench, workdir):
+    """Write the region, change one byte of the image behind the daemon's
+    back, read it all back: the checksum names the sector."""
+    image = workdir / "disk.img"
+    with open(image, "wb") as f:
+        f.truncate(IMAGE_SIZE)
+    d = start_spindle(binary, workdir, image=image)
+    try:
+        sock = d.exports[0].socket
+        r, _ = run_json(bench, sock, "--verify", "--rw=write", "--size=2M",
+                        "--bs=64k", "--count=32")
+        assert r["verify"]["mismatches"] == 0
+        # The whole region was written (sequentially, once) and read back.
+        assert r["writes"] == 32
+        bad = (1 << 20) + 4096 + 100         # inside sector 2056's payload
+        with open(image, "r+b") as f:
+            f.seek(bad)
+            old = f.read(1)
+            f.seek(bad)
+            f.write(bytes([old[0] ^ 0x40]))
+        r, proc = run_json(bench, sock, "--verify", "--rw=read",
+                           "--size=2M", "--bs=64k", "--count=32", expect=1)
+    finally:
+        d.stop()
+    v = r["verify"]
+    assert v["mismatches"] == 1, v
+    assert v["first_mismatch"]["offset"] == bad // 512 * 512
+    assert v["first_mismatch"]["problem"] == "bad checksum"
+    assert str(bad // 512 * 512) in proc.stderr
+
+
+def test_human_report(binary, bench, workdir):
+    d = start_spindle(binary, workdir, blockdev="driver=null-co,size=1G")
+    try:
+        proc = run_bench(bench, d.exports[0].socket, "--runtime=0.2")
+    finally:
+        d.stop()
+    for word in ("iops=", "p50=", "p99.9=", "kicks/io=", "interrupts/io="):
+        assert word in proc.stdout, proc.stdout
+
+
+def test_unreachable_socket(bench, workdir):
+    proc = run_bench(bench, workdir / "nothing.sock", "--runtime=0.1",
+                     expect=2)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("spindle-bench: "), lines
+    assert "nothing.sock" in lines[0]
+
+
+def test_size_beyond_the_disk(binary, bench, workdir):
+    d = start_spindle(binary, workdir, blockdev="driver=null-co,size=16M")
+    try:
+        proc = run_bench(bench, d.exports[0].socket, "--size=32M",
+                         "--runtime=0.1", expect=2)
+    finally:
+        d.stop()
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--size" in lines[0], lines
+
+
+def test_feature_the_back_end_does_not_offer(binary, bench, workdir):
+    d = start_spindle(binary, workdir, blockdev="driver=null-co,size=16M")
+    try:
+        proc = run_bench(bench, d.exports[0].socket, "--require=ring-packed",
+                         "--runtime=0.1", expect=2)
+        # The daemon is fine after a front-end gave up on it.
+        r, _ = run_json(bench, d.exports[0].socket, "--runtime=0.1")
+    finally:
+        assert d.stop() == 0
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "does not offer" in lines[0], lines
+    check_consistent(r)
+
+
+def test_more_queues_than_the_export_has(binary, bench, workdir):
+    d = start_spindle(binary, workdir, blockdev="driver=null-co,size=16M",
+                      queues=1)
+    try:
+        proc = run_bench(bench, d.exports[0].socket, "--queues=4",
+                         "--runtime=0.1", expect=2)
+    finally:
+        d.stop()
+    assert "queues" in proc.stderr and len(proc.stderr.splitlines()) == 1

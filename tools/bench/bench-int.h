@@ -1,0 +1,228 @@
+/*
+ * spindle-bench: what bench-main.c, bench-opts.c and bench-report.c share.
+ *
+ * Private to the spindle-bench executable; bench.h stays the contract of
+ * the histogram, --verify and CPU modules, which the unit tests link too.
+ * bench-opts.c turns the command line into a BenchOpts; bench-main.c
+ * connects, runs one thread per BenchQueue and leaves each queue's results
+ * in it; bench-report.c merges those into a Summary and prints it.
+ */
+#ifndef SPINDLE_TOOLS_BENCH_INT_H
+#define SPINDLE_TOOLS_BENCH_INT_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <glib.h>
+
+#include "bench.h"
+#include "vu-frontend.h"
+
+#define SECTOR              VIRTIO_BLK_SECTOR_SIZE
+#define NS_PER_S            1000000000ull
+/* No completion for this long with requests in flight: the back-end is
+ * stuck, give up on the queue rather than hang. */
+#define STALL_NS            (30 * NS_PER_S)
+#define CACHELINE           64
+
+/* ------------------------------------------------------------------------ */
+/* Options (bench-opts.c)                                                    */
+
+/* The --rw modes. */
+typedef enum BenchRw {
+    RW_RANDREAD,
+    RW_RANDWRITE,
+    RW_READ,
+    RW_WRITE,
+    RW_RANDRW,
+} BenchRw;
+
+/* The --rw names, indexed by BenchRw. */
+extern const char *const rw_names[];
+
+/* Does the mode read at all (randrw does both)? */
+static inline bool rw_reads(BenchRw rw)
+{
+    return rw == RW_RANDREAD || rw == RW_READ || rw == RW_RANDRW;
+}
+
+/*
+ * The command line, converted and checked.  Read-only once the threads
+ * run; before that, bench_geometry() fills in the default --size.
+ */
+typedef struct BenchOpts {
+    char *socket;
+    unsigned queues;
+    int *cpus;                  /* NULL: threads are not pinned */
+    unsigned ncpus;
+    BenchRw rw;
+    unsigned rwmixread;         /* percent of reads with randrw */
+    uint64_t bs;
+    unsigned iodepth;           /* 0: the default of the loop model */
+    double rate;                /* arrivals per second per queue; 0 closed */
+    bool have_deadline;
+    double runtime;
+    uint64_t count;             /* per queue; 0: no limit */
+    double ramp;
+    bool have_size;
+    uint64_t size;
+    uint64_t offset;
+    VufCompletion completion;
+    bool verify;
+    int backend_pid;            /* 0: none */
+    bool json;
+    unsigned queue_size;
+    bool no_event_idx;
+    bool no_indirect;
+    uint64_t required;          /* feature bits --require names */
+    uint64_t seed;
+    int connect_timeout_ms;
+} BenchOpts;
+
+/*
+ * Parse and check argv into *o, which holds the defaults on entry; main
+ * thread, before anything else (--help prints the usage and exits here).
+ * Returns true, or false with errp set to a one-line message that names
+ * the option (or the stray argument).  Either way *o may own memory:
+ * release it with bench_opts_free().
+ */
+bool bench_parse_command_line(int argc, char **argv, BenchOpts *o,
+                              Error **errp);
+
+/* Free what *o owns (not o itself). */
+void bench_opts_free(BenchOpts *o);
+
+/* ------------------------------------------------------------------------ */
+/* The run (bench-main.c)                                                    */
+
+/* One request and what it was for (bench-main.c's alone). */
+typedef struct Slot Slot;
+
+typedef struct Bench Bench;
+
+/*
+ * One queue and the thread that drives it.  While the thread runs it is
+ * the only one to touch its BenchQueue; the results are read by the main
+ * thread after join.
+ */
+typedef struct BenchQueue {
+    Bench *b;
+    unsigned index;
+    int cpu;                    /* -1: not pinned */
+    VufQueue *q;
+    uint64_t base;              /* first byte of the slice */
+    uint64_t nchunks;
+    Slot *slots;
+    Slot **ready;               /* harvest batch, depth entries */
+    unsigned *free_slots;
+    unsigned nfree;
+    uint64_t rng;
+    uint64_t seq_next;          /* sequential modes: next chunk */
+    uint32_t *gen;              /* --verify: last generation per chunk */
+    uint8_t *busy;              /* --verify: a request is on the chunk */
+    uint64_t next_arrival;      /* open loop: scheduled time, ns */
+    uint64_t full_until;        /* open loop: when the last backlog ended */
+    uint64_t last_progress;     /* last completion (stall detection) */
+    uint64_t next_hangup_check;
+    uint64_t wake_margin;       /* open loop, interrupt mode: see */
+    uint64_t wake_late_avg;     /* wait_interrupt_until() */
+    uint64_t started;           /* measured I/Os submitted (--count) */
+    uint64_t completed;         /* measured I/Os completed (--count) */
+    uint64_t cpu_start;
+    bool measuring;             /* the window has begun here */
+    bool closed;                /* ... and ended */
+    pthread_t thread;
+
+    /* Results, read by the main thread after join. */
+    LatHist *hist;
+    uint64_t ios, reads, writes, errors, backlogged;
+    LatHist *lag_hist;          /* open loop: submission - arrival, ns */
+    uint64_t win_end;           /* valid when measuring */
+    uint64_t cpu_ns;
+    VufQueueStats stats;
+    bool have_error;
+    bool error_write;
+    uint64_t error_offset;
+    int error_status;
+    uint64_t sectors_checked, bad_sectors;
+    bool have_mismatch;
+    VerifyMismatch mismatch;
+    int fail;                   /* errno that stopped the thread, or 0 */
+    unsigned fail_in_flight;
+    /* The queues sit in one array: keep each one's last fields off the
+     * cache line where the next one's first fields are. */
+    char pad[CACHELINE];
+} BenchQueue;
+
+/* The whole run: the session, the queues, and the start gate and window
+ * times that the queue threads share. */
+struct Bench {
+    const BenchOpts *o;
+    VuFrontend *fe;
+    unsigned nq;
+    unsigned depth;             /* requests per queue */
+    unsigned add_flags;         /* VUFQ_ADD_INDIRECT or 0 */
+    uint64_t slice;             /* bytes per queue */
+    uint64_t rate_mean_ns;      /* open loop: mean inter-arrival, 0 closed */
+    BenchQueue *queues;
+
+    pthread_mutex_t lock;
+    /* The start gate: threads wait until go is 1 (run) or -1 (give up).
+     * t0, win_start and deadline are written before go under the lock,
+     * and only read after. */
+    pthread_cond_t start;
+    int go;
+    uint64_t t0, win_start, deadline;
+    /* Threads whose window has ended; the main thread waits for all. */
+    pthread_cond_t cond;
+    unsigned closed;
+};
+
+/* The back-end's CPU snapshots at the window's edges; NULL when not taken
+ * (no --backend-pid, a failure, a stop request). */
+typedef struct CpuWindow {
+    CpuSnapshot *start;
+    CpuSnapshot *end;
+} CpuWindow;
+
+/* ------------------------------------------------------------------------ */
+/* Results (bench-report.c)                                                  */
+
+/* The queues' results merged.  mismatch_q and error_q point into the
+ * Bench's queues, so a Summary is only good while its Bench is. */
+typedef struct Summary {
+    double runtime_s;
+    uint64_t ios, reads, writes, errors, bytes, backlogged;
+    uint64_t arrivals;              /* open loop */
+    LatHist *lag_hist;
+    uint64_t kicks, kicks_avoided, interrupts;
+    uint64_t sectors_checked, bad_sectors;
+    const BenchQueue *mismatch_q;   /* the first queue with a mismatch */
+    const BenchQueue *error_q;      /* the first queue with an I/O error */
+    double bench_cpu_s;
+    bool have_backend;
+    CpuDelta backend;
+    LatHist *hist;
+    GPtrArray *failures;            /* one-line messages (char *) */
+} Summary;
+
+/*
+ * Merge the queues' results into *s (zeroed by the caller) and put in
+ * s->failures one line per thing that went wrong (a queue that stopped
+ * early, I/O errors, verify mismatches).  Main thread, after every queue
+ * thread has been joined.  Free with bench_summary_free().
+ */
+void bench_summarize(const Bench *b, const CpuWindow *cpu, Summary *s);
+
+/* Free what bench_summarize() allocated in *s (not s itself). */
+void bench_summary_free(Summary *s);
+
+/* Print the report for a person on stdout. */
+void bench_print_text(const Bench *b, const Summary *s);
+
+/* Print the report as one JSON object on stdout; status is the exit
+ * status main() returns, reported as "ok" and "exit_status". */
+void bench_print_json(const Bench *b, const Summary *s, int status);
+
+#endif

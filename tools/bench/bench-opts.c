@@ -1,0 +1,464 @@
+/*
+ * spindle-bench: the command line (docs/bench.md lists the options).
+ *
+ * GOption reads every option as a string into a RawOpts; convert_opts()
+ * then converts and checks each one into the BenchOpts that the rest of
+ * the tool reads, so that every message names the option, says what it
+ * accepts and shows what was given.  Sizes take k, M and G suffixes
+ * (powers of 1024).  What the command line alone decides is checked here
+ * (and --cpus against our affinity mask); what depends on the back-end
+ * (the region against the disk, --bs against the negotiated limits,
+ * --iodepth against the queue), and whether the --backend-pid process
+ * exists, bench-main.c checks.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <sched.h>
+#include <string.h>
+
+#include <glib.h>
+
+#include "bench-int.h"
+
+#define BS_MAX              (1ull << 30)
+
+const char *const rw_names[] = {
+    [RW_RANDREAD] = "randread",
+    [RW_RANDWRITE] = "randwrite",
+    [RW_READ] = "read",
+    [RW_WRITE] = "write",
+    [RW_RANDRW] = "randrw",
+};
+
+typedef struct RawOpts {
+    char *socket, *queues, *cpus, *rw, *rwmixread, *bs, *iodepth, *rate;
+    char *runtime, *count, *ramp, *size, *offset, *completion;
+    char *backend_pid, *queue_size, *require, *seed, *connect_timeout;
+    gboolean verify, json, no_event_idx, no_indirect;
+} RawOpts;
+
+static void raw_opts_free(RawOpts *r)
+{
+    char **strs[] = {
+        &r->socket, &r->queues, &r->cpus, &r->rw, &r->rwmixread, &r->bs,
+        &r->iodepth, &r->rate, &r->runtime, &r->count, &r->ramp, &r->size,
+        &r->offset, &r->completion, &r->backend_pid, &r->queue_size,
+        &r->require, &r->seed, &r->connect_timeout,
+    };
+    size_t i;
+
+    for (i = 0; i < G_N_ELEMENTS(strs); i++) {
+        g_free(*strs[i]);
+        *strs[i] = NULL;
+    }
+}
+
+/* A byte count: decimal, optional suffix k/K, m/M, g/G (powers of 1024). */
+static bool parse_size(const char *what, const char *str, uint64_t *out,
+                       Error **errp)
+{
+    uint64_t v, mult = 1;
+    char *end;
+
+    errno = 0;
+    if (!*str || !g_ascii_isdigit(*str)) {
+        goto bad;
+    }
+    v = g_ascii_strtoull(str, &end, 10);
+    if (errno || end == str) {
+        goto bad;
+    }
+    switch (*end) {
+    case '\0':
+        break;
+    case 'k': case 'K':
+        mult = 1ull << 10;
+        end++;
+        break;
+    case 'm': case 'M':
+        mult = 1ull << 20;
+        end++;
+        break;
+    case 'g': case 'G':
+        mult = 1ull << 30;
+        end++;
+        break;
+    default:
+        goto bad;
+    }
+    if (*end || __builtin_mul_overflow(v, mult, out)) {
+        goto bad;
+    }
+    return true;
+bad:
+    error_setg(errp, "%s: expected a byte count such as 4096, 64k or 1G, "
+               "got '%s'", what, str);
+    return false;
+}
+
+static bool parse_uint(const char *what, const char *str, uint64_t min,
+                       uint64_t max, uint64_t *out, Error **errp)
+{
+    uint64_t v;
+    char *end;
+
+    errno = 0;
+    if (!*str || !g_ascii_isdigit(*str)) {
+        goto bad;
+    }
+    v = g_ascii_strtoull(str, &end, 10);
+    if (errno || *end || v < min || v > max) {
+        goto bad;
+    }
+    *out = v;
+    return true;
+bad:
+    error_setg(errp, "%s: expected an integer from %" PRIu64 " to %" PRIu64
+               ", got '%s'", what, min, max, str);
+    return false;
+}
+
+/* A non-negative number of seconds (or IOPS) up to max. */
+static bool parse_float(const char *what, const char *str, double max,
+                        double *out, Error **errp)
+{
+    char *end;
+    double v = g_ascii_strtod(str, &end);
+
+    if (end == str || *end || !(v >= 0) || v > max) {
+        error_setg(errp, "%s: expected a number from 0 to %g, got '%s'",
+                   what, max, str);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+/* "0-3,8" -> the CPUs in the order given, each checked against our
+ * affinity mask (pinning to a CPU we may not use would fail later). */
+static bool parse_cpus(const char *str, BenchOpts *o, Error **errp)
+{
+    g_auto(GStrv) parts = g_strsplit(str, ",", -1);
+    g_autoptr(GArray) cpus = g_array_new(FALSE, FALSE, sizeof(int));
+    cpu_set_t allowed;
+    char **p;
+    guint i;
+
+    if (sched_getaffinity(0, sizeof(allowed), &allowed) < 0) {
+        error_setg_errno(errp, errno, "--cpus: cannot read this process's "
+                         "CPU affinity");
+        return false;
+    }
+    for (p = parts; *p; p++) {
+        uint64_t lo, hi, c;
+        char *dash = strchr(*p, '-');
+
+        if (dash) {
+            *dash = '\0';
+        }
+        if (!parse_uint("--cpus", *p, 0, CPU_SETSIZE - 1, &lo, NULL) ||
+            !parse_uint("--cpus", dash ? dash + 1 : *p, lo, CPU_SETSIZE - 1,
+                        &hi, NULL)) {
+            error_setg(errp, "--cpus: expected CPU numbers and ranges such "
+                       "as 0,2 or 0-3, got '%s'", str);
+            return false;
+        }
+        for (c = lo; c <= hi; c++) {
+            int cpu = c;
+
+            g_array_append_val(cpus, cpu);
+        }
+    }
+    for (i = 0; i < cpus->len; i++) {
+        int cpu = g_array_index(cpus, int, i);
+
+        if (!CPU_ISSET(cpu, &allowed)) {
+            g_autoptr(GString) list = g_string_new(NULL);
+            int c;
+
+            for (c = 0; c < CPU_SETSIZE; c++) {
+                if (CPU_ISSET(c, &allowed)) {
+                    g_string_append_printf(list, "%s%d", list->len ? "," : "",
+                                           c);
+                }
+            }
+            error_setg(errp, "--cpus: CPU %d is not in this process's "
+                       "affinity mask (allowed: %s)", cpu, list->str);
+            return false;
+        }
+    }
+    o->ncpus = cpus->len;
+    o->cpus = (int *)g_array_free(g_steal_pointer(&cpus), FALSE);
+    return true;
+}
+
+/* Feature names as vuf_feature_by_name() spells them; '-' may stand for
+ * '_' ("ring-packed"), as in most command lines. */
+static bool parse_features(const char *str, uint64_t *mask, Error **errp)
+{
+    g_auto(GStrv) names = g_strsplit(str, ",", -1);
+    char **n;
+
+    for (n = names; *n; n++) {
+        g_autofree char *name = g_strdelimit(g_strdup(*n), "-", '_');
+        int bit = vuf_feature_by_name(name);
+
+        if (bit < 0) {
+            error_setg(errp, "--require: unknown feature '%s' (names such "
+                       "as RING_EVENT_IDX, RING_INDIRECT_DESC, BLK_MQ, "
+                       "BLK_FLUSH)", *n);
+            return false;
+        }
+        *mask |= 1ull << bit;
+    }
+    return true;
+}
+
+static bool parse_rw(const char *str, BenchRw *rw, Error **errp)
+{
+    size_t i;
+
+    for (i = 0; i < G_N_ELEMENTS(rw_names); i++) {
+        if (!strcmp(str, rw_names[i])) {
+            *rw = i;
+            return true;
+        }
+    }
+    error_setg(errp, "--rw: expected randread, randwrite, read, write or "
+               "randrw, got '%s'", str);
+    return false;
+}
+
+static bool convert_sizes(const RawOpts *r, BenchOpts *o, Error **errp)
+{
+    if (r->bs) {
+        if (!parse_size("--bs", r->bs, &o->bs, errp)) {
+            return false;
+        }
+        if (o->bs == 0 || o->bs % SECTOR || o->bs > BS_MAX) {
+            error_setg(errp, "--bs: expected a multiple of 512 from 512 to "
+                       "1G, got '%s'", r->bs);
+            return false;
+        }
+    }
+    if (r->size) {
+        if (!parse_size("--size", r->size, &o->size, errp)) {
+            return false;
+        }
+        if (o->size == 0) {
+            error_setg(errp, "--size: the region must not be empty");
+            return false;
+        }
+        o->have_size = true;
+    }
+    if (r->offset) {
+        if (!parse_size("--offset", r->offset, &o->offset, errp)) {
+            return false;
+        }
+        if (o->offset % SECTOR) {
+            error_setg(errp, "--offset: expected a multiple of 512, got '%s'",
+                       r->offset);
+            return false;
+        }
+    }
+    return true;
+}
+
+static bool convert_numbers(const RawOpts *r, BenchOpts *o, Error **errp)
+{
+    uint64_t v;
+
+    if (r->queues) {
+        if (!parse_uint("--queues", r->queues, 1, VUF_QUEUES_MAX, &v, errp)) {
+            return false;
+        }
+        o->queues = v;
+    }
+    if (r->rwmixread) {
+        if (!parse_uint("--rwmixread", r->rwmixread, 0, 100, &v, errp)) {
+            return false;
+        }
+        o->rwmixread = v;
+    }
+    if (r->iodepth) {
+        if (!parse_uint("--iodepth", r->iodepth, 1, VUF_QUEUE_SIZE_MAX, &v,
+                        errp)) {
+            return false;
+        }
+        o->iodepth = v;
+    }
+    if (r->count &&
+        !parse_uint("--count", r->count, 1, UINT64_MAX, &o->count, errp)) {
+        return false;
+    }
+    if (r->queue_size) {
+        if (!parse_uint("--queue-size", r->queue_size, 1, VUF_QUEUE_SIZE_MAX,
+                        &v, errp)) {
+            return false;
+        }
+        if (v & (v - 1)) {
+            error_setg(errp, "--queue-size: expected a power of 2, got '%s'",
+                       r->queue_size);
+            return false;
+        }
+        o->queue_size = v;
+    }
+    if (r->backend_pid) {
+        if (!parse_uint("--backend-pid", r->backend_pid, 1, INT_MAX, &v,
+                        errp)) {
+            return false;
+        }
+        o->backend_pid = v;
+    }
+    if (r->connect_timeout) {
+        if (!parse_uint("--connect-timeout", r->connect_timeout, 0, INT_MAX,
+                        &v, errp)) {
+            return false;
+        }
+        o->connect_timeout_ms = v;
+    }
+    return !r->seed ||
+           parse_uint("--seed", r->seed, 0, UINT64_MAX, &o->seed, errp);
+}
+
+static bool convert_times(const RawOpts *r, BenchOpts *o, Error **errp)
+{
+    if (r->rate && !parse_float("--rate", r->rate, 1e9, &o->rate, errp)) {
+        return false;
+    }
+    if (r->ramp && !parse_float("--ramp", r->ramp, 1e6, &o->ramp, errp)) {
+        return false;
+    }
+    if (r->runtime) {
+        if (!parse_float("--runtime", r->runtime, 1e6, &o->runtime, errp)) {
+            return false;
+        }
+        if (o->runtime <= 0) {
+            error_setg(errp, "--runtime: expected a positive number of "
+                       "seconds, got '%s'", r->runtime);
+            return false;
+        }
+    }
+    /* --count alone runs until the count is reached. */
+    o->have_deadline = r->runtime || !o->count;
+    return true;
+}
+
+static bool convert_opts(const RawOpts *r, BenchOpts *o, Error **errp)
+{
+    if (!r->socket) {
+        error_setg(errp, "--socket PATH is required");
+        return false;
+    }
+    o->socket = g_strdup(r->socket);
+    o->verify = r->verify;
+    o->json = r->json;
+    o->no_event_idx = r->no_event_idx;
+    o->no_indirect = r->no_indirect;
+    if (r->rw && !parse_rw(r->rw, &o->rw, errp)) {
+        return false;
+    }
+    if (r->completion) {
+        if (!strcmp(r->completion, "poll")) {
+            o->completion = VUF_COMPLETION_POLL;
+        } else if (!strcmp(r->completion, "interrupt")) {
+            o->completion = VUF_COMPLETION_INTERRUPT;
+        } else {
+            error_setg(errp, "--completion: expected poll or interrupt, got "
+                       "'%s'", r->completion);
+            return false;
+        }
+    }
+    if (!convert_sizes(r, o, errp) || !convert_numbers(r, o, errp) ||
+        !convert_times(r, o, errp)) {
+        return false;
+    }
+    if (r->require && !parse_features(r->require, &o->required, errp)) {
+        return false;
+    }
+    return !r->cpus || parse_cpus(r->cpus, o, errp);
+}
+
+bool bench_parse_command_line(int argc, char **argv, BenchOpts *o,
+                              Error **errp)
+{
+    RawOpts r = { 0 };
+    GOptionEntry entries[] = {
+        { "socket", 0, 0, G_OPTION_ARG_STRING, &r.socket,
+          "vhost-user socket of the back-end (required)", "PATH" },
+        { "queues", 0, 0, G_OPTION_ARG_STRING, &r.queues,
+          "Queues, one thread each (default 1)", "N" },
+        { "cpus", 0, 0, G_OPTION_ARG_STRING, &r.cpus,
+          "Pin queue thread i to the (i mod n)-th CPU of LIST (0,2 or 0-3)",
+          "LIST" },
+        { "rw", 0, 0, G_OPTION_ARG_STRING, &r.rw,
+          "randread (default), randwrite, read, write or randrw", "MODE" },
+        { "rwmixread", 0, 0, G_OPTION_ARG_STRING, &r.rwmixread,
+          "Percent of reads with randrw (default 50)", "PCT" },
+        { "bs", 0, 0, G_OPTION_ARG_STRING, &r.bs,
+          "Bytes per request, a multiple of 512 (default 4k)", "SIZE" },
+        { "iodepth", 0, 0, G_OPTION_ARG_STRING, &r.iodepth,
+          "Requests in flight per queue (closed loop, default 1); with "
+          "--rate the cap (default: what fits in the queue)", "N" },
+        { "rate", 0, 0, G_OPTION_ARG_STRING, &r.rate,
+          "Open loop: Poisson arrivals per second per queue", "IOPS" },
+        { "runtime", 0, 0, G_OPTION_ARG_STRING, &r.runtime,
+          "Measured seconds (default 5; none with --count alone)",
+          "SECONDS" },
+        { "count", 0, 0, G_OPTION_ARG_STRING, &r.count,
+          "Stop each queue after N measured I/Os", "N" },
+        { "ramp", 0, 0, G_OPTION_ARG_STRING, &r.ramp,
+          "Unmeasured warm-up seconds (default 0)", "SECONDS" },
+        { "size", 0, 0, G_OPTION_ARG_STRING, &r.size,
+          "Bytes of the disk to use (default: all after --offset)", "SIZE" },
+        { "offset", 0, 0, G_OPTION_ARG_STRING, &r.offset,
+          "Start of the region used (default 0)", "SIZE" },
+        { "completion", 0, 0, G_OPTION_ARG_STRING, &r.completion,
+          "poll (spin on the used ring, default) or interrupt (block on "
+          "the call eventfd)", "MODE" },
+        { "verify", 0, 0, G_OPTION_ARG_NONE, &r.verify,
+          "Write self-checking blocks and check every read", NULL },
+        { "backend-pid", 0, 0, G_OPTION_ARG_STRING, &r.backend_pid,
+          "Report this process's CPU time per I/O", "PID" },
+        { "json", 0, 0, G_OPTION_ARG_NONE, &r.json,
+          "Print one JSON object", NULL },
+        { "queue-size", 0, 0, G_OPTION_ARG_STRING, &r.queue_size,
+          "Descriptors per queue, a power of 2 (default 256)", "N" },
+        { "no-event-idx", 0, 0, G_OPTION_ARG_NONE, &r.no_event_idx,
+          "Do not negotiate RING_EVENT_IDX", NULL },
+        { "no-indirect", 0, 0, G_OPTION_ARG_NONE, &r.no_indirect,
+          "Do not negotiate RING_INDIRECT_DESC", NULL },
+        { "require", 0, 0, G_OPTION_ARG_STRING, &r.require,
+          "Fail unless the back-end offers these features", "NAME[,NAME]" },
+        { "seed", 0, 0, G_OPTION_ARG_STRING, &r.seed,
+          "Seed of the offset and read/write choices (default 1)", "N" },
+        { "connect-timeout", 0, 0, G_OPTION_ARG_STRING, &r.connect_timeout,
+          "Keep retrying to connect this long (default 0)", "MS" },
+        { NULL }
+    };
+    g_autoptr(GOptionContext) ctx = g_option_context_new(NULL);
+    bool ok;
+
+    g_option_context_set_summary(ctx,
+        "Drive a vhost-user-blk back-end like a guest driver and report "
+        "IOPS,\nlatency, kicks and interrupts per I/O and CPU per I/O.");
+    g_option_context_set_description(ctx,
+        "Sizes take k, M, G suffixes (powers of 1024).  See docs/bench.md.\n"
+        "Exit status: 0 ok, 1 the run failed (I/O error, verify mismatch, "
+        "the\nback-end hung up), 2 bad options or setup.");
+    g_option_context_add_main_entries(ctx, entries, NULL);
+    ok = g_option_context_parse(ctx, &argc, &argv, errp);
+    if (ok && argc > 1) {
+        error_setg(errp, "unexpected argument '%s'", argv[1]);
+        ok = false;
+    }
+    ok = ok && convert_opts(&r, o, errp);
+    raw_opts_free(&r);
+    return ok;
+}
+
+void bench_opts_free(BenchOpts *o)
+{
+    g_free(o->socket);
+    g_free(o->cpus);
+}

@@ -1,0 +1,149 @@
+/*
+ * spindle-bench: self-checking block contents (--verify).
+ *
+ * Every 512-byte sector written carries its own description (bench.h):
+ * magic, generation, sector number and a checksum, then bytes that follow
+ * from the sector number and generation.  A sector read back can so be
+ * judged on its own: the checksum catches changed bytes, the sector number
+ * data that landed in the wrong place, and the generation (when the run
+ * knows which write came last) data that a write should have replaced.
+ */
+#include <string.h>
+#include <glib.h>
+
+#include "bench.h"
+#include "util/cutils.h"
+
+#define OFF_MAGIC       0
+#define OFF_GEN         4
+#define OFF_SECTOR      8
+#define OFF_CSUM        16
+#define OFF_PAYLOAD     24
+
+static uint64_t get_le64(const uint8_t *p)
+{
+    uint64_t v;
+
+    memcpy(&v, p, sizeof(v));
+    return GUINT64_FROM_LE(v);
+}
+
+static uint32_t get_le32(const uint8_t *p)
+{
+    uint32_t v;
+
+    memcpy(&v, p, sizeof(v));
+    return GUINT32_FROM_LE(v);
+}
+
+static void put_le64(uint8_t *p, uint64_t v)
+{
+    v = GUINT64_TO_LE(v);
+    memcpy(p, &v, sizeof(v));
+}
+
+static void put_le32(uint8_t *p, uint32_t v)
+{
+    v = GUINT32_TO_LE(v);
+    memcpy(p, &v, sizeof(v));
+}
+
+/* Checksum of a sector, its checksum field taken as zero. */
+static uint64_t sector_csum(const uint8_t *s)
+{
+    uint64_t h = UINT64_C(0x5350494e444c45);            /* "SPINDLE" */
+
+    for (unsigned i = 0; i < VERIFY_SECTOR; i += 8) {
+        uint64_t w = i == OFF_CSUM ? 0 : get_le64(s + i);
+
+        h = splitmix64(h ^ w);
+    }
+    return h;
+}
+
+void verify_fill(void *buf, uint64_t off, size_t len, uint32_t gen)
+{
+    g_assert(off % VERIFY_SECTOR == 0 && len % VERIFY_SECTOR == 0);
+    g_assert(gen >= 1);
+
+    for (size_t done = 0; done < len; done += VERIFY_SECTOR) {
+        uint8_t *s = (uint8_t *)buf + done;
+        uint64_t sector = (off + done) / VERIFY_SECTOR;
+        uint64_t state = sector * UINT64_C(0x100000001b3) ^ gen;
+
+        put_le32(s + OFF_MAGIC, VERIFY_MAGIC);
+        put_le32(s + OFF_GEN, gen);
+        put_le64(s + OFF_SECTOR, sector);
+        put_le64(s + OFF_CSUM, 0);
+        for (unsigned i = OFF_PAYLOAD; i < VERIFY_SECTOR; i += 8) {
+            state = splitmix64(state);
+            put_le64(s + i, state);
+        }
+        put_le64(s + OFF_CSUM, sector_csum(s));
+    }
+}
+
+const char *verify_problem_name(VerifyProblem p)
+{
+    switch (p) {
+    case VERIFY_OK:
+        return "ok";
+    case VERIFY_NO_HEADER:
+        return "no header";
+    case VERIFY_WRONG_SECTOR:
+        return "wrong sector";
+    case VERIFY_BAD_CHECKSUM:
+        return "bad checksum";
+    case VERIFY_WRONG_GENERATION:
+        return "wrong generation";
+    }
+    return "unknown";
+}
+
+/* Judge one sector that should be sector number `sector`. */
+static VerifyProblem check_sector(const uint8_t *s, uint64_t sector,
+                                  uint32_t expected_gen)
+{
+    if (get_le32(s + OFF_MAGIC) != VERIFY_MAGIC) {
+        return expected_gen ? VERIFY_NO_HEADER : VERIFY_OK;
+    }
+    if (get_le64(s + OFF_CSUM) != sector_csum(s)) {
+        return VERIFY_BAD_CHECKSUM;
+    }
+    if (get_le64(s + OFF_SECTOR) != sector) {
+        return VERIFY_WRONG_SECTOR;
+    }
+    if (expected_gen && get_le32(s + OFF_GEN) != expected_gen) {
+        return VERIFY_WRONG_GENERATION;
+    }
+    return VERIFY_OK;
+}
+
+unsigned verify_check(const void *buf, uint64_t off, size_t len,
+                      uint32_t expected_gen, VerifyMismatch *first)
+{
+    unsigned bad = 0;
+
+    g_assert(off % VERIFY_SECTOR == 0 && len % VERIFY_SECTOR == 0);
+    for (size_t done = 0; done < len; done += VERIFY_SECTOR) {
+        const uint8_t *s = (const uint8_t *)buf + done;
+        uint64_t sector = (off + done) / VERIFY_SECTOR;
+        VerifyProblem p = check_sector(s, sector, expected_gen);
+
+        if (p == VERIFY_OK) {
+            continue;
+        }
+        if (bad++ == 0 && first) {
+            bool header = p != VERIFY_NO_HEADER;
+
+            *first = (VerifyMismatch) {
+                .offset = off + done,
+                .problem = p,
+                .found_sector = header ? get_le64(s + OFF_SECTOR) : 0,
+                .found_gen = header ? get_le32(s + OFF_GEN) : 0,
+                .expected_gen = expected_gen,
+            };
+        }
+    }
+    return bad;
+}
