@@ -15,7 +15,7 @@ SAN_ENV := ASAN_OPTIONS=detect_leaks=1 \
 MAKEFLAGS += --no-print-directory
 
 .PHONY: all san deps check check-unit check-functional install bench-aio \
-        bench-block demo clean help
+        bench-block bench-compare demo clean help
 
 all: $(BUILD)/build.ninja
 	ninja -C $(BUILD)
@@ -58,6 +58,11 @@ bench-block: all
 	    { echo "bench-block is not built: it needs json-glib and -Dtests=true"; exit 1; }
 	$(BUILD)/tests/bench/bench-block $(BENCH_ARGS)
 
+# Spindle against qemu-storage-daemon with spindle-bench: table, JSON, plots
+# in bench-results/<timestamp>/ (scripts/bench-compare --help).
+bench-compare: all
+	SPINDLE_BUILD=$(abspath $(BUILD)) $(PYTHON) scripts/bench-compare $(BENCH_ARGS)
+
 # Installs what it needs, builds, boots a guest on a disk served by spindle.
 demo:
 	PYTHON=$(PYTHON) BUILD=$(BUILD) bash scripts/demo.sh
@@ -74,6 +79,7 @@ help:
 	@echo '  install           meson install from $(BUILD)/'
 	@echo '  bench-aio         build, then run the event loop benchmark'
 	@echo '  bench-block       build, then run the block layer benchmark'
+	@echo '  bench-compare     spindle vs qemu-storage-daemon side by side (--quick: < 3 min)'
 	@echo '  demo              boot a Linux guest (QEMU, TCG) on a disk spindle serves'
 	@echo '  deps              run scripts/install-deps.sh'
 	@echo '  san               configure and build $(BUILD_SAN)/ only'
@@ -81,7 +87,7 @@ help:
 	@echo '  help              this text'
 	@echo
 	@echo 'Variables:'
-	@echo '  BENCH_ARGS=...    arguments for bench-aio and bench-block'
+	@echo '  BENCH_ARGS=...    arguments for bench-aio, bench-block and bench-compare'
 	@echo '  PYTEST_ARGS=...   extra pytest arguments, e.g. PYTEST_ARGS="-k qmp"'
 	@echo '  PYTHON=...        Python for pytest and deps (default: python3)'
 	@echo

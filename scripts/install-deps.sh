@@ -51,6 +51,7 @@ GUEST_APT_PACKAGES=(
 PIP_PACKAGES=(
     pytest:pytest
     qemu.qmp:qemu.qmp
+    matplotlib:matplotlib
 )
 
 log() {

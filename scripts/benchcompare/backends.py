@@ -1,0 +1,245 @@
+"""The two daemons under test, started with one command line.
+
+Spindle's command line follows qemu-storage-daemon's, so both get the same
+arguments after the program name (only the program differs):
+
+    --object iothread,id=iot0[,poll-max-ns=N]
+    --blockdev driver=null-co,node-name=n0,size=BYTES,read-zeroes=off[,latency-ns=L]
+    --export type=vhost-user-blk,id=e0,node-name=n0,addr.type=unix,
+             addr.path=SOCK,writable=on,num-queues=1,iothread=iot0
+
+(`size` is given in bytes: QEMU 7.2's null-co does not take a suffix.)
+
+Each daemon runs under `taskset -c CPU`, so all of its threads (main loop,
+IOThread, QEMU's RCU and worker threads) share that one CPU; the affinity
+of every thread is checked once it is ready.  Readiness is the export
+socket listening in /proc/net/unix (tests/e2e/daemons.py), so nothing
+connects before the benchmark does.  Each daemon gets PR_SET_PDEATHSIG with
+SIGKILL, so a killed bench-compare does not leave it behind (SIGKILL, not
+SIGTERM: qemu-storage-daemon 7.2 was seen to hang in its SIGTERM shutdown
+after its front-end died in the middle of a run).
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "e2e"))
+from daemons import die_with_parent, listening_unix_paths  # noqa: E402
+
+FLAVOURS = ("spindle", "qsd")
+DISPLAY = {"spindle": "spindle", "qsd": "qemu-storage-daemon"}
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+class BackendError(RuntimeError):
+    """A daemon did not start or died; the message says why."""
+
+
+def daemon_args(socket, service_ns, poll, size_bytes):
+    """The arguments after the program name; the same for both daemons."""
+    node = f"driver=null-co,node-name=n0,size={size_bytes},read-zeroes=off"
+    if service_ns:
+        node += f",latency-ns={service_ns}"
+    export = ("type=vhost-user-blk,id=e0,node-name=n0,addr.type=unix,"
+              f"addr.path={socket},writable=on,num-queues=1,iothread=iot0")
+    return ["--object", f"iothread,id=iot0{poll.iothread_props()}",
+            "--blockdev", node,
+            "--export", export]
+
+
+def thread_cpu_ns(pid):
+    """CPU time of all threads of `pid` so far, in ns, or None if it is gone.
+
+    From /proc/PID/task/TID/schedstat (ns on the CPU), else from utime+stime
+    in /proc/PID/task/TID/stat (clock ticks).
+    """
+    total = 0
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return None
+    for tid in tids:
+        base = f"/proc/{pid}/task/{tid}"
+        try:
+            with open(f"{base}/schedstat") as f:
+                total += int(f.read().split()[0])
+            continue
+        except (OSError, ValueError, IndexError):
+            pass
+        try:
+            with open(f"{base}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            # After "(comm)": state is field 3, utime 14, stime 15.
+            total += (int(fields[11]) + int(fields[12])) * 10**9 // CLK_TCK
+        except (OSError, ValueError, IndexError):
+            pass    # the thread just ended
+    return total
+
+
+def thread_affinities(pid):
+    """{"comm/tid": "Cpus_allowed_list"} for each thread of `pid`."""
+    out = {}
+    try:
+        tids = sorted(os.listdir(f"/proc/{pid}/task"), key=int)
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                comm = f.read().strip()
+            with open(f"/proc/{pid}/task/{tid}/status") as f:
+                for line in f:
+                    if line.startswith("Cpus_allowed_list:"):
+                        out[f"{comm}/{tid}"] = line.split(":", 1)[1].strip()
+        except OSError:
+            pass
+    return out
+
+
+class Backend:
+    """One daemon: spindle or qemu-storage-daemon, pinned to one CPU."""
+
+    def __init__(self, flavour, program, socket, service_ns, poll, cpu,
+                 size_bytes, log_path):
+        self.flavour = flavour
+        self.program = str(program)
+        self.socket = str(socket)
+        self.cpu = cpu
+        self.args = daemon_args(self.socket, service_ns, poll, size_bytes)
+        self.command = ["taskset", "-c", str(cpu), self.program, *self.args]
+        self.log_path = Path(log_path)
+        self.proc = None
+        self.returncode = None
+        self.affinity = {}
+        self.restarts = 0
+        self._log = None
+
+    @property
+    def name(self):
+        return DISPLAY[self.flavour]
+
+    @property
+    def pid(self):
+        return self.proc.pid if self.proc else None
+
+    def start(self, timeout=10.0):
+        """Start the daemon and wait until its socket listens."""
+        self._log = open(self.log_path, "a")
+        self._log.write(f"$ {' '.join(self.command)}\n")
+        self._log.flush()
+        self.returncode = None
+        # taskset execs the daemon: the pid is the daemon's.
+        self.proc = subprocess.Popen(self.command, stdin=subprocess.DEVNULL,
+                                     stdout=self._log, stderr=self._log,
+                                     preexec_fn=die_with_parent(signal.SIGKILL))
+        deadline = time.monotonic() + timeout
+        while self.socket not in listening_unix_paths():
+            if self.proc.poll() is not None:
+                self._finish()
+                raise BackendError(
+                    f"{self.name} exited with status {self.returncode} before "
+                    f"listening on {self.socket}\n  command: {' '.join(self.command)}\n"
+                    f"  output:\n{self._tail()}")
+            if time.monotonic() > deadline:
+                self.stop()
+                raise BackendError(
+                    f"{self.name} did not listen on {self.socket} within {timeout:g} s"
+                    f"\n  output:\n{self._tail()}")
+            time.sleep(0.02)
+        self._check_pinning()
+        return self
+
+    def _check_pinning(self):
+        """Every thread on self.cpu; re-pin with taskset -a -p if not."""
+        want = str(self.cpu)
+        self.affinity = thread_affinities(self.pid)
+        if all(v == want for v in self.affinity.values()):
+            return
+        subprocess.run(["taskset", "-a", "-p", "-c", want, str(self.pid)],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.affinity = thread_affinities(self.pid)
+        if not all(v == want for v in self.affinity.values()):
+            raise BackendError(f"could not pin {self.name}'s threads to CPU {want}: "
+                               f"{self.affinity}")
+
+    def alive(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def ensure_running(self):
+        """Restart the daemon if it died (after a crash in a run). True if it had to."""
+        if self.alive():
+            return False
+        self._finish()
+        self._log.write(f"bench-compare: {self.name} had exited with status "
+                        f"{self.returncode}; restarting it\n")
+        self._log.close()
+        self.restarts += 1
+        self.start()
+        return True
+
+    def cpu_ns(self):
+        """CPU time of the daemon's threads so far (ns), None if not running."""
+        return thread_cpu_ns(self.pid) if self.alive() else None
+
+    def stop(self, timeout=5.0):
+        """SIGTERM, wait (SIGKILL after `timeout`); return the exit status."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._finish()
+        return self.returncode
+
+    def _finish(self):
+        self.returncode = self.proc.returncode
+        if self._log and not self._log.closed:
+            self._log.flush()
+
+    def output(self):
+        """Everything the daemon printed (all its starts)."""
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def stats_lines(self):
+        """The statistics lines Spindle prints at exit (none from qsd)."""
+        return [line for line in self.output().splitlines() if " stats: " in line]
+
+    def _tail(self, n=15):
+        lines = self.output().splitlines()[-n:]
+        return "\n".join("    " + line for line in lines)
+
+    def close(self):
+        self.stop()
+        if self._log and not self._log.closed:
+            self._log.close()
+
+
+def measure_idle(backends, seconds):
+    """% of a core each backend used over `seconds` of doing nothing.
+
+    Returns {flavour: percent}, or None for a daemon that was not running.
+    """
+    before = {b.flavour: b.cpu_ns() for b in backends}
+    t0 = time.monotonic()
+    time.sleep(seconds)
+    elapsed = time.monotonic() - t0
+    after = {b.flavour: b.cpu_ns() for b in backends}
+    out = {}
+    for flavour in before:
+        if before[flavour] is None or after[flavour] is None:
+            out[flavour] = None
+        else:
+            out[flavour] = 100.0 * (after[flavour] - before[flavour]) / (elapsed * 1e9)
+    return out

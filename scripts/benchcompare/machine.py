@@ -1,0 +1,152 @@
+"""Getting ready (dependencies, the build, the tools) and machine facts."""
+
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+QSD_NAME = "qemu-storage-daemon"
+
+
+class SetupError(RuntimeError):
+    """Something the run needs is missing; the message says how to get it."""
+
+
+def install_deps(log):
+    """Run scripts/install-deps.sh for the Python running this script."""
+    env = dict(os.environ, PYTHON=sys.executable)
+    proc = subprocess.run(["bash", str(ROOT / "scripts" / "install-deps.sh")],
+                          env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True)
+    log(proc.stdout.rstrip())
+    if proc.returncode != 0:
+        raise SetupError("scripts/install-deps.sh failed (see above); install what it "
+                         "names, or pass --skip-deps if you have what bench-compare "
+                         "needs (qemu-storage-daemon, taskset, matplotlib)")
+
+
+def build(build_dir, log_path):
+    """`make BUILD=build_dir all` in the tree; the output goes to log_path."""
+    with open(log_path, "w") as logf:
+        proc = subprocess.run(["make", "-C", str(ROOT), f"BUILD={build_dir}", "all"],
+                              stdout=logf, stderr=subprocess.STDOUT)
+    if proc.returncode != 0:
+        tail = Path(log_path).read_text(errors="replace").splitlines()[-25:]
+        raise SetupError("the build failed (log: {}):\n{}".format(
+            log_path, "\n".join("    " + line for line in tail)))
+
+
+def default_build_dir():
+    """$SPINDLE_BUILD (as the tests use it), else build/ in the tree."""
+    env = os.environ.get("SPINDLE_BUILD")
+    return Path(env).resolve() if env else ROOT / "build"
+
+
+def find_qsd(explicit=None):
+    """qemu-storage-daemon: --qsd, else $SPINDLE_QSD, else on $PATH."""
+    for cand in (explicit, os.environ.get("SPINDLE_QSD")):
+        if cand:
+            if os.access(cand, os.X_OK):
+                return Path(cand).resolve()
+            raise SetupError(f"{cand} is not an executable (qemu-storage-daemon)")
+    path = shutil.which(QSD_NAME)
+    if not path:
+        raise SetupError("qemu-storage-daemon is not installed; on Debian: "
+                         "apt install qemu-system-common  (or point --qsd at it)")
+    return Path(path)
+
+
+def check_tools(spindle, bench, qsd):
+    """Raise SetupError naming the first missing program."""
+    if not shutil.which("taskset"):
+        raise SetupError("taskset is not installed; on Debian: apt install util-linux")
+    if not os.access(spindle, os.X_OK):
+        raise SetupError(f"{spindle} is not built (run make, or set SPINDLE_BUILD)")
+    if not os.access(bench, os.X_OK):
+        raise SetupError(f"{bench} is not built (spindle-bench; run make, or point "
+                         "--bench at it)")
+    if not os.access(qsd, os.X_OK):
+        raise SetupError(f"{qsd} is not executable")
+
+
+def check_cpus(daemon_cpu, bench_cpu):
+    """Both CPUs usable by this process; returns a warning or None."""
+    usable = os.sched_getaffinity(0)
+    for what, cpu in (("--daemon-cpu", daemon_cpu), ("--bench-cpu", bench_cpu)):
+        if cpu not in usable:
+            raise SetupError(f"{what} {cpu}: not a CPU this process may use "
+                             f"({_cpu_list(usable)})")
+    if daemon_cpu == bench_cpu:
+        return ("the daemons and the benchmark share CPU "
+                f"{daemon_cpu}: latencies include their contention")
+    return None
+
+
+def _cpu_list(cpus):
+    return ",".join(str(c) for c in sorted(cpus))
+
+
+def _first_line(cmd):
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=10)
+        out = (proc.stdout or proc.stderr).strip().splitlines()
+        return out[0] if out else None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def cpu_model():
+    """The CPU's model name from /proc/cpuinfo, or the machine type."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.machine()
+
+
+def facts(spindle, bench, qsd):
+    """Facts about the machine and the programs, for the JSON file."""
+    mem_kib = None
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    mem_kib = int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    os_release = {}
+    try:
+        with open("/etc/os-release") as f:
+            for line in f:
+                k, _, v = line.strip().partition("=")
+                os_release[k] = v.strip('"')
+    except OSError:
+        pass
+    return {
+        "nproc": os.cpu_count(),
+        "usable_cpus": _cpu_list(os.sched_getaffinity(0)),
+        "cpu_model": cpu_model(),
+        "kernel": platform.release(),
+        "os": os_release.get("PRETTY_NAME"),
+        "mem_total_mib": mem_kib // 1024 if mem_kib else None,
+        "qemu_version": _first_line([str(qsd), "--version"]),
+        "spindle_version": _first_line([str(spindle), "--version"]),
+        "spindle_git_describe": _first_line(
+            ["git", "-C", str(ROOT), "describe", "--always", "--dirty", "--tags"]),
+        "spindle": str(spindle),
+        "spindle_bench": str(bench),
+        "qemu_storage_daemon": str(qsd),
+        "python": platform.python_version(),
+    }
+
+
+def machine_note(f, daemon_cpu, bench_cpu):
+    """One line for titles: the machine and the pinning."""
+    return (f"{f['nproc']} CPUs ({f['cpu_model']}), Linux {f['kernel']}; "
+            f"all daemon threads share CPU {daemon_cpu}, bench on CPU {bench_cpu}")

@@ -1,0 +1,516 @@
+"""bench-compare's options and the order of events (see scripts/bench-compare)."""
+
+import argparse
+import datetime
+import json
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from . import machine, matrix as mx, report, runner
+from .backends import DISPLAY, FLAVOURS, Backend, BackendError, measure_idle, die_with_parent
+from .machine import SetupError
+
+# Per-run overhead beyond --ramp + --runtime (connect, set-up, report), for
+# the time estimate only.
+RUN_OVERHEAD_S = 0.1
+# Between a daemon's start and the idle measurement.
+SETTLE_S = 0.3
+# If this many runs in a row fail before any has succeeded, the failure is
+# not the daemons' but the set-up's: stop instead of failing every cell.
+FIRST_FAILURES_FATAL = 4
+
+DESCRIPTION = """\
+Spindle against Debian's qemu-storage-daemon, side by side, with spindle-bench.
+
+Both daemons get the same command line (a null-co node whose latency-ns is the
+service time, one IOThread with the same poll setting, a vhost-user-blk export
+with one queue in that IOThread) and run pinned to --daemon-cpu: all of a
+daemon's threads share that one CPU.  spindle-bench runs pinned to --bench-cpu.
+For each (service time, poll setting) both daemons are started, their idle
+CPU is measured, then every load is run --repeats times on each daemon,
+alternating between them (which one goes first alternates per repeat), then
+the idle CPU is measured again and both are stopped.  A run that fails is
+retried once, then recorded as failed; the matrix goes on.
+
+It prints a table of medians over the repeats with spindle/qsd ratios and
+the issue's goals as measured, and writes into --out: results.json (every
+raw result, the machine facts, the exact command lines), table.txt, and three
+PNG plots (latency CDFs at QD1, CPU per I/O against arrival rate, I/Os per
+CPU-second).
+
+From a fresh clone on Debian 12 it first runs scripts/install-deps.sh (as
+root it installs what is missing, matplotlib included) and builds the tree
+with make (the build directory is $SPINDLE_BUILD or build/).
+"""
+
+EPILOG = """\
+loads: "qdN" is a closed loop at queue depth N; a number ("1000", "10k") is an
+open loop with Poisson arrivals at that many IOPS, at most --open-iodepth in
+flight.  Service times: a number with ns, us, ms or s (a bare number is µs).
+Poll settings: "default" (poll-max-ns not given: 32768 ns in both daemons),
+"off" (poll-max-ns=0) or a number of ns.
+
+full matrix (default): --services 0,10us,50us,1ms --loads qd1,qd32,1k,10k,50k
+  --polls default,off --repeats 3 --runtime 3 --ramp 0.5 --idle 3  (~15 min)
+--quick: --services 0,50us --loads qd1,qd32,10k --polls default,off
+  --repeats 3 --runtime 1 --ramp 0.2 --idle 2  (under 3 min)
+Explicit options override the --quick values.
+
+environment:
+  SPINDLE_BUILD  the build directory (default: build/ in the tree)
+  SPINDLE_QSD    qemu-storage-daemon to use (default: the one on $PATH)
+
+exit status: 0 the matrix ran; 1 it ran but some cells failed on a daemon
+in every repeat; 2 a setup error (missing tool, failed build, a daemon that
+does not start); 130 interrupted (the partial results are still written).
+
+example:
+  scripts/bench-compare --quick
+  make bench-compare BENCH_ARGS="--services 0 --loads qd1 --repeats 5"
+"""
+
+
+class Interrupted(Exception):
+    """SIGINT or SIGTERM arrived."""
+
+
+class SystematicFailure(Exception):
+    """Every run so far failed: spindle-bench cannot run here at all."""
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def _on_signal(signum, frame):
+    """Raise Interrupted once; later signals must not cut the clean-up short."""
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
+    raise Interrupted(signal.Signals(signum).name)
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(prog="bench-compare", description=DESCRIPTION,
+                                epilog=EPILOG,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    g = p.add_argument_group("matrix")
+    g.add_argument("--quick", action="store_true",
+                   help="the reduced matrix (see below); under 3 minutes")
+    g.add_argument("--services", metavar="LIST",
+                   help=f"service times (null-co latency-ns) (default {mx.FULL_SERVICES})")
+    g.add_argument("--loads", metavar="LIST",
+                   help=f"loads (default {mx.FULL_LOADS})")
+    g.add_argument("--polls", metavar="LIST", default=mx.DEFAULT_POLLS,
+                   help="IOThread poll settings, both daemons alike (default %(default)s)")
+    g.add_argument("--repeats", type=int, metavar="N", default=3,
+                   help="runs per cell and daemon; the table shows medians (default 3)")
+    g.add_argument("--runtime", type=float, metavar="S",
+                   help="measured seconds per run (default 3, --quick 1)")
+    g.add_argument("--ramp", type=float, metavar="S",
+                   help="unmeasured seconds before each run (default 0.5, --quick 0.2)")
+    g.add_argument("--idle", type=float, metavar="S",
+                   help="seconds of idle CPU measurement after start and after the "
+                        "loads, per daemon pair; 0 to skip (default 3, --quick 2)")
+    g = p.add_argument_group("workload (passed to spindle-bench)")
+    g.add_argument("--rw", default="randread",
+                   choices=["randread", "randwrite", "read", "write", "randrw"],
+                   help="access pattern (default %(default)s)")
+    g.add_argument("--rwmixread", type=int, metavar="PCT", default=70,
+                   help="reads in %% with --rw randrw (default %(default)s)")
+    g.add_argument("--bs", default="4k", metavar="SIZE",
+                   help="block size (default %(default)s)")
+    g.add_argument("--completion", default="poll", choices=["poll", "interrupt"],
+                   help="how spindle-bench learns of completions (default %(default)s)")
+    g.add_argument("--open-iodepth", type=int, metavar="N", default=256,
+                   help="cap on I/Os in flight in the open-loop cells (default %(default)s)")
+    g.add_argument("--seed", type=int, metavar="N", default=1,
+                   help="seed of repeat 0; repeat r uses N+r, the same for both daemons")
+    g.add_argument("--connect-timeout", dest="connect_timeout_ms", type=int,
+                   metavar="MS", default=5000,
+                   help="spindle-bench's --connect-timeout (default %(default)s)")
+    g = p.add_argument_group("machine")
+    g.add_argument("--daemon-cpu", type=int, metavar="CPU", default=1,
+                   help="the CPU all threads of both daemons run on (default %(default)s)")
+    g.add_argument("--bench-cpu", type=int, metavar="CPU", default=0,
+                   help="the CPU spindle-bench runs on (default %(default)s)")
+    g.add_argument("--disk-size", default="1G", metavar="SIZE",
+                   help="size of the null-co node (default %(default)s)")
+    g = p.add_argument_group("programs and output")
+    g.add_argument("--out", metavar="DIR", type=Path,
+                   help="where results go (default bench-results/<timestamp>/ here)")
+    g.add_argument("--build", metavar="DIR", type=Path,
+                   help="build directory (default $SPINDLE_BUILD, else build/)")
+    g.add_argument("--bench", metavar="PROGRAM", type=Path,
+                   help="spindle-bench (default <build>/tools/bench/spindle-bench)")
+    g.add_argument("--qsd", metavar="PROGRAM",
+                   help="qemu-storage-daemon (default $SPINDLE_QSD, else from $PATH)")
+    g.add_argument("--skip-deps", action="store_true",
+                   help="do not run scripts/install-deps.sh")
+    g.add_argument("--no-build", action="store_true", help="do not run make")
+    g.add_argument("--no-plots", action="store_true", help="do not draw the PNGs")
+    g.add_argument("--dry-run", action="store_true",
+                   help="print the matrix, command lines and time estimate; run nothing")
+    args = p.parse_args(argv)
+
+    quick = args.quick
+    args.services = args.services or (mx.QUICK_SERVICES if quick else mx.FULL_SERVICES)
+    args.loads = args.loads or (mx.QUICK_LOADS if quick else mx.FULL_LOADS)
+    if args.runtime is None:
+        args.runtime = 1.0 if quick else 3.0
+    if args.ramp is None:
+        args.ramp = 0.2 if quick else 0.5
+    if args.idle is None:
+        args.idle = 2.0 if quick else 3.0
+    for name in ("runtime", "ramp", "idle"):
+        if getattr(args, name) < 0 or (name == "runtime" and args.runtime == 0):
+            p.error(f"--{name} must be {'positive' if name == 'runtime' else '>= 0'}")
+    if args.repeats < 1:
+        p.error("--repeats must be at least 1")
+    if args.open_iodepth < 1:
+        p.error("--open-iodepth must be at least 1")
+    try:
+        args.matrix = mx.Matrix(mx.parse_services(args.services),
+                                mx.parse_polls(args.polls),
+                                mx.parse_loads(args.loads, args.open_iodepth),
+                                args.repeats)
+        args.disk_bytes = parse_size(args.disk_size)
+    except ValueError as e:
+        p.error(str(e))
+    return args
+
+
+def parse_size(text):
+    """"1G" -> 1073741824 (k, M, G, T: powers of 1024)."""
+    t = text.strip()
+    mult = {"k": 1 << 10, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+    n = t[:-1] if t and t[-1] in mult else t
+    if not n.isdigit() or int(n) == 0:
+        raise ValueError(f"bad size '{text}' (bytes, or a number with k, M, G, T)")
+    return int(n) * mult.get(t[-1], 1)
+
+
+def say(text=""):
+    print(text, flush=True)
+
+
+def estimate_s(args):
+    m = args.matrix
+    per_run = args.ramp + args.runtime + RUN_OVERHEAD_S
+    per_pair = SETTLE_S + 2 * args.idle + 0.5
+    return m.runs() * per_run + len(m.pairs()) * per_pair
+
+
+def _fmt_duration(s):
+    return f"{s:.0f} s" if s < 120 else f"{s / 60:.1f} min"
+
+
+class Session:
+    """One bench-compare run: the programs, the output and every record."""
+
+    def __init__(self, args, programs, facts, out_dir):
+        self.args = args
+        self.programs = programs          # {"spindle", "qsd", "bench"}: Path
+        self.facts = facts
+        self.out_dir = out_dir
+        self.log_dir = out_dir / "logs"
+        self.sock_dir = None
+        self.pairs = []
+        self.idle = []
+        self.runs = []
+        self.started = datetime.datetime.now().astimezone()
+        self.t0 = time.monotonic()
+        self.run_no = 0
+        self.backends = []
+
+    # -- the matrix ----------------------------------------------------------
+
+    def run_matrix(self):
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        # A short directory: a UNIX socket path has at most 107 bytes.
+        self.sock_dir = tempfile.mkdtemp(prefix="sbc.", dir="/tmp")
+        try:
+            for i, pair in enumerate(self.args.matrix.pairs()):
+                say(f"\n== {i + 1}/{len(self.args.matrix.pairs())}: {pair.label} "
+                    f"({_fmt_duration(time.monotonic() - self.t0)} so far)")
+                self.run_pair(i, pair)
+                self.write_json(complete=False)
+        finally:
+            self.stop_backends()
+            shutil.rmtree(self.sock_dir, ignore_errors=True)
+
+    def start_backends(self, index, pair):
+        tag = f"{index}-{mx.format_service(pair.service_ns)}-{pair.poll.name}"
+        self.backends = []
+        for flavour in FLAVOURS:
+            b = Backend(flavour, self.programs[flavour],
+                        f"{self.sock_dir}/{flavour}{index}.sock", pair.service_ns,
+                        pair.poll, self.args.daemon_cpu, self.args.disk_bytes,
+                        self.log_dir / f"{flavour}-{tag}.log")
+            self.backends.append(b)
+            b.start()
+        return {b.flavour: b for b in self.backends}
+
+    def stop_backends(self):
+        for b in self.backends:
+            b.close()
+
+    def run_pair(self, index, pair):
+        args = self.args
+        record = {"service_ns": pair.service_ns, "poll": pair.poll.name,
+                  "poll_max_ns": pair.poll.max_ns, "commands": {}, "pids": {},
+                  "affinity": {}}
+        self.pairs.append(record)
+        backends = self.start_backends(index, pair)
+        for f, b in backends.items():
+            record["commands"][f] = b.command
+            record["pids"][f] = b.pid
+            record["affinity"][f] = b.affinity
+            say(f"{DISPLAY[f]} pid {b.pid}: {' '.join(b.command)}")
+        if args.idle > 0:
+            time.sleep(SETTLE_S)
+            self.measure_idle(pair, backends, "after start")
+
+        for load in args.matrix.loads:
+            cell = mx.Cell(pair, load)
+            for rep in range(args.repeats):
+                order = FLAVOURS if rep % 2 == 0 else tuple(reversed(FLAVOURS))
+                for position, flavour in enumerate(order):
+                    self.run_one(cell, backends[flavour], rep, position)
+
+        if args.idle > 0:
+            self.measure_idle(pair, backends, "after load")
+        for f, b in backends.items():
+            record.setdefault("exit_status", {})[f] = b.stop()
+            record.setdefault("restarts", {})[f] = b.restarts
+            record.setdefault("stats_lines", {})[f] = b.stats_lines()
+        self.stop_backends()
+        self.backends = []
+
+    def measure_idle(self, pair, backends, when):
+        pct = measure_idle(backends.values(), self.args.idle)
+        self.idle.append({"service_ns": pair.service_ns, "poll": pair.poll.name,
+                          "when": when, "seconds": self.args.idle, "percent": pct})
+        say(f"idle CPU {when} ({self.args.idle:g} s): " + ", ".join(
+            f"{DISPLAY[f]} {'-' if v is None else f'{v:.4f}'}% of a core"
+            for f, v in pct.items()))
+
+    def run_one(self, cell, backend, rep, position):
+        args = self.args
+        self.run_no += 1
+        total = args.matrix.runs()
+        timeout = args.ramp + args.runtime + runner.RUN_SLACK_S
+        restarted = []
+
+        def before_retry():
+            if backend.ensure_running():
+                restarted.append(backend.pid)
+            # The pid may have changed.
+            cmd[:] = runner.bench_command(args, backend.socket, cell.load,
+                                          backend.pid, args.seed + rep)
+
+        backend.ensure_running()
+        cmd = runner.bench_command(args, backend.socket, cell.load, backend.pid,
+                                   args.seed + rep)
+        result, attempts = runner.run_with_retry(cmd, timeout, before_retry,
+                                                 preexec_fn=die_with_parent())
+        self.runs.append({
+            "cell": cell.key, "service_ns": cell.pair.service_ns,
+            "poll": cell.pair.poll.name, "load": cell.load.name,
+            "daemon": backend.flavour, "repeat": rep, "position": position,
+            "command": cmd, "attempts": attempts, "daemon_restarted": bool(restarted),
+            "ok": result is not None, "result": result})
+        prefix = (f"[{self.run_no:>{len(str(total))}}/{total}] {cell.key:<18} "
+                  f"#{rep} {backend.name:<19}")
+        if result is None:
+            say(f"{prefix} FAILED twice: {attempts[-1]['error']}")
+            if (len(self.runs) >= FIRST_FAILURES_FATAL
+                    and not any(r["ok"] for r in self.runs)):
+                raise SystematicFailure(
+                    f"the first {len(self.runs)} runs all failed; the last with "
+                    f"{attempts[-1]['error']}\n  command: {' '.join(map(str, cmd))}")
+            return
+        m = report.metrics(result)
+        retry = f" (after a retry: {attempts[0]['error']})" if len(attempts) > 1 else ""
+        say(f"{prefix} p50 {report.sig3(m['p50_us']):>6} us  p99 "
+            f"{report.sig3(m['p99_us']):>6} us  {report.si(m['iops']):>6} IOPS  "
+            f"{report.sig3(m['cpu_us_per_io']):>6} us CPU/IO{retry}")
+
+    # -- output --------------------------------------------------------------
+
+    def results(self, complete, summary=None, goals=None, plots=None):
+        args = self.args
+        opts = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()
+                if k not in ("matrix",)}
+        m = args.matrix
+        return {
+            "tool": "bench-compare", "format": 1, "complete": complete,
+            "started": self.started.isoformat(timespec="seconds"),
+            "wall_s": round(time.monotonic() - self.t0, 1),
+            "machine": self.facts,
+            "pinning": {"daemon_cpu": args.daemon_cpu, "bench_cpu": args.bench_cpu,
+                        "note": "all threads of each daemon share the daemon CPU; "
+                                "both daemons run at once, the idle one waits"},
+            "options": opts,
+            "matrix": {"services_ns": m.services, "polls": [p.name for p in m.polls],
+                       "loads": [{"name": l.name, "iodepth": l.iodepth, "rate": l.rate}
+                                 for l in m.loads],
+                       "repeats": m.repeats},
+            "pairs": self.pairs, "idle": self.idle, "runs": self.runs,
+            "summary": summary, "goals": goals,
+            "plots": [str(p) for p in plots] if plots else None,
+        }
+
+    def write_json(self, complete, **extra):
+        path = self.out_dir / "results.json"
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(self.results(complete, **extra), indent=1) + "\n")
+        os.replace(tmp, path)
+        return path
+
+
+def prepare(args, out_dir):
+    """Dependencies, build, programs; returns ({name: path}, facts, warning)."""
+    build_dir = (args.build.resolve() if args.build else machine.default_build_dir())
+    if not args.skip_deps and not args.dry_run:
+        say("== dependencies (scripts/install-deps.sh)")
+        machine.install_deps(say)
+    if not args.no_build and not args.dry_run:
+        say(f"== build ({build_dir})")
+        out_dir.mkdir(parents=True, exist_ok=True)
+        machine.build(build_dir, out_dir / "build.log")
+    programs = {
+        "spindle": build_dir / "daemon" / "spindle",
+        "bench": (args.bench.resolve() if args.bench
+                  else build_dir / "tools" / "bench" / "spindle-bench"),
+        "qsd": machine.find_qsd(args.qsd),
+    }
+    machine.check_tools(programs["spindle"], programs["bench"], programs["qsd"])
+    args.bench = programs["bench"]
+    warning = machine.check_cpus(args.daemon_cpu, args.bench_cpu)
+    if not args.no_plots and not args.dry_run:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise SetupError(f"matplotlib is missing for {sys.executable}: run "
+                             "scripts/install-deps.sh as root, or pip install matplotlib, "
+                             "or pass --no-plots")
+    return programs, machine.facts(programs["spindle"], programs["bench"],
+                                   programs["qsd"]), warning
+
+
+def print_plan(args, facts, warning):
+    m = args.matrix
+    say(f"machine: {facts['nproc']} CPUs, {facts['cpu_model']}, Linux {facts['kernel']}")
+    say(f"programs: spindle {facts['spindle_git_describe'] or '?'} "
+        f"({facts['spindle']}), {facts['qemu_version']}, {facts['spindle_bench']}")
+    say(f"pinning: every thread of each daemon (main loop, IOThread, helpers) shares CPU "
+        f"{args.daemon_cpu}; spindle-bench runs on CPU {args.bench_cpu}")
+    if warning:
+        say(f"warning: {warning}")
+    say(f"matrix: service {', '.join(mx.format_service(s) for s in m.services)}; "
+        f"poll {', '.join(p.name for p in m.polls)}; "
+        f"loads {', '.join(l.name for l in m.loads)}; "
+        f"{m.repeats} repeats; {args.rw} {args.bs}, completion={args.completion}, "
+        f"ramp {args.ramp:g} s + runtime {args.runtime:g} s")
+    say(f"{len(m.cells())} cells x {m.repeats} repeats x 2 daemons = {m.runs()} runs, "
+        f"about {_fmt_duration(estimate_s(args))}")
+
+
+def print_dry_run(args, programs):
+    pair = args.matrix.pairs()[0]
+    say("\ncommand lines of the first pair (SOCK in a temporary directory):")
+    for flavour in FLAVOURS:
+        b = Backend(flavour, programs[flavour], f"/tmp/sbc.XXXX/{flavour}0.sock",
+                    pair.service_ns, pair.poll, args.daemon_cpu, args.disk_bytes,
+                    os.devnull)
+        say("  " + " ".join(b.command))
+    say("spindle-bench, one per load:")
+    for load in args.matrix.loads:
+        say("  " + " ".join(runner.bench_command(args, "/tmp/sbc.XXXX/spindle0.sock",
+                                                 load, "PID", args.seed)))
+
+
+def finish(session, args):
+    """Summary, table, goals, plots, files; returns the exit status."""
+    cells = args.matrix.cells()
+    summary = report.summarize(cells, session.runs)
+    goals = report.evaluate_goals(summary, session.idle)
+    note = machine.machine_note(session.facts, args.daemon_cpu, args.bench_cpu)
+    table = report.format_table(summary)
+    goal_lines = report.format_goals(goals)
+    wall = time.monotonic() - session.t0
+    header = [f"bench-compare {session.started:%Y-%m-%d %H:%M}: {note}",
+              f"{args.rw} {args.bs}, completion={args.completion}, ramp {args.ramp:g} s + "
+              f"runtime {args.runtime:g} s, median of {args.repeats}; "
+              f"spindle {session.facts['spindle_git_describe']}, "
+              f"{session.facts['qemu_version']}"]
+    say("\n" + "\n".join(header))
+    say("\n".join(table))
+    say("\n" + "\n".join(goal_lines))
+
+    plots = []
+    if not args.no_plots:
+        from . import plots as plotting
+        try:
+            plots = plotting.draw_all(summary, session.runs, args.matrix,
+                                      f"{note}; {args.rw} {args.bs}", session.out_dir)
+        except Exception as e:     # a plot must not lose the results
+            say(f"bench-compare: drawing the plots failed: {e!r}")
+    json_path = session.write_json(complete=True, summary=summary, goals=goals,
+                                   plots=plots)
+    table_path = session.out_dir / "table.txt"
+    table_path.write_text("\n".join(header + [""] + table + [""] + goal_lines) + "\n")
+
+    say(f"\nwall time {wall:.0f} s" + (f" ({wall / 60:.1f} min)" if wall >= 120 else ""))
+    say(f"raw results: {json_path}")
+    say(f"table:       {table_path}")
+    for p in plots:
+        say(f"plot:        {p}")
+    say(f"daemon logs: {session.log_dir}/")
+    failed = [k for k, e in summary.items() if any(e[f]["ok"] == 0 for f in FLAVOURS)]
+    if failed:
+        say(f"cells that failed on a daemon in every repeat: {', '.join(failed)}")
+        return 1
+    return 0
+
+
+def main(argv=None):
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    # Also when started with SIGINT ignored (a background job of a script):
+    # every way of being stopped goes through the clean-up.
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, _on_signal)
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    out_dir = (args.out or Path("bench-results") / stamp).resolve()
+    try:
+        programs, facts, warning = prepare(args, out_dir)
+    except SetupError as e:
+        print(f"bench-compare: {e}", file=sys.stderr)
+        return 2
+    except (KeyboardInterrupt, Interrupted):
+        return 130
+    print_plan(args, facts, warning)
+    if args.dry_run:
+        print_dry_run(args, programs)
+        return 0
+    out_dir.mkdir(parents=True, exist_ok=True)
+    say(f"output: {out_dir}")
+
+    session = Session(args, programs, facts, out_dir)
+    try:
+        session.run_matrix()
+    except (BackendError, SystematicFailure) as e:
+        print(f"bench-compare: {e}", file=sys.stderr)
+        path = session.write_json(complete=False)
+        print(f"bench-compare: partial results: {path}", file=sys.stderr)
+        return 2
+    except (KeyboardInterrupt, Interrupted):
+        path = session.write_json(complete=False)
+        print(f"\nbench-compare: interrupted; daemons stopped; partial results: {path}",
+              file=sys.stderr)
+        return 130
+    return finish(session, args)

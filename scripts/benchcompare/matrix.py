@@ -1,0 +1,168 @@
+"""The benchmark matrix: service times, poll settings and loads.
+
+A *pair* is what both daemons are started with (a service time and a poll
+setting); a *cell* is a pair plus a load.  Each cell is run `repeats` times
+on each daemon, alternating between them.
+"""
+
+import re
+from dataclasses import dataclass
+
+# The matrix of the issue, and the reduced one of --quick.
+FULL_SERVICES = "0,10us,50us,1ms"
+QUICK_SERVICES = "0,50us"
+FULL_LOADS = "qd1,qd32,1k,10k,50k"
+QUICK_LOADS = "qd1,qd32,10k"
+DEFAULT_POLLS = "default,off"
+
+_TIME_UNITS = {"ns": 1, "us": 1000, "µs": 1000, "ms": 1000_000, "s": 1000_000_000}
+
+
+@dataclass(frozen=True)
+class Poll:
+    """An IOThread poll setting: poll-max-ns=N, or left at the default."""
+    name: str              # "default", "off", or the number of ns
+    max_ns: int = None     # None: poll-max-ns is not passed
+
+    def iothread_props(self):
+        """The ",poll-max-ns=N" to append to --object iothread (or "")."""
+        return "" if self.max_ns is None else f",poll-max-ns={self.max_ns}"
+
+
+@dataclass(frozen=True)
+class Load:
+    """A closed loop at a queue depth, or an open loop at an arrival rate."""
+    name: str              # "QD1", "QD32", "10k", ...
+    iodepth: int           # closed loop: the depth; open loop: the in-flight cap
+    rate: int = 0          # open loop: arrivals per second; 0 for a closed loop
+
+    @property
+    def open_loop(self):
+        return self.rate > 0
+
+
+@dataclass(frozen=True)
+class Pair:
+    """What both daemons are started with."""
+    service_ns: int
+    poll: Poll
+
+    @property
+    def label(self):
+        return f"service {format_service(self.service_ns)}, poll {self.poll.name}"
+
+
+@dataclass(frozen=True)
+class Cell:
+    """A pair and a load: one line of the table."""
+    pair: Pair
+    load: Load
+
+    @property
+    def key(self):
+        """A stable string key for the JSON file."""
+        return (f"{format_service(self.pair.service_ns)}/{self.pair.poll.name}/"
+                f"{self.load.name}")
+
+
+@dataclass
+class Matrix:
+    services: list          # ns
+    polls: list             # [Poll]
+    loads: list             # [Load]
+    repeats: int
+
+    def pairs(self):
+        """Service time outer, poll setting inner."""
+        return [Pair(s, p) for s in self.services for p in self.polls]
+
+    def cells(self):
+        return [Cell(pair, load) for pair in self.pairs() for load in self.loads]
+
+    def runs(self, daemons=2):
+        """How many spindle-bench runs the matrix takes (without retries)."""
+        return len(self.cells()) * self.repeats * daemons
+
+
+def format_service(ns):
+    """0 -> "0", 10000 -> "10us", 1000000 -> "1ms"."""
+    if ns == 0:
+        return "0"
+    for unit, mult in (("s", 10**9), ("ms", 10**6), ("us", 10**3)):
+        if ns % mult == 0:
+            return f"{ns // mult}{unit}"
+    return f"{ns}ns"
+
+
+def parse_service(text):
+    """A service time: a number with ns/us/µs/ms/s, a bare number being µs."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ns|us|µs|ms|s)?\s*", text)
+    if not m:
+        raise ValueError(f"bad service time '{text}' (examples: 0, 10us, 50us, 1ms)")
+    ns = float(m.group(1)) * _TIME_UNITS[m.group(2) or "us"]
+    if ns != int(ns):
+        raise ValueError(f"service time '{text}' is not a whole number of ns")
+    return int(ns)
+
+
+def parse_services(text):
+    return _unique([parse_service(t) for t in _split(text, "service times")])
+
+
+def parse_poll(text):
+    """"default" (poll-max-ns not given), "off" (0), or a number of ns."""
+    t = text.strip().lower()
+    if t == "default":
+        return Poll("default", None)
+    if t in ("off", "0"):
+        return Poll("off", 0)
+    if t.isdigit():
+        return Poll(t, int(t))
+    raise ValueError(f"bad poll setting '{text}' (default, off, or poll-max-ns in ns)")
+
+
+def parse_polls(text):
+    return _unique([parse_poll(t) for t in _split(text, "poll settings")])
+
+
+def parse_load(text, open_iodepth):
+    """"qdN" is a closed loop at depth N; "N", "Nk" or "NM" an open loop at N IOPS."""
+    t = text.strip().lower()
+    m = re.fullmatch(r"qd(\d+)", t)
+    if m and int(m.group(1)) > 0:
+        return Load(f"QD{int(m.group(1))}", int(m.group(1)))
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([km]?)", t)
+    if m:
+        rate = float(m.group(1)) * {"": 1, "k": 1000, "m": 1000_000}[m.group(2)]
+        if rate >= 1 and rate == int(rate):
+            return Load(format_rate(int(rate)), open_iodepth, int(rate))
+    raise ValueError(f"bad load '{text}' (qdN for a closed loop at queue depth N, "
+                     "or an arrival rate such as 1000, 10k, 1M)")
+
+
+def parse_loads(text, open_iodepth):
+    return _unique([parse_load(t, open_iodepth) for t in _split(text, "loads")])
+
+
+def format_rate(rate):
+    """1000 -> "1k", 50000 -> "50k", 1500 -> "1500"."""
+    if rate % 1000_000 == 0:
+        return f"{rate // 1000_000}M"
+    if rate % 1000 == 0:
+        return f"{rate // 1000}k"
+    return str(rate)
+
+
+def _split(text, what):
+    items = [t for t in text.split(",") if t.strip()]
+    if not items:
+        raise ValueError(f"no {what} given")
+    return items
+
+
+def _unique(items):
+    out = []
+    for item in items:
+        if item not in out:
+            out.append(item)
+    return out

@@ -1,0 +1,278 @@
+"""Medians over repeats, the side-by-side table, and the goals.
+
+Every number in the table is the median over a cell's successful repeats
+of the per-run value (so IOPS per CPU-second is the median of each run's
+1e6 / CPU-µs-per-I/O).  Ratios are spindle / qsd of those medians.
+"""
+
+import statistics
+
+from .backends import DISPLAY, FLAVOURS
+from .matrix import format_service
+
+# Goals of the issue, as thresholds.
+GOAL_QD1_P50_RATIO = 0.5        # spindle p50 <= half of qsd's (QD1, 0 µs, poll default)
+GOAL_QD32_EFFICIENCY = 1.5      # spindle IOPS per CPU-second >= 1.5x qsd's (QD32)
+GOAL_IDLE_PERCENT = 1.0         # spindle idle CPU < 1% of a core
+
+# An open-loop cell that achieved less than this share of its arrival rate
+# is marked as saturated in the table.
+SATURATED_SHARE = 0.9
+
+
+def metrics(result):
+    """The numbers of one spindle-bench result that the report uses."""
+    lat = result.get("lat_ns") or {}
+    cpu = result.get("backend_cpu_us_per_io")
+    m = {
+        "p50_us": _div(lat.get("p50"), 1000),
+        "p90_us": _div(lat.get("p90"), 1000),
+        "p99_us": _div(lat.get("p99"), 1000),
+        "p999_us": _div(lat.get("p999"), 1000),
+        "mean_us": _div(lat.get("mean"), 1000),
+        "iops": result.get("iops"),
+        "cpu_us_per_io": cpu,
+        "iops_per_cpu_s": 1e6 / cpu if cpu else None,
+        "kicks_per_io": result.get("kicks_per_io"),
+        "interrupts_per_io": result.get("interrupts_per_io"),
+        "bench_cpu_us_per_io": result.get("bench_cpu_us_per_io"),
+        "backlogged": result.get("backlogged"),
+        "errors": result.get("errors"),
+    }
+    return m
+
+
+def _div(v, d):
+    return v / d if isinstance(v, (int, float)) else None
+
+
+def median_metrics(results):
+    """Median of every metric over the results (None where none has it)."""
+    per_run = [metrics(r) for r in results]
+    out = {}
+    for key in per_run[0] if per_run else ():
+        vals = [m[key] for m in per_run if isinstance(m[key], (int, float))]
+        out[key] = statistics.median(vals) if vals else None
+    return out
+
+
+def median_run(results):
+    """The result whose p50 is the median one (for its latency CDF)."""
+    ok = [r for r in results if r.get("lat_ns", {}).get("p50") is not None]
+    if not ok:
+        return None
+    ok.sort(key=lambda r: r["lat_ns"]["p50"])
+    return ok[(len(ok) - 1) // 2]
+
+
+def summarize(cells, runs):
+    """{cell.key: {"cell": ..., flavour: {"runs", "ok", "median", "cdf"}, "ratio": ...}}."""
+    summary = {}
+    for cell in cells:
+        entry = {"service_ns": cell.pair.service_ns, "poll": cell.pair.poll.name,
+                 "load": cell.load.name, "rate_iops": cell.load.rate,
+                 "iodepth": cell.load.iodepth}
+        for flavour in FLAVOURS:
+            mine = [r for r in runs if r["cell"] == cell.key and r["daemon"] == flavour]
+            results = [r["result"] for r in mine if r["result"] is not None]
+            best = median_run(results)
+            entry[flavour] = {
+                "runs": len(mine), "ok": len(results),
+                "median": median_metrics(results) if results else None,
+                "median_run_cdf": best.get("lat_cdf") if best else None,
+            }
+        entry["ratio"] = ratios(entry["spindle"]["median"], entry["qsd"]["median"])
+        summary[cell.key] = entry
+    return summary
+
+
+def ratios(s, q):
+    """spindle / qsd of p50, IOPS, CPU per I/O and IOPS per CPU-second."""
+    out = {}
+    for key in ("p50_us", "p99_us", "iops", "cpu_us_per_io", "iops_per_cpu_s"):
+        a = s.get(key) if s else None
+        b = q.get(key) if q else None
+        out[key] = a / b if isinstance(a, (int, float)) and b else None
+    return out
+
+
+# ---------------------------------------------------------------------------
+# The table
+
+def si(v):
+    """123 -> "123", 12345 -> "12.3k", 1234567 -> "1.23M"."""
+    if v is None:
+        return "-"
+    for div, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(v) >= div:
+            return f"{sig3(v / div)}{suffix}"
+    return sig3(v)
+
+
+def sig3(v):
+    """Three significant digits, no exponent."""
+    if v is None:
+        return "-"
+    a = abs(v)
+    if a >= 100:
+        return f"{v:.0f}"
+    if a >= 10:
+        return f"{v:.1f}"
+    if a >= 1:
+        return f"{v:.2f}"
+    return f"{v:.3f}"
+
+
+def _ratio(v):
+    return "-" if v is None else f"{v:.2f}"
+
+
+# (header, width, formatter of the median dict)
+DAEMON_COLUMNS = [
+    ("p50us", 7, lambda m: sig3(m["p50_us"])),
+    ("p99us", 7, lambda m: sig3(m["p99_us"])),
+    ("IOPS", 7, lambda m: si(m["iops"])),
+    ("CPUus/IO", 8, lambda m: sig3(m["cpu_us_per_io"])),
+    ("kick/IO", 7, lambda m: sig3(m["kicks_per_io"])),
+    ("IO/CPUs", 7, lambda m: si(m["iops_per_cpu_s"])),
+]
+RATIO_COLUMNS = [
+    ("p50", 5, "p50_us"),
+    ("IOPS", 5, "iops"),
+    ("CPU/IO", 6, "cpu_us_per_io"),
+]
+KEY_COLUMNS = [("service", 7), ("poll", 7), ("load", 6)]
+SEP = " | "
+
+
+def format_table(summary):
+    """The fixed-width side-by-side table, as a list of lines."""
+    key_w = sum(w for _, w in KEY_COLUMNS) + len(KEY_COLUMNS) - 1
+    daemon_w = sum(w for _, w, _ in DAEMON_COLUMNS) + len(DAEMON_COLUMNS) - 1
+    ratio_w = sum(w for _, w, _ in RATIO_COLUMNS) + len(RATIO_COLUMNS) - 1
+    top = SEP.join([" " * key_w, DISPLAY["spindle"].center(daemon_w),
+                    DISPLAY["qsd"].center(daemon_w), "spindle/qsd".center(ratio_w)])
+    head = SEP.join([
+        " ".join(h.ljust(w) for h, w in KEY_COLUMNS),
+        " ".join(h.rjust(w) for h, w, _ in DAEMON_COLUMNS),
+        " ".join(h.rjust(w) for h, w, _ in DAEMON_COLUMNS),
+        " ".join(h.rjust(w) for h, w, _ in RATIO_COLUMNS)])
+    lines = [top, head, "-" * len(head)]
+    notes = set()
+    previous = None
+    for entry in summary.values():
+        pair = (entry["service_ns"], entry["poll"])
+        if previous is not None and pair != previous:
+            lines.append("")
+        previous = pair
+        load = entry["load"]
+        if any(entry[f]["ok"] < entry[f]["runs"] for f in FLAVOURS):
+            load += "!"
+            notes.add("!")
+        key = " ".join(v.ljust(w) for v, (_, w) in zip(
+            [format_service(entry["service_ns"]), entry["poll"], load], KEY_COLUMNS))
+        blocks = [key]
+        for flavour in FLAVOURS:
+            med = entry[flavour]["median"]
+            if med is None:
+                cols = ["fail".rjust(DAEMON_COLUMNS[0][1])] + \
+                       ["-".rjust(w) for _, w, _ in DAEMON_COLUMNS[1:]]
+            else:
+                cols = [fmt(med).rjust(w) for _, w, fmt in DAEMON_COLUMNS]
+                if entry["rate_iops"] and med["iops"] is not None and \
+                        med["iops"] < SATURATED_SHARE * entry["rate_iops"]:
+                    cols[2] = (si(med["iops"]) + "*").rjust(DAEMON_COLUMNS[2][1])
+                    notes.add("*")
+            blocks.append(" ".join(cols))
+        blocks.append(" ".join(_ratio(entry["ratio"][k]).rjust(w)
+                               for _, w, k in RATIO_COLUMNS))
+        lines.append(SEP.join(blocks))
+    lines.append("")
+    lines.append("p50us/p99us: latency percentiles in µs; IOPS: achieved; CPUus/IO: the "
+                 "daemon's CPU time (all threads) per I/O;")
+    lines.append("kick/IO: kicks the front-end sent per I/O; IO/CPUs: I/Os per second of "
+                 "daemon CPU time (1e6 / CPUus/IO).")
+    lines.append("Medians over the repeats; ratios are spindle / qsd (p50 and CPU/IO: "
+                 "lower is better for spindle; IOPS: higher).")
+    if "*" in notes:
+        lines.append(f"*  achieved less than {SATURATED_SHARE:.0%} of the offered arrival "
+                     "rate (saturated)")
+    if "!" in notes:
+        lines.append("!  some repeats failed (twice each); medians over the others; "
+                     "'fail' where none succeeded")
+    return lines
+
+
+# ---------------------------------------------------------------------------
+# Goals
+
+def _find(summary, service_ns, poll, load):
+    for entry in summary.values():
+        if (entry["service_ns"], entry["poll"], entry["load"]) == (service_ns, poll, load):
+            return entry
+    return None
+
+
+def evaluate_goals(summary, idle):
+    """The issue's three goals, as measured: a list of dicts."""
+    goals = []
+
+    entry = _find(summary, 0, "default", "QD1")
+    r = entry["ratio"]["p50_us"] if entry else None
+    goals.append({
+        "goal": "QD1, 0 µs service, default poll window: spindle p50 latency at "
+                "most half of qsd's",
+        "measured": None if r is None else (
+            f"spindle/qsd p50 = {r:.2f} ({sig3(entry['spindle']['median']['p50_us'])}"
+            f" µs vs {sig3(entry['qsd']['median']['p50_us'])} µs)"),
+        "value": r, "threshold": f"<= {GOAL_QD1_P50_RATIO}",
+        "met": None if r is None else r <= GOAL_QD1_P50_RATIO})
+
+    qd32 = [e for e in summary.values() if e["load"] == "QD32"
+            and e["ratio"]["iops_per_cpu_s"] is not None]
+    head = _find(summary, 0, "default", "QD32")
+    r = head["ratio"]["iops_per_cpu_s"] if head else None
+    if r is None and qd32:
+        head = min(qd32, key=lambda e: e["ratio"]["iops_per_cpu_s"])
+        r = head["ratio"]["iops_per_cpu_s"]
+    measured = None
+    if r is not None:
+        measured = (f"spindle/qsd = {r:.2f} at service {format_service(head['service_ns'])}, "
+                    f"poll {head['poll']} ({si(head['spindle']['median']['iops_per_cpu_s'])}"
+                    f" vs {si(head['qsd']['median']['iops_per_cpu_s'])} I/Os per CPU-second)")
+        if len(qd32) > 1:
+            worst = min(qd32, key=lambda e: e["ratio"]["iops_per_cpu_s"])
+            best = max(qd32, key=lambda e: e["ratio"]["iops_per_cpu_s"])
+            measured += (f"; over all {len(qd32)} QD32 cells "
+                         f"{worst['ratio']['iops_per_cpu_s']:.2f} "
+                         f"({format_service(worst['service_ns'])}, {worst['poll']}) to "
+                         f"{best['ratio']['iops_per_cpu_s']:.2f} "
+                         f"({format_service(best['service_ns'])}, {best['poll']})")
+    goals.append({
+        "goal": "QD32: spindle's IOPS per backend CPU-second at least 1.5x qsd's",
+        "measured": measured, "value": r, "threshold": f">= {GOAL_QD32_EFFICIENCY}",
+        "met": None if r is None else r >= GOAL_QD32_EFFICIENCY})
+
+    s_vals = [i["percent"]["spindle"] for i in idle
+              if i["percent"].get("spindle") is not None]
+    q_vals = [i["percent"]["qsd"] for i in idle if i["percent"].get("qsd") is not None]
+    worst = max(s_vals) if s_vals else None
+    goals.append({
+        "goal": "no I/O: spindle's idle CPU under 1% of a core",
+        "measured": None if worst is None else (
+            f"at most {worst:.4f}% of a core over {len(s_vals)} idle windows of "
+            f"{idle[0]['seconds']:g} s (median {statistics.median(s_vals):.4f}%; qsd at most "
+            f"{max(q_vals) if q_vals else float('nan'):.4f}%)"),
+        "value": worst, "threshold": f"< {GOAL_IDLE_PERCENT}%",
+        "met": None if worst is None else worst < GOAL_IDLE_PERCENT})
+    return goals
+
+
+def format_goals(goals):
+    lines = ["Goals (as measured in this run, not asserted):"]
+    for g in goals:
+        verdict = {True: "met", False: "not met", None: "not measured"}[g["met"]]
+        lines.append(f"  - {g['goal']} ({g['threshold']}): {verdict}")
+        if g["measured"]:
+            lines.append(f"      {g['measured']}")
+    return lines
