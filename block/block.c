@@ -396,6 +396,11 @@ bool block_node_is_read_only(const BlockNode *bs)
     return bs->read_only;
 }
 
+bool block_node_discard_enabled(const BlockNode *bs)
+{
+    return bs->discard_unmap;
+}
+
 int64_t block_node_get_length(BlockNode *bs)
 {
     return bs->length;

@@ -111,6 +111,9 @@ void block_node_unref(BlockNode *bs);
 const char *block_node_get_name(const BlockNode *bs);
 const char *block_node_get_driver_name(const BlockNode *bs);
 bool block_node_is_read_only(const BlockNode *bs);
+/* Whether discards deallocate (discard=unmap); with discard=ignore they
+ * succeed and do nothing.  Any thread (fixed at open). */
+bool block_node_discard_enabled(const BlockNode *bs);
 int64_t block_node_get_length(BlockNode *bs);   /* cached at open */
 void block_node_get_limits(const BlockNode *bs, BlockLimits *out);
 AioContext *block_node_get_aio_context(const BlockNode *bs);

@@ -853,6 +853,63 @@ static void test_list_errors(void)
     list_bad("{\"l\": true}", "'l'", "a list");
 }
 
+/* The "node-name" of each element of the list at "lun", comma-separated
+ * ("-" where absent), every element's keys used up. */
+static char *list_node_names(Opts *opts)
+{
+    g_autoptr(GPtrArray) list = NULL;
+    g_autoptr(GString) out = g_string_new(NULL);
+    Error *err = NULL;
+
+    list = opts_get_list_implied(opts, "lun", "node-name", &err);
+    g_assert_null(err);
+    g_assert_nonnull(list);
+    for (guint i = 0; i < list->len; i++) {
+        Opts *elem = g_ptr_array_index(list, i);
+        const char *name;
+
+        g_assert_true(opts_get_str(elem, "node-name", "-", &name, NULL));
+        g_string_append_printf(out, "%s%s", i ? "," : "", name);
+    }
+    return g_strdup(out->str);
+}
+
+static void test_list_implied(void)
+{
+    g_autoptr(Opts) kv = parse_ok("lun.0=d0,lun.1.node-name=d1", NULL);
+    g_autoptr(Opts) js = parse_ok("{\"lun\": [\"d0\", "
+                                  "{\"node-name\": \"d1\"}]}", NULL);
+    g_autoptr(Opts) extra = parse_ok("lun.0=d0,lun.1.node-name=d1,"
+                                     "lun.1.serial=s", NULL);
+    g_autoptr(GPtrArray) list = NULL;
+    g_autofree char *a = list_node_names(kv);
+    g_autofree char *b = list_node_names(js);
+    Error *err = NULL;
+
+    g_assert_cmpstr(a, ==, "d0,d1");
+    g_assert_cmpstr(b, ==, "d0,d1");
+    assert_all_used(kv);
+    assert_all_used(js);
+
+    /* The string element's Opts names its key by the list path. */
+    list = opts_get_list_implied(extra, "lun", "node-name", NULL);
+    g_assert_nonnull(list);
+    g_assert_true(opts_get_str(g_ptr_array_index(list, 0), "node-name",
+                               NULL, &(const char *){ NULL }, NULL));
+    assert_all_used(g_ptr_array_index(list, 0));
+    assert_unused(g_ptr_array_index(list, 1), "lun.1.node-name");
+
+    /* Other scalars are still not elements. */
+    {
+        g_autoptr(Opts) bad = parse_ok("{\"lun\": [5]}", NULL);
+
+        g_assert_null(opts_get_list_implied(bad, "lun", "node-name", &err));
+        assert_error_mentions(&err, "'lun.0'", "an object or a string");
+    }
+    /* Without an implied key, plain opts_get_list() is unchanged. */
+    g_assert_null(opts_get_list(kv, "lun", NULL));
+}
+
 /* ------------------------------------------------------------------------ */
 /* Unused keys                                                               */
 
@@ -1043,6 +1100,7 @@ int main(int argc, char **argv)
                     test_list_absent_and_empty);
     g_test_add_func("/opts/list/element-unused", test_list_element_unused);
     g_test_add_func("/opts/list/errors", test_list_errors);
+    g_test_add_func("/opts/list/implied-key", test_list_implied);
     g_test_add_func("/opts/unused/top", test_unused_top);
     g_test_add_func("/opts/unused/nested", test_unused_nested);
     g_test_add_func("/opts/unused/order", test_unused_order);

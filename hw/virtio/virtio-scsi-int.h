@@ -1,0 +1,195 @@
+/*
+ * virtio-scsi internals shared by hw/virtio/virtio-scsi.c (device, request
+ * queues) and hw/virtio/virtio-scsi-ctrl.c (control and event queues).
+ * Private to those two files; the theory of operation is at the top of
+ * virtio-scsi.c.
+ */
+#ifndef SPINDLE_HW_VIRTIO_VIRTIO_SCSI_INT_H
+#define SPINDLE_HW_VIRTIO_VIRTIO_SCSI_INT_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#include "block/block.h"
+#include "hw/scsi/scsi-disk.h"
+#include "hw/virtio/virtio-scsi.h"
+#include "hw/virtio/virtio-scsi-wire.h"
+#include "hw/virtio/virtqueue.h"
+#include "util/aio.h"
+
+#define VIRTIO_SCSI_MAX_QUEUES      64
+#define VIRTIO_SCSI_CACHELINE       64
+
+/* Largest cdb_size and sense_size a driver may set (set_config). */
+#define VIRTIO_SCSI_CDB_MAX         256
+#define VIRTIO_SCSI_SENSE_MAX       256
+/* Smallest cdb_size: the shortest CDB (group 0) is 6 bytes. */
+#define VIRTIO_SCSI_CDB_MIN         6
+
+#define VIRTIO_SCSI_REQ_HDR_SIZE    sizeof(VirtioScsiCmdReqHdr)
+#define VIRTIO_SCSI_RESP_HDR_SIZE   sizeof(VirtioScsiCmdRespHdr)
+
+typedef struct VirtioScsiReq VirtioScsiReq;
+typedef struct VirtioScsiTmf VirtioScsiTmf;
+typedef struct VirtioScsiTmfWait VirtioScsiTmfWait;
+typedef struct VirtioScsiEventBuf VirtioScsiEventBuf;
+
+/* A configured LUN; VirtioScsi.luns is sorted by number. */
+typedef struct VirtioScsiLun {
+    unsigned lun;
+    ScsiDisk *disk;              /* owned */
+} VirtioScsiLun;
+
+/*
+ * How a request's 8-byte LUN field decodes (5.6.6.1): a LUN number of
+ * target 0 (which may or may not be configured), the REPORT LUNS
+ * well-known LUN, a LUN of target 0 in a format we never give out, or
+ * another target.
+ */
+typedef enum VirtioScsiAddr {
+    VIRTIO_SCSI_ADDR_LUN,
+    VIRTIO_SCSI_ADDR_WLUN_REPORT_LUNS,
+    VIRTIO_SCSI_ADDR_NO_LUN,
+    VIRTIO_SCSI_ADDR_BAD_TARGET,
+} VirtioScsiAddr;
+
+/* Per request queue; its home thread only, except `ctx` (see below). */
+typedef struct VirtioScsiQueue {
+    _Alignas(VIRTIO_SCSI_CACHELINE) unsigned in_flight;  /* popped, not
+                                                            * pushed */
+    unsigned nfree;
+    VirtioScsiReq *free;         /* requests kept for reuse */
+    VirtioScsiReq *cmds;         /* commands at a LUN, doubly linked */
+    uint64_t next_seq;           /* numbers commands, for TMF waits */
+    VirtioScsiTmfWait *waits;    /* TMFs waiting for commands of ours */
+    BlockQueue **bqs;            /* per LUN (index in VirtioScsi.luns) */
+    VirtQueue *vq;               /* while started (and draining) */
+    /*
+     * The home context, set when the queue first starts (a VuServer puts
+     * a queue index in the same context every time).  Written once in
+     * the home thread with release, read by the control queue's thread
+     * with acquire to send it TMF work.
+     */
+    _Atomic(AioContext *) ctx;
+} VirtioScsiQueue;
+
+/* The control queue's state: its home thread only.  (Each TMF keeps the
+ * queue and context it came from.) */
+typedef struct VirtioScsiCtrl {
+    /* Requests popped and not answered yet. */
+    _Alignas(VIRTIO_SCSI_CACHELINE) unsigned tmfs;
+} VirtioScsiCtrl;
+
+/* The event queue's state: its home thread only (but `ctx`, `missed`). */
+typedef struct VirtioScsiEvents {
+    _Alignas(VIRTIO_SCSI_CACHELINE) VirtQueue *vq;
+    VirtioScsiEventBuf *held;    /* the driver's buffers, FIFO */
+    VirtioScsiEventBuf **held_tail;
+    unsigned nheld;
+    _Atomic(AioContext *) ctx;
+    /* An event found no buffer: flag the next one EVENTS_MISSED.  Set by
+     * the event thread (or the main thread before the queue ever ran),
+     * taken with an exchange by the event thread. */
+    _Atomic bool missed;
+} VirtioScsiEvents;
+
+struct VirtioScsi {
+    unsigned num_queues;         /* request queues */
+    unsigned queue_size;
+    VirtioScsiLun *luns;         /* sorted by lun */
+    unsigned nluns;
+
+    /* Main thread, written while the queues are stopped. */
+    uint64_t features;
+    /* Driver-writable config fields: written by the main thread
+     * (set_config), read once per request by the queues: relaxed. */
+    _Atomic uint32_t sense_size;
+    _Atomic uint32_t cdb_size;
+    /* A queue has started: the LUN set is frozen. */
+    _Atomic bool frozen;
+    /* Set once a malformed request has been logged (any queue thread). */
+    atomic_flag logged_bad_request;
+
+    VirtioScsiQueue *queues;     /* num_queues, cache-line aligned */
+    VirtioScsiCtrl ctrl;
+    VirtioScsiEvents events;
+};
+
+/* ------------------------------------------------------------------------ */
+/* virtio-scsi.c, for the control and event queues                           */
+
+/* Log the first malformed request of the device (later ones are not). */
+void virtio_scsi_log_bad_request(VirtioScsi *vs, VirtQueue *vq,
+                                 const char *why);
+
+/* Decode a LUN field; *lun is set for VIRTIO_SCSI_ADDR_LUN. */
+VirtioScsiAddr virtio_scsi_decode_lun(const uint8_t *lun, unsigned *lun_out);
+
+/* Encode LUN number lun of target 0 as REPORT LUNS gives it out. */
+void virtio_scsi_encode_lun(unsigned lun, uint8_t *out);
+
+/* The index of LUN lun in vs->luns, or -1. */
+int virtio_scsi_find_lun(const VirtioScsi *vs, unsigned lun);
+
+/* Bytes of an iovec array. */
+size_t virtio_scsi_iov_size(const struct iovec *iov, unsigned niov);
+/* Copy len bytes from iov, starting offset bytes in, to buf; returns the
+ * bytes copied. */
+size_t virtio_scsi_iov_to_buf(const struct iovec *iov, unsigned niov,
+                              size_t offset, void *buf, size_t len);
+/* Copy len bytes of buf into iov, starting offset bytes in; returns the
+ * bytes copied. */
+size_t virtio_scsi_buf_to_iov(const struct iovec *iov, unsigned niov,
+                              size_t offset, const void *buf, size_t len);
+
+/*
+ * The part of a TMF that one request queue handles (one per request
+ * queue, inside the TMF).  Made by the control queue's thread, then used
+ * only by q's home thread until virtio_scsi_tmf_wait_done().
+ */
+struct VirtioScsiTmfWait {
+    VirtioScsiTmfWait *next;     /* VirtioScsiQueue.waits */
+    VirtioScsiTmf *tmf;
+    VirtioScsiQueue *q;
+    int lun;                     /* the commands of this LUN; -1: all */
+    bool match_tag;              /* ... with this tag only */
+    uint64_t tag;
+    uint8_t cancel;              /* their response: VIRTIO_SCSI_S_ABORTED or
+                                  * _RESET; VIRTIO_SCSI_S_OK: count them */
+    uint64_t seq_limit;          /* commands numbered below it are ours */
+    unsigned remaining;          /* ours still running */
+};
+
+/*
+ * Start what the driver has queued on q (so that commands it sent before
+ * the TMF are seen), then find q's commands that match w: when w cancels,
+ * give them w's response and, if there are any, put w on q's list to be
+ * completed (virtio_scsi_tmf_wait_done()) when the last of them is.
+ * Returns how many matched.  Home thread of q.
+ */
+unsigned virtio_scsi_queue_tmf_scan(VirtioScsi *vs, VirtioScsiQueue *q,
+                                    VirtioScsiTmfWait *w);
+
+/* ------------------------------------------------------------------------ */
+/* virtio-scsi-ctrl.c                                                        */
+
+/* The commands w waited for are all done and w is off q's list: report
+ * to the TMF.  Home thread of w->q. */
+void virtio_scsi_tmf_wait_done(VirtioScsiTmfWait *w);
+
+/* The control queue's handler, queue_started and queue_drain (this one
+ * returns when every TMF is answered).  The queue's home thread. */
+void virtio_scsi_handle_ctrl(VirtioScsi *vs, VirtQueue *vq);
+void virtio_scsi_ctrl_started(VirtioScsi *vs, VirtQueue *vq);
+void virtio_scsi_ctrl_drain(VirtioScsi *vs, VirtQueue *vq);
+
+/* The event queue's handler (holds the buffers), queue_started and
+ * queue_drain (hands them back with len 0).  The queue's home thread. */
+void virtio_scsi_handle_event(VirtioScsi *vs, VirtQueue *vq);
+void virtio_scsi_event_started(VirtioScsi *vs, VirtQueue *vq);
+void virtio_scsi_event_drain(VirtioScsi *vs, VirtQueue *vq);
+
+#endif

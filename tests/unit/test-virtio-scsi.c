@@ -1,0 +1,1663 @@
+/*
+ * Unit tests for the virtio-scsi device (hw/virtio/virtio-scsi.c and
+ * hw/virtio/virtio-scsi-ctrl.c).
+ *
+ * Theory of operation: a TDev is a small virtio-scsi driver written for
+ * these tests plus the device under test, driven directly through its
+ * VuDevOps callbacks (no vhost-user socket: the server has its own tests).
+ * The driver owns a memfd of "guest memory" mapped once; the VirtQueues
+ * (control, event, N request queues) are real ones over a GuestMemory made
+ * from that memfd, with their rings at fixed guest addresses.  The driver
+ * writes descriptor chains (the request header, CDB, data-out; the
+ * response header, sense, data-in; split across descriptors where a test
+ * wants it), publishes them, kicks, and reads the used ring, recording
+ * for each head the length pushed and the order in which it was pushed
+ * (so a test can check that a TMF completed after the commands it
+ * affected).
+ *
+ * The control and event queues run in the test thread's AioContext; the
+ * request queues run there too, or in an IOThread for the tests of the
+ * cross-thread task management path.  The test thread plays the main
+ * thread for features, config and capacity changes.  LUNs are ScsiDisks
+ * over null-co nodes (latency-ns keeps a command in flight long enough to
+ * abort it) or over a file node for the data round trip.
+ */
+#include <endian.h>
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+#include <glib.h>
+
+#include "block/block.h"
+#include "hw/scsi/scsi-defs.h"
+#include "hw/scsi/scsi-disk.h"
+#include "hw/virtio/guest-memory.h"
+#include "hw/virtio/virtio-scsi.h"
+#include "hw/virtio/virtio-scsi-wire.h"
+#include "hw/virtio/virtqueue.h"
+#include "util/aio.h"
+#include "util/clock.h"
+#include "util/event-notifier.h"
+#include "util/iothread.h"
+#include "test-helpers.h"
+
+#define MEM_SIZE        (4u << 20)
+#define QVA_BASE        0x7f1000000000ull
+#define RING_NUM        64
+#define RINGS_GPA       0x10000
+#define RING_STRIDE     0x1000
+#define DATA_GPA        0x100000
+#define MAX_VQS         6
+#define WAIT_NS         (10 * NS_PER_SEC)
+
+#define F_NEXT          1
+#define F_WRITE         2
+
+#define REQ_HDR         sizeof(VirtioScsiCmdReqHdr)
+#define RESP_HDR        sizeof(VirtioScsiCmdRespHdr)
+#define SENSE_DEFAULT   VIRTIO_SCSI_SENSE_DEFAULT_SIZE
+#define NOT_USED        UINT32_MAX
+
+/* A latency that keeps a command in flight while a TMF arrives. */
+#define SLOW_NODE       "driver=null-co,size=1M,read-zeroes=on," \
+                        "latency-ns=500000000"
+#define FAST_NODE       "driver=null-co,size=1M,read-zeroes=on"
+
+typedef struct TDev TDev;
+
+typedef struct TQueue {
+    TDev *t;
+    unsigned index;
+    VirtQueue *vq;
+    AioContext *ctx;
+    EventNotifier kick, call;
+    uint64_t gpa;                /* desc at +0, avail +0x400, used +0x800 */
+    uint16_t avail_idx;
+    uint16_t last_used;
+    unsigned next_desc;
+    uint32_t used_len[RING_NUM];  /* by head; NOT_USED until pushed */
+    uint64_t used_seq[RING_NUM];  /* the pass of tdev_reap() that saw it */
+    bool started;
+} TQueue;
+
+typedef struct TLun {
+    unsigned lun;
+    const char *node;            /* block_node_open_str() options */
+} TLun;
+
+typedef struct TConf {
+    unsigned num_queues;
+    bool iothread;               /* request queues in an IOThread */
+    bool no_change;              /* do not negotiate VIRTIO_SCSI_F_CHANGE */
+    const TLun *luns;
+    unsigned nluns;
+} TConf;
+
+struct TDev {
+    int memfd;
+    uint8_t *map;
+    GuestMemory *mem;
+    AioContext *ctx;             /* the test thread's */
+    IOThread *iot;
+    VirtioScsi *vs;
+    unsigned nvqs;
+    TQueue q[MAX_VQS];
+    uint64_t data_next;
+    uint64_t used_seq;           /* tdev_reap() passes */
+    uint32_t sense_size;         /* the layout the driver builds */
+    uint32_t cdb_size;
+};
+
+/* A command sent, and its answer. */
+typedef struct TCmd {
+    TQueue *q;
+    uint16_t head;
+    uint64_t resp_gpa;
+    uint64_t in_gpa;
+    uint32_t in_len;
+    uint32_t used_len;
+    uint8_t response;
+    uint8_t status;
+    uint32_t sense_len;
+    uint32_t resid;
+    uint8_t sense[VIRTIO_SCSI_SENSE_DEFAULT_SIZE * 3];
+} TCmd;
+
+typedef struct TBuf {
+    uint64_t gpa;
+    uint32_t len;
+    bool write;
+} TBuf;
+
+/* ------------------------------------------------------------------------ */
+/* Guest memory                                                              */
+
+static void *gptr(TDev *t, uint64_t gpa)
+{
+    g_assert_cmpuint(gpa, <, MEM_SIZE);
+    return t->map + gpa;
+}
+
+static uint64_t galloc(TDev *t, size_t len)
+{
+    uint64_t gpa = t->data_next;
+
+    t->data_next = (t->data_next + len + 63) & ~63ull;
+    g_assert_cmpuint(t->data_next, <=, MEM_SIZE);
+    return gpa;
+}
+
+/* Guest memory of len bytes holding data (or 0xee to see what we write). */
+static uint64_t gbuf(TDev *t, const void *data, size_t len)
+{
+    uint64_t gpa = galloc(t, len);
+
+    if (data) {
+        memcpy(gptr(t, gpa), data, len);
+    } else {
+        memset(gptr(t, gpa), 0xee, len);
+    }
+    return gpa;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The driver's rings                                                        */
+
+static _Atomic uint16_t *ring16(TQueue *q, uint64_t off)
+{
+    return gptr(q->t, q->gpa + off);
+}
+
+static uint16_t tq_add_chain(TQueue *q, const TBuf *b, unsigned n)
+{
+    uint16_t head = q->next_desc % RING_NUM;
+
+    for (unsigned i = 0; i < n; i++) {
+        unsigned idx = (q->next_desc + i) % RING_NUM;
+        uint8_t *d = gptr(q->t, q->gpa + 16 * idx);
+        uint64_t addr = htole64(b[i].gpa);
+        uint32_t len = htole32(b[i].len);
+        uint16_t flags = htole16((b[i].write ? F_WRITE : 0) |
+                                 (i + 1 < n ? F_NEXT : 0));
+        uint16_t next = htole16((idx + 1) % RING_NUM);
+
+        memcpy(d, &addr, 8);
+        memcpy(d + 8, &len, 4);
+        memcpy(d + 12, &flags, 2);
+        memcpy(d + 14, &next, 2);
+    }
+    q->next_desc += n;
+    return head;
+}
+
+/* Make head available; kick the queue's eventfd if kick. */
+static void tq_publish(TQueue *q, uint16_t head, bool kick)
+{
+    q->used_len[head] = NOT_USED;
+    atomic_store_explicit(ring16(q, 0x400 + 4 + 2 * (q->avail_idx % RING_NUM)),
+                          htole16(head), memory_order_relaxed);
+    q->avail_idx++;
+    /* Release: descriptors and ring entry before the index (pairs with
+     * the device's acquire load of avail->idx). */
+    atomic_store_explicit(ring16(q, 0x400 + 2), htole16(q->avail_idx),
+                          memory_order_release);
+    if (kick) {
+        event_notifier_set(&q->kick);
+    }
+}
+
+static void tq_reap(TQueue *q)
+{
+    for (;;) {
+        uint16_t idx = le16toh(atomic_load_explicit(ring16(q, 0x800 + 2),
+                                                    memory_order_acquire));
+        uint32_t e[2];
+
+        if (idx == q->last_used) {
+            return;
+        }
+        memcpy(e, gptr(q->t, q->gpa + 0x800 + 4 +
+                       8 * (q->last_used % RING_NUM)), sizeof(e));
+        g_assert_cmpuint(le32toh(e[0]), <, RING_NUM);
+        q->used_len[le32toh(e[0])] = le32toh(e[1]);
+        q->used_seq[le32toh(e[0])] = q->t->used_seq;
+        q->last_used++;
+    }
+}
+
+/*
+ * Read every queue's used ring, the control queue first: when a TMF is
+ * seen in pass p, the commands pushed before it are seen in pass p or
+ * earlier, while commands pushed later are (but for a tiny window) seen
+ * in a later pass.
+ */
+static void tdev_reap(TDev *t)
+{
+    t->used_seq++;
+    for (unsigned i = 0; i < t->nvqs; i++) {
+        tq_reap(&t->q[i]);
+    }
+}
+
+/* Run the test thread's loop once (without blocking) and look. */
+static bool tq_check(TQueue *q, uint16_t head)
+{
+    aio_poll(q->t->ctx, false);
+    tdev_reap(q->t);
+    return q->used_len[head] != NOT_USED;
+}
+
+/* Wait until head is pushed; returns its length. */
+static uint32_t tq_wait(TQueue *q, uint16_t head)
+{
+    int64_t deadline = clock_now_ns() + WAIT_NS;
+
+    while (!tq_check(q, head)) {
+        g_assert_cmpint(clock_now_ns(), <, deadline);
+        g_usleep(100);
+    }
+    return q->used_len[head];
+}
+
+/* Check for ms milliseconds that head is not pushed. */
+static void tq_assert_pending(TQueue *q, uint16_t head, unsigned ms)
+{
+    int64_t end = clock_now_ns() + ms * NS_PER_MS;
+
+    while (clock_now_ns() < end) {
+        g_assert_false(tq_check(q, head));
+        g_usleep(200);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Device set-up                                                             */
+
+static void tq_start_bh(void *opaque)
+{
+    TQueue *q = opaque;
+
+    g_assert_cmpint(virtqueue_start(q->vq, q->t->mem,
+                                    virtio_scsi_vu_ops.handle_queue,
+                                    q->t->vs), ==, 0);
+    virtio_scsi_vu_ops.queue_started(q->t->vs, q->vq);
+}
+
+static void tq_stop_bh(void *opaque)
+{
+    TQueue *q = opaque;
+
+    virtqueue_stop(q->vq);
+    virtio_scsi_vu_ops.queue_drain(q->t->vs, q->vq);
+    /* queue_drain's promise: every popped element is back. */
+    g_assert_cmpuint(virtqueue_inflight(q->vq), ==, 0);
+}
+
+static void tq_start(TQueue *q)
+{
+    aio_run_sync(q->ctx, tq_start_bh, q);
+    q->started = true;
+    while (aio_poll(q->t->ctx, false)) {
+        /* the start-up BHs */
+    }
+}
+
+static void tq_stop(TQueue *q)
+{
+    if (q->started) {
+        aio_run_sync(q->ctx, tq_stop_bh, q);
+        q->started = false;
+    }
+}
+
+static void tq_init(TDev *t, TQueue *q, unsigned index, AioContext *ctx,
+                    uint64_t features)
+{
+    VirtQueueAddrs addrs;
+
+    memset(q, 0, sizeof(*q));
+    q->t = t;
+    q->index = index;
+    q->ctx = ctx;
+    q->gpa = RINGS_GPA + (uint64_t)index * RING_STRIDE;
+    memset(q->used_len, 0xff, sizeof(q->used_len));
+    g_assert_cmpint(event_notifier_init(&q->kick, false), ==, 0);
+    g_assert_cmpint(event_notifier_init(&q->call, false), ==, 0);
+    memset(&addrs, 0, sizeof(addrs));
+    addrs.desc_qva = QVA_BASE + q->gpa;
+    addrs.avail_qva = QVA_BASE + q->gpa + 0x400;
+    addrs.used_qva = QVA_BASE + q->gpa + 0x800;
+    q->vq = virtqueue_new(index);
+    g_assert_cmpint(virtqueue_set_num(q->vq, RING_NUM), ==, 0);
+    virtqueue_set_addrs(q->vq, &addrs);
+    virtqueue_set_kick_fd(q->vq, dup(q->kick.fd));
+    virtqueue_set_call_fd(q->vq, dup(q->call.fd));
+    virtqueue_set_features(q->vq, features);
+    virtqueue_set_aio_context(q->vq, ctx);
+    virtqueue_set_enabled(q->vq, true);
+}
+
+static void tdev_add_luns(TDev *t, const TConf *c)
+{
+    ScsiDiskConf dconf = {
+        .vendor = "SPINDLE", .product = "TEST DISK", .revision = "0.1",
+        .logical_block_size = 512, .writable = true,
+    };
+
+    for (unsigned i = 0; i < c->nluns; i++) {
+        Error *err = NULL;
+        BlockNode *bs = block_node_open_str(c->luns[i].node, t->ctx, &err);
+        ScsiDisk *d;
+
+        g_assert_no_error(err);
+        d = scsi_disk_new(&dconf, bs, &err);
+        g_assert_no_error(err);
+        block_node_unref(bs);         /* the disk holds its own reference */
+        g_assert_true(virtio_scsi_add_lun(t->vs, c->luns[i].lun, d, &err));
+        g_assert_no_error(err);
+    }
+}
+
+static void tdev_init(TDev *t, const TConf *c)
+{
+    GuestMemRegionDesc r = { 0, MEM_SIZE, QVA_BASE, 0 };
+    VirtioScsiConf vconf = { .num_queues = c->num_queues, .queue_size = 0 };
+    AioPollParams no_polling = { .max_ns = 0 };
+    GuestMemory *empty = guest_memory_new_empty();
+    Error *err = NULL;
+    uint64_t features;
+
+    memset(t, 0, sizeof(*t));
+    t->memfd = memfd_create("test-virtio-scsi", MFD_CLOEXEC);
+    g_assert_cmpint(t->memfd, >=, 0);
+    g_assert_cmpint(ftruncate(t->memfd, MEM_SIZE), ==, 0);
+    t->map = mmap(NULL, MEM_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED,
+                  t->memfd, 0);
+    g_assert(t->map != MAP_FAILED);
+    t->mem = guest_memory_add(empty, &r, t->memfd, &err);
+    g_assert_no_error(err);
+    guest_memory_unref(empty);
+    t->data_next = DATA_GPA;
+    t->sense_size = VIRTIO_SCSI_SENSE_DEFAULT_SIZE;
+    t->cdb_size = VIRTIO_SCSI_CDB_DEFAULT_SIZE;
+
+    t->ctx = ctx_new();
+    aio_context_set_poll_params(t->ctx, &no_polling);
+    if (c->iothread) {
+        t->iot = iot_new("vscsi-iot", "poll-max-ns=0");
+    }
+    t->vs = virtio_scsi_new(&vconf, &err);
+    g_assert_no_error(err);
+    tdev_add_luns(t, c);
+
+    features = virtio_scsi_vu_ops.get_features(t->vs) |
+               (1ull << VIRTIO_F_VERSION_1);
+    if (c->no_change) {
+        features &= ~(1ull << VIRTIO_SCSI_F_CHANGE);
+    }
+    virtio_scsi_vu_ops.set_features(t->vs, features);
+
+    t->nvqs = virtio_scsi_num_virtqueues(t->vs);
+    g_assert_cmpuint(t->nvqs, ==, c->num_queues + 2);
+    g_assert_cmpuint(t->nvqs, <=, MAX_VQS);
+    for (unsigned i = 0; i < t->nvqs; i++) {
+        AioContext *ctx = t->ctx;
+
+        if (i >= VIRTIO_SCSI_VQ_REQUEST0 && t->iot) {
+            ctx = iothread_get_aio_context(t->iot);
+        }
+        tq_init(t, &t->q[i], i, ctx, features);
+    }
+}
+
+static void tdev_start(TDev *t)
+{
+    for (unsigned i = 0; i < t->nvqs; i++) {
+        tq_start(&t->q[i]);
+    }
+}
+
+static void tdev_new(TDev *t, const TConf *c)
+{
+    tdev_init(t, c);
+    tdev_start(t);
+}
+
+static void tdev_cleanup(TDev *t)
+{
+    for (unsigned i = 0; i < t->nvqs; i++) {
+        tq_stop(&t->q[i]);
+    }
+    virtio_scsi_free(t->vs);
+    for (unsigned i = 0; i < t->nvqs; i++) {
+        virtqueue_free(t->q[i].vq);
+        event_notifier_cleanup(&t->q[i].kick);
+        event_notifier_cleanup(&t->q[i].call);
+    }
+    if (t->iot) {
+        iothread_destroy(t->iot);
+    }
+    while (aio_poll(t->ctx, false)) {
+        /* leftover BHs */
+    }
+    aio_context_unref(t->ctx);
+    guest_memory_unref(t->mem);
+    munmap(t->map, MEM_SIZE);
+    close(t->memfd);
+}
+
+static TQueue *reqq(TDev *t, unsigned i)
+{
+    return &t->q[VIRTIO_SCSI_VQ_REQUEST0 + i];
+}
+
+static int set_config_u32(TDev *t, uint32_t offset, uint32_t val)
+{
+    uint32_t le = htole32(val);
+
+    return virtio_scsi_vu_ops.set_config(t->vs, (uint8_t *)&le, offset, 4);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Commands                                                                  */
+
+static void lun_addr(uint8_t *lun, unsigned target, unsigned n)
+{
+    memset(lun, 0, VIRTIO_SCSI_LUN_BYTES);
+    lun[0] = 1;
+    lun[1] = (uint8_t)target;
+    lun[2] = 0x40 | (uint8_t)(n >> 8);
+    lun[3] = (uint8_t)n;
+}
+
+/* The device-readable head: request header and a CDB of cdb_size. */
+static uint64_t cmd_head(TDev *t, const uint8_t *lun, uint64_t tag,
+                         const uint8_t *cdb, size_t cdb_len)
+{
+    uint8_t buf[REQ_HDR + 256];
+    VirtioScsiCmdReqHdr hdr;
+
+    g_assert_cmpuint(cdb_len, <=, t->cdb_size);
+    memset(&hdr, 0, sizeof(hdr));
+    memcpy(hdr.lun, lun, VIRTIO_SCSI_LUN_BYTES);
+    hdr.tag = htole64(tag);
+    memset(buf, 0, sizeof(buf));
+    memcpy(buf, &hdr, sizeof(hdr));
+    memcpy(buf + REQ_HDR, cdb, cdb_len);
+    return gbuf(t, buf, REQ_HDR + t->cdb_size);
+}
+
+/* Publish the chain b[0..n) as command c on q; resp_gpa/in_gpa say where
+ * the response and the data-in went. */
+static void cmd_publish(TCmd *c, TQueue *q, const TBuf *b, unsigned n,
+                        uint64_t resp_gpa, uint64_t in_gpa, uint32_t in_len,
+                        bool kick)
+{
+    memset(c, 0, sizeof(*c));
+    c->q = q;
+    c->resp_gpa = resp_gpa;
+    c->in_gpa = in_gpa;
+    c->in_len = in_len;
+    c->head = tq_add_chain(q, b, n);
+    tq_publish(q, c->head, kick);
+}
+
+/*
+ * Send cdb to lun on request queue qi: data-out out[0..out_len) in one
+ * descriptor, then the response and sense in one, and in_len bytes of
+ * data-in in another.
+ */
+static void cmd_send_ex(TDev *t, TCmd *c, unsigned qi, const uint8_t *lun,
+                        uint64_t tag, const uint8_t *cdb, size_t cdb_len,
+                        const void *out, size_t out_len, size_t in_len,
+                        bool kick)
+{
+    TBuf b[4];
+    unsigned n = 0;
+    uint64_t resp, in = 0;
+
+    b[n++] = (TBuf){ cmd_head(t, lun, tag, cdb, cdb_len),
+                     REQ_HDR + t->cdb_size, false };
+    if (out_len) {
+        b[n++] = (TBuf){ gbuf(t, out, out_len), out_len, false };
+    }
+    resp = gbuf(t, NULL, RESP_HDR + t->sense_size);
+    b[n++] = (TBuf){ resp, RESP_HDR + t->sense_size, true };
+    if (in_len) {
+        in = gbuf(t, NULL, in_len);
+        b[n++] = (TBuf){ in, in_len, true };
+    }
+    cmd_publish(c, reqq(t, qi), b, n, resp, in, in_len, kick);
+}
+
+static void cmd_send(TDev *t, TCmd *c, const uint8_t *lun, uint64_t tag,
+                     const uint8_t *cdb, size_t cdb_len, const void *out,
+                     size_t out_len, size_t in_len)
+{
+    cmd_send_ex(t, c, 0, lun, tag, cdb, cdb_len, out, out_len, in_len, true);
+}
+
+/* Wait for c's answer and decode the response header and sense. */
+static void cmd_wait(TDev *t, TCmd *c)
+{
+    VirtioScsiCmdRespHdr hdr;
+
+    c->used_len = tq_wait(c->q, c->head);
+    memcpy(&hdr, gptr(t, c->resp_gpa), sizeof(hdr));
+    c->response = hdr.response;
+    c->status = hdr.status;
+    c->sense_len = le32toh(hdr.sense_len);
+    c->resid = le32toh(hdr.resid);
+    memcpy(c->sense, gptr(t, c->resp_gpa + RESP_HDR),
+           MIN(t->sense_size, (uint32_t)sizeof(c->sense)));
+}
+
+static void cmd_run(TDev *t, TCmd *c, const uint8_t *lun, const uint8_t *cdb,
+                    size_t cdb_len, const void *out, size_t out_len,
+                    size_t in_len)
+{
+    cmd_send(t, c, lun, 1, cdb, cdb_len, out, out_len, in_len);
+    cmd_wait(t, c);
+}
+
+static const uint8_t *cmd_data(TDev *t, const TCmd *c)
+{
+    return gptr(t, c->in_gpa);
+}
+
+/* Fixed-format sense: key, asc, ascq. */
+static void assert_sense(const TCmd *c, uint8_t key, uint8_t asc,
+                         uint8_t ascq)
+{
+    g_assert_cmpuint(c->response, ==, VIRTIO_SCSI_S_OK);
+    g_assert_cmphex(c->status, ==, SCSI_STATUS_CHECK_CONDITION);
+    g_assert_cmpuint(c->sense_len, >=, 14);
+    g_assert_cmphex(c->sense[0] & 0x7f, ==, SCSI_SENSE_FIXED_CURRENT);
+    g_assert_cmphex(c->sense[2] & 0x0f, ==, key);
+    g_assert_cmphex(c->sense[12], ==, asc);
+    g_assert_cmphex(c->sense[13], ==, ascq);
+}
+
+static void assert_good(const TCmd *c)
+{
+    g_assert_cmpuint(c->response, ==, VIRTIO_SCSI_S_OK);
+    g_assert_cmphex(c->status, ==, SCSI_STATUS_GOOD);
+    g_assert_cmpuint(c->sense_len, ==, 0);
+}
+
+static const uint8_t cdb_inquiry[6] = { SCSI_OP_INQUIRY, 0, 0, 0, 96, 0 };
+static const uint8_t cdb_tur[6] = { SCSI_OP_TEST_UNIT_READY };
+
+static void cdb_rw10(uint8_t *cdb, uint8_t op, uint32_t lba, uint16_t blocks)
+{
+    memset(cdb, 0, 10);
+    cdb[0] = op;
+    cdb[2] = lba >> 24;
+    cdb[3] = lba >> 16;
+    cdb[4] = lba >> 8;
+    cdb[5] = lba;
+    cdb[7] = blocks >> 8;
+    cdb[8] = blocks;
+}
+
+static void cdb_report_luns(uint8_t *cdb, uint8_t select, uint32_t alloc)
+{
+    memset(cdb, 0, 12);
+    cdb[0] = SCSI_OP_REPORT_LUNS;
+    cdb[2] = select;
+    cdb[6] = alloc >> 24;
+    cdb[7] = alloc >> 16;
+    cdb[8] = alloc >> 8;
+    cdb[9] = alloc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Control and event queue requests                                         */
+
+static TQueue *ctrlq(TDev *t)
+{
+    return &t->q[VIRTIO_SCSI_VQ_CONTROL];
+}
+
+static TQueue *eventq(TDev *t)
+{
+    return &t->q[VIRTIO_SCSI_VQ_EVENT];
+}
+
+typedef struct TTmf {
+    uint16_t head;
+    uint64_t resp_gpa;
+} TTmf;
+
+static void tmf_send(TDev *t, TTmf *m, uint32_t subtype, const uint8_t *lun,
+                     uint64_t tag)
+{
+    VirtioScsiCtrlTmfReq req;
+    TBuf b[2];
+
+    memset(&req, 0, sizeof(req));
+    req.type = htole32(VIRTIO_SCSI_T_TMF);
+    req.subtype = htole32(subtype);
+    memcpy(req.lun, lun, VIRTIO_SCSI_LUN_BYTES);
+    req.tag = htole64(tag);
+    b[0] = (TBuf){ gbuf(t, &req, sizeof(req)), sizeof(req), false };
+    m->resp_gpa = gbuf(t, NULL, 1);
+    b[1] = (TBuf){ m->resp_gpa, 1, true };
+    m->head = tq_add_chain(ctrlq(t), b, 2);
+    tq_publish(ctrlq(t), m->head, true);
+}
+
+/* Wait for the TMF's answer: its response byte. */
+static uint8_t tmf_wait(TDev *t, TTmf *m)
+{
+    g_assert_cmpuint(tq_wait(ctrlq(t), m->head), ==, 1);
+    return *(uint8_t *)gptr(t, m->resp_gpa);
+}
+
+static uint8_t tmf_run(TDev *t, uint32_t subtype, const uint8_t *lun,
+                       uint64_t tag)
+{
+    TTmf m;
+
+    tmf_send(t, &m, subtype, lun, tag);
+    return tmf_wait(t, &m);
+}
+
+/* Give the device an event buffer of len bytes; returns its head. */
+static uint16_t event_buf_post(TDev *t, uint32_t len, uint64_t *gpa)
+{
+    TBuf b = { gbuf(t, NULL, len), len, true };
+    uint16_t head = tq_add_chain(eventq(t), &b, 1);
+
+    *gpa = b.gpa;
+    tq_publish(eventq(t), head, true);
+    /* Let the device pop it. */
+    while (aio_poll(t->ctx, false)) {
+        /* nothing */
+    }
+    return head;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Configuration                                                             */
+
+static void test_config(void)
+{
+    static const TLun luns[] = { { 0, FAST_NODE } };
+    TConf c = { .num_queues = 3, .luns = luns, .nluns = 1 };
+    VirtioScsiConf bad_queues = { .num_queues = 0 };
+    VirtioScsiConf too_many = { .num_queues = 65 };
+    VirtioScsiConf bad_size = { .num_queues = 1, .queue_size = 100 };
+    VirtioScsiConfig cfg;
+    uint32_t both[2] = { htole32(64), htole32(16) };
+    uint64_t f;
+    Error *err = NULL;
+    TDev t;
+
+    g_assert_null(virtio_scsi_new(&bad_queues, &err));
+    g_assert_nonnull(err);
+    g_clear_error(&err);
+    g_assert_null(virtio_scsi_new(&too_many, &err));
+    g_clear_error(&err);
+    g_assert_null(virtio_scsi_new(&bad_size, &err));
+    g_clear_error(&err);
+
+    tdev_init(&t, &c);
+    f = virtio_scsi_vu_ops.get_features(t.vs);
+    g_assert_true(f & (1ull << VIRTIO_SCSI_F_HOTPLUG));
+    g_assert_true(f & (1ull << VIRTIO_SCSI_F_CHANGE));
+    g_assert_false(f & (1ull << VIRTIO_SCSI_F_INOUT));
+    g_assert_false(f & (1ull << VIRTIO_SCSI_F_T10_PI));
+
+    g_assert_cmpuint(virtio_scsi_vu_ops.get_config(t.vs, (uint8_t *)&cfg,
+                                                   sizeof(cfg)), ==, 36);
+    g_assert_cmpuint(le32toh(cfg.num_queues), ==, 3);
+    g_assert_cmpuint(le32toh(cfg.seg_max), ==, VIRTQUEUE_MAX_SEGS - 2);
+    g_assert_cmpuint(le32toh(cfg.max_sectors), ==, 0xffff);
+    g_assert_cmpuint(le32toh(cfg.cmd_per_lun), ==, 256);
+    g_assert_cmpuint(le32toh(cfg.event_info_size), ==, 16);
+    g_assert_cmpuint(le32toh(cfg.sense_size), ==, 96);
+    g_assert_cmpuint(le32toh(cfg.cdb_size), ==, 32);
+    g_assert_cmpuint(le16toh(cfg.max_channel), ==, 0);
+    g_assert_cmpuint(le16toh(cfg.max_target), ==, 0);
+    g_assert_cmpuint(le32toh(cfg.max_lun), ==, 16383);
+
+    /* Only sense_size and cdb_size, whole fields, sane values. */
+    g_assert_cmpint(set_config_u32(&t, 0, 4), ==, -EINVAL);
+    g_assert_cmpint(set_config_u32(&t, 16, 16), ==, -EINVAL);
+    g_assert_cmpint(set_config_u32(&t, 22, 16), ==, -EINVAL);
+    g_assert_cmpint(set_config_u32(&t, 28, 0), ==, -EINVAL);
+    g_assert_cmpint(set_config_u32(&t, 20, 257), ==, -EINVAL);
+    g_assert_cmpint(set_config_u32(&t, 24, 5), ==, -EINVAL);
+    g_assert_cmpint(set_config_u32(&t, 24, 257), ==, -EINVAL);
+    g_assert_cmpint(virtio_scsi_vu_ops.set_config(t.vs, (uint8_t *)both, 20,
+                                                  2), ==, -EINVAL);
+    virtio_scsi_vu_ops.get_config(t.vs, (uint8_t *)&cfg, sizeof(cfg));
+    g_assert_cmpuint(le32toh(cfg.sense_size), ==, 96);
+    g_assert_cmpuint(le32toh(cfg.cdb_size), ==, 32);
+
+    g_assert_cmpint(virtio_scsi_vu_ops.set_config(t.vs, (uint8_t *)both, 20,
+                                                  8), ==, 0);
+    virtio_scsi_vu_ops.get_config(t.vs, (uint8_t *)&cfg, sizeof(cfg));
+    g_assert_cmpuint(le32toh(cfg.sense_size), ==, 64);
+    g_assert_cmpuint(le32toh(cfg.cdb_size), ==, 16);
+    g_assert_cmpint(set_config_u32(&t, 20, 0), ==, 0);
+    g_assert_cmpint(set_config_u32(&t, 24, 256), ==, 0);
+    virtio_scsi_vu_ops.get_config(t.vs, (uint8_t *)&cfg, sizeof(cfg));
+    g_assert_cmpuint(le32toh(cfg.sense_size), ==, 0);
+    g_assert_cmpuint(le32toh(cfg.cdb_size), ==, 256);
+
+    /* LUNs: range, duplicates, lookup. */
+    g_assert_false(virtio_scsi_add_lun(t.vs, 16384,
+                                       virtio_scsi_get_lun(t.vs, 0), &err));
+    g_assert_nonnull(err);
+    g_clear_error(&err);
+    g_assert_false(virtio_scsi_add_lun(t.vs, 0, virtio_scsi_get_lun(t.vs, 0),
+                                       &err));
+    g_clear_error(&err);
+    g_assert_nonnull(virtio_scsi_get_lun(t.vs, 0));
+    g_assert_null(virtio_scsi_get_lun(t.vs, 1));
+    tdev_cleanup(&t);
+}
+
+/* ------------------------------------------------------------------------ */
+/* INQUIRY, REPORT LUNS, missing LUNs                                       */
+
+static void test_inquiry(void)
+{
+    static const TLun luns[] = { { 0, FAST_NODE } };
+    TConf c = { .num_queues = 1, .luns = luns, .nluns = 1 };
+    uint8_t lun[8], evpd[6] = { SCSI_OP_INQUIRY, 1, 0x80, 0, 96, 0 };
+    TCmd cmd;
+    TDev t;
+
+    tdev_new(&t, &c);
+    lun_addr(lun, 0, 0);
+    cmd_run(&t, &cmd, lun, cdb_inquiry, 6, NULL, 0, 96);
+    assert_good(&cmd);
+    g_assert_cmphex(cmd_data(&t, &cmd)[0], ==, SCSI_PDT_DIRECT_ACCESS);
+    g_assert_cmpuint(cmd.resid, ==, 96 - 36);
+    g_assert_cmpuint(cmd.used_len, ==, RESP_HDR + SENSE_DEFAULT + 36);
+
+    /* A LUN that does not exist: qualifier 3, type 1Fh, a real version. */
+    lun_addr(lun, 0, 5);
+    cmd_run(&t, &cmd, lun, cdb_inquiry, 6, NULL, 0, 96);
+    assert_good(&cmd);
+    g_assert_cmphex(cmd_data(&t, &cmd)[0], ==, SCSI_INQUIRY_NO_LUN);
+    g_assert_cmphex(cmd_data(&t, &cmd)[2], >=, 5);
+    g_assert_cmpuint(cmd.used_len, ==, RESP_HDR + SENSE_DEFAULT + 36);
+    g_assert_cmpuint(cmd.resid, ==, 96 - 36);
+
+    /* ... also for a VPD page: a header, nothing else. */
+    cmd_run(&t, &cmd, lun, evpd, 6, NULL, 0, 96);
+    assert_good(&cmd);
+    g_assert_cmphex(cmd_data(&t, &cmd)[0], ==, SCSI_INQUIRY_NO_LUN);
+    g_assert_cmphex(cmd_data(&t, &cmd)[1], ==, 0x80);
+    g_assert_cmpuint(cmd.used_len, ==, RESP_HDR + SENSE_DEFAULT + 4);
+
+    /* An address format we never give out is a missing LUN too. */
+    lun[2] = 0x80;
+    cmd_run(&t, &cmd, lun, cdb_inquiry, 6, NULL, 0, 96);
+    assert_good(&cmd);
+    g_assert_cmphex(cmd_data(&t, &cmd)[0], ==, SCSI_INQUIRY_NO_LUN);
+
+    /* Allocation length truncates. */
+    lun_addr(lun, 0, 0);
+    {
+        uint8_t short_inq[6] = { SCSI_OP_INQUIRY, 0, 0, 0, 5, 0 };
+
+        cmd_run(&t, &cmd, lun, short_inq, 6, NULL, 0, 96);
+        assert_good(&cmd);
+        g_assert_cmpuint(cmd.used_len, ==, RESP_HDR + SENSE_DEFAULT + 5);
+        g_assert_cmphex(cmd_data(&t, &cmd)[5], ==, 0xee);
+    }
+    tdev_cleanup(&t);
+}
+
+/* Decode the REPORT LUNS list at p (its 8-byte header first). */
+static unsigned parse_report_luns(const uint8_t *p, unsigned *out,
+                                  unsigned max)
+{
+    uint32_t len = (uint32_t)p[0] << 24 | p[1] << 16 | p[2] << 8 | p[3];
+    unsigned n = len / 8;
+
+    g_assert_cmpuint(len % 8, ==, 0);
+    g_assert_cmpuint(n, <=, max);
+    for (unsigned i = 0; i < n; i++) {
+        const uint8_t *e = p + 8 + 8 * i;
+
+        g_assert_cmphex(e[2] | e[3] | e[4] | e[5] | e[6] | e[7], ==, 0);
+        if ((e[0] & 0xc0) == 0x40) {
+            out[i] = (unsigned)(e[0] & 0x3f) << 8 | e[1];
+        } else {
+            g_assert_cmphex(e[0], ==, 0);
+            out[i] = e[1];
+        }
+    }
+    return n;
+}
+
+static void test_report_luns(void)
+{
+    static const TLun luns[] = {
+        { 300, FAST_NODE }, { 3, FAST_NODE }, { 0, FAST_NODE },
+    };
+    TConf c = { .num_queues = 1, .luns = luns, .nluns = 3 };
+    uint8_t lun[8], cdb[12];
+    uint8_t wlun[8] = { 1, 0, 0xc1, 0x01, 0, 0, 0, 0 };
+    const uint8_t *targets[3];
+    unsigned got[8];
+    TCmd cmd;
+    TDev t;
+
+    tdev_new(&t, &c);
+    cdb_report_luns(cdb, 0, 4096);
+
+    /* The same list through LUN 0, a missing LUN and the well-known LUN. */
+    lun_addr(lun, 0, 0);
+    targets[0] = lun;
+    {
+        uint8_t missing[8];
+
+        lun_addr(missing, 0, 7);
+        targets[1] = missing;
+        targets[2] = wlun;
+        for (unsigned i = 0; i < 3; i++) {
+            cmd_run(&t, &cmd, targets[i], cdb, 12, NULL, 0, 4096);
+            assert_good(&cmd);
+            g_assert_cmpuint(parse_report_luns(cmd_data(&t, &cmd), got, 8),
+                             ==, 3);
+            g_assert_cmpuint(got[0], ==, 0);
+            g_assert_cmpuint(got[1], ==, 3);
+            g_assert_cmpuint(got[2], ==, 300);
+            g_assert_cmpuint(cmd.used_len, ==, RESP_HDR + SENSE_DEFAULT + 32);
+            g_assert_cmpuint(cmd.resid, ==, 4096 - 32);
+        }
+    }
+
+    /* Truncated by the allocation length. */
+    cdb_report_luns(cdb, 0, 16);
+    cmd_run(&t, &cmd, lun, cdb, 12, NULL, 0, 4096);
+    assert_good(&cmd);
+    g_assert_cmpuint(cmd.used_len, ==, RESP_HDR + SENSE_DEFAULT + 16);
+
+    /* Well-known LUNs only: none listed.  A bad SELECT REPORT: error. */
+    cdb_report_luns(cdb, 1, 4096);
+    cmd_run(&t, &cmd, lun, cdb, 12, NULL, 0, 4096);
+    assert_good(&cmd);
+    g_assert_cmpuint(parse_report_luns(cmd_data(&t, &cmd), got, 8), ==, 0);
+    cdb_report_luns(cdb, 0x42, 4096);
+    cmd_run(&t, &cmd, lun, cdb, 12, NULL, 0, 4096);
+    assert_sense(&cmd, SCSI_SENSE_ILLEGAL_REQUEST,
+                 SCSI_ASC_INVALID_FIELD_IN_CDB, 0);
+    tdev_cleanup(&t);
+}
+
+/* Without LUN 0 the target still answers for it (the guest's scan). */
+static void test_no_lun0(void)
+{
+    static const TLun luns[] = { { 3, FAST_NODE } };
+    TConf c = { .num_queues = 1, .luns = luns, .nluns = 1 };
+    uint8_t lun[8], cdb[12];
+    unsigned got[4];
+    TCmd cmd;
+    TDev t;
+
+    tdev_new(&t, &c);
+    lun_addr(lun, 0, 0);
+    cmd_run(&t, &cmd, lun, cdb_inquiry, 6, NULL, 0, 96);
+    assert_good(&cmd);
+    g_assert_cmphex(cmd_data(&t, &cmd)[0], ==, SCSI_INQUIRY_NO_LUN);
+    cdb_report_luns(cdb, 0, 256);
+    cmd_run(&t, &cmd, lun, cdb, 12, NULL, 0, 256);
+    assert_good(&cmd);
+    g_assert_cmpuint(parse_report_luns(cmd_data(&t, &cmd), got, 4), ==, 1);
+    g_assert_cmpuint(got[0], ==, 3);
+    lun_addr(lun, 0, 3);
+    cmd_run(&t, &cmd, lun, cdb_inquiry, 6, NULL, 0, 96);
+    assert_good(&cmd);
+    g_assert_cmphex(cmd_data(&t, &cmd)[0], ==, SCSI_PDT_DIRECT_ACCESS);
+    tdev_cleanup(&t);
+}
+
+static void test_missing_lun(void)
+{
+    static const TLun luns[] = { { 0, FAST_NODE } };
+    TConf c = { .num_queues = 1, .luns = luns, .nluns = 1 };
+    uint8_t lun[8], cdb[10];
+    uint8_t req_sense[6] = { SCSI_OP_REQUEST_SENSE, 0, 0, 0, 252, 0 };
+    TCmd cmd;
+    TDev t;
+
+    tdev_new(&t, &c);
+    lun_addr(lun, 0, 9);
+    cmd_run(&t, &cmd, lun, cdb_tur, 6, NULL, 0, 0);
+    assert_sense(&cmd, SCSI_SENSE_ILLEGAL_REQUEST,
+                 SCSI_ASC_LUN_NOT_SUPPORTED, SCSI_ASCQ_LUN_NOT_SUPPORTED);
+    g_assert_cmpuint(cmd.used_len, ==, RESP_HDR + SENSE_DEFAULT);
+
+    cdb_rw10(cdb, SCSI_OP_READ_10, 0, 1);
+    cmd_run(&t, &cmd, lun, cdb, 10, NULL, 0, 512);
+    assert_sense(&cmd, SCSI_SENSE_ILLEGAL_REQUEST,
+                 SCSI_ASC_LUN_NOT_SUPPORTED, SCSI_ASCQ_LUN_NOT_SUPPORTED);
+    g_assert_cmpuint(cmd.resid, ==, 512);
+
+    /* REQUEST SENSE returns the reason as data. */
+    cmd_run(&t, &cmd, lun, req_sense, 6, NULL, 0, 252);
+    assert_good(&cmd);
+    g_assert_cmphex(cmd_data(&t, &cmd)[0] & 0x7f, ==,
+                    SCSI_SENSE_FIXED_CURRENT);
+    g_assert_cmphex(cmd_data(&t, &cmd)[2] & 0xf, ==,
+                    SCSI_SENSE_ILLEGAL_REQUEST);
+    g_assert_cmphex(cmd_data(&t, &cmd)[12], ==, SCSI_ASC_LUN_NOT_SUPPORTED);
+    g_assert_cmpuint(cmd.used_len, >=, RESP_HDR + SENSE_DEFAULT + 14);
+    tdev_cleanup(&t);
+}
+
+static void test_bad_target(void)
+{
+    static const TLun luns[] = { { 0, FAST_NODE } };
+    TConf c = { .num_queues = 1, .luns = luns, .nluns = 1 };
+    uint8_t lun[8];
+    TCmd cmd;
+    TDev t;
+
+    tdev_new(&t, &c);
+    lun_addr(lun, 1, 0);
+    cmd_run(&t, &cmd, lun, cdb_inquiry, 6, NULL, 0, 96);
+    g_assert_cmpuint(cmd.response, ==, VIRTIO_SCSI_S_BAD_TARGET);
+    g_assert_cmpuint(cmd.used_len, ==, RESP_HDR + SENSE_DEFAULT);
+    g_assert_cmpuint(cmd.resid, ==, 96);
+    g_assert_cmphex(cmd_data(&t, &cmd)[0], ==, 0xee);
+
+    lun_addr(lun, 0, 0);
+    lun[0] = 0;
+    cmd_run(&t, &cmd, lun, cdb_tur, 6, NULL, 0, 0);
+    g_assert_cmpuint(cmd.response, ==, VIRTIO_SCSI_S_BAD_TARGET);
+    tdev_cleanup(&t);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Data                                                                      */
+
+static void test_read_write(void)
+{
+    char *path = NULL;
+    int fd = g_file_open_tmp("test-virtio-scsi-XXXXXX", &path, NULL);
+    char *node;
+    TLun luns[1];
+    TConf c = { .num_queues = 2, .luns = luns, .nluns = 1 };
+    uint8_t lun[8], cdb[10], *data = g_malloc(4096), *back = g_malloc(4096);
+    uint64_t resp, in_a, in_b;
+    TBuf b[6];
+    TCmd cmd;
+    TDev t;
+
+    g_assert_cmpint(fd, >=, 0);
+    g_assert_cmpint(ftruncate(fd, 1 << 20), ==, 0);
+    node = g_strdup_printf("driver=file,filename=%s", path);
+    luns[0] = (TLun){ 0, node };
+    tdev_new(&t, &c);
+    lun_addr(lun, 0, 0);
+    fill_random(data, 4096);
+
+    /* WRITE(10) of 8 blocks at LBA 10, the data in three descriptors. */
+    cdb_rw10(cdb, SCSI_OP_WRITE_10, 10, 8);
+    b[0] = (TBuf){ cmd_head(&t, lun, 1, cdb, 10), REQ_HDR + 32, false };
+    b[1] = (TBuf){ gbuf(&t, data, 1000), 1000, false };
+    b[2] = (TBuf){ gbuf(&t, data + 1000, 2000), 2000, false };
+    b[3] = (TBuf){ gbuf(&t, data + 3000, 1096), 1096, false };
+    resp = gbuf(&t, NULL, RESP_HDR + SENSE_DEFAULT);
+    b[4] = (TBuf){ resp, RESP_HDR + SENSE_DEFAULT, true };
+    cmd_publish(&cmd, reqq(&t, 1), b, 5, resp, 0, 0, true);
+    cmd_wait(&t, &cmd);
+    assert_good(&cmd);
+    g_assert_cmpuint(cmd.resid, ==, 0);
+    g_assert_cmpuint(cmd.used_len, ==, RESP_HDR + SENSE_DEFAULT);
+    g_assert_cmpint(pread(fd, back, 4096, 10 * 512), ==, 4096);
+    assert_same(back, data, 4096, 10 * 512, "file after WRITE(10)");
+
+    /* READ(10) back: response, sense and the first 100 bytes of data in
+     * one descriptor, the rest in another. */
+    cdb_rw10(cdb, SCSI_OP_READ_10, 10, 8);
+    b[0] = (TBuf){ cmd_head(&t, lun, 2, cdb, 10), REQ_HDR + 32, false };
+    in_a = gbuf(&t, NULL, RESP_HDR + SENSE_DEFAULT + 100);
+    in_b = gbuf(&t, NULL, 4096 - 100);
+    b[1] = (TBuf){ in_a, RESP_HDR + SENSE_DEFAULT + 100, true };
+    b[2] = (TBuf){ in_b, 4096 - 100, true };
+    cmd_publish(&cmd, reqq(&t, 0), b, 3, in_a, 0, 0, true);
+    cmd_wait(&t, &cmd);
+    assert_good(&cmd);
+    g_assert_cmpuint(cmd.resid, ==, 0);
+    g_assert_cmpuint(cmd.used_len, ==, RESP_HDR + SENSE_DEFAULT + 4096);
+    assert_same(gptr(&t, in_a + RESP_HDR + SENSE_DEFAULT), data, 100, 0,
+                "READ(10) first descriptor");
+    assert_same(gptr(&t, in_b), data + 100, 4096 - 100, 100,
+                "READ(10) second descriptor");
+
+    /* A buffer larger than the transfer: the rest is the residual. */
+    cdb_rw10(cdb, SCSI_OP_READ_10, 10, 1);
+    cmd_run(&t, &cmd, lun, cdb, 10, NULL, 0, 2048);
+    assert_good(&cmd);
+    g_assert_cmpuint(cmd.resid, ==, 2048 - 512);
+    g_assert_cmpuint(cmd.used_len, ==, RESP_HDR + SENSE_DEFAULT + 512);
+    assert_same(cmd_data(&t, &cmd), data, 512, 0, "short READ(10)");
+
+    tdev_cleanup(&t);
+    close(fd);
+    unlink(path);
+    g_free(path);
+    g_free(node);
+    g_free(data);
+    g_free(back);
+}
+
+static void test_overrun(void)
+{
+    static const TLun luns[] = { { 0, FAST_NODE } };
+    TConf c = { .num_queues = 1, .luns = luns, .nluns = 1 };
+    uint8_t lun[8], cdb[10], data[512] = { 0 };
+    TCmd cmd;
+    TDev t;
+
+    tdev_new(&t, &c);
+    lun_addr(lun, 0, 0);
+    cdb_rw10(cdb, SCSI_OP_READ_10, 0, 8);
+    cmd_run(&t, &cmd, lun, cdb, 10, NULL, 0, 512);
+    g_assert_cmpuint(cmd.response, ==, VIRTIO_SCSI_S_OVERRUN);
+    g_assert_cmpuint(cmd.used_len, ==, RESP_HDR + SENSE_DEFAULT);
+    g_assert_cmpuint(cmd.resid, ==, 512);
+
+    cdb_rw10(cdb, SCSI_OP_WRITE_10, 0, 8);
+    cmd_run(&t, &cmd, lun, cdb, 10, data, sizeof(data), 0);
+    g_assert_cmpuint(cmd.response, ==, VIRTIO_SCSI_S_OVERRUN);
+    g_assert_cmpuint(cmd.resid, ==, 512);
+    tdev_cleanup(&t);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Malformed chains                                                          */
+
+static void test_malformed(void)
+{
+    static const TLun luns[] = { { 0, FAST_NODE } };
+    TConf c = { .num_queues = 1, .luns = luns, .nluns = 1 };
+    uint8_t lun[8], cdb[10], data[512] = { 0 };
+    uint64_t head, resp, cdb_a, cdb_b;
+    uint8_t raw[REQ_HDR + 32];
+    TBuf b[4];
+    TCmd cmd;
+    TDev t;
+
+    tdev_new(&t, &c);
+    lun_addr(lun, 0, 0);
+
+    /* No device-writable part at all: handed back untouched. */
+    b[0] = (TBuf){ cmd_head(&t, lun, 1, cdb_tur, 6), REQ_HDR + 32, false };
+    cmd_publish(&cmd, reqq(&t, 0), b, 1, 0, 0, 0, true);
+    g_assert_cmpuint(tq_wait(cmd.q, cmd.head), ==, 0);
+
+    /* A writable part smaller than the response header: the same. */
+    resp = gbuf(&t, NULL, 8);
+    b[1] = (TBuf){ resp, 8, true };
+    cmd_publish(&cmd, reqq(&t, 0), b, 2, resp, 0, 0, true);
+    g_assert_cmpuint(tq_wait(cmd.q, cmd.head), ==, 0);
+    g_assert_cmphex(*(uint8_t *)gptr(&t, resp), ==, 0xee);
+
+    /* A request shorter than header + CDB: FAILURE. */
+    b[0].len = REQ_HDR + 16;
+    resp = gbuf(&t, NULL, RESP_HDR + SENSE_DEFAULT);
+    b[1] = (TBuf){ resp, RESP_HDR + SENSE_DEFAULT, true };
+    cmd_publish(&cmd, reqq(&t, 0), b, 2, resp, 0, 0, true);
+    cmd_wait(&t, &cmd);
+    g_assert_cmpuint(cmd.response, ==, VIRTIO_SCSI_S_FAILURE);
+    g_assert_cmpuint(cmd.used_len, ==, RESP_HDR + SENSE_DEFAULT);
+
+    /* A response part without room for the sense: FAILURE, with the
+     * header and as much of the (empty) sense area as fits. */
+    b[0].len = REQ_HDR + 32;
+    resp = gbuf(&t, NULL, RESP_HDR + 10);
+    b[1] = (TBuf){ resp, RESP_HDR + 10, true };
+    cmd_publish(&cmd, reqq(&t, 0), b, 2, resp, 0, 0, true);
+    cmd_wait(&t, &cmd);
+    g_assert_cmpuint(cmd.response, ==, VIRTIO_SCSI_S_FAILURE);
+    g_assert_cmpuint(cmd.sense_len, ==, 0);
+    g_assert_cmpuint(cmd.used_len, ==, RESP_HDR + 10);
+
+    /* Data in both directions (no VIRTIO_SCSI_F_INOUT): FAILURE. */
+    cdb_rw10(cdb, SCSI_OP_READ_10, 0, 1);
+    cmd_send(&t, &cmd, lun, 1, cdb, 10, data, sizeof(data), 512);
+    cmd_wait(&t, &cmd);
+    g_assert_cmpuint(cmd.response, ==, VIRTIO_SCSI_S_FAILURE);
+    g_assert_cmphex(cmd_data(&t, &cmd)[0], ==, 0xee);
+
+    /* Data in the direction the command does not use: FAILURE. */
+    cdb_rw10(cdb, SCSI_OP_WRITE_10, 0, 1);
+    cmd_run(&t, &cmd, lun, cdb, 10, NULL, 0, 512);
+    g_assert_cmpuint(cmd.response, ==, VIRTIO_SCSI_S_FAILURE);
+    cdb_rw10(cdb, SCSI_OP_READ_10, 0, 1);
+    cmd_run(&t, &cmd, lun, cdb, 10, data, sizeof(data), 0);
+    g_assert_cmpuint(cmd.response, ==, VIRTIO_SCSI_S_FAILURE);
+
+    /* Header and CDB split across three descriptors (the CDB in two),
+     * the sense and data-in in one: a normal command. */
+    memset(raw, 0, sizeof(raw));
+    memcpy(raw, lun, 8);
+    memcpy(raw + REQ_HDR, cdb_inquiry, 6);
+    head = gbuf(&t, raw, REQ_HDR);
+    cdb_a = gbuf(&t, raw + REQ_HDR, 3);
+    cdb_b = gbuf(&t, raw + REQ_HDR + 3, 29);
+    b[0] = (TBuf){ head, REQ_HDR, false };
+    b[1] = (TBuf){ cdb_a, 3, false };
+    b[2] = (TBuf){ cdb_b, 29, false };
+    resp = gbuf(&t, NULL, RESP_HDR + SENSE_DEFAULT + 96);
+    b[3] = (TBuf){ resp, RESP_HDR + SENSE_DEFAULT + 96, true };
+    cmd_publish(&cmd, reqq(&t, 0), b, 4, resp, resp + RESP_HDR +
+                SENSE_DEFAULT, 96, true);
+    cmd_wait(&t, &cmd);
+    assert_good(&cmd);
+    g_assert_cmpuint(cmd.used_len, ==, RESP_HDR + SENSE_DEFAULT + 36);
+    g_assert_cmphex(cmd_data(&t, &cmd)[0], ==, SCSI_PDT_DIRECT_ACCESS);
+    g_assert_cmphex(cmd_data(&t, &cmd)[2], !=, 0xee);
+
+    g_assert_false(virtqueue_is_broken(reqq(&t, 0)->vq));
+    tdev_cleanup(&t);
+}
+
+/* The driver sets sense_size and cdb_size: the layout follows. */
+static void test_config_sizes(void)
+{
+    static const TLun luns[] = { { 0, FAST_NODE } };
+    TConf c = { .num_queues = 1, .luns = luns, .nluns = 1 };
+    uint8_t lun[8], cdb16[16] = { SCSI_OP_INQUIRY, 0, 0, 0, 96, 0 };
+    TCmd cmd;
+    TDev t;
+
+    tdev_new(&t, &c);
+    g_assert_cmpint(set_config_u32(&t, 20, 40), ==, 0);
+    g_assert_cmpint(set_config_u32(&t, 24, 16), ==, 0);
+    t.sense_size = 40;
+    t.cdb_size = 16;
+    lun_addr(lun, 0, 0);
+    cmd_run(&t, &cmd, lun, cdb16, 16, NULL, 0, 96);
+    assert_good(&cmd);
+    g_assert_cmpuint(cmd.used_len, ==, RESP_HDR + 40 + 36);
+    g_assert_cmphex(cmd_data(&t, &cmd)[0], ==, SCSI_PDT_DIRECT_ACCESS);
+    g_assert_cmphex(cmd_data(&t, &cmd)[2], !=, 0xee);
+
+    /* Sense within 40 bytes, the sense area written in full. */
+    lun_addr(lun, 0, 9);
+    cmd_run(&t, &cmd, lun, cdb_tur, 6, NULL, 0, 0);
+    assert_sense(&cmd, SCSI_SENSE_ILLEGAL_REQUEST,
+                 SCSI_ASC_LUN_NOT_SUPPORTED, SCSI_ASCQ_LUN_NOT_SUPPORTED);
+    g_assert_cmpuint(cmd.sense_len, <=, 40);
+    g_assert_cmpuint(cmd.used_len, ==, RESP_HDR + 40);
+    g_assert_cmphex(cmd.sense[39], ==, 0);
+
+    /* A sense area smaller than the sense: truncated. */
+    g_assert_cmpint(set_config_u32(&t, 20, 8), ==, 0);
+    t.sense_size = 8;
+    cmd_run(&t, &cmd, lun, cdb_tur, 6, NULL, 0, 0);
+    g_assert_cmphex(cmd.status, ==, SCSI_STATUS_CHECK_CONDITION);
+    g_assert_cmpuint(cmd.sense_len, ==, 8);
+    g_assert_cmpuint(cmd.used_len, ==, RESP_HDR + 8);
+    tdev_cleanup(&t);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Task management                                                           */
+
+/* ABORT TASK on a command in flight: it ends ABORTED, then the TMF. */
+static void run_abort_task(bool iothread, bool kick_cmd)
+{
+    static const TLun luns[] = { { 0, SLOW_NODE }, { 1, SLOW_NODE } };
+    TConf c = { .num_queues = 2, .iothread = iothread, .luns = luns,
+                .nluns = 2 };
+    uint8_t lun0[8], lun1[8], cdb[10];
+    TCmd victim, other, bystander;
+    TTmf m;
+    TDev t;
+
+    tdev_new(&t, &c);
+    lun_addr(lun0, 0, 0);
+    lun_addr(lun1, 0, 1);
+    cdb_rw10(cdb, SCSI_OP_READ_10, 0, 1);
+    /* Without a kick the command is still in the ring when the TMF
+     * arrives: the device must find it there. */
+    cmd_send_ex(&t, &victim, 1, lun0, 0x1234, cdb, 10, NULL, 0, 512,
+                kick_cmd);
+    cmd_send_ex(&t, &other, 0, lun0, 0x9999, cdb, 10, NULL, 0, 512, true);
+    /* Queue 1 gets no kick but the victim's (if any). */
+    cmd_send_ex(&t, &bystander, 0, lun1, 0x1234, cdb, 10, NULL, 0, 512,
+                true);
+    if (kick_cmd) {
+        tq_assert_pending(victim.q, victim.head, 20);
+    }
+
+    tmf_send(&t, &m, VIRTIO_SCSI_T_TMF_ABORT_TASK, lun0, 0x1234);
+    tq_assert_pending(ctrlq(&t), m.head, 20);
+    g_assert_cmpuint(tmf_wait(&t, &m), ==, VIRTIO_SCSI_S_FUNCTION_COMPLETE);
+    g_assert_cmpuint(victim.q->used_len[victim.head], !=, NOT_USED);
+    g_assert_cmpuint(victim.q->used_seq[victim.head], <=,
+                     ctrlq(&t)->used_seq[m.head]);
+    cmd_wait(&t, &victim);
+    g_assert_cmpuint(victim.response, ==, VIRTIO_SCSI_S_ABORTED);
+    g_assert_cmpuint(victim.resid, ==, 512);
+
+    /* Another tag and the same tag at another LUN carry on. */
+    cmd_wait(&t, &other);
+    assert_good(&other);
+    cmd_wait(&t, &bystander);
+    assert_good(&bystander);
+    tdev_cleanup(&t);
+}
+
+static void test_tmf_abort_task(void)
+{
+    run_abort_task(false, true);
+}
+
+static void test_tmf_abort_task_iothread(void)
+{
+    run_abort_task(true, true);
+}
+
+static void test_tmf_abort_task_in_ring(void)
+{
+    run_abort_task(false, false);
+}
+
+static void test_tmf_abort_task_in_ring_iothread(void)
+{
+    run_abort_task(true, false);
+}
+
+static void run_lun_reset(bool iothread, uint32_t subtype)
+{
+    static const TLun luns[] = { { 0, SLOW_NODE }, { 1, SLOW_NODE } };
+    TConf c = { .num_queues = 2, .iothread = iothread, .luns = luns,
+                .nluns = 2 };
+    bool nexus = subtype == VIRTIO_SCSI_T_TMF_I_T_NEXUS_RESET;
+    uint8_t lun0[8], lun1[8], cdb[10];
+    TCmd a, b, other, cmd;
+    TTmf m;
+    TDev t;
+
+    tdev_new(&t, &c);
+    lun_addr(lun0, 0, 0);
+    lun_addr(lun1, 0, 1);
+    cdb_rw10(cdb, SCSI_OP_READ_10, 0, 1);
+    cmd_send_ex(&t, &a, 0, lun0, 1, cdb, 10, NULL, 0, 512, true);
+    cmd_send_ex(&t, &b, 1, lun0, 2, cdb, 10, NULL, 0, 512, true);
+    cmd_send_ex(&t, &other, 1, lun1, 3, cdb, 10, NULL, 0, 512, true);
+
+    tmf_send(&t, &m, subtype, lun0, 0);
+    g_assert_cmpuint(tmf_wait(&t, &m), ==, VIRTIO_SCSI_S_FUNCTION_COMPLETE);
+    cmd_wait(&t, &a);
+    cmd_wait(&t, &b);
+    g_assert_cmpuint(a.response, ==, VIRTIO_SCSI_S_RESET);
+    g_assert_cmpuint(b.response, ==, VIRTIO_SCSI_S_RESET);
+    g_assert_cmpuint(a.q->used_seq[a.head], <=, ctrlq(&t)->used_seq[m.head]);
+    g_assert_cmpuint(b.q->used_seq[b.head], <=, ctrlq(&t)->used_seq[m.head]);
+    cmd_wait(&t, &other);
+    if (nexus) {
+        g_assert_cmpuint(other.response, ==, VIRTIO_SCSI_S_RESET);
+    } else {
+        assert_good(&other);
+    }
+
+    /* The reset unit attention, once; the other LUN's only for I_T. */
+    cmd_run(&t, &cmd, lun0, cdb_tur, 6, NULL, 0, 0);
+    assert_sense(&cmd, SCSI_SENSE_UNIT_ATTENTION, SCSI_ASC_RESET_OCCURRED,
+                 SCSI_ASCQ_POWER_ON_RESET_OCCURRED);
+    cmd_run(&t, &cmd, lun0, cdb_tur, 6, NULL, 0, 0);
+    assert_good(&cmd);
+    cmd_run(&t, &cmd, lun1, cdb_tur, 6, NULL, 0, 0);
+    if (nexus) {
+        assert_sense(&cmd, SCSI_SENSE_UNIT_ATTENTION,
+                     SCSI_ASC_RESET_OCCURRED,
+                     SCSI_ASCQ_POWER_ON_RESET_OCCURRED);
+    } else {
+        assert_good(&cmd);
+    }
+    tdev_cleanup(&t);
+}
+
+static void test_tmf_lun_reset(void)
+{
+    run_lun_reset(false, VIRTIO_SCSI_T_TMF_LOGICAL_UNIT_RESET);
+}
+
+static void test_tmf_lun_reset_iothread(void)
+{
+    run_lun_reset(true, VIRTIO_SCSI_T_TMF_LOGICAL_UNIT_RESET);
+}
+
+static void test_tmf_nexus_reset(void)
+{
+    run_lun_reset(true, VIRTIO_SCSI_T_TMF_I_T_NEXUS_RESET);
+}
+
+static void run_query_and_sets(bool iothread)
+{
+    static const TLun luns[] = { { 0, SLOW_NODE }, { 1, SLOW_NODE } };
+    TConf c = { .num_queues = 2, .iothread = iothread, .luns = luns,
+                .nluns = 2 };
+    uint8_t lun0[8], lun1[8], lun5[8], bad[8], cdb[10];
+    TCmd a, b;
+    TDev t;
+
+    tdev_new(&t, &c);
+    lun_addr(lun0, 0, 0);
+    lun_addr(lun1, 0, 1);
+    lun_addr(lun5, 0, 5);
+    lun_addr(bad, 2, 0);
+    cdb_rw10(cdb, SCSI_OP_READ_10, 0, 1);
+    cmd_send_ex(&t, &a, 0, lun0, 7, cdb, 10, NULL, 0, 512, true);
+    cmd_send_ex(&t, &b, 1, lun0, 8, cdb, 10, NULL, 0, 512, true);
+
+    g_assert_cmpuint(tmf_run(&t, VIRTIO_SCSI_T_TMF_QUERY_TASK, lun0, 7), ==,
+                     VIRTIO_SCSI_S_FUNCTION_SUCCEEDED);
+    g_assert_cmpuint(tmf_run(&t, VIRTIO_SCSI_T_TMF_QUERY_TASK, lun0, 9), ==,
+                     VIRTIO_SCSI_S_FUNCTION_COMPLETE);
+    g_assert_cmpuint(tmf_run(&t, VIRTIO_SCSI_T_TMF_QUERY_TASK, lun1, 7), ==,
+                     VIRTIO_SCSI_S_FUNCTION_COMPLETE);
+    g_assert_cmpuint(tmf_run(&t, VIRTIO_SCSI_T_TMF_QUERY_TASK_SET, lun0, 0),
+                     ==, VIRTIO_SCSI_S_FUNCTION_SUCCEEDED);
+    g_assert_cmpuint(tmf_run(&t, VIRTIO_SCSI_T_TMF_QUERY_TASK_SET, lun1, 0),
+                     ==, VIRTIO_SCSI_S_FUNCTION_COMPLETE);
+    g_assert_cmpuint(tmf_run(&t, VIRTIO_SCSI_T_TMF_CLEAR_ACA, lun0, 0), ==,
+                     VIRTIO_SCSI_S_FUNCTION_REJECTED);
+    g_assert_cmpuint(tmf_run(&t, 99, lun0, 0), ==,
+                     VIRTIO_SCSI_S_FUNCTION_REJECTED);
+    g_assert_cmpuint(tmf_run(&t, VIRTIO_SCSI_T_TMF_ABORT_TASK, bad, 7), ==,
+                     VIRTIO_SCSI_S_BAD_TARGET);
+    g_assert_cmpuint(tmf_run(&t, VIRTIO_SCSI_T_TMF_ABORT_TASK, lun5, 7), ==,
+                     VIRTIO_SCSI_S_INCORRECT_LUN);
+    /* Queries did not touch the commands: still running. */
+    tdev_reap(&t);
+    g_assert_cmpuint(a.q->used_len[a.head], ==, NOT_USED);
+
+    /* ABORT TASK SET takes both, on two queues. */
+    g_assert_cmpuint(tmf_run(&t, VIRTIO_SCSI_T_TMF_ABORT_TASK_SET, lun0, 0),
+                     ==, VIRTIO_SCSI_S_FUNCTION_COMPLETE);
+    cmd_wait(&t, &a);
+    cmd_wait(&t, &b);
+    g_assert_cmpuint(a.response, ==, VIRTIO_SCSI_S_ABORTED);
+    g_assert_cmpuint(b.response, ==, VIRTIO_SCSI_S_ABORTED);
+    /* Nothing left: done at once. */
+    g_assert_cmpuint(tmf_run(&t, VIRTIO_SCSI_T_TMF_QUERY_TASK, lun0, 7), ==,
+                     VIRTIO_SCSI_S_FUNCTION_COMPLETE);
+    tdev_cleanup(&t);
+}
+
+static void test_tmf_query(void)
+{
+    run_query_and_sets(false);
+}
+
+static void test_tmf_query_iothread(void)
+{
+    run_query_and_sets(true);
+}
+
+/* Stopping the control queue waits for its TMF, and the TMF for its
+ * command in another thread. */
+static void test_tmf_drain(void)
+{
+    static const TLun luns[] = { { 0, SLOW_NODE } };
+    TConf c = { .num_queues = 1, .iothread = true, .luns = luns,
+                .nluns = 1 };
+    uint8_t lun0[8], cdb[10];
+    TCmd a;
+    TTmf m;
+    TDev t;
+
+    tdev_new(&t, &c);
+    lun_addr(lun0, 0, 0);
+    cdb_rw10(cdb, SCSI_OP_READ_10, 0, 1);
+    cmd_send(&t, &a, lun0, 5, cdb, 10, NULL, 0, 512);
+    tmf_send(&t, &m, VIRTIO_SCSI_T_TMF_ABORT_TASK, lun0, 5);
+    /* Let the control queue pop it. */
+    while (aio_poll(t.ctx, false)) {
+        /* nothing */
+    }
+    tq_stop(ctrlq(&t));
+    tdev_reap(&t);
+    g_assert_cmpuint(ctrlq(&t)->used_len[m.head], ==, 1);
+    cmd_wait(&t, &a);
+    g_assert_cmpuint(a.response, ==, VIRTIO_SCSI_S_ABORTED);
+    tdev_cleanup(&t);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Control queue: AN and malformed requests                                 */
+
+static uint32_t ctrl_raw(TDev *t, const void *req, size_t req_len,
+                         size_t resp_len, uint64_t *resp_gpa)
+{
+    TBuf b[2];
+    unsigned n = 0;
+    uint16_t head;
+
+    b[n++] = (TBuf){ gbuf(t, req, req_len), req_len, false };
+    *resp_gpa = gbuf(t, NULL, MAX(resp_len, 1u));
+    if (resp_len) {
+        b[n++] = (TBuf){ *resp_gpa, resp_len, true };
+    }
+    head = tq_add_chain(ctrlq(t), b, n);
+    tq_publish(ctrlq(t), head, true);
+    return tq_wait(ctrlq(t), head);
+}
+
+static void test_ctrl_an(void)
+{
+    static const TLun luns[] = { { 0, FAST_NODE } };
+    TConf c = { .num_queues = 1, .luns = luns, .nluns = 1 };
+    VirtioScsiCtrlAnReq an;
+    VirtioScsiCtrlAnResp resp;
+    VirtioScsiCtrlTmfReq tmf;
+    uint32_t type = htole32(7);
+    uint64_t gpa;
+    TDev t;
+
+    tdev_new(&t, &c);
+    memset(&an, 0, sizeof(an));
+    lun_addr(an.lun, 0, 0);
+    an.event_requested = htole32(2 | 4 | 16);
+    for (uint32_t ty = VIRTIO_SCSI_T_AN_QUERY;
+         ty <= VIRTIO_SCSI_T_AN_SUBSCRIBE; ty++) {
+        an.type = htole32(ty);
+        g_assert_cmpuint(ctrl_raw(&t, &an, sizeof(an), sizeof(resp), &gpa),
+                         ==, sizeof(resp));
+        memcpy(&resp, gptr(&t, gpa), sizeof(resp));
+        g_assert_cmpuint(le32toh(resp.event_actual), ==, 0);
+        g_assert_cmpuint(resp.response, ==, VIRTIO_SCSI_S_OK);
+    }
+
+    /* Malformed: no type, unknown type, short TMF, short AN. */
+    g_assert_cmpuint(ctrl_raw(&t, &type, 2, 8, &gpa), ==, 0);
+    g_assert_cmpuint(ctrl_raw(&t, &type, 4, 8, &gpa), ==, 0);
+    memset(&tmf, 0, sizeof(tmf));
+    tmf.type = htole32(VIRTIO_SCSI_T_TMF);
+    g_assert_cmpuint(ctrl_raw(&t, &tmf, 10, 1, &gpa), ==, 1);
+    g_assert_cmpuint(*(uint8_t *)gptr(&t, gpa), ==, VIRTIO_SCSI_S_FAILURE);
+    g_assert_cmpuint(ctrl_raw(&t, &tmf, sizeof(tmf), 0, &gpa), ==, 0);
+    an.type = htole32(VIRTIO_SCSI_T_AN_QUERY);
+    g_assert_cmpuint(ctrl_raw(&t, &an, sizeof(an), 2, &gpa), ==, 0);
+    g_assert_false(virtqueue_is_broken(ctrlq(&t)->vq));
+    tdev_cleanup(&t);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Events                                                                    */
+
+static void read_event(TDev *t, uint64_t gpa, VirtioScsiEvent *ev)
+{
+    memcpy(ev, gptr(t, gpa), sizeof(*ev));
+    ev->event = le32toh(ev->event);
+    ev->reason = le32toh(ev->reason);
+}
+
+static void test_event_param_change(void)
+{
+    static const TLun luns[] = { { 0, FAST_NODE }, { 300, FAST_NODE } };
+    TConf c = { .num_queues = 1, .iothread = true, .luns = luns,
+                .nluns = 2 };
+    static const uint8_t lun300[8] = { 1, 0, 0x41, 0x2c, 0, 0, 0, 0 };
+    static const uint8_t lun0[8] = { 1, 0, 0, 0, 0, 0, 0, 0 };
+    uint64_t gpa[3];
+    uint16_t head[3];
+    VirtioScsiEvent ev;
+    uint8_t lun[8];
+    TCmd cmd;
+    TDev t;
+
+    tdev_new(&t, &c);
+    head[0] = event_buf_post(&t, 16, &gpa[0]);
+    head[1] = event_buf_post(&t, 32, &gpa[1]);
+    /* Too small for an event: given back at once. */
+    head[2] = event_buf_post(&t, 8, &gpa[2]);
+    g_assert_cmpuint(tq_wait(eventq(&t), head[2]), ==, 0);
+    g_assert_false(tq_check(eventq(&t), head[0]));
+
+    virtio_scsi_capacity_changed(t.vs, 300);
+    g_assert_cmpuint(tq_wait(eventq(&t), head[0]), ==, 16);
+    read_event(&t, gpa[0], &ev);
+    g_assert_cmphex(ev.event, ==, VIRTIO_SCSI_T_PARAM_CHANGE);
+    g_assert_cmpmem(ev.lun, 8, lun300, 8);
+    g_assert_cmphex(ev.reason, ==, 0x2a | 0x09 << 8);
+    g_assert_false(tq_check(eventq(&t), head[1]));
+
+    virtio_scsi_capacity_changed(t.vs, 0);
+    g_assert_cmpuint(tq_wait(eventq(&t), head[1]), ==, 16);
+    read_event(&t, gpa[1], &ev);
+    g_assert_cmphex(ev.event, ==, VIRTIO_SCSI_T_PARAM_CHANGE);
+    g_assert_cmpmem(ev.lun, 8, lun0, 8);
+
+    /* And the LUN has the unit attention. */
+    lun_addr(lun, 0, 300);
+    cmd_run(&t, &cmd, lun, cdb_tur, 6, NULL, 0, 0);
+    assert_sense(&cmd, SCSI_SENSE_UNIT_ATTENTION, SCSI_ASC_PARAMETERS_CHANGED,
+                 SCSI_ASCQ_CAPACITY_DATA_CHANGED);
+    tdev_cleanup(&t);
+}
+
+static void test_event_missed(void)
+{
+    static const TLun luns[] = { { 0, FAST_NODE } };
+    TConf c = { .num_queues = 1, .luns = luns, .nluns = 1 };
+    uint64_t gpa[2];
+    uint16_t head[2];
+    VirtioScsiEvent ev;
+    TDev t;
+
+    tdev_new(&t, &c);
+    /* No buffer: missed; the next buffer says so at once. */
+    virtio_scsi_capacity_changed(t.vs, 0);
+    head[0] = event_buf_post(&t, 16, &gpa[0]);
+    g_assert_cmpuint(tq_wait(eventq(&t), head[0]), ==, 16);
+    read_event(&t, gpa[0], &ev);
+    g_assert_cmphex(ev.event, ==,
+                    VIRTIO_SCSI_T_NO_EVENT | VIRTIO_SCSI_T_EVENTS_MISSED);
+
+    /* Then events are whole again. */
+    head[1] = event_buf_post(&t, 16, &gpa[1]);
+    g_assert_false(tq_check(eventq(&t), head[1]));
+    virtio_scsi_capacity_changed(t.vs, 0);
+    g_assert_cmpuint(tq_wait(eventq(&t), head[1]), ==, 16);
+    read_event(&t, gpa[1], &ev);
+    g_assert_cmphex(ev.event, ==, VIRTIO_SCSI_T_PARAM_CHANGE);
+    tdev_cleanup(&t);
+}
+
+/* Without VIRTIO_SCSI_F_CHANGE only the unit attention. */
+static void test_event_not_negotiated(void)
+{
+    static const TLun luns[] = { { 0, FAST_NODE } };
+    TConf c = { .num_queues = 1, .no_change = true, .luns = luns,
+                .nluns = 1 };
+    uint8_t lun[8];
+    uint64_t gpa;
+    uint16_t head;
+    TCmd cmd;
+    TDev t;
+
+    tdev_new(&t, &c);
+    head = event_buf_post(&t, 16, &gpa);
+    virtio_scsi_capacity_changed(t.vs, 0);
+    tq_assert_pending(eventq(&t), head, 20);
+    lun_addr(lun, 0, 0);
+    cmd_run(&t, &cmd, lun, cdb_tur, 6, NULL, 0, 0);
+    assert_sense(&cmd, SCSI_SENSE_UNIT_ATTENTION, SCSI_ASC_PARAMETERS_CHANGED,
+                 SCSI_ASCQ_CAPACITY_DATA_CHANGED);
+    /* Stopping hands the buffer back, unused. */
+    tq_stop(eventq(&t));
+    tdev_reap(&t);
+    g_assert_cmpuint(eventq(&t)->used_len[head], ==, 0);
+    tdev_cleanup(&t);
+}
+
+/* Stopping a request queue finishes its commands first. */
+static void test_drain(void)
+{
+    static const TLun luns[] = { { 0, SLOW_NODE } };
+    TConf c = { .num_queues = 1, .iothread = true, .luns = luns,
+                .nluns = 1 };
+    uint8_t lun[8], cdb[10];
+    TCmd a;
+    TDev t;
+
+    tdev_new(&t, &c);
+    lun_addr(lun, 0, 0);
+    cdb_rw10(cdb, SCSI_OP_READ_10, 0, 1);
+    cmd_send(&t, &a, lun, 5, cdb, 10, NULL, 0, 512);
+    tq_assert_pending(a.q, a.head, 20);
+    tq_stop(a.q);
+    tdev_reap(&t);
+    g_assert_cmpuint(a.q->used_len[a.head], !=, NOT_USED);
+    cmd_wait(&t, &a);
+    assert_good(&a);
+    tdev_cleanup(&t);
+}
+
+int main(int argc, char **argv)
+{
+    static const TestCase tests[] = {
+        { "/virtio-scsi/config", test_config },
+        { "/virtio-scsi/inquiry", test_inquiry },
+        { "/virtio-scsi/report-luns", test_report_luns },
+        { "/virtio-scsi/no-lun0", test_no_lun0 },
+        { "/virtio-scsi/missing-lun", test_missing_lun },
+        { "/virtio-scsi/bad-target", test_bad_target },
+        { "/virtio-scsi/read-write", test_read_write },
+        { "/virtio-scsi/overrun", test_overrun },
+        { "/virtio-scsi/malformed", test_malformed },
+        { "/virtio-scsi/config-sizes", test_config_sizes },
+        { "/virtio-scsi/tmf/abort-task", test_tmf_abort_task },
+        { "/virtio-scsi/tmf/abort-task-iothread",
+          test_tmf_abort_task_iothread },
+        { "/virtio-scsi/tmf/abort-task-in-ring", test_tmf_abort_task_in_ring },
+        { "/virtio-scsi/tmf/abort-task-in-ring-iothread",
+          test_tmf_abort_task_in_ring_iothread },
+        { "/virtio-scsi/tmf/lun-reset", test_tmf_lun_reset },
+        { "/virtio-scsi/tmf/lun-reset-iothread", test_tmf_lun_reset_iothread },
+        { "/virtio-scsi/tmf/i-t-nexus-reset", test_tmf_nexus_reset },
+        { "/virtio-scsi/tmf/query", test_tmf_query },
+        { "/virtio-scsi/tmf/query-iothread", test_tmf_query_iothread },
+        { "/virtio-scsi/tmf/drain", test_tmf_drain },
+        { "/virtio-scsi/ctrl/an", test_ctrl_an },
+        { "/virtio-scsi/event/param-change", test_event_param_change },
+        { "/virtio-scsi/event/missed", test_event_missed },
+        { "/virtio-scsi/event/not-negotiated", test_event_not_negotiated },
+        { "/virtio-scsi/drain", test_drain },
+    };
+
+    g_test_init(&argc, &argv, NULL);
+    /* Below the meson timeout, so that the watchdog reports first. */
+    test_add_with_watchdog(tests, G_N_ELEMENTS(tests), 50);
+    return g_test_run();
+}
