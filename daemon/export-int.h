@@ -11,16 +11,33 @@
 #include "hw/virtio/virtqueue.h"
 #include "util/iothread.h"
 
+/* A node an export serves.  Main thread. */
+typedef struct ExportNode {
+    BlockNode *bs;               /* a reference */
+    bool writable;               /* the export may write to it */
+    char *what;                  /* the option that named it, for messages:
+                                  * "node-name", "lun.1" */
+} ExportNode;
+
 /* What every export has, whatever its type.  Main thread. */
 struct Export {
     char *id;
     const struct ExportDriver *drv;
     void *state;                 /* the type's own, from drv->parse() */
-    BlockNode *bs;               /* a reference */
-    bool writable;
+    /* The nodes served, in the order they were bound: node-name's for a
+     * type that serves one node, the type's own (export_bind_node()) for
+     * one with binds_nodes.  Each holds a reference. */
+    GArray *nodes;               /* of ExportNode */
+    BlockNode *bs;               /* nodes[0].bs (borrowed), the node of a
+                                  * type that serves one */
+    bool writable;               /* nodes[0].writable */
     bool writethrough;
-    IOThread *iothread;          /* NULL: the node runs in the main loop */
-    AioContext *ctx;             /* where the node runs (its home) */
+    bool fixed_iothread;         /* while nodes are bound */
+    const char *ctx_pinned_by;   /* while nodes are bound: the node (its
+                                  * "what") whose other export decided ctx;
+                                  * NULL if none did */
+    IOThread *iothread;          /* NULL: the nodes run in the main loop */
+    AioContext *ctx;             /* where the nodes run (their home) */
     /* Where the queues run, round-robin: the IOThreads given (in order)
      * if several, else just ctx. */
     AioContext **ctxs;
@@ -30,21 +47,28 @@ struct Export {
 
 /*
  * An export type.  export_create() reads the options every type shares
- * (type, id, node-name, writable, writethrough, iothread, fixed-iothread),
- * then:
+ * (type, id, writethrough, iothread, fixed-iothread, and unless the type
+ * binds its own nodes, node-name and writable), then:
  *   1. parse()  reads the type's own options into a new state, without
- *               side effects (nothing is opened or started);
- *   2. the generic code checks for unknown keys and moves the node into
+ *               side effects (nothing is opened or started); a type with
+ *               binds_nodes binds each node it serves here with
+ *               export_bind_node();
+ *   2. the generic code checks for unknown keys and moves every node into
  *      exp->ctx;
  *   3. start()  starts serving (exp is complete);
  *   4. free()   stops serving (drain, disconnect, remove sockets) if it was
  *               started, and frees the state.  Called after a failed
  *               start() too, and with a state start() never saw.
- * All of them run in the main thread.
+ * Then the generic code releases the nodes (each moves back to the main
+ * loop when no other export serves it).  All of them run in the main
+ * thread.
  */
 typedef struct ExportDriver {
     const char *type;
-    void *(*parse)(Opts *opts, Error **errp);
+    /* The type names its nodes in its own options (one per LUN, say)
+     * instead of the shared node-name and writable. */
+    bool binds_nodes;
+    void *(*parse)(Export *exp, Opts *opts, Error **errp);
     bool (*start)(Export *exp, void *state, Error **errp);
     void (*free)(void *state);
     /* Statistics (main thread, after a successful start()): the number
@@ -53,6 +77,35 @@ typedef struct ExportDriver {
     bool (*get_queue_stats)(void *state, unsigned i, VirtQueueStats *out);
 } ExportDriver;
 
+/*
+ * For a type with binds_nodes, from its parse(): serve node node_name,
+ * named by option what ("lun.1", used as the prefix of messages), with
+ * writes allowed or not.  Checks what export_create() checks for
+ * node-name: the node exists, is not read-only if writable, is not
+ * already served by this export, and may be shared with the exports that
+ * serve it (a writable export needs a node to itself; exports of one node
+ * run in one context, so the export follows the node into its context,
+ * which is an error with fixed-iothread=on or when another of its nodes
+ * already tied it to a different one).  Takes a reference; nothing else
+ * changes until parse() returns: the node moves into exp->ctx afterwards,
+ * and is released when the export goes away (or fails to start).
+ * Returns the node (borrowed; valid while the export exists) or NULL with
+ * errp set ("lun.1: there is no node 'disk9' ...").  Main thread.
+ */
+BlockNode *export_bind_node(Export *exp, const char *what,
+                            const char *node_name, bool writable,
+                            Error **errp);
+
+/*
+ * The addr option of a vhost-user export: addr.type=unix,addr.path=P
+ * (*path gets a copy, the caller frees it) or addr.type=fd,addr.str=N
+ * (*listen_fd = N, checked to be an open, listening UNIX stream socket;
+ * still the caller's to close).  Errors name the option.  Main thread.
+ */
+bool vhost_user_export_parse_addr(Opts *opts, char **path, int *listen_fd,
+                                  Error **errp);
+
 extern const ExportDriver export_vhost_user_blk;
+extern const ExportDriver export_vhost_user_scsi;
 
 #endif

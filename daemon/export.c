@@ -3,14 +3,19 @@
  *
  * Theory of operation
  * -------------------
- * An export serves one block node to front-ends.  export_create() reads the
- * options in qemu-storage-daemon's BlockExportOptions (type, id, node-name,
- * writable, writethrough, iothread, fixed-iothread), looks everything up,
- * lets the type read its own options (ExportDriver.parse, no side effects),
- * rejects unknown keys, and only then changes anything: it moves the node
- * into the export's IOThread and starts the type (ExportDriver.start).  A
- * failure at any step undoes the earlier ones, so a bad --export leaves the
- * daemon as it was.
+ * An export serves block nodes to front-ends: one (node-name, as in
+ * vhost-user-blk), or, for a type that binds its own nodes
+ * (ExportDriver.binds_nodes: vhost-user-scsi, one node per LUN), as many
+ * as the type names in its options.  export_create() reads the options in
+ * qemu-storage-daemon's BlockExportOptions (type, id, node-name, writable,
+ * writethrough, iothread, fixed-iothread), looks everything up, lets the
+ * type read its own options (ExportDriver.parse, no side effects; a type
+ * that binds its nodes calls export_bind_node() for each), rejects unknown
+ * keys, and only then changes anything: it moves the nodes into the
+ * export's IOThread and starts the type (ExportDriver.start).  A failure at
+ * any step undoes the earlier ones, so a bad --export leaves the daemon as
+ * it was.  Every node an export serves is an ExportNode in exp->nodes, so
+ * the rules below apply to each of them alike.
  *
  * Where the node runs.  A block node lives in one AioContext and every
  * request to it is submitted and completed there, so an export's queues run
@@ -31,7 +36,10 @@
  *
  * Sharing.  A node may back several read-only exports; an export that is
  * writable must have the node to itself (a guest caches what it reads and
- * would not see another guest's writes).
+ * would not see another guest's writes).  Within one export a node serves
+ * once (two LUNs of one node would be two caches of it).  An export whose
+ * nodes are served by other exports from different contexts cannot run
+ * in both: that is an error.
  *
  * Threads: everything here runs in the main thread.
  */
@@ -44,8 +52,11 @@
 
 static const ExportDriver *const export_drivers[] = {
     &export_vhost_user_blk,
+    &export_vhost_user_scsi,
     NULL,
 };
+
+#define EXPORT_TYPES "vhost-user-blk, vhost-user-scsi"
 
 /* Every export, in creation order. */
 static GPtrArray *exports;
@@ -65,13 +76,34 @@ Export *export_find(const char *id)
     return NULL;
 }
 
-/* Another export serving bs, other than skip; NULL if none. */
-static Export *export_find_by_node(BlockNode *bs, Export *skip)
+/* exp's entry for bs, or NULL. */
+static ExportNode *export_node_entry(const Export *exp, BlockNode *bs)
+{
+    for (guint i = 0; exp->nodes && i < exp->nodes->len; i++) {
+        ExportNode *n = &g_array_index(exp->nodes, ExportNode, i);
+
+        if (n->bs == bs) {
+            return n;
+        }
+    }
+    return NULL;
+}
+
+/*
+ * Another export serving bs, other than skip; NULL if none.  *entry (may
+ * be NULL) gets its ExportNode for bs.
+ */
+static Export *export_find_by_node(BlockNode *bs, Export *skip,
+                                   ExportNode **entry)
 {
     for (guint i = 0; exports && i < exports->len; i++) {
         Export *exp = g_ptr_array_index(exports, i);
+        ExportNode *n;
 
-        if (exp != skip && exp->bs == bs) {
+        if (exp != skip && (n = export_node_entry(exp, bs))) {
+            if (entry) {
+                *entry = n;
+            }
             return exp;
         }
     }
@@ -188,8 +220,6 @@ static bool export_read_common(Opts *opts, ExportCommonOpts *c, Error **errp)
 {
     if (!opts_get_str(opts, "type", NULL, &c->type, errp) ||
         !opts_get_str(opts, "id", NULL, &c->id, errp) ||
-        !opts_get_str(opts, "node-name", NULL, &c->node_name, errp) ||
-        !opts_get_bool(opts, "writable", false, &c->writable, errp) ||
         !opts_get_bool(opts, "writethrough", false, &c->writethrough, errp) ||
         !opts_get_bool(opts, "fixed-iothread", false, &c->fixed_iothread,
                        errp) ||
@@ -198,7 +228,7 @@ static bool export_read_common(Opts *opts, ExportCommonOpts *c, Error **errp)
     }
     if (!c->type) {
         error_setg(errp, "Parameter 'type' is missing (the export type: "
-                   "vhost-user-blk)");
+                   EXPORT_TYPES ")");
         return false;
     }
     if (!c->id) {
@@ -207,6 +237,17 @@ static bool export_read_common(Opts *opts, ExportCommonOpts *c, Error **errp)
     }
     if (!*c->id) {
         error_setg(errp, "Parameter 'id' must not be empty");
+        return false;
+    }
+    return true;
+}
+
+/* node-name and writable, for a type that serves the one node they name. */
+static bool export_read_node_opts(Opts *opts, ExportCommonOpts *c,
+                                  Error **errp)
+{
+    if (!opts_get_str(opts, "node-name", NULL, &c->node_name, errp) ||
+        !opts_get_bool(opts, "writable", false, &c->writable, errp)) {
         return false;
     }
     if (!c->node_name) {
@@ -267,157 +308,269 @@ static char *export_describe_ctx(AioContext *ctx, AioContext *main_ctx)
 }
 
 /*
- * Check that the node may be exported once more, and choose the context
- * the export runs in.
+ * The prefix of messages about node n: "lun.1: " for a node a type binds
+ * itself, nothing for node-name (the messages name the node).  Caller
+ * frees.
  */
-static bool export_check_sharing(Export *exp, const char *exp_id,
-                                 bool fixed_iothread, Error **errp)
+static char *export_node_prefix(const Export *exp, const char *what)
 {
-    Export *other = export_find_by_node(exp->bs, NULL);
-    const char *node = block_node_get_name(exp->bs);
+    return exp->drv->binds_nodes ? g_strdup_printf("%s: ", what)
+                                 : g_strdup("");
+}
+
+/*
+ * Check that node n may be exported once more, and choose the context the
+ * export runs in.
+ */
+static bool export_check_sharing(Export *exp, const ExportNode *n,
+                                 Error **errp)
+{
+    ExportNode *other_node = NULL;
+    Export *other = export_find_by_node(n->bs, NULL, &other_node);
+    const char *node = block_node_get_name(n->bs);
+    g_autofree char *prefix = export_node_prefix(exp, n->what);
 
     if (!other) {
         return true;
     }
-    if (exp->writable || other->writable) {
-        error_setg(errp, "node '%s' is already exported by '%s'; %s", node,
-                   other->id,
-                   exp->writable ? "a writable export needs the node to itself"
-                                 : "that export is writable and needs the "
-                                   "node to itself");
+    if (n->writable || other_node->writable) {
+        error_setg(errp, "%snode '%s' is already exported by '%s'; %s",
+                   prefix, node, other->id,
+                   n->writable ? "a writable export needs the node to itself"
+                               : "that export is writable and needs the "
+                                 "node to itself");
         return false;
     }
     if (other->ctx != exp->ctx) {
         g_autofree char *where = export_describe_ctx(other->ctx,
                                                      exp->main_ctx);
+        g_autofree char *asked = export_describe_ctx(exp->ctx,
+                                                     exp->main_ctx);
 
-        if (fixed_iothread) {
-            error_setg(errp, "node '%s' is served by export '%s' from %s, so "
-                       "it cannot move (fixed-iothread=on)", node, other->id,
-                       where);
+        if (exp->fixed_iothread) {
+            error_setg(errp, "%snode '%s' is served by export '%s' from %s, "
+                       "so it cannot move (fixed-iothread=on)", prefix, node,
+                       other->id, where);
             return false;
         }
-        {
-            g_autofree char *asked = export_describe_ctx(exp->ctx,
-                                                         exp->main_ctx);
-
-            error_report("warning: export '%s': node '%s' is served by "
-                         "export '%s' from %s, so this export runs there "
-                         "too, not in %s (fixed-iothread=on makes this an "
-                         "error)", exp_id, node, other->id, where, asked);
+        if (exp->ctx_pinned_by) {
+            error_setg(errp, "%snode '%s' is served by export '%s' from %s, "
+                       "but the node of %s is served from %s; one export "
+                       "runs in one place", prefix, node, other->id, where,
+                       exp->ctx_pinned_by, asked);
+            return false;
         }
+        error_report("warning: export '%s': %snode '%s' is served by "
+                     "export '%s' from %s, so this export runs there "
+                     "too, not in %s (fixed-iothread=on makes this an "
+                     "error)", exp->id, prefix, node, other->id, where,
+                     asked);
         exp->ctx = other->ctx;
         exp->iothread = other->iothread;
     }
+    /* Shared: the export must stay in this node's context. */
+    exp->ctx_pinned_by = n->what;
     return true;
+}
+
+/*
+ * Add bs to exp's nodes after the checks of export_bind_node(); what
+ * names the option ("node-name", "lun.1").
+ */
+static bool export_add_node(Export *exp, const char *what, BlockNode *bs,
+                            bool writable, Error **errp)
+{
+    g_autofree char *prefix = export_node_prefix(exp, what);
+    ExportNode *dup = export_node_entry(exp, bs);
+    ExportNode n = { .bs = bs, .writable = writable };
+
+    if (dup) {
+        error_setg(errp, "%snode '%s' is already served by %s of this "
+                   "export; give each node once", prefix,
+                   block_node_get_name(bs), dup->what);
+        return false;
+    }
+    if (writable && block_node_is_read_only(bs)) {
+        error_setg(errp, "%swritable=on, but node '%s' is read-only", prefix,
+                   block_node_get_name(bs));
+        return false;
+    }
+    if (!exp->ctx) {
+        /* No iothread: the export runs where its first node is. */
+        exp->ctx = block_node_get_aio_context(bs);
+    }
+    n.what = g_strdup(what);
+    if (!export_check_sharing(exp, &n, errp)) {
+        g_free(n.what);
+        return false;
+    }
+    block_node_ref(bs);
+    g_array_append_val(exp->nodes, n);
+    if (exp->nodes->len == 1) {
+        exp->bs = bs;
+        exp->writable = writable;
+    }
+    return true;
+}
+
+BlockNode *export_bind_node(Export *exp, const char *what,
+                            const char *node_name, bool writable,
+                            Error **errp)
+{
+    BlockNode *bs = block_node_find(node_name);
+
+    g_assert(aio_context_in_home_thread(exp->main_ctx));
+    g_assert(exp->drv->binds_nodes);
+    if (!bs) {
+        error_setg(errp, "%s: there is no node '%s' (define it with an "
+                   "earlier --blockdev)", what, node_name);
+        return NULL;
+    }
+    return export_add_node(exp, what, bs, writable, errp) ? bs : NULL;
 }
 
 /* ------------------------------------------------------------------------ */
 /* Creation and deletion                                                     */
 
+/*
+ * Release every node, newest first: move it back to the main loop if no
+ * other export uses it, and drop the reference.
+ */
+static void export_release_nodes(Export *exp)
+{
+    for (guint i = exp->nodes->len; i-- > 0;) {
+        ExportNode *n = &g_array_index(exp->nodes, ExportNode, i);
+
+        if (!export_find_by_node(n->bs, exp, NULL) &&
+            block_node_get_aio_context(n->bs) != exp->main_ctx) {
+            Error *err = NULL;
+
+            /* The export is stopped and drained: the node is idle. */
+            if (!block_node_set_aio_context(n->bs, exp->main_ctx, &err)) {
+                error_prepend(&err, "export '%s': ", exp->id);
+                error_report_err(err);
+            }
+        }
+        block_node_unref(n->bs);
+        g_free(n->what);
+    }
+    g_array_set_size(exp->nodes, 0);
+    exp->bs = NULL;
+}
+
+/* Release the nodes and free exp (its state is the caller's business). */
 static void export_free(Export *exp)
 {
+    export_release_nodes(exp);
+    g_array_unref(exp->nodes);
     g_free(exp->ctxs);
     g_free(exp->id);
     g_free(exp);
 }
 
-/* Move the node back to the main loop if no other export uses it. */
-static void export_release_node(Export *exp)
+/* The contexts of the queues: the IOThreads listed if several, else ctx. */
+static void export_setup_ctxs(Export *exp, GPtrArray *iothreads)
 {
-    if (!export_find_by_node(exp->bs, exp) &&
-        block_node_get_aio_context(exp->bs) != exp->main_ctx) {
-        Error *err = NULL;
-
-        /* The export is stopped and drained: the node is idle. */
-        if (!block_node_set_aio_context(exp->bs, exp->main_ctx, &err)) {
-            error_prepend(&err, "export '%s': ", exp->id);
-            error_report_err(err);
-        }
-    }
-    block_node_unref(exp->bs);
-    exp->bs = NULL;
-}
-
-static Export *export_create_inner(Opts *opts, AioContext *main_ctx,
-                                   ExportCommonOpts *c, Error **errp)
-{
-    g_autofree Export *exp = g_new0(Export, 1);
-    BlockNode *bs;
-
-    if (!export_read_common(opts, c, errp)) {
-        return NULL;
-    }
-    exp->drv = export_driver_find(c->type);
-    if (!exp->drv) {
-        error_setg(errp, "Parameter 'type': unknown export type '%s' "
-                   "(supported: vhost-user-blk)", c->type);
-        return NULL;
-    }
-    if (export_find(c->id)) {
-        error_setg(errp, "an export with id '%s' already exists", c->id);
-        return NULL;
-    }
-    bs = block_node_find(c->node_name);
-    if (!bs) {
-        error_setg(errp, "Parameter 'node-name': there is no node '%s' "
-                   "(define it with an earlier --blockdev)", c->node_name);
-        return NULL;
-    }
-    if (!export_lookup_iothread(c->iothreads, &exp->iothread, errp)) {
-        return NULL;
-    }
-    if (c->writable && block_node_is_read_only(bs)) {
-        error_setg(errp, "writable=on, but node '%s' is read-only",
-                   c->node_name);
-        return NULL;
-    }
-    exp->bs = bs;
-    exp->main_ctx = main_ctx;
-    exp->writable = c->writable;
-    exp->writethrough = c->writethrough;
-    exp->ctx = exp->iothread ? iothread_get_aio_context(exp->iothread)
-                             : block_node_get_aio_context(bs);
-    if (!export_check_sharing(exp, c->id, c->fixed_iothread, errp)) {
-        return NULL;
-    }
-    if (c->iothreads->len > 1) {
-        exp->nctx = c->iothreads->len;
+    if (iothreads->len > 1) {
+        exp->nctx = iothreads->len;
         exp->ctxs = g_new(AioContext *, exp->nctx);
-        for (guint i = 0; i < c->iothreads->len; i++) {
+        for (guint i = 0; i < iothreads->len; i++) {
             exp->ctxs[i] = iothread_get_aio_context(
-                iothread_lookup(g_ptr_array_index(c->iothreads, i)));
+                iothread_lookup(g_ptr_array_index(iothreads, i)));
         }
     } else {
         exp->nctx = 1;
         exp->ctxs = g_new(AioContext *, 1);
         exp->ctxs[0] = exp->ctx;
     }
+}
 
-    exp->state = exp->drv->parse(opts, errp);
-    if (!exp->state) {
+/* Move every node into exp->ctx (nodes other exports share are there). */
+static bool export_move_nodes(Export *exp, Error **errp)
+{
+    for (guint i = 0; i < exp->nodes->len; i++) {
+        ExportNode *n = &g_array_index(exp->nodes, ExportNode, i);
+
+        if (!block_node_set_aio_context(n->bs, exp->ctx, errp)) {
+            return false;
+        }
+    }
+    return true;
+}
+
+static Export *export_create_inner(Opts *opts, AioContext *main_ctx,
+                                   ExportCommonOpts *c, Error **errp)
+{
+    const ExportDriver *drv;
+    BlockNode *bs = NULL;
+    IOThread *iot;
+    Export *exp;
+
+    if (!export_read_common(opts, c, errp)) {
         return NULL;
     }
-    if (!opts_check_unused(opts, NULL, errp) ||
-        !block_node_set_aio_context(bs, exp->ctx, errp)) {
-        exp->drv->free(exp->state);
-        g_free(exp->ctxs);
+    drv = export_driver_find(c->type);
+    if (!drv) {
+        error_setg(errp, "Parameter 'type': unknown export type '%s' "
+                   "(supported: " EXPORT_TYPES ")", c->type);
         return NULL;
     }
+    if (!drv->binds_nodes && !export_read_node_opts(opts, c, errp)) {
+        return NULL;
+    }
+    if (export_find(c->id)) {
+        error_setg(errp, "an export with id '%s' already exists", c->id);
+        return NULL;
+    }
+    if (!drv->binds_nodes) {
+        bs = block_node_find(c->node_name);
+        if (!bs) {
+            error_setg(errp, "Parameter 'node-name': there is no node '%s' "
+                       "(define it with an earlier --blockdev)",
+                       c->node_name);
+            return NULL;
+        }
+    }
+    if (!export_lookup_iothread(c->iothreads, &iot, errp)) {
+        return NULL;
+    }
+
+    exp = g_new0(Export, 1);
     exp->id = g_strdup(c->id);
-    block_node_ref(bs);
-    if (!exp->drv->start(exp, exp->state, errp)) {
-        exp->drv->free(exp->state);
-        export_release_node(exp);
-        g_clear_pointer(&exp->id, g_free);
-        g_free(exp->ctxs);
-        return NULL;
+    exp->drv = drv;
+    exp->nodes = g_array_new(FALSE, FALSE, sizeof(ExportNode));
+    exp->main_ctx = main_ctx;
+    exp->writethrough = c->writethrough;
+    exp->fixed_iothread = c->fixed_iothread;
+    exp->iothread = iot;
+    /* NULL: where the first node is (export_add_node()). */
+    exp->ctx = iot ? iothread_get_aio_context(iot) : NULL;
+    if (bs && !export_add_node(exp, "node-name", bs, c->writable, errp)) {
+        goto fail;
+    }
+    exp->state = drv->parse(exp, opts, errp);
+    if (!exp->state) {
+        goto fail;
+    }
+    /* Every type serves at least one node (parse() says so if not). */
+    g_assert(exp->nodes->len > 0);
+    exp->ctx_pinned_by = NULL;
+    export_setup_ctxs(exp, c->iothreads);
+    if (!opts_check_unused(opts, NULL, errp) ||
+        !export_move_nodes(exp, errp) ||
+        !drv->start(exp, exp->state, errp)) {
+        drv->free(exp->state);
+        goto fail;
     }
     if (!exports) {
         exports = g_ptr_array_new();
     }
     g_ptr_array_add(exports, exp);
-    return g_steal_pointer(&exp);
+    return exp;
+
+fail:
+    export_free(exp);
+    return NULL;
 }
 
 Export *export_create(Opts *opts, AioContext *main_ctx, Error **errp)
@@ -439,7 +592,6 @@ void export_delete(Export *exp)
     g_assert(aio_context_in_home_thread(exp->main_ctx));
     g_ptr_array_remove(exports, exp);
     exp->drv->free(exp->state);
-    export_release_node(exp);
     export_free(exp);
 }
 
@@ -458,6 +610,17 @@ const char *export_get_id(const Export *exp)
 BlockNode *export_get_node(const Export *exp)
 {
     return exp->bs;
+}
+
+unsigned export_get_num_nodes(const Export *exp)
+{
+    return exp->nodes->len;
+}
+
+BlockNode *export_get_nth_node(const Export *exp, unsigned i)
+{
+    g_assert(i < exp->nodes->len);
+    return g_array_index(exp->nodes, ExportNode, i).bs;
 }
 
 unsigned export_get_num_queues(const Export *exp)

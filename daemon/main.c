@@ -153,6 +153,12 @@ static void daemon_print_help(void)
 "           [,iothread=ID][,serial=S][,writethrough=on|off]\n"
 "           [,fixed-iothread=on|off]\n"
 "                         serve a node to a vhost-user front-end (QEMU)\n"
+"  --export [type=]vhost-user-scsi,id=ID,addr...[,num-queues=N]\n"
+"           [,iothread=ID][,writethrough=on|off][,fixed-iothread=on|off],\n"
+"           lun.0.node-name=NODE[,lun.0.writable=on|off][,lun.0.serial=S]\n"
+"           [,lun.0.wwn=0xHEX][,lun.0.vendor=V][,lun.0.product=P]\n"
+"           [,lun.0.logical-block-size=512|4096][,lun.1=NODE...]\n"
+"                         serve nodes as the LUNs of a virtio-scsi device\n"
 "  --chardev socket,id=ID,path=PATH,server=on[,wait=off]\n"
 "                         a socket for the QMP monitor (checked and kept)\n"
 "  --monitor [chardev=]ID the QMP monitor: not implemented yet; it is\n"
@@ -261,7 +267,7 @@ static void daemon_collect_options(int argc, char **argv, Daemon *d,
                                "them (see docs/cli.md)");
         case OPT_NBD_SERVER:
             daemon_usage_error("--nbd-server: not supported: Spindle "
-                               "serves vhost-user-blk exports only");
+                               "serves vhost-user exports only");
         case OPT_PIDFILE:
             d->pidfile = optarg;
             break;
@@ -722,17 +728,38 @@ static void daemon_detach(Daemon *d)
 /* Signals                                                                   */
 
 /*
- * One line per export with its node's write counters, and one per queue:
+ * One line per export with its nodes' write counters (summed), one per
+ * node when it has several (vhost-user-scsi: one per LUN), and one per
+ * queue:
  *   spindle: export e0 stats: locked_writes=N rmw_writes=N
+ *   spindle: export e0 node disk1 stats: locked_writes=N rmw_writes=N
  *   spindle: export e0 queue 0 stats: iothread=iot0 requests=N kicks=N ...
  */
 static void daemon_print_export_stats(Export *exp, void *opaque)
 {
-    BlockWriteStats ws;
+    unsigned nnodes = export_get_num_nodes(exp);
+    BlockWriteStats sum = { 0 };
 
-    block_node_get_write_stats(export_get_node(exp), &ws);
+    for (unsigned i = 0; i < nnodes; i++) {
+        BlockWriteStats ws;
+
+        block_node_get_write_stats(export_get_nth_node(exp, i), &ws);
+        sum.locked_writes += ws.locked_writes;
+        sum.rmw_writes += ws.rmw_writes;
+    }
     error_report("export %s stats: locked_writes=%" PRIu64 " rmw_writes=%"
-                 PRIu64, export_get_id(exp), ws.locked_writes, ws.rmw_writes);
+                 PRIu64, export_get_id(exp), sum.locked_writes,
+                 sum.rmw_writes);
+    for (unsigned i = 0; nnodes > 1 && i < nnodes; i++) {
+        BlockNode *bs = export_get_nth_node(exp, i);
+        BlockWriteStats ws;
+
+        block_node_get_write_stats(bs, &ws);
+        error_report("export %s node %s stats: locked_writes=%" PRIu64
+                     " rmw_writes=%" PRIu64, export_get_id(exp),
+                     block_node_get_name(bs), ws.locked_writes,
+                     ws.rmw_writes);
+    }
     for (unsigned i = 0; i < export_get_num_queues(exp); i++) {
         ExportQueueStats st;
 

@@ -11,7 +11,7 @@
  *   logical-block-size=N            512..64k, a power of two, default 512
  *   serial=S                        GET_ID's answer, at most 20 bytes
  * and checks what can be checked without side effects (an inherited fd must
- * be an open, listening UNIX stream socket).  start() creates the VirtioBlk
+ * be an open, listening UNIX stream socket: vhost-user-addr.c).  start() creates the VirtioBlk
  * over the export's node and a VuServer whose queues run in the export's
  * contexts (exp->ctxs, queue i in ctxs[i % nctx]); the server listens on a duplicate of an
  * inherited fd, so the original is closed once it runs.  free() frees the
@@ -21,10 +21,6 @@
  *
  * Threads: main thread.
  */
-#include <errno.h>
-#include <fcntl.h>
-#include <limits.h>
-#include <sys/socket.h>
 #include <unistd.h>
 #include <glib.h>
 
@@ -63,104 +59,8 @@ static void vhost_user_blk_export_free(void *opaque)
     g_free(vexp);
 }
 
-/* An inherited fd must be an open, listening UNIX stream socket. */
-static bool vhost_user_blk_check_fd(int fd, Error **errp)
-{
-    int val;
-    socklen_t len = sizeof(val);
-
-    if (fcntl(fd, F_GETFD) < 0) {
-        error_setg(errp, "Parameter 'addr.str': fd %d is not open (the "
-                   "parent must pass it to spindle)", fd);
-        return false;
-    }
-    if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &val, &len) < 0 ||
-        val != AF_UNIX) {
-        error_setg(errp, "Parameter 'addr.str': fd %d is not a UNIX domain "
-                   "socket", fd);
-        return false;
-    }
-    len = sizeof(val);
-    if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &val, &len) < 0 ||
-        val != SOCK_STREAM) {
-        error_setg(errp, "Parameter 'addr.str': fd %d is not a stream "
-                   "socket", fd);
-        return false;
-    }
-    len = sizeof(val);
-    if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &val, &len) < 0 || !val) {
-        error_setg(errp, "Parameter 'addr.str': fd %d is not listening "
-                   "(call listen() on it before starting spindle)", fd);
-        return false;
-    }
-    return true;
-}
-
-static bool vhost_user_blk_parse_addr(Opts *opts, VhostUserBlkExport *vexp,
-                                      Error **errp)
-{
-    static const char *const types[] = {
-        "unix", "fd", "inet", "vsock", NULL
-    };
-    g_autoptr(Opts) addr = opts_get_child(opts, "addr");
-    const char *str;
-    int64_t fd;
-    int type;
-
-    if (!addr) {
-        if (opts_has(opts, "addr")) {
-            error_setg(errp, "Parameter 'addr' expects an object: "
-                       "addr.type=unix,addr.path=PATH or "
-                       "addr.type=fd,addr.str=FD");
-        } else {
-            error_setg(errp, "Parameter 'addr' is missing: give "
-                       "addr.type=unix,addr.path=PATH or "
-                       "addr.type=fd,addr.str=FD");
-        }
-        return false;
-    }
-    if (!opts_get_enum(addr, "type", types, -1, &type, errp)) {
-        return false;
-    }
-    switch (type) {
-    case -1:
-        error_setg(errp, "Parameter 'addr.type' is missing (unix or fd)");
-        return false;
-    case 0:
-        if (!opts_get_str(addr, "path", NULL, &str, errp)) {
-            return false;
-        }
-        if (!str || !*str) {
-            error_setg(errp, "Parameter 'addr.path' is missing (the socket "
-                       "to create)");
-            return false;
-        }
-        vexp->path = g_strdup(str);
-        break;
-    case 1:
-        if (!opts_get_str(addr, "str", NULL, &str, errp)) {
-            return false;
-        }
-        if (!str) {
-            error_setg(errp, "Parameter 'addr.str' is missing (the number "
-                       "of an inherited listening socket)");
-            return false;
-        }
-        if (!parse_int64_in_range("addr.str", str, 0, INT_MAX, &fd, errp) ||
-            !vhost_user_blk_check_fd((int)fd, errp)) {
-            return false;
-        }
-        vexp->listen_fd = (int)fd;
-        break;
-    default:
-        error_setg(errp, "Parameter 'addr.type': vhost-user needs a UNIX "
-                   "domain socket; use addr.type=unix or addr.type=fd");
-        return false;
-    }
-    return opts_check_unused(addr, NULL, errp);
-}
-
-static void *vhost_user_blk_export_parse(Opts *opts, Error **errp)
+static void *vhost_user_blk_export_parse(Export *exp, Opts *opts,
+                                         Error **errp)
 {
     g_autoptr(GError) err = NULL;
     VhostUserBlkExport *vexp = g_new0(VhostUserBlkExport, 1);
@@ -173,7 +73,8 @@ static void *vhost_user_blk_export_parse(Opts *opts, Error **errp)
                       &num_queues, &err) ||
         !opts_get_size(opts, "logical-block-size", 512, &lbs, &err) ||
         !opts_get_str(opts, "serial", NULL, &serial, &err) ||
-        !vhost_user_blk_parse_addr(opts, vexp, &err)) {
+        !vhost_user_export_parse_addr(opts, &vexp->path, &vexp->listen_fd,
+                                      &err)) {
         goto fail;
     }
     if (lbs < 512 || lbs > 65536 || (lbs & (lbs - 1))) {

@@ -584,23 +584,36 @@ Opts *opts_get_child(Opts *opts, const char *key)
     return opts_new(json_node_get_object(node), prefix);
 }
 
-/* Element i of the list at key (a node that must hold an object). */
+/*
+ * Element i of the list at key: a node that must hold an object, or, with
+ * implied_key, a string that stands for {implied_key: string}.
+ */
 static Opts *opts_list_element(Opts *opts, const char *key, guint i,
-                               JsonNode *elem, Error **errp)
+                               JsonNode *elem, const char *implied_key,
+                               Error **errp)
 {
     g_autofree char *name = g_strdup_printf("%s.%u", key, i);
     g_autofree char *prefix = NULL;
 
+    prefix = g_strconcat(opts->prefix, name, ".", NULL);
+    if (implied_key && opts_node_is(elem, G_TYPE_STRING)) {
+        g_autoptr(JsonObject) obj = json_object_new();
+
+        json_object_set_member(obj, implied_key, json_node_copy(elem));
+        return opts_new(obj, prefix);
+    }
     if (!JSON_NODE_HOLDS_OBJECT(elem)) {
-        opts_type_error(opts, name, elem, "an object (a list element)", errp);
+        opts_type_error(opts, name, elem, implied_key
+                        ? "an object or a string (a list element)"
+                        : "an object (a list element)", errp);
         return NULL;
     }
-    prefix = g_strconcat(opts->prefix, name, ".", NULL);
     return opts_new(json_node_get_object(elem), prefix);
 }
 
 static GPtrArray *opts_list_from_array(Opts *opts, const char *key,
-                                       JsonArray *array, Error **errp)
+                                       JsonArray *array,
+                                       const char *implied_key, Error **errp)
 {
     guint n = json_array_get_length(array);
     g_autoptr(GPtrArray) list = g_ptr_array_new_full(n, (GDestroyNotify)
@@ -609,7 +622,7 @@ static GPtrArray *opts_list_from_array(Opts *opts, const char *key,
     for (guint i = 0; i < n; i++) {
         Opts *elem = opts_list_element(opts, key, i,
                                        json_array_get_element(array, i),
-                                       errp);
+                                       implied_key, errp);
         if (!elem) {
             return NULL;
         }
@@ -645,7 +658,9 @@ static bool opts_list_index(const char *name, guint n, guint *out)
  * insertion order, so the first bad one is reported), then no gap.
  */
 static GPtrArray *opts_list_from_object(Opts *opts, const char *key,
-                                        JsonObject *obj, Error **errp)
+                                        JsonObject *obj,
+                                        const char *implied_key,
+                                        Error **errp)
 {
     guint n = json_object_get_size(obj);
     g_autofree JsonNode **slots = g_new0(JsonNode *, n + 1);
@@ -677,7 +692,7 @@ static GPtrArray *opts_list_from_object(Opts *opts, const char *key,
                        i);
             return NULL;
         }
-        elem = opts_list_element(opts, key, i, slots[i], errp);
+        elem = opts_list_element(opts, key, i, slots[i], implied_key, errp);
         if (!elem) {
             return NULL;
         }
@@ -686,7 +701,8 @@ static GPtrArray *opts_list_from_object(Opts *opts, const char *key,
     return g_steal_pointer(&list);
 }
 
-GPtrArray *opts_get_list(Opts *opts, const char *key, Error **errp)
+GPtrArray *opts_get_list_implied(Opts *opts, const char *key,
+                                 const char *implied_key, Error **errp)
 {
     JsonNode *node = opts_lookup(opts, key, true);
 
@@ -695,14 +711,21 @@ GPtrArray *opts_get_list(Opts *opts, const char *key, Error **errp)
     }
     if (JSON_NODE_HOLDS_ARRAY(node)) {
         return opts_list_from_array(opts, key, json_node_get_array(node),
-                                    errp);
+                                    implied_key, errp);
     }
     if (JSON_NODE_HOLDS_OBJECT(node)) {
         return opts_list_from_object(opts, key, json_node_get_object(node),
-                                     errp);
+                                     implied_key, errp);
     }
-    opts_type_error(opts, key, node, "a list of objects", errp);
+    opts_type_error(opts, key, node, implied_key
+                    ? "a list of objects or strings" : "a list of objects",
+                    errp);
     return NULL;
+}
+
+GPtrArray *opts_get_list(Opts *opts, const char *key, Error **errp)
+{
+    return opts_get_list_implied(opts, key, NULL, errp);
 }
 
 /* ------------------------------------------------------------------------ */

@@ -1,5 +1,5 @@
 /*
- * Exports: a block node served to a front-end.  Created from --export
+ * Exports: block nodes served to a front-end (one node, or one per LUN).  Created from --export
  * options (qemu-storage-daemon syntax, key=value or JSON), kept in a
  * registry by id.  Main thread.
  */
@@ -21,7 +21,9 @@ typedef struct Export Export;
  *   (or addr.type=fd,addr.str=FD), writable=on|off, num-queues=N,
  *   logical-block-size=N, iothread=ID (or a list: iothread.0=a,...),
  *   serial=S, and qemu-storage-daemon's writethrough=on|off and
- *   fixed-iothread=on|off (docs/cli.md)
+ *   fixed-iothread=on|off; or
+ *   type=vhost-user-scsi,id=ID,addr...,num-queues=N,iothread=...,
+ *   lun.0.node-name=N,lun.0.writable=on|off,... (or lun.0=N) (docs/cli.md)
  * IOThreads are looked up by id (iothread_lookup()).  main_ctx runs the
  * socket.  Errors name the option; on error nothing is left behind.
  */
@@ -47,7 +49,12 @@ void export_delete_all(void);
 void export_foreach(void (*fn)(Export *exp, void *opaque), void *opaque);
 
 const char *export_get_id(const Export *exp);
-BlockNode *export_get_node(const Export *exp);   /* borrowed */
+/* The (first) node served; borrowed. */
+BlockNode *export_get_node(const Export *exp);
+/* The nodes served (1 for vhost-user-blk, one per LUN for vhost-user-scsi)
+ * and node i (< export_get_num_nodes(); borrowed). */
+unsigned export_get_num_nodes(const Export *exp);
+BlockNode *export_get_nth_node(const Export *exp, unsigned i);
 unsigned export_get_num_queues(const Export *exp);
 
 /* One queue's counters since the export started, over every front-end. */

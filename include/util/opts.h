@@ -86,6 +86,16 @@ Opts *opts_get_child(Opts *opts, const char *key);
  */
 GPtrArray *opts_get_list(Opts *opts, const char *key, Error **errp);
 
+/*
+ * Like opts_get_list(), but an element may also be a plain string, which
+ * stands for an object with the one member implied_key: lun.0=disk0 (or
+ * JSON "lun": ["disk0"]) is read as lun.0.node-name=disk0 with implied_key
+ * "node-name".  Such an element's messages name its keys as "lun.0.node-
+ * name".
+ */
+GPtrArray *opts_get_list_implied(Opts *opts, const char *key,
+                                 const char *implied_key, Error **errp);
+
 /* Fail, naming the first key no getter asked for.  "what" prefixes it. */
 bool opts_check_unused(Opts *opts, const char *what, Error **errp);
 

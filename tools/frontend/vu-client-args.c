@@ -38,7 +38,7 @@ typedef struct CmdSpec {
     CmdKind kind;
     unsigned npos;              /* positional arguments */
     const char *usage;
-    CmdOption options[8];
+    CmdOption options[10];
 } CmdSpec;
 
 static const CmdSpec cmd_specs[] = {
@@ -72,6 +72,57 @@ static const CmdSpec cmd_specs[] = {
       "[--pattern SEED] [--queue Q]",
       { { "offset", ARG_VALUE }, { "pattern", ARG_VALUE },
         { "queue", ARG_VALUE }, { NULL } } },
+    /* virtio-scsi; --queue Q is request queue Q (virtqueue 2 + Q). */
+    { "scsi-inquiry", CMD_SCSI_INQUIRY, 0, "scsi-inquiry [--lun N] "
+      "[--evpd PAGE] [--queue Q]",
+      { { "lun", ARG_VALUE }, { "evpd", ARG_VALUE }, { "queue", ARG_VALUE },
+        { NULL } } },
+    { "scsi-read-capacity", CMD_SCSI_READ_CAPACITY, 0, "scsi-read-capacity "
+      "[--lun N] [--cdb 10|16] [--expect-sense KEY] [--queue Q]",
+      { { "lun", ARG_VALUE }, { "cdb", ARG_VALUE },
+        { "expect-sense", ARG_VALUE }, { "queue", ARG_VALUE }, { NULL } } },
+    { "scsi-report-luns", CMD_SCSI_REPORT_LUNS, 0, "scsi-report-luns "
+      "[--lun N] [--queue Q]",
+      { { "lun", ARG_VALUE }, { "queue", ARG_VALUE }, { NULL } } },
+    { "scsi-tur", CMD_SCSI_TUR, 0, "scsi-tur [--lun N] [--expect-sense KEY] "
+      "[--queue Q]",
+      { { "lun", ARG_VALUE }, { "expect-sense", ARG_VALUE },
+        { "queue", ARG_VALUE }, { NULL } } },
+    { "scsi-read", CMD_SCSI_READ, 2, "scsi-read OFFSET LEN [--lun N] "
+      "[--verify SEED | --expect-zeroes] [--cdb 10|16] [--expect-sense KEY] "
+      "[--queue Q]",
+      { { "lun", ARG_VALUE }, { "verify", ARG_VALUE },
+        { "expect-zeroes", ARG_FLAG }, { "cdb", ARG_VALUE },
+        { "expect-sense", ARG_VALUE }, { "queue", ARG_VALUE }, { NULL } } },
+    { "scsi-write", CMD_SCSI_WRITE, 2, "scsi-write OFFSET LEN [--lun N] "
+      "[--pattern SEED] [--cdb 10|16] [--fua] [--expect-sense KEY] "
+      "[--queue Q]",
+      { { "lun", ARG_VALUE }, { "pattern", ARG_VALUE }, { "cdb", ARG_VALUE },
+        { "fua", ARG_FLAG }, { "expect-sense", ARG_VALUE },
+        { "queue", ARG_VALUE }, { NULL } } },
+    { "scsi-unmap", CMD_SCSI_UNMAP, 2, "scsi-unmap LBA COUNT [--lun N] "
+      "[--expect-sense KEY] [--queue Q]",
+      { { "lun", ARG_VALUE }, { "expect-sense", ARG_VALUE },
+        { "queue", ARG_VALUE }, { NULL } } },
+    { "scsi-sync", CMD_SCSI_SYNC, 0, "scsi-sync [--lun N] [--queue Q]",
+      { { "lun", ARG_VALUE }, { "queue", ARG_VALUE }, { NULL } } },
+    { "scsi-tmf", CMD_SCSI_TMF, 1, "scsi-tmf KIND [--lun N] [--tag T]",
+      { { "lun", ARG_VALUE }, { "tag", ARG_VALUE }, { NULL } } },
+    { "scsi-an-query", CMD_SCSI_AN_QUERY, 0, "scsi-an-query [--lun N] "
+      "[--events MASK]",
+      { { "lun", ARG_VALUE }, { "events", ARG_VALUE }, { NULL } } },
+    { "scsi-events", CMD_SCSI_EVENTS, 0, "scsi-events [--wait SECONDS]",
+      { { "wait", ARG_VALUE }, { NULL } } },
+    { "scsi-verify-run", CMD_SCSI_VERIFY_RUN, 0, "scsi-verify-run "
+      "--size BYTES --count N [--lun N] [--queues N] [--bs BYTES] "
+      "[--iodepth N] [--seed S] [--offset BYTES] [--cdb 10|16]",
+      { { "size", ARG_VALUE }, { "count", ARG_VALUE }, { "queues", ARG_VALUE },
+        { "bs", ARG_VALUE }, { "iodepth", ARG_VALUE }, { "seed", ARG_VALUE },
+        { "offset", ARG_VALUE }, { "lun", ARG_VALUE }, { "cdb", ARG_VALUE },
+        { NULL } } },
+    { "scsi-bad-request", CMD_SCSI_BAD_REQUEST, 1, "scsi-bad-request KIND "
+      "[--lun N] [--queue Q]",
+      { { "lun", ARG_VALUE }, { "queue", ARG_VALUE }, { NULL } } },
 };
 
 static const CmdSpec *find_cmd_spec(const char *name)
@@ -244,6 +295,157 @@ static bool convert_verify_run(Command *cmd, GHashTable *vals, Error **errp)
     return true;
 }
 
+/* The options every scsi-* command may have: --lun, --cdb, --expect-sense. */
+static bool convert_scsi_common(Command *cmd, GHashTable *vals, Error **errp)
+{
+    g_autofree char *w_lun = g_strdup_printf("%s --lun", cmd->name);
+    g_autofree char *w_cdb = g_strdup_printf("%s --cdb", cmd->name);
+    const char *key = opt_value(vals, "expect-sense");
+    uint64_t v;
+
+    cmd->evpd_page = -1;
+    cmd->cdb_bits = 16;
+    cmd->expect_sense = -1;
+    if (opt_value(vals, "lun")) {
+        if (!parse_uint(w_lun, opt_value(vals, "lun"), 0,
+                        16383, &v, errp)) {
+            return false;
+        }
+        cmd->lun = v;
+    }
+    if (opt_value(vals, "cdb")) {
+        if (!parse_uint(w_cdb, opt_value(vals, "cdb"), 10, 16, &v, errp) ||
+            (v != 10 && v != 16)) {
+            if (errp && !*errp) {
+                error_setg(errp, "%s: expected 10 or 16, got '%s'", w_cdb,
+                           opt_value(vals, "cdb"));
+            }
+            return false;
+        }
+        cmd->cdb_bits = v;
+    }
+    if (key) {
+        cmd->expect_sense = scsi_sense_key_by_name(key);
+        if (cmd->expect_sense < 0) {
+            error_setg(errp, "%s --expect-sense: unknown sense key '%s' "
+                       "(a name such as DATA_PROTECT or UNIT_ATTENTION, or "
+                       "a number from 0 to 15)", cmd->name, key);
+            return false;
+        }
+    }
+    return true;
+}
+
+/* OFFSET and LEN of scsi-read and scsi-write: bytes, whole blocks
+ * (checked against the LUN's block size when the command runs). */
+static bool convert_scsi_io(Command *cmd, char **pos, GHashTable *vals,
+                            Error **errp)
+{
+    g_autofree char *w_off = g_strdup_printf("%s OFFSET", cmd->name);
+    g_autofree char *w_len = g_strdup_printf("%s LEN", cmd->name);
+
+    if (!parse_size(w_off, pos[0], &cmd->offset, errp) ||
+        !parse_size(w_len, pos[1], &cmd->len, errp)) {
+        return false;
+    }
+    if (cmd->offset % SECTOR || cmd->len % SECTOR || cmd->len == 0) {
+        error_setg(errp, "%s: OFFSET and LEN must be multiples of the "
+                   "LUN's block size (512 or 4096) and LEN non-zero (got %"
+                   PRIu64 " and %" PRIu64 ")", cmd->name, cmd->offset,
+                   cmd->len);
+        return false;
+    }
+    return true;
+}
+
+static bool convert_scsi_command(Command *cmd, char **pos, GHashTable *vals,
+                                 Error **errp)
+{
+    uint64_t v;
+
+    if (!convert_scsi_common(cmd, vals, errp)) {
+        return false;
+    }
+    switch (cmd->kind) {
+    case CMD_SCSI_INQUIRY:
+        if (opt_value(vals, "evpd")) {
+            if (!parse_uint("scsi-inquiry --evpd", opt_value(vals, "evpd"), 0,
+                            255, &v, errp)) {
+                return false;
+            }
+            cmd->evpd_page = v;
+        }
+        return true;
+    case CMD_SCSI_READ:
+        cmd->expect_zeroes = g_hash_table_contains(vals, "expect-zeroes");
+        if (cmd->expect_zeroes && opt_value(vals, "verify")) {
+            error_setg(errp, "scsi-read: --verify and --expect-zeroes "
+                       "exclude each other");
+            return false;
+        }
+        return convert_scsi_io(cmd, pos, vals, errp) &&
+               convert_seed(cmd, "verify", opt_value(vals, "verify"), errp);
+    case CMD_SCSI_WRITE:
+        cmd->seed = 1;
+        cmd->fua = g_hash_table_contains(vals, "fua");
+        return convert_scsi_io(cmd, pos, vals, errp) &&
+               convert_seed(cmd, "pattern", opt_value(vals, "pattern"), errp);
+    case CMD_SCSI_UNMAP:
+        return parse_uint("scsi-unmap LBA", pos[0], 0, UINT64_MAX, &cmd->lba,
+                          errp) &&
+               parse_uint("scsi-unmap COUNT", pos[1], 1, UINT32_MAX,
+                          &cmd->nblocks, errp);
+    case CMD_SCSI_TMF:
+        cmd->what = g_strdup(pos[0]);
+        if (vufscsi_tmf_by_name(cmd->what) < 0) {
+            error_setg(errp, "scsi-tmf: unknown kind '%s'; expected one of: "
+                       "abort-task, abort-task-set, clear-aca, "
+                       "clear-task-set, i-t-nexus-reset, "
+                       "logical-unit-reset, query-task, query-task-set",
+                       cmd->what);
+            return false;
+        }
+        if (opt_value(vals, "tag")) {
+            cmd->have_tag = true;
+            return parse_uint("scsi-tmf --tag", opt_value(vals, "tag"), 0,
+                              UINT64_MAX, &cmd->tag, errp);
+        }
+        return true;
+    case CMD_SCSI_AN_QUERY:
+        cmd->events = UINT32_MAX;
+        return !opt_value(vals, "events") ||
+               parse_uint("scsi-an-query --events", opt_value(vals, "events"),
+                          0, UINT32_MAX, &cmd->events, errp);
+    case CMD_SCSI_EVENTS:
+        if (opt_value(vals, "wait")) {
+            char *e;
+
+            cmd->wait_s = g_ascii_strtod(opt_value(vals, "wait"), &e);
+            if (e == opt_value(vals, "wait") || *e || !(cmd->wait_s >= 0) ||
+                cmd->wait_s > 3600) {
+                error_setg(errp, "scsi-events --wait: expected seconds from "
+                           "0 to 3600, got '%s'", opt_value(vals, "wait"));
+                return false;
+            }
+        }
+        return true;
+    case CMD_SCSI_VERIFY_RUN:
+        return convert_verify_run(cmd, vals, errp);
+    case CMD_SCSI_BAD_REQUEST:
+        cmd->what = g_strdup(pos[0]);
+        if (!scsi_bad_request_kind_valid(cmd->what)) {
+            g_autofree char *kinds = scsi_bad_request_kinds();
+
+            error_setg(errp, "scsi-bad-request: unknown kind '%s'; expected "
+                       "one of: %s", cmd->what, kinds);
+            return false;
+        }
+        return true;
+    default:
+        return true;
+    }
+}
+
 static bool convert_command(Command *cmd, char **pos, GHashTable *vals,
                             Error **errp)
 {
@@ -258,6 +460,9 @@ static bool convert_command(Command *cmd, char **pos, GHashTable *vals,
         }
     }
     cmd->queue = q;
+    if (command_device(cmd->kind) == CMD_DEV_SCSI) {
+        return convert_scsi_command(cmd, pos, vals, errp);
+    }
     switch (cmd->kind) {
     case CMD_WRITE:
         cmd->seed = 1;
@@ -401,7 +606,8 @@ static Command *parse_one_command(int argc, char **argv, int *i,
 }
 
 static bool parse_feature_list(const char *what, const char *list,
-                               bool protocol, uint64_t *mask, Error **errp)
+                               VufDeviceType dev, bool protocol,
+                               uint64_t *mask, Error **errp)
 {
     g_auto(GStrv) names = NULL;
     char **n;
@@ -424,7 +630,7 @@ static bool parse_feature_list(const char *what, const char *list,
                 }
             }
         } else {
-            bit = vuf_feature_by_name(*n);
+            bit = vuf_device_feature_by_name(dev, *n);
         }
         if (bit < 0) {
             error_setg(errp, "%s: unknown feature '%s' (names as `info` "
@@ -449,6 +655,7 @@ typedef struct RawOpts {
     char *disable_features;
     char *require_features;
     char *disable_protocol_features;
+    char *device;
     gboolean json;
     gboolean indirect;
     gboolean mem_slots;
@@ -467,6 +674,7 @@ static void raw_opts_free(RawOpts *raw)
     g_free(raw->disable_features);
     g_free(raw->require_features);
     g_free(raw->disable_protocol_features);
+    g_free(raw->device);
 }
 
 static bool parse_seconds(const char *what, const char *str, double *out,
@@ -536,14 +744,58 @@ static bool convert_global_opts(RawOpts *raw, ClientOpts *o, Error **errp)
     }
     return parse_seconds("--timeout", raw->timeout, &o->timeout_s, errp) &&
            parse_seconds("--connect-timeout", raw->connect_timeout,
-                         &o->connect_timeout_s, errp) &&
-           parse_feature_list("--disable-feature", raw->disable_features,
-                              false, &o->features_disabled, errp) &&
+                         &o->connect_timeout_s, errp);
+}
+
+/*
+ * The device: --device if given, else virtio-scsi if a scsi-* command is
+ * on the line, else virtio-blk; a command for the other device is an
+ * error.  Then the feature lists, whose names depend on the device.
+ */
+static bool convert_device(RawOpts *raw, ClientOpts *o, Error **errp)
+{
+    CmdDevice want = CMD_DEV_ANY;
+    guint i;
+
+    if (raw->device) {
+        if (!strcmp(raw->device, "blk")) {
+            want = CMD_DEV_BLK;
+        } else if (!strcmp(raw->device, "scsi")) {
+            want = CMD_DEV_SCSI;
+        } else {
+            error_setg(errp, "--device: expected blk or scsi, got '%s'",
+                       raw->device);
+            return false;
+        }
+    }
+    for (i = 0; i < o->commands->len; i++) {
+        const Command *cmd = o->commands->pdata[i];
+        CmdDevice dev = command_device(cmd->kind);
+
+        if (dev == CMD_DEV_ANY) {
+            continue;
+        }
+        if (want == CMD_DEV_ANY) {
+            want = dev;
+        } else if (dev != want) {
+            error_setg(errp, "%s is a virtio-%s command, but the device is "
+                       "virtio-%s (%s)", cmd->name,
+                       dev == CMD_DEV_SCSI ? "scsi" : "blk",
+                       want == CMD_DEV_SCSI ? "scsi" : "blk",
+                       raw->device ? "--device" : "an earlier command");
+            return false;
+        }
+    }
+    o->device = want == CMD_DEV_SCSI ? VUF_DEVICE_SCSI : VUF_DEVICE_BLK;
+    return parse_feature_list("--disable-feature", raw->disable_features,
+                              o->device, false, &o->features_disabled,
+                              errp) &&
            parse_feature_list("--require-feature", raw->require_features,
-                              false, &o->features_required, errp) &&
+                              o->device, false, &o->features_required,
+                              errp) &&
            parse_feature_list("--disable-protocol-feature",
-                              raw->disable_protocol_features, true,
-                              &o->protocol_features_disabled, errp);
+                              raw->disable_protocol_features, o->device,
+                              true, &o->protocol_features_disabled, errp);
 }
 
 static const char *help_description(void)
@@ -565,6 +817,11 @@ static const char *help_description(void)
             "docs/frontend.md (default\nseed 1); read --verify SEED checks "
             "it.  reconnect starts a new session and\nverifies everything "
             "written or zeroed so far.  malformed KIND is one of:\n  %s\n"
+            "\nscsi-* commands talk to a virtio-scsi device (--device scsi): "
+            "--queues and\n--queue count request queues, --lun picks the LUN "
+            "(default 0), and a\ncommand fails unless the status is GOOD, "
+            "or with --expect-sense KEY,\nCHECK CONDITION with that sense "
+            "key.\n"
             "\nExit status: 0 success, 1 a command failed (I/O error, data "
             "mismatch,\nprotocol error), 2 bad command line.", kinds);
         text = g_string_free(s, FALSE);
@@ -580,6 +837,9 @@ bool parse_command_line(int argc, char **argv, ClientOpts *o, Error **errp)
           "vhost-user socket of the back-end (required)", "PATH" },
         { "queues", 'q', 0, G_OPTION_ARG_STRING, &raw.queues,
           "Queues to set up (default 1, or what the commands use)", "N" },
+        { "device", 0, 0, G_OPTION_ARG_STRING, &raw.device,
+          "blk or scsi (default: scsi if a scsi-* command is given, else "
+          "blk)", "TYPE" },
         { "json", 0, 0, G_OPTION_ARG_NONE, &raw.json,
           "Print one JSON object with every command's result", NULL },
         { "mem-size", 0, 0, G_OPTION_ARG_STRING, &raw.mem_size,
@@ -618,9 +878,9 @@ bool parse_command_line(int argc, char **argv, ClientOpts *o, Error **errp)
     int i;
 
     g_option_context_set_summary(ctx,
-        "A guest-less vhost-user-blk front-end: connects to a back-end's "
-        "socket,\nnegotiates like QEMU, and runs the commands below through "
-        "shared-memory\nvirtqueues.");
+        "A guest-less vhost-user-blk and vhost-user-scsi front-end: connects "
+        "to a\nback-end's socket, negotiates like QEMU, and runs the commands "
+        "below through\nshared-memory virtqueues.");
     g_option_context_set_description(ctx, help_description());
     g_option_context_add_main_entries(ctx, entries, NULL);
     g_option_context_set_strict_posix(ctx, TRUE);
@@ -628,22 +888,23 @@ bool parse_command_line(int argc, char **argv, ClientOpts *o, Error **errp)
     if (ok) {
         ok = convert_global_opts(&raw, o, errp);
     }
-    raw_opts_free(&raw);
-    if (!ok) {
-        return false;
-    }
-    if (argc < 2) {
+    if (ok && argc < 2) {
         error_setg(errp, "no command given (see --help)");
-        return false;
+        ok = false;
     }
-    for (i = 1; i < argc; ) {
+    for (i = 1; ok && i < argc; ) {
         Command *cmd = parse_one_command(argc, argv, &i, errp);
 
         if (!cmd) {
-            return false;
+            ok = false;
+            break;
         }
         g_ptr_array_add(o->commands, cmd);
     }
-    return true;
+    if (ok) {
+        ok = convert_device(&raw, o, errp);
+    }
+    raw_opts_free(&raw);
+    return ok;
 }
 

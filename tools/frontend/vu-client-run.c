@@ -653,7 +653,10 @@ static bool malformed_message(Client *c, const MalformedMsg *m, Result *r,
 static bool malformed_ring(Client *c, const Command *cmd, VufRingFault f,
                            Result *r, Error **errp)
 {
-    VufQueue *q = vuf_queue(c->fe, cmd->queue);
+    /* SCSI: --queue counts request queues, after control and event. */
+    unsigned vq = c->opts->device == VUF_DEVICE_SCSI
+                  ? VUFSCSI_VQ_REQUEST(cmd->queue) : cmd->queue;
+    VufQueue *q = vuf_queue(c->fe, vq);
     const char *reaction;
     bool closed = false;
     void *token;
@@ -664,7 +667,7 @@ static bool malformed_ring(Client *c, const Command *cmd, VufRingFault f,
     ret = vufq_inject_fault(q, f);
     if (ret < 0) {
         error_setg(errp, "cannot inject %s on queue %u: %s",
-                   vuf_ring_fault_name(f), cmd->queue, client_strerror(-ret));
+                   vuf_ring_fault_name(f), vq, client_strerror(-ret));
         return false;
     }
     ret = vufq_wait(q, MALFORMED_WAIT_MS * 1000000ll);

@@ -1,5 +1,6 @@
 /*
- * spindle-vu-client: drive a vhost-user-blk back-end from the command line.
+ * spindle-vu-client: drive a vhost-user-blk or vhost-user-scsi back-end from
+ * the command line.
  *
  * Theory of operation
  * -------------------
@@ -24,6 +25,11 @@
  * test can check the image file itself.  The client remembers what it wrote
  * or zeroed in this run (an extent list) so that `reconnect` can verify it
  * all through the new session.
+ *
+ * The device is virtio-blk unless --device scsi is given or a scsi-*
+ * command is on the line (vu-client-scsi.c); then --queues and --queue
+ * count request queues (virtqueue 2 + Q), and the control and event
+ * queues come on top.
  */
 
 #include <errno.h>
@@ -87,8 +93,8 @@ bool pattern_check(const uint8_t *buf, uint64_t disk_off, size_t len,
     return true;
 }
 
-static bool zeroes_check(const uint8_t *buf, uint64_t disk_off, size_t len,
-                         uint64_t *bad_off, uint64_t *got)
+bool zeroes_check(const uint8_t *buf, uint64_t disk_off, size_t len,
+                  uint64_t *bad_off, uint64_t *got)
 {
     size_t i;
 
@@ -275,7 +281,7 @@ static void queues_needed(ClientOpts *o)
         Command *cmd = o->commands->pdata[i];
 
         o->queues = MAX(o->queues, cmd->queue + 1);
-        if (cmd->kind == CMD_VERIFY_RUN) {
+        if (cmd->kind == CMD_VERIFY_RUN || cmd->kind == CMD_SCSI_VERIFY_RUN) {
             o->queues = MAX(o->queues, cmd->run_queues);
         }
     }
@@ -310,9 +316,12 @@ static bool client_connect(Client *c, Error **errp)
     VufOptions vo;
     unsigned i;
 
-    vuf_options_init(&vo);
+    vuf_options_init_device(&vo, o->device);
     vo.socket_path = o->socket;
     vo.num_queues = o->queues;
+    if (o->device == VUF_DEVICE_SCSI) {
+        vo.num_queues += VIRTIO_SCSI_VQ_REQUEST0;
+    }
     vo.mem_size = o->mem_size;
     vo.queue_size = o->queue_size;
     vo.completion = o->completion;
@@ -327,6 +336,13 @@ static bool client_connect(Client *c, Error **errp)
     c->fe = vuf_new(&vo, errp);
     if (!c->fe) {
         return false;
+    }
+    if (o->device == VUF_DEVICE_SCSI) {
+        /* The commands' CDB and sense sizes come from the config. */
+        if (!vuf_connect(c->fe, errp)) {
+            return false;
+        }
+        return client_scsi_start(c, errp);
     }
     c->reqs = g_new0(VufBlkReq *, o->queues);
     for (i = 0; i < o->queues; i++) {
@@ -378,7 +394,8 @@ static void res_status(Result *r, int status)
 /* ------------------------------------------------------------------------ */
 /* Commands                                                                  */
 
-static JsonArray *feature_array(uint64_t mask, bool protocol)
+static JsonArray *feature_array(VufDeviceType dev, uint64_t mask,
+                                bool protocol)
 {
     JsonArray *a = json_array_new();
     unsigned bit;
@@ -390,7 +407,7 @@ static JsonArray *feature_array(uint64_t mask, bool protocol)
             continue;
         }
         name = protocol ? vuf_protocol_feature_name(bit)
-                        : vuf_feature_name(bit);
+                        : vuf_device_feature_name(dev, bit);
         if (name) {
             json_array_add_string_element(a, name);
         } else {
@@ -428,6 +445,23 @@ static JsonObject *config_object(const VirtioBlkConfig *cfg)
                                cfg->max_write_zeroes_seg);
     json_object_set_int_member(o, "write_zeroes_may_unmap",
                                cfg->write_zeroes_may_unmap);
+    return o;
+}
+
+static JsonObject *scsi_config_object(const VirtioScsiConfig *cfg)
+{
+    JsonObject *o = json_object_new();
+
+    json_object_set_int_member(o, "num_queues", cfg->num_queues);
+    json_object_set_int_member(o, "seg_max", cfg->seg_max);
+    json_object_set_int_member(o, "max_sectors", cfg->max_sectors);
+    json_object_set_int_member(o, "cmd_per_lun", cfg->cmd_per_lun);
+    json_object_set_int_member(o, "event_info_size", cfg->event_info_size);
+    json_object_set_int_member(o, "sense_size", cfg->sense_size);
+    json_object_set_int_member(o, "cdb_size", cfg->cdb_size);
+    json_object_set_int_member(o, "max_channel", cfg->max_channel);
+    json_object_set_int_member(o, "max_target", cfg->max_target);
+    json_object_set_int_member(o, "max_lun", cfg->max_lun);
     return o;
 }
 
@@ -480,22 +514,38 @@ static bool cmd_info(Client *c, const Command *cmd, Result *r, Error **errp)
     const char *mode = c->opts->completion == VUF_COMPLETION_POLL
                        ? "poll" : "interrupt";
 
+    VufDeviceType dev = c->opts->device;
+
     json_object_set_array_member(r->obj, "features_offered",
-        feature_array(vuf_features_offered(fe), false));
+        feature_array(dev, vuf_features_offered(fe), false));
     json_object_set_array_member(r->obj, "features",
-        feature_array(vuf_features(fe), false));
+        feature_array(dev, vuf_features(fe), false));
     res_hex(r, "features_offered_mask", vuf_features_offered(fe));
     res_hex(r, "features_mask", vuf_features(fe));
     json_object_set_array_member(r->obj, "protocol_features_offered",
-        feature_array(vuf_protocol_features_offered(fe), true));
+        feature_array(dev, vuf_protocol_features_offered(fe), true));
     json_object_set_array_member(r->obj, "protocol_features",
-        feature_array(vuf_protocol_features(fe), true));
+        feature_array(dev, vuf_protocol_features(fe), true));
     res_int(r, "queue_num_max", vuf_queue_num_max(fe));
     res_int(r, "max_mem_slots", vuf_max_mem_slots(fe));
     res_int(r, "queues", vuf_num_queues(fe));
     res_int(r, "queue_size", vufq_size(vuf_queue(fe, 0)));
     res_str(r, "completion", mode);
     res_int(r, "mem_size", vuf_mem_size(fe));
+    if (dev == VUF_DEVICE_SCSI) {
+        const VirtioScsiConfig *sc = vuf_scsi_config(fe);
+
+        res_str(r, "device", "scsi");
+        res_int(r, "request_queues", client_io_queues(c));
+        if (sc) {
+            json_object_set_object_member(r->obj, "config",
+                                          scsi_config_object(sc));
+        } else {
+            json_object_set_null_member(r->obj, "config");
+        }
+        return true;
+    }
+    res_str(r, "device", "blk");
     res_bool(r, "read_only", vuf_has_feature(fe, VIRTIO_BLK_F_RO));
     if (cfg) {
         json_object_set_object_member(r->obj, "config", config_object(cfg));
@@ -572,8 +622,7 @@ static bool cmd_write(Client *c, const Command *cmd, Result *r, Error **errp)
     return true;
 }
 
-static void res_mismatch(Result *r, uint64_t off, uint64_t want,
-                         uint64_t got)
+void res_mismatch(Result *r, uint64_t off, uint64_t want, uint64_t got)
 {
     JsonObject *m = json_object_new();
     g_autofree char *w = g_strdup_printf("0x%016" PRIx64, want);
@@ -724,6 +773,11 @@ static bool cmd_reconnect(Client *c, const Command *cmd, Result *r,
         error_prepend(errp, "reconnect: ");
         return false;
     }
+    if (c->opts->device == VUF_DEVICE_SCSI &&
+        !client_scsi_repost_events(c, errp)) {
+        error_prepend(errp, "reconnect: ");
+        return false;
+    }
     for (i = 0; i < c->extents->len; i++) {
         Extent *e = &g_array_index(c->extents, Extent, i);
 
@@ -791,9 +845,14 @@ static bool cmd_stats(Client *c, const Command *cmd, Result *r, Error **errp)
 static bool run_command(Client *c, const Command *cmd, Result *r,
                         Error **errp)
 {
-    if (cmd->queue >= vuf_num_queues(c->fe)) {
-        error_setg(errp, "%s: no queue %u", cmd->name, cmd->queue);
+    if (cmd->queue >= client_io_queues(c)) {
+        error_setg(errp, "%s: no %squeue %u", cmd->name,
+                   c->opts->device == VUF_DEVICE_SCSI ? "request " : "",
+                   cmd->queue);
         return false;
+    }
+    if (command_device(cmd->kind) == CMD_DEV_SCSI) {
+        return cmd_scsi(c, cmd, r, errp);
     }
     switch (cmd->kind) {
     case CMD_INFO:
@@ -821,6 +880,8 @@ static bool run_command(Client *c, const Command *cmd, Result *r,
         return cmd_stats(c, cmd, r, errp);
     case CMD_BAD_REQUEST:
         return cmd_bad_request(c, cmd, r, errp);
+    default:
+        break;
     }
     g_assert_not_reached();
 }
@@ -834,7 +895,8 @@ static size_t chunk_size(const ClientOpts *o)
     for (i = 0; i < o->commands->len; i++) {
         const Command *cmd = o->commands->pdata[i];
 
-        if (cmd->kind == CMD_WRITE || cmd->kind == CMD_READ) {
+        if (cmd->kind == CMD_WRITE || cmd->kind == CMD_READ ||
+            cmd->kind == CMD_SCSI_WRITE || cmd->kind == CMD_SCSI_READ) {
             biggest = MAX(biggest, cmd->len);
         }
     }
@@ -908,6 +970,7 @@ int main(int argc, char **argv)
         vufblk_req_free(c.fe, c.reqs[i]);
     }
     g_free(c.reqs);
+    client_scsi_free(&c);
     vuf_free(c.fe);
     g_array_free(c.extents, TRUE);
     g_ptr_array_free(o.commands, TRUE);

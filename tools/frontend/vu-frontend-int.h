@@ -17,6 +17,10 @@
 
 #define VUF_CACHELINE 64
 
+/* Largest CDB and sense areas a VufScsiReq has room for. */
+#define VUFSCSI_CDB_MAX     256
+#define VUFSCSI_SENSE_MAX   256
+
 /* Counters written by the queue's thread only, read by anyone: each update
  * is a relaxed load and store (no read-modify-write needed). */
 typedef struct VufStatCounters {
@@ -101,6 +105,8 @@ struct VuFrontend {
     uint64_t max_mem_slots;
     bool have_blk_config;
     VirtioBlkConfig blk_config;
+    bool have_scsi_config;
+    VirtioScsiConfig scsi_config;
 
     unsigned num_queues;
     VufQueue **queues;

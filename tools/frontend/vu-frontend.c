@@ -87,6 +87,17 @@ static const BitName feature_names[] = {
     { 40, "RING_RESET" },
 };
 
+/* virtio-scsi's device bits (5.6.3). */
+static const BitName scsi_feature_names[] = {
+    { VIRTIO_SCSI_F_INOUT, "SCSI_INOUT" },
+    { VIRTIO_SCSI_F_HOTPLUG, "SCSI_HOTPLUG" },
+    { VIRTIO_SCSI_F_CHANGE, "SCSI_CHANGE" },
+    { VIRTIO_SCSI_F_T10_PI, "SCSI_T10_PI" },
+};
+
+/* Bits below this are the device type's own; the rest the transport's. */
+#define DEVICE_FEATURE_BITS 24
+
 static const BitName protocol_feature_names[] = {
     { VHOST_USER_PROTOCOL_F_MQ, "MQ" },
     { VHOST_USER_PROTOCOL_F_LOG_SHMFD, "LOG_SHMFD" },
@@ -145,8 +156,34 @@ int vuf_feature_by_name(const char *name)
     return -1;
 }
 
+const char *vuf_device_feature_name(VufDeviceType dev, unsigned bit)
+{
+    if (dev == VUF_DEVICE_SCSI && bit < DEVICE_FEATURE_BITS) {
+        return bit_name(scsi_feature_names, G_N_ELEMENTS(scsi_feature_names),
+                        bit);
+    }
+    return vuf_feature_name(bit);
+}
+
+int vuf_device_feature_by_name(VufDeviceType dev, const char *name)
+{
+    size_t i;
+    int bit;
+
+    if (dev != VUF_DEVICE_SCSI) {
+        return vuf_feature_by_name(name);
+    }
+    for (i = 0; i < G_N_ELEMENTS(scsi_feature_names); i++) {
+        if (!g_ascii_strcasecmp(scsi_feature_names[i].name, name)) {
+            return scsi_feature_names[i].bit;
+        }
+    }
+    bit = vuf_feature_by_name(name);
+    return bit >= DEVICE_FEATURE_BITS ? bit : -1;
+}
+
 /* "VERSION_1, RING_EVENT_IDX, bit 50" for the bits of mask.  Caller frees. */
-static char *feature_list(uint64_t mask, bool protocol)
+static char *feature_list(VufDeviceType dev, uint64_t mask, bool protocol)
 {
     GString *s = g_string_new(NULL);
     unsigned bit;
@@ -158,7 +195,7 @@ static char *feature_list(uint64_t mask, bool protocol)
             continue;
         }
         name = protocol ? vuf_protocol_feature_name(bit)
-                        : vuf_feature_name(bit);
+                        : vuf_device_feature_name(dev, bit);
         if (s->len) {
             g_string_append(s, ", ");
         }
@@ -230,6 +267,16 @@ void vuf_options_init(VufOptions *opts)
     };
 }
 
+void vuf_options_init_device(VufOptions *opts, VufDeviceType dev)
+{
+    vuf_options_init(opts);
+    opts->device = dev;
+    if (dev == VUF_DEVICE_SCSI) {
+        opts->features_wanted = VUF_SCSI_FEATURES_DEFAULT;
+        opts->num_queues = VIRTIO_SCSI_VQ_REQUEST0 + 1;
+    }
+}
+
 uint64_t vuf_features_offered(const VuFrontend *fe)
 {
     return fe->features_offered;
@@ -268,6 +315,11 @@ uint64_t vuf_max_mem_slots(const VuFrontend *fe)
 const VirtioBlkConfig *vuf_blk_config(const VuFrontend *fe)
 {
     return fe->have_blk_config ? &fe->blk_config : NULL;
+}
+
+const VirtioScsiConfig *vuf_scsi_config(const VuFrontend *fe)
+{
+    return fe->have_scsi_config ? &fe->scsi_config : NULL;
 }
 
 unsigned vuf_num_queues(const VuFrontend *fe)
@@ -1020,6 +1072,7 @@ bool vuf_connect_socket(VuFrontend *fe, Error **errp)
     fe->protocol_features_offered = fe->protocol_features = 0;
     fe->queue_num_max = fe->max_mem_slots = 0;
     fe->have_blk_config = false;
+    fe->have_scsi_config = false;
     return true;
 }
 
@@ -1069,13 +1122,54 @@ static bool read_blk_config(VuFrontend *fe, Error **errp)
     return true;
 }
 
+/*
+ * The virtio-scsi config: the driver may write sense_size and cdb_size,
+ * but QEMU's vhost-user-scsi keeps the device's (it refuses to change
+ * them), and so do we.  They must be large enough for a 16-byte CDB and
+ * fixed-format sense, and there must be a request queue.
+ */
+static bool read_scsi_config(VuFrontend *fe, Error **errp)
+{
+    const VirtioScsiConfig *c = &fe->scsi_config;
+
+    if (fe->opts.device != VUF_DEVICE_SCSI ||
+        !has_protocol_feature(fe, VHOST_USER_PROTOCOL_F_CONFIG)) {
+        return true;
+    }
+    if (!vuf_get_config(fe, 0, &fe->scsi_config, sizeof(fe->scsi_config),
+                        errp)) {
+        error_prepend(errp, "reading the virtio-scsi configuration: ");
+        return false;
+    }
+    if (c->num_queues < 1) {
+        error_setg(errp, "the virtio-scsi configuration has num_queues 0: "
+                   "no request queue");
+        return false;
+    }
+    if (c->cdb_size < 16 || c->cdb_size > VUFSCSI_CDB_MAX) {
+        error_setg(errp, "the virtio-scsi configuration has cdb_size %u; "
+                   "this front-end needs 16 to %u", c->cdb_size,
+                   VUFSCSI_CDB_MAX);
+        return false;
+    }
+    if (c->sense_size < 18 || c->sense_size > VUFSCSI_SENSE_MAX) {
+        error_setg(errp, "the virtio-scsi configuration has sense_size %u; "
+                   "this front-end needs 18 to %u", c->sense_size,
+                   VUFSCSI_SENSE_MAX);
+        return false;
+    }
+    fe->have_scsi_config = true;
+    return true;
+}
+
 static bool check_features(VuFrontend *fe, Error **errp)
 {
     uint64_t missing = fe->opts.features_required & ~fe->features_offered;
 
     if (missing) {
-        g_autofree char *want = feature_list(missing, false);
-        g_autofree char *offered = feature_list(fe->features_offered, false);
+        g_autofree char *want = feature_list(fe->opts.device, missing, false);
+        g_autofree char *offered = feature_list(fe->opts.device,
+                                                fe->features_offered, false);
 
         error_setg(errp, "the back-end lacks required feature(s) %s "
                    "(it offers: %s)", want, offered);
@@ -1098,6 +1192,23 @@ static bool check_queue_count(VuFrontend *fe, Error **errp)
         error_setg(errp, "%u queues asked for, but the back-end supports "
                    "%" PRIu64 " (GET_QUEUE_NUM)", n, fe->queue_num_max);
         return false;
+    }
+    if (fe->opts.device == VUF_DEVICE_SCSI) {
+        if (n < VIRTIO_SCSI_VQ_REQUEST0 + 1) {
+            error_setg(errp, "a virtio-scsi device needs at least %u queues "
+                       "(control, event, a request queue); %u asked for",
+                       VIRTIO_SCSI_VQ_REQUEST0 + 1, n);
+            return false;
+        }
+        if (fe->have_scsi_config &&
+            n > fe->scsi_config.num_queues + VIRTIO_SCSI_VQ_REQUEST0) {
+            error_setg(errp, "%u request queues asked for, but the device "
+                       "has %u (num_queues in its config)",
+                       n - VIRTIO_SCSI_VQ_REQUEST0,
+                       fe->scsi_config.num_queues);
+            return false;
+        }
+        return true;
     }
     if (fe->opts.device != VUF_DEVICE_BLK || n == 1) {
         return true;
@@ -1162,7 +1273,7 @@ bool vuf_negotiate(VuFrontend *fe, Error **errp)
     }
     if (!check_features(fe, errp) ||
         !request_set(fe, VHOST_USER_SET_OWNER, NULL, 0, NULL, 0, errp) ||
-        !read_blk_config(fe, errp)) {
+        !read_blk_config(fe, errp) || !read_scsi_config(fe, errp)) {
         return false;
     }
     features = fe->features_offered &

@@ -1,0 +1,114 @@
+/*
+ * The address of a vhost-user export (vhost-user-blk, vhost-user-scsi),
+ * qemu-storage-daemon's SocketAddress restricted to what vhost-user can
+ * use: addr.type=unix,addr.path=PATH (a socket the server creates) or
+ * addr.type=fd,addr.str=N (a listening UNIX socket inherited as fd N).
+ * Parsing only checks, it changes nothing: an inherited fd must be open
+ * and a listening UNIX stream socket; the server listens on a duplicate.
+ *
+ * Threads: main thread.
+ */
+#include <fcntl.h>
+#include <limits.h>
+#include <sys/socket.h>
+#include <glib.h>
+
+#include "daemon/export-int.h"
+#include "util/cutils.h"
+
+/* An inherited fd must be an open, listening UNIX stream socket. */
+static bool vhost_user_check_fd(int fd, Error **errp)
+{
+    int val;
+    socklen_t len = sizeof(val);
+
+    if (fcntl(fd, F_GETFD) < 0) {
+        error_setg(errp, "Parameter 'addr.str': fd %d is not open (the "
+                   "parent must pass it to spindle)", fd);
+        return false;
+    }
+    if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &val, &len) < 0 ||
+        val != AF_UNIX) {
+        error_setg(errp, "Parameter 'addr.str': fd %d is not a UNIX domain "
+                   "socket", fd);
+        return false;
+    }
+    len = sizeof(val);
+    if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &val, &len) < 0 ||
+        val != SOCK_STREAM) {
+        error_setg(errp, "Parameter 'addr.str': fd %d is not a stream "
+                   "socket", fd);
+        return false;
+    }
+    len = sizeof(val);
+    if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &val, &len) < 0 || !val) {
+        error_setg(errp, "Parameter 'addr.str': fd %d is not listening "
+                   "(call listen() on it before starting spindle)", fd);
+        return false;
+    }
+    return true;
+}
+
+bool vhost_user_export_parse_addr(Opts *opts, char **path, int *listen_fd,
+                                  Error **errp)
+{
+    static const char *const types[] = {
+        "unix", "fd", "inet", "vsock", NULL
+    };
+    g_autoptr(Opts) addr = opts_get_child(opts, "addr");
+    const char *str;
+    int64_t fd;
+    int type;
+
+    if (!addr) {
+        if (opts_has(opts, "addr")) {
+            error_setg(errp, "Parameter 'addr' expects an object: "
+                       "addr.type=unix,addr.path=PATH or "
+                       "addr.type=fd,addr.str=FD");
+        } else {
+            error_setg(errp, "Parameter 'addr' is missing: give "
+                       "addr.type=unix,addr.path=PATH or "
+                       "addr.type=fd,addr.str=FD");
+        }
+        return false;
+    }
+    if (!opts_get_enum(addr, "type", types, -1, &type, errp)) {
+        return false;
+    }
+    switch (type) {
+    case -1:
+        error_setg(errp, "Parameter 'addr.type' is missing (unix or fd)");
+        return false;
+    case 0:
+        if (!opts_get_str(addr, "path", NULL, &str, errp)) {
+            return false;
+        }
+        if (!str || !*str) {
+            error_setg(errp, "Parameter 'addr.path' is missing (the socket "
+                       "to create)");
+            return false;
+        }
+        *path = g_strdup(str);
+        break;
+    case 1:
+        if (!opts_get_str(addr, "str", NULL, &str, errp)) {
+            return false;
+        }
+        if (!str) {
+            error_setg(errp, "Parameter 'addr.str' is missing (the number "
+                       "of an inherited listening socket)");
+            return false;
+        }
+        if (!parse_int64_in_range("addr.str", str, 0, INT_MAX, &fd, errp) ||
+            !vhost_user_check_fd((int)fd, errp)) {
+            return false;
+        }
+        *listen_fd = (int)fd;
+        break;
+    default:
+        error_setg(errp, "Parameter 'addr.type': vhost-user needs a UNIX "
+                   "domain socket; use addr.type=unix or addr.type=fd");
+        return false;
+    }
+    return opts_check_unused(addr, NULL, errp);
+}

@@ -1,0 +1,519 @@
+/*
+ * vu-scsi: virtio-scsi commands, control requests and event buffers on top
+ * of the vu-frontend virtqueue driver.
+ *
+ * Theory of operation
+ * -------------------
+ * A VufScsiReq owns two pieces of guest memory: a small block holding the
+ * request header with the CDB right behind it (19 + cdb_size bytes) and,
+ * 16-aligned after it, the response header with the sense area behind it
+ * (12 + sense_size bytes); and a 4096-aligned data buffer.  cdb_size and
+ * sense_size come from the device's config at allocation (32 and 96 when
+ * there is none), since the device cuts the chain at those sizes.
+ * vufscsi_prep() fills the header and CDB and poisons the response
+ * (response and status 0xff, lengths all ones), values no device leaves
+ * after a completion, so that one that does not write them shows.
+ *
+ * vufscsi_submit() lays out the chain as a guest driver does (virtio 1.x,
+ * 5.6.6.1): request + CDB (device-readable), data-out (readable), response
+ * + sense (writable), data-in (writable).  The data is cut into
+ * req->data_segs pieces (whole 512-byte units where possible); more data
+ * descriptors than seg_max is refused with -E2BIG, as a driver would never
+ * send them.
+ *
+ * Control requests (task management, asynchronous notification) are one
+ * 64-byte block: the request at 0, the response at 32.  Event buffers are
+ * event_info_size (16) bytes, device-writable, posted on the event queue.
+ *
+ * Data path functions belong to the queue's thread; the _new/_free
+ * functions use the thread-safe guest memory allocator.
+ */
+
+#include <errno.h>
+#include <string.h>
+
+#include <glib.h>
+
+#include "vu-frontend-int.h"
+
+/* Most descriptors one command may use (stack array in vufscsi_submit). */
+#define SCSI_SEGS_MAX       512
+#define CTRL_BLOCK_BYTES    64
+#define CTRL_RESP_OFFSET    32
+#define SECTOR_BYTES        512
+
+G_STATIC_ASSERT(sizeof(VirtioScsiCtrlTmfReq) <= CTRL_RESP_OFFSET);
+G_STATIC_ASSERT(sizeof(VirtioScsiCtrlAnReq) <= CTRL_RESP_OFFSET);
+G_STATIC_ASSERT(sizeof(VirtioScsiCtrlAnResp) <=
+                CTRL_BLOCK_BYTES - CTRL_RESP_OFFSET);
+
+/* ------------------------------------------------------------------------ */
+/* Commands                                                                  */
+
+static void scsi_sizes(VuFrontend *fe, unsigned *cdb_size,
+                       unsigned *sense_size)
+{
+    const VirtioScsiConfig *cfg = vuf_scsi_config(fe);
+
+    *cdb_size = cfg ? cfg->cdb_size : VIRTIO_SCSI_CDB_DEFAULT_SIZE;
+    *sense_size = cfg ? cfg->sense_size : VIRTIO_SCSI_SENSE_DEFAULT_SIZE;
+}
+
+VufScsiReq *vufscsi_req_new(VuFrontend *fe, size_t data_cap, Error **errp)
+{
+    VufScsiReq *req = g_new0(VufScsiReq, 1);
+    size_t resp_off, small_len;
+    uint64_t small_gpa;
+    uint8_t *small;
+
+    scsi_sizes(fe, &req->cdb_size, &req->sense_size);
+    resp_off = (sizeof(VirtioScsiCmdReqHdr) + req->cdb_size + 15) & ~(size_t)15;
+    small_len = resp_off + sizeof(VirtioScsiCmdRespHdr) + req->sense_size;
+    small = vuf_mem_alloc(fe, small_len, 64, &small_gpa);
+    if (small && data_cap) {
+        req->data = vuf_mem_alloc(fe, data_cap, 4096, &req->data_gpa);
+    }
+    if (!small || (data_cap && !req->data)) {
+        error_setg(errp, "guest memory exhausted: cannot allocate a SCSI "
+                   "command with %zu data bytes (%" G_GUINT64_FORMAT " bytes "
+                   "left of %" G_GUINT64_FORMAT "); raise the memory size",
+                   data_cap, vuf_mem_available(fe), vuf_mem_size(fe));
+        vuf_mem_free(fe, small);
+        vuf_mem_free(fe, req->data);
+        g_free(req);
+        return NULL;
+    }
+    req->hdr = (VirtioScsiCmdReqHdr *)small;
+    req->cdb = small + sizeof(VirtioScsiCmdReqHdr);
+    req->hdr_gpa = small_gpa;
+    req->resp = (VirtioScsiCmdRespHdr *)(small + resp_off);
+    req->sense = small + resp_off + sizeof(VirtioScsiCmdRespHdr);
+    req->resp_gpa = small_gpa + resp_off;
+    req->data_cap = data_cap;
+    req->data_segs = 1;
+    return req;
+}
+
+void vufscsi_req_free(VuFrontend *fe, VufScsiReq *req)
+{
+    if (!req) {
+        return;
+    }
+    vuf_mem_free(fe, req->hdr);
+    vuf_mem_free(fe, req->data);
+    g_free(req);
+}
+
+void vufscsi_lun_bytes(uint8_t out[VIRTIO_SCSI_LUN_BYTES], unsigned lun)
+{
+    memset(out, 0, VIRTIO_SCSI_LUN_BYTES);
+    out[0] = 1;
+    out[1] = 0;                         /* target */
+    out[2] = 0x40 | ((lun >> 8) & 0x3f);
+    out[3] = lun & 0xff;
+}
+
+int vufscsi_prep(VufScsiReq *req, unsigned lun, uint64_t tag,
+                 const uint8_t *cdb, unsigned cdb_len, size_t data_len,
+                 VufScsiDir dir)
+{
+    if (cdb_len > req->cdb_size || data_len > req->data_cap ||
+        (dir == VUFSCSI_DIR_NONE && data_len)) {
+        return -EINVAL;
+    }
+    vufscsi_lun_bytes(req->hdr->lun, lun);
+    req->hdr->tag = tag;
+    req->hdr->task_attr = VIRTIO_SCSI_S_SIMPLE;
+    req->hdr->prio = 0;
+    req->hdr->crn = 0;
+    memset(req->cdb, 0, req->cdb_size);
+    memcpy(req->cdb, cdb, cdb_len);
+    req->resp->sense_len = UINT32_MAX;
+    req->resp->resid = UINT32_MAX;
+    req->resp->status_qualifier = UINT16_MAX;
+    req->resp->status = VUFSCSI_STATUS_NONE;
+    req->resp->response = VUFSCSI_RESPONSE_NONE;
+    req->data_len = data_len;
+    req->dir = data_len ? dir : VUFSCSI_DIR_NONE;
+    req->used_len = 0;
+    return 0;
+}
+
+/* Append req's data to segs[*n], cut in data_segs pieces. */
+static int add_data_segs(VufQueue *q, const VufScsiReq *req, VufSeg *segs,
+                         unsigned *n)
+{
+    const VirtioScsiConfig *cfg = vuf_scsi_config(vufq_frontend(q));
+    unsigned pieces = MAX(req->data_segs, 1), first = *n;
+    size_t piece = req->data_len / pieces, done = 0;
+
+    if (piece >= SECTOR_BYTES) {
+        piece -= piece % SECTOR_BYTES;
+    }
+    if (piece == 0) {
+        piece = req->data_len;
+    }
+    for (unsigned p = 0; done < req->data_len; p++) {
+        size_t len = p + 1 >= pieces ? req->data_len - done
+                                     : MIN(piece, req->data_len - done);
+
+        if (*n >= SCSI_SEGS_MAX - 1) {
+            return -E2BIG;
+        }
+        segs[(*n)++] = (VufSeg) {
+            .gpa = req->data_gpa + done,
+            .len = len,
+            .device_writes = req->dir == VUFSCSI_DIR_FROM_DEV,
+        };
+        done += len;
+    }
+    if (cfg && cfg->seg_max && *n - first > cfg->seg_max) {
+        return -E2BIG;
+    }
+    return 0;
+}
+
+int vufscsi_submit(VufQueue *q, VufScsiReq *req, unsigned flags)
+{
+    VufSeg segs[SCSI_SEGS_MAX];
+    unsigned n = 0;
+    int r;
+
+    segs[n++] = (VufSeg) { req->hdr_gpa,
+                           sizeof(VirtioScsiCmdReqHdr) + req->cdb_size,
+                           false };
+    if (req->dir == VUFSCSI_DIR_TO_DEV) {
+        r = add_data_segs(q, req, segs, &n);
+        if (r < 0) {
+            return r;
+        }
+    }
+    segs[n++] = (VufSeg) { req->resp_gpa,
+                           sizeof(VirtioScsiCmdRespHdr) + req->sense_size,
+                           true };
+    if (req->dir == VUFSCSI_DIR_FROM_DEV) {
+        r = add_data_segs(q, req, segs, &n);
+        if (r < 0) {
+            return r;
+        }
+    }
+    r = vufq_add(q, segs, n, flags, req);
+    return r < 0 ? r : 0;
+}
+
+int vufscsi_complete(VufQueue *q, VufScsiReq **req)
+{
+    void *token;
+    uint32_t len = 0;
+    int r = vufq_get_used(q, &token, &len);
+
+    if (r == 1) {
+        *req = token;
+        (*req)->used_len = len;
+    }
+    return r;
+}
+
+/* Submit a chain with add(), kick, wait, and harvest the one completion,
+ * which must be token's. */
+static int do_one(VufQueue *q, void *token, int64_t timeout_ns,
+                  uint32_t *used_len)
+{
+    void *done = NULL;
+    uint32_t len = 0;
+    int r;
+
+    r = vufq_kick(q);
+    if (r < 0) {
+        return r;
+    }
+    r = vufq_wait(q, timeout_ns);
+    if (r < 0) {
+        return r;
+    }
+    r = vufq_get_used(q, &done, &len);
+    if (r < 0) {
+        return r;
+    }
+    if (r == 0 || done != token) {
+        return -EIO;    /* someone else's request: misuse or a bad device */
+    }
+    *used_len = len;
+    return 0;
+}
+
+int vufscsi_do(VufQueue *q, VufScsiReq *req, unsigned flags,
+               int64_t timeout_ns)
+{
+    int r = vufscsi_submit(q, req, flags);
+
+    if (r < 0) {
+        return r;
+    }
+    r = do_one(q, req, timeout_ns, &req->used_len);
+    return r < 0 ? r : req->resp->response;
+}
+
+bool vufscsi_sense(const VufScsiReq *req, uint8_t *key, uint8_t *asc,
+                   uint8_t *ascq)
+{
+    uint32_t len = MIN(req->resp->sense_len, req->sense_size);
+    const uint8_t *s = req->sense;
+
+    if (req->resp->sense_len == UINT32_MAX || len < 4) {
+        return false;
+    }
+    switch (s[0] & 0x7f) {
+    case 0x70:
+    case 0x71:
+        if (len < 14) {
+            return false;
+        }
+        *key = s[2] & 0x0f;
+        *asc = s[12];
+        *ascq = s[13];
+        return true;
+    case 0x72:
+    case 0x73:
+        *key = s[1] & 0x0f;
+        *asc = s[2];
+        *ascq = s[3];
+        return true;
+    default:
+        return false;
+    }
+}
+
+const char *vufscsi_response_name(int response)
+{
+    static const char *const names[] = {
+        [VIRTIO_SCSI_S_OK] = "OK",
+        [VIRTIO_SCSI_S_OVERRUN] = "OVERRUN",
+        [VIRTIO_SCSI_S_ABORTED] = "ABORTED",
+        [VIRTIO_SCSI_S_BAD_TARGET] = "BAD_TARGET",
+        [VIRTIO_SCSI_S_RESET] = "RESET",
+        [VIRTIO_SCSI_S_BUSY] = "BUSY",
+        [VIRTIO_SCSI_S_TRANSPORT_FAILURE] = "TRANSPORT_FAILURE",
+        [VIRTIO_SCSI_S_TARGET_FAILURE] = "TARGET_FAILURE",
+        [VIRTIO_SCSI_S_NEXUS_FAILURE] = "NEXUS_FAILURE",
+        [VIRTIO_SCSI_S_FAILURE] = "FAILURE",
+        [VIRTIO_SCSI_S_FUNCTION_SUCCEEDED] = "FUNCTION_SUCCEEDED",
+        [VIRTIO_SCSI_S_FUNCTION_REJECTED] = "FUNCTION_REJECTED",
+        [VIRTIO_SCSI_S_INCORRECT_LUN] = "INCORRECT_LUN",
+    };
+
+    if (response == VUFSCSI_RESPONSE_NONE) {
+        return "none";
+    }
+    if (response >= 0 && response < (int)G_N_ELEMENTS(names) &&
+        names[response]) {
+        return names[response];
+    }
+    return "unknown";
+}
+
+const char *vufscsi_status_name(int status)
+{
+    switch (status) {
+    case 0x00:
+        return "GOOD";
+    case 0x02:
+        return "CHECK_CONDITION";
+    case 0x04:
+        return "CONDITION_MET";
+    case 0x08:
+        return "BUSY";
+    case 0x18:
+        return "RESERVATION_CONFLICT";
+    case 0x28:
+        return "TASK_SET_FULL";
+    case 0x30:
+        return "ACA_ACTIVE";
+    case 0x40:
+        return "TASK_ABORTED";
+    case VUFSCSI_STATUS_NONE:
+        return "none";
+    default:
+        return "unknown";
+    }
+}
+
+const char *vufscsi_sense_key_name(int key)
+{
+    static const char *const names[] = {
+        "NO_SENSE", "RECOVERED_ERROR", "NOT_READY", "MEDIUM_ERROR",
+        "HARDWARE_ERROR", "ILLEGAL_REQUEST", "UNIT_ATTENTION",
+        "DATA_PROTECT", "BLANK_CHECK", "VENDOR_SPECIFIC", "COPY_ABORTED",
+        "ABORTED_COMMAND", "RESERVED_C", "VOLUME_OVERFLOW", "MISCOMPARE",
+        "COMPLETED",
+    };
+
+    if (key >= 0 && key < (int)G_N_ELEMENTS(names)) {
+        return names[key];
+    }
+    return "unknown";
+}
+
+/* ------------------------------------------------------------------------ */
+/* Control queue                                                             */
+
+VufScsiCtrl *vufscsi_ctrl_new(VuFrontend *fe, Error **errp)
+{
+    VufScsiCtrl *ctrl = g_new0(VufScsiCtrl, 1);
+    uint64_t gpa;
+    uint8_t *block = vuf_mem_alloc(fe, CTRL_BLOCK_BYTES, CTRL_BLOCK_BYTES,
+                                   &gpa);
+
+    if (!block) {
+        error_setg(errp, "guest memory exhausted: cannot allocate a control "
+                   "request; raise the memory size");
+        g_free(ctrl);
+        return NULL;
+    }
+    memset(block, 0, CTRL_BLOCK_BYTES);
+    ctrl->req.raw = block;
+    ctrl->req_gpa = gpa;
+    ctrl->resp.raw = block + CTRL_RESP_OFFSET;
+    ctrl->resp_gpa = gpa + CTRL_RESP_OFFSET;
+    return ctrl;
+}
+
+void vufscsi_ctrl_free(VuFrontend *fe, VufScsiCtrl *ctrl)
+{
+    if (!ctrl) {
+        return;
+    }
+    vuf_mem_free(fe, ctrl->req.raw);
+    g_free(ctrl);
+}
+
+void vufscsi_prep_tmf(VufScsiCtrl *ctrl, uint32_t subtype, unsigned lun,
+                      uint64_t tag)
+{
+    VirtioScsiCtrlTmfReq *r = ctrl->req.tmf;
+
+    r->type = VIRTIO_SCSI_T_TMF;
+    r->subtype = subtype;
+    vufscsi_lun_bytes(r->lun, lun);
+    r->tag = tag;
+    ctrl->resp.tmf->response = VUFSCSI_RESPONSE_NONE;
+    ctrl->req_len = sizeof(VirtioScsiCtrlTmfReq);
+    ctrl->resp_len = sizeof(VirtioScsiCtrlTmfResp);
+}
+
+void vufscsi_prep_an(VufScsiCtrl *ctrl, uint32_t type, unsigned lun,
+                     uint32_t event_mask)
+{
+    VirtioScsiCtrlAnReq *r = ctrl->req.an;
+
+    r->type = type;
+    vufscsi_lun_bytes(r->lun, lun);
+    r->event_requested = event_mask;
+    ctrl->resp.an->event_actual = UINT32_MAX;
+    ctrl->resp.an->response = VUFSCSI_RESPONSE_NONE;
+    ctrl->req_len = sizeof(VirtioScsiCtrlAnReq);
+    ctrl->resp_len = sizeof(VirtioScsiCtrlAnResp);
+}
+
+int vufscsi_ctrl_do(VufQueue *q, VufScsiCtrl *ctrl, unsigned flags,
+                    int64_t timeout_ns)
+{
+    VufSeg segs[2] = {
+        { ctrl->req_gpa, ctrl->req_len, false },
+        { ctrl->resp_gpa, ctrl->resp_len, true },
+    };
+    int r = vufq_add(q, segs, 2, flags, ctrl);
+
+    if (r < 0) {
+        return r;
+    }
+    r = do_one(q, ctrl, timeout_ns, &ctrl->used_len);
+    if (r < 0) {
+        return r;
+    }
+    /* The TMF response is the byte alone; the AN one has it last.  Told
+     * apart by what we prepared, not by memory the device can see. */
+    return ctrl->resp_len == sizeof(VirtioScsiCtrlTmfResp)
+           ? ctrl->resp.tmf->response : ctrl->resp.an->response;
+}
+
+static const char *const tmf_names[] = {
+    [VIRTIO_SCSI_T_TMF_ABORT_TASK] = "abort-task",
+    [VIRTIO_SCSI_T_TMF_ABORT_TASK_SET] = "abort-task-set",
+    [VIRTIO_SCSI_T_TMF_CLEAR_ACA] = "clear-aca",
+    [VIRTIO_SCSI_T_TMF_CLEAR_TASK_SET] = "clear-task-set",
+    [VIRTIO_SCSI_T_TMF_I_T_NEXUS_RESET] = "i-t-nexus-reset",
+    [VIRTIO_SCSI_T_TMF_LOGICAL_UNIT_RESET] = "logical-unit-reset",
+    [VIRTIO_SCSI_T_TMF_QUERY_TASK] = "query-task",
+    [VIRTIO_SCSI_T_TMF_QUERY_TASK_SET] = "query-task-set",
+};
+
+const char *vufscsi_tmf_name(uint32_t subtype)
+{
+    return subtype < G_N_ELEMENTS(tmf_names) ? tmf_names[subtype] : NULL;
+}
+
+int vufscsi_tmf_by_name(const char *name)
+{
+    for (size_t i = 0; i < G_N_ELEMENTS(tmf_names); i++) {
+        if (!g_ascii_strcasecmp(tmf_names[i], name)) {
+            return i;
+        }
+    }
+    return -1;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Events                                                                    */
+
+VufScsiEventBuf *vufscsi_event_new(VuFrontend *fe, Error **errp)
+{
+    VufScsiEventBuf *buf = g_new0(VufScsiEventBuf, 1);
+
+    buf->len = sizeof(VirtioScsiEvent);
+    buf->ev = vuf_mem_alloc(fe, buf->len, 16, &buf->gpa);
+    if (!buf->ev) {
+        error_setg(errp, "guest memory exhausted: cannot allocate an event "
+                   "buffer; raise the memory size");
+        g_free(buf);
+        return NULL;
+    }
+    return buf;
+}
+
+void vufscsi_event_free(VuFrontend *fe, VufScsiEventBuf *buf)
+{
+    if (!buf) {
+        return;
+    }
+    vuf_mem_free(fe, buf->ev);
+    g_free(buf);
+}
+
+int vufscsi_event_post(VufQueue *q, VufScsiEventBuf *buf, unsigned flags)
+{
+    VufSeg seg = { buf->gpa, buf->len, true };
+    int r;
+
+    memset(buf->ev, 0xff, buf->len);
+    buf->used_len = 0;
+    r = vufq_add(q, &seg, 1, flags, buf);
+    if (r < 0) {
+        return r;
+    }
+    r = vufq_kick(q);
+    return r < 0 ? r : 0;
+}
+
+int vufscsi_event_complete(VufQueue *q, VufScsiEventBuf **buf)
+{
+    void *token;
+    uint32_t len = 0;
+    int r = vufq_get_used(q, &token, &len);
+
+    if (r == 1) {
+        *buf = token;
+        (*buf)->used_len = len;
+    }
+    return r;
+}
