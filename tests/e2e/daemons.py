@@ -8,6 +8,12 @@ Both daemons take the same command line for a vhost-user-blk export
     --export type=vhost-user-blk,id=e0,node-name=d0,addr.type=unix,
              addr.path=SOCK,writable=on,num-queues=N,iothread=iot0[,serial=S]
 
+A ScsiExport (spindle only) gives, with LUN N = luns[N]:
+
+    --blockdev driver=file,node-name=dIlN,filename=IMG   (for each LUN N)
+    --export type=vhost-user-scsi,id=eI,addr.type=unix,addr.path=SOCK,
+             num-queues=N,iothread=iot0,lun.N.node-name=dIlN[,lun.N.KEY=V]
+
 `serial=` is Spindle's addition; qemu-storage-daemon 7.2 rejects it (its
 vhost-user-blk serial is fixed), so it is only passed to spindle.  So is a
 list of IOThreads (`iothread.0=a,iothread.1=b`: queue i runs in the i % n-th).
@@ -72,6 +78,24 @@ class Export:
                                  # "driver=null-co,size=1G" (image unused)
 
 
+@dataclass
+class ScsiLun:
+    """One LUN of a ScsiExport: an image file and its lun.N.* options."""
+    image: str
+    writable: bool = None        # None: the daemon's default (off)
+    node_opts: str = ""          # more ",key=value" for --blockdev
+    props: dict = None           # lun.N.KEY=VALUE: serial, vendor, wwn...
+
+
+@dataclass
+class ScsiExport:
+    """A vhost-user-scsi export (spindle only); LUN N is luns[N]."""
+    luns: list
+    socket: str
+    num_queues: int = 1
+    iothread: str = "iot0"
+
+
 def export_args(exports, flavour, iothread_props=""):
     """The command-line arguments (after the program name) for `exports`.
 
@@ -87,6 +111,9 @@ def export_args(exports, flavour, iothread_props=""):
                 seen.append(iot)
                 args += ["--object", f"iothread,id={iot}{iothread_props}"]
     for i, exp in enumerate(exports):
+        if isinstance(exp, ScsiExport):
+            args += _scsi_export_args(exp, i)
+            continue
         node = f"d{i}"
         if exp.blockdev:
             args += ["--blockdev", f"{exp.blockdev},node-name={node}"]
@@ -110,6 +137,26 @@ def export_args(exports, flavour, iothread_props=""):
             opts.append(f"serial={exp.serial}")
         args += ["--export", ",".join(opts)]
     return args
+
+
+def _scsi_export_args(exp, i):
+    args = []
+    opts = ["type=vhost-user-scsi", f"id=e{i}", "addr.type=unix",
+            f"addr.path={exp.socket}", f"num-queues={exp.num_queues}"]
+    iothreads = _iothreads(exp)
+    if len(iothreads) == 1:
+        opts.append(f"iothread={iothreads[0]}")
+    else:
+        opts += [f"iothread.{n}={iot}" for n, iot in enumerate(iothreads)]
+    for n, lun in enumerate(exp.luns):
+        node = f"d{i}l{n}"
+        args += ["--blockdev", f"driver=file,node-name={node},"
+                               f"filename={lun.image}{lun.node_opts}"]
+        opts.append(f"lun.{n}.node-name={node}")
+        if lun.writable is not None:
+            opts.append(f"lun.{n}.writable={'on' if lun.writable else 'off'}")
+        opts += [f"lun.{n}.{k}={v}" for k, v in (lun.props or {}).items()]
+    return args + ["--export", ",".join(opts)]
 
 
 def _iothreads(exp):

@@ -185,8 +185,10 @@ def qemu_command(kernel, initrd, disks, smp=1, mem_mb=DEFAULT_MEM_MB,
     for i, disk in enumerate(disks):
         model = DEVICE_MODELS[disk.kind]
         dev = f"{model},chardev=vu{i},id=disk{i}"
-        if disk.kind == "blk" or disk.num_queues != 1:
-            dev += f",num-queues={disk.num_queues}"
+        # vhost-user-scsi-pci spells it num_queues; without it QEMU gives
+        # a SCSI disk one request queue per vCPU, whatever the back-end has.
+        prop = "num-queues" if disk.kind == "blk" else "num_queues"
+        dev += f",{prop}={disk.num_queues}"
         dev += disk.extra
         cmd += ["-chardev", f"socket,id=vu{i},path={disk.socket}",
                 "-device", dev]
@@ -294,7 +296,7 @@ def md5(data):
 
 def blk_workload(dev="vda", pattern=b"", pattern_offset=0, tail_pattern=b"",
                  host_region=None, discard_region=None, try_write=False,
-                 block=65536):
+                 block=65536, name=None):
     """Shell code that inspects /dev/DEV and does verified I/O on it.
 
     - `pattern` is written at byte `pattern_offset` with O_DIRECT (when the
@@ -310,22 +312,26 @@ def blk_workload(dev="vda", pattern=b"", pattern_offset=0, tail_pattern=b"",
 
     Offsets and lengths must be multiples of `block` (64 KiB by default).
     Results are printed as DEV.key=value; see the keys in the script.
+    `name` (default: `dev`) replaces DEV in the keys and names the files;
+    `dev` may then be a shell expression expanded in the guest ("$LUN0" for
+    a SCSI disk, whose sdX name depends on the order the guest probed them).
     """
     files = {}
-    lines = [f'D={dev}', f'DEV=/dev/{dev}', f'S=/sys/block/{dev}', f'BS={block}']
+    name = name or dev
+    lines = [f'D={name}', f'DEV=/dev/{dev}', f'S=/sys/block/{dev}', f'BS={block}']
     lines.append(_BLK_INSPECT)
     if pattern:
         assert pattern_offset % block == 0 and len(pattern) % block == 0
-        files[f"/{dev}-pattern.bin"] = pattern
-        lines.append(_write_verify("pattern", f"/{dev}-pattern.bin",
+        files[f"/{name}-pattern.bin"] = pattern
+        lines.append(_write_verify("pattern", f"/{name}-pattern.bin",
                                    pattern_offset // block, len(pattern) // block))
     if tail_pattern:
         assert len(tail_pattern) % block == 0
-        files[f"/{dev}-tail.bin"] = tail_pattern
+        files[f"/{name}-tail.bin"] = tail_pattern
         nblocks = len(tail_pattern) // block
         # The seek is computed in the guest from the size it sees.
         lines.append(f'TAIL_SEEK=$(( SIZE_BYTES / BS - {nblocks} ))')
-        lines.append(_write_verify("tail", f"/{dev}-tail.bin", "$TAIL_SEEK", nblocks))
+        lines.append(_write_verify("tail", f"/{name}-tail.bin", "$TAIL_SEEK", nblocks))
     if host_region:
         off, length = host_region
         assert off % block == 0 and length % block == 0
