@@ -46,6 +46,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "block/block-int.h"
+#include "util/iov.h"
 
 typedef enum BlockBouncePhase {
     BOUNCE_NONE,
@@ -194,30 +195,6 @@ static bool block_request_misaligned(const BlockNode *bs, const BlockRequest *re
 /* ------------------------------------------------------------------------ */
 /* Bounce buffers                                                            */
 
-static void block_iov_copy_to(struct iovec *iov, int niov, const char *src,
-                              size_t bytes)
-{
-    for (int i = 0; i < niov && bytes; i++) {
-        size_t n = MIN(iov[i].iov_len, bytes);
-
-        memcpy(iov[i].iov_base, src, n);
-        src += n;
-        bytes -= n;
-    }
-}
-
-static void block_iov_copy_from(char *dst, const struct iovec *iov, int niov,
-                                size_t bytes)
-{
-    for (int i = 0; i < niov && bytes; i++) {
-        size_t n = MIN(iov[i].iov_len, bytes);
-
-        memcpy(dst, iov[i].iov_base, n);
-        dst += n;
-        bytes -= n;
-    }
-}
-
 /*
  * Point req at an aligned bounce buffer covering its range; the first phase
  * is always a read.  Returns -ENOMEM if the buffer cannot be allocated.
@@ -281,14 +258,14 @@ static bool block_bounce_advance(BlockRequest *req, int ret)
     switch (ri->bounce_phase) {
     case BOUNCE_READ:
         if (ret == 0) {
-            block_iov_copy_to(ri->orig_iov, ri->orig_niov, buf + skip,
-                              ri->orig_bytes);
+            iov_from_buf(ri->orig_iov, ri->orig_niov, 0, buf + skip,
+                         ri->orig_bytes);
         }
         break;
     case BOUNCE_RMW_READ:
         if (ret == 0) {
-            block_iov_copy_from(buf + skip, ri->orig_iov, ri->orig_niov,
-                                ri->orig_bytes);
+            iov_to_buf(ri->orig_iov, ri->orig_niov, 0, buf + skip,
+                       ri->orig_bytes);
             ri->bounce_phase = BOUNCE_RMW_WRITE;
             req->op = BLOCK_OP_WRITE;
             req->offset = lo;        /* undo what filters did on the way down */

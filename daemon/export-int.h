@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include "block/block.h"
 #include "daemon/export.h"
+#include "hw/virtio/vhost-user-server.h"
 #include "hw/virtio/virtqueue.h"
 #include "util/iothread.h"
 
@@ -97,6 +98,17 @@ BlockNode *export_bind_node(Export *exp, const char *what,
                             Error **errp);
 
 /*
+ * What every vhost-user export type's state starts with (its first
+ * member): the address it listens on and, once started, its server.
+ * vhost-user-addr.c has the functions below.  Main thread.
+ */
+typedef struct VhostUserExport {
+    char *path;                  /* addr.type=unix */
+    int listen_fd;               /* addr.type=fd; else -1 */
+    VuServer *server;            /* from vhost_user_export_serve() */
+} VhostUserExport;
+
+/*
  * The addr option of a vhost-user export: addr.type=unix,addr.path=P
  * (*path gets a copy, the caller frees it) or addr.type=fd,addr.str=N
  * (*listen_fd = N, checked to be an open, listening UNIX stream socket;
@@ -104,6 +116,33 @@ BlockNode *export_bind_node(Export *exp, const char *what,
  */
 bool vhost_user_export_parse_addr(Opts *opts, char **path, int *listen_fd,
                                   Error **errp);
+
+/*
+ * Serve dev (a device with these VuDevOps and num_queues virtqueues) on
+ * vu's address: a VuServer named after the export, whose queues run in
+ * exp's contexts, goes in vu->server.  The server listens on a duplicate
+ * of an inherited fd, so that fd is closed here (listen_fd becomes -1),
+ * as when qemu-storage-daemon adopts one.  False with errp set if the
+ * server cannot start.  Main thread.
+ */
+bool vhost_user_export_serve(VhostUserExport *vu, Export *exp,
+                             unsigned num_queues, const VuDevOps *ops,
+                             void *dev, Error **errp);
+
+/*
+ * Stop serving and free what vu holds: the server first (it drains the
+ * queues that use the device, disconnects the front-end and removes the
+ * socket file it created), then the path.  The caller frees the device
+ * afterwards.  Main thread.
+ */
+void vhost_user_export_stop(VhostUserExport *vu);
+
+/*
+ * ExportDriver.get_queue_stats for a type whose state starts with a
+ * VhostUserExport: the server's statistics of virtqueue i.
+ */
+bool vhost_user_export_queue_stats(void *state, unsigned i,
+                                   VirtQueueStats *out);
 
 extern const ExportDriver export_vhost_user_blk;
 extern const ExportDriver export_vhost_user_scsi;

@@ -1,16 +1,21 @@
 /*
- * The address of a vhost-user export (vhost-user-blk, vhost-user-scsi),
- * qemu-storage-daemon's SocketAddress restricted to what vhost-user can
- * use: addr.type=unix,addr.path=PATH (a socket the server creates) or
- * addr.type=fd,addr.str=N (a listening UNIX socket inherited as fd N).
- * Parsing only checks, it changes nothing: an inherited fd must be open
- * and a listening UNIX stream socket; the server listens on a duplicate.
+ * What the vhost-user export types (vhost-user-blk, vhost-user-scsi) share:
+ * their address and the server on it.
+ *
+ * The address is qemu-storage-daemon's SocketAddress restricted to what
+ * vhost-user can use: addr.type=unix,addr.path=PATH (a socket the server
+ * creates) or addr.type=fd,addr.str=N (a listening UNIX socket inherited
+ * as fd N).  Parsing only checks, it changes nothing: an inherited fd must
+ * be open and a listening UNIX stream socket; the server listens on a
+ * duplicate.  Each type's state starts with a VhostUserExport, so that
+ * starting, stopping and the queue statistics are the same code for all.
  *
  * Threads: main thread.
  */
 #include <fcntl.h>
 #include <limits.h>
 #include <sys/socket.h>
+#include <unistd.h>
 #include <glib.h>
 
 #include "daemon/export-int.h"
@@ -111,4 +116,50 @@ bool vhost_user_export_parse_addr(Opts *opts, char **path, int *listen_fd,
         return false;
     }
     return opts_check_unused(addr, NULL, errp);
+}
+
+bool vhost_user_export_serve(VhostUserExport *vu, Export *exp,
+                             unsigned num_queues, const VuDevOps *ops,
+                             void *dev, Error **errp)
+{
+    VuServerConfig cfg = {
+        .path = vu->path,
+        .listen_fd = vu->listen_fd,
+        .num_queues = num_queues,
+        .max_queue_size = VIRTQUEUE_MAX_SIZE,
+        .ctxs = exp->ctxs,
+        .nctx = exp->nctx,
+        .ops = ops,
+        .dev = dev,
+        .name = exp->id,
+    };
+
+    vu->server = vu_server_new(&cfg, exp->main_ctx, errp);
+    if (!vu->server) {
+        return false;
+    }
+    if (vu->listen_fd >= 0) {
+        /* The server listens on a duplicate; the one we were given is ours
+         * to close. */
+        close(vu->listen_fd);
+        vu->listen_fd = -1;
+    }
+    return true;
+}
+
+void vhost_user_export_stop(VhostUserExport *vu)
+{
+    if (vu->server) {
+        vu_server_free(vu->server);
+        vu->server = NULL;
+    }
+    g_clear_pointer(&vu->path, g_free);
+}
+
+bool vhost_user_export_queue_stats(void *state, unsigned i,
+                                   VirtQueueStats *out)
+{
+    VhostUserExport *vu = state;
+
+    return vu_server_get_queue_stats(vu->server, i, out);
 }

@@ -21,11 +21,10 @@
  *
  * Threads: main thread.
  */
-#include <unistd.h>
+#include <stddef.h>
 #include <glib.h>
 
 #include "daemon/export-int.h"
-#include "hw/virtio/vhost-user-server.h"
 #include "hw/virtio/virtio-blk.h"
 #include "hw/virtio/virtqueue.h"
 #include "util/cutils.h"
@@ -33,14 +32,14 @@
 #define VHOST_USER_BLK_MAX_QUEUES 64
 
 typedef struct VhostUserBlkExport {
-    char *path;                  /* addr.type=unix */
-    int listen_fd;               /* addr.type=fd; else -1 */
+    VhostUserExport vu;          /* first: address and server */
     unsigned num_queues;
     uint32_t logical_block_size;
     char *serial;
     VirtioBlk *vb;
-    VuServer *server;
 } VhostUserBlkExport;
+
+G_STATIC_ASSERT(offsetof(VhostUserBlkExport, vu) == 0);
 
 static void vhost_user_blk_export_free(void *opaque)
 {
@@ -50,11 +49,8 @@ static void vhost_user_blk_export_free(void *opaque)
         return;
     }
     /* The server first: it drains the queues that use the device. */
-    if (vexp->server) {
-        vu_server_free(vexp->server);
-    }
+    vhost_user_export_stop(&vexp->vu);
     virtio_blk_free(vexp->vb);
-    g_free(vexp->path);
     g_free(vexp->serial);
     g_free(vexp);
 }
@@ -68,13 +64,13 @@ static void *vhost_user_blk_export_parse(Export *exp, Opts *opts,
     int64_t num_queues;
     uint64_t lbs;
 
-    vexp->listen_fd = -1;
+    vexp->vu.listen_fd = -1;
     if (!opts_get_int(opts, "num-queues", 1, VHOST_USER_BLK_MAX_QUEUES, 1,
                       &num_queues, &err) ||
         !opts_get_size(opts, "logical-block-size", 512, &lbs, &err) ||
         !opts_get_str(opts, "serial", NULL, &serial, &err) ||
-        !vhost_user_export_parse_addr(opts, &vexp->path, &vexp->listen_fd,
-                                      &err)) {
+        !vhost_user_export_parse_addr(opts, &vexp->vu.path,
+                                      &vexp->vu.listen_fd, &err)) {
         goto fail;
     }
     if (lbs < 512 || lbs > 65536 || (lbs & (lbs - 1))) {
@@ -111,33 +107,13 @@ static bool vhost_user_blk_export_start(Export *exp, void *opaque,
         .writethrough = exp->writethrough,
         .serial = vexp->serial,
     };
-    VuServerConfig cfg = {
-        .path = vexp->path,
-        .listen_fd = vexp->listen_fd,
-        .num_queues = vexp->num_queues,
-        .max_queue_size = VIRTQUEUE_MAX_SIZE,
-        .ctxs = exp->ctxs,
-        .nctx = exp->nctx,
-        .ops = &virtio_blk_vu_ops,
-        .name = exp->id,
-    };
 
     vexp->vb = virtio_blk_new(&conf, exp->bs, errp);
     if (!vexp->vb) {
         return false;
     }
-    cfg.dev = vexp->vb;
-    vexp->server = vu_server_new(&cfg, exp->main_ctx, errp);
-    if (!vexp->server) {
-        return false;
-    }
-    if (vexp->listen_fd >= 0) {
-        /* The server listens on a duplicate; the one we were given is ours
-         * to close, as when qemu-storage-daemon adopts an fd. */
-        close(vexp->listen_fd);
-        vexp->listen_fd = -1;
-    }
-    return true;
+    return vhost_user_export_serve(&vexp->vu, exp, vexp->num_queues,
+                                   &virtio_blk_vu_ops, vexp->vb, errp);
 }
 
 static unsigned vhost_user_blk_export_num_queues(void *opaque)
@@ -147,19 +123,11 @@ static unsigned vhost_user_blk_export_num_queues(void *opaque)
     return vexp->num_queues;
 }
 
-static bool vhost_user_blk_export_queue_stats(void *opaque, unsigned i,
-                                              VirtQueueStats *out)
-{
-    VhostUserBlkExport *vexp = opaque;
-
-    return vu_server_get_queue_stats(vexp->server, i, out);
-}
-
 const ExportDriver export_vhost_user_blk = {
     .type = "vhost-user-blk",
     .parse = vhost_user_blk_export_parse,
     .start = vhost_user_blk_export_start,
     .free = vhost_user_blk_export_free,
     .num_queues = vhost_user_blk_export_num_queues,
-    .get_queue_stats = vhost_user_blk_export_queue_stats,
+    .get_queue_stats = vhost_user_export_queue_stats,
 };

@@ -37,13 +37,12 @@
 #include "config-host.h"
 
 #include <inttypes.h>
+#include <stddef.h>
 #include <string.h>
-#include <unistd.h>
 #include <glib.h>
 
 #include "daemon/export-int.h"
 #include "hw/scsi/scsi-disk.h"
-#include "hw/virtio/vhost-user-server.h"
 #include "hw/virtio/virtio-scsi.h"
 #include "hw/virtio/virtqueue.h"
 
@@ -66,14 +65,14 @@ typedef struct VhostUserScsiLun {
 } VhostUserScsiLun;
 
 typedef struct VhostUserScsiExport {
-    char *path;                  /* addr.type=unix */
-    int listen_fd;               /* addr.type=fd; else -1 */
+    VhostUserExport vu;          /* first: address and server */
     unsigned num_queues;
     VhostUserScsiLun *luns;
     unsigned nluns;
     VirtioScsi *vs;
-    VuServer *server;
 } VhostUserScsiExport;
+
+G_STATIC_ASSERT(offsetof(VhostUserScsiExport, vu) == 0);
 
 static void vhost_user_scsi_export_free(void *opaque)
 {
@@ -83,9 +82,7 @@ static void vhost_user_scsi_export_free(void *opaque)
         return;
     }
     /* The server first: it drains the queues that use the device. */
-    if (vexp->server) {
-        vu_server_free(vexp->server);
-    }
+    vhost_user_export_stop(&vexp->vu);
     if (vexp->vs) {
         virtio_scsi_free(vexp->vs);
     }
@@ -95,7 +92,6 @@ static void vhost_user_scsi_export_free(void *opaque)
         g_free(vexp->luns[i].product);
     }
     g_free(vexp->luns);
-    g_free(vexp->path);
     g_free(vexp);
 }
 
@@ -273,11 +269,11 @@ static void *vhost_user_scsi_export_parse(Export *exp, Opts *opts,
     VhostUserScsiExport *vexp = g_new0(VhostUserScsiExport, 1);
     int64_t num_queues;
 
-    vexp->listen_fd = -1;
+    vexp->vu.listen_fd = -1;
     if (!opts_get_int(opts, "num-queues", 1, VHOST_USER_SCSI_MAX_QUEUES, 1,
                       &num_queues, &err) ||
-        !vhost_user_export_parse_addr(opts, &vexp->path, &vexp->listen_fd,
-                                      &err) ||
+        !vhost_user_export_parse_addr(opts, &vexp->vu.path,
+                                      &vexp->vu.listen_fd, &err) ||
         !vhost_user_scsi_parse_luns(exp, opts, vexp, &err)) {
         vhost_user_scsi_export_free(vexp);
         error_propagate(errp, g_steal_pointer(&err));
@@ -337,15 +333,6 @@ static bool vhost_user_scsi_export_start(Export *exp, void *opaque,
         .num_queues = vexp->num_queues,
         .queue_size = VIRTQUEUE_MAX_SIZE,
     };
-    VuServerConfig cfg = {
-        .path = vexp->path,
-        .listen_fd = vexp->listen_fd,
-        .max_queue_size = VIRTQUEUE_MAX_SIZE,
-        .ctxs = exp->ctxs,
-        .nctx = exp->nctx,
-        .ops = &virtio_scsi_vu_ops,
-        .name = exp->id,
-    };
 
     vexp->vs = virtio_scsi_new(&conf, errp);
     if (!vexp->vs) {
@@ -356,19 +343,9 @@ static bool vhost_user_scsi_export_start(Export *exp, void *opaque,
             return false;
         }
     }
-    cfg.num_queues = virtio_scsi_num_virtqueues(vexp->vs);
-    cfg.dev = vexp->vs;
-    vexp->server = vu_server_new(&cfg, exp->main_ctx, errp);
-    if (!vexp->server) {
-        return false;
-    }
-    if (vexp->listen_fd >= 0) {
-        /* The server listens on a duplicate; the one we were given is ours
-         * to close, as with vhost-user-blk. */
-        close(vexp->listen_fd);
-        vexp->listen_fd = -1;
-    }
-    return true;
+    return vhost_user_export_serve(&vexp->vu, exp,
+                                   virtio_scsi_num_virtqueues(vexp->vs),
+                                   &virtio_scsi_vu_ops, vexp->vs, errp);
 }
 
 /* Statistics count every virtqueue: 0 control, 1 event, 2.. requests. */
@@ -379,14 +356,6 @@ static unsigned vhost_user_scsi_export_num_queues(void *opaque)
     return virtio_scsi_num_virtqueues(vexp->vs);
 }
 
-static bool vhost_user_scsi_export_queue_stats(void *opaque, unsigned i,
-                                               VirtQueueStats *out)
-{
-    VhostUserScsiExport *vexp = opaque;
-
-    return vu_server_get_queue_stats(vexp->server, i, out);
-}
-
 const ExportDriver export_vhost_user_scsi = {
     .type = "vhost-user-scsi",
     .binds_nodes = true,
@@ -394,5 +363,5 @@ const ExportDriver export_vhost_user_scsi = {
     .start = vhost_user_scsi_export_start,
     .free = vhost_user_scsi_export_free,
     .num_queues = vhost_user_scsi_export_num_queues,
-    .get_queue_stats = vhost_user_scsi_export_queue_stats,
+    .get_queue_stats = vhost_user_export_queue_stats,
 };

@@ -45,6 +45,7 @@
 #include "hw/scsi/scsi-defs.h"
 #include "hw/scsi/scsi-disk.h"
 #include "hw/scsi/scsi-disk-int.h"
+#include "util/iov.h"
 
 /* Large enough for every answer built here. */
 #define SCSI_INFO_BUF_SIZE          256
@@ -575,7 +576,7 @@ void scsi_disk_cmd_mode_select(ScsiRequest *req)
         return;
     }
     /* One copy out of guest memory; only the copy is looked at. */
-    scsi_iov_to_buf(req->out_iov, req->out_niov, 0, buf, plen);
+    iov_to_buf(req->out_iov, req->out_niov, 0, buf, plen);
     if (scsi_mode_select_apply(req, buf, plen, ten)) {
         scsi_req_complete(req);
     }

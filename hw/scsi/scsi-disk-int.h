@@ -197,10 +197,6 @@ void scsi_req_xfer_fail(ScsiRequest *req, ScsiXferError err);
 void scsi_req_reply(ScsiRequest *req, const uint8_t *buf, size_t len,
                     size_t alloc);
 
-/* Copy len bytes from iov, starting offset bytes in, to buf; returns bytes
- * copied (fewer if iov ends first). */
-size_t scsi_iov_to_buf(const struct iovec *iov, int niov, size_t offset,
-                       void *buf, size_t len);
 
 /* ------------------------------------------------------------------------ */
 /* scsi-disk-info.c: commands answered from the LUN's state, no I/O          */

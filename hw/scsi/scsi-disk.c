@@ -67,6 +67,7 @@
 #include "hw/scsi/scsi-disk.h"
 #include "hw/scsi/scsi-disk-int.h"
 #include "util/error.h"
+#include "util/iov.h"
 #include "util/trace.h"
 
 /* Largest buffer of one WRITE SAME or VERIFY step. */
@@ -99,42 +100,6 @@ static bool scsi_disk_range_ok(ScsiDisk *d, uint64_t lba, uint64_t nblocks)
 static bool scsi_disk_wce(ScsiDisk *d)
 {
     return atomic_load_explicit(&d->wce, memory_order_relaxed);
-}
-
-size_t scsi_iov_to_buf(const struct iovec *iov, int niov, size_t offset,
-                       void *buf, size_t len)
-{
-    size_t done = 0;
-
-    for (int i = 0; i < niov && done < len; i++) {
-        size_t n;
-
-        if (offset >= iov[i].iov_len) {
-            offset -= iov[i].iov_len;
-            continue;
-        }
-        n = MIN(iov[i].iov_len - offset, len - done);
-        memcpy((uint8_t *)buf + done, (uint8_t *)iov[i].iov_base + offset, n);
-        done += n;
-        offset = 0;
-    }
-    return done;
-}
-
-static size_t scsi_iov_from_buf(const struct iovec *iov, int niov,
-                                const void *buf, size_t len)
-{
-    size_t done = 0;
-
-    for (int i = 0; i < niov && done < len; i++) {
-        size_t n = MIN(iov[i].iov_len, len - done);
-
-        if (n) {
-            memcpy(iov[i].iov_base, (const uint8_t *)buf + done, n);
-        }
-        done += n;
-    }
-    return done;
 }
 
 /*
@@ -354,7 +319,7 @@ void scsi_req_reply(ScsiRequest *req, const uint8_t *buf, size_t len,
 {
     size_t n = MIN(MIN(len, alloc), req->in_len);
 
-    req->in_done = scsi_iov_from_buf(req->in_iov, req->in_niov, buf, n);
+    req->in_done = iov_from_buf(req->in_iov, req->in_niov, 0, buf, n);
     scsi_req_complete(req);
 }
 
@@ -813,8 +778,7 @@ static void scsi_disk_cmd_write_same(ScsiRequest *req)
     r->bflags = scsi_disk_wce(d) ? 0 : BLOCK_REQ_FUA;
     if (!ndob) {
         g_assert(d->block_size <= sizeof(block));
-        scsi_iov_to_buf(req->out_iov, req->out_niov, 0, block,
-                        d->block_size);
+        iov_to_buf(req->out_iov, req->out_niov, 0, block, d->block_size);
     }
     if (ndob || scsi_buf_is_zero(block, d->block_size)) {
         if (flags & SCSI_WRITE_SAME_UNMAP) {
@@ -856,7 +820,7 @@ static bool scsi_disk_unmap_parse(ScsiRequest *req, uint32_t plen)
         scsi_req_param_length_error(req);
         return false;
     }
-    scsi_iov_to_buf(req->out_iov, req->out_niov, 0, hdr, sizeof(hdr));
+    iov_to_buf(req->out_iov, req->out_niov, 0, hdr, sizeof(hdr));
     data_len = scsi_ld16(hdr);
     desc_len = scsi_ld16(hdr + 2);
     if (SCSI_UNMAP_HDR_LEN + desc_len > data_len + 2 ||
@@ -879,9 +843,9 @@ static bool scsi_disk_unmap_parse(ScsiRequest *req, uint32_t plen)
         uint64_t lba;
         uint32_t count;
 
-        scsi_iov_to_buf(req->out_iov, req->out_niov,
-                        SCSI_UNMAP_HDR_LEN + i * SCSI_UNMAP_DESC_LEN, desc,
-                        sizeof(desc));
+        iov_to_buf(req->out_iov, req->out_niov,
+                   SCSI_UNMAP_HDR_LEN + i * SCSI_UNMAP_DESC_LEN, desc,
+                   sizeof(desc));
         lba = scsi_ld64(desc);
         count = scsi_ld32(desc + 8);
         total += count;

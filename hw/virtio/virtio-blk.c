@@ -62,8 +62,10 @@
 #include "block/block.h"
 #include "hw/virtio/virtio-blk.h"
 #include "hw/virtio/virtio-blk-wire.h"
+#include "hw/virtio/virtio-req-pool.h"
 #include "hw/virtio/virtqueue.h"
 #include "util/error.h"
+#include "util/iov.h"
 #include "util/trace.h"
 
 /* Most segments in one discard or write-zeroes request (max_*_seg). */
@@ -92,13 +94,12 @@
 /* Per-queue state, home thread only, one cache line each. */
 typedef struct VirtioBlkQueue {
     _Alignas(CACHELINE_SIZE) unsigned in_flight;
-    unsigned nfree;
-    struct VirtioBlkReq *free;   /* requests kept for reuse, by next_free */
+    VirtioReqPool pool;          /* requests kept for reuse */
     BlockQueue *bq;              /* the node, from this queue's context */
 } VirtioBlkQueue;
 
 typedef struct VirtioBlkReq {
-    struct VirtioBlkReq *next_free;  /* VirtioBlkQueue.free */
+    VirtioReqLink link;          /* VirtioBlkQueue.pool: first member */
     VirtioBlk *vb;
     VirtQueue *vq;
     VirtioBlkQueue *q;
@@ -116,6 +117,7 @@ typedef struct VirtioBlkReq {
     VirtQueueElement elem;
 } VirtioBlkReq;
 
+G_STATIC_ASSERT(offsetof(VirtioBlkReq, link) == 0);
 G_STATIC_ASSERT(VIRTIO_BLK_MAX_DWZ_SEGS * sizeof(VirtioBlkSeg) <=
                 VIRTQUEUE_MAX_SEGS * sizeof(struct iovec));
 
@@ -149,52 +151,6 @@ static bool virtio_blk_has_feature(const VirtioBlk *vb, unsigned bit)
     return vb->features & (UINT64_C(1) << bit);
 }
 
-/* Copy len bytes from iov, starting offset bytes in, to buf; returns bytes. */
-static size_t virtio_blk_iov_to_buf(const struct iovec *iov, unsigned niov,
-                                    size_t offset, void *buf, size_t len)
-{
-    size_t done = 0;
-
-    for (unsigned i = 0; i < niov && done < len; i++) {
-        size_t n;
-
-        if (offset >= iov[i].iov_len) {
-            offset -= iov[i].iov_len;
-            continue;
-        }
-        n = MIN(iov[i].iov_len - offset, len - done);
-        memcpy((uint8_t *)buf + done, (uint8_t *)iov[i].iov_base + offset, n);
-        done += n;
-        offset = 0;
-    }
-    return done;
-}
-
-/* Copy len bytes from buf into iov[0..niov); returns bytes copied. */
-static size_t virtio_blk_buf_to_iov(const struct iovec *iov, unsigned niov,
-                                    const void *buf, size_t len)
-{
-    size_t done = 0;
-
-    for (unsigned i = 0; i < niov && done < len; i++) {
-        size_t n = MIN(iov[i].iov_len, len - done);
-
-        memcpy(iov[i].iov_base, (const uint8_t *)buf + done, n);
-        done += n;
-    }
-    return done;
-}
-
-static uint64_t virtio_blk_iov_size(const struct iovec *iov, unsigned niov)
-{
-    uint64_t total = 0;
-
-    for (unsigned i = 0; i < niov; i++) {
-        total += iov[i].iov_len;
-    }
-    return total;
-}
-
 /*
  * Log a malformed request once per device: a driver that sends one will
  * usually send many, and the log must not become a way to flood the host.
@@ -221,37 +177,13 @@ static bool virtio_blk_writes_need_fua(VirtioBlk *vb)
 
 static VirtioBlkReq *virtio_blk_req_alloc(VirtioBlkQueue *q)
 {
-    VirtioBlkReq *req = q->free;
-
-    if (req) {
-        q->free = req->next_free;
-        q->nfree--;
-        return req;
-    }
-    return g_malloc(sizeof(VirtioBlkReq));
+    return virtio_req_pool_get(&q->pool, sizeof(VirtioBlkReq));
 }
 
 /* Keep req for the next request of q, or free it if q has enough. */
 static void virtio_blk_req_release(VirtioBlkQueue *q, VirtioBlkReq *req)
 {
-    if (q->nfree >= VIRTIO_BLK_FREE_MAX) {
-        g_free(req);
-        return;
-    }
-    req->next_free = q->free;
-    q->free = req;
-    q->nfree++;
-}
-
-static void virtio_blk_queue_free_reqs(VirtioBlkQueue *q)
-{
-    while (q->free) {
-        VirtioBlkReq *req = q->free;
-
-        q->free = req->next_free;
-        g_free(req);
-    }
-    q->nfree = 0;
+    virtio_req_pool_put(&q->pool, req, VIRTIO_BLK_FREE_MAX);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -371,7 +303,7 @@ static void virtio_blk_handle_read(VirtioBlkReq *req, uint64_t sector,
                                    unsigned in_niov, uint64_t out_extra)
 {
     VirtioBlk *vb = req->vb;
-    uint64_t bytes = virtio_blk_iov_size(req->u.iov, in_niov);
+    uint64_t bytes = iov_size(req->u.iov, in_niov);
 
     req->in_len = (uint32_t)bytes + 1;
     if (out_extra) {
@@ -407,7 +339,7 @@ static void virtio_blk_handle_write(VirtioBlkReq *req, uint64_t sector,
         return;
     }
     niov = virtio_blk_out_data(req);
-    bytes = virtio_blk_iov_size(req->u.iov, niov);
+    bytes = iov_size(req->u.iov, niov);
     if (bytes % VIRTIO_BLK_SECTOR_SIZE ||
         !virtio_blk_range_ok(vb, sector, bytes >> VIRTIO_BLK_SECTOR_BITS)) {
         virtio_blk_req_finish(req, VIRTIO_BLK_S_IOERR);
@@ -425,8 +357,8 @@ static void virtio_blk_handle_flush(VirtioBlkReq *req)
 
 static void virtio_blk_handle_get_id(VirtioBlkReq *req, unsigned in_niov)
 {
-    size_t n = virtio_blk_buf_to_iov(req->u.iov, in_niov, req->vb->serial,
-                                     VIRTIO_BLK_ID_BYTES);
+    size_t n = iov_from_buf(req->u.iov, in_niov, 0, req->vb->serial,
+                            VIRTIO_BLK_ID_BYTES);
 
     req->in_len = (uint32_t)n + 1;
     virtio_blk_req_finish(req, VIRTIO_BLK_S_OK);
@@ -503,9 +435,9 @@ static uint8_t virtio_blk_dwz_parse(VirtioBlkReq *req, uint64_t data_bytes)
         VirtioBlkSeg *seg = &req->u.segs[i];
         VirtioBlkSeg raw;
 
-        virtio_blk_iov_to_buf(req->elem.out_sg, req->elem.out_num,
-                              VIRTIO_BLK_HDR_SIZE + i * VIRTIO_BLK_SEG_SIZE,
-                              &raw, sizeof(raw));
+        iov_to_buf(req->elem.out_sg, req->elem.out_num,
+                   VIRTIO_BLK_HDR_SIZE + i * VIRTIO_BLK_SEG_SIZE, &raw,
+                   sizeof(raw));
         seg->sector = GUINT64_FROM_LE(raw.sector);
         seg->num_sectors = GUINT32_FROM_LE(raw.num_sectors);
         seg->flags = GUINT32_FROM_LE(raw.flags);
@@ -532,8 +464,7 @@ static void virtio_blk_handle_dwz(VirtioBlkReq *req, unsigned in_niov)
     VirtioBlk *vb = req->vb;
     unsigned feature = req->type == VIRTIO_BLK_T_DISCARD ?
                        VIRTIO_BLK_F_DISCARD : VIRTIO_BLK_F_WRITE_ZEROES;
-    uint64_t out_bytes = virtio_blk_iov_size(req->elem.out_sg,
-                                             req->elem.out_num);
+    uint64_t out_bytes = iov_size(req->elem.out_sg, req->elem.out_num);
     uint8_t status;
 
     req->in_len = 1;
@@ -583,14 +514,14 @@ static void virtio_blk_handle_request(VirtioBlkReq *req)
     }
     req->in_len = 1;
     req->type = UINT32_MAX;
-    out_bytes = virtio_blk_iov_size(elem->out_sg, elem->out_num);
+    out_bytes = iov_size(elem->out_sg, elem->out_num);
     if (out_bytes < VIRTIO_BLK_HDR_SIZE) {
         virtio_blk_log_bad_request(vb, req->vq, "header shorter than 16 "
                                    "bytes");
         virtio_blk_req_finish(req, VIRTIO_BLK_S_IOERR);
         return;
     }
-    virtio_blk_iov_to_buf(elem->out_sg, elem->out_num, 0, &hdr, sizeof(hdr));
+    iov_to_buf(elem->out_sg, elem->out_num, 0, &hdr, sizeof(hdr));
     type = GUINT32_FROM_LE(hdr.type);
     sector = GUINT64_FROM_LE(hdr.sector);
     req->type = type;
@@ -809,7 +740,7 @@ static void virtio_blk_queue_drain(void *dev, VirtQueue *vq)
         block_queue_free(q->bq);
         q->bq = NULL;
     }
-    virtio_blk_queue_free_reqs(q);
+    virtio_req_pool_drain(&q->pool);
 }
 
 const VuDevOps virtio_blk_vu_ops = {
@@ -925,7 +856,7 @@ void virtio_blk_free(VirtioBlk *vb)
         /* Queues are stopped and drained: nothing is in flight. */
         g_assert(vb->queues[i].in_flight == 0);
         block_queue_free(vb->queues[i].bq);
-        virtio_blk_queue_free_reqs(&vb->queues[i]);
+        virtio_req_pool_drain(&vb->queues[i].pool);
     }
     free(vb->queues);
     block_node_unref(vb->bs);

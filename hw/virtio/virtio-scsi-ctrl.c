@@ -76,6 +76,7 @@
 #include "hw/virtio/virtio-scsi-wire.h"
 #include "hw/virtio/virtqueue.h"
 #include "util/aio.h"
+#include "util/iov.h"
 #include "util/trace.h"
 #include "hw/virtio/virtio-scsi-int.h"
 
@@ -117,8 +118,8 @@ static void virtio_scsi_ctrl_push(VirtioScsiTmf *tmf, uint32_t len)
 static void virtio_scsi_tmf_answer(VirtioScsiTmf *tmf, uint8_t response)
 {
     VirtioScsiCtrlTmfResp resp = { .response = response };
-    size_t n = virtio_scsi_buf_to_iov(tmf->elem.in_sg, tmf->elem.in_num, 0,
-                                      &resp, sizeof(resp));
+    size_t n = iov_from_buf(tmf->elem.in_sg, tmf->elem.in_num, 0,
+                            &resp, sizeof(resp));
 
     SPINDLE_TRACE2(virtio_scsi_tmf_done, tmf->subtype, response);
     virtio_scsi_ctrl_push(tmf, (uint32_t)n);
@@ -261,8 +262,7 @@ static void virtio_scsi_handle_tmf(VirtioScsi *vs, VirtioScsiTmf *tmf,
         virtio_scsi_tmf_answer(tmf, VIRTIO_SCSI_S_FAILURE);
         return;
     }
-    virtio_scsi_iov_to_buf(tmf->elem.out_sg, tmf->elem.out_num, 0, &req,
-                           sizeof(req));
+    iov_to_buf(tmf->elem.out_sg, tmf->elem.out_num, 0, &req, sizeof(req));
     tmf->subtype = GUINT32_FROM_LE(req.subtype);
     tag = GUINT64_FROM_LE(req.tag);
     addr = virtio_scsi_decode_lun(req.lun, &lun);
@@ -338,26 +338,24 @@ static void virtio_scsi_handle_an(VirtioScsi *vs, VirtioScsiTmf *tmf,
                                     "request or response too short");
         resp.response = VIRTIO_SCSI_S_FAILURE;
         n = tmf->elem.in_bytes < sizeof(resp) ? 0 :
-            virtio_scsi_buf_to_iov(tmf->elem.in_sg, tmf->elem.in_num, 0,
-                                   &resp, sizeof(resp));
+            iov_from_buf(tmf->elem.in_sg, tmf->elem.in_num, 0,
+                         &resp, sizeof(resp));
         virtio_scsi_ctrl_push(tmf, (uint32_t)n);
         return;
     }
-    virtio_scsi_iov_to_buf(tmf->elem.out_sg, tmf->elem.out_num, 0, &req,
-                           sizeof(req));
+    iov_to_buf(tmf->elem.out_sg, tmf->elem.out_num, 0, &req, sizeof(req));
     resp.event_actual = GUINT32_TO_LE(0);
     resp.response = virtio_scsi_decode_lun(req.lun, &lun) ==
                     VIRTIO_SCSI_ADDR_BAD_TARGET ? VIRTIO_SCSI_S_BAD_TARGET
                                                 : VIRTIO_SCSI_S_OK;
-    n = virtio_scsi_buf_to_iov(tmf->elem.in_sg, tmf->elem.in_num, 0, &resp,
-                               sizeof(resp));
+    n = iov_from_buf(tmf->elem.in_sg, tmf->elem.in_num, 0, &resp,
+                     sizeof(resp));
     virtio_scsi_ctrl_push(tmf, (uint32_t)n);
 }
 
 static void virtio_scsi_ctrl_request(VirtioScsi *vs, VirtioScsiTmf *tmf)
 {
-    uint64_t out_bytes = virtio_scsi_iov_size(tmf->elem.out_sg,
-                                              tmf->elem.out_num);
+    uint64_t out_bytes = iov_size(tmf->elem.out_sg, tmf->elem.out_num);
     uint32_t type;
 
     if (out_bytes < sizeof(type)) {
@@ -366,8 +364,7 @@ static void virtio_scsi_ctrl_request(VirtioScsi *vs, VirtioScsiTmf *tmf)
         virtio_scsi_ctrl_push(tmf, 0);
         return;
     }
-    virtio_scsi_iov_to_buf(tmf->elem.out_sg, tmf->elem.out_num, 0, &type,
-                           sizeof(type));
+    iov_to_buf(tmf->elem.out_sg, tmf->elem.out_num, 0, &type, sizeof(type));
     switch (GUINT32_FROM_LE(type)) {
     case VIRTIO_SCSI_T_TMF:
         virtio_scsi_handle_tmf(vs, tmf, out_bytes);
@@ -463,8 +460,7 @@ static void virtio_scsi_event_push(VirtioScsi *vs, uint32_t event,
         memcpy(e.lun, lun, sizeof(e.lun));
     }
     e.reason = GUINT32_TO_LE(reason);
-    virtio_scsi_buf_to_iov(buf->elem.in_sg, buf->elem.in_num, 0, &e,
-                           sizeof(e));
+    iov_from_buf(buf->elem.in_sg, buf->elem.in_num, 0, &e, sizeof(e));
     SPINDLE_TRACE2(virtio_scsi_event, event, reason);
     virtqueue_push(ev->vq, &buf->elem, sizeof(e));
     g_free(buf);

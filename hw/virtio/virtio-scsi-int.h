@@ -15,6 +15,7 @@
 
 #include "block/block.h"
 #include "hw/scsi/scsi-disk.h"
+#include "hw/virtio/virtio-req-pool.h"
 #include "hw/virtio/virtio-scsi.h"
 #include "hw/virtio/virtio-scsi-wire.h"
 #include "hw/virtio/virtqueue.h"
@@ -60,8 +61,7 @@ typedef enum VirtioScsiAddr {
 typedef struct VirtioScsiQueue {
     _Alignas(VIRTIO_SCSI_CACHELINE) unsigned in_flight;  /* popped, not
                                                             * pushed */
-    unsigned nfree;
-    VirtioScsiReq *free;         /* requests kept for reuse */
+    VirtioReqPool pool;          /* requests kept for reuse */
     VirtioScsiReq *cmds;         /* commands at a LUN, doubly linked */
     uint64_t next_seq;           /* numbers commands, for TMF waits */
     VirtioScsiTmfWait *waits;    /* TMFs waiting for commands of ours */
@@ -134,16 +134,6 @@ void virtio_scsi_encode_lun(unsigned lun, uint8_t *out);
 /* The index of LUN lun in vs->luns, or -1. */
 int virtio_scsi_find_lun(const VirtioScsi *vs, unsigned lun);
 
-/* Bytes of an iovec array. */
-size_t virtio_scsi_iov_size(const struct iovec *iov, unsigned niov);
-/* Copy len bytes from iov, starting offset bytes in, to buf; returns the
- * bytes copied. */
-size_t virtio_scsi_iov_to_buf(const struct iovec *iov, unsigned niov,
-                              size_t offset, void *buf, size_t len);
-/* Copy len bytes of buf into iov, starting offset bytes in; returns the
- * bytes copied. */
-size_t virtio_scsi_buf_to_iov(const struct iovec *iov, unsigned niov,
-                              size_t offset, const void *buf, size_t len);
 
 /*
  * The part of a TMF that one request queue handles (one per request

@@ -100,6 +100,7 @@
 #include "hw/virtio/virtio-scsi-wire.h"
 #include "hw/virtio/virtqueue.h"
 #include "util/error.h"
+#include "util/iov.h"
 #include "util/trace.h"
 #include "hw/virtio/virtio-scsi-int.h"
 
@@ -135,7 +136,7 @@
 #define VIRTIO_SCSI_INQ_VENDOR          "SPINDLE"
 
 struct VirtioScsiReq {
-    VirtioScsiReq *next_free;    /* VirtioScsiQueue.free */
+    VirtioReqLink link;          /* VirtioScsiQueue.pool: first member */
     VirtioScsiReq *prev, *next;  /* VirtioScsiQueue.cmds */
     VirtioScsi *vs;
     VirtioScsiQueue *q;
@@ -155,59 +156,10 @@ struct VirtioScsiReq {
     VirtQueueElement elem;
 };
 
+G_STATIC_ASSERT(offsetof(VirtioScsiReq, link) == 0);
+
 /* ------------------------------------------------------------------------ */
 /* Helpers shared with virtio-scsi-ctrl.c                                    */
-
-size_t virtio_scsi_iov_size(const struct iovec *iov, unsigned niov)
-{
-    size_t total = 0;
-
-    for (unsigned i = 0; i < niov; i++) {
-        total += iov[i].iov_len;
-    }
-    return total;
-}
-
-size_t virtio_scsi_iov_to_buf(const struct iovec *iov, unsigned niov,
-                              size_t offset, void *buf, size_t len)
-{
-    size_t done = 0;
-
-    for (unsigned i = 0; i < niov && done < len; i++) {
-        size_t n;
-
-        if (offset >= iov[i].iov_len) {
-            offset -= iov[i].iov_len;
-            continue;
-        }
-        n = MIN(iov[i].iov_len - offset, len - done);
-        memcpy((uint8_t *)buf + done, (uint8_t *)iov[i].iov_base + offset, n);
-        done += n;
-        offset = 0;
-    }
-    return done;
-}
-
-size_t virtio_scsi_buf_to_iov(const struct iovec *iov, unsigned niov,
-                              size_t offset, const void *buf, size_t len)
-{
-    size_t done = 0;
-
-    for (unsigned i = 0; i < niov && done < len; i++) {
-        size_t n;
-
-        if (offset >= iov[i].iov_len) {
-            offset -= iov[i].iov_len;
-            continue;
-        }
-        n = MIN(iov[i].iov_len - offset, len - done);
-        memcpy((uint8_t *)iov[i].iov_base + offset,
-               (const uint8_t *)buf + done, n);
-        done += n;
-        offset = 0;
-    }
-    return done;
-}
 
 /*
  * Log a malformed request once per device: a driver that sends one will
@@ -293,37 +245,13 @@ int virtio_scsi_find_lun(const VirtioScsi *vs, unsigned lun)
 
 static VirtioScsiReq *virtio_scsi_req_alloc(VirtioScsiQueue *q)
 {
-    VirtioScsiReq *req = q->free;
-
-    if (req) {
-        q->free = req->next_free;
-        q->nfree--;
-        return req;
-    }
-    return g_malloc(sizeof(VirtioScsiReq));
+    return virtio_req_pool_get(&q->pool, sizeof(VirtioScsiReq));
 }
 
 /* Keep req for the next command of q, or free it if q has enough. */
 static void virtio_scsi_req_release(VirtioScsiQueue *q, VirtioScsiReq *req)
 {
-    if (q->nfree >= VIRTIO_SCSI_FREE_MAX) {
-        g_free(req);
-        return;
-    }
-    req->next_free = q->free;
-    q->free = req;
-    q->nfree++;
-}
-
-static void virtio_scsi_queue_free_reqs(VirtioScsiQueue *q)
-{
-    while (q->free) {
-        VirtioScsiReq *req = q->free;
-
-        q->free = req->next_free;
-        g_free(req);
-    }
-    q->nfree = 0;
+    virtio_req_pool_put(&q->pool, req, VIRTIO_SCSI_FREE_MAX);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -364,8 +292,8 @@ static uint32_t virtio_scsi_write_resp(VirtioScsiReq *req, uint8_t response,
     }
     memset(buf + sizeof(hdr) + sense_len, 0,
            room - sizeof(hdr) - sense_len);
-    return (uint32_t)virtio_scsi_buf_to_iov(req->elem.in_sg, req->elem.in_num,
-                                            0, buf, room);
+    return (uint32_t)iov_from_buf(req->elem.in_sg, req->elem.in_num,
+                                  0, buf, room);
 }
 
 /*
@@ -424,8 +352,8 @@ static void virtio_scsi_req_data(VirtioScsiReq *req, const void *data,
     uint64_t done = 0;
 
     if (req->data_in) {
-        done = virtio_scsi_buf_to_iov(req->iov, req->data_niov, 0, data,
-                                      MIN((uint64_t)len, req->data_len));
+        done = iov_from_buf(req->iov, req->data_niov, 0, data,
+                            MIN((uint64_t)len, req->data_len));
         virtio_scsi_req_answer(req, VIRTIO_SCSI_S_OK, SCSI_STATUS_GOOD, NULL,
                                0, done, req->data_len - done);
         return;
@@ -748,7 +676,7 @@ static void virtio_scsi_set_data(VirtioScsiReq *req, const struct iovec *iov,
 static void virtio_scsi_handle_cmd(VirtioScsi *vs, VirtioScsiReq *req)
 {
     const VirtQueueElement *elem = &req->elem;
-    uint64_t out_bytes = virtio_scsi_iov_size(elem->out_sg, elem->out_num);
+    uint64_t out_bytes = iov_size(elem->out_sg, elem->out_num);
     uint64_t in_bytes = elem->in_bytes;
     uint64_t req_len, resp_len, out_data, in_data;
     VirtioScsiCmdReqHdr hdr;
@@ -800,14 +728,13 @@ static void virtio_scsi_handle_cmd(VirtioScsi *vs, VirtioScsiReq *req)
     }
 
     /* The only copies of the header and CDB we look at. */
-    virtio_scsi_iov_to_buf(elem->out_sg, elem->out_num, 0, &hdr,
-                           sizeof(hdr));
+    iov_to_buf(elem->out_sg, elem->out_num, 0, &hdr, sizeof(hdr));
     if (req->cdb_size < 16) {
         /* Short CDB sizes: fields past the end read as zero. */
         memset(req->cdb, 0, 16);
     }
-    virtio_scsi_iov_to_buf(elem->out_sg, elem->out_num, sizeof(hdr),
-                           req->cdb, req->cdb_size);
+    iov_to_buf(elem->out_sg, elem->out_num, sizeof(hdr),
+               req->cdb, req->cdb_size);
 
     switch (virtio_scsi_decode_lun(hdr.lun, &lun)) {
     case VIRTIO_SCSI_ADDR_BAD_TARGET:
@@ -863,6 +790,11 @@ static void virtio_scsi_handle_cmd_queue(VirtioScsi *vs, VirtioScsiQueue *q,
     }
 }
 
+static void virtio_scsi_handle_cmd_vq(VirtioScsi *vs, VirtQueue *vq)
+{
+    virtio_scsi_handle_cmd_queue(vs, virtio_scsi_queue(vs, vq), vq);
+}
+
 unsigned virtio_scsi_queue_tmf_scan(VirtioScsi *vs, VirtioScsiQueue *q,
                                     VirtioScsiTmfWait *w)
 {
@@ -895,24 +827,6 @@ unsigned virtio_scsi_queue_tmf_scan(VirtioScsi *vs, VirtioScsiQueue *q,
 
 /* ------------------------------------------------------------------------ */
 /* VuDevOps                                                                  */
-
-static void virtio_scsi_handle_queue(VirtQueue *vq, void *opaque)
-{
-    VirtioScsi *vs = opaque;
-
-    g_assert(aio_context_in_home_thread(virtqueue_get_aio_context(vq)));
-    switch (virtqueue_index(vq)) {
-    case VIRTIO_SCSI_VQ_CONTROL:
-        virtio_scsi_handle_ctrl(vs, vq);
-        break;
-    case VIRTIO_SCSI_VQ_EVENT:
-        virtio_scsi_handle_event(vs, vq);
-        break;
-    default:
-        virtio_scsi_handle_cmd_queue(vs, virtio_scsi_queue(vs, vq), vq);
-        break;
-    }
-}
 
 static uint64_t virtio_scsi_get_features(void *dev)
 {
@@ -1035,8 +949,51 @@ static void virtio_scsi_cmd_queue_drain(VirtioScsi *vs, VirtQueue *vq)
         g_free(q->bqs);
         q->bqs = NULL;
     }
-    virtio_scsi_queue_free_reqs(q);
+    virtio_req_pool_drain(&q->pool);
     q->vq = NULL;
+}
+
+/* What each kind of virtqueue does: control, event, request queues. */
+typedef struct VirtioScsiVqOps {
+    void (*handle)(VirtioScsi *vs, VirtQueue *vq);
+    void (*started)(VirtioScsi *vs, VirtQueue *vq);
+    void (*drain)(VirtioScsi *vs, VirtQueue *vq);
+} VirtioScsiVqOps;
+
+static const VirtioScsiVqOps virtio_scsi_ctrl_vq_ops = {
+    .handle = virtio_scsi_handle_ctrl,
+    .started = virtio_scsi_ctrl_started,
+    .drain = virtio_scsi_ctrl_drain,
+};
+
+static const VirtioScsiVqOps virtio_scsi_event_vq_ops = {
+    .handle = virtio_scsi_handle_event,
+    .started = virtio_scsi_event_started,
+    .drain = virtio_scsi_event_drain,
+};
+
+static const VirtioScsiVqOps virtio_scsi_cmd_vq_ops = {
+    .handle = virtio_scsi_handle_cmd_vq,
+    .started = virtio_scsi_cmd_queue_started,
+    .drain = virtio_scsi_cmd_queue_drain,
+};
+
+static const VirtioScsiVqOps *virtio_scsi_vq_ops(VirtQueue *vq)
+{
+    switch (virtqueue_index(vq)) {
+    case VIRTIO_SCSI_VQ_CONTROL:
+        return &virtio_scsi_ctrl_vq_ops;
+    case VIRTIO_SCSI_VQ_EVENT:
+        return &virtio_scsi_event_vq_ops;
+    default:
+        return &virtio_scsi_cmd_vq_ops;
+    }
+}
+
+static void virtio_scsi_handle_queue(VirtQueue *vq, void *opaque)
+{
+    g_assert(aio_context_in_home_thread(virtqueue_get_aio_context(vq)));
+    virtio_scsi_vq_ops(vq)->handle(opaque, vq);
 }
 
 static void virtio_scsi_queue_started(void *dev, VirtQueue *vq)
@@ -1045,35 +1002,13 @@ static void virtio_scsi_queue_started(void *dev, VirtQueue *vq)
 
     g_assert(aio_context_in_home_thread(virtqueue_get_aio_context(vq)));
     atomic_store_explicit(&vs->frozen, true, memory_order_relaxed);
-    switch (virtqueue_index(vq)) {
-    case VIRTIO_SCSI_VQ_CONTROL:
-        virtio_scsi_ctrl_started(vs, vq);
-        break;
-    case VIRTIO_SCSI_VQ_EVENT:
-        virtio_scsi_event_started(vs, vq);
-        break;
-    default:
-        virtio_scsi_cmd_queue_started(vs, vq);
-        break;
-    }
+    virtio_scsi_vq_ops(vq)->started(vs, vq);
 }
 
 static void virtio_scsi_queue_drain(void *dev, VirtQueue *vq)
 {
-    VirtioScsi *vs = dev;
-
     g_assert(aio_context_in_home_thread(virtqueue_get_aio_context(vq)));
-    switch (virtqueue_index(vq)) {
-    case VIRTIO_SCSI_VQ_CONTROL:
-        virtio_scsi_ctrl_drain(vs, vq);
-        break;
-    case VIRTIO_SCSI_VQ_EVENT:
-        virtio_scsi_event_drain(vs, vq);
-        break;
-    default:
-        virtio_scsi_cmd_queue_drain(vs, vq);
-        break;
-    }
+    virtio_scsi_vq_ops(vq)->drain(dev, vq);
 }
 
 const VuDevOps virtio_scsi_vu_ops = {
@@ -1140,7 +1075,7 @@ void virtio_scsi_free(VirtioScsi *vs)
         VirtioScsiQueue *q = &vs->queues[i];
 
         g_assert(q->in_flight == 0 && q->bqs == NULL);
-        virtio_scsi_queue_free_reqs(q);
+        virtio_req_pool_drain(&q->pool);
     }
     free(vs->queues);
     for (unsigned i = 0; i < vs->nluns; i++) {

@@ -103,6 +103,13 @@ void lun_open_null(Lun *l, const char *size, const char *extra,
     lun_open(l, opts, conf);
 }
 
+void lun_open_default(Lun *l)
+{
+    ScsiDiskConf conf = conf_default();
+
+    lun_open_null(l, "1M", NULL, &conf);
+}
+
 /* A LUN over a temporary file of size bytes (all 0x5a), threads engine. */
 void lun_open_file(Lun *l, int64_t size, const char *extra,
                    const ScsiDiskConf *conf)
@@ -439,25 +446,26 @@ void mode_select(Lun *l, Cmd *c, const uint8_t *page, size_t len)
         NULL, 0);
 }
 
-void set_wce(Lun *l, bool wce)
+/* Set or clear bit 2 of byte 2 of mode page page_code (WCE of the
+ * caching page, D_SENSE of the control page); assert GOOD. */
+static void set_mode_page_bit2(Lun *l, uint8_t page_code, bool on)
 {
     uint8_t page[64];
-    size_t len = get_mode_page(l, 0, 0x08, page);
+    size_t len = get_mode_page(l, 0, page_code, page);
     Cmd c;
 
-    page[2] = (page[2] & ~0x04) | (wce ? 0x04 : 0);
+    page[2] = (page[2] & ~0x04) | (on ? 0x04 : 0);
     mode_select(l, &c, page, len);
     assert_good(&c);
 }
 
+void set_wce(Lun *l, bool wce)
+{
+    set_mode_page_bit2(l, 0x08, wce);
+}
+
 void set_d_sense(Lun *l, bool d_sense)
 {
-    uint8_t page[64];
-    size_t len = get_mode_page(l, 0, 0x0a, page);
-    Cmd c;
-
-    page[2] = (page[2] & ~0x04) | (d_sense ? 0x04 : 0);
-    mode_select(l, &c, page, len);
-    assert_good(&c);
+    set_mode_page_bit2(l, 0x0a, d_sense);
 }
 

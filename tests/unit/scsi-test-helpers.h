@@ -71,6 +71,9 @@ ScsiDiskConf conf_default(void);
 void lun_open_null(Lun *l, const char *size, const char *extra,
                    const ScsiDiskConf *conf);
 
+/* The usual LUN: 1 MiB of null-co with conf_default(). */
+void lun_open_default(Lun *l);
+
 /* A LUN over a new temporary file of size bytes, all 0x5a, opened with
  * the threads engine (aio=threads) and extra options. */
 void lun_open_file(Lun *l, int64_t size, const char *extra,

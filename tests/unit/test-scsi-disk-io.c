@@ -331,6 +331,15 @@ static void assert_fua(unsigned want_dsync, unsigned want_plain)
     g_assert_cmpuint(plain, ==, want_plain);
 }
 
+/* Write buf, two blocks, at LBA 0 with op and CDB byte 1 (0x08: FUA);
+ * assert that it reached the file as a stable (RWF_DSYNC) write or not. */
+static void write_assert_fua(Lun *l, uint8_t op, uint8_t byte1, uint8_t *buf,
+                             bool stable)
+{
+    rw_ok(l, op, 0, 2, byte1, buf, 1024);
+    assert_fua(stable, !stable);
+}
+
 static void test_rw_fua(void)
 {
     ScsiDiskConf conf = conf_default();
@@ -341,32 +350,23 @@ static void test_rw_fua(void)
     lun_open_file(&l, 64 * KiB, NULL, &conf);
     fua_counts(&(unsigned) { 0 }, &(unsigned) { 0 });
     /* WCE=1: only the FUA bit makes a write stable. */
-    rw_ok(&l, SCSI_OP_WRITE_10, 0, 2, 0, buf, 1024);
-    assert_fua(0, 1);
-    rw_ok(&l, SCSI_OP_WRITE_10, 0, 2, 0x08, buf, 1024);
-    assert_fua(1, 0);
-    rw_ok(&l, SCSI_OP_WRITE_16, 0, 2, 0x08, buf, 1024);
-    assert_fua(1, 0);
-    rw_ok(&l, SCSI_OP_WRITE_6, 0, 2, 0, buf, 1024);
-    assert_fua(0, 1);
+    write_assert_fua(&l, SCSI_OP_WRITE_10, 0, buf, false);
+    write_assert_fua(&l, SCSI_OP_WRITE_10, 0x08, buf, true);
+    write_assert_fua(&l, SCSI_OP_WRITE_16, 0x08, buf, true);
+    write_assert_fua(&l, SCSI_OP_WRITE_6, 0, buf, false);
     /* WCE=0 through MODE SELECT: every write. */
     set_wce(&l, false);
-    rw_ok(&l, SCSI_OP_WRITE_10, 0, 2, 0, buf, 1024);
-    assert_fua(1, 0);
-    rw_ok(&l, SCSI_OP_WRITE_6, 0, 2, 0, buf, 1024);
-    assert_fua(1, 0);
-    rw_ok(&l, SCSI_OP_WRITE_12, 0, 2, 0, buf, 1024);
-    assert_fua(1, 0);
+    write_assert_fua(&l, SCSI_OP_WRITE_10, 0, buf, true);
+    write_assert_fua(&l, SCSI_OP_WRITE_6, 0, buf, true);
+    write_assert_fua(&l, SCSI_OP_WRITE_12, 0, buf, true);
     set_wce(&l, true);
-    rw_ok(&l, SCSI_OP_WRITE_10, 0, 2, 0, buf, 1024);
-    assert_fua(0, 1);
+    write_assert_fua(&l, SCSI_OP_WRITE_10, 0, buf, false);
     lun_close(&l);
 
     /* writethrough: WCE=0 from the start. */
     conf.writethrough = true;
     lun_open_file(&l, 64 * KiB, NULL, &conf);
-    rw_ok(&l, SCSI_OP_WRITE_10, 0, 2, 0, buf, 1024);
-    assert_fua(1, 0);
+    write_assert_fua(&l, SCSI_OP_WRITE_10, 0, buf, true);
     lun_close(&l);
 }
 
@@ -881,12 +881,11 @@ static void test_start_stop(void)
 
 static void test_prevent_allow(void)
 {
-    ScsiDiskConf conf = conf_default();
     uint8_t cdb[16];
     Lun l;
     Cmd c;
 
-    lun_open_null(&l, "1M", NULL, &conf);
+    lun_open_default(&l);
     for (uint8_t prevent = 0; prevent < 4; prevent++) {
         run(&l, &c, cdb, cdb6(cdb, SCSI_OP_PREVENT_ALLOW_MEDIUM_REMOVAL, 0, 0,
                               0, prevent), NULL, 0, NULL, 0);

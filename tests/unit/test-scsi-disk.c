@@ -97,12 +97,11 @@ static void test_new_accessors(void)
 
 static void test_test_unit_ready(void)
 {
-    ScsiDiskConf conf = conf_default();
     uint8_t cdb[16], buf[16];
     Lun l;
     Cmd c;
 
-    lun_open_null(&l, "1M", NULL, &conf);
+    lun_open_default(&l);
     run_simple(&l, &c, SCSI_OP_TEST_UNIT_READY);
     assert_good(&c);
     g_assert_true(c.sync);
@@ -121,12 +120,11 @@ static void test_test_unit_ready(void)
 static void test_invalid_opcode(void)
 {
     static const uint8_t ops[] = { 0xff, 0x7f, 0xa0, 0x04, 0x3b, 0xa3 };
-    ScsiDiskConf conf = conf_default();
     uint8_t cdb[32] = { 0 };
     Lun l;
     Cmd c;
 
-    lun_open_null(&l, "1M", NULL, &conf);
+    lun_open_default(&l);
     for (size_t i = 0; i < G_N_ELEMENTS(ops); i++) {
         static const uint8_t want[18] = {
             0x70, 0, 0x05, 0, 0, 0, 0, 10, 0, 0, 0, 0, 0x20, 0x00,
@@ -147,12 +145,11 @@ static void test_invalid_opcode(void)
 
 static void test_short_cdb(void)
 {
-    ScsiDiskConf conf = conf_default();
     uint8_t cdb[16], buf[4096];
     Lun l;
     Cmd c;
 
-    lun_open_null(&l, "1M", NULL, &conf);
+    lun_open_default(&l);
     /* READ(10) with only 9 bytes of CDB, READ(16) with 10. */
     cdb_io(cdb, SCSI_OP_READ_10, 0, 1, 0);
     run(&l, &c, cdb, 9, NULL, 0, buf, 512);
@@ -243,12 +240,11 @@ static void test_inquiry_standard(void)
 
 static void test_inquiry_truncated(void)
 {
-    ScsiDiskConf conf = conf_default();
     uint8_t cdb[16], full[64], buf[64];
     Lun l;
     Cmd c;
 
-    lun_open_null(&l, "1M", NULL, &conf);
+    lun_open_default(&l);
     run(&l, &c, cdb, cdb_inquiry(cdb, false, 0, 64), NULL, 0, full, 64);
     assert_good(&c);
 
@@ -371,12 +367,11 @@ static void test_vpd_serial(void)
     static const uint8_t want[] = {
         0x00, 0x80, 0x00, 8, 'S', 'E', 'R', '-', '0', '0', '4', '2',
     };
-    ScsiDiskConf conf = conf_default();
     uint8_t buf[256];
     size_t len;
     Lun l;
 
-    lun_open_null(&l, "1M", NULL, &conf);
+    lun_open_default(&l);
     len = get_vpd(&l, 0x80, buf, sizeof(buf));
     g_assert_cmpmem(buf, len, want, sizeof(want));
     lun_close(&l);
@@ -475,12 +470,11 @@ static void test_vpd_block_limits(void)
 
 static void test_vpd_block_characteristics(void)
 {
-    ScsiDiskConf conf = conf_default();
     uint8_t buf[256];
     size_t len;
     Lun l;
 
-    lun_open_null(&l, "1M", NULL, &conf);
+    lun_open_default(&l);
     len = get_vpd(&l, 0xb1, buf, sizeof(buf));
     g_assert_cmpuint(len, ==, 64);
     g_assert_cmpuint(get16(buf + 4), ==, 1);            /* non-rotating */
@@ -725,12 +719,11 @@ static void test_mode_sense_pages(void)
 
 static void test_mode_sense_truncated(void)
 {
-    ScsiDiskConf conf = conf_default();
     uint8_t cdb[16], buf[256];
     Lun l;
     Cmd c;
 
-    lun_open_null(&l, "1M", NULL, &conf);
+    lun_open_default(&l);
     memset(buf, 0xcc, sizeof(buf));
     run(&l, &c, cdb, cdb_mode_sense(cdb, false, 0, 0, 0x3f, 0, 4), NULL, 0,
         buf, sizeof(buf));
@@ -749,12 +742,11 @@ static void test_mode_sense_truncated(void)
 
 static void test_mode_select_wce(void)
 {
-    ScsiDiskConf conf = conf_default();
     uint8_t page[64], cdb[16], list[64];
     Lun l;
     Cmd c;
 
-    lun_open_null(&l, "1M", NULL, &conf);
+    lun_open_default(&l);
     set_wce(&l, false);
     get_mode_page(&l, 0, 0x08, page);
     g_assert_cmphex(page[2], ==, 0x00);
@@ -791,13 +783,12 @@ static void test_mode_select_wce(void)
 
 static void test_mode_select_errors(void)
 {
-    ScsiDiskConf conf = conf_default();
     uint8_t cdb[16], list[300], caching[64], control[64], page[64];
     size_t clen, tlen;
     Lun l;
     Cmd c;
 
-    lun_open_null(&l, "1M", NULL, &conf);
+    lun_open_default(&l);
     clen = get_mode_page(&l, 0, 0x08, caching);
     tlen = get_mode_page(&l, 0, 0x0a, control);
     g_assert_cmpuint(clen, ==, 20);
@@ -905,12 +896,11 @@ static void test_mode_select_errors(void)
 
 static void test_d_sense(void)
 {
-    ScsiDiskConf conf = conf_default();
     uint8_t cdb[16], buf[64], page[64];
     Lun l;
     Cmd c;
 
-    lun_open_null(&l, "1M", NULL, &conf);
+    lun_open_default(&l);
     set_d_sense(&l, true);
     get_mode_page(&l, 0, 0x0a, page);
     g_assert_cmphex(page[2] & 0x04, ==, 0x04);
@@ -944,12 +934,11 @@ static void test_request_sense(void)
 {
     static const uint8_t fixed[18] = { 0x70, 0, 0x00, 0, 0, 0, 0, 10 };
     static const uint8_t desc[8] = { 0x72, 0x00, 0x00, 0x00 };
-    ScsiDiskConf conf = conf_default();
     uint8_t cdb[16], buf[64];
     Lun l;
     Cmd c;
 
-    lun_open_null(&l, "1M", NULL, &conf);
+    lun_open_default(&l);
     run(&l, &c, cdb, cdb6(cdb, SCSI_OP_REQUEST_SENSE, 0, 0, 0, 252), NULL,
         0, buf, sizeof(buf));
     assert_good(&c);
@@ -971,12 +960,11 @@ static void test_request_sense(void)
 
 static void test_unit_attention_reset(void)
 {
-    ScsiDiskConf conf = conf_default();
     uint8_t cdb[16], buf[4096];
     Lun l;
     Cmd c;
 
-    lun_open_null(&l, "1M", NULL, &conf);
+    lun_open_default(&l);
     scsi_disk_reset(l.d);
     /* INQUIRY does not see it (nor clear it). */
     run(&l, &c, cdb, cdb_inquiry(cdb, false, 0, 36), NULL, 0, buf, 36);
@@ -1019,12 +1007,11 @@ static void test_unit_attention_reset(void)
 
 static void test_unit_attention_request_sense(void)
 {
-    ScsiDiskConf conf = conf_default();
     uint8_t cdb[16], buf[64];
     Lun l;
     Cmd c;
 
-    lun_open_null(&l, "1M", NULL, &conf);
+    lun_open_default(&l);
     scsi_disk_capacity_changed(l.d);
     run(&l, &c, cdb, cdb6(cdb, SCSI_OP_REQUEST_SENSE, 0, 0, 0, 18), NULL, 0,
         buf, sizeof(buf));

@@ -1,7 +1,8 @@
 /*
  * Unit tests for the small utilities: strict integer/bool parsing
  * (util/cutils.h), key=value option strings (util/keyval.h), Error
- * helpers (util/error.h) and event notifiers (util/event-notifier.h).
+ * helpers (util/error.h), event notifiers (util/event-notifier.h) and
+ * iovec copies (util/iov.h).
  *
  * Every test works on values it builds itself; nothing depends on timing.
  */
@@ -17,6 +18,7 @@
 #include "util/cutils.h"
 #include "util/error.h"
 #include "util/event-notifier.h"
+#include "util/iov.h"
 #include "util/keyval.h"
 
 /* ------------------------------------------------------------------------ */
@@ -503,6 +505,87 @@ static void test_event_notifier_cleanup_unset(void)
     event_notifier_cleanup(&e);     /* must be harmless */
 }
 
+/* ------------------------------------------------------------------------ */
+/* iovec copies                                                              */
+
+/*
+ * "abc" + "" (NULL base) + "defgh" + "ij": ten bytes over four entries, one
+ * of them empty, as a virtqueue element may have.
+ */
+typedef struct IovFixture {
+    char a[3], b[5], c[2];
+    struct iovec iov[4];
+} IovFixture;
+
+static void iov_fixture_init(IovFixture *f)
+{
+    memcpy(f->a, "abc", 3);
+    memcpy(f->b, "defgh", 5);
+    memcpy(f->c, "ij", 2);
+    f->iov[0] = (struct iovec) { f->a, 3 };
+    f->iov[1] = (struct iovec) { NULL, 0 };
+    f->iov[2] = (struct iovec) { f->b, 5 };
+    f->iov[3] = (struct iovec) { f->c, 2 };
+}
+
+static void test_iov_size(void)
+{
+    IovFixture f;
+
+    iov_fixture_init(&f);
+    g_assert_cmpuint(iov_size(f.iov, 4), ==, 10);
+    g_assert_cmpuint(iov_size(f.iov, 2), ==, 3);
+    g_assert_cmpuint(iov_size(f.iov, 0), ==, 0);
+}
+
+static void test_iov_to_buf(void)
+{
+    IovFixture f;
+    char buf[16];
+
+    iov_fixture_init(&f);
+    memset(buf, 0, sizeof(buf));
+    g_assert_cmpuint(iov_to_buf(f.iov, 4, 0, buf, sizeof(buf)), ==, 10);
+    g_assert_cmpstr(buf, ==, "abcdefghij");
+
+    /* From inside an entry, across the empty one. */
+    memset(buf, 0, sizeof(buf));
+    g_assert_cmpuint(iov_to_buf(f.iov, 4, 2, buf, 4), ==, 4);
+    g_assert_cmpstr(buf, ==, "cdef");
+
+    /* From an entry boundary, to the end. */
+    memset(buf, 0, sizeof(buf));
+    g_assert_cmpuint(iov_to_buf(f.iov, 4, 8, buf, 5), ==, 2);
+    g_assert_cmpstr(buf, ==, "ij");
+
+    /* At or past the end; nothing asked. */
+    g_assert_cmpuint(iov_to_buf(f.iov, 4, 10, buf, 1), ==, 0);
+    g_assert_cmpuint(iov_to_buf(f.iov, 4, 99, buf, 1), ==, 0);
+    g_assert_cmpuint(iov_to_buf(f.iov, 4, 0, buf, 0), ==, 0);
+}
+
+static void test_iov_from_buf(void)
+{
+    IovFixture f;
+
+    iov_fixture_init(&f);
+    g_assert_cmpuint(iov_from_buf(f.iov, 4, 0, "ABCDEFGHIJKL", 12), ==, 10);
+    g_assert_cmpmem(f.a, 3, "ABC", 3);
+    g_assert_cmpmem(f.b, 5, "DEFGH", 5);
+    g_assert_cmpmem(f.c, 2, "IJ", 2);
+
+    /* Only the bytes asked for change. */
+    iov_fixture_init(&f);
+    g_assert_cmpuint(iov_from_buf(f.iov, 4, 2, "XYZ", 3), ==, 3);
+    g_assert_cmpmem(f.a, 3, "abX", 3);
+    g_assert_cmpmem(f.b, 5, "YZfgh", 5);
+    g_assert_cmpmem(f.c, 2, "ij", 2);
+
+    g_assert_cmpuint(iov_from_buf(f.iov, 4, 9, "QR", 2), ==, 1);
+    g_assert_cmpmem(f.c, 2, "iQ", 2);
+    g_assert_cmpuint(iov_from_buf(f.iov, 4, 10, "Q", 1), ==, 0);
+}
+
 int main(int argc, char **argv)
 {
     g_test_init(&argc, &argv, NULL);
@@ -531,6 +614,9 @@ int main(int argc, char **argv)
     g_test_add_func("/util/event-notifier/init-fd", test_event_notifier_fd);
     g_test_add_func("/util/event-notifier/cleanup-unset",
                     test_event_notifier_cleanup_unset);
+    g_test_add_func("/util/iov/size", test_iov_size);
+    g_test_add_func("/util/iov/to-buf", test_iov_to_buf);
+    g_test_add_func("/util/iov/from-buf", test_iov_from_buf);
 
     return g_test_run();
 }

@@ -34,6 +34,7 @@
 #include "hw/virtio/vhost-user-protocol.h"
 #include "hw/virtio/vhost-user-server.h"
 #include "util/clock.h"
+#include "util/iov.h"
 #include "test-helpers.h"
 
 #define NUM_QUEUES 2
@@ -150,34 +151,6 @@ static void dummy_queue_drain(void *dev, VirtQueue *vq)
     atomic_fetch_add(&d->drained, 1);
 }
 
-static size_t iov_gather(const struct iovec *iov, unsigned n, uint8_t *buf,
-                         size_t cap)
-{
-    size_t done = 0;
-
-    for (unsigned i = 0; i < n && done < cap; i++) {
-        size_t len = MIN(iov[i].iov_len, cap - done);
-
-        memcpy(buf + done, iov[i].iov_base, len);
-        done += len;
-    }
-    return done;
-}
-
-static size_t iov_scatter(const struct iovec *iov, unsigned n,
-                          const uint8_t *buf, size_t len)
-{
-    size_t done = 0;
-
-    for (unsigned i = 0; i < n && done < len; i++) {
-        size_t part = MIN(iov[i].iov_len, len - done);
-
-        memcpy(iov[i].iov_base, buf + done, part);
-        done += part;
-    }
-    return done;
-}
-
 static void dummy_handle_queue(VirtQueue *vq, void *opaque)
 {
     Dummy *d = opaque;
@@ -196,8 +169,8 @@ static void dummy_handle_queue(VirtQueue *vq, void *opaque)
             g_free(elem);
             return;
         }
-        len = iov_gather(elem->out_sg, elem->out_num, buf, sizeof(buf));
-        len = iov_scatter(elem->in_sg, elem->in_num, buf, len);
+        len = iov_to_buf(elem->out_sg, elem->out_num, 0, buf, sizeof(buf));
+        len = iov_from_buf(elem->in_sg, elem->in_num, 0, buf, len);
         virtqueue_push(vq, elem, len);
         atomic_fetch_add(&d->handled, 1);
         g_free(elem);

@@ -426,6 +426,30 @@ static void tdev_new(TDev *t, const TConf *c)
     tdev_start(t);
 }
 
+/* The usual device: one request queue, LUN 0 on a fast null node. */
+static void tdev_new_lun0(TDev *t)
+{
+    static const TLun luns[] = { { 0, FAST_NODE } };
+    TConf c = { .num_queues = 1, .luns = luns, .nluns = 1 };
+
+    tdev_new(t, &c);
+}
+
+/*
+ * num_queues request queues (in an IOThread or not) and nluns LUNs, 0 and
+ * 1, whose reads take a while so that commands stay in flight.
+ */
+static void tdev_new_slow(TDev *t, unsigned num_queues, unsigned nluns,
+                          bool iothread)
+{
+    static const TLun luns[] = { { 0, SLOW_NODE }, { 1, SLOW_NODE } };
+    TConf c = { .num_queues = num_queues, .iothread = iothread,
+                .luns = luns, .nluns = nluns };
+
+    g_assert(nluns <= G_N_ELEMENTS(luns));
+    tdev_new(t, &c);
+}
+
 static void tdev_cleanup(TDev *t)
 {
     for (unsigned i = 0; i < t->nvqs; i++) {
@@ -768,13 +792,11 @@ static void test_config(void)
 
 static void test_inquiry(void)
 {
-    static const TLun luns[] = { { 0, FAST_NODE } };
-    TConf c = { .num_queues = 1, .luns = luns, .nluns = 1 };
     uint8_t lun[8], evpd[6] = { SCSI_OP_INQUIRY, 1, 0x80, 0, 96, 0 };
     TCmd cmd;
     TDev t;
 
-    tdev_new(&t, &c);
+    tdev_new_lun0(&t);
     lun_addr(lun, 0, 0);
     cmd_run(&t, &cmd, lun, cdb_inquiry, 6, NULL, 0, 96);
     assert_good(&cmd);
@@ -925,14 +947,12 @@ static void test_no_lun0(void)
 
 static void test_missing_lun(void)
 {
-    static const TLun luns[] = { { 0, FAST_NODE } };
-    TConf c = { .num_queues = 1, .luns = luns, .nluns = 1 };
     uint8_t lun[8], cdb[10];
     uint8_t req_sense[6] = { SCSI_OP_REQUEST_SENSE, 0, 0, 0, 252, 0 };
     TCmd cmd;
     TDev t;
 
-    tdev_new(&t, &c);
+    tdev_new_lun0(&t);
     lun_addr(lun, 0, 9);
     cmd_run(&t, &cmd, lun, cdb_tur, 6, NULL, 0, 0);
     assert_sense(&cmd, SCSI_SENSE_ILLEGAL_REQUEST,
@@ -959,13 +979,11 @@ static void test_missing_lun(void)
 
 static void test_bad_target(void)
 {
-    static const TLun luns[] = { { 0, FAST_NODE } };
-    TConf c = { .num_queues = 1, .luns = luns, .nluns = 1 };
     uint8_t lun[8];
     TCmd cmd;
     TDev t;
 
-    tdev_new(&t, &c);
+    tdev_new_lun0(&t);
     lun_addr(lun, 1, 0);
     cmd_run(&t, &cmd, lun, cdb_inquiry, 6, NULL, 0, 96);
     g_assert_cmpuint(cmd.response, ==, VIRTIO_SCSI_S_BAD_TARGET);
@@ -1057,13 +1075,11 @@ static void test_read_write(void)
 
 static void test_overrun(void)
 {
-    static const TLun luns[] = { { 0, FAST_NODE } };
-    TConf c = { .num_queues = 1, .luns = luns, .nluns = 1 };
     uint8_t lun[8], cdb[10], data[512] = { 0 };
     TCmd cmd;
     TDev t;
 
-    tdev_new(&t, &c);
+    tdev_new_lun0(&t);
     lun_addr(lun, 0, 0);
     cdb_rw10(cdb, SCSI_OP_READ_10, 0, 8);
     cmd_run(&t, &cmd, lun, cdb, 10, NULL, 0, 512);
@@ -1083,8 +1099,6 @@ static void test_overrun(void)
 
 static void test_malformed(void)
 {
-    static const TLun luns[] = { { 0, FAST_NODE } };
-    TConf c = { .num_queues = 1, .luns = luns, .nluns = 1 };
     uint8_t lun[8], cdb[10], data[512] = { 0 };
     uint64_t head, resp, cdb_a, cdb_b;
     uint8_t raw[REQ_HDR + 32];
@@ -1092,7 +1106,7 @@ static void test_malformed(void)
     TCmd cmd;
     TDev t;
 
-    tdev_new(&t, &c);
+    tdev_new_lun0(&t);
     lun_addr(lun, 0, 0);
 
     /* No device-writable part at all: handed back untouched. */
@@ -1170,13 +1184,11 @@ static void test_malformed(void)
 /* The driver sets sense_size and cdb_size: the layout follows. */
 static void test_config_sizes(void)
 {
-    static const TLun luns[] = { { 0, FAST_NODE } };
-    TConf c = { .num_queues = 1, .luns = luns, .nluns = 1 };
     uint8_t lun[8], cdb16[16] = { SCSI_OP_INQUIRY, 0, 0, 0, 96, 0 };
     TCmd cmd;
     TDev t;
 
-    tdev_new(&t, &c);
+    tdev_new_lun0(&t);
     g_assert_cmpint(set_config_u32(&t, 20, 40), ==, 0);
     g_assert_cmpint(set_config_u32(&t, 24, 16), ==, 0);
     t.sense_size = 40;
@@ -1213,15 +1225,12 @@ static void test_config_sizes(void)
 /* ABORT TASK on a command in flight: it ends ABORTED, then the TMF. */
 static void run_abort_task(bool iothread, bool kick_cmd)
 {
-    static const TLun luns[] = { { 0, SLOW_NODE }, { 1, SLOW_NODE } };
-    TConf c = { .num_queues = 2, .iothread = iothread, .luns = luns,
-                .nluns = 2 };
     uint8_t lun0[8], lun1[8], cdb[10];
     TCmd victim, other, bystander;
     TTmf m;
     TDev t;
 
-    tdev_new(&t, &c);
+    tdev_new_slow(&t, 2, 2, iothread);
     lun_addr(lun0, 0, 0);
     lun_addr(lun1, 0, 1);
     cdb_rw10(cdb, SCSI_OP_READ_10, 0, 1);
@@ -1277,16 +1286,13 @@ static void test_tmf_abort_task_in_ring_iothread(void)
 
 static void run_lun_reset(bool iothread, uint32_t subtype)
 {
-    static const TLun luns[] = { { 0, SLOW_NODE }, { 1, SLOW_NODE } };
-    TConf c = { .num_queues = 2, .iothread = iothread, .luns = luns,
-                .nluns = 2 };
     bool nexus = subtype == VIRTIO_SCSI_T_TMF_I_T_NEXUS_RESET;
     uint8_t lun0[8], lun1[8], cdb[10];
     TCmd a, b, other, cmd;
     TTmf m;
     TDev t;
 
-    tdev_new(&t, &c);
+    tdev_new_slow(&t, 2, 2, iothread);
     lun_addr(lun0, 0, 0);
     lun_addr(lun1, 0, 1);
     cdb_rw10(cdb, SCSI_OP_READ_10, 0, 1);
@@ -1343,14 +1349,11 @@ static void test_tmf_nexus_reset(void)
 
 static void run_query_and_sets(bool iothread)
 {
-    static const TLun luns[] = { { 0, SLOW_NODE }, { 1, SLOW_NODE } };
-    TConf c = { .num_queues = 2, .iothread = iothread, .luns = luns,
-                .nluns = 2 };
     uint8_t lun0[8], lun1[8], lun5[8], bad[8], cdb[10];
     TCmd a, b;
     TDev t;
 
-    tdev_new(&t, &c);
+    tdev_new_slow(&t, 2, 2, iothread);
     lun_addr(lun0, 0, 0);
     lun_addr(lun1, 0, 1);
     lun_addr(lun5, 0, 5);
@@ -1408,15 +1411,12 @@ static void test_tmf_query_iothread(void)
  * command in another thread. */
 static void test_tmf_drain(void)
 {
-    static const TLun luns[] = { { 0, SLOW_NODE } };
-    TConf c = { .num_queues = 1, .iothread = true, .luns = luns,
-                .nluns = 1 };
     uint8_t lun0[8], cdb[10];
     TCmd a;
     TTmf m;
     TDev t;
 
-    tdev_new(&t, &c);
+    tdev_new_slow(&t, 1, 1, true);
     lun_addr(lun0, 0, 0);
     cdb_rw10(cdb, SCSI_OP_READ_10, 0, 1);
     cmd_send(&t, &a, lun0, 5, cdb, 10, NULL, 0, 512);
@@ -1455,8 +1455,6 @@ static uint32_t ctrl_raw(TDev *t, const void *req, size_t req_len,
 
 static void test_ctrl_an(void)
 {
-    static const TLun luns[] = { { 0, FAST_NODE } };
-    TConf c = { .num_queues = 1, .luns = luns, .nluns = 1 };
     VirtioScsiCtrlAnReq an;
     VirtioScsiCtrlAnResp resp;
     VirtioScsiCtrlTmfReq tmf;
@@ -1464,7 +1462,7 @@ static void test_ctrl_an(void)
     uint64_t gpa;
     TDev t;
 
-    tdev_new(&t, &c);
+    tdev_new_lun0(&t);
     memset(&an, 0, sizeof(an));
     lun_addr(an.lun, 0, 0);
     an.event_requested = htole32(2 | 4 | 16);
@@ -1548,14 +1546,12 @@ static void test_event_param_change(void)
 
 static void test_event_missed(void)
 {
-    static const TLun luns[] = { { 0, FAST_NODE } };
-    TConf c = { .num_queues = 1, .luns = luns, .nluns = 1 };
     uint64_t gpa[2];
     uint16_t head[2];
     VirtioScsiEvent ev;
     TDev t;
 
-    tdev_new(&t, &c);
+    tdev_new_lun0(&t);
     /* No buffer: missed; the next buffer says so at once. */
     virtio_scsi_capacity_changed(t.vs, 0);
     head[0] = event_buf_post(&t, 16, &gpa[0]);
@@ -1604,14 +1600,11 @@ static void test_event_not_negotiated(void)
 /* Stopping a request queue finishes its commands first. */
 static void test_drain(void)
 {
-    static const TLun luns[] = { { 0, SLOW_NODE } };
-    TConf c = { .num_queues = 1, .iothread = true, .luns = luns,
-                .nluns = 1 };
     uint8_t lun[8], cdb[10];
     TCmd a;
     TDev t;
 
-    tdev_new(&t, &c);
+    tdev_new_slow(&t, 1, 1, true);
     lun_addr(lun, 0, 0);
     cdb_rw10(cdb, SCSI_OP_READ_10, 0, 1);
     cmd_send(&t, &a, lun, 5, cdb, 10, NULL, 0, 512);

@@ -35,6 +35,7 @@
 #include "hw/virtio/virtqueue.h"
 #include "util/aio.h"
 #include "util/event-notifier.h"
+#include "util/iov.h"
 #include "test-helpers.h"
 
 #define KiB 1024ULL
@@ -427,33 +428,15 @@ static const uint64_t F_INDIRECT_DESC = 1ULL << VIRTIO_RING_F_INDIRECT_DESC;
 /* ------------------------------------------------------------------------ */
 /* The device: an echo handler                                              */
 
-static size_t iov_size(const struct iovec *iov, unsigned n)
-{
-    size_t s = 0;
-
-    for (unsigned i = 0; i < n; i++) {
-        s += iov[i].iov_len;
-    }
-    return s;
-}
-
 /* Copy the out bytes into the in buffers; returns the bytes copied. */
 static size_t echo_element(VirtQueueElement *e)
 {
     size_t out = iov_size(e->out_sg, e->out_num);
     uint8_t *buf = g_malloc(out + 1);
-    size_t pos = 0, done = 0;
+    size_t done;
 
-    for (unsigned i = 0; i < e->out_num; i++) {
-        memcpy(buf + pos, e->out_sg[i].iov_base, e->out_sg[i].iov_len);
-        pos += e->out_sg[i].iov_len;
-    }
-    for (unsigned i = 0; i < e->in_num && done < out; i++) {
-        size_t n = MIN(e->in_sg[i].iov_len, out - done);
-
-        memcpy(e->in_sg[i].iov_base, buf + done, n);
-        done += n;
-    }
+    iov_to_buf(e->out_sg, e->out_num, 0, buf, out);
+    done = iov_from_buf(e->in_sg, e->in_num, 0, buf, out);
     g_free(buf);
     return done;
 }

@@ -39,18 +39,10 @@ VufBlkReq *vufblk_req_new(VuFrontend *fe, size_t data_cap, Error **errp)
     uint64_t small_gpa;
     uint8_t *small;
 
-    small = vuf_mem_alloc(fe, SMALL_BLOCK_BYTES, SMALL_BLOCK_BYTES,
-                          &small_gpa);
-    if (small && data_cap) {
-        req->data = vuf_mem_alloc(fe, data_cap, 4096, &req->data_gpa);
-    }
-    if (!small || (data_cap && !req->data)) {
-        error_setg(errp, "guest memory exhausted: cannot allocate a request "
-                   "with %zu data bytes (%" G_GUINT64_FORMAT " bytes left "
-                   "of %" G_GUINT64_FORMAT "); raise the memory size",
-                   data_cap, vuf_mem_available(fe), vuf_mem_size(fe));
-        vuf_mem_free(fe, small);
-        vuf_mem_free(fe, req->data);
+    small = vuf_req_mem_alloc(fe, SMALL_BLOCK_BYTES, SMALL_BLOCK_BYTES,
+                              &small_gpa, data_cap, &req->data,
+                              &req->data_gpa, "a request", errp);
+    if (!small) {
         g_free(req);
         return NULL;
     }
@@ -149,45 +141,20 @@ static uint32_t seg_len_limit(VuFrontend *fe)
 static int add_data_segs(VufQueue *q, const VufBlkReq *req, VufSeg *segs,
                          unsigned *n)
 {
-    uint32_t limit = seg_len_limit(vufq_frontend(q));
-    unsigned pieces = MAX(req->data_segs, 1);
-    size_t piece = req->data_len / pieces, done = 0;
-    unsigned first = *n, p;
+    VuFrontend *fe = vufq_frontend(q);
+    const VirtioBlkConfig *cfg = vuf_blk_config(fe);
+    unsigned first = *n;
+    int r;
 
-    if (piece >= VIRTIO_BLK_SECTOR_SIZE) {
-        piece -= piece % VIRTIO_BLK_SECTOR_SIZE;
+    r = vufq_add_data_segs(segs, n, BLK_SEGS_MAX, req->data_gpa,
+                           req->data_len, req->data_segs, seg_len_limit(fe),
+                           req->data_in);
+    if (r < 0) {
+        return r;
     }
-    if (piece == 0) {
-        piece = req->data_len;
-    }
-    for (p = 0; done < req->data_len; p++) {
-        size_t this_piece = p + 1 >= pieces ? req->data_len - done
-                                            : MIN(piece, req->data_len - done);
-        size_t off = 0;
-
-        while (off < this_piece) {
-            uint32_t len = MIN(this_piece - off, limit);
-
-            if (*n >= BLK_SEGS_MAX - 1) {
-                return -E2BIG;
-            }
-            segs[(*n)++] = (VufSeg) {
-                .gpa = req->data_gpa + done + off,
-                .len = len,
-                .device_writes = req->data_in,
-            };
-            off += len;
-        }
-        done += this_piece;
-    }
-    {
-        VuFrontend *fe = vufq_frontend(q);
-        const VirtioBlkConfig *cfg = vuf_blk_config(fe);
-
-        if (cfg && vuf_has_feature(fe, VIRTIO_BLK_F_SEG_MAX) && cfg->seg_max &&
-            *n - first > cfg->seg_max) {
-            return -E2BIG;
-        }
+    if (cfg && vuf_has_feature(fe, VIRTIO_BLK_F_SEG_MAX) && cfg->seg_max &&
+        *n - first > cfg->seg_max) {
+        return -E2BIG;
     }
     return 0;
 }
@@ -226,29 +193,13 @@ int vufblk_complete(VufQueue *q, VufBlkReq **req)
 int vufblk_do(VufQueue *q, VufBlkReq *req, unsigned flags,
               int64_t timeout_ns)
 {
-    VufBlkReq *done = NULL;
-    int r;
+    int r = vufblk_submit(q, req, flags);
 
-    r = vufblk_submit(q, req, flags);
     if (r < 0) {
         return r;
     }
-    r = vufq_kick(q);
-    if (r < 0) {
-        return r;
-    }
-    r = vufq_wait(q, timeout_ns);
-    if (r < 0) {
-        return r;
-    }
-    r = vufblk_complete(q, &done);
-    if (r < 0) {
-        return r;
-    }
-    if (r == 0 || done != req) {
-        return -EIO;    /* someone else's request: misuse or a bad device */
-    }
-    return *req->status;
+    r = vufq_do_one(q, req, timeout_ns, NULL);
+    return r < 0 ? r : *req->status;
 }
 
 const char *vufblk_status_name(int status)

@@ -218,14 +218,52 @@ static const char *opt_value(GHashTable *vals, const char *name)
     return g_hash_table_lookup(vals, name);
 }
 
-static bool convert_io_args(Command *cmd, char **pos, GHashTable *vals,
-                            Error **errp)
+/* The OFFSET and LEN arguments (pos[0], pos[1]) into cmd, as sizes. */
+static bool convert_offset_len(Command *cmd, char **pos, Error **errp)
 {
     g_autofree char *w_off = g_strdup_printf("%s OFFSET", cmd->name);
     g_autofree char *w_len = g_strdup_printf("%s LEN", cmd->name);
 
-    if (!parse_size(w_off, pos[0], &cmd->offset, errp) ||
-        !parse_size(w_len, pos[1], &cmd->len, errp)) {
+    return parse_size(w_off, pos[0], &cmd->offset, errp) &&
+           parse_size(w_len, pos[1], &cmd->len, errp);
+}
+
+/*
+ * The KIND argument (pos[0]) into cmd->what: one of the names valid()
+ * accepts, else the error lists kinds().
+ */
+static bool convert_kind(Command *cmd, char **pos,
+                         bool (*valid)(const char *name),
+                         char *(*kinds)(void), Error **errp)
+{
+    cmd->what = g_strdup(pos[0]);
+    if (!valid(cmd->what)) {
+        g_autofree char *names = kinds();
+
+        error_setg(errp, "%s: unknown kind '%s'; expected one of: %s",
+                   cmd->name, cmd->what, names);
+        return false;
+    }
+    return true;
+}
+
+/* A read's --expect-zeroes, which excludes --verify. */
+static bool convert_expect_zeroes(Command *cmd, GHashTable *vals,
+                                  Error **errp)
+{
+    cmd->expect_zeroes = g_hash_table_contains(vals, "expect-zeroes");
+    if (cmd->expect_zeroes && opt_value(vals, "verify")) {
+        error_setg(errp, "%s: --verify and --expect-zeroes exclude each "
+                   "other", cmd->name);
+        return false;
+    }
+    return true;
+}
+
+static bool convert_io_args(Command *cmd, char **pos, GHashTable *vals,
+                            Error **errp)
+{
+    if (!convert_offset_len(cmd, pos, errp)) {
         return false;
     }
     if (cmd->offset % SECTOR || cmd->len % SECTOR || cmd->len == 0) {
@@ -341,11 +379,7 @@ static bool convert_scsi_common(Command *cmd, GHashTable *vals, Error **errp)
 static bool convert_scsi_io(Command *cmd, char **pos, GHashTable *vals,
                             Error **errp)
 {
-    g_autofree char *w_off = g_strdup_printf("%s OFFSET", cmd->name);
-    g_autofree char *w_len = g_strdup_printf("%s LEN", cmd->name);
-
-    if (!parse_size(w_off, pos[0], &cmd->offset, errp) ||
-        !parse_size(w_len, pos[1], &cmd->len, errp)) {
+    if (!convert_offset_len(cmd, pos, errp)) {
         return false;
     }
     if (cmd->offset % SECTOR || cmd->len % SECTOR || cmd->len == 0) {
@@ -377,13 +411,8 @@ static bool convert_scsi_command(Command *cmd, char **pos, GHashTable *vals,
         }
         return true;
     case CMD_SCSI_READ:
-        cmd->expect_zeroes = g_hash_table_contains(vals, "expect-zeroes");
-        if (cmd->expect_zeroes && opt_value(vals, "verify")) {
-            error_setg(errp, "scsi-read: --verify and --expect-zeroes "
-                       "exclude each other");
-            return false;
-        }
-        return convert_scsi_io(cmd, pos, vals, errp) &&
+        return convert_expect_zeroes(cmd, vals, errp) &&
+               convert_scsi_io(cmd, pos, vals, errp) &&
                convert_seed(cmd, "verify", opt_value(vals, "verify"), errp);
     case CMD_SCSI_WRITE:
         cmd->seed = 1;
@@ -432,15 +461,8 @@ static bool convert_scsi_command(Command *cmd, char **pos, GHashTable *vals,
     case CMD_SCSI_VERIFY_RUN:
         return convert_verify_run(cmd, vals, errp);
     case CMD_SCSI_BAD_REQUEST:
-        cmd->what = g_strdup(pos[0]);
-        if (!scsi_bad_request_kind_valid(cmd->what)) {
-            g_autofree char *kinds = scsi_bad_request_kinds();
-
-            error_setg(errp, "scsi-bad-request: unknown kind '%s'; expected "
-                       "one of: %s", cmd->what, kinds);
-            return false;
-        }
-        return true;
+        return convert_kind(cmd, pos, scsi_bad_request_kind_valid,
+                            scsi_bad_request_kinds, errp);
     default:
         return true;
     }
@@ -469,14 +491,9 @@ static bool convert_command(Command *cmd, char **pos, GHashTable *vals,
         return convert_io_args(cmd, pos, vals, errp) &&
                convert_seed(cmd, "pattern", opt_value(vals, "pattern"), errp);
     case CMD_READ:
-        cmd->expect_zeroes = g_hash_table_contains(vals, "expect-zeroes");
         cmd->output = g_strdup(opt_value(vals, "output"));
-        if (cmd->expect_zeroes && opt_value(vals, "verify")) {
-            error_setg(errp, "read: --verify and --expect-zeroes exclude "
-                       "each other");
-            return false;
-        }
-        return convert_io_args(cmd, pos, vals, errp) &&
+        return convert_expect_zeroes(cmd, vals, errp) &&
+               convert_io_args(cmd, pos, vals, errp) &&
                convert_seed(cmd, "verify", opt_value(vals, "verify"), errp);
     case CMD_DISCARD:
     case CMD_WRITE_ZEROES:
@@ -493,22 +510,11 @@ static bool convert_command(Command *cmd, char **pos, GHashTable *vals,
     case CMD_VERIFY_RUN:
         return convert_verify_run(cmd, vals, errp);
     case CMD_MALFORMED:
-        cmd->what = g_strdup(pos[0]);
-        if (!malformed_kind_valid(cmd->what)) {
-            g_autofree char *kinds = malformed_kinds();
-
-            error_setg(errp, "malformed: unknown kind '%s'; expected one "
-                       "of: %s", cmd->what, kinds);
-            return false;
-        }
-        return true;
+        return convert_kind(cmd, pos, malformed_kind_valid, malformed_kinds,
+                            errp);
     case CMD_BAD_REQUEST:
-        cmd->what = g_strdup(pos[0]);
-        if (!bad_request_kind_valid(cmd->what)) {
-            g_autofree char *kinds = bad_request_kinds();
-
-            error_setg(errp, "bad-request: unknown kind '%s'; expected one "
-                       "of: %s", cmd->what, kinds);
+        if (!convert_kind(cmd, pos, bad_request_kind_valid, bad_request_kinds,
+                          errp)) {
             return false;
         }
         if (opt_value(vals, "offset") &&

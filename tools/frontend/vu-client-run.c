@@ -3,17 +3,11 @@
  *
  * Theory of operation
  * -------------------
- * verify-run splits [offset, offset+size) into one slice per queue and
- * starts one thread per queue (the model spindle-bench follows).  Each
- * thread keeps up to --iodepth requests in flight on its own queue: first
- * --count writes of --bs bytes to the blocks of its slice in a shuffled
- * order (a block written twice gets a new generation, and the data of a
- * block is the client's pattern with a seed mixed from --seed and the
- * generation, so stale data shows), then one read of every block written,
- * checked against its last generation.  Requests in flight always target
- * different blocks (a window of at most one pass over the shuffled order),
- * so completion order cannot change the expected contents.  The first
- * mismatch stops that thread and is reported with its disk offset.
+ * verify-run is the engine of vu-client-verify.c over virtio-blk: one
+ * thread per queue, each writing the blocks of its slice of [offset,
+ * offset+size) in a shuffled order, then reading back and checking every
+ * block written; the first mismatch is reported with its disk offset.
+ * This file supplies the virtio-blk requests and the result.
  *
  * malformed sends one bad message, or puts one bad chain in a ring, and
  * reports what the back-end did: replied (with an error or an ack), closed
@@ -24,13 +18,12 @@
 
 #include <errno.h>
 #include <inttypes.h>
-#include <pthread.h>
 #include <string.h>
-#include <time.h>
 
 #include <glib.h>
 
 #include "vu-client.h"
+#include "vu-client-verify.h"
 
 #define SECTOR                  VIRTIO_BLK_SECTOR_SIZE
 #define MALFORMED_WAIT_MS       1000
@@ -39,297 +32,108 @@
 /* ------------------------------------------------------------------------ */
 /* verify-run                                                                */
 
-typedef struct RunSlot {
-    VufBlkReq *req;
-    uint64_t block;
-    uint32_t gen;
-} RunSlot;
-
-typedef struct RunQueue {
-    Client *c;
-    const Command *cmd;
-    VufQueue *q;
-    unsigned qi;
-    uint64_t base;              /* first byte of this queue's slice */
-    uint64_t nblocks;
-    uint64_t *order;            /* shuffled block numbers */
-    uint32_t *gen;              /* generation last written, per block */
-    RunSlot *slots;
-    unsigned *free_slots;
-    unsigned nfree;
-    unsigned depth;
-    pthread_t thread;
-    /* Results. */
-    uint64_t writes;
-    uint64_t reads;
-    char *error;                /* NULL on success */
-    bool mismatch;
-    uint64_t bad_off, want, got, bad_block;
-    uint32_t bad_gen;
-    VufQueueStats stats;
-} RunQueue;
-
-static uint64_t gen_seed(uint64_t seed, uint32_t gen)
+static unsigned blk_verify_vq_index(unsigned qi)
 {
-    return seed ^ (gen * 0xD6E8FEB86659FD93ull);
+    return qi;
 }
 
-static double now_s(void)
+static bool blk_verify_slot_init(VerifyQueue *vq, VerifySlot *s,
+                                 Error **errp)
 {
-    struct timespec ts;
+    const VerifyRun *run = vq->run;
+    VufBlkReq *req = vufblk_req_new(run->c->fe, run->cmd->bs, errp);
 
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec / 1e9;
+    if (!req) {
+        error_prepend(errp, "verify-run (%u queues x %u requests of %"
+                      PRIu64 " bytes): ", run->nq, vq->depth, run->cmd->bs);
+        return false;
+    }
+    req->opaque = s;
+    req->data_segs = run->c->opts->segments;
+    s->req = req;
+    s->data = req->data;
+    return true;
 }
 
-static bool run_fail(RunQueue *rq, const char *what, int err)
+static void blk_verify_slot_fini(VerifyQueue *vq, VerifySlot *s)
 {
-    rq->error = g_strdup_printf("queue %u: %s: %s", rq->qi, what,
-                                client_strerror(err));
-    return false;
+    vufblk_req_free(vq->run->c->fe, s->req);
 }
 
-/* Prepare request i of the phase in slot s. */
-static void run_prepare(RunQueue *rq, RunSlot *s, uint64_t i, bool writing,
-                        const uint64_t *blocks)
+static void blk_verify_prepare(VerifyQueue *vq, VerifySlot *s, bool writing)
 {
-    uint64_t bs = rq->cmd->bs;
+    uint64_t bs = vq->run->cmd->bs;
+    uint64_t sector = (vq->base + s->block * bs) / vq->run->lbs;
 
     if (writing) {
-        s->block = rq->order[i % rq->nblocks];
-        s->gen = ++rq->gen[s->block];
-        pattern_fill(s->req->data, rq->base + s->block * bs, bs,
-                     gen_seed(rq->cmd->seed, s->gen));
-        vufblk_prep_write(s->req, (rq->base + s->block * bs) / SECTOR, bs);
+        vufblk_prep_write(s->req, sector, bs);
     } else {
-        s->block = blocks[i];
-        s->gen = rq->gen[s->block];
-        memset(s->req->data, 0, bs);
-        vufblk_prep_read(s->req, (rq->base + s->block * bs) / SECTOR, bs);
+        vufblk_prep_read(s->req, sector, bs);
     }
 }
 
-/* Check a completed request; false (rq->error set) on any problem. */
-static bool run_check(RunQueue *rq, RunSlot *s, bool writing)
+static int blk_verify_submit(VerifyQueue *vq, VerifySlot *s)
 {
-    uint64_t bs = rq->cmd->bs, off = rq->base + s->block * bs;
-    int status = *s->req->status;
+    return vufblk_submit(vq->q, s->req, vq->run->c->add_flags);
+}
+
+static int blk_verify_complete(VerifyQueue *vq, VerifySlot **s)
+{
+    VufBlkReq *req;
+    int r = vufblk_complete(vq->q, &req);
+
+    if (r == 1) {
+        *s = req->opaque;
+    }
+    return r;
+}
+
+static VerifyAnswer blk_verify_answer(VerifyQueue *vq, VerifySlot *s,
+                                      bool writing)
+{
+    const VufBlkReq *req = s->req;
+    int status = *req->status;
 
     if (status != VIRTIO_BLK_S_OK) {
-        rq->error = g_strdup_printf("queue %u: %s of block %" PRIu64
+        vq->error = g_strdup_printf("queue %u: %s of block %" PRIu64
                                     " (offset %" PRIu64 "): the device "
-                                    "answered %s", rq->qi,
+                                    "answered %s", vq->qi,
                                     writing ? "write" : "read", s->block,
-                                    off, vufblk_status_name(status));
-        return false;
+                                    vq->base + s->block * vq->run->cmd->bs,
+                                    vufblk_status_name(status));
+        return VERIFY_ANSWER_FAILED;
     }
-    if (writing) {
-        rq->writes++;
-        return true;
-    }
-    rq->reads++;
-    if (!pattern_check(s->req->data, off, bs,
-                       gen_seed(rq->cmd->seed, s->gen), &rq->bad_off,
-                       &rq->want, &rq->got)) {
-        rq->mismatch = true;
-        rq->bad_block = s->block;
-        rq->bad_gen = s->gen;
-        rq->error = g_strdup_printf("queue %u: data mismatch at disk offset "
-                                    "%" PRIu64 " (block %" PRIu64 ", write "
-                                    "generation %u): expected word 0x%016"
-                                    PRIx64 ", found 0x%016" PRIx64, rq->qi,
-                                    rq->bad_off, s->block, s->gen, rq->want,
-                                    rq->got);
-        return false;
-    }
-    return true;
+    return VERIFY_ANSWER_DONE;
 }
 
-/* Run total requests of one phase, at most depth in flight. */
-static bool run_phase(RunQueue *rq, uint64_t total, bool writing,
-                      const uint64_t *blocks)
+static void blk_verify_result(const VerifyRun *run, Result *r,
+                              double elapsed)
 {
-    unsigned flags = rq->c->add_flags;
-    uint64_t next = 0, done = 0;
-    int r;
-
-    while (done < total) {
-        while (next < total && rq->nfree) {
-            RunSlot *s = &rq->slots[rq->free_slots[rq->nfree - 1]];
-
-            run_prepare(rq, s, next, writing, blocks);
-            r = vufblk_submit(rq->q, s->req, flags);
-            if (r == -ENOSPC && vufq_in_flight(rq->q)) {
-                if (writing) {
-                    rq->gen[s->block]--;    /* not written after all */
-                }
-                break;                      /* ring full: harvest first */
-            }
-            if (r < 0) {
-                return run_fail(rq, "submit", -r);
-            }
-            rq->nfree--;
-            next++;
-        }
-        r = vufq_kick(rq->q);
-        if (r < 0) {
-            return run_fail(rq, "kick", -r);
-        }
-        r = vufq_wait(rq->q, rq->c->timeout_ns);
-        if (r < 0) {
-            return run_fail(rq, "waiting for completions", -r);
-        }
-        for (;;) {
-            VufBlkReq *req;
-            RunSlot *s;
-
-            r = vufblk_complete(rq->q, &req);
-            if (r < 0) {
-                return run_fail(rq, "harvesting completions", -r);
-            }
-            if (r == 0) {
-                break;
-            }
-            s = req->opaque;
-            if (!run_check(rq, s, writing)) {
-                return false;
-            }
-            rq->free_slots[rq->nfree++] = s - rq->slots;
-            done++;
-        }
-    }
-    return true;
-}
-
-static void *run_queue_thread(void *opaque)
-{
-    RunQueue *rq = opaque;
-    g_autofree uint64_t *written = g_new(uint64_t, rq->nblocks);
-    uint64_t i, n = 0;
-
-    vufq_reset_stats(rq->q);
-    if (run_phase(rq, rq->cmd->count, true, NULL)) {
-        for (i = 0; i < rq->nblocks; i++) {
-            if (rq->gen[rq->order[i]]) {
-                written[n++] = rq->order[i];
-            }
-        }
-        run_phase(rq, n, false, written);
-    }
-    vufq_collect_interrupts(rq->q);
-    vufq_get_stats(rq->q, &rq->stats);
-    return NULL;
-}
-
-static bool run_queue_init(RunQueue *rq, Client *c, const Command *cmd,
-                           unsigned qi, unsigned nq, uint64_t slice,
-                           Error **errp)
-{
-    g_autoptr(GRand) rand = g_rand_new_with_seed(cmd->seed * 31 + qi);
-    uint64_t i;
-
-    rq->c = c;
-    rq->cmd = cmd;
-    rq->qi = qi;
-    rq->q = vuf_queue(c->fe, qi);
-    rq->base = cmd->offset + qi * slice;
-    rq->nblocks = slice / cmd->bs;
-    rq->depth = MIN(cmd->iodepth, rq->nblocks);
-    rq->order = g_new(uint64_t, rq->nblocks);
-    rq->gen = g_new0(uint32_t, rq->nblocks);
-    for (i = 0; i < rq->nblocks; i++) {
-        rq->order[i] = i;
-    }
-    for (i = rq->nblocks; i > 1; i--) {     /* Fisher-Yates */
-        uint64_t j = ((uint64_t)g_rand_int(rand) << 32 | g_rand_int(rand)) %
-                     i;
-        uint64_t t = rq->order[i - 1];
-
-        rq->order[i - 1] = rq->order[j];
-        rq->order[j] = t;
-    }
-    rq->slots = g_new0(RunSlot, rq->depth);
-    rq->free_slots = g_new(unsigned, rq->depth);
-    for (i = 0; i < rq->depth; i++) {
-        rq->slots[i].req = vufblk_req_new(c->fe, cmd->bs, errp);
-        if (!rq->slots[i].req) {
-            error_prepend(errp, "verify-run (%u queues x %u requests of %"
-                          PRIu64 " bytes): ", nq, rq->depth,
-                          cmd->bs);
-            return false;
-        }
-        rq->slots[i].req->opaque = &rq->slots[i];
-        rq->slots[i].req->data_segs = c->opts->segments;
-        rq->free_slots[i] = i;
-    }
-    rq->nfree = rq->depth;
-    return true;
-}
-
-static void run_queue_fini(Client *c, RunQueue *rq)
-{
-    unsigned i;
-
-    for (i = 0; rq->slots && i < rq->depth; i++) {
-        vufblk_req_free(c->fe, rq->slots[i].req);
-    }
-    g_free(rq->slots);
-    g_free(rq->free_slots);
-    g_free(rq->order);
-    g_free(rq->gen);
-    g_free(rq->error);
-}
-
-static bool check_run_geometry(Client *c, const Command *cmd, unsigned nq,
-                               uint64_t *slice, Error **errp)
-{
-    const VirtioBlkConfig *cfg = vuf_blk_config(c->fe);
-
-    *slice = cmd->size / nq / cmd->bs * cmd->bs;
-    if (*slice == 0) {
-        error_setg(errp, "--size %" PRIu64 " is too small: each of the %u "
-                   "queues needs at least one --bs block of %" PRIu64
-                   " bytes", cmd->size, nq, cmd->bs);
-        return false;
-    }
-    if (cfg && (cmd->offset > cfg->capacity * SECTOR ||
-                cmd->size > cfg->capacity * SECTOR - cmd->offset)) {
-        error_setg(errp, "--offset %" PRIu64 " + --size %" PRIu64 " is "
-                   "beyond the disk's %" PRIu64 " bytes", cmd->offset,
-                   cmd->size, cfg->capacity * SECTOR);
-        return false;
-    }
-    return true;
-}
-
-static void run_result(Result *r, const Command *cmd, RunQueue *rqs,
-                       unsigned nq, double elapsed)
-{
+    const Command *cmd = run->cmd;
     JsonArray *per_queue = json_array_new();
     VufQueueStats total = { 0 };
     uint64_t writes = 0, reads = 0;
-    unsigned i;
 
-    for (i = 0; i < nq; i++) {
-        RunQueue *rq = &rqs[i];
+    for (unsigned i = 0; i < run->nq; i++) {
+        const VerifyQueue *vq = &run->queues[i];
         JsonObject *o = json_object_new();
 
-        json_object_set_int_member(o, "queue", rq->qi);
-        json_object_set_int_member(o, "writes", rq->writes);
-        json_object_set_int_member(o, "reads", rq->reads);
-        json_object_set_int_member(o, "kicks", rq->stats.kicks);
+        json_object_set_int_member(o, "queue", vq->qi);
+        json_object_set_int_member(o, "writes", vq->writes);
+        json_object_set_int_member(o, "reads", vq->reads);
+        json_object_set_int_member(o, "kicks", vq->stats.kicks);
         json_object_set_int_member(o, "kicks_avoided",
-                                   rq->stats.kicks_avoided);
-        json_object_set_int_member(o, "interrupts", rq->stats.interrupts);
+                                   vq->stats.kicks_avoided);
+        json_object_set_int_member(o, "interrupts", vq->stats.interrupts);
         json_array_add_object_element(per_queue, o);
-        writes += rq->writes;
-        reads += rq->reads;
-        total.kicks += rq->stats.kicks;
-        total.kicks_avoided += rq->stats.kicks_avoided;
-        total.interrupts += rq->stats.interrupts;
-        total.wakeups += rq->stats.wakeups;
+        writes += vq->writes;
+        reads += vq->reads;
+        total.kicks += vq->stats.kicks;
+        total.kicks_avoided += vq->stats.kicks_avoided;
+        total.interrupts += vq->stats.interrupts;
+        total.wakeups += vq->stats.wakeups;
     }
-    json_object_set_int_member(r->obj, "queues", nq);
+    json_object_set_int_member(r->obj, "queues", run->nq);
     json_object_set_int_member(r->obj, "offset", cmd->offset);
     json_object_set_int_member(r->obj, "size", cmd->size);
     json_object_set_int_member(r->obj, "bs", cmd->bs);
@@ -346,66 +150,53 @@ static void run_result(Result *r, const Command *cmd, RunQueue *rqs,
     json_object_set_array_member(r->obj, "per_queue", per_queue);
 }
 
+static const VerifyOps blk_verify_ops = {
+    .queue_name = "queue",
+    .vq_index = blk_verify_vq_index,
+    .slot_init = blk_verify_slot_init,
+    .slot_fini = blk_verify_slot_fini,
+    .prepare = blk_verify_prepare,
+    .submit = blk_verify_submit,
+    .complete = blk_verify_complete,
+    .answer = blk_verify_answer,
+    .result = blk_verify_result,
+};
+
+/* The range of cmd fits the disk; run->slice. */
+static bool check_run_geometry(VerifyRun *run, Error **errp)
+{
+    const VirtioBlkConfig *cfg = vuf_blk_config(run->c->fe);
+    const Command *cmd = run->cmd;
+
+    if (!verify_run_slice(run, errp)) {
+        return false;
+    }
+    if (cfg && (cmd->offset > cfg->capacity * SECTOR ||
+                cmd->size > cfg->capacity * SECTOR - cmd->offset)) {
+        error_setg(errp, "--offset %" PRIu64 " + --size %" PRIu64 " is "
+                   "beyond the disk's %" PRIu64 " bytes", cmd->offset,
+                   cmd->size, cfg->capacity * SECTOR);
+        return false;
+    }
+    return true;
+}
+
 bool cmd_verify_run(Client *c, const Command *cmd, Result *r, Error **errp)
 {
-    unsigned nq = cmd->run_queues ? cmd->run_queues : vuf_num_queues(c->fe);
-    g_autofree RunQueue *rqs = g_new0(RunQueue, nq);
-    uint64_t slice;
-    double start;
-    bool ok = true;
-    unsigned i, started = 0;
+    VerifyRun run = {
+        .ops = &blk_verify_ops,
+        .c = c,
+        .cmd = cmd,
+        .nq = cmd->run_queues ? cmd->run_queues : vuf_num_queues(c->fe),
+        .lbs = SECTOR,
+        .target = "disk",
+    };
 
-    if (!check_run_geometry(c, cmd, nq, &slice, errp)) {
+    if (!check_run_geometry(&run, errp)) {
         return false;
     }
     extents_forget(c, cmd->offset, cmd->size);
-    for (i = 0; i < nq && ok; i++) {
-        ok = run_queue_init(&rqs[i], c, cmd, i, nq, slice, errp);
-    }
-    start = now_s();
-    for (i = 0; i < nq && ok; i++) {
-        int err = pthread_create(&rqs[i].thread, NULL, run_queue_thread,
-                                 &rqs[i]);
-
-        if (err) {
-            error_setg_errno(errp, err, "cannot start the thread of queue %u",
-                             i);
-            ok = false;
-        } else {
-            started++;
-        }
-    }
-    for (i = 0; i < started; i++) {
-        pthread_join(rqs[i].thread, NULL);
-    }
-    if (ok) {
-        run_result(r, cmd, rqs, nq, now_s() - start);
-        for (i = 0; i < nq; i++) {
-            if (rqs[i].mismatch) {
-                JsonObject *m = json_object_new();
-                g_autofree char *w = g_strdup_printf("0x%016" PRIx64,
-                                                     rqs[i].want);
-                g_autofree char *g = g_strdup_printf("0x%016" PRIx64,
-                                                     rqs[i].got);
-
-                json_object_set_int_member(m, "queue", i);
-                json_object_set_int_member(m, "offset", rqs[i].bad_off);
-                json_object_set_int_member(m, "block", rqs[i].bad_block);
-                json_object_set_int_member(m, "generation", rqs[i].bad_gen);
-                json_object_set_string_member(m, "expected", w);
-                json_object_set_string_member(m, "found", g);
-                json_object_set_object_member(r->obj, "mismatch", m);
-            }
-            if (rqs[i].error && ok) {
-                error_setg(errp, "%s", rqs[i].error);
-                ok = false;
-            }
-        }
-    }
-    for (i = 0; i < nq; i++) {
-        run_queue_fini(c, &rqs[i]);
-    }
-    return ok;
+    return verify_run(&run, r, errp);
 }
 
 /* ------------------------------------------------------------------------ */

@@ -3,18 +3,13 @@
  *
  * Theory of operation
  * -------------------
- * scsi-verify-run is verify-run (vu-client-run.c) over virtio-scsi: it
- * splits [offset, offset+size) of one LUN into a slice per request queue
- * and starts a thread per queue.  Each thread keeps up to --iodepth
- * WRITE (10 or 16) commands in flight on its own queue, --count of them
- * to the blocks of its slice in a shuffled order (a block written again
- * gets a new generation, whose data is the client's pattern with a seed
- * mixed from --seed and the generation), then reads every block written
- * and checks it against its last generation.  Commands in flight always
- * target different blocks, so the completion order cannot change what is
- * expected.  A command that gets UNIT ATTENTION is sent again, as a guest
- * would.  Each thread tags its commands in its own range, (queue + 1) <<
- * 40 upwards, so tags stay unique across queues.
+ * scsi-verify-run is verify-run over virtio-scsi (the engine is
+ * vu-client-verify.c): it splits [offset, offset+size) of one LUN into a
+ * slice per request queue and starts a thread per queue, which writes its
+ * blocks with WRITE (10 or 16) in a shuffled order, then reads every block
+ * written and checks it.  A command that gets UNIT ATTENTION is sent
+ * again, as a guest would.  Each thread tags its commands in its own
+ * range, (queue + 1) << 40 upwards, so tags stay unique across queues.
  *
  * scsi-bad-request puts one hand-built virtio-scsi request in a queue (a
  * request queue, or the control queue for the ctrl-* and tmf-* kinds),
@@ -27,13 +22,12 @@
 
 #include <errno.h>
 #include <inttypes.h>
-#include <pthread.h>
 #include <string.h>
-#include <time.h>
 
 #include <glib.h>
 
 #include "vu-client.h"
+#include "vu-client-verify.h"
 
 #define SK_UNIT_ATTENTION       0x6
 #define STATUS_GOOD             0x00
@@ -42,88 +36,65 @@
 /* ------------------------------------------------------------------------ */
 /* scsi-verify-run                                                           */
 
-typedef struct SRunSlot {
-    VufScsiReq *req;
-    uint64_t block;
-    uint32_t gen;
-    unsigned ua;                /* unit attentions of this command */
-} SRunSlot;
-
-typedef struct SRunQueue {
-    Client *c;
-    const Command *cmd;
-    VufQueue *q;
-    unsigned qi;
-    uint32_t lbs;               /* the LUN's block size */
-    uint64_t base;              /* first byte of this queue's slice */
-    uint64_t nblocks;           /* --bs blocks in the slice */
-    uint64_t *order;
-    uint32_t *gen;
-    SRunSlot *slots;
-    unsigned *free_slots;
-    unsigned nfree;
-    unsigned depth;
-    uint64_t tag;
-    pthread_t thread;
-    /* Results. */
-    uint64_t writes, reads, unit_attentions;
-    char *error;
-    bool mismatch;
-    uint64_t bad_off, want, got, bad_block;
-    uint32_t bad_gen;
-    VufQueueStats stats;
-} SRunQueue;
-
-static uint64_t srun_seed(uint64_t seed, uint32_t gen)
+static unsigned scsi_verify_vq_index(unsigned qi)
 {
-    return seed ^ (gen * 0xD6E8FEB86659FD93ull);
+    return VUFSCSI_VQ_REQUEST(qi);
 }
 
-static double srun_now(void)
+static bool scsi_verify_slot_init(VerifyQueue *vq, VerifySlot *s,
+                                  Error **errp)
 {
-    struct timespec ts;
+    const VerifyRun *run = vq->run;
+    VufScsiReq *req = vufscsi_req_new(run->c->fe, run->cmd->bs, errp);
 
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec / 1e9;
+    if (!req) {
+        error_prepend(errp, "scsi-verify-run (%u requests of %" PRIu64
+                      " bytes per queue): ", vq->depth, run->cmd->bs);
+        return false;
+    }
+    req->opaque = s;
+    req->data_segs = run->c->opts->segments;
+    s->req = req;
+    s->data = req->data;
+    return true;
 }
 
-static bool srun_fail(SRunQueue *rq, const char *what, int err)
+static void scsi_verify_slot_fini(VerifyQueue *vq, VerifySlot *s)
 {
-    rq->error = g_strdup_printf("request queue %u: %s: %s", rq->qi, what,
-                                client_strerror(err));
-    return false;
+    vufscsi_req_free(vq->run->c->fe, s->req);
 }
 
-static void srun_prepare(SRunQueue *rq, SRunSlot *s, uint64_t i,
-                         bool writing, const uint64_t *blocks)
+static void scsi_verify_prepare(VerifyQueue *vq, VerifySlot *s, bool writing)
 {
-    uint64_t bs = rq->cmd->bs, off;
+    const VerifyRun *run = vq->run;
+    uint64_t bs = run->cmd->bs, off = vq->base + s->block * bs;
     uint8_t cdb[16];
     unsigned len;
 
-    if (writing) {
-        s->block = rq->order[i % rq->nblocks];
-        s->gen = ++rq->gen[s->block];
-    } else {
-        s->block = blocks[i];
-        s->gen = rq->gen[s->block];
-    }
-    off = rq->base + s->block * bs;
-    len = scsi_cdb_rw(cdb, writing, off / rq->lbs, bs / rq->lbs,
-                      rq->cmd->cdb_bits, false);
-    if (writing) {
-        pattern_fill(s->req->data, off, bs,
-                     srun_seed(rq->cmd->seed, s->gen));
-    } else {
-        memset(s->req->data, 0, bs);
-    }
-    vufscsi_prep(s->req, rq->cmd->lun, rq->tag++, cdb, len, bs,
+    len = scsi_cdb_rw(cdb, writing, off / run->lbs, bs / run->lbs,
+                      run->cmd->cdb_bits, false);
+    vufscsi_prep(s->req, run->cmd->lun, vq->tag++, cdb, len, bs,
                  writing ? VUFSCSI_DIR_TO_DEV : VUFSCSI_DIR_FROM_DEV);
-    s->ua = 0;
+}
+
+static int scsi_verify_submit(VerifyQueue *vq, VerifySlot *s)
+{
+    return vufscsi_submit(vq->q, s->req, vq->run->c->add_flags);
+}
+
+static int scsi_verify_complete(VerifyQueue *vq, VerifySlot **s)
+{
+    VufScsiReq *req;
+    int r = vufscsi_complete(vq->q, &req);
+
+    if (r == 1) {
+        *s = req->opaque;
+    }
+    return r;
 }
 
 /* Is this completion a unit attention to resend? */
-static bool srun_is_ua(const VufScsiReq *req)
+static bool scsi_verify_is_ua(const VufScsiReq *req)
 {
     uint8_t key, asc, ascq;
 
@@ -132,258 +103,85 @@ static bool srun_is_ua(const VufScsiReq *req)
            vufscsi_sense(req, &key, &asc, &ascq) && key == SK_UNIT_ATTENTION;
 }
 
-static bool srun_check(SRunQueue *rq, SRunSlot *s, bool writing)
+/* A command that got UNIT ATTENTION is sent again (a new tag), as a guest
+ * would, up to UA_RETRIES times; else it must have status GOOD. */
+static VerifyAnswer scsi_verify_answer(VerifyQueue *vq, VerifySlot *s,
+                                       bool writing)
 {
-    const VufScsiReq *req = s->req;
-    uint64_t bs = rq->cmd->bs, off = rq->base + s->block * bs;
+    VufScsiReq *req = s->req;
+    uint64_t off = vq->base + s->block * vq->run->cmd->bs;
     uint8_t key = 0, asc = 0, ascq = 0;
+    int r;
 
+    if (scsi_verify_is_ua(req) && s->resent < UA_RETRIES) {
+        s->resent++;
+        vq->resent++;
+        req->hdr->tag = vq->tag++;
+        req->resp->response = VUFSCSI_RESPONSE_NONE;
+        req->resp->status = VUFSCSI_STATUS_NONE;
+        r = vufscsi_submit(vq->q, req, vq->run->c->add_flags);
+        if (r < 0) {
+            verify_fail(vq, "resubmit", -r);
+            return VERIFY_ANSWER_FAILED;
+        }
+        return VERIFY_ANSWER_RESENT;
+    }
     if (req->resp->response != VIRTIO_SCSI_S_OK ||
         req->resp->status != STATUS_GOOD) {
         vufscsi_sense(req, &key, &asc, &ascq);
-        rq->error = g_strdup_printf("request queue %u: %s of block %" PRIu64
+        vq->error = g_strdup_printf("request queue %u: %s of block %" PRIu64
                                     " (offset %" PRIu64 "): response %s, "
                                     "status %s, sense %s ASC 0x%02x ASCQ "
-                                    "0x%02x", rq->qi,
+                                    "0x%02x", vq->qi,
                                     writing ? "WRITE" : "READ", s->block, off,
                                     vufscsi_response_name(
                                         req->resp->response),
                                     vufscsi_status_name(req->resp->status),
                                     vufscsi_sense_key_name(key), asc, ascq);
-        return false;
+        return VERIFY_ANSWER_FAILED;
     }
-    if (writing) {
-        rq->writes++;
-        return true;
-    }
-    rq->reads++;
+    return VERIFY_ANSWER_DONE;
+}
+
+/* A READ must move all its data (resid 0). */
+static bool scsi_verify_read_whole(VerifyQueue *vq, VerifySlot *s)
+{
+    const VufScsiReq *req = s->req;
+
     if (req->resp->resid != 0) {
-        rq->error = g_strdup_printf("request queue %u: READ of block %"
-                                    PRIu64 ": resid %u", rq->qi, s->block,
+        vq->error = g_strdup_printf("request queue %u: READ of block %"
+                                    PRIu64 ": resid %u", vq->qi, s->block,
                                     req->resp->resid);
         return false;
     }
-    if (!pattern_check(req->data, off, bs, srun_seed(rq->cmd->seed, s->gen),
-                       &rq->bad_off, &rq->want, &rq->got)) {
-        rq->mismatch = true;
-        rq->bad_block = s->block;
-        rq->bad_gen = s->gen;
-        rq->error = g_strdup_printf("request queue %u: data mismatch at LUN "
-                                    "%u offset %" PRIu64 " (block %" PRIu64
-                                    ", write generation %u): expected word "
-                                    "0x%016" PRIx64 ", found 0x%016" PRIx64,
-                                    rq->qi, rq->cmd->lun, rq->bad_off,
-                                    s->block, s->gen, rq->want, rq->got);
-        return false;
-    }
     return true;
 }
 
-static bool srun_phase(SRunQueue *rq, uint64_t total, bool writing,
-                       const uint64_t *blocks)
+static void scsi_verify_result(const VerifyRun *run, Result *r,
+                               double elapsed)
 {
-    unsigned flags = rq->c->add_flags;
-    uint64_t next = 0, done = 0;
-    int r;
-
-    while (done < total) {
-        while (next < total && rq->nfree) {
-            SRunSlot *s = &rq->slots[rq->free_slots[rq->nfree - 1]];
-
-            srun_prepare(rq, s, next, writing, blocks);
-            r = vufscsi_submit(rq->q, s->req, flags);
-            if (r == -ENOSPC && vufq_in_flight(rq->q)) {
-                if (writing) {
-                    rq->gen[s->block]--;    /* not written after all */
-                }
-                break;                      /* ring full: harvest first */
-            }
-            if (r < 0) {
-                return srun_fail(rq, "submit", -r);
-            }
-            rq->nfree--;
-            next++;
-        }
-        r = vufq_kick(rq->q);
-        if (r < 0) {
-            return srun_fail(rq, "kick", -r);
-        }
-        r = vufq_wait(rq->q, rq->c->timeout_ns);
-        if (r < 0) {
-            return srun_fail(rq, "waiting for completions", -r);
-        }
-        for (;;) {
-            VufScsiReq *req;
-            SRunSlot *s;
-
-            r = vufscsi_complete(rq->q, &req);
-            if (r < 0) {
-                return srun_fail(rq, "harvesting completions", -r);
-            }
-            if (r == 0) {
-                break;
-            }
-            s = req->opaque;
-            if (srun_is_ua(req) && s->ua < UA_RETRIES) {
-                s->ua++;
-                rq->unit_attentions++;
-                req->hdr->tag = rq->tag++;
-                req->resp->response = VUFSCSI_RESPONSE_NONE;
-                req->resp->status = VUFSCSI_STATUS_NONE;
-                r = vufscsi_submit(rq->q, req, flags);
-                if (r < 0) {
-                    return srun_fail(rq, "resubmit", -r);
-                }
-                continue;
-            }
-            if (!srun_check(rq, s, writing)) {
-                return false;
-            }
-            rq->free_slots[rq->nfree++] = s - rq->slots;
-            done++;
-        }
-    }
-    return true;
-}
-
-static void *srun_thread(void *opaque)
-{
-    SRunQueue *rq = opaque;
-    g_autofree uint64_t *written = g_new(uint64_t, rq->nblocks);
-    uint64_t n = 0;
-
-    vufq_reset_stats(rq->q);
-    if (srun_phase(rq, rq->cmd->count, true, NULL)) {
-        for (uint64_t i = 0; i < rq->nblocks; i++) {
-            if (rq->gen[rq->order[i]]) {
-                written[n++] = rq->order[i];
-            }
-        }
-        srun_phase(rq, n, false, written);
-    }
-    vufq_collect_interrupts(rq->q);
-    vufq_get_stats(rq->q, &rq->stats);
-    return NULL;
-}
-
-static bool srun_init(SRunQueue *rq, Client *c, const Command *cmd,
-                      unsigned qi, uint32_t lbs, uint64_t slice,
-                      Error **errp)
-{
-    g_autoptr(GRand) rand = g_rand_new_with_seed(cmd->seed * 31 + qi);
-
-    rq->c = c;
-    rq->cmd = cmd;
-    rq->qi = qi;
-    rq->lbs = lbs;
-    rq->q = vuf_queue(c->fe, VUFSCSI_VQ_REQUEST(qi));
-    rq->base = cmd->offset + qi * slice;
-    rq->nblocks = slice / cmd->bs;
-    rq->depth = MIN(cmd->iodepth, rq->nblocks);
-    rq->tag = (uint64_t)(qi + 1) << 40;
-    rq->order = g_new(uint64_t, rq->nblocks);
-    rq->gen = g_new0(uint32_t, rq->nblocks);
-    for (uint64_t i = 0; i < rq->nblocks; i++) {
-        rq->order[i] = i;
-    }
-    for (uint64_t i = rq->nblocks; i > 1; i--) {     /* Fisher-Yates */
-        uint64_t j = ((uint64_t)g_rand_int(rand) << 32 | g_rand_int(rand)) %
-                     i;
-        uint64_t t = rq->order[i - 1];
-
-        rq->order[i - 1] = rq->order[j];
-        rq->order[j] = t;
-    }
-    rq->slots = g_new0(SRunSlot, rq->depth);
-    rq->free_slots = g_new(unsigned, rq->depth);
-    for (unsigned i = 0; i < rq->depth; i++) {
-        rq->slots[i].req = vufscsi_req_new(c->fe, cmd->bs, errp);
-        if (!rq->slots[i].req) {
-            error_prepend(errp, "scsi-verify-run (%u requests of %" PRIu64
-                          " bytes per queue): ", rq->depth, cmd->bs);
-            return false;
-        }
-        rq->slots[i].req->opaque = &rq->slots[i];
-        rq->slots[i].req->data_segs = c->opts->segments;
-        rq->free_slots[i] = i;
-    }
-    rq->nfree = rq->depth;
-    return true;
-}
-
-static void srun_fini(Client *c, SRunQueue *rq)
-{
-    for (unsigned i = 0; rq->slots && i < rq->depth; i++) {
-        vufscsi_req_free(c->fe, rq->slots[i].req);
-    }
-    g_free(rq->slots);
-    g_free(rq->free_slots);
-    g_free(rq->order);
-    g_free(rq->gen);
-    g_free(rq->error);
-}
-
-static bool srun_geometry(Client *c, const Command *cmd, unsigned nq,
-                          uint32_t *lbs, uint64_t *slice, Error **errp)
-{
-    uint64_t nblocks;
-
-    if (!scsi_lun_geometry(c, 0, cmd->lun, lbs, &nblocks, errp)) {
-        return false;
-    }
-    if (cmd->bs % *lbs || cmd->offset % *lbs) {
-        error_setg(errp, "--bs %" PRIu64 " and --offset %" PRIu64 " must be "
-                   "multiples of LUN %u's block size %u", cmd->bs,
-                   cmd->offset, cmd->lun, *lbs);
-        return false;
-    }
-    *slice = cmd->size / nq / cmd->bs * cmd->bs;
-    if (*slice == 0) {
-        error_setg(errp, "--size %" PRIu64 " is too small: each of the %u "
-                   "request queues needs at least one --bs block of %"
-                   PRIu64 " bytes", cmd->size, nq, cmd->bs);
-        return false;
-    }
-    if (cmd->offset > nblocks * *lbs ||
-        cmd->size > nblocks * *lbs - cmd->offset) {
-        error_setg(errp, "--offset %" PRIu64 " + --size %" PRIu64 " is "
-                   "beyond LUN %u's %" PRIu64 " bytes", cmd->offset,
-                   cmd->size, cmd->lun, nblocks * *lbs);
-        return false;
-    }
-    if (cmd->cdb_bits == 10 &&
-        ((cmd->offset + cmd->size) / *lbs > UINT32_MAX ||
-         cmd->bs / *lbs > UINT16_MAX)) {
-        error_setg(errp, "the range or --bs is beyond what a 10-byte CDB "
-                   "can address; use --cdb 16");
-        return false;
-    }
-    return true;
-}
-
-static void srun_result(Result *r, const Command *cmd, SRunQueue *rqs,
-                        unsigned nq, double elapsed)
-{
+    const Command *cmd = run->cmd;
     JsonArray *per_queue = json_array_new();
     uint64_t writes = 0, reads = 0, ua = 0, kicks = 0, interrupts = 0;
 
-    for (unsigned i = 0; i < nq; i++) {
+    for (unsigned i = 0; i < run->nq; i++) {
+        const VerifyQueue *vq = &run->queues[i];
         JsonObject *o = json_object_new();
 
-        json_object_set_int_member(o, "queue", rqs[i].qi);
-        json_object_set_int_member(o, "writes", rqs[i].writes);
-        json_object_set_int_member(o, "reads", rqs[i].reads);
-        json_object_set_int_member(o, "kicks", rqs[i].stats.kicks);
-        json_object_set_int_member(o, "interrupts", rqs[i].stats.interrupts);
+        json_object_set_int_member(o, "queue", vq->qi);
+        json_object_set_int_member(o, "writes", vq->writes);
+        json_object_set_int_member(o, "reads", vq->reads);
+        json_object_set_int_member(o, "kicks", vq->stats.kicks);
+        json_object_set_int_member(o, "interrupts", vq->stats.interrupts);
         json_array_add_object_element(per_queue, o);
-        writes += rqs[i].writes;
-        reads += rqs[i].reads;
-        ua += rqs[i].unit_attentions;
-        kicks += rqs[i].stats.kicks;
-        interrupts += rqs[i].stats.interrupts;
+        writes += vq->writes;
+        reads += vq->reads;
+        ua += vq->resent;
+        kicks += vq->stats.kicks;
+        interrupts += vq->stats.interrupts;
     }
     json_object_set_int_member(r->obj, "lun", cmd->lun);
-    json_object_set_int_member(r->obj, "queues", nq);
+    json_object_set_int_member(r->obj, "queues", run->nq);
     json_object_set_int_member(r->obj, "offset", cmd->offset);
     json_object_set_int_member(r->obj, "size", cmd->size);
     json_object_set_int_member(r->obj, "bs", cmd->bs);
@@ -400,66 +198,73 @@ static void srun_result(Result *r, const Command *cmd, SRunQueue *rqs,
     json_object_set_array_member(r->obj, "per_queue", per_queue);
 }
 
+static const VerifyOps scsi_verify_ops = {
+    .queue_name = "request queue",
+    .vq_index = scsi_verify_vq_index,
+    .slot_init = scsi_verify_slot_init,
+    .slot_fini = scsi_verify_slot_fini,
+    .prepare = scsi_verify_prepare,
+    .submit = scsi_verify_submit,
+    .complete = scsi_verify_complete,
+    .answer = scsi_verify_answer,
+    .read_whole = scsi_verify_read_whole,
+    .result = scsi_verify_result,
+};
+
+/* The LUN's block size (run->lbs), the range checked against it, and
+ * run->slice. */
+static bool scsi_verify_geometry(VerifyRun *run, Error **errp)
+{
+    const Command *cmd = run->cmd;
+    uint32_t lbs;
+    uint64_t nblocks;
+
+    if (!scsi_lun_geometry(run->c, 0, cmd->lun, &lbs, &nblocks, errp)) {
+        return false;
+    }
+    run->lbs = lbs;
+    if (cmd->bs % lbs || cmd->offset % lbs) {
+        error_setg(errp, "--bs %" PRIu64 " and --offset %" PRIu64 " must be "
+                   "multiples of LUN %u's block size %u", cmd->bs,
+                   cmd->offset, cmd->lun, lbs);
+        return false;
+    }
+    if (!verify_run_slice(run, errp)) {
+        return false;
+    }
+    if (cmd->offset > nblocks * lbs ||
+        cmd->size > nblocks * lbs - cmd->offset) {
+        error_setg(errp, "--offset %" PRIu64 " + --size %" PRIu64 " is "
+                   "beyond LUN %u's %" PRIu64 " bytes", cmd->offset,
+                   cmd->size, cmd->lun, nblocks * lbs);
+        return false;
+    }
+    if (cmd->cdb_bits == 10 &&
+        ((cmd->offset + cmd->size) / lbs > UINT32_MAX ||
+         cmd->bs / lbs > UINT16_MAX)) {
+        error_setg(errp, "the range or --bs is beyond what a 10-byte CDB "
+                   "can address; use --cdb 16");
+        return false;
+    }
+    return true;
+}
+
 bool cmd_scsi_verify_run(Client *c, const Command *cmd, Result *r,
                          Error **errp)
 {
-    unsigned nq = cmd->run_queues ? cmd->run_queues : client_io_queues(c);
-    g_autofree SRunQueue *rqs = g_new0(SRunQueue, nq);
-    unsigned started = 0;
-    uint64_t slice;
-    uint32_t lbs;
-    double start;
-    bool ok = true;
+    g_autofree char *target = g_strdup_printf("LUN %u", cmd->lun);
+    VerifyRun run = {
+        .ops = &scsi_verify_ops,
+        .c = c,
+        .cmd = cmd,
+        .nq = cmd->run_queues ? cmd->run_queues : client_io_queues(c),
+        .target = target,
+    };
 
-    if (!srun_geometry(c, cmd, nq, &lbs, &slice, errp)) {
+    if (!scsi_verify_geometry(&run, errp)) {
         return false;
     }
-    for (unsigned i = 0; i < nq && ok; i++) {
-        ok = srun_init(&rqs[i], c, cmd, i, lbs, slice, errp);
-    }
-    start = srun_now();
-    for (unsigned i = 0; i < nq && ok; i++) {
-        int err = pthread_create(&rqs[i].thread, NULL, srun_thread, &rqs[i]);
-
-        if (err) {
-            error_setg_errno(errp, err, "cannot start the thread of request "
-                             "queue %u", i);
-            ok = false;
-        } else {
-            started++;
-        }
-    }
-    for (unsigned i = 0; i < started; i++) {
-        pthread_join(rqs[i].thread, NULL);
-    }
-    if (ok) {
-        srun_result(r, cmd, rqs, nq, srun_now() - start);
-        for (unsigned i = 0; i < nq; i++) {
-            if (rqs[i].mismatch) {
-                JsonObject *m = json_object_new();
-                g_autofree char *w = g_strdup_printf("0x%016" PRIx64,
-                                                     rqs[i].want);
-                g_autofree char *g = g_strdup_printf("0x%016" PRIx64,
-                                                     rqs[i].got);
-
-                json_object_set_int_member(m, "queue", i);
-                json_object_set_int_member(m, "offset", rqs[i].bad_off);
-                json_object_set_int_member(m, "block", rqs[i].bad_block);
-                json_object_set_int_member(m, "generation", rqs[i].bad_gen);
-                json_object_set_string_member(m, "expected", w);
-                json_object_set_string_member(m, "found", g);
-                json_object_set_object_member(r->obj, "mismatch", m);
-            }
-            if (rqs[i].error && ok) {
-                error_setg(errp, "%s", rqs[i].error);
-                ok = false;
-            }
-        }
-    }
-    for (unsigned i = 0; i < nq; i++) {
-        srun_fini(c, &rqs[i]);
-    }
-    return ok;
+    return verify_run(&run, r, errp);
 }
 
 /* ------------------------------------------------------------------------ */

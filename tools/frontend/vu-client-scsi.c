@@ -105,21 +105,6 @@ static void st_be64(uint8_t *p, uint64_t v)
     st_be32(p + 4, v);
 }
 
-static void res_int(Result *r, const char *key, int64_t v)
-{
-    json_object_set_int_member(r->obj, key, v);
-}
-
-static void res_str(Result *r, const char *key, const char *v)
-{
-    json_object_set_string_member(r->obj, key, v);
-}
-
-static void res_bool(Result *r, const char *key, bool v)
-{
-    json_object_set_boolean_member(r->obj, key, v);
-}
-
 static char *hex_bytes(const uint8_t *p, size_t n)
 {
     GString *h = g_string_sized_new(n * 2 + 1);
@@ -797,6 +782,24 @@ static size_t scsi_chunk(Client *c, const Command *cmd, uint32_t bs,
     return n - n % bs;
 }
 
+/*
+ * Send the WRITE (req's data ready) or READ of the n bytes at off of cmd's
+ * LUN, whose blocks are bs bytes, as scsi_run() does (what names it).
+ */
+static bool scsi_run_rw(Client *c, const Command *cmd, bool write,
+                        uint64_t off, size_t n, uint32_t bs, const char *what,
+                        bool *expected, Result *r, Error **errp)
+{
+    uint8_t cdb[16];
+    unsigned len = scsi_cdb_rw(cdb, write, off / bs, n / bs, cmd->cdb_bits,
+                               write && cmd->fua);
+
+    scsi_prep(c, cmd->queue, cmd->lun, cdb, len, n,
+              write ? VUFSCSI_DIR_TO_DEV : VUFSCSI_DIR_FROM_DEV);
+    return scsi_run(c, cmd->queue, what, cmd->expect_sense, true, expected,
+                    r, errp);
+}
+
 static bool cmd_scsi_write(Client *c, const Command *cmd, Result *r,
                            Error **errp)
 {
@@ -814,16 +817,12 @@ static bool cmd_scsi_write(Client *c, const Command *cmd, Result *r,
     while (done < cmd->len) {
         size_t n = scsi_chunk(c, cmd, bs, cmd->len - done);
         uint64_t off = cmd->offset + done;
-        uint8_t cdb[16];
-        unsigned len = scsi_cdb_rw(cdb, true, off / bs, n / bs,
-                                   cmd->cdb_bits, cmd->fua);
         g_autofree char *what = g_strdup_printf("WRITE at %" PRIu64 "+%zu",
                                                 off, n);
 
         pattern_fill(req->data, off, n, cmd->seed);
-        scsi_prep(c, cmd->queue, cmd->lun, cdb, len, n, VUFSCSI_DIR_TO_DEV);
-        if (!scsi_run(c, cmd->queue, what, cmd->expect_sense, true,
-                      &expected, r, errp)) {
+        if (!scsi_run_rw(c, cmd, true, off, n, bs, what, &expected, r,
+                         errp)) {
             return false;
         }
         if (expected) {
@@ -875,16 +874,12 @@ static bool cmd_scsi_read(Client *c, const Command *cmd, Result *r,
     while (done < cmd->len) {
         size_t n = scsi_chunk(c, cmd, bs, cmd->len - done);
         uint64_t off = cmd->offset + done;
-        uint8_t cdb[16];
-        unsigned len = scsi_cdb_rw(cdb, false, off / bs, n / bs,
-                                   cmd->cdb_bits, false);
         g_autofree char *what = g_strdup_printf("READ at %" PRIu64 "+%zu",
                                                 off, n);
 
         memset(req->data, 0, n);
-        scsi_prep(c, cmd->queue, cmd->lun, cdb, len, n, VUFSCSI_DIR_FROM_DEV);
-        if (!scsi_run(c, cmd->queue, what, cmd->expect_sense, true,
-                      &expected, r, errp)) {
+        if (!scsi_run_rw(c, cmd, false, off, n, bs, what, &expected, r,
+                         errp)) {
             return false;
         }
         if (expected) {
@@ -946,6 +941,24 @@ static bool cmd_scsi_sync(Client *c, const Command *cmd, Result *r,
                     true, &expected, r, errp);
 }
 
+/*
+ * Send the control request prepared in c->ctrl and wait for it.  Returns
+ * its response, or -1 with errp set ("<what> on the control queue: ...")
+ * on a transport error.
+ */
+static int scsi_ctrl_run(Client *c, const char *what, Error **errp)
+{
+    int resp = vufscsi_ctrl_do(vuf_queue(c->fe, VUFSCSI_VQ_CONTROL), c->ctrl,
+                               c->add_flags, c->timeout_ns);
+
+    if (resp < 0) {
+        error_setg(errp, "%s on the control queue: %s", what,
+                   client_strerror(-resp));
+        return -1;
+    }
+    return resp;
+}
+
 static bool cmd_scsi_tmf(Client *c, const Command *cmd, Result *r,
                          Error **errp)
 {
@@ -958,11 +971,8 @@ static bool cmd_scsi_tmf(Client *c, const Command *cmd, Result *r,
     res_int(r, "lun", cmd->lun);
     res_int(r, "tag", tag);
     vufscsi_prep_tmf(c->ctrl, subtype, cmd->lun, tag);
-    resp = vufscsi_ctrl_do(vuf_queue(c->fe, VUFSCSI_VQ_CONTROL), c->ctrl,
-                           c->add_flags, c->timeout_ns);
+    resp = scsi_ctrl_run(c, "task management", errp);
     if (resp < 0) {
-        error_setg(errp, "task management on the control queue: %s",
-                   client_strerror(-resp));
         return false;
     }
     /* 0 is both OK and FUNCTION COMPLETE: name it as a TMF answer. */
@@ -982,11 +992,8 @@ static bool cmd_scsi_an_query(Client *c, const Command *cmd, Result *r,
     res_int(r, "lun", cmd->lun);
     res_int(r, "event_requested", cmd->events);
     vufscsi_prep_an(c->ctrl, VIRTIO_SCSI_T_AN_QUERY, cmd->lun, cmd->events);
-    resp = vufscsi_ctrl_do(vuf_queue(c->fe, VUFSCSI_VQ_CONTROL), c->ctrl,
-                           c->add_flags, c->timeout_ns);
+    resp = scsi_ctrl_run(c, "AN query", errp);
     if (resp < 0) {
-        error_setg(errp, "AN query on the control queue: %s",
-                   client_strerror(-resp));
         return false;
     }
     res_str(r, "response", vufscsi_response_name(resp));

@@ -154,17 +154,17 @@ static void extents_record(Client *c, uint64_t start, uint64_t len,
 /* ------------------------------------------------------------------------ */
 /* Results and output                                                        */
 
-static void res_int(Result *r, const char *key, int64_t v)
+void res_int(Result *r, const char *key, int64_t v)
 {
     json_object_set_int_member(r->obj, key, v);
 }
 
-static void res_str(Result *r, const char *key, const char *v)
+void res_str(Result *r, const char *key, const char *v)
 {
     json_object_set_string_member(r->obj, key, v);
 }
 
-static void res_bool(Result *r, const char *key, bool v)
+void res_bool(Result *r, const char *key, bool v)
 {
     json_object_set_boolean_member(r->obj, key, v);
 }

@@ -8,6 +8,7 @@
  * vu-client-bad.c      bad-request (malformed virtio-blk requests)
  * vu-client-scsi.c     the scsi-* commands (a virtio-scsi device)
  * vu-client-scsi-run.c scsi-verify-run and scsi-bad-request
+ * vu-client-verify.c   the engine of verify-run and scsi-verify-run
  *
  * Everything runs in the main thread except verify-run's and
  * scsi-verify-run's queue threads, which only touch their own queue,
@@ -191,6 +192,10 @@ bool zeroes_check(const uint8_t *buf, uint64_t disk_off, size_t len,
                   uint64_t *bad_off, uint64_t *got);
 /* The JSON "mismatch" member: offset, expected and found words. */
 void res_mismatch(Result *r, uint64_t off, uint64_t want, uint64_t got);
+/* Set member key of the result to v (replacing one of that name). */
+void res_int(Result *r, const char *key, int64_t v);
+void res_str(Result *r, const char *key, const char *v);
+void res_bool(Result *r, const char *key, bool v);
 
 /* ---- vu-client-run.c ---- */
 bool cmd_verify_run(Client *c, const Command *cmd, Result *r, Error **errp);

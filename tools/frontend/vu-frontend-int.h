@@ -124,6 +124,21 @@ static inline void vuf_stat_add(_Atomic uint64_t *c, uint64_t n)
                           memory_order_relaxed);
 }
 
+/* vu-frontend.c */
+/*
+ * The guest memory of a request (vu-blk, vu-scsi): a block of small_len
+ * bytes, small_align-aligned, for its headers (returned, guest address in
+ * *small_gpa) and, unless data_cap is 0, a 4096-aligned data buffer of
+ * data_cap bytes (*data, *data_gpa).  NULL when the memory is exhausted:
+ * nothing stays allocated and errp says "cannot allocate <what> with N
+ * data bytes" and how much memory is left.  Thread-safe.
+ */
+uint8_t *vuf_req_mem_alloc(VuFrontend *fe, size_t small_len,
+                           size_t small_align, uint64_t *small_gpa,
+                           size_t data_cap, uint8_t **data,
+                           uint64_t *data_gpa, const char *what,
+                           Error **errp);
+
 /* vu-virtqueue.c */
 /* Carve queue i's rings out of fe's memory.  NULL with errp on failure. */
 VufQueue *vufq_create(VuFrontend *fe, unsigned index, Error **errp);
@@ -145,5 +160,23 @@ int vufq_build_chain(VufQueue *q, const VufSeg *segs, unsigned n,
 void vufq_publish(VufQueue *q, uint16_t head);
 /* Write the kick eventfd regardless of what the device asked. */
 int vufq_kick_force(VufQueue *q);
+/*
+ * Append the len data bytes at gpa to segs[*n] as a driver lays them out:
+ * cut into pieces parts (whole 512-byte units where possible; 0 counts as
+ * 1), and each part further into descriptors of at most limit bytes.
+ * -E2BIG if that takes segs past max - 1 entries (one stays for the
+ * descriptor after the data); else 0.
+ */
+int vufq_add_data_segs(VufSeg *segs, unsigned *n, unsigned max, uint64_t gpa,
+                       size_t len, unsigned pieces, uint32_t limit,
+                       bool device_writes);
+/*
+ * Kick q, wait up to timeout_ns and harvest the one completion, which must
+ * be token's (the chain just added): -EIO if it is another's or none came.
+ * 0 with *used_len the length the device wrote (if used_len), or -errno
+ * from vufq_kick/wait/get_used.  The queue's thread.
+ */
+int vufq_do_one(VufQueue *q, void *token, int64_t timeout_ns,
+                uint32_t *used_len);
 
 #endif

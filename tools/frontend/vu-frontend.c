@@ -492,6 +492,31 @@ uint64_t vuf_mem_available(VuFrontend *fe)
     return n;
 }
 
+uint8_t *vuf_req_mem_alloc(VuFrontend *fe, size_t small_len,
+                           size_t small_align, uint64_t *small_gpa,
+                           size_t data_cap, uint8_t **data,
+                           uint64_t *data_gpa, const char *what,
+                           Error **errp)
+{
+    uint8_t *small = vuf_mem_alloc(fe, small_len, small_align, small_gpa);
+
+    *data = NULL;
+    if (small && data_cap) {
+        *data = vuf_mem_alloc(fe, data_cap, 4096, data_gpa);
+    }
+    if (!small || (data_cap && !*data)) {
+        error_setg(errp, "guest memory exhausted: cannot allocate %s with "
+                   "%zu data bytes (%" G_GUINT64_FORMAT " bytes left of %"
+                   G_GUINT64_FORMAT "); raise the memory size", what,
+                   data_cap, vuf_mem_available(fe), vuf_mem_size(fe));
+        vuf_mem_free(fe, small);
+        vuf_mem_free(fe, *data);
+        *data = NULL;
+        return NULL;
+    }
+    return small;
+}
+
 static bool create_guest_memory(VuFrontend *fe, Error **errp)
 {
     VufExtent all = { 0, fe->mem_size };

@@ -40,7 +40,6 @@
 #define SCSI_SEGS_MAX       512
 #define CTRL_BLOCK_BYTES    64
 #define CTRL_RESP_OFFSET    32
-#define SECTOR_BYTES        512
 
 G_STATIC_ASSERT(sizeof(VirtioScsiCtrlTmfReq) <= CTRL_RESP_OFFSET);
 G_STATIC_ASSERT(sizeof(VirtioScsiCtrlAnReq) <= CTRL_RESP_OFFSET);
@@ -69,17 +68,10 @@ VufScsiReq *vufscsi_req_new(VuFrontend *fe, size_t data_cap, Error **errp)
     scsi_sizes(fe, &req->cdb_size, &req->sense_size);
     resp_off = (sizeof(VirtioScsiCmdReqHdr) + req->cdb_size + 15) & ~(size_t)15;
     small_len = resp_off + sizeof(VirtioScsiCmdRespHdr) + req->sense_size;
-    small = vuf_mem_alloc(fe, small_len, 64, &small_gpa);
-    if (small && data_cap) {
-        req->data = vuf_mem_alloc(fe, data_cap, 4096, &req->data_gpa);
-    }
-    if (!small || (data_cap && !req->data)) {
-        error_setg(errp, "guest memory exhausted: cannot allocate a SCSI "
-                   "command with %zu data bytes (%" G_GUINT64_FORMAT " bytes "
-                   "left of %" G_GUINT64_FORMAT "); raise the memory size",
-                   data_cap, vuf_mem_available(fe), vuf_mem_size(fe));
-        vuf_mem_free(fe, small);
-        vuf_mem_free(fe, req->data);
+    small = vuf_req_mem_alloc(fe, small_len, 64, &small_gpa, data_cap,
+                              &req->data, &req->data_gpa, "a SCSI command",
+                              errp);
+    if (!small) {
         g_free(req);
         return NULL;
     }
@@ -144,28 +136,14 @@ static int add_data_segs(VufQueue *q, const VufScsiReq *req, VufSeg *segs,
                          unsigned *n)
 {
     const VirtioScsiConfig *cfg = vuf_scsi_config(vufq_frontend(q));
-    unsigned pieces = MAX(req->data_segs, 1), first = *n;
-    size_t piece = req->data_len / pieces, done = 0;
+    unsigned first = *n;
+    int r;
 
-    if (piece >= SECTOR_BYTES) {
-        piece -= piece % SECTOR_BYTES;
-    }
-    if (piece == 0) {
-        piece = req->data_len;
-    }
-    for (unsigned p = 0; done < req->data_len; p++) {
-        size_t len = p + 1 >= pieces ? req->data_len - done
-                                     : MIN(piece, req->data_len - done);
-
-        if (*n >= SCSI_SEGS_MAX - 1) {
-            return -E2BIG;
-        }
-        segs[(*n)++] = (VufSeg) {
-            .gpa = req->data_gpa + done,
-            .len = len,
-            .device_writes = req->dir == VUFSCSI_DIR_FROM_DEV,
-        };
-        done += len;
+    r = vufq_add_data_segs(segs, n, SCSI_SEGS_MAX, req->data_gpa,
+                           req->data_len, req->data_segs, UINT32_MAX,
+                           req->dir == VUFSCSI_DIR_FROM_DEV);
+    if (r < 0) {
+        return r;
     }
     if (cfg && cfg->seg_max && *n - first > cfg->seg_max) {
         return -E2BIG;
@@ -214,34 +192,6 @@ int vufscsi_complete(VufQueue *q, VufScsiReq **req)
     return r;
 }
 
-/* Submit a chain with add(), kick, wait, and harvest the one completion,
- * which must be token's. */
-static int do_one(VufQueue *q, void *token, int64_t timeout_ns,
-                  uint32_t *used_len)
-{
-    void *done = NULL;
-    uint32_t len = 0;
-    int r;
-
-    r = vufq_kick(q);
-    if (r < 0) {
-        return r;
-    }
-    r = vufq_wait(q, timeout_ns);
-    if (r < 0) {
-        return r;
-    }
-    r = vufq_get_used(q, &done, &len);
-    if (r < 0) {
-        return r;
-    }
-    if (r == 0 || done != token) {
-        return -EIO;    /* someone else's request: misuse or a bad device */
-    }
-    *used_len = len;
-    return 0;
-}
-
 int vufscsi_do(VufQueue *q, VufScsiReq *req, unsigned flags,
                int64_t timeout_ns)
 {
@@ -250,7 +200,7 @@ int vufscsi_do(VufQueue *q, VufScsiReq *req, unsigned flags,
     if (r < 0) {
         return r;
     }
-    r = do_one(q, req, timeout_ns, &req->used_len);
+    r = vufq_do_one(q, req, timeout_ns, &req->used_len);
     return r < 0 ? r : req->resp->response;
 }
 
@@ -427,7 +377,7 @@ int vufscsi_ctrl_do(VufQueue *q, VufScsiCtrl *ctrl, unsigned flags,
     if (r < 0) {
         return r;
     }
-    r = do_one(q, ctrl, timeout_ns, &ctrl->used_len);
+    r = vufq_do_one(q, ctrl, timeout_ns, &ctrl->used_len);
     if (r < 0) {
         return r;
     }

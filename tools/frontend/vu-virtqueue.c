@@ -67,6 +67,8 @@
 /* In poll mode with EVENT_IDX, how far last_used may run ahead of the
  * used_event we stored before we move used_event up again. */
 #define USED_EVENT_REFRESH      0x4000
+/* Data pieces are cut in whole sectors where possible, as drivers do. */
+#define DATA_PIECE_UNIT         512
 
 static int64_t now_ns(void)
 {
@@ -657,4 +659,69 @@ int vufq_wait(VufQueue *q, int64_t timeout_ns)
         return wait_poll(q, timeout_ns);
     }
     return wait_interrupt(q, timeout_ns);
+}
+
+int vufq_add_data_segs(VufSeg *segs, unsigned *n, unsigned max, uint64_t gpa,
+                       size_t len, unsigned pieces, uint32_t limit,
+                       bool device_writes)
+{
+    size_t piece, done = 0;
+
+    pieces = MAX(pieces, 1);
+    piece = len / pieces;
+    if (piece >= DATA_PIECE_UNIT) {
+        piece -= piece % DATA_PIECE_UNIT;
+    }
+    if (piece == 0) {
+        piece = len;
+    }
+    for (unsigned p = 0; done < len; p++) {
+        size_t this_piece = p + 1 >= pieces ? len - done
+                                            : MIN(piece, len - done);
+        size_t off = 0;
+
+        while (off < this_piece) {
+            uint32_t seg_len = MIN(this_piece - off, limit);
+
+            if (*n >= max - 1) {
+                return -E2BIG;
+            }
+            segs[(*n)++] = (VufSeg) {
+                .gpa = gpa + done + off,
+                .len = seg_len,
+                .device_writes = device_writes,
+            };
+            off += seg_len;
+        }
+        done += this_piece;
+    }
+    return 0;
+}
+
+int vufq_do_one(VufQueue *q, void *token, int64_t timeout_ns,
+                uint32_t *used_len)
+{
+    void *done = NULL;
+    uint32_t len = 0;
+    int r;
+
+    r = vufq_kick(q);
+    if (r < 0) {
+        return r;
+    }
+    r = vufq_wait(q, timeout_ns);
+    if (r < 0) {
+        return r;
+    }
+    r = vufq_get_used(q, &done, &len);
+    if (r < 0) {
+        return r;
+    }
+    if (r == 0 || done != token) {
+        return -EIO;    /* someone else's request: misuse or a bad device */
+    }
+    if (used_len) {
+        *used_len = len;
+    }
+    return 0;
 }
