@@ -85,6 +85,8 @@ class ScsiLun:
     writable: bool = None        # None: the daemon's default (off)
     node_opts: str = ""          # more ",key=value" for --blockdev
     props: dict = None           # lun.N.KEY=VALUE: serial, vendor, wwn...
+    blockdev: str = None         # instead of the file node, e.g.
+                                 # "driver=null-co,size=1G" (image unused)
 
 
 @dataclass
@@ -150,8 +152,11 @@ def _scsi_export_args(exp, i):
         opts += [f"iothread.{n}={iot}" for n, iot in enumerate(iothreads)]
     for n, lun in enumerate(exp.luns):
         node = f"d{i}l{n}"
-        args += ["--blockdev", f"driver=file,node-name={node},"
-                               f"filename={lun.image}{lun.node_opts}"]
+        if lun.blockdev:
+            args += ["--blockdev", f"{lun.blockdev},node-name={node}"]
+        else:
+            args += ["--blockdev", f"driver=file,node-name={node},"
+                                   f"filename={lun.image}{lun.node_opts}"]
         opts.append(f"lun.{n}.node-name={node}")
         if lun.writable is not None:
             opts.append(f"lun.{n}.writable={'on' if lun.writable else 'off'}")

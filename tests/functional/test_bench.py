@@ -8,6 +8,12 @@ interrupt accounting, the back-end CPU sampling, and that --verify catches
 bad data: writes a null-co node drops (reads come back as zeroes), and a
 byte changed in the image file behind the daemon's back.  Bad input gives
 one clear line and exit status 2.
+
+--device=scsi runs the same against a vhost-user-scsi export: both
+completion modes over two request queues, --verify on a file LUN and on a
+null-co LUN, READ/WRITE (16) past 2 TiB landing where they should, a
+read-only LUN (DATA PROTECT errors, exit 1), a pending unit attention at
+start (resent, as a guest does), and a LUN that does not exist (exit 2).
 """
 
 import json
@@ -28,6 +34,7 @@ import daemons  # noqa: E402
 BENCH = "tools/bench/spindle-bench"
 IMAGE_SIZE = 64 << 20
 RUN_TIMEOUT_S = 60
+CLIENT = "tools/frontend/spindle-vu-client"
 
 
 @pytest.fixture
@@ -98,6 +105,7 @@ def test_closed_loop_both_completion_modes(binary, bench, workdir, completion):
     finally:
         assert d.stop() == 0
     check_consistent(r)
+    assert r["device"] == "virtio-blk" and r["lun"] is None
     assert r["completion"] == completion and r["iodepth"] == 4
     assert r["rw"] == "randread" and r["writes"] == 0
     if completion == "poll":
@@ -280,3 +288,172 @@ def test_more_queues_than_the_export_has(binary, bench, workdir):
     finally:
         d.stop()
     assert "queues" in proc.stderr and len(proc.stderr.splitlines()) == 1
+
+
+def test_lun_needs_device_scsi(bench, workdir):
+    proc = run_bench(bench, workdir / "nothing.sock", "--lun=1", expect=2)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--lun" in lines[0] and "scsi" in lines[0]
+
+
+# --------------------------------------------------------------------------
+# --device=scsi
+
+def start_spindle_scsi(binary, workdir, luns, queues=2):
+    """A spindle with one vhost-user-scsi export of `luns` (ScsiLun)."""
+    exp = daemons.ScsiExport(luns=luns, socket=str(workdir / "scsi.sock"),
+                             num_queues=queues)
+    d = daemons.Daemon(binary("spindle"), [exp], "spindle", workdir)
+    d.start()
+    return d
+
+
+def file_lun(workdir, name="lun0.img", size=IMAGE_SIZE, **kw):
+    image = workdir / name
+    with open(image, "wb") as f:
+        f.truncate(size)
+    return daemons.ScsiLun(image=str(image), **kw)
+
+
+def run_scsi(bench, d, *args, expect=0):
+    return run_json(bench, d.exports[0].socket, "--device=scsi", *args,
+                    expect=expect)
+
+
+@pytest.mark.parametrize("completion", ["poll", "interrupt"])
+def test_scsi_both_completion_modes(binary, bench, workdir, completion):
+    d = start_spindle_scsi(binary, workdir,
+                           [file_lun(workdir, writable=True)])
+    try:
+        r, _ = run_scsi(bench, d, "--queues=2", "--rw=randrw",
+                        "--iodepth=4", "--runtime=0.3",
+                        f"--completion={completion}",
+                        f"--backend-pid={d.pid}")
+    finally:
+        assert d.stop() == 0
+    check_consistent(r)
+    assert r["device"] == "virtio-scsi" and r["lun"] == 0
+    assert r["completion"] == completion and r["iodepth"] == 4
+    assert r["reads"] > 0 and r["writes"] > 0
+    # Both request queues (virtqueues 2 and 3) did work.
+    assert all(q["ios"] > 0 for q in r["per_queue"]), r["per_queue"]
+    if completion == "poll":
+        assert r["interrupts_per_io"] < 0.05, r
+    else:
+        assert 0 < r["interrupts"] <= r["ios"] + r["queues"], r
+    assert r["backend_cpu_us_per_io"] is not None
+    assert r["backend_cpu_us_per_io"] > 0
+
+
+def test_scsi_verify_passes_on_a_file_lun(binary, bench, workdir):
+    d = start_spindle_scsi(binary, workdir,
+                           [file_lun(workdir, writable=True)])
+    try:
+        r, _ = run_scsi(bench, d, "--verify", "--rw=randrw", "--queues=2",
+                        "--iodepth=8", "--size=4M", "--count=3000")
+    finally:
+        d.stop()
+    check_consistent(r)
+    v = r["verify"]
+    assert v["mismatches"] == 0 and v["first_mismatch"] is None
+    assert v["sectors_checked"] >= 8 * r["reads"] // 2 > 0
+
+
+def test_scsi_verify_catches_lost_writes(binary, bench, workdir):
+    """A null-co LUN drops writes and reads back zeroes."""
+    lun = daemons.ScsiLun(image="", writable=True,
+                          blockdev="driver=null-co,size=64M,read-zeroes=on")
+    d = start_spindle_scsi(binary, workdir, [lun])
+    try:
+        r, proc = run_scsi(bench, d, "--verify", "--rw=randrw", "--size=1M",
+                           "--count=2000", expect=1)
+    finally:
+        d.stop()
+    assert r["errors"] == 0
+    v = r["verify"]
+    assert v["mismatches"] > 0
+    assert v["first_mismatch"]["problem"] == "no header"
+    assert v["first_mismatch"]["expected_gen"] >= 1
+    assert "verify" in proc.stderr and "no header" in proc.stderr
+
+
+def test_scsi_16_byte_cdbs_past_2_tib(binary, bench, workdir):
+    """LBAs beyond 2^32 blocks need READ/WRITE (16): the data must land at
+    the offset asked for, not at a truncated LBA."""
+    lun = file_lun(workdir, name="big.img", size=3 << 40, writable=True)
+    d = start_spindle_scsi(binary, workdir, [lun], queues=1)
+    offset = (5 << 39) + (1 << 20)          # 2.5 TiB + 1 MiB
+    try:
+        r, _ = run_scsi(bench, d, "--verify", "--rw=write", "--bs=64k",
+                        f"--offset={offset}", "--size=256k", "--count=4")
+    finally:
+        assert d.stop() == 0
+    assert r["writes"] == 4 and r["verify"]["mismatches"] == 0
+    assert r["verify"]["sectors_checked"] == 4 * 128
+    with open(lun.image, "rb") as f:
+        f.seek(offset)
+        assert f.read(4) == b"SPBV"
+        # Nothing where a 32-bit LBA would have put it.
+        f.seek(offset % (512 << 32))
+        assert f.read(4) == bytes(4)
+
+
+def test_scsi_read_only_lun_fails_writes(binary, bench, workdir):
+    luns = [file_lun(workdir, writable=True),
+            file_lun(workdir, name="ro.img", size=16 << 20,
+                     node_opts=",read-only=on",
+                     props={"logical-block-size": 4096})]
+    d = start_spindle_scsi(binary, workdir, luns)
+    try:
+        r, proc = run_scsi(bench, d, "--lun=1", "--rw=randwrite",
+                           "--count=100", expect=1)
+        # The same LUN reads fine; and its 4096-byte blocks are found.
+        ok, _ = run_scsi(bench, d, "--lun=1", "--count=100")
+        small = run_bench(bench, d.exports[0].socket, "--device=scsi",
+                          "--lun=1", "--bs=512", "--count=1", expect=2)
+    finally:
+        assert d.stop() == 0
+    assert r["lun"] == 1 and r["ios"] == 0 and r["errors"] >= 100
+    assert r["exit_status"] == 1 and r["ok"] is False
+    e = r["first_error"]
+    assert e["op"] == "write" and e["status"] == "CHECK_CONDITION"
+    assert e["sense_key"] == "DATA_PROTECT"
+    assert e["asc"] == 0x27                     # WRITE PROTECTED
+    assert "DATA_PROTECT" in proc.stderr
+    check_consistent(ok)
+    assert ok["lun"] == 1 and ok["reads"] == 100
+    assert "4096" in small.stderr and len(small.stderr.splitlines()) == 1
+
+
+def test_scsi_unit_attention_at_start_is_resent(binary, bench, workdir):
+    """After a LUN reset the next command gets UNIT ATTENTION; the bench
+    sends READ CAPACITY again, as a guest does, and the run is clean."""
+    d = start_spindle_scsi(binary, workdir,
+                           [file_lun(workdir, writable=True)])
+    try:
+        sock = d.exports[0].socket
+        subprocess.run([str(binary(CLIENT)), "--socket", sock, "--json",
+                        "scsi-tmf", "logical-unit-reset", "--lun", "0"],
+                       check=True, capture_output=True, timeout=30)
+        r, _ = run_scsi(bench, d, "--rw=randrw", "--count=200")
+    finally:
+        assert d.stop() == 0
+    check_consistent(r)
+    assert r["ios"] == 200
+
+
+def test_scsi_missing_lun(binary, bench, workdir):
+    d = start_spindle_scsi(binary, workdir,
+                           [file_lun(workdir, writable=True)])
+    try:
+        proc = run_bench(bench, d.exports[0].socket, "--device=scsi",
+                         "--lun=3", "--runtime=0.1", expect=2)
+        more = run_bench(bench, d.exports[0].socket, "--device=scsi",
+                         "--queues=3", "--runtime=0.1", expect=2)
+    finally:
+        assert d.stop() == 0
+    lines = proc.stderr.strip().splitlines()
+    assert lines == ["spindle-bench: --lun 3: the target has no LUN 3"], lines
+    lines = more.stderr.strip().splitlines()
+    assert lines == ["spindle-bench: the back-end has 2 request queues, "
+                     "--queues asks for 3"], lines

@@ -5,7 +5,10 @@
  * the histogram, --verify and CPU modules, which the unit tests link too.
  * bench-opts.c turns the command line into a BenchOpts; bench-main.c
  * connects, runs one thread per BenchQueue and leaves each queue's results
- * in it; bench-report.c merges those into a Summary and prints it.
+ * in it; bench-report.c merges those into a Summary and prints it.  What
+ * differs between virtio-blk and virtio-scsi (finding the disk's size,
+ * building, sending and judging a request) is a BenchDevOps table, one
+ * per device: bench-blk.c and bench-scsi.c.
  */
 #ifndef SPINDLE_TOOLS_BENCH_INT_H
 #define SPINDLE_TOOLS_BENCH_INT_H
@@ -53,6 +56,8 @@ static inline bool rw_reads(BenchRw rw)
  */
 typedef struct BenchOpts {
     char *socket;
+    VufDeviceType device;       /* VUF_DEVICE_BLK or VUF_DEVICE_SCSI */
+    unsigned lun;               /* virtio-scsi: the LUN driven */
     unsigned queues;
     int *cpus;                  /* NULL: threads are not pinned */
     unsigned ncpus;
@@ -100,13 +105,78 @@ void bench_opts_free(BenchOpts *o);
 typedef struct Slot Slot;
 
 typedef struct Bench Bench;
+typedef struct BenchQueue BenchQueue;
+
+/* ------------------------------------------------------------------------ */
+/* The device (bench-blk.c, bench-scsi.c)                                    */
+
+/* The disk as the device describes it, found once at setup. */
+typedef struct BenchDisk {
+    bool have_capacity;         /* false: virtio-blk without CONFIG */
+    uint64_t capacity;          /* bytes */
+    uint64_t block_size;        /* logical block, bytes (a multiple of 512) */
+    bool read_only;             /* the device says so: writes are refused
+                                 * at setup */
+    uint64_t data_segs;         /* data descriptors of a request of --bs */
+    uint64_t inflight_max;      /* requests in flight over all queues that
+                                 * a driver may have; 0: no limit */
+} BenchDisk;
+
+/* How a failed request ended, as the device said it. */
+typedef struct BenchIoError {
+    const char *status;         /* static: "IOERR", "CHECK_CONDITION",
+                                 * "BAD_TARGET", "none"... */
+    bool have_sense;            /* virtio-scsi CHECK CONDITION */
+    uint8_t sense_key, asc, ascq;
+} BenchIoError;
+
+/*
+ * One device type: what bench-main.c asks of virtio-blk or virtio-scsi.
+ * A request is the device's own type (VufBlkReq, VufScsiReq) behind a
+ * void pointer; its data buffer holds exactly the --bs bytes read or
+ * written, whatever the device, so --verify is the same for both.
+ */
+typedef struct BenchDevOps {
+    const char *name;           /* "virtio-blk": the JSON "device" */
+    VufDeviceType type;
+    unsigned first_vq;          /* the virtqueue of bench queue 0 */
+    const char *queue_noun;     /* "queues", "request queues" */
+
+    /* Control path (main thread, the session set up, no queue thread
+     * running).  How many of its queues the back-end can drive, from what
+     * it offered; 0 if it does not say. */
+    uint64_t (*queue_count)(VuFrontend *fe);
+    /* Fill *d for the options (o->bs, o->lun).  May run commands on the
+     * first bench queue's virtqueue and leaves nothing in flight there.
+     * False with errp set to a one-line message. */
+    bool (*probe)(Bench *b, const BenchOpts *o, BenchDisk *d, Error **errp);
+    /* A request with a data buffer of o->bs bytes (*data) in guest
+     * memory; opaque comes back from complete().  NULL with errp set when
+     * the memory is exhausted.  Free with req_free (NULL is fine). */
+    void *(*req_new)(Bench *b, void *opaque, uint8_t **data, Error **errp);
+    void (*req_free)(Bench *b, void *req);
+
+    /* Data path (the queue's thread).  Build the read or write of o->bs
+     * bytes at byte offset off (tag: unique among bq's requests in
+     * flight) and add it to bq's virtqueue, without kicking.  0 or
+     * vufq_add()'s -errno. */
+    int (*submit)(BenchQueue *bq, void *req, uint64_t tag, bool write,
+                  uint64_t off);
+    /* Harvest one completion: 1 and its opaque, 0 if none, -EIO. */
+    int (*complete)(VufQueue *q, void **opaque);
+    /* Did the completed req succeed?  If not, describe it in *e. */
+    bool (*check)(const void *req, BenchIoError *e);
+} BenchDevOps;
+
+extern const BenchDevOps bench_dev_blk;
+extern const BenchDevOps bench_dev_scsi;
 
 /*
  * One queue and the thread that drives it.  While the thread runs it is
  * the only one to touch its BenchQueue; the results are read by the main
  * thread after join.
  */
-typedef struct BenchQueue {
+struct BenchQueue {
     Bench *b;
     unsigned index;
     int cpu;                    /* -1: not pinned */
@@ -144,7 +214,7 @@ typedef struct BenchQueue {
     bool have_error;
     bool error_write;
     uint64_t error_offset;
-    int error_status;
+    BenchIoError error;
     uint64_t sectors_checked, bad_sectors;
     bool have_mismatch;
     VerifyMismatch mismatch;
@@ -153,13 +223,15 @@ typedef struct BenchQueue {
     /* The queues sit in one array: keep each one's last fields off the
      * cache line where the next one's first fields are. */
     char pad[CACHELINE];
-} BenchQueue;
+};
 
 /* The whole run: the session, the queues, and the start gate and window
  * times that the queue threads share. */
 struct Bench {
     const BenchOpts *o;
+    const BenchDevOps *dev;
     VuFrontend *fe;
+    BenchDisk disk;
     unsigned nq;
     unsigned depth;             /* requests per queue */
     unsigned add_flags;         /* VUFQ_ADD_INDIRECT or 0 */

@@ -1,11 +1,14 @@
 /*
- * spindle-bench: drive a vhost-user-blk back-end the way a guest driver
- * does, and measure it (docs/bench.md is the user's page).
+ * spindle-bench: drive a vhost-user-blk or vhost-user-scsi back-end the
+ * way a guest driver does, and measure it (docs/bench.md is the user's
+ * page).
  *
  * This file sets the run up, drives it and holds main().  The rest:
  *   bench-opts.c    the command line, checked into a BenchOpts
  *   bench-report.c  the results, merged into a Summary and printed
- *   bench-int.h     what these three files share
+ *   bench-blk.c     virtio-blk requests and disk geometry
+ *   bench-scsi.c    the same over virtio-scsi (READ/WRITE CDBs)
+ *   bench-int.h     what these files share
  * and the modules behind bench.h (histogram, --verify contents, CPU time).
  *
  * Theory of operation
@@ -17,10 +20,12 @@
  * step by step (vuf_connect_socket, vuf_negotiate, vuf_setup_queues) so
  * that a refused negotiation can be explained in the user's terms ("the
  * back-end has 2 queues, --queues asks for 4") from what the back-end
- * offered.  The negotiated limits then fix the request layout: how many
- * data descriptors one request of --bs bytes takes (size_max), whether
- * that is allowed (seg_max), whether chains go in indirect tables, and so
- * how many requests fit in a ring at once.
+ * offered.  The device (a BenchDevOps, --device) then describes the disk:
+ * its capacity and block size, and how many data descriptors one request
+ * of --bs bytes takes; that fixes the request layout: whether chains go in
+ * indirect tables, and so how many requests fit in a ring at once.  Every
+ * request of either device is two descriptors (virtio-blk: header and
+ * status; virtio-scsi: command and response) plus its data.
  *
  * The region [offset, offset+size) is cut into one bs-aligned slice per
  * queue.  Each queue has a BenchQueue: its requests (Slots, allocated here
@@ -103,9 +108,6 @@
 #define WAKE_MARGIN_INIT_NS (20 * 1000ull)
 /* --verify: random picks of a busy chunk before scanning for a free one. */
 #define PICK_TRIES          4
-/* Data descriptors one request may use: vu-blk.c's chain limit minus the
- * header and status descriptors. */
-#define LIB_DATA_SEGS_MAX   510
 #define MEM_MIN             (64ull << 20)
 #define MEM_ALIGN           (2ull << 20)
 
@@ -117,7 +119,8 @@ static atomic_bool stop_requested;
 
 /* One request and what it was for. */
 struct Slot {
-    VufBlkReq *req;
+    void *req;                  /* the device's (BenchDevOps) */
+    uint8_t *data;              /* its data buffer, bs bytes */
     uint64_t chunk;             /* index in the queue's slice */
     uint64_t start_ns;          /* submission, or scheduled arrival */
     uint32_t gen;               /* --verify: written, or expected by a read */
@@ -238,29 +241,26 @@ static void slot_prepare(BenchQueue *bq, Slot *s, uint64_t chunk, bool write)
         if (o->verify) {
             s->gen = bq->gen[chunk] + 1 ? bq->gen[chunk] + 1 : 1;
             bq->gen[chunk] = s->gen;
-            verify_fill(s->req->data, off, o->bs, s->gen);
+            verify_fill(s->data, off, o->bs, s->gen);
         }
-        vufblk_prep_write(s->req, off / SECTOR, o->bs);
-    } else {
-        if (o->verify) {
-            s->gen = bq->gen[chunk];
-            scribble(s->req->data, o->bs);
-        }
-        vufblk_prep_read(s->req, off / SECTOR, o->bs);
+    } else if (o->verify) {
+        s->gen = bq->gen[chunk];
+        scribble(s->data, o->bs);
     }
     if (o->verify) {
         bq->busy[chunk] = 1;
     }
 }
 
-static void record_error(BenchQueue *bq, const Slot *s, int status)
+static void record_error(BenchQueue *bq, const Slot *s,
+                         const BenchIoError *e)
 {
     bq->errors++;
     if (!bq->have_error) {
         bq->have_error = true;
         bq->error_write = s->write;
         bq->error_offset = bq->base + s->chunk * bq->b->o->bs;
-        bq->error_status = status;
+        bq->error = *e;
     }
 }
 
@@ -270,7 +270,7 @@ static void check_read(BenchQueue *bq, const Slot *s)
     VerifyMismatch m;
     unsigned bad;
 
-    bad = verify_check(s->req->data, bq->base + s->chunk * bs, bs, s->gen,
+    bad = verify_check(s->data, bq->base + s->chunk * bs, bs, s->gen,
                        &m);
     bq->sectors_checked += bs / VERIFY_SECTOR;
     if (bad) {
@@ -288,10 +288,11 @@ static void queue_close_window(BenchQueue *bq, uint64_t end);
 static void slot_complete(BenchQueue *bq, Slot *s, uint64_t t)
 {
     const BenchOpts *o = bq->b->o;
-    int status = *s->req->status;
+    BenchIoError e;
+    bool ok = bq->b->dev->check(s->req, &e);
 
-    if (status != VIRTIO_BLK_S_OK) {
-        record_error(bq, s, status);
+    if (!ok) {
+        record_error(bq, s, &e);
         if (o->verify && s->write) {
             bq->gen[s->chunk] = 0;  /* old or new contents: either valid */
         }
@@ -303,7 +304,7 @@ static void slot_complete(BenchQueue *bq, Slot *s, uint64_t t)
     }
     if (s->measured && !bq->closed && t < bq->b->deadline) {
         bq->completed++;
-        if (status == VIRTIO_BLK_S_OK) {
+        if (ok) {
             bq->ios++;
             if (s->write) {
                 bq->writes++;
@@ -328,16 +329,16 @@ static int queue_harvest(BenchQueue *bq)
     int r;
 
     for (;;) {
-        VufBlkReq *req;
+        void *slot;
 
-        r = vufblk_complete(bq->q, &req);
+        r = bq->b->dev->complete(bq->q, &slot);
         if (r < 0) {
             return r;
         }
         if (r == 0) {
             break;
         }
-        bq->ready[n++] = req->opaque;
+        bq->ready[n++] = slot;
     }
     if (n == 0) {
         return 0;
@@ -358,13 +359,15 @@ static int queue_harvest(BenchQueue *bq)
 static int queue_submit_slot(BenchQueue *bq, uint64_t chunk, bool write,
                              uint64_t start, bool measured)
 {
-    Slot *s = &bq->slots[bq->free_slots[bq->nfree - 1]];
+    unsigned k = bq->free_slots[bq->nfree - 1];
+    Slot *s = &bq->slots[k];
     int r;
 
     slot_prepare(bq, s, chunk, write);
     s->start_ns = start ? start : now_ns();
     s->measured = measured;
-    r = vufblk_submit(bq->q, s->req, bq->b->add_flags);
+    r = bq->b->dev->submit(bq, s->req, (uint64_t)bq->index << 32 | k, write,
+                           bq->base + chunk * bq->b->o->bs);
     if (r < 0) {
         return r;
     }
@@ -768,44 +771,29 @@ static uint64_t round_up(uint64_t v, uint64_t align)
 
 /* Guest memory for every request's buffers and every queue's rings and
  * indirect tables, with a margin for the allocator's alignment. */
-static uint64_t bench_mem_size(const BenchOpts *o)
+static uint64_t bench_mem_size(const BenchOpts *o, unsigned nvq)
 {
     uint64_t qs = o->queue_size;
     uint64_t depth = wanted_depth(o);
     uint64_t per_req = round_up(o->bs, 4096) + 4096;
     uint64_t rings = 16 * qs + 8 * qs + 6 + 2 * qs + 6 + 3 * 4096 +
                      16ull * VUF_INDIRECT_MAX_DEFAULT * qs;
-    uint64_t total = o->queues * (depth * per_req + rings);
+    uint64_t total = o->queues * depth * per_req + nvq * rings;
 
     total += total / 4 + (1u << 20);
     return round_up(MAX(total, MEM_MIN), MEM_ALIGN);
 }
 
-static const char *feature_name(unsigned bit)
+static const char *feature_name(VufDeviceType dev, unsigned bit)
 {
-    const char *name = vuf_feature_name(bit);
+    const char *name = vuf_device_feature_name(dev, bit);
 
     return name ? name : "an unnamed feature";
 }
 
-/* How many queues the back-end has, from what it offered. */
-static uint64_t backend_queue_count(VuFrontend *fe)
-{
-    const VirtioBlkConfig *cfg = vuf_blk_config(fe);
-    uint64_t n = vuf_queue_num_max(fe);
-
-    if (!(vuf_features_offered(fe) & VUF_BIT(VIRTIO_BLK_F_MQ))) {
-        return 1;
-    }
-    if (cfg && cfg->num_queues && (!n || cfg->num_queues < n)) {
-        n = cfg->num_queues;
-    }
-    return n;
-}
-
 /* Replace the library's message when the user's own terms explain it. */
-static void explain_negotiation(VuFrontend *fe, const BenchOpts *o,
-                                Error **errp)
+static void explain_negotiation(const BenchDevOps *dev, VuFrontend *fe,
+                                const BenchOpts *o, Error **errp)
 {
     uint64_t missing = o->required & ~vuf_features_offered(fe);
     uint64_t have;
@@ -816,28 +804,29 @@ static void explain_negotiation(VuFrontend *fe, const BenchOpts *o,
     if (missing) {
         g_clear_error(errp);
         error_setg(errp, "the back-end does not offer %s",
-                   feature_name(__builtin_ctzll(missing)));
+                   feature_name(dev->type, __builtin_ctzll(missing)));
         return;
     }
-    have = backend_queue_count(fe);
+    have = dev->queue_count(fe);
     if (have && o->queues > have) {
         g_clear_error(errp);
-        error_setg(errp, "the back-end has %" PRIu64 " queues, --queues "
-                   "asks for %u", have, o->queues);
+        error_setg(errp, "the back-end has %" PRIu64 " %s, --queues asks "
+                   "for %u", have, dev->queue_noun, o->queues);
     }
 }
 
-static VuFrontend *bench_connect(const BenchOpts *o, Error **errp)
+static VuFrontend *bench_connect(const BenchDevOps *dev, const BenchOpts *o,
+                                 Error **errp)
 {
     VufOptions vo;
     VuFrontend *fe;
 
-    vuf_options_init(&vo);
+    vuf_options_init_device(&vo, dev->type);
     vo.socket_path = o->socket;
-    vo.num_queues = o->queues;
+    vo.num_queues = dev->first_vq + o->queues;
     vo.queue_size = o->queue_size;
     vo.completion = o->completion;
-    vo.mem_size = bench_mem_size(o);
+    vo.mem_size = bench_mem_size(o, vo.num_queues);
     vo.connect_timeout_ms = o->connect_timeout_ms;
     if (o->no_event_idx) {
         vo.features_wanted &= ~VUF_BIT(VIRTIO_RING_F_EVENT_IDX);
@@ -856,7 +845,7 @@ static VuFrontend *bench_connect(const BenchOpts *o, Error **errp)
         return NULL;
     }
     if (!vuf_negotiate(fe, errp)) {
-        explain_negotiation(fe, o, errp);
+        explain_negotiation(dev, fe, o, errp);
         vuf_free(fe);
         return NULL;
     }
@@ -868,22 +857,27 @@ static VuFrontend *bench_connect(const BenchOpts *o, Error **errp)
 }
 
 /*
- * Check the region against the disk and cut it into slices.  The size
- * default (the rest of the disk) needs the capacity from the config space.
+ * Ask the device about the disk, check the region against it and cut it
+ * into slices.  The size default (the rest of the disk) needs the
+ * capacity.
  */
 static bool bench_geometry(Bench *b, BenchOpts *o, Error **errp)
 {
-    const VirtioBlkConfig *cfg = vuf_blk_config(b->fe);
-    uint64_t cap, blk = SECTOR;
+    const BenchDisk *d = &b->disk;
+    uint64_t cap, blk;
 
-    if (!cfg) {
+    if (!b->dev->probe(b, o, &b->disk, errp)) {
+        return false;
+    }
+    cap = d->capacity;
+    blk = d->block_size;
+    if (!d->have_capacity) {
         if (!o->have_size) {
             error_setg(errp, "the back-end does not report its capacity "
                        "(no CONFIG protocol feature): give --size");
             return false;
         }
     } else {
-        cap = cfg->capacity * SECTOR;
         if (o->offset >= cap ||
             (o->have_size && o->size > cap - o->offset)) {
             if (o->offset) {
@@ -899,10 +893,6 @@ static bool bench_geometry(Bench *b, BenchOpts *o, Error **errp)
         if (!o->have_size) {
             o->size = cap - o->offset;
         }
-        if (vuf_has_feature(b->fe, VIRTIO_BLK_F_BLK_SIZE) &&
-            cfg->blk_size > SECTOR) {
-            blk = cfg->blk_size;
-        }
     }
     if (o->bs % blk || o->offset % blk) {
         error_setg(errp, "the disk's logical block size is %" PRIu64
@@ -916,7 +906,7 @@ static bool bench_geometry(Bench *b, BenchOpts *o, Error **errp)
                    " bytes", o->size, b->nq, o->bs);
         return false;
     }
-    if (rw_writes(o->rw) && vuf_has_feature(b->fe, VIRTIO_BLK_F_RO)) {
+    if (rw_writes(o->rw) && d->read_only) {
         error_setg(errp, "the back-end is read-only, --rw=%s writes",
                    rw_names[o->rw]);
         return false;
@@ -925,38 +915,19 @@ static bool bench_geometry(Bench *b, BenchOpts *o, Error **errp)
 }
 
 /*
- * How a request of bs bytes is laid out, and how many fit in a ring.  The
- * data is cut at size_max (vu-blk.c); more pieces than seg_max is not
- * something a driver may send.  Chains with more than one data descriptor
- * go in an indirect table when that was negotiated, as Linux does; so do
- * single ones when direct chains would not leave room for the depth.
+ * How a request is laid out, and how many fit in a ring.  Chains with
+ * more than one data descriptor go in an indirect table when that was
+ * negotiated, as Linux does; so do single ones when direct chains would
+ * not leave room for the depth.  A device may also limit the requests in
+ * flight on the disk (virtio-scsi's cmd_per_lun): a driver stays below.
  */
 static bool bench_layout(Bench *b, const BenchOpts *o, Error **errp)
 {
-    const VirtioBlkConfig *cfg = vuf_blk_config(b->fe);
-    VufQueue *q = vuf_queue(b->fe, 0);
-    uint64_t segs = 1, size_max = 0, chain, per_req, fit;
+    VufQueue *q = vuf_queue(b->fe, b->dev->first_vq);
+    uint64_t segs = b->disk.data_segs, chain, per_req, fit;
+    uint64_t limit = b->disk.inflight_max;
     bool indirect_ok;
 
-    if (cfg && vuf_has_feature(b->fe, VIRTIO_BLK_F_SIZE_MAX) &&
-        cfg->size_max) {
-        size_max = cfg->size_max;
-        segs = (o->bs + size_max - 1) / size_max;
-    }
-    if (cfg && vuf_has_feature(b->fe, VIRTIO_BLK_F_SEG_MAX) &&
-        cfg->seg_max && segs > cfg->seg_max) {
-        error_setg(errp, "--bs %" PRIu64 " does not fit in one request: the "
-                   "back-end takes at most %u segments of %" PRIu64
-                   " bytes (size_max x seg_max = %" PRIu64 " bytes)", o->bs,
-                   cfg->seg_max, size_max, cfg->seg_max * size_max);
-        return false;
-    }
-    if (segs > LIB_DATA_SEGS_MAX) {
-        error_setg(errp, "--bs %" PRIu64 " needs %" PRIu64 " segments of "
-                   "size_max %" PRIu64 " bytes; this tool builds at most %d",
-                   o->bs, segs, size_max, LIB_DATA_SEGS_MAX);
-        return false;
-    }
     chain = segs + 2;
     indirect_ok = vuf_has_feature(b->fe, VIRTIO_RING_F_INDIRECT_DESC) &&
                   chain <= vufq_max_segs(q, VUFQ_ADD_INDIRECT);
@@ -980,7 +951,16 @@ static bool bench_layout(Bench *b, const BenchOpts *o, Error **errp)
                    per_req, o->queue_size);
         return false;
     }
+    if (limit && o->iodepth && (uint64_t)o->iodepth * b->nq > limit) {
+        error_setg(errp, "--iodepth %u x %u queues is more than the %" PRIu64
+                   " commands the device takes in flight (cmd_per_lun)",
+                   o->iodepth, b->nq, limit);
+        return false;
+    }
     b->depth = o->iodepth ? o->iodepth : o->rate > 0 ? fit : 1;
+    if (limit && b->depth > MAX(limit / b->nq, 1)) {
+        b->depth = MAX(limit / b->nq, 1);       /* --rate's default cap */
+    }
     /* --verify keeps one request per chunk. */
     if (o->verify && b->depth > b->slice / o->bs) {
         b->depth = b->slice / o->bs;
@@ -996,7 +976,7 @@ static bool queue_init(Bench *b, BenchQueue *bq, unsigned i, Error **errp)
     bq->b = b;
     bq->index = i;
     bq->cpu = o->cpus ? o->cpus[i % o->ncpus] : -1;
-    bq->q = vuf_queue(b->fe, i);
+    bq->q = vuf_queue(b->fe, b->dev->first_vq + i);
     bq->base = o->offset + i * b->slice;
     bq->nchunks = b->slice / o->bs;
     bq->wake_margin = WAKE_MARGIN_INIT_NS;
@@ -1014,14 +994,13 @@ static bool queue_init(Bench *b, BenchQueue *bq, unsigned i, Error **errp)
     for (k = 0; k < b->depth; k++) {
         Slot *s = &bq->slots[k];
 
-        s->req = vufblk_req_new(b->fe, o->bs, errp);
+        s->req = b->dev->req_new(b, s, &s->data, errp);
         if (!s->req) {
             return false;
         }
-        s->req->opaque = s;
         /* Without --verify, writes carry this: not zeroes, which a
          * back-end might detect and skip. */
-        verify_fill(s->req->data, 0, o->bs, 1);
+        verify_fill(s->data, 0, o->bs, 1);
         bq->free_slots[k] = k;
     }
     bq->nfree = b->depth;
@@ -1033,7 +1012,7 @@ static void queue_fini(Bench *b, BenchQueue *bq)
     unsigned k;
 
     for (k = 0; bq->slots && k < b->depth; k++) {
-        vufblk_req_free(b->fe, bq->slots[k].req);
+        b->dev->req_free(b, bq->slots[k].req);
     }
     g_free(bq->slots);
     g_free(bq->ready);
@@ -1218,7 +1197,8 @@ static bool bench_setup(Bench *b, BenchOpts *o, Error **errp)
         }
         cpu_snapshot_free(s);
     }
-    b->fe = bench_connect(o, errp);
+    b->dev = o->device == VUF_DEVICE_SCSI ? &bench_dev_scsi : &bench_dev_blk;
+    b->fe = bench_connect(b->dev, o, errp);
     if (!b->fe || !bench_geometry(b, o, errp) ||
         !bench_layout(b, o, errp)) {
         return false;

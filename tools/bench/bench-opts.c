@@ -34,6 +34,7 @@ typedef struct RawOpts {
     char *socket, *queues, *cpus, *rw, *rwmixread, *bs, *iodepth, *rate;
     char *runtime, *count, *ramp, *size, *offset, *completion;
     char *backend_pid, *queue_size, *require, *seed, *connect_timeout;
+    char *device, *lun;
     gboolean verify, json, no_event_idx, no_indirect;
 } RawOpts;
 
@@ -43,7 +44,7 @@ static void raw_opts_free(RawOpts *r)
         &r->socket, &r->queues, &r->cpus, &r->rw, &r->rwmixread, &r->bs,
         &r->iodepth, &r->rate, &r->runtime, &r->count, &r->ramp, &r->size,
         &r->offset, &r->completion, &r->backend_pid, &r->queue_size,
-        &r->require, &r->seed, &r->connect_timeout,
+        &r->require, &r->seed, &r->connect_timeout, &r->device, &r->lun,
     };
     size_t i;
 
@@ -192,21 +193,24 @@ static bool parse_cpus(const char *str, BenchOpts *o, Error **errp)
     return true;
 }
 
-/* Feature names as vuf_feature_by_name() spells them; '-' may stand for
- * '_' ("ring-packed"), as in most command lines. */
-static bool parse_features(const char *str, uint64_t *mask, Error **errp)
+/* Feature names as vuf_device_feature_by_name() spells them for the
+ * device; '-' may stand for '_' ("ring-packed"), as in most command
+ * lines. */
+static bool parse_features(const char *str, VufDeviceType dev,
+                           uint64_t *mask, Error **errp)
 {
     g_auto(GStrv) names = g_strsplit(str, ",", -1);
     char **n;
 
     for (n = names; *n; n++) {
         g_autofree char *name = g_strdelimit(g_strdup(*n), "-", '_');
-        int bit = vuf_feature_by_name(name);
+        int bit = vuf_device_feature_by_name(dev, name);
 
         if (bit < 0) {
             error_setg(errp, "--require: unknown feature '%s' (names such "
-                       "as RING_EVENT_IDX, RING_INDIRECT_DESC, BLK_MQ, "
-                       "BLK_FLUSH)", *n);
+                       "as RING_EVENT_IDX, RING_INDIRECT_DESC, %s)", *n,
+                       dev == VUF_DEVICE_SCSI ? "SCSI_HOTPLUG, SCSI_CHANGE"
+                                              : "BLK_MQ, BLK_FLUSH");
             return false;
         }
         *mask |= 1ull << bit;
@@ -344,10 +348,43 @@ static bool convert_times(const RawOpts *r, BenchOpts *o, Error **errp)
     return true;
 }
 
+/* --device and --lun: which device, and for virtio-scsi which LUN. */
+static bool convert_device(const RawOpts *r, BenchOpts *o, Error **errp)
+{
+    uint64_t v;
+
+    if (r->device) {
+        if (!strcmp(r->device, "blk")) {
+            o->device = VUF_DEVICE_BLK;
+        } else if (!strcmp(r->device, "scsi")) {
+            o->device = VUF_DEVICE_SCSI;
+        } else {
+            error_setg(errp, "--device: expected blk or scsi, got '%s'",
+                       r->device);
+            return false;
+        }
+    }
+    if (r->lun) {
+        if (o->device != VUF_DEVICE_SCSI) {
+            error_setg(errp, "--lun: only with --device=scsi");
+            return false;
+        }
+        /* The LUNs the virtio-scsi address format can carry. */
+        if (!parse_uint("--lun", r->lun, 0, 16383, &v, errp)) {
+            return false;
+        }
+        o->lun = v;
+    }
+    return true;
+}
+
 static bool convert_opts(const RawOpts *r, BenchOpts *o, Error **errp)
 {
     if (!r->socket) {
         error_setg(errp, "--socket PATH is required");
+        return false;
+    }
+    if (!convert_device(r, o, errp)) {
         return false;
     }
     o->socket = g_strdup(r->socket);
@@ -373,7 +410,8 @@ static bool convert_opts(const RawOpts *r, BenchOpts *o, Error **errp)
         !convert_times(r, o, errp)) {
         return false;
     }
-    if (r->require && !parse_features(r->require, &o->required, errp)) {
+    if (r->require &&
+        !parse_features(r->require, o->device, &o->required, errp)) {
         return false;
     }
     return !r->cpus || parse_cpus(r->cpus, o, errp);
@@ -386,6 +424,10 @@ bool bench_parse_command_line(int argc, char **argv, BenchOpts *o,
     GOptionEntry entries[] = {
         { "socket", 0, 0, G_OPTION_ARG_STRING, &r.socket,
           "vhost-user socket of the back-end (required)", "PATH" },
+        { "device", 0, 0, G_OPTION_ARG_STRING, &r.device,
+          "blk (vhost-user-blk, default) or scsi (vhost-user-scsi)", "TYPE" },
+        { "lun", 0, 0, G_OPTION_ARG_STRING, &r.lun,
+          "With --device=scsi: the LUN to drive (default 0)", "N" },
         { "queues", 0, 0, G_OPTION_ARG_STRING, &r.queues,
           "Queues, one thread each (default 1)", "N" },
         { "cpus", 0, 0, G_OPTION_ARG_STRING, &r.cpus,
@@ -440,8 +482,9 @@ bool bench_parse_command_line(int argc, char **argv, BenchOpts *o,
     bool ok;
 
     g_option_context_set_summary(ctx,
-        "Drive a vhost-user-blk back-end like a guest driver and report "
-        "IOPS,\nlatency, kicks and interrupts per I/O and CPU per I/O.");
+        "Drive a vhost-user-blk or vhost-user-scsi back-end like a guest "
+        "driver and\nreport IOPS, latency, kicks and interrupts per I/O and "
+        "CPU per I/O.");
     g_option_context_set_description(ctx,
         "Sizes take k, M, G suffixes (powers of 1024).  See docs/bench.md.\n"
         "Exit status: 0 ok, 1 the run failed (I/O error, verify mismatch, "

@@ -53,6 +53,18 @@ static char *queue_fail_reason(const BenchQueue *bq)
     }
 }
 
+/* "IOERR", or "CHECK_CONDITION, sense DATA_PROTECT, ASC 0x27, ASCQ
+ * 0x00".  Caller frees. */
+static char *io_error_string(const BenchIoError *e)
+{
+    if (!e->have_sense) {
+        return g_strdup(e->status);
+    }
+    return g_strdup_printf("%s, sense %s, ASC 0x%02x, ASCQ 0x%02x",
+                           e->status, vufscsi_sense_key_name(e->sense_key),
+                           e->asc, e->ascq);
+}
+
 static void summarize_failures(const Bench *b, Summary *s)
 {
     unsigned i;
@@ -69,14 +81,14 @@ static void summarize_failures(const Bench *b, Summary *s)
     }
     if (s->error_q) {
         const BenchQueue *bq = s->error_q;
+        g_autofree char *what = io_error_string(&bq->error);
 
         g_ptr_array_add(s->failures,
             g_strdup_printf("%" PRIu64 " I/O error%s; first: %s at byte %"
                             PRIu64 ": %s", s->errors,
                             s->errors == 1 ? "" : "s",
                             bq->error_write ? "write" : "read",
-                            bq->error_offset,
-                            vufblk_status_name(bq->error_status)));
+                            bq->error_offset, what));
     }
     if (s->mismatch_q) {
         const VerifyMismatch *m = &s->mismatch_q->mismatch;
@@ -162,7 +174,11 @@ void bench_print_text(const Bench *b, const Summary *s)
     const LatHist *h = s->hist;
     unsigned i;
 
-    printf("spindle-bench: %s", rw_names[o->rw]);
+    printf("spindle-bench: ");
+    if (b->dev->type == VUF_DEVICE_SCSI) {
+        printf("%s lun=%u ", b->dev->name, o->lun);
+    }
+    printf("%s", rw_names[o->rw]);
     if (o->rw == RW_RANDRW) {
         printf(" rwmixread=%u", o->rwmixread);
     }
@@ -350,12 +366,33 @@ static JsonArray *json_per_queue(const Bench *b)
     return a;
 }
 
+/* The sense of a CHECK CONDITION (virtio-scsi), or nulls. */
+static void json_io_sense(JsonObject *e, const BenchIoError *err)
+{
+    if (err->have_sense) {
+        json_object_set_string_member(e, "sense_key",
+                                      vufscsi_sense_key_name(err->sense_key));
+        json_object_set_int_member(e, "asc", err->asc);
+        json_object_set_int_member(e, "ascq", err->ascq);
+    } else {
+        json_object_set_null_member(e, "sense_key");
+        json_object_set_null_member(e, "asc");
+        json_object_set_null_member(e, "ascq");
+    }
+}
+
 static void json_setup(JsonObject *j, const Bench *b)
 {
     const BenchOpts *o = b->o;
 
     json_object_set_string_member(j, "tool", "spindle-bench");
     json_object_set_string_member(j, "socket", o->socket);
+    json_object_set_string_member(j, "device", b->dev->name);
+    if (b->dev->type == VUF_DEVICE_SCSI) {
+        json_object_set_int_member(j, "lun", o->lun);
+    } else {
+        json_object_set_null_member(j, "lun");
+    }
     json_object_set_string_member(j, "rw", rw_names[o->rw]);
     json_object_set_int_member(j, "rwmixread",
                                o->rw == RW_RANDRW ? o->rwmixread
@@ -433,8 +470,8 @@ void bench_print_json(const Bench *b, const Summary *s, int status)
         json_object_set_string_member(e, "op", bq->error_write ? "write"
                                                                : "read");
         json_object_set_int_member(e, "offset", bq->error_offset);
-        json_object_set_string_member(e, "status",
-                                      vufblk_status_name(bq->error_status));
+        json_object_set_string_member(e, "status", bq->error.status);
+        json_io_sense(e, &bq->error);
         json_object_set_object_member(j, "first_error", e);
     } else {
         json_object_set_null_member(j, "first_error");

@@ -4,13 +4,16 @@
  * It plays the guest driver's part over the vhost-user protocol (through
  * the vu-frontend library, tools/frontend/vu-frontend.h) against any
  * vhost-user-blk back-end, so the same load can be pointed at Spindle and
- * at qemu-storage-daemon.  docs/bench.md is the user's page.
+ * at qemu-storage-daemon, or any vhost-user-scsi one (--device=scsi).
+ * docs/bench.md is the user's page.
  *
  * Files:
  *   bench-main.c    connection, threads, the run, exit status
+ *   bench-blk.c     the virtio-blk device (requests, geometry)
+ *   bench-scsi.c    the virtio-scsi device (READ/WRITE CDBs, geometry)
  *   bench-opts.c    the command line
  *   bench-report.c  the text and JSON reports
- *   bench-int.h     what those three share
+ *   bench-int.h     what those five share
  *   bench-hist.c    latency histogram (log-linear buckets, percentiles, CDF)
  *   bench-verify.c  self-checking block contents for --verify
  *   bench-cpu.c     CPU time of another process's threads (/proc)
