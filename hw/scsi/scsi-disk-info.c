@@ -78,7 +78,7 @@ static size_t scsi_vpd_header(uint8_t *p, uint8_t page, size_t len)
 {
     p[0] = SCSI_PDT_DIRECT_ACCESS;
     p[1] = page;
-    scsi_st16(p + 2, (uint16_t)len);
+    st_be16(p + 2, (uint16_t)len);
     return SCSI_VPD_HDR_LEN + len;
 }
 
@@ -117,7 +117,7 @@ static size_t scsi_vpd_device_id(ScsiDisk *d, uint8_t *p)
         desig[1] = SCSI_DESIG_ASSOC_LU | SCSI_DESIG_TYPE_NAA;
         desig[2] = 0;
         desig[3] = 8;
-        scsi_st64(desig + SCSI_DESIG_HDR_LEN, d->wwn);
+        st_be64(desig + SCSI_DESIG_HDR_LEN, d->wwn);
         off += SCSI_DESIG_HDR_LEN + 8;
     }
 
@@ -156,22 +156,22 @@ static size_t scsi_vpd_block_limits(ScsiDisk *d, uint8_t *p)
 {
     memset(p, 0, SCSI_VPD_HDR_LEN + SCSI_VPD_BL_PAGE_LEN);
     p[SCSI_VPD_BL_WSNZ] = 0x01;     /* WRITE SAME of 0 blocks is invalid */
-    scsi_st16(p + SCSI_VPD_BL_OPT_XFER_GRAN, d->xfer_gran_blocks);
-    scsi_st32(p + SCSI_VPD_BL_MAX_XFER, d->max_xfer_blocks);
+    st_be16(p + SCSI_VPD_BL_OPT_XFER_GRAN, d->xfer_gran_blocks);
+    st_be32(p + SCSI_VPD_BL_MAX_XFER, d->max_xfer_blocks);
     /* SCSI_VPD_BL_OPT_XFER stays 0: see the theory comment. */
     if (d->can_unmap) {
-        scsi_st32(p + SCSI_VPD_BL_MAX_UNMAP_LBAS, d->max_unmap_blocks);
-        scsi_st32(p + SCSI_VPD_BL_MAX_UNMAP_DESCS, SCSI_DISK_MAX_UNMAP_DESCS);
-        scsi_st32(p + SCSI_VPD_BL_OPT_UNMAP_GRAN, d->unmap_gran_blocks);
+        st_be32(p + SCSI_VPD_BL_MAX_UNMAP_LBAS, d->max_unmap_blocks);
+        st_be32(p + SCSI_VPD_BL_MAX_UNMAP_DESCS, SCSI_DISK_MAX_UNMAP_DESCS);
+        st_be32(p + SCSI_VPD_BL_OPT_UNMAP_GRAN, d->unmap_gran_blocks);
     }
-    scsi_st64(p + SCSI_VPD_BL_MAX_WRITE_SAME, d->max_ws_blocks);
+    st_be64(p + SCSI_VPD_BL_MAX_WRITE_SAME, d->max_ws_blocks);
     return scsi_vpd_header(p, SCSI_VPD_BLOCK_LIMITS, SCSI_VPD_BL_PAGE_LEN);
 }
 
 static size_t scsi_vpd_block_dev_chars(ScsiDisk *d, uint8_t *p)
 {
     memset(p, 0, SCSI_VPD_HDR_LEN + SCSI_VPD_BDC_PAGE_LEN);
-    scsi_st16(p + SCSI_VPD_BDC_ROTATION_RATE, SCSI_ROTATION_NON_ROTATING);
+    st_be16(p + SCSI_VPD_BDC_ROTATION_RATE, SCSI_ROTATION_NON_ROTATING);
     return scsi_vpd_header(p, SCSI_VPD_BLOCK_DEV_CHARS,
                            SCSI_VPD_BDC_PAGE_LEN);
 }
@@ -233,7 +233,7 @@ void scsi_disk_cmd_inquiry(ScsiRequest *req)
         scsi_req_invalid_cdb(req);
         return;
     }
-    scsi_req_reply(req, buf, len, scsi_ld16(cdb + 3));
+    scsi_req_reply(req, buf, len, ld_be16(cdb + 3));
 }
 
 /* ------------------------------------------------------------------------ */
@@ -257,7 +257,7 @@ void scsi_disk_cmd_read_capacity_10(ScsiRequest *req)
     uint8_t buf[SCSI_READ_CAPACITY_10_LEN];
     uint64_t last;
 
-    if (!(r->cdb[8] & SCSI_READ_CAPACITY_PMI) && scsi_ld32(r->cdb + 2)) {
+    if (!(r->cdb[8] & SCSI_READ_CAPACITY_PMI) && ld_be32(r->cdb + 2)) {
         scsi_req_invalid_cdb(req);
         return;
     }
@@ -267,8 +267,8 @@ void scsi_disk_cmd_read_capacity_10(ScsiRequest *req)
     }
     last = scsi_disk_last_lba(r->d);
     /* Too large for 32 bits: all ones tells the initiator to use (16). */
-    scsi_st32(buf, last > UINT32_MAX - 1 ? UINT32_MAX : (uint32_t)last);
-    scsi_st32(buf + 4, r->d->block_size);
+    st_be32(buf, last > UINT32_MAX - 1 ? UINT32_MAX : (uint32_t)last);
+    st_be32(buf + 4, r->d->block_size);
     scsi_req_reply(req, buf, sizeof(buf), sizeof(buf));
 }
 
@@ -284,13 +284,13 @@ void scsi_disk_cmd_service_action_in(ScsiRequest *req)
         return;
     }
     memset(buf, 0, sizeof(buf));
-    scsi_st64(buf, scsi_disk_last_lba(d));
-    scsi_st32(buf + 8, d->block_size);
+    st_be64(buf, scsi_disk_last_lba(d));
+    st_be32(buf + 8, d->block_size);
     /* Byte 13: no protection, one logical block per physical block. */
     if (d->can_unmap) {
         buf[14] = SCSI_READ_CAPACITY_16_LBPME;
     }
-    scsi_req_reply(req, buf, sizeof(buf), scsi_ld32(r->cdb + 10));
+    scsi_req_reply(req, buf, sizeof(buf), ld_be32(r->cdb + 10));
 }
 
 /* ------------------------------------------------------------------------ */
@@ -368,11 +368,11 @@ static size_t scsi_mode_block_desc(ScsiDisk *d, bool longlba, unsigned pc,
         return len;
     }
     if (longlba) {
-        scsi_st64(p, blocks);
-        scsi_st32(p + 12, d->block_size);
+        st_be64(p, blocks);
+        st_be32(p + 12, d->block_size);
     } else {
-        scsi_st32(p, blocks > UINT32_MAX ? UINT32_MAX : (uint32_t)blocks);
-        scsi_st24(p + 5, d->block_size);
+        st_be32(p, blocks > UINT32_MAX ? UINT32_MAX : (uint32_t)blocks);
+        st_be24(p + 5, d->block_size);
     }
     return len;
 }
@@ -398,7 +398,7 @@ void scsi_disk_cmd_mode_sense(ScsiRequest *req)
     bool llbaa = ten && (cdb[1] & SCSI_MODE_SENSE_LLBAA);
     unsigned pc = cdb[2] >> SCSI_MODE_SENSE_PC_SHIFT;
     unsigned page = cdb[2] & SCSI_MODE_SENSE_PAGE_MASK;
-    size_t alloc = ten ? scsi_ld16(cdb + 7) : cdb[4];
+    size_t alloc = ten ? ld_be16(cdb + 7) : cdb[4];
     size_t hdr_len = ten ? SCSI_MODE_HDR10_LEN : SCSI_MODE_HDR6_LEN;
     uint8_t buf[SCSI_INFO_BUF_SIZE];
     size_t off = hdr_len, bd_len = 0, n;
@@ -431,10 +431,10 @@ void scsi_disk_cmd_mode_sense(ScsiRequest *req)
 
     memset(buf, 0, hdr_len);
     if (ten) {
-        scsi_st16(buf, (uint16_t)(off - 2));    /* excludes itself */
+        st_be16(buf, (uint16_t)(off - 2));    /* excludes itself */
         buf[3] = scsi_mode_device_specific(d);
         buf[4] = llbaa && bd_len ? SCSI_MODE_HDR10_LONGLBA : 0;
-        scsi_st16(buf + 6, (uint16_t)bd_len);
+        st_be16(buf + 6, (uint16_t)bd_len);
     } else {
         buf[0] = (uint8_t)(off - 1);
         buf[2] = scsi_mode_device_specific(d);
@@ -507,7 +507,7 @@ static bool scsi_mode_select_apply(ScsiRequest *req, const uint8_t *p,
         return false;
     }
     longlba = ten && (p[4] & SCSI_MODE_HDR10_LONGLBA);
-    bd_len = ten ? scsi_ld16(p + 6) : p[3];
+    bd_len = ten ? ld_be16(p + 6) : p[3];
     if (p[ten ? 2 : 1] != 0 ||      /* medium type */
         (bd_len != 0 && bd_len != (longlba ? SCSI_MODE_BLKDESC_LONG_LEN
                                            : SCSI_MODE_BLKDESC_LEN))) {
@@ -552,7 +552,7 @@ void scsi_disk_cmd_mode_select(ScsiRequest *req)
     ScsiDiskReq *r = scsi_disk_req(req);
     const uint8_t *cdb = r->cdb;
     bool ten = cdb[0] == SCSI_OP_MODE_SELECT_10;
-    size_t plen = ten ? scsi_ld16(cdb + 7) : cdb[4];
+    size_t plen = ten ? ld_be16(cdb + 7) : cdb[4];
     uint8_t buf[SCSI_MODE_SELECT_MAX];
 
     if (cdb[1] & SCSI_MODE_SELECT_SP) {

@@ -15,6 +15,7 @@
 #include "block/block.h"
 #include "hw/scsi/scsi-defs.h"
 #include "hw/scsi/scsi-disk.h"
+#include "util/bswap.h"
 
 /* CDB bytes we keep: every command we implement fits in 16. */
 #define SCSI_DISK_CDB_MAX           16
@@ -109,55 +110,6 @@ G_STATIC_ASSERT(_Alignof(ScsiDiskReq) <= _Alignof(ScsiRequestPriv));
 static inline ScsiDiskReq *scsi_disk_req(ScsiRequest *req)
 {
     return (ScsiDiskReq *)req->priv.space;
-}
-
-/* ------------------------------------------------------------------------ */
-/* Big-endian fields                                                         */
-
-static inline uint16_t scsi_ld16(const uint8_t *p)
-{
-    return (uint16_t)(p[0] << 8 | p[1]);
-}
-
-static inline uint32_t scsi_ld24(const uint8_t *p)
-{
-    return (uint32_t)p[0] << 16 | (uint32_t)p[1] << 8 | p[2];
-}
-
-static inline uint32_t scsi_ld32(const uint8_t *p)
-{
-    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 |
-           (uint32_t)p[2] << 8 | p[3];
-}
-
-static inline uint64_t scsi_ld64(const uint8_t *p)
-{
-    return (uint64_t)scsi_ld32(p) << 32 | scsi_ld32(p + 4);
-}
-
-static inline void scsi_st16(uint8_t *p, uint16_t v)
-{
-    p[0] = v >> 8;
-    p[1] = v;
-}
-
-static inline void scsi_st24(uint8_t *p, uint32_t v)
-{
-    p[0] = v >> 16;
-    p[1] = v >> 8;
-    p[2] = v;
-}
-
-static inline void scsi_st32(uint8_t *p, uint32_t v)
-{
-    scsi_st16(p, v >> 16);
-    scsi_st16(p + 2, v);
-}
-
-static inline void scsi_st64(uint8_t *p, uint64_t v)
-{
-    scsi_st32(p, v >> 32);
-    scsi_st32(p + 4, v);
 }
 
 /* ------------------------------------------------------------------------ */

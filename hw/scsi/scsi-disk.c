@@ -167,7 +167,7 @@ unsigned scsi_sense_build(uint8_t *sense, bool descriptor, uint8_t key,
         desc[0] = SCSI_SENSE_DESC_TYPE_INFO;
         desc[1] = SCSI_SENSE_DESC_INFO_LEN - 2;
         desc[2] = SCSI_SENSE_VALID;
-        scsi_st64(desc + 4, info);
+        st_be64(desc + 4, info);
         return SCSI_SENSE_DESC_HDR_LEN + SCSI_SENSE_DESC_INFO_LEN;
     }
 
@@ -177,7 +177,7 @@ unsigned scsi_sense_build(uint8_t *sense, bool descriptor, uint8_t key,
     /* The fixed format has 4 bytes of INFORMATION: VALID only if it fits. */
     if (has_info && info <= UINT32_MAX) {
         sense[0] |= SCSI_SENSE_VALID;
-        scsi_st32(sense + SCSI_SENSE_FIXED_INFO, (uint32_t)info);
+        st_be32(sense + SCSI_SENSE_FIXED_INFO, (uint32_t)info);
     }
     sense[SCSI_SENSE_FIXED_ADD_LEN] = SCSI_SENSE_FIXED_LEN - 8;
     sense[SCSI_SENSE_FIXED_ASC] = asc;
@@ -531,21 +531,21 @@ static void scsi_cdb_lba_count(const uint8_t *cdb, uint64_t *lba,
 {
     switch (cdb[0] >> 5) {
     case 0:
-        *lba = scsi_ld24(cdb + 1) & ((SCSI_READ6_LBA_MASK << 16) | 0xffff);
+        *lba = ld_be24(cdb + 1) & ((SCSI_READ6_LBA_MASK << 16) | 0xffff);
         *count = cdb[4] ? cdb[4] : 256;
         break;
     case 1:
     case 2:
-        *lba = scsi_ld32(cdb + 2);
-        *count = scsi_ld16(cdb + 7);
+        *lba = ld_be32(cdb + 2);
+        *count = ld_be16(cdb + 7);
         break;
     case 4:
-        *lba = scsi_ld64(cdb + 2);
-        *count = scsi_ld32(cdb + 10);
+        *lba = ld_be64(cdb + 2);
+        *count = ld_be32(cdb + 10);
         break;
     case 5:
-        *lba = scsi_ld32(cdb + 2);
-        *count = scsi_ld32(cdb + 6);
+        *lba = ld_be32(cdb + 2);
+        *count = ld_be32(cdb + 6);
         break;
     default:
         g_assert_not_reached();     /* only the table's opcodes get here */
@@ -821,8 +821,8 @@ static bool scsi_disk_unmap_parse(ScsiRequest *req, uint32_t plen)
         return false;
     }
     iov_to_buf(req->out_iov, req->out_niov, 0, hdr, sizeof(hdr));
-    data_len = scsi_ld16(hdr);
-    desc_len = scsi_ld16(hdr + 2);
+    data_len = ld_be16(hdr);
+    desc_len = ld_be16(hdr + 2);
     if (SCSI_UNMAP_HDR_LEN + desc_len > data_len + 2 ||
         data_len + 2 > plen) {
         scsi_req_param_length_error(req);
@@ -846,8 +846,8 @@ static bool scsi_disk_unmap_parse(ScsiRequest *req, uint32_t plen)
         iov_to_buf(req->out_iov, req->out_niov,
                    SCSI_UNMAP_HDR_LEN + i * SCSI_UNMAP_DESC_LEN, desc,
                    sizeof(desc));
-        lba = scsi_ld64(desc);
-        count = scsi_ld32(desc + 8);
+        lba = ld_be64(desc);
+        count = ld_be32(desc + 8);
         total += count;
         if (total > d->max_unmap_blocks) {
             scsi_req_invalid_param(req);
@@ -875,7 +875,7 @@ static void scsi_disk_cmd_unmap(ScsiRequest *req)
 {
     ScsiDiskReq *r = scsi_disk_req(req);
     ScsiDisk *d = r->d;
-    uint32_t plen = scsi_ld16(r->cdb + 7);
+    uint32_t plen = ld_be16(r->cdb + 7);
 
     if (!d->can_unmap) {
         scsi_req_invalid_opcode(req);
@@ -1060,7 +1060,7 @@ size_t scsi_build_report_luns(const uint16_t *luns, unsigned n, uint8_t *buf,
     size_t done;
 
     memset(data, 0, sizeof(data));
-    scsi_st32(data, n * SCSI_REPORT_LUNS_ENTRY_LEN);
+    st_be32(data, n * SCSI_REPORT_LUNS_ENTRY_LEN);
     done = MIN(len, sizeof(data));
     memcpy(buf, data, done);
     for (unsigned i = 0; i < n && done < len; i++) {

@@ -34,6 +34,7 @@
 #include <glib.h>
 
 #include "bench-int.h"
+#include "util/bswap.h"
 
 /* Operation codes (SPC-4, SBC-3). */
 #define OP_INQUIRY              0x12
@@ -60,35 +61,6 @@
 
 /* ------------------------------------------------------------------------ */
 /* CDBs                                                                      */
-
-static void st_be16(uint8_t *p, uint16_t v)
-{
-    p[0] = v >> 8;
-    p[1] = v;
-}
-
-static void st_be32(uint8_t *p, uint32_t v)
-{
-    st_be16(p, v >> 16);
-    st_be16(p + 2, v);
-}
-
-static void st_be64(uint8_t *p, uint64_t v)
-{
-    st_be32(p, v >> 32);
-    st_be32(p + 4, v);
-}
-
-static uint32_t ld_be32(const uint8_t *p)
-{
-    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 |
-           (uint32_t)p[2] << 8 | p[3];
-}
-
-static uint64_t ld_be64(const uint8_t *p)
-{
-    return (uint64_t)ld_be32(p) << 32 | ld_be32(p + 4);
-}
 
 /* READ/WRITE (10), or (16) when lba or nblocks do not fit; returns the
  * CDB's length. */

@@ -40,6 +40,7 @@
 #include <glib.h>
 #include <json-glib/json-glib.h>
 
+#include "util/bswap.h"
 #include "vu-client.h"
 
 #define SCSI_EVENT_BUFS         4
@@ -71,39 +72,6 @@ typedef struct LunGeometry {
 
 /* ------------------------------------------------------------------------ */
 /* Helpers                                                                   */
-
-static uint16_t ld_be16(const uint8_t *p)
-{
-    return (uint16_t)p[0] << 8 | p[1];
-}
-
-static uint32_t ld_be32(const uint8_t *p)
-{
-    return (uint32_t)ld_be16(p) << 16 | ld_be16(p + 2);
-}
-
-static uint64_t ld_be64(const uint8_t *p)
-{
-    return (uint64_t)ld_be32(p) << 32 | ld_be32(p + 4);
-}
-
-static void st_be16(uint8_t *p, uint16_t v)
-{
-    p[0] = v >> 8;
-    p[1] = v;
-}
-
-static void st_be32(uint8_t *p, uint32_t v)
-{
-    st_be16(p, v >> 16);
-    st_be16(p + 2, v);
-}
-
-static void st_be64(uint8_t *p, uint64_t v)
-{
-    st_be32(p, v >> 32);
-    st_be32(p + 4, v);
-}
 
 static char *hex_bytes(const uint8_t *p, size_t n)
 {
