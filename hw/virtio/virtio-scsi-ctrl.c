@@ -59,10 +59,18 @@
  * used at once for VIRTIO_SCSI_T_NO_EVENT | VIRTIO_SCSI_T_EVENTS_MISSED
  * (any event delivered before that carries the flag instead), so the
  * driver learns promptly that it should rescan.  Events start in the main
- * thread (virtio_scsi_capacity_changed()), which runs the delivery in the
- * event queue's thread with aio_run_sync(): the device cannot be freed
- * while a delivery is pending, and the main thread waits only for that
- * IOThread, which never waits for the main thread.
+ * thread (virtio_scsi_capacity_changed(), and LUN add/remove in
+ * virtio-scsi-luns.c for the TRANSPORT_RESET events), which runs the
+ * delivery in the event queue's thread with aio_run_sync()
+ * (virtio_scsi_event_send()): the device cannot be freed while a delivery
+ * is pending, and the main thread waits only for that IOThread, which
+ * never waits for the main thread.
+ *
+ * The control queue keeps its own copy of the LUN table (vs->ctrl.luns,
+ * no BlockQueues) for the TMFs' LUN lookups and resets; LUN add/remove
+ * update it in this thread.  A TMF keeps the LUN's number, not a table
+ * index, so a LOGICAL UNIT RESET whose LUN was removed while it waited
+ * finds nothing to reset.
  */
 #include <errno.h>
 #include <stdatomic.h>
@@ -88,7 +96,7 @@ struct VirtioScsiTmf {
     VirtQueue *vq;               /* the control queue */
     AioContext *ctx;             /* its home context */
     uint32_t subtype;
-    int slot;                    /* the LUN's index in vs->luns; -1: all */
+    int lun;                     /* the LUN it names; -1: all */
     /* Shares not done yet: one per request queue, plus the dispatcher. */
     _Atomic unsigned pending;
     /* QUERY: a matching command was in flight (any share). */
@@ -136,12 +144,20 @@ static void virtio_scsi_tmf_complete(VirtioScsiTmf *tmf)
 
     g_assert(aio_context_in_home_thread(tmf->ctx));
     switch (tmf->subtype) {
-    case VIRTIO_SCSI_T_TMF_LOGICAL_UNIT_RESET:
-        scsi_disk_reset(vs->luns[tmf->slot].disk);
+    case VIRTIO_SCSI_T_TMF_LOGICAL_UNIT_RESET: {
+        /* Looked up again: the LUN may have been removed meanwhile (its
+         * disk with it), and then there is nothing to reset. */
+        int slot = virtio_scsi_lun_find(vs->ctrl.luns, vs->ctrl.nluns,
+                                        (unsigned)tmf->lun);
+
+        if (slot >= 0) {
+            scsi_disk_reset(vs->ctrl.luns[slot].disk);
+        }
         break;
+    }
     case VIRTIO_SCSI_T_TMF_I_T_NEXUS_RESET:
-        for (unsigned i = 0; i < vs->nluns; i++) {
-            scsi_disk_reset(vs->luns[i].disk);
+        for (unsigned i = 0; i < vs->ctrl.nluns; i++) {
+            scsi_disk_reset(vs->ctrl.luns[i].disk);
         }
         break;
     case VIRTIO_SCSI_T_TMF_QUERY_TASK:
@@ -255,6 +271,8 @@ static void virtio_scsi_handle_tmf(VirtioScsi *vs, VirtioScsiTmf *tmf,
     uint64_t tag;
     int slot = -1;
 
+    /* The control queue's own LUN table: LUN add/remove update it in this
+     * thread (virtio-scsi-luns.c). */
     if (out_bytes < sizeof(req) ||
         tmf->elem.in_bytes < sizeof(VirtioScsiCtrlTmfResp)) {
         virtio_scsi_log_bad_request(vs, tmf->vq, "task management request "
@@ -271,15 +289,15 @@ static void virtio_scsi_handle_tmf(VirtioScsi *vs, VirtioScsiTmf *tmf,
         return;
     }
     if (addr == VIRTIO_SCSI_ADDR_LUN) {
-        slot = virtio_scsi_find_lun(vs, lun);
+        slot = virtio_scsi_lun_find(vs->ctrl.luns, vs->ctrl.nluns, lun);
     }
-    tmf->slot = slot;
+    tmf->lun = slot < 0 ? -1 : (int)lun;
     SPINDLE_TRACE3(virtio_scsi_tmf, tmf->subtype, lun, tag);
 
     switch (tmf->subtype) {
     case VIRTIO_SCSI_T_TMF_I_T_NEXUS_RESET:
         /* The whole target, whatever LUN the request names. */
-        tmf->slot = -1;
+        tmf->lun = -1;
         virtio_scsi_tmf_dispatch(tmf, -1, false, 0, VIRTIO_SCSI_S_RESET);
         return;
     case VIRTIO_SCSI_T_TMF_CLEAR_ACA:
@@ -401,7 +419,7 @@ void virtio_scsi_handle_ctrl(VirtioScsi *vs, VirtQueue *vq)
         tmf->vq = vq;
         tmf->ctx = virtqueue_get_aio_context(vq);
         tmf->subtype = UINT32_MAX;
-        tmf->slot = -1;
+        tmf->lun = -1;
         vs->ctrl.tmfs++;
         virtio_scsi_ctrl_request(vs, tmf);
     }
@@ -413,6 +431,10 @@ void virtio_scsi_ctrl_started(VirtioScsi *vs, VirtQueue *vq)
 
     g_assert(aio_context_in_home_thread(ctx));
     g_assert(vs->ctrl.tmfs == 0);
+    vs->ctrl.vq = vq;
+    virtio_scsi_ctrl_luns_start(vs);
+    /* Release: pairs with the acquire in virtio_scsi_ctrl_change(). */
+    atomic_store_explicit(&vs->ctrl.ctx, ctx, memory_order_release);
 }
 
 void virtio_scsi_ctrl_drain(VirtioScsi *vs, VirtQueue *vq)
@@ -425,6 +447,8 @@ void virtio_scsi_ctrl_drain(VirtioScsi *vs, VirtQueue *vq)
     while (vs->ctrl.tmfs > 0) {
         aio_poll(ctx, true);
     }
+    virtio_scsi_ctrl_luns_stop(vs);
+    vs->ctrl.vq = NULL;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -504,7 +528,7 @@ void virtio_scsi_event_started(VirtioScsi *vs, VirtQueue *vq)
     g_assert(aio_context_in_home_thread(ctx));
     g_assert(vs->events.held == NULL);
     vs->events.vq = vq;
-    /* Release: pairs with the acquire in virtio_scsi_capacity_changed(). */
+    /* Release: pairs with the acquire in virtio_scsi_event_send(). */
     atomic_store_explicit(&vs->events.ctx, ctx, memory_order_release);
 }
 
@@ -525,42 +549,52 @@ void virtio_scsi_event_drain(VirtioScsi *vs, VirtQueue *vq)
     ev->vq = NULL;
 }
 
-typedef struct VirtioScsiParamChange {
+typedef struct VirtioScsiEventOp {
     VirtioScsi *vs;
+    uint32_t event;
     unsigned lun;
-} VirtioScsiParamChange;
+    uint32_t reason;
+} VirtioScsiEventOp;
 
-static void virtio_scsi_param_change_bh(void *opaque)
+static void virtio_scsi_event_send_bh(void *opaque)
 {
-    VirtioScsiParamChange *pc = opaque;
+    VirtioScsiEventOp *op = opaque;
     uint8_t lun[VIRTIO_SCSI_LUN_BYTES];
 
     g_assert(aio_context_in_home_thread(atomic_load_explicit(
-                 &pc->vs->events.ctx, memory_order_relaxed)));
-    virtio_scsi_encode_lun(pc->lun, lun);
-    virtio_scsi_event_push(pc->vs, VIRTIO_SCSI_T_PARAM_CHANGE, lun,
-                           VIRTIO_SCSI_REASON_CAPACITY_CHANGED);
+                 &op->vs->events.ctx, memory_order_relaxed)));
+    virtio_scsi_encode_lun(op->lun, lun);
+    virtio_scsi_event_push(op->vs, op->event, lun, op->reason);
 }
 
-void virtio_scsi_capacity_changed(VirtioScsi *vs, unsigned lun)
+void virtio_scsi_event_send(VirtioScsi *vs, uint32_t event, unsigned lun,
+                            uint32_t reason)
 {
-    VirtioScsiParamChange pc = { .vs = vs, .lun = lun };
-    int slot = virtio_scsi_find_lun(vs, lun);
-    AioContext *ctx;
-
-    if (slot < 0) {
-        return;
-    }
-    scsi_disk_capacity_changed(vs->luns[slot].disk);
-    if (!(vs->features & (UINT64_C(1) << VIRTIO_SCSI_F_CHANGE))) {
-        return;
-    }
+    VirtioScsiEventOp op = {
+        .vs = vs, .event = event, .lun = lun, .reason = reason,
+    };
     /* Acquire: pairs with the release in virtio_scsi_event_started(). */
-    ctx = atomic_load_explicit(&vs->events.ctx, memory_order_acquire);
+    AioContext *ctx = atomic_load_explicit(&vs->events.ctx,
+                                           memory_order_acquire);
+
     if (!ctx) {
         /* The event queue never ran: no buffer to put it in. */
         atomic_store_explicit(&vs->events.missed, true, memory_order_relaxed);
         return;
     }
-    aio_run_sync(ctx, virtio_scsi_param_change_bh, &pc);
+    aio_run_sync(ctx, virtio_scsi_event_send_bh, &op);
+}
+
+void virtio_scsi_capacity_changed(VirtioScsi *vs, unsigned lun)
+{
+    int slot = virtio_scsi_lun_find(vs->luns, vs->nluns, lun);
+
+    if (slot < 0) {
+        return;
+    }
+    scsi_disk_capacity_changed(vs->luns[slot].disk);
+    if (vs->features & (UINT64_C(1) << VIRTIO_SCSI_F_CHANGE)) {
+        virtio_scsi_event_send(vs, VIRTIO_SCSI_T_PARAM_CHANGE, lun,
+                               VIRTIO_SCSI_REASON_CAPACITY_CHANGED);
+    }
 }

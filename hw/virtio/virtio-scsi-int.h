@@ -1,8 +1,9 @@
 /*
  * virtio-scsi internals shared by hw/virtio/virtio-scsi.c (device, request
- * queues) and hw/virtio/virtio-scsi-ctrl.c (control and event queues).
- * Private to those two files; the theory of operation is at the top of
- * virtio-scsi.c.
+ * queues), hw/virtio/virtio-scsi-ctrl.c (control and event queues) and
+ * hw/virtio/virtio-scsi-luns.c (LUN tables, hot-plug).  Private to those
+ * files; the theory of operation is at the top of virtio-scsi.c (and of
+ * the other two for their parts).
  */
 #ifndef SPINDLE_HW_VIRTIO_VIRTIO_SCSI_INT_H
 #define SPINDLE_HW_VIRTIO_VIRTIO_SCSI_INT_H
@@ -38,10 +39,17 @@ typedef struct VirtioScsiTmf VirtioScsiTmf;
 typedef struct VirtioScsiTmfWait VirtioScsiTmfWait;
 typedef struct VirtioScsiEventBuf VirtioScsiEventBuf;
 
-/* A configured LUN; VirtioScsi.luns is sorted by number. */
+/*
+ * A LUN in one of the LUN tables, each sorted by number: the device-wide
+ * one (VirtioScsi.luns, main thread, which owns the disks) and the copies
+ * each started request queue and the control queue keep for their own
+ * thread (virtio-scsi-luns.c).  The disk is shared; bq is a request
+ * queue's own BlockQueue for it (NULL in the other tables).
+ */
 typedef struct VirtioScsiLun {
     unsigned lun;
-    ScsiDisk *disk;              /* owned */
+    ScsiDisk *disk;
+    BlockQueue *bq;
 } VirtioScsiLun;
 
 /*
@@ -65,13 +73,18 @@ typedef struct VirtioScsiQueue {
     VirtioScsiReq *cmds;         /* commands at a LUN, doubly linked */
     uint64_t next_seq;           /* numbers commands, for TMF waits */
     VirtioScsiTmfWait *waits;    /* TMFs waiting for commands of ours */
-    BlockQueue **bqs;            /* per LUN (index in VirtioScsi.luns) */
+    /* This queue's LUN table, with its BlockQueues: made when the queue
+     * starts, changed by LUN add/remove (virtio-scsi-luns.c), freed when
+     * it is drained. */
+    VirtioScsiLun *luns;
+    unsigned nluns;
     VirtQueue *vq;               /* while started (and draining) */
     /*
      * The home context, set when the queue first starts (a VuServer puts
      * a queue index in the same context every time).  Written once in
-     * the home thread with release, read by the control queue's thread
-     * with acquire to send it TMF work.
+     * the home thread with release, read with acquire by the control
+     * queue's thread to send it TMF work and by the main thread to change
+     * its LUN table (virtio-scsi-luns.c).
      */
     _Atomic(AioContext *) ctx;
 } VirtioScsiQueue;
@@ -81,6 +94,14 @@ typedef struct VirtioScsiQueue {
 typedef struct VirtioScsiCtrl {
     /* Requests popped and not answered yet. */
     _Alignas(VIRTIO_SCSI_CACHELINE) unsigned tmfs;
+    VirtQueue *vq;               /* while started (and draining) */
+    /* The control queue's LUN table (no BlockQueues), for TMF lookups and
+     * resets: made when it starts, freed when it is drained. */
+    VirtioScsiLun *luns;
+    unsigned nluns;
+    /* Set when the queue first starts, like VirtioScsiQueue.ctx (release
+     * there, acquire by the main thread for LUN changes). */
+    _Atomic(AioContext *) ctx;
 } VirtioScsiCtrl;
 
 /* The event queue's state: its home thread only (but `ctx`, `missed`). */
@@ -99,6 +120,9 @@ typedef struct VirtioScsiEvents {
 struct VirtioScsi {
     unsigned num_queues;         /* request queues */
     unsigned queue_size;
+    /* The device-wide LUN table (owns the disks): main thread, also read
+     * by a queue's queue_started, which runs while the main thread waits
+     * for it (the VuServer starts queues with aio_run_sync()). */
     VirtioScsiLun *luns;         /* sorted by lun */
     unsigned nluns;
 
@@ -108,8 +132,6 @@ struct VirtioScsi {
      * (set_config), read once per request by the queues: relaxed. */
     _Atomic uint32_t sense_size;
     _Atomic uint32_t cdb_size;
-    /* A queue has started: the LUN set is frozen. */
-    _Atomic bool frozen;
     /* Set once a malformed request has been logged (any queue thread). */
     atomic_flag logged_bad_request;
 
@@ -131,8 +153,25 @@ VirtioScsiAddr virtio_scsi_decode_lun(const uint8_t *lun, unsigned *lun_out);
 /* Encode LUN number lun of target 0 as REPORT LUNS gives it out. */
 void virtio_scsi_encode_lun(unsigned lun, uint8_t *out);
 
-/* The index of LUN lun in vs->luns, or -1. */
-int virtio_scsi_find_lun(const VirtioScsi *vs, unsigned lun);
+/* ------------------------------------------------------------------------ */
+/* virtio-scsi-luns.c                                                        */
+
+/* The index of LUN lun in luns[0..n) (sorted), or -1.  Any table, in the
+ * thread that owns it. */
+int virtio_scsi_lun_find(const VirtioScsiLun *luns, unsigned n,
+                         unsigned lun);
+
+/* Request queue q starts in ctx: its LUN table from vs->luns, with a
+ * BlockQueue per LUN in ctx.  Home thread of q (the main thread waits). */
+void virtio_scsi_queue_luns_start(VirtioScsi *vs, VirtioScsiQueue *q,
+                                  AioContext *ctx);
+/* q is drained: free its LUN table and BlockQueues.  Home thread of q. */
+void virtio_scsi_queue_luns_stop(VirtioScsiQueue *q);
+
+/* The control queue starts / is drained: its LUN table from vs->luns, or
+ * freed.  The control queue's home thread. */
+void virtio_scsi_ctrl_luns_start(VirtioScsi *vs);
+void virtio_scsi_ctrl_luns_stop(VirtioScsi *vs);
 
 
 /*
@@ -163,6 +202,9 @@ struct VirtioScsiTmfWait {
 unsigned virtio_scsi_queue_tmf_scan(VirtioScsi *vs, VirtioScsiQueue *q,
                                     VirtioScsiTmfWait *w);
 
+/* Whether a command of q at LUN lun is running.  Home thread of q. */
+bool virtio_scsi_queue_has_cmds(const VirtioScsiQueue *q, unsigned lun);
+
 /* ------------------------------------------------------------------------ */
 /* virtio-scsi-ctrl.c                                                        */
 
@@ -181,5 +223,13 @@ void virtio_scsi_ctrl_drain(VirtioScsi *vs, VirtQueue *vq);
 void virtio_scsi_handle_event(VirtioScsi *vs, VirtQueue *vq);
 void virtio_scsi_event_started(VirtioScsi *vs, VirtQueue *vq);
 void virtio_scsi_event_drain(VirtioScsi *vs, VirtQueue *vq);
+
+/*
+ * Deliver an event (VIRTIO_SCSI_T_*, the LUN it concerns, reason) in the
+ * event queue's thread, waiting for it (aio_run_sync()); when the event
+ * queue never ran, only remember that an event was missed.  Main thread.
+ */
+void virtio_scsi_event_send(VirtioScsi *vs, uint32_t event, unsigned lun,
+                            uint32_t reason);
 
 #endif

@@ -46,6 +46,8 @@
  *     ILLEGAL REQUEST, LOGICAL UNIT NOT SUPPORTED;
  *   - a configured LUN: scsi_disk_submit() through the BlockQueue of that
  *     LUN for this queue's context.
+ * "Configured" means in the queue's own LUN table (below), which is also
+ * what REPORT LUNS lists.
  * The completion writes the response header and the whole sense area
  * (sense, truncated to sense_size, then zeroes) and pushes the element
  * with len = 12 + sense_size + the data-in bytes written.  The residual
@@ -59,11 +61,15 @@
  *
  * Per request queue (VirtioScsiQueue, its home thread only): the in-flight
  * count, the requests kept for reuse (up to VIRTIO_SCSI_FREE_MAX; a
- * request is about 7 KiB), a BlockQueue per LUN made when the queue starts
- * and freed when it is drained, and the list of commands running at a
- * LUN, each with a sequence number, for task management.  No plug/unplug
- * around the pop loop: the block layer batches what one loop turn
- * submits, and plugging every LUN's queue would cost more than it saves.
+ * request is about 7 KiB), its own LUN table (LUN, disk, and the queue's
+ * BlockQueue for it) made when the queue starts and freed when it is
+ * drained, and the list of commands running at a LUN, each with a
+ * sequence number, for task management.  LUNs added or removed while the
+ * queue runs change its table in its own thread (virtio-scsi-luns.c has
+ * the hot-plug design), so the lookup of every command takes no lock.
+ * No plug/unplug around the pop loop: the block layer batches what one
+ * loop turn submits, and plugging every LUN's queue would cost more than
+ * it saves.
  *
  * Task management (virtio-scsi-ctrl.c has the details): the control
  * queue's thread hands each request queue a VirtioScsiTmfWait (directly
@@ -76,14 +82,15 @@
  * it belongs to (those created after it was numbered), and the last one
  * reports back to the TMF.
  *
- * Threads: creation, LUNs, features and config in the main thread;
- * queue_started, queue_drain and the handlers in the queue's home thread.
+ * Threads: creation, LUN add/remove, features and config in the main
+ * thread; queue_started, queue_drain and the handlers in the queue's home
+ * thread.
  * A LUN's ScsiDisk is shared by every queue (its small shared state is
  * atomic); its node is used through one BlockQueue per request queue.
  * The only other cross-thread data are the driver-writable config fields
- * (one writer, relaxed atomics), the `frozen` flag, and the contexts the
- * control queue reads to reach the request queues (see the
- * virtio-scsi-int.h comments).
+ * (one writer, relaxed atomics), and the contexts the control queue and
+ * the main thread read to reach the queues (see the virtio-scsi-int.h
+ * comments).
  */
 #include <errno.h>
 #include <stdatomic.h>
@@ -219,25 +226,6 @@ void virtio_scsi_encode_lun(unsigned lun, uint8_t *out)
         out[2] = SCSI_LUN_FLAT_SPACE | (uint8_t)(lun >> 8);
     }
     out[3] = (uint8_t)lun;
-}
-
-int virtio_scsi_find_lun(const VirtioScsi *vs, unsigned lun)
-{
-    unsigned lo = 0, hi = vs->nluns;
-
-    while (lo < hi) {
-        unsigned mid = lo + (hi - lo) / 2;
-
-        if (vs->luns[mid].lun == lun) {
-            return (int)mid;
-        }
-        if (vs->luns[mid].lun < lun) {
-            lo = mid + 1;
-        } else {
-            hi = mid;
-        }
-    }
-    return -1;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -377,9 +365,10 @@ static uint32_t virtio_scsi_be32(const uint8_t *p)
            (uint32_t)p[2] << 8 | p[3];
 }
 
-/* REPORT LUNS, to any LUN of the target: the configured LUNs. */
+/* REPORT LUNS, to any LUN of the target: the LUNs in the queue's table. */
 static void virtio_scsi_report_luns(VirtioScsi *vs, VirtioScsiReq *req)
 {
+    const VirtioScsiQueue *q = req->q;
     const uint8_t *cdb = req->cdb;
     uint32_t alloc = virtio_scsi_be32(cdb + 6);
     unsigned n;
@@ -391,7 +380,7 @@ static void virtio_scsi_report_luns(VirtioScsi *vs, VirtioScsiReq *req)
     case VIRTIO_SCSI_REPORT_ALL:
     case VIRTIO_SCSI_REPORT_ALL_AND_WK:
         /* The REPORT LUNS well-known LUN is not listed: SPC allows it. */
-        n = vs->nluns;
+        n = q->nluns;
         break;
     case VIRTIO_SCSI_REPORT_WELL_KNOWN:
         n = 0;
@@ -404,7 +393,7 @@ static void virtio_scsi_report_luns(VirtioScsi *vs, VirtioScsiReq *req)
     }
     luns = g_new(uint16_t, MAX(n, 1u));
     for (unsigned i = 0; i < n; i++) {
-        luns[i] = (uint16_t)vs->luns[i].lun;
+        luns[i] = (uint16_t)q->luns[i].lun;
     }
     size = SCSI_REPORT_LUNS_HDR_LEN + (size_t)n * SCSI_REPORT_LUNS_ENTRY_LEN;
     buf = g_malloc0(size);
@@ -635,14 +624,14 @@ static void virtio_scsi_cmd_submit(VirtioScsi *vs, VirtioScsiReq *req,
     sreq->sense_len = 0;
     sreq->in_done = 0;
 
-    req->lun = vs->luns[slot].lun;
+    req->lun = q->luns[slot].lun;
     req->tag = tag;
     req->seq = q->next_seq++;
     virtio_scsi_cmd_link(q, req);
     SPINDLE_TRACE3(virtio_scsi_submit, virtqueue_index(req->vq), req->lun,
                    req->cdb[0]);
     /* The completion may run before this returns. */
-    scsi_disk_submit(vs->luns[slot].disk, q->bqs[slot], sreq);
+    scsi_disk_submit(q->luns[slot].disk, q->luns[slot].bq, sreq);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -749,7 +738,7 @@ static void virtio_scsi_handle_cmd(VirtioScsi *vs, VirtioScsiReq *req)
     case VIRTIO_SCSI_ADDR_LUN:
         break;
     }
-    slot = virtio_scsi_find_lun(vs, lun);
+    slot = virtio_scsi_lun_find(req->q->luns, req->q->nluns, lun);
     if (slot < 0) {
         virtio_scsi_cmd_no_lun(vs, req);
     } else if (req->cdb[0] == SCSI_OP_REPORT_LUNS) {
@@ -823,6 +812,16 @@ unsigned virtio_scsi_queue_tmf_scan(VirtioScsi *vs, VirtioScsiQueue *q,
         q->waits = w;
     }
     return n;
+}
+
+bool virtio_scsi_queue_has_cmds(const VirtioScsiQueue *q, unsigned lun)
+{
+    for (const VirtioScsiReq *req = q->cmds; req; req = req->next) {
+        if (req->lun == lun) {
+            return true;
+        }
+    }
+    return false;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -918,16 +917,12 @@ static void virtio_scsi_cmd_queue_started(VirtioScsi *vs, VirtQueue *vq)
     VirtioScsiQueue *q = virtio_scsi_queue(vs, vq);
 
     q->vq = vq;
-    /* The LUNs' requests complete where the queue runs: one BlockQueue
-     * per LUN in this context, freed by queue_drain. */
-    if (!q->bqs && vs->nluns) {
-        q->bqs = g_new0(BlockQueue *, vs->nluns);
-        for (unsigned i = 0; i < vs->nluns; i++) {
-            q->bqs[i] = block_queue_new(scsi_disk_get_node(vs->luns[i].disk),
-                                        ctx, NULL);   /* never fails */
-        }
-    }
-    /* Release: pairs with the acquire in virtio_scsi_tmf_dispatch(). */
+    /* The LUNs' requests complete where the queue runs: the queue's own
+     * LUN table, one BlockQueue per LUN in this context, freed by
+     * queue_drain. */
+    virtio_scsi_queue_luns_start(vs, q, ctx);
+    /* Release: pairs with the acquires in virtio_scsi_tmf_dispatch() and
+     * virtio_scsi_queues_change(). */
     atomic_store_explicit(&q->ctx, ctx, memory_order_release);
 }
 
@@ -941,14 +936,7 @@ static void virtio_scsi_cmd_queue_drain(VirtioScsi *vs, VirtQueue *vq)
     }
     /* Every wait counts commands still in flight. */
     g_assert(!q->cmds && !q->waits);
-    if (q->bqs) {
-        for (unsigned i = 0; i < vs->nluns; i++) {
-            g_assert(block_queue_in_flight(q->bqs[i]) == 0);
-            block_queue_free(q->bqs[i]);
-        }
-        g_free(q->bqs);
-        q->bqs = NULL;
-    }
+    virtio_scsi_queue_luns_stop(q);
     virtio_req_pool_drain(&q->pool);
     q->vq = NULL;
 }
@@ -1001,7 +989,6 @@ static void virtio_scsi_queue_started(void *dev, VirtQueue *vq)
     VirtioScsi *vs = dev;
 
     g_assert(aio_context_in_home_thread(virtqueue_get_aio_context(vq)));
-    atomic_store_explicit(&vs->frozen, true, memory_order_relaxed);
     virtio_scsi_vq_ops(vq)->started(vs, vq);
 }
 
@@ -1022,7 +1009,7 @@ const VuDevOps virtio_scsi_vu_ops = {
 };
 
 /* ------------------------------------------------------------------------ */
-/* Creation, LUNs                                                            */
+/* Creation (LUNs: virtio-scsi-luns.c)                                      */
 
 VirtioScsi *virtio_scsi_new(const VirtioScsiConf *conf, Error **errp)
 {
@@ -1046,7 +1033,7 @@ VirtioScsi *virtio_scsi_new(const VirtioScsiConf *conf, Error **errp)
     vs->queue_size = queue_size;
     atomic_init(&vs->sense_size, VIRTIO_SCSI_SENSE_DEFAULT_SIZE);
     atomic_init(&vs->cdb_size, VIRTIO_SCSI_CDB_DEFAULT_SIZE);
-    atomic_init(&vs->frozen, false);
+    atomic_init(&vs->ctrl.ctx, NULL);
     atomic_flag_clear(&vs->logged_bad_request);
     atomic_init(&vs->events.ctx, NULL);
     atomic_init(&vs->events.missed, false);
@@ -1070,11 +1057,12 @@ void virtio_scsi_free(VirtioScsi *vs)
         return;
     }
     /* Queues are stopped and drained: nothing is in flight or held. */
-    g_assert(vs->ctrl.tmfs == 0 && vs->events.nheld == 0);
+    g_assert(vs->ctrl.tmfs == 0 && vs->events.nheld == 0 &&
+             vs->ctrl.luns == NULL);
     for (unsigned i = 0; i < vs->num_queues; i++) {
         VirtioScsiQueue *q = &vs->queues[i];
 
-        g_assert(q->in_flight == 0 && q->bqs == NULL);
+        g_assert(q->in_flight == 0 && q->luns == NULL);
         virtio_req_pool_drain(&q->pool);
     }
     free(vs->queues);
@@ -1083,46 +1071,6 @@ void virtio_scsi_free(VirtioScsi *vs)
     }
     g_free(vs->luns);
     g_free(vs);
-}
-
-bool virtio_scsi_add_lun(VirtioScsi *vs, unsigned lun, ScsiDisk *d,
-                         Error **errp)
-{
-    unsigned pos;
-
-    g_assert(d);
-    if (lun > VIRTIO_SCSI_MAX_LUN) {
-        error_setg(errp, "LUN %u is out of range: LUNs go from 0 to %u", lun,
-                   VIRTIO_SCSI_MAX_LUN);
-        return false;
-    }
-    if (virtio_scsi_find_lun(vs, lun) >= 0) {
-        error_setg(errp, "LUN %u is already in use", lun);
-        return false;
-    }
-    if (atomic_load_explicit(&vs->frozen, memory_order_relaxed)) {
-        error_setg(errp, "LUN %u cannot be added: the device is running",
-                   lun);
-        return false;
-    }
-    pos = 0;
-    while (pos < vs->nluns && vs->luns[pos].lun < lun) {
-        pos++;
-    }
-    vs->luns = g_renew(VirtioScsiLun, vs->luns, vs->nluns + 1);
-    memmove(&vs->luns[pos + 1], &vs->luns[pos],
-            (vs->nluns - pos) * sizeof(VirtioScsiLun));
-    vs->luns[pos].lun = lun;
-    vs->luns[pos].disk = d;
-    vs->nluns++;
-    return true;
-}
-
-ScsiDisk *virtio_scsi_get_lun(VirtioScsi *vs, unsigned lun)
-{
-    int slot = virtio_scsi_find_lun(vs, lun);
-
-    return slot < 0 ? NULL : vs->luns[slot].disk;
 }
 
 unsigned virtio_scsi_num_virtqueues(const VirtioScsi *vs)

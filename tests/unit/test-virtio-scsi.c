@@ -16,9 +16,10 @@
  * affected).
  *
  * The control and event queues run in the test thread's AioContext; the
- * request queues run there too, or in an IOThread for the tests of the
- * cross-thread task management path.  The test thread plays the main
- * thread for features, config and capacity changes.  LUNs are ScsiDisks
+ * request queues run there too, or in an IOThread (or alternately in two)
+ * for the tests of the cross-thread task management and LUN hot-plug
+ * paths.  The test thread plays the main thread for features, config,
+ * capacity changes and LUN add/remove.  LUNs are ScsiDisks
  * over null-co nodes (latency-ns keeps a command in flight long enough to
  * abort it) or over a file node for the data round trip.
  */
@@ -91,7 +92,9 @@ typedef struct TLun {
 typedef struct TConf {
     unsigned num_queues;
     bool iothread;               /* request queues in an IOThread */
+    bool two_iothreads;          /* ... alternating between two */
     bool no_change;              /* do not negotiate VIRTIO_SCSI_F_CHANGE */
+    bool no_hotplug;             /* ... nor VIRTIO_SCSI_F_HOTPLUG */
     const TLun *luns;
     unsigned nluns;
 } TConf;
@@ -101,7 +104,7 @@ struct TDev {
     uint8_t *map;
     GuestMemory *mem;
     AioContext *ctx;             /* the test thread's */
-    IOThread *iot;
+    IOThread *iot, *iot2;
     VirtioScsi *vs;
     unsigned nvqs;
     TQueue q[MAX_VQS];
@@ -340,24 +343,37 @@ static void tq_init(TDev *t, TQueue *q, unsigned index, AioContext *ctx,
     virtqueue_set_enabled(q->vq, true);
 }
 
-static void tdev_add_luns(TDev *t, const TConf *c)
+/* A disk over a node opened from options node. */
+static ScsiDisk *tdisk_new(TDev *t, const char *node)
 {
     ScsiDiskConf dconf = {
         .vendor = "SPINDLE", .product = "TEST DISK", .revision = "0.1",
         .logical_block_size = 512, .writable = true,
     };
+    Error *err = NULL;
+    BlockNode *bs = block_node_open_str(node, t->ctx, &err);
+    ScsiDisk *d;
 
+    g_assert_no_error(err);
+    d = scsi_disk_new(&dconf, bs, &err);
+    g_assert_no_error(err);
+    block_node_unref(bs);         /* the disk holds its own reference */
+    return d;
+}
+
+/* Add LUN lun on node (before the start or while the device runs). */
+static void tdev_add_lun(TDev *t, unsigned lun, const char *node)
+{
+    Error *err = NULL;
+
+    g_assert_true(virtio_scsi_add_lun(t->vs, lun, tdisk_new(t, node), &err));
+    g_assert_no_error(err);
+}
+
+static void tdev_add_luns(TDev *t, const TConf *c)
+{
     for (unsigned i = 0; i < c->nluns; i++) {
-        Error *err = NULL;
-        BlockNode *bs = block_node_open_str(c->luns[i].node, t->ctx, &err);
-        ScsiDisk *d;
-
-        g_assert_no_error(err);
-        d = scsi_disk_new(&dconf, bs, &err);
-        g_assert_no_error(err);
-        block_node_unref(bs);         /* the disk holds its own reference */
-        g_assert_true(virtio_scsi_add_lun(t->vs, c->luns[i].lun, d, &err));
-        g_assert_no_error(err);
+        tdev_add_lun(t, c->luns[i].lun, c->luns[i].node);
     }
 }
 
@@ -386,8 +402,11 @@ static void tdev_init(TDev *t, const TConf *c)
 
     t->ctx = ctx_new();
     aio_context_set_poll_params(t->ctx, &no_polling);
-    if (c->iothread) {
+    if (c->iothread || c->two_iothreads) {
         t->iot = iot_new("vscsi-iot", "poll-max-ns=0");
+    }
+    if (c->two_iothreads) {
+        t->iot2 = iot_new("vscsi-iot2", "poll-max-ns=0");
     }
     t->vs = virtio_scsi_new(&vconf, &err);
     g_assert_no_error(err);
@@ -398,6 +417,9 @@ static void tdev_init(TDev *t, const TConf *c)
     if (c->no_change) {
         features &= ~(1ull << VIRTIO_SCSI_F_CHANGE);
     }
+    if (c->no_hotplug) {
+        features &= ~(1ull << VIRTIO_SCSI_F_HOTPLUG);
+    }
     virtio_scsi_vu_ops.set_features(t->vs, features);
 
     t->nvqs = virtio_scsi_num_virtqueues(t->vs);
@@ -407,7 +429,10 @@ static void tdev_init(TDev *t, const TConf *c)
         AioContext *ctx = t->ctx;
 
         if (i >= VIRTIO_SCSI_VQ_REQUEST0 && t->iot) {
-            ctx = iothread_get_aio_context(t->iot);
+            /* With two IOThreads, request queue n runs in the n % 2-th. */
+            bool second = t->iot2 && (i - VIRTIO_SCSI_VQ_REQUEST0) % 2;
+
+            ctx = iothread_get_aio_context(second ? t->iot2 : t->iot);
         }
         tq_init(t, &t->q[i], i, ctx, features);
     }
@@ -463,6 +488,9 @@ static void tdev_cleanup(TDev *t)
     }
     if (t->iot) {
         iothread_destroy(t->iot);
+    }
+    if (t->iot2) {
+        iothread_destroy(t->iot2);
     }
     while (aio_poll(t->ctx, false)) {
         /* leftover BHs */
@@ -1597,6 +1625,281 @@ static void test_event_not_negotiated(void)
     tdev_cleanup(&t);
 }
 
+/* ------------------------------------------------------------------------ */
+/* LUN hot-plug                                                              */
+
+/* The event addresses of LUNs 1 and 300 (single-level, flat above 255). */
+static const uint8_t ev_lun1[8] = { 1, 0, 0, 1, 0, 0, 0, 0 };
+static const uint8_t ev_lun300[8] = { 1, 0, 0x41, 0x2c, 0, 0, 0, 0 };
+
+/* Wait for the event buffer head at gpa; check what it says. */
+static void assert_event(TDev *t, uint16_t head, uint64_t gpa,
+                         uint32_t event, const uint8_t *lun, uint32_t reason)
+{
+    VirtioScsiEvent ev;
+
+    g_assert_cmpuint(tq_wait(eventq(t), head), ==, 16);
+    read_event(t, gpa, &ev);
+    g_assert_cmphex(ev.event, ==, event);
+    g_assert_cmpmem(ev.lun, 8, lun, 8);
+    g_assert_cmphex(ev.reason, ==, reason);
+}
+
+static void cmd_run_q(TDev *t, TCmd *c, unsigned qi, const uint8_t *lun,
+                      const uint8_t *cdb, size_t cdb_len, size_t in_len)
+{
+    cmd_send_ex(t, c, qi, lun, 1, cdb, cdb_len, NULL, 0, in_len, true);
+    cmd_wait(t, c);
+}
+
+/* INQUIRY through request queue qi: the peripheral qualifier and type. */
+static uint8_t inquiry_pdt(TDev *t, unsigned qi, unsigned n)
+{
+    uint8_t lun[8];
+    TCmd cmd;
+
+    lun_addr(lun, 0, n);
+    cmd_run_q(t, &cmd, qi, lun, cdb_inquiry, 6, 96);
+    assert_good(&cmd);
+    return cmd_data(t, &cmd)[0];
+}
+
+/* REPORT LUNS through request queue qi, to LUN 0. */
+static unsigned report_luns_q(TDev *t, unsigned qi, unsigned *got,
+                              unsigned max)
+{
+    uint8_t lun[8], cdb[12];
+    TCmd cmd;
+
+    lun_addr(lun, 0, 0);
+    cdb_report_luns(cdb, 0, 4096);
+    cmd_run_q(t, &cmd, qi, lun, cdb, 12, 4096);
+    assert_good(&cmd);
+    return parse_report_luns(cmd_data(t, &cmd), got, max);
+}
+
+/* A command to LUN n through queue qi gets the absent-LUN answer. */
+static void assert_lun_absent(TDev *t, unsigned qi, unsigned n)
+{
+    uint8_t lun[8];
+    TCmd cmd;
+
+    g_assert_cmphex(inquiry_pdt(t, qi, n), ==, SCSI_INQUIRY_NO_LUN);
+    lun_addr(lun, 0, n);
+    cmd_run_q(t, &cmd, qi, lun, cdb_tur, 6, 0);
+    assert_sense(&cmd, SCSI_SENSE_ILLEGAL_REQUEST,
+                 SCSI_ASC_LUN_NOT_SUPPORTED, SCSI_ASCQ_LUN_NOT_SUPPORTED);
+}
+
+/* LUNs added while the queues run: RESCAN events, then the LUNs work. */
+static void test_hotplug_add(void)
+{
+    static const TLun luns[] = { { 0, FAST_NODE } };
+    TConf c = { .num_queues = 1, .iothread = true, .luns = luns,
+                .nluns = 1 };
+    uint8_t lun1[8], cdb[10];
+    unsigned got[4];
+    uint64_t gpa[2];
+    uint16_t head[2];
+    Error *err = NULL;
+    TCmd cmd;
+    TDev t;
+
+    tdev_new(&t, &c);
+    assert_lun_absent(&t, 0, 1);
+    head[0] = event_buf_post(&t, 16, &gpa[0]);
+    head[1] = event_buf_post(&t, 16, &gpa[1]);
+
+    tdev_add_lun(&t, 1, FAST_NODE);
+    assert_event(&t, head[0], gpa[0], VIRTIO_SCSI_T_TRANSPORT_RESET, ev_lun1,
+                 VIRTIO_SCSI_EVT_RESET_RESCAN);
+    g_assert_false(tq_check(eventq(&t), head[1]));
+    g_assert_cmphex(inquiry_pdt(&t, 0, 1), ==, SCSI_PDT_DIRECT_ACCESS);
+    lun_addr(lun1, 0, 1);
+    cdb_rw10(cdb, SCSI_OP_READ_10, 0, 2);
+    cmd_run(&t, &cmd, lun1, cdb, 10, NULL, 0, 1024);
+    assert_good(&cmd);
+    g_assert_cmpuint(cmd.resid, ==, 0);
+    g_assert_cmpuint(report_luns_q(&t, 0, got, 4), ==, 2);
+    g_assert_cmpuint(got[0], ==, 0);
+    g_assert_cmpuint(got[1], ==, 1);
+
+    /* A flat-space LUN: its event address; a LUN in use is refused. */
+    tdev_add_lun(&t, 300, FAST_NODE);
+    assert_event(&t, head[1], gpa[1], VIRTIO_SCSI_T_TRANSPORT_RESET,
+                 ev_lun300, VIRTIO_SCSI_EVT_RESET_RESCAN);
+    g_assert_cmphex(inquiry_pdt(&t, 0, 300), ==, SCSI_PDT_DIRECT_ACCESS);
+    g_assert_false(virtio_scsi_add_lun(t.vs, 1, virtio_scsi_get_lun(t.vs, 0),
+                                       &err));
+    g_assert_nonnull(err);
+    error_free(err);
+    tdev_cleanup(&t);
+}
+
+/*
+ * LUN 1 removed while a read at it is in flight: the read completes
+ * normally before the removal returns the disk, the driver gets a REMOVED
+ * event, and LUN 1 is gone for new commands; LUN 0 carries on.
+ */
+static void run_hotplug_remove(bool iothread)
+{
+    static const TLun luns[] = { { 0, FAST_NODE }, { 1, SLOW_NODE } };
+    TConf c = { .num_queues = 1, .iothread = iothread, .luns = luns,
+                .nluns = 2 };
+    uint8_t lun1[8], cdb[10];
+    unsigned got[4];
+    uint64_t gpa;
+    uint16_t head;
+    ScsiDisk *d, *d1;
+    TCmd a;
+    TDev t;
+
+    tdev_new(&t, &c);
+    head = event_buf_post(&t, 16, &gpa);
+    d1 = virtio_scsi_get_lun(t.vs, 1);
+    lun_addr(lun1, 0, 1);
+    cdb_rw10(cdb, SCSI_OP_READ_10, 0, 1);
+    cmd_send(&t, &a, lun1, 7, cdb, 10, NULL, 0, 512);
+    tq_assert_pending(a.q, a.head, 20);
+
+    d = virtio_scsi_remove_lun(t.vs, 1);
+    g_assert_true(d == d1);
+    tdev_reap(&t);
+    g_assert_cmpuint(a.q->used_len[a.head], !=, NOT_USED);
+    cmd_wait(&t, &a);
+    assert_good(&a);
+    g_assert_cmpuint(a.resid, ==, 0);
+    assert_event(&t, head, gpa, VIRTIO_SCSI_T_TRANSPORT_RESET, ev_lun1,
+                 VIRTIO_SCSI_EVT_RESET_REMOVED);
+
+    assert_lun_absent(&t, 0, 1);
+    g_assert_cmpuint(report_luns_q(&t, 0, got, 4), ==, 1);
+    g_assert_cmpuint(got[0], ==, 0);
+    g_assert_cmphex(inquiry_pdt(&t, 0, 0), ==, SCSI_PDT_DIRECT_ACCESS);
+    g_assert_null(virtio_scsi_remove_lun(t.vs, 1));
+    g_assert_null(virtio_scsi_get_lun(t.vs, 1));
+    scsi_disk_free(d);
+    tdev_cleanup(&t);
+}
+
+static void test_hotplug_remove(void)
+{
+    run_hotplug_remove(false);
+}
+
+static void test_hotplug_remove_iothread(void)
+{
+    run_hotplug_remove(true);
+}
+
+/* Without VIRTIO_SCSI_F_HOTPLUG the LUNs change, but no event. */
+static void test_hotplug_not_negotiated(void)
+{
+    static const TLun luns[] = { { 0, FAST_NODE } };
+    TConf c = { .num_queues = 1, .no_hotplug = true, .luns = luns,
+                .nluns = 1 };
+    uint64_t gpa;
+    uint16_t head;
+    TDev t;
+
+    tdev_new(&t, &c);
+    head = event_buf_post(&t, 16, &gpa);
+    tdev_add_lun(&t, 1, FAST_NODE);
+    g_assert_cmphex(inquiry_pdt(&t, 0, 1), ==, SCSI_PDT_DIRECT_ACCESS);
+    tq_assert_pending(eventq(&t), head, 20);
+    scsi_disk_free(virtio_scsi_remove_lun(t.vs, 1));
+    assert_lun_absent(&t, 0, 1);
+    tq_assert_pending(eventq(&t), head, 20);
+    tdev_cleanup(&t);
+}
+
+/* An add with no event buffer: the next buffer says EVENTS_MISSED. */
+static void test_hotplug_missed(void)
+{
+    uint64_t gpa[2];
+    uint16_t head[2];
+    VirtioScsiEvent ev;
+    TDev t;
+
+    tdev_new_lun0(&t);
+    tdev_add_lun(&t, 1, FAST_NODE);
+    head[0] = event_buf_post(&t, 16, &gpa[0]);
+    g_assert_cmpuint(tq_wait(eventq(&t), head[0]), ==, 16);
+    read_event(&t, gpa[0], &ev);
+    g_assert_cmphex(ev.event, ==,
+                    VIRTIO_SCSI_T_NO_EVENT | VIRTIO_SCSI_T_EVENTS_MISSED);
+
+    /* The flag is taken: the removal's event comes whole. */
+    head[1] = event_buf_post(&t, 16, &gpa[1]);
+    g_assert_false(tq_check(eventq(&t), head[1]));
+    scsi_disk_free(virtio_scsi_remove_lun(t.vs, 1));
+    assert_event(&t, head[1], gpa[1], VIRTIO_SCSI_T_TRANSPORT_RESET, ev_lun1,
+                 VIRTIO_SCSI_EVT_RESET_REMOVED);
+    tdev_cleanup(&t);
+}
+
+/* Request queues in two IOThreads both see an added and a removed LUN;
+ * the removal waits for the commands of both. */
+static void test_hotplug_two_iothreads(void)
+{
+    static const TLun luns[] = { { 0, FAST_NODE } };
+    TConf c = { .num_queues = 2, .two_iothreads = true, .luns = luns,
+                .nluns = 1 };
+    uint8_t lun1[8], cdb[10];
+    unsigned got[4];
+    uint64_t gpa;
+    uint16_t head;
+    TCmd a[2];
+    TDev t;
+
+    tdev_new(&t, &c);
+    g_assert_true(reqq(&t, 0)->ctx != reqq(&t, 1)->ctx);
+    head = event_buf_post(&t, 16, &gpa);
+    tdev_add_lun(&t, 1, SLOW_NODE);
+    assert_event(&t, head, gpa, VIRTIO_SCSI_T_TRANSPORT_RESET, ev_lun1,
+                 VIRTIO_SCSI_EVT_RESET_RESCAN);
+    for (unsigned qi = 0; qi < 2; qi++) {
+        g_assert_cmphex(inquiry_pdt(&t, qi, 1), ==, SCSI_PDT_DIRECT_ACCESS);
+        g_assert_cmpuint(report_luns_q(&t, qi, got, 4), ==, 2);
+        g_assert_cmpuint(got[1], ==, 1);
+    }
+
+    lun_addr(lun1, 0, 1);
+    cdb_rw10(cdb, SCSI_OP_READ_10, 0, 1);
+    for (unsigned qi = 0; qi < 2; qi++) {
+        cmd_send_ex(&t, &a[qi], qi, lun1, qi, cdb, 10, NULL, 0, 512, true);
+    }
+    tq_assert_pending(a[0].q, a[0].head, 20);
+    tq_assert_pending(a[1].q, a[1].head, 1);
+    scsi_disk_free(virtio_scsi_remove_lun(t.vs, 1));
+    tdev_reap(&t);
+    for (unsigned qi = 0; qi < 2; qi++) {
+        g_assert_cmpuint(a[qi].q->used_len[a[qi].head], !=, NOT_USED);
+        cmd_wait(&t, &a[qi]);
+        assert_good(&a[qi]);
+        assert_lun_absent(&t, qi, 1);
+        g_assert_cmpuint(report_luns_q(&t, qi, got, 4), ==, 1);
+    }
+    tdev_cleanup(&t);
+}
+
+/* A request queue stopped during an add picks the LUN up at its start. */
+static void test_hotplug_restart(void)
+{
+    TDev t;
+
+    tdev_new_lun0(&t);
+    tq_stop(reqq(&t, 0));
+    tdev_add_lun(&t, 1, FAST_NODE);
+    tq_start(reqq(&t, 0));
+    g_assert_cmphex(inquiry_pdt(&t, 0, 1), ==, SCSI_PDT_DIRECT_ACCESS);
+    tq_stop(reqq(&t, 0));
+    scsi_disk_free(virtio_scsi_remove_lun(t.vs, 1));
+    tq_start(reqq(&t, 0));
+    assert_lun_absent(&t, 0, 1);
+    tdev_cleanup(&t);
+}
+
 /* Stopping a request queue finishes its commands first. */
 static void test_drain(void)
 {
@@ -1646,6 +1949,14 @@ int main(int argc, char **argv)
         { "/virtio-scsi/event/param-change", test_event_param_change },
         { "/virtio-scsi/event/missed", test_event_missed },
         { "/virtio-scsi/event/not-negotiated", test_event_not_negotiated },
+        { "/virtio-scsi/hotplug/add", test_hotplug_add },
+        { "/virtio-scsi/hotplug/remove", test_hotplug_remove },
+        { "/virtio-scsi/hotplug/remove-iothread",
+          test_hotplug_remove_iothread },
+        { "/virtio-scsi/hotplug/not-negotiated", test_hotplug_not_negotiated },
+        { "/virtio-scsi/hotplug/missed", test_hotplug_missed },
+        { "/virtio-scsi/hotplug/two-iothreads", test_hotplug_two_iothreads },
+        { "/virtio-scsi/hotplug/restart", test_hotplug_restart },
         { "/virtio-scsi/drain", test_drain },
     };
 

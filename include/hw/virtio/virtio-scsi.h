@@ -50,8 +50,19 @@
  * changed() queues a PARAM_CHANGE event (CAPACITY DATA HAS CHANGED) in
  * the event queue.  An event that finds no driver buffer is lost, and the
  * next buffer the driver gives comes back at once as NO_EVENT with
- * EVENTS_MISSED set.  VIRTIO_SCSI_F_HOTPLUG is offered: LUN hot-plug
- * belongs to the QMP monitor; until then the LUN set is fixed at creation.
+ * EVENTS_MISSED set.
+ *
+ * LUN hot-plug: LUNs may be added and removed at any time, also while the
+ * queues run.  Each request queue and the control queue keep their own
+ * copy of the LUN table, changed in their own thread (aio_run_sync()), so
+ * the per-command LUN lookup takes no lock.  An added LUN gets a
+ * BlockQueue in every started request queue's context; a removed one
+ * disappears for new commands at once (they get the answers for a LUN
+ * that does not exist), and its commands in flight finish normally before
+ * the removal returns.  With VIRTIO_SCSI_F_HOTPLUG negotiated each change
+ * queues a TRANSPORT_RESET event for the LUN (reason RESCAN on add,
+ * REMOVED on remove) in the event queue, with the EVENTS_MISSED rule
+ * above.
  *
  * Threads: creation, LUNs and the VuDevOps set-up callbacks in the main
  * thread; commands in the request queues' home threads.
@@ -84,11 +95,27 @@ void virtio_scsi_free(VirtioScsi *vs);
 
 /*
  * Add LUN lun (0..VIRTIO_SCSI_MAX_LUN) served by d, which the device then
- * owns (on success only).  Before the VuServer starts only.  Errors: LUN
- * out of range or already present, or a queue has already started.
+ * owns (on success only).  Before the VuServer starts or while it runs:
+ * every started request queue gets a BlockQueue for d's node in its own
+ * context and sees the LUN from then on (REPORT LUNS lists it); then, if
+ * the driver negotiated VIRTIO_SCSI_F_HOTPLUG, a TRANSPORT_RESET event,
+ * reason RESCAN, for the LUN.  Main thread; waits for each IOThread of a
+ * queue that ever started (aio_run_sync()), so those must be running.
+ * Errors: LUN out of range or already present.
  */
 bool virtio_scsi_add_lun(VirtioScsi *vs, unsigned lun, ScsiDisk *d,
                          Error **errp);
+
+/*
+ * Remove LUN lun: new commands to it get the answers for a LUN that does
+ * not exist, its commands in flight in every queue finish (this waits for
+ * them), each queue's BlockQueue for it is freed in that queue's thread,
+ * and, if the driver negotiated VIRTIO_SCSI_F_HOTPLUG, a TRANSPORT_RESET
+ * event, reason REMOVED, is queued.  Returns the LUN's disk, which the
+ * caller now owns (to free), or NULL if there is no such LUN.  Main
+ * thread; the IOThreads must be running, as for virtio_scsi_add_lun().
+ */
+ScsiDisk *virtio_scsi_remove_lun(VirtioScsi *vs, unsigned lun);
 
 /* LUN lun's disk (still owned by the device), or NULL.  Main thread. */
 ScsiDisk *virtio_scsi_get_lun(VirtioScsi *vs, unsigned lun);
