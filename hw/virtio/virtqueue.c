@@ -261,6 +261,17 @@ void virtqueue_set_call_fd(VirtQueue *vq, int fd)
         virtqueue_assert_home(vq);
     }
     virtqueue_replace_fd(&vq->call, fd);
+    if (vq->started && vq->used && fd >= 0) {
+        /*
+         * Elements may have been pushed while there was no eventfd, or
+         * the old one was being swapped out by the front-end: signal the
+         * new one once.  A spurious interrupt costs the driver a look at
+         * its used ring; a lost one hangs it.
+         */
+        vq->signalled_valid = false;
+        event_notifier_set(&vq->call);
+        vq_stat_inc(&vq->stats.interrupts);
+    }
 }
 
 void virtqueue_set_err_fd(VirtQueue *vq, int fd)
@@ -768,6 +779,17 @@ static void virtqueue_notify(VirtQueue *vq)
     if (!vq->used) {
         return;
     }
+    if (event_notifier_get_fd(&vq->call) < 0) {
+        /*
+         * No call eventfd (yet): nothing to signal.  Do not decide either,
+         * or the EVENT_IDX bookkeeping would count this interrupt as sent
+         * and the driver, waiting for it, would never get one.  The next
+         * virtqueue_set_call_fd() signals.
+         */
+        vq->signalled_valid = false;
+        SPINDLE_TRACE2(vq_notify, vq->index, signalled);
+        return;
+    }
     /* Full fence: orders our used->idx stores before the loads of
      * avail->flags / used_event; pairs with the driver's full barrier
      * between re-enabling interrupts (clearing VRING_AVAIL_F_NO_INTERRUPT
@@ -776,7 +798,7 @@ static void virtqueue_notify(VirtQueue *vq)
     atomic_thread_fence(memory_order_seq_cst);
     if (!virtqueue_driver_wants_interrupt(vq)) {
         vq_stat_inc(&vq->stats.interrupts_suppressed);
-    } else if (event_notifier_get_fd(&vq->call) >= 0) {
+    } else {
         event_notifier_set(&vq->call);
         vq_stat_inc(&vq->stats.interrupts);
         signalled = true;
