@@ -139,7 +139,9 @@ static void threads_work_done(void *opaque, int ret)
     g_assert(aio_context_in_home_thread(e->ctx));
     engine_stat_add(&e->stats.completions, 1);
     SPINDLE_TRACE2(threads_complete, req, ret);
+    block_acct_batch_begin();          /* a batch of one: see block-int.h */
     block_request_complete(req, ret);
+    block_acct_batch_end();
 }
 
 static void threads_submit(BlockEngine *be, int fd, BlockRequest *req)

@@ -202,6 +202,12 @@ static int64_t blkdebug_getlength(BlockNode *bs)
     return block_node_get_length(bs->child);
 }
 
+/* Resizing goes to the child; the length follows (getlength). */
+static bool blkdebug_truncate(BlockNode *bs, int64_t size, Error **errp)
+{
+    return block_driver_truncate(bs->child, size, errp);
+}
+
 static bool blkdebug_rule_matches(const BlkdebugRule *rule,
                                   const BlockRequest *req)
 {
@@ -249,5 +255,6 @@ const BlockDriver block_driver_blkdebug = {
     .open = blkdebug_open,
     .close = blkdebug_close,
     .getlength = blkdebug_getlength,
+    .truncate = blkdebug_truncate,
     .submit = blkdebug_submit,
 };

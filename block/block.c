@@ -21,12 +21,21 @@
  * own context, made on open and remade on a move, through which
  * block_node_submit() & co. go.  The last reference drains the node,
  * detaches it, closes it and drops its child.
+ *
+ * The registry also keeps the nodes in creation order (block_node_list()),
+ * which puts every child before its parents.  Resizing relies on it: the
+ * driver grows the storage (a filter forwards to its child), then every
+ * node's length is read again in that order and published with a release
+ * store, so a filter over the grown node grows too, and IOThreads checking
+ * bounds against the new length (an acquire load) find the storage grown.
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <string.h>
 #include "block/block-int.h"
 
 static GHashTable *block_nodes;          /* node-name -> BlockNode, main thread */
+static GPtrArray *block_node_order;      /* the same nodes, oldest first */
 static unsigned block_auto_name_counter;
 
 static const BlockDriver *const block_drivers[] = {
@@ -95,8 +104,38 @@ static void block_node_register(BlockNode *bs)
 {
     if (!block_nodes) {
         block_nodes = g_hash_table_new(g_str_hash, g_str_equal);
+        block_node_order = g_ptr_array_new();
     }
     g_hash_table_insert(block_nodes, bs->node_name, bs);
+    g_ptr_array_add(block_node_order, bs);
+}
+
+static void block_node_unregister(BlockNode *bs)
+{
+    g_hash_table_remove(block_nodes, bs->node_name);
+    g_ptr_array_remove(block_node_order, bs);    /* keeps the order */
+}
+
+GPtrArray *block_node_list(void)
+{
+    GPtrArray *list = g_ptr_array_new();
+
+    for (guint i = 0; block_node_order && i < block_node_order->len; i++) {
+        g_ptr_array_add(list, g_ptr_array_index(block_node_order, i));
+    }
+    return list;
+}
+
+BlockNode *block_node_find_parent(const BlockNode *bs)
+{
+    for (guint i = 0; block_node_order && i < block_node_order->len; i++) {
+        BlockNode *n = g_ptr_array_index(block_node_order, i);
+
+        if (n->child == bs) {
+            return n;
+        }
+    }
+    return NULL;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -139,6 +178,7 @@ static void block_queue_detach_bh(void *opaque)
     BlockQueue *q = opaque;
 
     g_assert(q->in_flight == 0 && q->plugged == 0);
+    block_queue_acct_detach(q);
     if (q->bs->drv->detach_queue) {
         q->bs->drv->detach_queue(q);
     }
@@ -226,11 +266,14 @@ static bool block_node_limits_valid(BlockNode *bs, Error **errp)
 
 static bool block_node_read_length(BlockNode *bs, Error **errp)
 {
-    bs->length = bs->drv->getlength(bs);
-    if (bs->length < 0) {
-        error_setg_errno(errp, (int)-bs->length, "Cannot get the size");
+    int64_t len = bs->drv->getlength(bs);
+
+    if (len < 0) {
+        error_setg_errno(errp, (int)-len, "Cannot get the size");
         return false;
     }
+    /* Not yet visible to any other thread: no ordering needed. */
+    atomic_store_explicit(&bs->length, len, memory_order_relaxed);
     return true;
 }
 
@@ -374,7 +417,7 @@ void block_node_unref(BlockNode *bs)
     aio_run_sync(bs->ctx, block_node_drain_bh, bs);
     block_node_detach(bs);
     bs->drv->close(bs);
-    g_hash_table_remove(block_nodes, bs->node_name);
+    block_node_unregister(bs);
     block_node_free(bs);
 }
 
@@ -403,7 +446,7 @@ bool block_node_discard_enabled(const BlockNode *bs)
 
 int64_t block_node_get_length(BlockNode *bs)
 {
-    return bs->length;
+    return block_node_length(bs);
 }
 
 void block_node_get_limits(const BlockNode *bs, BlockLimits *out)
@@ -414,6 +457,123 @@ void block_node_get_limits(const BlockNode *bs, BlockLimits *out)
 AioContext *block_node_get_aio_context(const BlockNode *bs)
 {
     return bs->ctx;
+}
+
+bool block_node_get_cache_direct(const BlockNode *bs)
+{
+    return bs->cache_direct;
+}
+
+bool block_node_get_cache_no_flush(const BlockNode *bs)
+{
+    return bs->no_flush;
+}
+
+const char *block_node_get_filename(const BlockNode *bs)
+{
+    while (bs && bs->drv != &block_driver_file) {
+        bs = bs->child;
+    }
+    return bs ? block_file_get_filename(bs) : NULL;
+}
+
+BlockNode *block_node_get_child(const BlockNode *bs)
+{
+    return bs->child;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Resizing                                                                  */
+
+bool block_driver_truncate(BlockNode *bs, int64_t size, Error **errp)
+{
+    if (!bs->drv->truncate) {
+        error_setg(errp, "Node '%s' (driver '%s') cannot be resized",
+                   bs->node_name, bs->drv->format_name);
+        return false;
+    }
+    return bs->drv->truncate(bs, size, errp);
+}
+
+/*
+ * Publish a node's new length.  The release store pairs with the acquire
+ * load in block_node_length(): whoever sees the new length also sees what
+ * the driver did to grow the storage before it.
+ */
+static void block_node_publish_length(BlockNode *bs, int64_t len)
+{
+    atomic_store_explicit(&bs->length, len, memory_order_release);
+}
+
+/*
+ * Read every registered node's length again, oldest first: a node's child
+ * is older than the node (opened before it, inline or by name), so a
+ * filter reads its child's length after the child published it, and a
+ * request on the filter within its new length finds the child grown too.
+ * Lengths only grow here: a node whose storage shrank behind our back
+ * keeps its length (its requests past the end fail in the host).
+ */
+static void block_node_refresh_lengths(void)
+{
+    for (guint i = 0; block_node_order && i < block_node_order->len; i++) {
+        BlockNode *n = g_ptr_array_index(block_node_order, i);
+        int64_t len = n->drv->getlength(n);
+
+        if (len > block_node_length(n)) {
+            block_node_publish_length(n, len);
+        }
+    }
+}
+
+static bool block_node_resize_check(BlockNode *bs, int64_t size, Error **errp)
+{
+    int64_t old = block_node_length(bs);
+    uint32_t align = bs->limits.request_alignment;
+
+    if (bs->read_only) {
+        error_setg(errp, "Node '%s' is read-only", bs->node_name);
+        return false;
+    }
+    if (size <= 0) {
+        error_setg(errp, "Invalid size %" PRId64 " for node '%s': it must be "
+                   "positive", size, bs->node_name);
+        return false;
+    }
+    if (size % 512) {
+        error_setg(errp, "Invalid size %" PRId64 " for node '%s': it must be "
+                   "a multiple of 512", size, bs->node_name);
+        return false;
+    }
+    if (size % align) {
+        error_setg(errp, "Invalid size %" PRId64 " for node '%s': it must be "
+                   "a multiple of %" PRIu32 " (the node's request alignment)",
+                   size, bs->node_name, align);
+        return false;
+    }
+    if (size < old) {
+        error_setg(errp, "Shrinking node '%s' to %" PRId64 " bytes is not "
+                   "supported: it would discard data; the node is %" PRId64
+                   " bytes", bs->node_name, size, old);
+        return false;
+    }
+    return true;
+}
+
+bool block_node_resize(BlockNode *bs, int64_t size, Error **errp)
+{
+    if (!block_node_resize_check(bs, size, errp) ||
+        !block_driver_truncate(bs, size, errp)) {
+        return false;
+    }
+    block_node_refresh_lengths();
+    if (block_node_length(bs) < size) {
+        /* The storage grew, but its size cannot be read back. */
+        error_setg(errp, "Node '%s' was resized to %" PRId64 " bytes, but "
+                   "its size reads %" PRId64 " bytes", bs->node_name, size,
+                   block_node_length(bs));
+        return false;
+    }
+    return true;
 }
 
 /* ------------------------------------------------------------------------ */

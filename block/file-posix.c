@@ -44,6 +44,14 @@
  * writes the whole block.  Such a WRITE is done in the thread pool, which
  * then truncates the file back, so the image never grows.
  *
+ * Resizing (block_node_resize(), main thread, requests possibly in
+ * flight) grows a regular file with ftruncate and never shrinks one; a
+ * block device keeps its size (its current size is accepted, read
+ * again).  The node's length lives in the generic layer (an atomic that
+ * it publishes after truncate()), and the write-past-the-end path above
+ * reads and restores the file size under size_lock, which truncate() and
+ * getlength() take too, so that neither undoes the other.
+ *
  * Locking.  So that two daemons cannot write one image, each node holds an
  * open file description lock (fcntl F_OFD_SETLK) on one byte, at offset
  * FILE_LOCK_WRITER_BYTE (0x5350494e, "SPIN"; locks may lie beyond the end
@@ -73,6 +81,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -133,6 +142,16 @@ typedef struct FilePosixState {
 
     /* The engine chosen at open; the instances are per queue. */
     const BlockEngineOps *chosen_ops;
+
+    /*
+     * Held (regular files only) by whatever changes or reads the file's
+     * size: a write past the end (a pool worker: it grows the file, then
+     * cuts it back), truncate() and getlength() (main thread).  So a
+     * resize never meets a file that is grown only for a moment, and a
+     * write past the end never cuts back a file that a resize has grown.
+     * Rare paths only: ordinary requests do not take it.
+     */
+    GMutex size_lock;
 
     /*
      * Methods found unsupported, set and read by pool workers.  Relaxed:
@@ -538,6 +557,7 @@ static void file_close(BlockNode *bs)
         s->fd = -1;
     }
     g_clear_pointer(&s->filename, g_free);
+    g_mutex_clear(&s->size_lock);
 }
 
 static bool file_read_options(BlockNode *bs, Opts *opts, int *aio_index,
@@ -575,6 +595,7 @@ static bool file_open(BlockNode *bs, Opts *opts, Error **errp)
     int aio_index;
 
     s->fd = -1;
+    g_mutex_init(&s->size_lock);      /* cleared by file_close() */
     if (!file_read_options(bs, opts, &aio_index, &locking, errp) ||
         !file_open_image(bs, errp) ||
         !file_check_type(bs, errp) ||
@@ -588,22 +609,86 @@ static bool file_open(BlockNode *bs, Opts *opts, Error **errp)
     return true;
 }
 
+const char *block_file_get_filename(const BlockNode *bs)
+{
+    const FilePosixState *s = bs->opaque;
+
+    g_assert(bs->drv == &block_driver_file);
+    return s->filename;
+}
+
+static int64_t file_blkdev_size(FilePosixState *s)
+{
+    uint64_t size;
+
+    if (ioctl(s->fd, BLKGETSIZE64, &size) < 0) {
+        return -errno;
+    }
+    return size > INT64_MAX ? INT64_MAX : (int64_t)size;
+}
+
 static int64_t file_getlength(BlockNode *bs)
 {
     FilePosixState *s = bs->opaque;
     struct stat st;
-    uint64_t size;
+    int ret;
 
     if (s->is_blkdev) {
-        if (ioctl(s->fd, BLKGETSIZE64, &size) < 0) {
-            return -errno;
+        return file_blkdev_size(s);
+    }
+    g_mutex_lock(&s->size_lock);      /* not while a write past EOF runs */
+    ret = fstat(s->fd, &st);
+    g_mutex_unlock(&s->size_lock);
+    return ret < 0 ? -errno : st.st_size;
+}
+
+/*
+ * Grow the file to size bytes (the generic layer checked size against the
+ * node).  A block device cannot be resized here: only its current size,
+ * read again, is accepted (to pick up a device grown outside).  A regular
+ * file grows with ftruncate (sparse: reads of the new part give zeroes,
+ * with or without O_DIRECT); it is never cut: if it is already larger
+ * (grown outside), the caller must ask for at least that.
+ */
+static bool file_truncate(BlockNode *bs, int64_t size, Error **errp)
+{
+    FilePosixState *s = bs->opaque;
+    struct stat st;
+    bool ok = false;
+
+    if (s->is_blkdev) {
+        int64_t dev_size = file_blkdev_size(s);
+
+        if (dev_size < 0) {
+            error_setg_errno(errp, (int)-dev_size, "Cannot get the size of "
+                             "'%s'", s->filename);
+            return false;
         }
-        return size > INT64_MAX ? INT64_MAX : (int64_t)size;
+        if (dev_size != size) {
+            error_setg(errp, "'%s' is a block device of %" PRId64 " bytes: "
+                       "Spindle cannot resize it to %" PRId64 " bytes (grow "
+                       "the device, then resize the node to its new size)",
+                       s->filename, dev_size, size);
+            return false;
+        }
+        return true;
     }
+
+    g_mutex_lock(&s->size_lock);
     if (fstat(s->fd, &st) < 0) {
-        return -errno;
+        error_setg_errno(errp, errno, "Could not stat '%s'", s->filename);
+    } else if (st.st_size > size) {
+        error_setg(errp, "'%s' is already %" PRId64 " bytes (grown outside "
+                   "Spindle?): resize the node to at least that",
+                   s->filename, (int64_t)st.st_size);
+    } else if (st.st_size < size && ftruncate(s->fd, size) < 0) {
+        error_setg_errno(errp, errno, "Could not resize '%s' to %" PRId64
+                         " bytes", s->filename, size);
+    } else {
+        ok = true;
     }
-    return st.st_size;
+    g_mutex_unlock(&s->size_lock);
+    return ok;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -850,7 +935,10 @@ static int file_write_past_eof_work(void *opaque)
     struct stat st;
     int ret = 0;
 
+    /* The size read here is the one to restore: no resize meanwhile. */
+    g_mutex_lock(&w->s->size_lock);
     if (fstat(w->s->fd, &st) < 0) {
+        g_mutex_unlock(&w->s->size_lock);
         return -errno;
     }
     for (int i = 0; i < req->niov && ret == 0; i++) {
@@ -862,6 +950,7 @@ static int file_write_past_eof_work(void *opaque)
         ftruncate(w->s->fd, MAX(st.st_size, w->length)) < 0) {
         ret = -errno;
     }
+    g_mutex_unlock(&w->s->size_lock);
     return file_work_fua(w, ret);
 }
 
@@ -871,7 +960,9 @@ static void file_work_done(void *opaque, int ret)
     BlockRequest *req = w->req;
 
     g_free(w);
+    block_acct_batch_begin();          /* a batch of one: see block-int.h */
     block_request_complete(req, ret);
+    block_acct_batch_end();
 }
 
 static void file_submit_work(BlockNode *bs, BlockRequest *req,
@@ -883,7 +974,7 @@ static void file_submit_work(BlockNode *bs, BlockRequest *req,
     *w = (FileWork) {
         .s = bs->opaque,
         .req = req,
-        .length = bs->length,
+        .length = block_node_length(bs),
         .discard_unmap = bs->discard_unmap,
         .no_flush = bs->no_flush,
     };
@@ -905,7 +996,8 @@ static void file_submit(BlockNode *bs, BlockRequest *req)
         fq->ops->submit(fq->engine, s->fd, req);
         return;
     case BLOCK_OP_WRITE:
-        if (!s->is_blkdev && req->offset + req->bytes > bs->length) {
+        if (!s->is_blkdev &&
+            req->offset + req->bytes > block_node_length(bs)) {
             file_submit_work(bs, req, file_write_past_eof_work);
         } else {
             fq->ops->submit(fq->engine, s->fd, req);
@@ -991,6 +1083,7 @@ const BlockDriver block_driver_file = {
     .open = file_open,
     .close = file_close,
     .getlength = file_getlength,
+    .truncate = file_truncate,
     .submit = file_submit,
     .attach_queue = file_attach_queue,
     .detach_queue = file_detach_queue,

@@ -39,7 +39,9 @@
  *
  * Completion.  Drivers and engines call block_request_complete(), which
  * advances a bounced request to its next phase or undoes the bounce, ends
- * serialisation, drops the in-flight count and calls the owner.
+ * serialisation, drops the in-flight count, counts the request if its
+ * queue has a BlockAcct (accounting.c: stamped at submission, counted
+ * once, here) and calls the owner.
  */
 #include <errno.h>
 #include <limits.h>
@@ -67,6 +69,7 @@ static void block_deferred_bh(void *opaque)
 {
     BlockQueue *q = opaque;
 
+    block_acct_batch_begin();
     while (q->deferred_head) {
         BlockRequest *req = q->deferred_head;
         BlockRequestInt *ri = block_req_int(req);
@@ -77,6 +80,7 @@ static void block_deferred_bh(void *opaque)
         }
         block_request_complete(req, ri->ret);
     }
+    block_acct_batch_end();
 }
 
 void block_queue_deferred_init(BlockQueue *q)
@@ -118,8 +122,10 @@ static bool block_op_writes(BlockOp op)
 
 static bool block_range_valid(const BlockNode *bs, int64_t offset, int64_t bytes)
 {
-    return offset >= 0 && bytes >= 0 && offset <= bs->length &&
-           bytes <= bs->length - offset;
+    int64_t length = block_node_length(bs);
+
+    return offset >= 0 && bytes >= 0 && offset <= length &&
+           bytes <= length - offset;
 }
 
 static int64_t block_iov_size(const struct iovec *iov, int niov)
@@ -582,6 +588,9 @@ void block_queue_submit(BlockQueue *q, BlockRequest *req)
     memset(ri, 0, offsetof(BlockRequestInt, engine));
     ri->node = bs;
     ri->queue = q;
+    if (q->acct) {
+        ri->acct_start_ns = block_queue_acct_now(q);  /* see accounting.c */
+    }
     q->in_flight++;
 
     r = block_request_check(bs, req);
@@ -614,6 +623,9 @@ void block_request_complete(BlockRequest *req, int ret)
         block_write_done(bs, req);
     }
     q->in_flight--;
+    if (ri->acct_start_ns && q->acct) {
+        block_acct_done(q->acct, req, ret, ri->acct_start_ns);
+    }
     req->cb(req, ret);
 }
 
@@ -651,6 +663,7 @@ void block_queue_io_plug(BlockQueue *q)
     if (q->plugged++ > 0) {
         return;
     }
+    q->acct_plug_ns = 0;             /* a new batch of submissions */
     if (q->bs->drv->io_plug) {
         q->bs->drv->io_plug(q);
     } else if (q->child) {
@@ -665,6 +678,7 @@ void block_queue_io_unplug(BlockQueue *q)
     if (--q->plugged > 0) {
         return;
     }
+    q->acct_plug_ns = 0;
     if (q->bs->drv->io_unplug) {
         q->bs->drv->io_unplug(q);
     } else if (q->child) {

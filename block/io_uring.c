@@ -332,7 +332,12 @@ static unsigned uring_reap(UringEngine *e, bool polled)
 
 static void uring_process_completions(UringEngine *e, bool polled)
 {
-    if (uring_reap(e, polled) == 0) {
+    unsigned reaped;
+
+    block_acct_batch_begin();          /* one clock read for the lot */
+    reaped = uring_reap(e, polled);
+    block_acct_batch_end();
+    if (reaped == 0) {
         return;
     }
     if (e->blocked) {

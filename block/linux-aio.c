@@ -413,7 +413,9 @@ static void laio_process_completions(LaioEngine *e, bool polled)
 {
     unsigned reaped;
 
+    block_acct_batch_begin();          /* one clock read for the lot */
     reaped = e->ring ? laio_reap_ring(e, polled) : laio_reap_syscall(e, polled);
+    block_acct_batch_end();
     if (reaped && e->blocked) {
         /* Slots are free again: submit what was refused, at the end of the
          * turn together with whatever the callbacks just submitted. */

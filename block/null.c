@@ -9,6 +9,10 @@
  * measure and test everything above the storage: the generic block layer,
  * the devices, the event loop and its poll window.
  *
+ * block_node_resize() changes the length (truncate, main thread); the
+ * generic layer checks bounds against the length it publishes, so the
+ * requests here never read NullState.length.
+ *
  * A request never completes inside submit (the block layer's contract), so
  * every request goes onto a queue: a singly linked FIFO threaded through
  * block_req_int(req)->next, one per BlockQueue (NullQueue, in q->opaque),
@@ -136,9 +140,11 @@ static void null_bh_cb(void *opaque)
         aio_bh_schedule(s->bh);
     }
     /* A nested loop may complete some of ours: pop, don't walk a list. */
+    block_acct_batch_begin();
     while (n-- > 0 && (req = null_queue_pop(s)) != NULL) {
         null_complete(s, req);
     }
+    block_acct_batch_end();
     if (rescheduled && !s->head) {
         aio_bh_cancel(s->bh);
     }
@@ -162,9 +168,11 @@ static void null_timer_cb(void *opaque)
 
     /* Armed for the rest before calling out (see the top of the file). */
     null_timer_update(s);
+    block_acct_batch_begin_at(now);
     while (s->head && null_deadline(s->head) <= now) {
         null_complete(s, null_queue_pop(s));
     }
+    block_acct_batch_end();
     null_timer_update(s);
 }
 
@@ -245,11 +253,21 @@ static void null_close(BlockNode *bs)
     /* Nothing: the BHs and timers went with detach_queue. */
 }
 
+/* Main thread, like every reader of s->length (getlength). */
 static int64_t null_getlength(BlockNode *bs)
 {
     NullState *s = bs->opaque;
 
     return s->length;
+}
+
+/* Nothing stored: the new size is all there is to change.  Main thread. */
+static bool null_truncate(BlockNode *bs, int64_t size, Error **errp)
+{
+    NullState *s = bs->opaque;
+
+    s->length = size;
+    return true;
 }
 
 const BlockDriver block_driver_null_co = {
@@ -258,6 +276,7 @@ const BlockDriver block_driver_null_co = {
     .open = null_open,
     .close = null_close,
     .getlength = null_getlength,
+    .truncate = null_truncate,
     .submit = null_submit,
     .attach_queue = null_attach_queue,
     .detach_queue = null_detach_queue,
@@ -270,6 +289,7 @@ const BlockDriver block_driver_null_aio = {
     .open = null_open,
     .close = null_close,
     .getlength = null_getlength,
+    .truncate = null_truncate,
     .submit = null_submit,
     .attach_queue = null_attach_queue,
     .detach_queue = null_detach_queue,

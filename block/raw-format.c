@@ -18,8 +18,11 @@
  * run, req->offset is an offset in the child, so code above raw must not
  * read it back to find where the request was on the raw node.
  *
- * The window's length is fixed at open (getlength returns the configured
- * size), so the node does not grow or shrink with its child.
+ * With `size`, the window's length is fixed at open.  Without it the
+ * window runs to the end of the child (getlength reads the child's
+ * length), so it grows with the child.  block_node_resize() of a raw
+ * node with neither option grows the child (truncate forwards); with
+ * either, the window is fixed and the resize is refused.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -27,7 +30,9 @@
 
 typedef struct RawState {
     int64_t offset;
-    int64_t size;
+    int64_t size;                /* with has_size */
+    bool has_offset;             /* options given: a fixed window */
+    bool has_size;
 } RawState;
 
 static bool raw_open(BlockNode *bs, Opts *opts, Error **errp)
@@ -81,6 +86,8 @@ static bool raw_open(BlockNode *bs, Opts *opts, Error **errp)
 
     s->offset = offset;
     s->size = size;
+    s->has_offset = opts_has(opts, "offset");
+    s->has_size = opts_has(opts, "size");
     bs->limits = child->limits;
     return true;
 }
@@ -90,11 +97,31 @@ static void raw_close(BlockNode *bs)
     /* The child's reference (bs->child) is dropped by the generic layer. */
 }
 
+/* Without size=, the window runs to the child's end and grows with it. */
 static int64_t raw_getlength(BlockNode *bs)
 {
     RawState *s = bs->opaque;
+    int64_t child_len;
 
-    return s->size;
+    if (s->has_size) {
+        return s->size;
+    }
+    child_len = block_node_get_length(bs->child);
+    return child_len < s->offset ? 0 : child_len - s->offset;
+}
+
+/* The whole child: grow the child.  A window (offset=, size=): refuse. */
+static bool raw_truncate(BlockNode *bs, int64_t size, Error **errp)
+{
+    RawState *s = bs->opaque;
+
+    if (s->has_offset || s->has_size) {
+        error_setg(errp, "Node '%s' was opened with option '%s': it shows a "
+                   "fixed part of its child and cannot be resized",
+                   block_node_get_name(bs), s->has_size ? "size" : "offset");
+        return false;
+    }
+    return block_driver_truncate(bs->child, size, errp);
 }
 
 static void raw_submit(BlockNode *bs, BlockRequest *req)
@@ -115,5 +142,6 @@ const BlockDriver block_driver_raw = {
     .open = raw_open,
     .close = raw_close,
     .getlength = raw_getlength,
+    .truncate = raw_truncate,
     .submit = raw_submit,
 };

@@ -30,6 +30,10 @@ typedef struct BlockRequestInt {
     bool serialized;             /* io.c: counted in the node's writes_in_flight */
     bool fast_write;             /* io.c: counted in its queue's fast_writes */
     bool holds_rmw;              /* io.c: this request set rmw_active */
+    /* accounting.c: the submission time (clock_now_ns(), read once per
+     * plugged batch), 0 if its queue had no BlockAcct then (the request
+     * is not counted). */
+    int64_t acct_start_ns;
 
     /* Bounce buffer for unaligned requests on O_DIRECT nodes. */
     void *bounce;
@@ -75,7 +79,14 @@ struct BlockNode {
     bool auto_name;
     BlockLimits limits;
     BlockNode *child;            /* filters and formats: the node below */
-    int64_t length;              /* cached at open; see getlength() */
+    /*
+     * The size in bytes: read at open, raised by block_node_resize() in the
+     * main thread while requests may run in any thread.  Read it with
+     * block_node_length(): the release store in block.c pairs with its
+     * acquire load, so a request that sees the new length also sees the
+     * storage grown (the driver grew it before the store).
+     */
+    _Atomic int64_t length;
 
     /*
      * The queue of the single-context API (block_node_submit() & co.) in
@@ -124,7 +135,84 @@ struct BlockQueue {
     /* Requests finished at submission, completed from one BH (io.c). */
     QEMUBH *deferred_bh;
     BlockRequest *deferred_head, *deferred_tail;
+    /* accounting.c: the slot this (top) queue counts into, or NULL. */
+    BlockAcctStats *acct;
+    BlockAcct *acct_owner;
+    /* accounting.c: the submission time of this plugged batch, 0 if not
+     * read yet (reset at the outermost plug and unplug). */
+    int64_t acct_plug_ns;
 };
+
+/*
+ * Accounting's clock.  A clock read costs about as much as the rest of a
+ * null request's trip through the block layer, so accounting reads it once
+ * per batch rather than once per request:
+ *   - submission: once per plugged section of a queue (a device submits
+ *     what it found in its ring between plug and unplug), else per request;
+ *   - completion: once per completion batch, which every place that calls
+ *     block_request_complete() opens with block_acct_batch_begin() and
+ *     closes with block_acct_batch_end() around what it completes in one
+ *     go (a batch of one where requests come one at a time); a completion
+ *     outside any batch reads the clock itself.
+ * The clock is read lazily, on the first counted request of a batch, and
+ * every begin (nested ones too, e.g. from a nested event loop inside a
+ * completion callback) starts a new reading.  So a request's time runs
+ * from its batch's first submission to its batch's first completion: the
+ * time the device saw it and the time the host said it was done, without
+ * the few hundred nanoseconds the layers spend on its neighbours.  A
+ * plugged section should not run a nested event loop that submits to its
+ * own queue: those requests would count from the section's start.  Per
+ * thread.
+ */
+typedef struct BlockAcctBatch {
+    int64_t now_ns;              /* 0: not read yet in this batch */
+    unsigned depth;
+} BlockAcctBatch;
+
+extern __thread BlockAcctBatch block_acct_batch;
+
+static inline void block_acct_batch_begin(void)
+{
+    block_acct_batch.depth++;
+    block_acct_batch.now_ns = 0;
+}
+
+/* Begin a batch whose time is already known (now: clock_now_ns()). */
+static inline void block_acct_batch_begin_at(int64_t now)
+{
+    block_acct_batch.depth++;
+    block_acct_batch.now_ns = now;
+}
+
+static inline void block_acct_batch_end(void)
+{
+    if (--block_acct_batch.depth == 0) {
+        block_acct_batch.now_ns = 0;
+    }
+}
+
+/* The submission time for a request of q (which has a BlockAcct). */
+int64_t block_queue_acct_now(BlockQueue *q);
+
+/*
+ * Count req, which completed with ret, in stats: start_ns is its
+ * acct_start_ns.  The home thread of the queue stats belongs to.
+ */
+void block_acct_done(BlockAcctStats *stats, const BlockRequest *req,
+                     int ret, int64_t start_ns);
+
+/* Detach q from its BlockAcct, if any (q being freed).  Home thread. */
+void block_queue_acct_detach(BlockQueue *q);
+
+/*
+ * bs's length (see BlockNode.length).  Any thread: the acquire pairs with
+ * the release store of block_node_publish_length() (block.c).
+ */
+static inline int64_t block_node_length(const BlockNode *bs)
+{
+    return atomic_load_explicit(&((BlockNode *)bs)->length,
+                                memory_order_acquire);
+}
 
 /* Set up / tear down a queue's deferred completions.  Its home thread. */
 void block_queue_deferred_init(BlockQueue *q);
@@ -160,8 +248,10 @@ static inline BlockQueue *block_req_queue(BlockNode *bs, BlockRequest *req)
  *              thread, then attach_queue() of a new one (node idle);
  *   3. detach_queue(q)           in q->ctx's home thread, q drained;
  *   4. close()                   main thread: free what open() made.
- * getlength() is also called from the main thread between 1 and 2 and
- * while the node is idle.
+ * getlength() is also called from the main thread between 1 and 2, while
+ * the node is idle, and after any node was resized (block_node_resize()),
+ * when requests may be in flight: it must then be safe against them.
+ * truncate() runs in the main thread, requests possibly in flight.
  */
 struct BlockDriver {
     const char *format_name;
@@ -175,6 +265,16 @@ struct BlockDriver {
     bool (*open)(BlockNode *bs, Opts *opts, Error **errp);
     void (*close)(BlockNode *bs);
     int64_t (*getlength)(BlockNode *bs);
+
+    /*
+     * Grow what is below bs to size bytes (block_node_resize()).  The
+     * generic layer has checked size (positive, aligned, not smaller than
+     * bs's length) and that bs is writable; after success it re-reads the
+     * lengths with getlength(), so the driver only changes its storage
+     * (or its own notion of size).  Requests may be in flight.  Main
+     * thread.  NULL: the driver cannot be resized.
+     */
+    bool (*truncate)(BlockNode *bs, int64_t size, Error **errp);
 
     /*
      * Start req.  Complete it with block_request_complete(), later (from a
@@ -216,15 +316,27 @@ BlockNode *block_node_open_child(BlockNode *parent, Opts *opts,
 
 /*
  * Finish req with ret (0 or -errno): undo bouncing, drop the in-flight
- * count, call the owner's callback.  Home thread.
+ * count, count it in its queue's BlockAcct (if any), call the owner's
+ * callback.  Home thread; callers open an accounting batch around what
+ * they complete in one go (block_acct_batch_begin()).
  */
 void block_request_complete(BlockRequest *req, int ret);
 
 /* Finish req with ret from a BH: for errors detected at submission. */
 void block_request_complete_later(BlockRequest *req, int ret);
 
+/*
+ * Call bs's driver's truncate() (a filter forwarding to its child), or fail
+ * if it has none.  Main thread.
+ */
+bool block_driver_truncate(BlockNode *bs, int64_t size, Error **errp);
+
 /* Pass req to bs's driver (a filter forwarding to its child). */
 void block_driver_submit(BlockNode *bs, BlockRequest *req);
+
+/* The filename a file node was opened with (borrowed, fixed after open).
+ * bs must be a node of the file driver.  Any thread. */
+const char *block_file_get_filename(const BlockNode *bs);
 
 extern const BlockDriver block_driver_file;
 extern const BlockDriver block_driver_null_co;

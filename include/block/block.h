@@ -114,9 +114,44 @@ bool block_node_is_read_only(const BlockNode *bs);
 /* Whether discards deallocate (discard=unmap); with discard=ignore they
  * succeed and do nothing.  Any thread (fixed at open). */
 bool block_node_discard_enabled(const BlockNode *bs);
-int64_t block_node_get_length(BlockNode *bs);   /* cached at open */
+/* The size in bytes: read at open, changed by block_node_resize().  Any
+ * thread (an atomic load). */
+int64_t block_node_get_length(BlockNode *bs);
 void block_node_get_limits(const BlockNode *bs, BlockLimits *out);
 AioContext *block_node_get_aio_context(const BlockNode *bs);
+
+/* Whether the node was opened with cache.direct=on / cache.no-flush=on. */
+bool block_node_get_cache_direct(const BlockNode *bs);
+bool block_node_get_cache_no_flush(const BlockNode *bs);
+
+/* The image file at the bottom of bs's chain (the file driver's
+ * filename), or NULL (null-co, ...).  Borrowed. */
+const char *block_node_get_filename(const BlockNode *bs);
+
+/* The node below a filter or format (raw, blkdebug), or NULL.  Borrowed. */
+BlockNode *block_node_get_child(const BlockNode *bs);
+
+/* A registered node whose child is bs, or NULL.  Borrowed. */
+BlockNode *block_node_find_parent(const BlockNode *bs);
+
+/* Every registered node, oldest first (a new array of borrowed nodes;
+ * free it with g_ptr_array_unref). */
+GPtrArray *block_node_list(void);
+
+/*
+ * Grow bs to size bytes (QMP block_resize).  size must be a positive
+ * multiple of 512 and of the node's request alignment, and not smaller
+ * than the current size (shrinking would drop data a guest wrote: an
+ * error).  The driver grows what is below: file: ftruncate of a regular
+ * file (a block device or other file cannot be resized, but a size equal
+ * to its current one is accepted, to pick up a device grown outside);
+ * null: the new size; raw and blkdebug: their child (raw with offset= or
+ * size= cannot be resized).  Afterwards every registered node's length is
+ * read again (a filter over bs grows with it), published with release
+ * stores: requests submitted later may use the new space.  Requests may
+ * be in flight meanwhile.  Errors leave the size as it was.  Main thread.
+ */
+bool block_node_resize(BlockNode *bs, int64_t size, Error **errp);
 
 /*
  * Move the node (and its children) to new_ctx.  Main thread; the node must
@@ -162,6 +197,52 @@ typedef struct BlockWriteStats {
 } BlockWriteStats;
 
 void block_node_get_write_stats(BlockNode *bs, BlockWriteStats *out);
+
+/* ------------------------------------------------------------------------ */
+/* Accounting (query-blockstats)                                             */
+
+#define BLOCK_OP__MAX (BLOCK_OP_WRITE_ZEROES + 1)
+
+/* One operation's counters, as QEMU's BlockDeviceStats counts them. */
+typedef struct BlockAcctOpStats {
+    uint64_t ops;                /* requests that succeeded */
+    uint64_t bytes;              /* ... their bytes (0 for FLUSH) */
+    uint64_t failed;             /* requests that completed with an error */
+    uint64_t total_time_ns;      /* submit-to-completion time, summed over
+                                  * succeeded and failed requests */
+} BlockAcctOpStats;
+
+typedef struct BlockAcctStats {
+    BlockAcctOpStats op[BLOCK_OP__MAX];   /* indexed by BlockOp */
+} BlockAcctStats;
+
+/*
+ * A set of counters one consumer (a device's use of a node) keeps across
+ * its BlockQueues: one slot per queue, each written only by the home thread
+ * of the queue it is attached to, on its own cache line; read (summed) by
+ * any thread.  Outlives the BlockQueues attached to it, so the counts
+ * survive a front-end reconnecting.
+ */
+typedef struct BlockAcct BlockAcct;
+
+/* nslots >= 1.  Main thread (or any: plain allocation). */
+BlockAcct *block_acct_new(unsigned nslots);
+/* No queue may still be attached.  NULL is a no-op. */
+void block_acct_free(BlockAcct *acct);
+
+/*
+ * Count q's requests in acct's slot slot from now on (NULL: stop
+ * counting).  A request is counted when it completes, with the time since
+ * block_queue_submit().  q's home thread; q idle or not.
+ */
+void block_queue_set_acct(BlockQueue *q, BlockAcct *acct, unsigned slot);
+
+/* The sum over every slot.  Any thread (relaxed loads: each counter is
+ * exact, counters taken together are a near-instant snapshot). */
+void block_acct_get(const BlockAcct *acct, BlockAcctStats *out);
+
+/* out += in, counter by counter. */
+void block_acct_stats_add(BlockAcctStats *out, const BlockAcctStats *in);
 
 /* ------------------------------------------------------------------------ */
 /* Queues: one node used from several contexts                               */
