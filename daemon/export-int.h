@@ -18,6 +18,8 @@ typedef struct ExportNode {
     bool writable;               /* the export may write to it */
     char *what;                  /* the option that named it, for messages:
                                   * "node-name", "lun.1" */
+    int lun;                     /* the LUN it serves (a type with LUNs);
+                                  * -1 for node-name */
 } ExportNode;
 
 /* What every export has, whatever its type.  Main thread. */
@@ -44,6 +46,9 @@ struct Export {
     AioContext **ctxs;
     unsigned nctx;
     AioContext *main_ctx;        /* the main loop's: sockets, control */
+    bool started;                /* start() succeeded: ctx and ctxs are
+                                  * fixed, nodes bound later must come to
+                                  * ctx */
 };
 
 /*
@@ -76,12 +81,32 @@ typedef struct ExportDriver {
      * of queues, and queue i's since start (false if there is none). */
     unsigned (*num_queues)(void *state);
     bool (*get_queue_stats)(void *state, unsigned i, VirtQueueStats *out);
+    /* Whether a front-end is connected (main thread, after start()). */
+    bool (*has_client)(void *state);
+
+    /*
+     * Live management (main thread, after a successful start()).
+     * get_node_stats: the I/O of exp->nodes[i] through the device since
+     * start (false if the device has none for it).
+     * refresh_sizes: compare the sizes the device shows with its nodes'
+     * lengths and tell the front-end about each change.
+     * add_lun / del_lun (NULL: the type has no LUNs): add a LUN from the
+     * options of one lun entry, or remove LUN lun; nothing changes on
+     * error.  add_lun binds its node with export_bind_node() and moves it
+     * with export_move_new_node(); del_lun drains the LUN and releases
+     * its node with export_release_node().
+     */
+    bool (*get_node_stats)(Export *exp, void *state, unsigned i,
+                           BlockAcctStats *out);
+    void (*refresh_sizes)(Export *exp, void *state);
+    bool (*add_lun)(Export *exp, void *state, Opts *opts, Error **errp);
+    bool (*del_lun)(Export *exp, void *state, unsigned lun, Error **errp);
 } ExportDriver;
 
 /*
- * For a type with binds_nodes, from its parse(): serve node node_name,
- * named by option what ("lun.1", used as the prefix of messages), with
- * writes allowed or not.  Checks what export_create() checks for
+ * For a type with binds_nodes, from its parse() (or add_lun()): serve node
+ * node_name as LUN lun (-1: the type has no LUNs), named by option what
+ * ("lun.1", used as the prefix of messages), with writes allowed or not.  Checks what export_create() checks for
  * node-name: the node exists, is not read-only if writable, is not
  * already served by this export, and may be shared with the exports that
  * serve it (a writable export needs a node to itself; exports of one node
@@ -94,8 +119,25 @@ typedef struct ExportDriver {
  * errp set ("lun.1: there is no node 'disk9' ...").  Main thread.
  */
 BlockNode *export_bind_node(Export *exp, const char *what,
-                            const char *node_name, bool writable,
+                            const char *node_name, int lun, bool writable,
                             Error **errp);
+
+/*
+ * For add_lun(), on a running export, after export_bind_node(bs): move bs
+ * into exp->ctx unless it is there (it is idle then: no other export
+ * serves it, or it would be in that export's context already).  On
+ * error, or when add_lun() fails later, export_unbind_node() undoes the
+ * bind and the move.  Main thread.
+ */
+bool export_move_new_node(Export *exp, BlockNode *bs, Error **errp);
+
+/*
+ * Undo export_bind_node(bs) (and export_move_new_node()): drop bs from
+ * exp->nodes, move it back to the main loop if no other export serves it
+ * and it is not there, and drop the reference.  The device must not use
+ * bs any more (its requests drained).  Main thread.
+ */
+void export_unbind_node(Export *exp, BlockNode *bs);
 
 /*
  * What every vhost-user export type's state starts with (its first
@@ -143,6 +185,9 @@ void vhost_user_export_stop(VhostUserExport *vu);
  */
 bool vhost_user_export_queue_stats(void *state, unsigned i,
                                    VirtQueueStats *out);
+
+/* ExportDriver.has_client for the same types. */
+bool vhost_user_export_has_client(void *state);
 
 extern const ExportDriver export_vhost_user_blk;
 extern const ExportDriver export_vhost_user_scsi;

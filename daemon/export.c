@@ -41,6 +41,16 @@
  * nodes are served by other exports from different contexts cannot run
  * in both: that is an error.
  *
+ * Live management (the QMP monitor).  A started export's contexts are
+ * fixed: a node bound later (export_add_lun() through the type's add_lun)
+ * must come to exp->ctx.  A node no other export serves is idle, so it
+ * moves there (export_move_new_node()); one another export serves is
+ * already in that export's context, which must then be ours (checked by
+ * export_check_sharing() with exp->started set).  Unbinding
+ * (export_unbind_node(), after the device drained the node) releases it
+ * as deletion does.  export_refresh_sizes() and export_get_node_stats()
+ * hand over to the type, which knows what its device shows and counts.
+ *
  * Threads: everything here runs in the main thread.
  */
 #include <string.h>
@@ -93,8 +103,8 @@ static ExportNode *export_node_entry(const Export *exp, BlockNode *bs)
  * Another export serving bs, other than skip; NULL if none.  *entry (may
  * be NULL) gets its ExportNode for bs.
  */
-static Export *export_find_by_node(BlockNode *bs, Export *skip,
-                                   ExportNode **entry)
+static Export *export_find_other_by_node(BlockNode *bs, Export *skip,
+                                         ExportNode **entry)
 {
     for (guint i = 0; exports && i < exports->len; i++) {
         Export *exp = g_ptr_array_index(exports, i);
@@ -268,8 +278,8 @@ static bool export_lookup_iothread(GPtrArray *ids, IOThread **iot,
 
         if (!iothread_lookup(id)) {
             error_setg(errp, "Parameter 'iothread': there is no IOThread "
-                       "'%s' (create it with an earlier --object "
-                       "iothread,id=%s)", id, id);
+                       "'%s' (create it with --object iothread,id=%s "
+                       "or object-add)", id, id);
             return false;
         }
     }
@@ -326,7 +336,7 @@ static bool export_check_sharing(Export *exp, const ExportNode *n,
                                  Error **errp)
 {
     ExportNode *other_node = NULL;
-    Export *other = export_find_by_node(n->bs, NULL, &other_node);
+    Export *other = export_find_other_by_node(n->bs, NULL, &other_node);
     const char *node = block_node_get_name(n->bs);
     g_autofree char *prefix = export_node_prefix(exp, n->what);
 
@@ -347,6 +357,13 @@ static bool export_check_sharing(Export *exp, const ExportNode *n,
         g_autofree char *asked = export_describe_ctx(exp->ctx,
                                                      exp->main_ctx);
 
+        if (exp->started) {
+            /* A running export's queues cannot follow the node. */
+            error_setg(errp, "%snode '%s' is served by export '%s' from %s, "
+                       "but this export runs in %s; one export runs in one "
+                       "place", prefix, node, other->id, where, asked);
+            return false;
+        }
         if (exp->fixed_iothread) {
             error_setg(errp, "%snode '%s' is served by export '%s' from %s, "
                        "so it cannot move (fixed-iothread=on)", prefix, node,
@@ -368,8 +385,11 @@ static bool export_check_sharing(Export *exp, const ExportNode *n,
         exp->ctx = other->ctx;
         exp->iothread = other->iothread;
     }
-    /* Shared: the export must stay in this node's context. */
-    exp->ctx_pinned_by = n->what;
+    /* Shared: the export must stay in this node's context (a started
+     * export stays where it is anyway). */
+    if (!exp->started) {
+        exp->ctx_pinned_by = n->what;
+    }
     return true;
 }
 
@@ -378,11 +398,11 @@ static bool export_check_sharing(Export *exp, const ExportNode *n,
  * names the option ("node-name", "lun.1").
  */
 static bool export_add_node(Export *exp, const char *what, BlockNode *bs,
-                            bool writable, Error **errp)
+                            int lun, bool writable, Error **errp)
 {
     g_autofree char *prefix = export_node_prefix(exp, what);
     ExportNode *dup = export_node_entry(exp, bs);
-    ExportNode n = { .bs = bs, .writable = writable };
+    ExportNode n = { .bs = bs, .writable = writable, .lun = lun };
 
     if (dup) {
         error_setg(errp, "%snode '%s' is already served by %s of this "
@@ -414,7 +434,7 @@ static bool export_add_node(Export *exp, const char *what, BlockNode *bs,
 }
 
 BlockNode *export_bind_node(Export *exp, const char *what,
-                            const char *node_name, bool writable,
+                            const char *node_name, int lun, bool writable,
                             Error **errp)
 {
     BlockNode *bs = block_node_find(node_name);
@@ -422,40 +442,93 @@ BlockNode *export_bind_node(Export *exp, const char *what,
     g_assert(aio_context_in_home_thread(exp->main_ctx));
     g_assert(exp->drv->binds_nodes);
     if (!bs) {
-        error_setg(errp, "%s: there is no node '%s' (define it with an "
-                   "earlier --blockdev)", what, node_name);
+        error_setg(errp, "%s: there is no node '%s' (create it with "
+                   "--blockdev or blockdev-add)", what, node_name);
         return NULL;
     }
-    return export_add_node(exp, what, bs, writable, errp) ? bs : NULL;
+    return export_add_node(exp, what, bs, lun, writable, errp) ? bs : NULL;
 }
 
 /* ------------------------------------------------------------------------ */
 /* Creation and deletion                                                     */
 
 /*
- * Release every node, newest first: move it back to the main loop if no
- * other export uses it, and drop the reference.
+ * Release node n (the caller drops the entry): move it back to the main
+ * loop if no other export uses it, and drop the reference.
  */
+static void export_release_node(Export *exp, ExportNode *n)
+{
+    if (!export_find_other_by_node(n->bs, exp, NULL) &&
+        block_node_get_aio_context(n->bs) != exp->main_ctx) {
+        Error *err = NULL;
+
+        /* The device no longer uses it and drained it: the node is idle. */
+        if (!block_node_set_aio_context(n->bs, exp->main_ctx, &err)) {
+            error_prepend(&err, "export '%s': ", exp->id);
+            error_report_err(err);
+        }
+    }
+    block_node_unref(n->bs);
+    g_free(n->what);
+}
+
+/* Release every node, newest first. */
 static void export_release_nodes(Export *exp)
 {
     for (guint i = exp->nodes->len; i-- > 0;) {
-        ExportNode *n = &g_array_index(exp->nodes, ExportNode, i);
-
-        if (!export_find_by_node(n->bs, exp, NULL) &&
-            block_node_get_aio_context(n->bs) != exp->main_ctx) {
-            Error *err = NULL;
-
-            /* The export is stopped and drained: the node is idle. */
-            if (!block_node_set_aio_context(n->bs, exp->main_ctx, &err)) {
-                error_prepend(&err, "export '%s': ", exp->id);
-                error_report_err(err);
-            }
-        }
-        block_node_unref(n->bs);
-        g_free(n->what);
+        export_release_node(exp, &g_array_index(exp->nodes, ExportNode, i));
     }
     g_array_set_size(exp->nodes, 0);
     exp->bs = NULL;
+}
+
+void export_unbind_node(Export *exp, BlockNode *bs)
+{
+    g_assert(aio_context_in_home_thread(exp->main_ctx));
+    for (guint i = 0; i < exp->nodes->len; i++) {
+        ExportNode *n = &g_array_index(exp->nodes, ExportNode, i);
+
+        if (n->bs == bs) {
+            export_release_node(exp, n);
+            g_array_remove_index(exp->nodes, i);
+            break;
+        }
+    }
+    /* nodes[0] may have changed (or there is none left: a vhost-user-scsi
+     * export whose every LUN was removed). */
+    if (exp->nodes->len) {
+        ExportNode *first = &g_array_index(exp->nodes, ExportNode, 0);
+
+        exp->bs = first->bs;
+        exp->writable = first->writable;
+    } else {
+        exp->bs = NULL;
+        exp->writable = false;
+    }
+}
+
+bool export_move_new_node(Export *exp, BlockNode *bs, Error **errp)
+{
+    AioContext *ctx = block_node_get_aio_context(bs);
+
+    g_assert(aio_context_in_home_thread(exp->main_ctx));
+    if (ctx == exp->ctx) {
+        return true;
+    }
+    /* export_check_sharing() lets a shared node through only in exp->ctx. */
+    g_assert(!export_find_other_by_node(bs, exp, NULL));
+    if (ctx != exp->main_ctx) {
+        g_autofree char *where = export_describe_ctx(ctx, exp->main_ctx);
+
+        /* Nobody exports it, yet it is not in the main loop: a node above
+         * it took it along into an export's context. */
+        error_setg(errp, "node '%s' runs in %s, where a node that uses it "
+                   "is exported; it cannot move", block_node_get_name(bs),
+                   where);
+        return false;
+    }
+    /* No export serves it: nothing submits requests to it. */
+    return block_node_set_aio_context(bs, exp->ctx, errp);
 }
 
 /* Release the nodes and free exp (its state is the caller's business). */
@@ -526,7 +599,7 @@ static Export *export_create_inner(Opts *opts, AioContext *main_ctx,
         bs = block_node_find(c->node_name);
         if (!bs) {
             error_setg(errp, "Parameter 'node-name': there is no node '%s' "
-                       "(define it with an earlier --blockdev)",
+                       "(create it with --blockdev or blockdev-add)",
                        c->node_name);
             return NULL;
         }
@@ -545,7 +618,8 @@ static Export *export_create_inner(Opts *opts, AioContext *main_ctx,
     exp->iothread = iot;
     /* NULL: where the first node is (export_add_node()). */
     exp->ctx = iot ? iothread_get_aio_context(iot) : NULL;
-    if (bs && !export_add_node(exp, "node-name", bs, c->writable, errp)) {
+    if (bs && !export_add_node(exp, "node-name", bs, -1, c->writable,
+                               errp)) {
         goto fail;
     }
     exp->state = drv->parse(exp, opts, errp);
@@ -562,6 +636,7 @@ static Export *export_create_inner(Opts *opts, AioContext *main_ctx,
         drv->free(exp->state);
         goto fail;
     }
+    exp->started = true;
     if (!exports) {
         exports = g_ptr_array_new();
     }
@@ -646,6 +721,107 @@ bool export_get_queue_stats(Export *exp, unsigned i, ExportQueueStats *out)
         .interrupts = st.interrupts,
         .interrupts_suppressed = st.interrupts_suppressed,
     };
+    return true;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Live management                                                           */
+
+const char *export_get_type(const Export *exp)
+{
+    return exp->drv->type;
+}
+
+bool export_has_client(const Export *exp)
+{
+    g_assert(aio_context_in_home_thread(exp->main_ctx));
+    return exp->drv->has_client(exp->state);
+}
+
+int export_get_nth_lun(const Export *exp, unsigned i)
+{
+    g_assert(i < exp->nodes->len);
+    return g_array_index(exp->nodes, ExportNode, i).lun;
+}
+
+Export *export_find_by_node(BlockNode *bs)
+{
+    return export_find_other_by_node(bs, NULL, NULL);
+}
+
+Export *export_find_by_iothread(IOThread *iot)
+{
+    AioContext *ctx = iothread_get_aio_context(iot);
+
+    for (guint i = 0; exports && i < exports->len; i++) {
+        Export *exp = g_ptr_array_index(exports, i);
+
+        if (exp->iothread == iot || exp->ctx == ctx) {
+            return exp;
+        }
+        for (unsigned j = 0; j < exp->nctx; j++) {
+            if (exp->ctxs[j] == ctx) {
+                return exp;
+            }
+        }
+    }
+    return NULL;
+}
+
+bool export_get_node_stats(Export *exp, unsigned i, BlockAcctStats *out)
+{
+    g_assert(aio_context_in_home_thread(exp->main_ctx));
+    if (i >= exp->nodes->len || !exp->drv->get_node_stats) {
+        return false;
+    }
+    memset(out, 0, sizeof(*out));
+    return exp->drv->get_node_stats(exp, exp->state, i, out);
+}
+
+void export_refresh_sizes(void)
+{
+    for (guint i = 0; exports && i < exports->len; i++) {
+        Export *exp = g_ptr_array_index(exports, i);
+
+        g_assert(aio_context_in_home_thread(exp->main_ctx));
+        if (exp->drv->refresh_sizes) {
+            exp->drv->refresh_sizes(exp, exp->state);
+        }
+    }
+}
+
+/* The error for an export type without LUNs. */
+static void export_no_luns_error(const Export *exp, Error **errp)
+{
+    error_setg(errp, "export '%s' is a %s export: only vhost-user-scsi "
+               "exports have LUNs", exp->id, exp->drv->type);
+}
+
+bool export_add_lun(Export *exp, Opts *opts, Error **errp)
+{
+    g_assert(aio_context_in_home_thread(exp->main_ctx));
+    if (!exp->drv->add_lun) {
+        export_no_luns_error(exp, errp);
+        return false;
+    }
+    if (!exp->drv->add_lun(exp, exp->state, opts, errp)) {
+        error_prepend(errp, "export '%s': ", exp->id);
+        return false;
+    }
+    return true;
+}
+
+bool export_del_lun(Export *exp, unsigned lun, Error **errp)
+{
+    g_assert(aio_context_in_home_thread(exp->main_ctx));
+    if (!exp->drv->del_lun) {
+        export_no_luns_error(exp, errp);
+        return false;
+    }
+    if (!exp->drv->del_lun(exp, exp->state, lun, errp)) {
+        error_prepend(errp, "export '%s': ", exp->id);
+        return false;
+    }
     return true;
 }
 

@@ -163,3 +163,10 @@ bool vhost_user_export_queue_stats(void *state, unsigned i,
 
     return vu_server_get_queue_stats(vu->server, i, out);
 }
+
+bool vhost_user_export_has_client(void *state)
+{
+    VhostUserExport *vu = state;
+
+    return vu->server && vu_server_has_client(vu->server);
+}

@@ -19,6 +19,13 @@
  * drains the queues, disconnects the front-end and removes the socket file
  * it created -- and then the device.
  *
+ * Live management: refresh_sizes() makes the device's capacity follow the
+ * node after a resize and, if it changed, sends the front-end a
+ * config-change notice on the back-end channel (QEMU reads the config
+ * again and interrupts the guest); get_node_stats() reads the device's
+ * accounting.  The type has no LUNs (add_lun/del_lun are NULL: export.c
+ * answers with an error).
+ *
  * Threads: main thread.
  */
 #include <stddef.h>
@@ -123,6 +130,30 @@ static unsigned vhost_user_blk_export_num_queues(void *opaque)
     return vexp->num_queues;
 }
 
+static bool vhost_user_blk_export_get_node_stats(Export *exp, void *opaque,
+                                                 unsigned i,
+                                                 BlockAcctStats *out)
+{
+    VhostUserBlkExport *vexp = opaque;
+
+    if (i != 0 || !vexp->vb) {
+        return false;
+    }
+    virtio_blk_get_acct_stats(vexp->vb, out);
+    return true;
+}
+
+static void vhost_user_blk_export_refresh_sizes(Export *exp, void *opaque)
+{
+    VhostUserBlkExport *vexp = opaque;
+
+    if (!vexp->vb || !virtio_blk_refresh_capacity(vexp->vb)) {
+        return;
+    }
+    /* Without a channel the front-end sees it at its next GET_CONFIG. */
+    vu_server_config_changed(vexp->vu.server);
+}
+
 const ExportDriver export_vhost_user_blk = {
     .type = "vhost-user-blk",
     .parse = vhost_user_blk_export_parse,
@@ -130,4 +161,7 @@ const ExportDriver export_vhost_user_blk = {
     .free = vhost_user_blk_export_free,
     .num_queues = vhost_user_blk_export_num_queues,
     .get_queue_stats = vhost_user_export_queue_stats,
+    .has_client = vhost_user_export_has_client,
+    .get_node_stats = vhost_user_blk_export_get_node_stats,
+    .refresh_sizes = vhost_user_blk_export_refresh_sizes,
 };

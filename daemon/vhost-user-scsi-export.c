@@ -32,6 +32,24 @@
  * first -- it drains the queues, disconnects the front-end and removes the
  * socket file it created -- then the device (and with it the disks).
  *
+ * Live management.  add_lun() takes the members of one lun entry plus its
+ * number (lun=N) and goes the way of a LUN at creation: the same option
+ * parsing and export_bind_node() checks, then the node moves into the
+ * export's context (export_move_new_node(): only a node no other export
+ * serves can move, and it is idle then), then the disk is made and
+ * virtio_scsi_add_lun() shows it to the guest (TRANSPORT_RESET RESCAN).
+ * Any failure undoes the earlier steps.  del_lun() is the reverse:
+ * virtio_scsi_remove_lun() waits for the LUN's commands and sends
+ * TRANSPORT_RESET REMOVED, then the disk is freed and the node released
+ * (back to the main loop when no export serves it).  The LUNs are kept in
+ * the order they were added; their numbers need not be contiguous.
+ * refresh_sizes() compares each LUN's node length with the one the guest
+ * was last told about; READ CAPACITY and the range checks read the node's
+ * length themselves, so only the notice is missing: the CAPACITY DATA HAS
+ * CHANGED unit attention and, with VIRTIO_SCSI_F_CHANGE, a PARAM_CHANGE
+ * event (virtio_scsi_capacity_changed()).  get_node_stats() reads a LUN's
+ * accounting in the device.
+ *
  * Threads: main thread.
  */
 #include "config-host.h"
@@ -55,6 +73,9 @@
 
 /* One LUN as given. */
 typedef struct VhostUserScsiLun {
+    unsigned lun;
+    int64_t length;              /* the node's length when the guest was
+                                  * last told */
     BlockNode *bs;               /* borrowed: the export holds a reference */
     bool writable;
     char *serial;
@@ -67,8 +88,7 @@ typedef struct VhostUserScsiLun {
 typedef struct VhostUserScsiExport {
     VhostUserExport vu;          /* first: address and server */
     unsigned num_queues;
-    VhostUserScsiLun *luns;
-    unsigned nluns;
+    GPtrArray *luns;             /* of VhostUserScsiLun *, owned */
     VirtioScsi *vs;
 } VhostUserScsiExport;
 
@@ -86,13 +106,36 @@ static void vhost_user_scsi_export_free(void *opaque)
     if (vexp->vs) {
         virtio_scsi_free(vexp->vs);
     }
-    for (unsigned i = 0; i < vexp->nluns; i++) {
-        g_free(vexp->luns[i].serial);
-        g_free(vexp->luns[i].vendor);
-        g_free(vexp->luns[i].product);
-    }
-    g_free(vexp->luns);
+    g_ptr_array_unref(vexp->luns);
     g_free(vexp);
+}
+
+static void vhost_user_scsi_lun_free(gpointer p)
+{
+    VhostUserScsiLun *lun = p;
+
+    g_free(lun->serial);
+    g_free(lun->vendor);
+    g_free(lun->product);
+    g_free(lun);
+}
+
+/* The entry of LUN number lun, or NULL; *index (may be NULL) its index. */
+static VhostUserScsiLun *vhost_user_scsi_find_lun(VhostUserScsiExport *vexp,
+                                                  unsigned lun,
+                                                  unsigned *index)
+{
+    for (guint i = 0; i < vexp->luns->len; i++) {
+        VhostUserScsiLun *l = g_ptr_array_index(vexp->luns, i);
+
+        if (l->lun == lun) {
+            if (index) {
+                *index = i;
+            }
+            return l;
+        }
+    }
+    return NULL;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -190,11 +233,16 @@ static bool vhost_user_scsi_get_wwn(Opts *lun, const char *prefix,
     return true;
 }
 
+/*
+ * The options of LUN i (Opts lun: node-name, writable, serial, ...) into
+ * out, and bind its node.  prefix starts the options' names in messages
+ * ("lun.1." for --export, "" for export_add_lun()).
+ */
 static bool vhost_user_scsi_parse_lun(Export *exp, Opts *lun, unsigned i,
+                                      const char *prefix,
                                       VhostUserScsiLun *out, Error **errp)
 {
     g_autofree char *what = g_strdup_printf("lun.%u", i);
-    g_autofree char *prefix = g_strdup_printf("lun.%u.", i);
     const char *node_name;
     uint64_t lbs;
 
@@ -217,15 +265,27 @@ static bool vhost_user_scsi_parse_lun(Export *exp, Opts *lun, unsigned i,
     }
     out->logical_block_size = (uint32_t)lbs;
     if (!node_name) {
-        error_setg(errp, "Parameter '%snode-name' is missing (the node LUN "
-                   "%u serves; lun.%u=NODE is short for it)", prefix, i, i);
+        if (*prefix) {
+            error_setg(errp, "Parameter '%snode-name' is missing (the node "
+                       "LUN %u serves; lun.%u=NODE is short for it)", prefix,
+                       i, i);
+        } else {
+            error_setg(errp, "Parameter 'node-name' is missing (the node "
+                       "LUN %u serves)", i);
+        }
         return false;
     }
     if (!opts_check_unused(lun, NULL, errp)) {
         return false;
     }
-    out->bs = export_bind_node(exp, what, node_name, out->writable, errp);
-    return out->bs != NULL;
+    out->lun = i;
+    out->bs = export_bind_node(exp, what, node_name, (int)i, out->writable,
+                               errp);
+    if (!out->bs) {
+        return false;
+    }
+    out->length = block_node_get_length(out->bs);
+    return true;
 }
 
 static bool vhost_user_scsi_parse_luns(Export *exp, Opts *opts,
@@ -248,11 +308,14 @@ static bool vhost_user_scsi_parse_luns(Export *exp, Opts *opts,
                    "allowed", list->len, VIRTIO_SCSI_MAX_LUN + 1);
         return false;
     }
-    vexp->luns = g_new0(VhostUserScsiLun, list->len);
     for (guint i = 0; i < list->len; i++) {
-        vexp->nluns = i + 1;
+        g_autofree char *prefix = g_strdup_printf("lun.%u.", i);
+        VhostUserScsiLun *lun = g_new0(VhostUserScsiLun, 1);
+
+        /* In the list at once: free() frees it whatever happens. */
+        g_ptr_array_add(vexp->luns, lun);
         if (!vhost_user_scsi_parse_lun(exp, g_ptr_array_index(list, i), i,
-                                       &vexp->luns[i], errp)) {
+                                       prefix, lun, errp)) {
             return false;
         }
     }
@@ -270,6 +333,7 @@ static void *vhost_user_scsi_export_parse(Export *exp, Opts *opts,
     int64_t num_queues;
 
     vexp->vu.listen_fd = -1;
+    vexp->luns = g_ptr_array_new_with_free_func(vhost_user_scsi_lun_free);
     if (!opts_get_int(opts, "num-queues", 1, VHOST_USER_SCSI_MAX_QUEUES, 1,
                       &num_queues, &err) ||
         !vhost_user_export_parse_addr(opts, &vexp->vu.path,
@@ -283,11 +347,11 @@ static void *vhost_user_scsi_export_parse(Export *exp, Opts *opts,
     return vexp;
 }
 
-/* Create LUN i's disk and give it to the device. */
+/* Create lun's disk and give it to the device (errors name lun.N). */
 static bool vhost_user_scsi_add_lun(Export *exp, VhostUserScsiExport *vexp,
-                                    unsigned i, Error **errp)
+                                    const VhostUserScsiLun *lun, Error **errp)
 {
-    const VhostUserScsiLun *lun = &vexp->luns[i];
+    unsigned i = lun->lun;
     ScsiDiskConf conf = {
         .vendor = lun->vendor ? lun->vendor : "SPINDLE",
         .product = lun->product ? lun->product : "SPINDLE DISK",
@@ -338,8 +402,10 @@ static bool vhost_user_scsi_export_start(Export *exp, void *opaque,
     if (!vexp->vs) {
         return false;
     }
-    for (unsigned i = 0; i < vexp->nluns; i++) {
-        if (!vhost_user_scsi_add_lun(exp, vexp, i, errp)) {
+    for (guint i = 0; i < vexp->luns->len; i++) {
+        if (!vhost_user_scsi_add_lun(exp, vexp,
+                                     g_ptr_array_index(vexp->luns, i),
+                                     errp)) {
             return false;
         }
     }
@@ -356,6 +422,99 @@ static unsigned vhost_user_scsi_export_num_queues(void *opaque)
     return virtio_scsi_num_virtqueues(vexp->vs);
 }
 
+/* ------------------------------------------------------------------------ */
+/* Live management                                                           */
+
+static bool vhost_user_scsi_export_get_node_stats(Export *exp, void *opaque,
+                                                  unsigned i,
+                                                  BlockAcctStats *out)
+{
+    VhostUserScsiExport *vexp = opaque;
+    int lun = export_get_nth_lun(exp, i);
+
+    return lun >= 0 && vexp->vs &&
+           virtio_scsi_get_lun_stats(vexp->vs, (unsigned)lun, out);
+}
+
+static void vhost_user_scsi_export_refresh_sizes(Export *exp, void *opaque)
+{
+    VhostUserScsiExport *vexp = opaque;
+
+    for (guint i = 0; vexp->vs && i < vexp->luns->len; i++) {
+        VhostUserScsiLun *lun = g_ptr_array_index(vexp->luns, i);
+        int64_t length = block_node_get_length(lun->bs);
+        uint32_t lbs = lun->logical_block_size;
+
+        /* What READ CAPACITY shows: whole blocks. */
+        if (length / lbs != lun->length / lbs) {
+            virtio_scsi_capacity_changed(vexp->vs, lun->lun);
+        }
+        lun->length = length;
+    }
+}
+
+static bool vhost_user_scsi_export_add_lun(Export *exp, void *opaque,
+                                           Opts *opts, Error **errp)
+{
+    VhostUserScsiExport *vexp = opaque;
+    VhostUserScsiLun *lun;
+    VhostUserScsiLun *taken;
+    int64_t num;
+
+    if (!opts_get_int(opts, "lun", 0, VIRTIO_SCSI_MAX_LUN, -1, &num, errp)) {
+        return false;
+    }
+    if (num < 0) {
+        error_setg(errp, "Parameter 'lun' is missing (the LUN number, 0 to "
+                   "%u)", VIRTIO_SCSI_MAX_LUN);
+        return false;
+    }
+    taken = vhost_user_scsi_find_lun(vexp, (unsigned)num, NULL);
+    if (taken) {
+        error_setg(errp, "LUN %u is already in use (node '%s'); remove it "
+                   "first or choose another number", (unsigned)num,
+                   block_node_get_name(taken->bs));
+        return false;
+    }
+    lun = g_new0(VhostUserScsiLun, 1);
+    if (!vhost_user_scsi_parse_lun(exp, opts, (unsigned)num, "", lun,
+                                   errp)) {
+        /* Nothing bound: export_bind_node() is the last step. */
+        vhost_user_scsi_lun_free(lun);
+        return false;
+    }
+    if (!export_move_new_node(exp, lun->bs, errp) ||
+        !vhost_user_scsi_add_lun(exp, vexp, lun, errp)) {
+        export_unbind_node(exp, lun->bs);
+        vhost_user_scsi_lun_free(lun);
+        return false;
+    }
+    g_ptr_array_add(vexp->luns, lun);
+    return true;
+}
+
+static bool vhost_user_scsi_export_del_lun(Export *exp, void *opaque,
+                                           unsigned num, Error **errp)
+{
+    VhostUserScsiExport *vexp = opaque;
+    VhostUserScsiLun *lun;
+    unsigned index;
+    ScsiDisk *d;
+
+    lun = vhost_user_scsi_find_lun(vexp, num, &index);
+    if (!lun) {
+        error_setg(errp, "there is no LUN %u", num);
+        return false;
+    }
+    /* Waits for the LUN's commands; the guest gets REMOVED. */
+    d = virtio_scsi_remove_lun(vexp->vs, num);
+    g_assert(d);
+    scsi_disk_free(d);
+    export_unbind_node(exp, lun->bs);
+    g_ptr_array_remove_index(vexp->luns, index);
+    return true;
+}
+
 const ExportDriver export_vhost_user_scsi = {
     .type = "vhost-user-scsi",
     .binds_nodes = true,
@@ -364,4 +523,9 @@ const ExportDriver export_vhost_user_scsi = {
     .free = vhost_user_scsi_export_free,
     .num_queues = vhost_user_scsi_export_num_queues,
     .get_queue_stats = vhost_user_export_queue_stats,
+    .has_client = vhost_user_export_has_client,
+    .get_node_stats = vhost_user_scsi_export_get_node_stats,
+    .refresh_sizes = vhost_user_scsi_export_refresh_sizes,
+    .add_lun = vhost_user_scsi_export_add_lun,
+    .del_lun = vhost_user_scsi_export_del_lun,
 };

@@ -57,11 +57,26 @@
  * immutable GuestMemory, hand it to each running ring in its home thread
  * (virtqueue_set_memory) and only then drop the old one, so rings keep
  * running across a table change.
+ *
+ * The back-end channel: with VHOST_USER_PROTOCOL_F_SLAVE_REQ the front-end
+ * gives one end of a socket pair (SET_SLAVE_REQ_FD) on which the back-end
+ * sends requests of its own.  The only one sent is the config-change
+ * notice (vu_server_config_changed(), after a resize), header only and
+ * without asking for a reply, so nothing is ever read from the channel.
+ * It is sent without blocking: the main loop must not wait for a
+ * front-end, so a channel whose buffer is full loses the notice (logged;
+ * the front-end still sees the new config at its next GET_CONFIG), and a
+ * channel that takes only part of a message is closed, as the stream
+ * would be out of step.  The channel belongs to the connection: a new fd
+ * replaces (closes) the old one, and disconnecting or RESET_OWNER closes
+ * it; RESET_DEVICE keeps it, as it keeps the memory table, since QEMU sets
+ * the channel up once per connection.
  */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <glib.h>
@@ -86,6 +101,7 @@
 #define VU_PROTOCOL_FEATURES                                \
     ((1ull << VHOST_USER_PROTOCOL_F_MQ) |                   \
      (1ull << VHOST_USER_PROTOCOL_F_REPLY_ACK) |            \
+     (1ull << VHOST_USER_PROTOCOL_F_SLAVE_REQ) |            \
      (1ull << VHOST_USER_PROTOCOL_F_CONFIGURE_MEM_SLOTS) |  \
      (1ull << VHOST_USER_PROTOCOL_F_RESET_DEVICE))
 
@@ -128,6 +144,8 @@ struct VuServer {
     bool features_set;
     uint64_t protocol_features;
     GuestMemory *mem;         /* NULL until the first table */
+    int slave_fd;             /* the back-end channel (SET_SLAVE_REQ_FD), or
+                               * -1; ours to close */
 
     char why[256];            /* reason of the last failure */
     VuQueue queues[];
@@ -186,6 +204,7 @@ static const char *vu_request_name(uint32_t req)
     case VHOST_USER_GET_MAX_MEM_SLOTS: return "GET_MAX_MEM_SLOTS";
     case VHOST_USER_ADD_MEM_REG: return "ADD_MEM_REG";
     case VHOST_USER_REM_MEM_REG: return "REM_MEM_REG";
+    case VHOST_USER_SET_SLAVE_REQ_FD: return "SET_SLAVE_REQ_FD";
     default: return NULL;
     }
 }
@@ -529,6 +548,31 @@ static VuResult vu_set_protocol_features(VuServer *s, VuMsg *msg)
     return VU_DONE;
 }
 
+/* Forget the back-end channel (if any). */
+static void vu_close_slave_channel(VuServer *s)
+{
+    if (s->slave_fd >= 0) {
+        close(s->slave_fd);
+        s->slave_fd = -1;
+    }
+}
+
+/* SET_SLAVE_REQ_FD: no payload, one fd, the back-end channel. */
+static VuResult vu_set_slave_req_fd(VuServer *s, VuMsg *msg)
+{
+    if (!vu_check_size(s, msg, 0) || !vu_check_nfds(s, msg, 1)) {
+        return VU_FAILED;
+    }
+    if (!vu_has_protocol_feature(s, VHOST_USER_PROTOCOL_F_SLAVE_REQ)) {
+        return vu_fail(s, "SET_SLAVE_REQ_FD without the SLAVE_REQ protocol "
+                       "feature");
+    }
+    /* A second channel replaces the first. */
+    vu_close_slave_channel(s);
+    s->slave_fd = vu_msg_take_fd(msg, 0);
+    return VU_DONE;
+}
+
 static VuResult vu_set_owner(VuServer *s, VuMsg *msg)
 {
     return vu_check_plain(s, msg, 0) ? VU_DONE : VU_FAILED;
@@ -548,6 +592,7 @@ static VuResult vu_reset_owner(VuServer *s, VuMsg *msg)
         q->enabled = false;
         q->start_failed = false;
     }
+    vu_close_slave_channel(s);
     return VU_DONE;
 }
 
@@ -1011,6 +1056,8 @@ static VuResult vu_dispatch(VuServer *s, VuMsg *msg, VuMsg *reply)
     case VHOST_USER_SET_LOG_BASE:
     case VHOST_USER_SET_LOG_FD:
         return vu_set_log(s, msg);
+    case VHOST_USER_SET_SLAVE_REQ_FD:
+        return vu_set_slave_req_fd(s, msg);
     default:
         return vu_fail(s, "unsupported request %" PRIu32, msg->hdr.request);
     }
@@ -1057,6 +1104,7 @@ static void vu_client_disconnect(VuServer *s)
     s->features = 0;
     s->features_set = false;
     s->protocol_features = 0;
+    vu_close_slave_channel(s);
     aio_set_fd_handler(s->main_ctx, s->client_fd, NULL, NULL, NULL, NULL,
                        NULL);
     close(s->client_fd);
@@ -1201,6 +1249,7 @@ VuServer *vu_server_new(const VuServerConfig *cfg, AioContext *main_ctx,
     s->num_queues = cfg->num_queues;
     s->max_queue_size = cfg->max_queue_size;
     s->client_fd = -1;
+    s->slave_fd = -1;
     fd = cfg->path ? vu_socket_listen_path(cfg->path, &st, errp)
                    : vu_socket_adopt_listen_fd(cfg->listen_fd, errp);
     if (fd < 0) {
@@ -1270,4 +1319,41 @@ bool vu_server_get_queue_stats(VuServer *s, unsigned i, VirtQueueStats *out)
     *out = s->queues[i].past;
     vu_stats_add(out, s->queues[i].vq);
     return true;
+}
+
+bool vu_server_config_changed(VuServer *s)
+{
+    VhostUserHeader hdr = {
+        .request = VHOST_USER_SLAVE_CONFIG_CHANGE_MSG,
+        .flags = VHOST_USER_VERSION,
+        .size = 0,
+    };
+    ssize_t n;
+
+    g_assert(aio_context_in_home_thread(s->main_ctx));
+    if (s->client_fd < 0 || s->slave_fd < 0) {
+        return false;
+    }
+    do {
+        /* Never block the main loop on a front-end that does not read. */
+        n = send(s->slave_fd, &hdr, sizeof(hdr), MSG_DONTWAIT | MSG_NOSIGNAL);
+    } while (n < 0 && errno == EINTR);
+    if (n == sizeof(hdr)) {
+        SPINDLE_TRACE0(vu_config_changed);
+        return true;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        vu_log(s, "back-end channel full: config-change notice dropped (the "
+               "front-end sees the new config at its next GET_CONFIG)");
+        return false;
+    }
+    if (n < 0) {
+        vu_log(s, "cannot send a config-change notice on the back-end "
+               "channel: %s; channel closed", g_strerror(errno));
+    } else {
+        vu_log(s, "back-end channel took %zd of %zu bytes of a message; "
+               "channel closed", n, sizeof(hdr));
+    }
+    vu_close_slave_channel(s);
+    return false;
 }

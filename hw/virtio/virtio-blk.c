@@ -49,6 +49,20 @@
  * time.
  * The `writeback` flag is written by the main thread (config writes) and
  * read by the queues: one writer, relaxed atomics.
+ *
+ * Capacity: the size the config space shows and the bounds every request
+ * is checked against are one value, read from the node's length at
+ * creation and again by virtio_blk_refresh_capacity() after the node was
+ * resized (main thread; the export then tells the front-end).  The queues
+ * read it with acquire loads that pair with the release store of the
+ * refresh, which itself comes after block_node_resize() published the new
+ * length: a request checked against the new capacity reaches a node that
+ * has the space.
+ *
+ * Accounting: one BlockAcct for the device, one slot per queue; a queue's
+ * BlockQueue counts into its slot (block_queue_set_acct()) from the moment
+ * it is made, and the BlockAcct outlives the BlockQueues, so the counts
+ * survive reconnects.
  */
 #include <errno.h>
 #include <stdatomic.h>
@@ -128,7 +142,10 @@ struct VirtioBlk {
     bool writable;
     bool writethrough;           /* initial writeback = 0 */
     uint8_t serial[VIRTIO_BLK_ID_BYTES];   /* NUL-padded */
-    uint64_t capacity;           /* 512-byte sectors, whole logical blocks */
+    /* 512-byte sectors, whole logical blocks.  Written by the main thread
+     * (virtio_blk_refresh_capacity), read by the queues. */
+    _Atomic uint64_t capacity;
+    BlockAcct *acct;             /* one slot per queue */
     BlockLimits limits;
     uint32_t max_discard_sectors;
     uint32_t max_write_zeroes_sectors;
@@ -222,11 +239,20 @@ static void virtio_blk_rw_complete(BlockRequest *breq, int ret)
 /* ------------------------------------------------------------------------ */
 /* Validation                                                                */
 
+/* The capacity in sectors.  Any thread. */
+static uint64_t virtio_blk_capacity(VirtioBlk *vb)
+{
+    /* Pairs with the release store in virtio_blk_refresh_capacity(). */
+    return atomic_load_explicit(&vb->capacity, memory_order_acquire);
+}
+
 /* Whether [sector, sector + nsectors) lies within the capacity. */
-static bool virtio_blk_range_ok(const VirtioBlk *vb, uint64_t sector,
+static bool virtio_blk_range_ok(VirtioBlk *vb, uint64_t sector,
                                 uint64_t nsectors)
 {
-    return sector <= vb->capacity && nsectors <= vb->capacity - sector;
+    uint64_t capacity = virtio_blk_capacity(vb);
+
+    return sector <= capacity && nsectors <= capacity - sector;
 }
 
 /*
@@ -656,7 +682,7 @@ static void virtio_blk_fill_config(VirtioBlk *vb, VirtioBlkConfig *cfg)
     discard_align = MAX(l->discard_alignment, vb->blk_size);
 
     memset(cfg, 0, sizeof(*cfg));
-    cfg->capacity = GUINT64_TO_LE(vb->capacity);
+    cfg->capacity = GUINT64_TO_LE(virtio_blk_capacity(vb));
     cfg->size_max = GUINT32_TO_LE((uint32_t)size_max);
     cfg->seg_max = GUINT32_TO_LE(VIRTQUEUE_MAX_SEGS - 2);
     cfg->blk_size = GUINT32_TO_LE(vb->blk_size);
@@ -720,6 +746,7 @@ static void virtio_blk_queue_started(void *dev, VirtQueue *vq)
      * BlockQueue of this context, made here and freed by queue_drain. */
     if (!q->bq) {
         q->bq = block_queue_new(vb->bs, ctx, NULL);   /* never fails */
+        block_queue_set_acct(q->bq, vb->acct, virtqueue_index(vq));
     }
     g_assert(block_queue_get_aio_context(q->bq) == ctx);
 }
@@ -795,6 +822,17 @@ static bool virtio_blk_conf_valid(const VirtioBlkConf *conf, BlockNode *bs,
     return true;
 }
 
+/* The capacity in sectors for a node of length bytes: whole logical
+ * blocks. */
+static uint64_t virtio_blk_capacity_of(const VirtioBlk *vb, int64_t length)
+{
+    if (length < 0) {
+        length = 0;
+    }
+    return (uint64_t)(length - length % vb->blk_size) >>
+           VIRTIO_BLK_SECTOR_BITS;
+}
+
 /* A per-segment limit in sectors: the node's (bytes), else the default. */
 static uint32_t virtio_blk_dwz_limit(uint64_t node_max, uint32_t blk_size)
 {
@@ -828,8 +866,8 @@ VirtioBlk *virtio_blk_new(const VirtioBlkConf *conf, BlockNode *bs,
         memcpy(vb->serial, conf->serial, strlen(conf->serial));
     }
     length = block_node_get_length(bs);
-    vb->capacity = (uint64_t)(length - length % vb->blk_size) >>
-                   VIRTIO_BLK_SECTOR_BITS;
+    atomic_init(&vb->capacity, virtio_blk_capacity_of(vb, length));
+    vb->acct = block_acct_new(vb->num_queues);
     block_node_get_limits(bs, &vb->limits);
     vb->max_discard_sectors = virtio_blk_dwz_limit(vb->limits.max_discard,
                                                    vb->blk_size);
@@ -859,6 +897,31 @@ void virtio_blk_free(VirtioBlk *vb)
         virtio_req_pool_drain(&vb->queues[i].pool);
     }
     free(vb->queues);
+    block_acct_free(vb->acct);
     block_node_unref(vb->bs);
     g_free(vb);
+}
+
+bool virtio_blk_refresh_capacity(VirtioBlk *vb)
+{
+    uint64_t capacity = virtio_blk_capacity_of(vb,
+                                               block_node_get_length(vb->bs));
+
+    if (capacity == virtio_blk_capacity(vb)) {
+        return false;
+    }
+    /* Pairs with the acquire load in virtio_blk_capacity(): the node's new
+     * length was published before (block_node_resize()). */
+    atomic_store_explicit(&vb->capacity, capacity, memory_order_release);
+    return true;
+}
+
+uint64_t virtio_blk_get_capacity(VirtioBlk *vb)
+{
+    return virtio_blk_capacity(vb);
+}
+
+void virtio_blk_get_acct_stats(VirtioBlk *vb, BlockAcctStats *out)
+{
+    block_acct_get(vb->acct, out);
 }

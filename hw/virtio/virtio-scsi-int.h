@@ -41,14 +41,16 @@ typedef struct VirtioScsiEventBuf VirtioScsiEventBuf;
 
 /*
  * A LUN in one of the LUN tables, each sorted by number: the device-wide
- * one (VirtioScsi.luns, main thread, which owns the disks) and the copies
- * each started request queue and the control queue keep for their own
- * thread (virtio-scsi-luns.c).  The disk is shared; bq is a request
- * queue's own BlockQueue for it (NULL in the other tables).
+ * one (VirtioScsi.luns, main thread, which owns the disks and the
+ * accounting) and the copies each started request queue and the control
+ * queue keep for their own thread (virtio-scsi-luns.c).  The disk and
+ * acct are shared; bq is a request queue's own BlockQueue for it (NULL in
+ * the other tables), counting into acct's slot of that virtqueue.
  */
 typedef struct VirtioScsiLun {
     unsigned lun;
     ScsiDisk *disk;
+    BlockAcct *acct;             /* one slot per virtqueue */
     BlockQueue *bq;
 } VirtioScsiLun;
 

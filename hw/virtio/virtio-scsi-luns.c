@@ -40,7 +40,15 @@
  * queue's table (TMFs keep the LUN number and look it up again when they
  * complete, so a reset of a removed LUN touches nothing), then the
  * TRANSPORT_RESET / REMOVED event.  Only then is the disk handed back to
- * the caller: no queue refers to it any more.
+ * the caller and the LUN's accounting freed: no queue refers to them any
+ * more.
+ *
+ * Accounting: each LUN has a BlockAcct with a slot per virtqueue, made
+ * when the LUN is added and owned by the device-wide table; every
+ * BlockQueue a request queue makes for the LUN counts into the slot of
+ * that queue's virtqueue index, so a queue's thread writes only its own
+ * slot.  It outlives the queues' BlockQueues (reconnects keep the
+ * counts) and goes with the LUN.
  *
  * The control queue's table is thus always a superset of every request
  * queue's: a TMF never answers INCORRECT_LUN for a LUN a queue still has
@@ -120,6 +128,23 @@ static VirtioScsiLun *virtio_scsi_lun_copy(const VirtioScsi *vs)
     return luns;
 }
 
+/* The virtqueue index of request queue q (2.. : after control, event). */
+static unsigned virtio_scsi_queue_vq_index(const VirtioScsi *vs,
+                                           const VirtioScsiQueue *q)
+{
+    return (unsigned)(q - vs->queues) + VIRTIO_SCSI_VQ_REQUEST0;
+}
+
+/* Give e (in q's table) its BlockQueue in ctx, counting into its slot of
+ * the LUN's accounting.  Home thread of q. */
+static void virtio_scsi_lun_open_bq(VirtioScsi *vs, VirtioScsiQueue *q,
+                                    VirtioScsiLun *e, AioContext *ctx)
+{
+    e->bq = block_queue_new(scsi_disk_get_node(e->disk), ctx,
+                            NULL);   /* never fails */
+    block_queue_set_acct(e->bq, e->acct, virtio_scsi_queue_vq_index(vs, q));
+}
+
 void virtio_scsi_queue_luns_start(VirtioScsi *vs, VirtioScsiQueue *q,
                                   AioContext *ctx)
 {
@@ -130,8 +155,7 @@ void virtio_scsi_queue_luns_start(VirtioScsi *vs, VirtioScsiQueue *q,
     q->luns = virtio_scsi_lun_copy(vs);
     q->nluns = vs->nluns;
     for (unsigned i = 0; i < q->nluns; i++) {
-        q->luns[i].bq = block_queue_new(scsi_disk_get_node(q->luns[i].disk),
-                                        ctx, NULL);   /* never fails */
+        virtio_scsi_lun_open_bq(vs, q, &q->luns[i], ctx);
     }
 }
 
@@ -170,6 +194,7 @@ typedef struct VirtioScsiLunOp {
     VirtioScsiQueue *q;          /* the request queue (NULL: control) */
     unsigned lun;
     ScsiDisk *disk;              /* add: the new LUN's; remove: NULL */
+    BlockAcct *acct;             /* add: the new LUN's */
 } VirtioScsiLunOp;
 
 static void virtio_scsi_queue_add_bh(void *opaque)
@@ -177,13 +202,14 @@ static void virtio_scsi_queue_add_bh(void *opaque)
     VirtioScsiLunOp *op = opaque;
     VirtioScsiQueue *q = op->q;
     AioContext *ctx = atomic_load_explicit(&q->ctx, memory_order_relaxed);
-    VirtioScsiLun e = { .lun = op->lun, .disk = op->disk };
+    VirtioScsiLun e = { .lun = op->lun, .disk = op->disk,
+                        .acct = op->acct };
 
     g_assert(aio_context_in_home_thread(ctx));
     if (!q->luns) {
         return;                  /* stopped: copies vs->luns at its start */
     }
-    e.bq = block_queue_new(scsi_disk_get_node(op->disk), ctx, NULL);
+    virtio_scsi_lun_open_bq(op->vs, q, &e, ctx);
     virtio_scsi_lun_insert(&q->luns, &q->nluns, &e);
 }
 
@@ -223,7 +249,8 @@ static void virtio_scsi_ctrl_change_bh(void *opaque)
         return;
     }
     if (op->disk) {
-        VirtioScsiLun e = { .lun = op->lun, .disk = op->disk };
+        VirtioScsiLun e = { .lun = op->lun, .disk = op->disk,
+                            .acct = op->acct };
 
         virtio_scsi_lun_insert(&ctrl->luns, &ctrl->nluns, &e);
         return;
@@ -290,6 +317,7 @@ bool virtio_scsi_add_lun(VirtioScsi *vs, unsigned lun, ScsiDisk *d,
         error_setg(errp, "LUN %u is already in use", lun);
         return false;
     }
+    e.acct = op.acct = block_acct_new(virtio_scsi_num_virtqueues(vs));
     virtio_scsi_lun_insert(&vs->luns, &vs->nluns, &e);
     virtio_scsi_ctrl_change(&op);
     virtio_scsi_queues_change(&op);
@@ -301,17 +329,33 @@ ScsiDisk *virtio_scsi_remove_lun(VirtioScsi *vs, unsigned lun)
 {
     VirtioScsiLunOp op = { .vs = vs, .lun = lun, .disk = NULL };
     int slot = virtio_scsi_lun_find(vs->luns, vs->nluns, lun);
+    BlockAcct *acct;
     ScsiDisk *d;
 
     if (slot < 0) {
         return NULL;
     }
     d = vs->luns[slot].disk;
+    acct = vs->luns[slot].acct;
     virtio_scsi_lun_delete(vs->luns, &vs->nluns, (unsigned)slot);
     virtio_scsi_queues_change(&op);
     virtio_scsi_ctrl_change(&op);
+    /* Every BlockQueue that counted into it is freed. */
+    block_acct_free(acct);
     virtio_scsi_hotplug_event(vs, lun, VIRTIO_SCSI_EVT_RESET_REMOVED);
     return d;
+}
+
+bool virtio_scsi_get_lun_stats(VirtioScsi *vs, unsigned lun,
+                               BlockAcctStats *out)
+{
+    int slot = virtio_scsi_lun_find(vs->luns, vs->nluns, lun);
+
+    if (slot < 0) {
+        return false;
+    }
+    block_acct_get(vs->luns[slot].acct, out);
+    return true;
 }
 
 ScsiDisk *virtio_scsi_get_lun(VirtioScsi *vs, unsigned lun)

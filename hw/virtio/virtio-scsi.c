@@ -1068,6 +1068,7 @@ void virtio_scsi_free(VirtioScsi *vs)
     free(vs->queues);
     for (unsigned i = 0; i < vs->nluns; i++) {
         scsi_disk_free(vs->luns[i].disk);
+        block_acct_free(vs->luns[i].acct);
     }
     g_free(vs->luns);
     g_free(vs);

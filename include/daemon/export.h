@@ -11,6 +11,7 @@
 #include "block/block.h"
 #include "util/aio.h"
 #include "util/error.h"
+#include "util/iothread.h"
 #include "util/opts.h"
 
 typedef struct Export Export;
@@ -49,7 +50,8 @@ void export_delete_all(void);
 void export_foreach(void (*fn)(Export *exp, void *opaque), void *opaque);
 
 const char *export_get_id(const Export *exp);
-/* The (first) node served; borrowed. */
+/* The (first) node served; borrowed.  NULL for a vhost-user-scsi export
+ * whose every LUN was removed (export_del_lun()). */
 BlockNode *export_get_node(const Export *exp);
 /* The nodes served (1 for vhost-user-blk, one per LUN for vhost-user-scsi)
  * and node i (< export_get_num_nodes(); borrowed). */
@@ -69,5 +71,52 @@ typedef struct ExportQueueStats {
 
 /* Queue i's statistics; false if there is no queue i. */
 bool export_get_queue_stats(Export *exp, unsigned i, ExportQueueStats *out);
+
+/* ------------------------------------------------------------------------ */
+/* Live management (the QMP monitor).  Main thread.                          */
+
+/* "vhost-user-blk" or "vhost-user-scsi" (static). */
+const char *export_get_type(const Export *exp);
+
+/* Whether a front-end is connected right now. */
+bool export_has_client(const Export *exp);
+
+/*
+ * Node i's I/O through this export since the export started, summed over
+ * its queues and front-ends (requests the device rejected before they
+ * reached the node are not counted).  False if there is no node i.
+ */
+bool export_get_node_stats(Export *exp, unsigned i, BlockAcctStats *out);
+
+/* For a vhost-user-scsi export, the LUN number of node i; else -1. */
+int export_get_nth_lun(const Export *exp, unsigned i);
+
+/* The oldest export that serves bs / that runs a queue (or its nodes) in
+ * iot, or NULL.  Borrowed. */
+Export *export_find_by_node(BlockNode *bs);
+Export *export_find_by_iothread(IOThread *iot);
+
+/*
+ * After block_node_resize(): every export compares the size its device
+ * shows with its nodes' lengths and tells the front-end about each change:
+ * vhost-user-blk updates the capacity in its config space and sends a
+ * config-change message on the back-end channel (the guest gets a
+ * config-change interrupt); vhost-user-scsi raises the LUN's CAPACITY
+ * DATA HAS CHANGED unit attention and a PARAM_CHANGE event.
+ */
+void export_refresh_sizes(void);
+
+/*
+ * vhost-user-scsi only: add LUN lun to a running export, from opts with
+ * the members of a --export lun entry (lun=N required, node-name
+ * required, writable, serial, wwn, vendor, product, logical-block-size),
+ * binding and moving the node as export_create() does; the guest gets a
+ * TRANSPORT_RESET RESCAN event.  Or remove LUN lun: its commands finish,
+ * the guest gets a TRANSPORT_RESET REMOVED event, the node is released.
+ * Errors: not a vhost-user-scsi export, LUN taken / absent, node errors
+ * as at creation.  Nothing changes on error.
+ */
+bool export_add_lun(Export *exp, Opts *opts, Error **errp);
+bool export_del_lun(Export *exp, unsigned lun, Error **errp);
 
 #endif

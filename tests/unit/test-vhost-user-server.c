@@ -58,6 +58,7 @@ static const uint64_t transport_features =
 static const uint64_t expected_protocol_features =
     (1ull << VHOST_USER_PROTOCOL_F_MQ) |
     (1ull << VHOST_USER_PROTOCOL_F_REPLY_ACK) |
+    (1ull << VHOST_USER_PROTOCOL_F_SLAVE_REQ) |
     (1ull << VHOST_USER_PROTOCOL_F_CONFIG) |
     (1ull << VHOST_USER_PROTOCOL_F_CONFIGURE_MEM_SLOTS) |
     (1ull << VHOST_USER_PROTOCOL_F_RESET_DEVICE);
@@ -232,6 +233,13 @@ static void do_has_client(void *opaque)
     c->result = vu_server_has_client(c->server);
 }
 
+static void do_config_changed(void *opaque)
+{
+    ServerCall *c = opaque;
+
+    c->result = vu_server_config_changed(c->server);
+}
+
 static void do_get_queue(void *opaque)
 {
     ServerCall *c = opaque;
@@ -286,6 +294,14 @@ static bool server_has_client(VuServer *s)
     ServerCall c = { .server = s };
 
     aio_run_sync(srv_ctx, do_has_client, &c);
+    return c.result;
+}
+
+static bool server_config_changed(VuServer *s)
+{
+    ServerCall c = { .server = s };
+
+    aio_run_sync(srv_ctx, do_config_changed, &c);
     return c.result;
 }
 
@@ -1469,6 +1485,160 @@ static void test_listen_fd(void)
 }
 
 /* ------------------------------------------------------------------------ */
+/* The back-end channel                                                      */
+
+/* A socket pair for SET_SLAVE_REQ_FD: sv[0] stays ours, sv[1] is sent. */
+static void channel_pair(int sv[2])
+{
+    g_assert_cmpint(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv),
+                    ==, 0);
+}
+
+/* The next message on our end must be a header-only CONFIG_CHANGE_MSG
+ * that asks for no reply, and nothing may follow it. */
+static void expect_config_change_msg(int fd)
+{
+    VhostUserHeader h;
+    struct pollfd pfd = { .fd = fd, .events = POLLIN };
+    char extra;
+
+    g_assert_cmpint(poll(&pfd, 1, RECV_TIMEOUT_S * 1000), ==, 1);
+    g_assert_cmpint(recv(fd, &h, sizeof(h), MSG_WAITALL), ==, sizeof(h));
+    g_assert_cmpuint(h.request, ==, VHOST_USER_SLAVE_CONFIG_CHANGE_MSG);
+    g_assert_cmpuint(h.request, ==, 2);
+    g_assert_cmphex(h.flags, ==, VHOST_USER_VERSION);
+    g_assert_cmpuint(h.size, ==, 0);
+    g_assert_cmpint(recv(fd, &extra, 1, MSG_DONTWAIT), ==, -1);
+    g_assert_cmpint(errno, ==, EAGAIN);
+}
+
+/* The server closed its end of the channel: we read end-of-file. */
+static void expect_channel_closed(int fd)
+{
+    struct pollfd pfd = { .fd = fd, .events = POLLIN };
+    char c;
+
+    g_assert_cmpint(poll(&pfd, 1, RECV_TIMEOUT_S * 1000), ==, 1);
+    g_assert_cmpint(recv(fd, &c, 1, MSG_DONTWAIT), ==, 0);
+}
+
+static void test_backend_channel(void)
+{
+    char *path = sock_path("channel.sock");
+    Dummy *d = dummy_new();
+    VuServer *s = server_new(path, d);
+    int fds0 = count_fds();
+    int fd, sv1[2], sv2[2];
+    uint64_t junk = 0;
+
+    /* No front-end, then one without a channel: nothing is sent. */
+    g_assert_false(server_config_changed(s));
+    fd = fe_connect(path);
+    fe_negotiate(fd);
+    g_assert_false(server_config_changed(s));
+
+    /* Malformed SET_SLAVE_REQ_FD: no fd, or a payload.  Refused. */
+    channel_pair(sv1);
+    fe_fails(fd, VHOST_USER_SET_SLAVE_REQ_FD, NULL, 0, NULL, 0);
+    fe_fails(fd, VHOST_USER_SET_SLAVE_REQ_FD, &junk, sizeof(junk), &sv1[1],
+             1);
+    g_assert_false(server_config_changed(s));
+
+    /* The channel: one header-only message per change. */
+    fe_ok(fd, VHOST_USER_SET_SLAVE_REQ_FD, NULL, 0, &sv1[1], 1);
+    close(sv1[1]);
+    g_assert_true(server_config_changed(s));
+    expect_config_change_msg(sv1[0]);
+    g_assert_true(server_config_changed(s));
+    expect_config_change_msg(sv1[0]);
+
+    /* A second channel replaces the first, whose fd the server closes. */
+    channel_pair(sv2);
+    fe_ok(fd, VHOST_USER_SET_SLAVE_REQ_FD, NULL, 0, &sv2[1], 1);
+    close(sv2[1]);
+    expect_channel_closed(sv1[0]);
+    close(sv1[0]);
+    g_assert_true(server_config_changed(s));
+    expect_config_change_msg(sv2[0]);
+
+    /* RESET_DEVICE keeps it (QEMU sets it up once per connection);
+     * RESET_OWNER drops it. */
+    fe_ok(fd, VHOST_USER_RESET_DEVICE, NULL, 0, NULL, 0);
+    g_assert_true(server_config_changed(s));
+    expect_config_change_msg(sv2[0]);
+    fe_ok(fd, VHOST_USER_RESET_OWNER, NULL, 0, NULL, 0);
+    expect_channel_closed(sv2[0]);
+    g_assert_false(server_config_changed(s));
+    close(sv2[0]);
+
+    /* The connection still works. */
+    g_assert_cmphex(fe_get_u64(fd, VHOST_USER_GET_FEATURES), ==,
+                    transport_features | (1ull << DUMMY_FEATURE_BIT));
+
+    /* Disconnecting closes the channel too. */
+    channel_pair(sv1);
+    fe_ok(fd, VHOST_USER_SET_SLAVE_REQ_FD, NULL, 0, &sv1[1], 1);
+    close(sv1[1]);
+    close(fd);
+    server_wait_no_client(s);
+    expect_channel_closed(sv1[0]);
+    close(sv1[0]);
+    g_assert_false(server_config_changed(s));
+
+    /* Every fd the server received is closed. */
+    g_assert_cmpint(count_fds(), ==, fds0);
+    server_free(s);
+    dummy_free(d);
+    g_free(path);
+}
+
+/* A front-end that does not read its channel never blocks the server. */
+static void test_backend_channel_full(void)
+{
+    char *path = sock_path("channel-full.sock");
+    Dummy *d = dummy_new();
+    VuServer *s = server_new(path, d);
+    int fd = fe_connect(path);
+    int sv[2], small = 1, sent = 0;
+    VhostUserHeader h;
+
+    fe_negotiate(fd);
+    channel_pair(sv);
+    /* The smallest buffers the kernel allows, on the socket the server
+     * gets a duplicate of. */
+    g_assert_cmpint(setsockopt(sv[1], SOL_SOCKET, SO_SNDBUF, &small,
+                               sizeof(small)), ==, 0);
+    g_assert_cmpint(setsockopt(sv[0], SOL_SOCKET, SO_RCVBUF, &small,
+                               sizeof(small)), ==, 0);
+    fe_ok(fd, VHOST_USER_SET_SLAVE_REQ_FD, NULL, 0, &sv[1], 1);
+    close(sv[1]);
+    while (server_config_changed(s)) {
+        sent++;
+        g_assert_cmpint(sent, <, 100000);
+    }
+    g_assert_cmpint(sent, >, 0);
+    /* The server is responsive and the channel still in step: every
+     * message that was sent arrives whole, and once read, more fit. */
+    g_assert_cmphex(fe_get_u64(fd, VHOST_USER_GET_FEATURES), ==,
+                    transport_features | (1ull << DUMMY_FEATURE_BIT));
+    for (int i = 0; i < sent; i++) {
+        g_assert_cmpint(recv(sv[0], &h, sizeof(h), MSG_WAITALL), ==,
+                        sizeof(h));
+        g_assert_cmpuint(h.request, ==, VHOST_USER_SLAVE_CONFIG_CHANGE_MSG);
+        g_assert_cmpuint(h.size, ==, 0);
+    }
+    g_assert_true(server_config_changed(s));
+    expect_config_change_msg(sv[0]);
+
+    close(sv[0]);
+    close(fd);
+    server_wait_no_client(s);
+    server_free(s);
+    dummy_free(d);
+    g_free(path);
+}
+
+/* ------------------------------------------------------------------------ */
 
 static const TestCase tests[] = {
     { "/vhost-user-server/negotiate", test_negotiate },
@@ -1482,6 +1652,8 @@ static const TestCase tests[] = {
     { "/vhost-user-server/half-message", test_half_message },
     { "/vhost-user-server/socket-path", test_socket_path },
     { "/vhost-user-server/listen-fd", test_listen_fd },
+    { "/vhost-user-server/backend-channel", test_backend_channel },
+    { "/vhost-user-server/backend-channel-full", test_backend_channel_full },
 };
 
 int main(int argc, char **argv)

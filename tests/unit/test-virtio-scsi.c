@@ -1920,6 +1920,163 @@ static void test_drain(void)
     tdev_cleanup(&t);
 }
 
+/* ------------------------------------------------------------------------ */
+/* Accounting and capacity                                                   */
+
+/* LUN n's counters of op. */
+static BlockAcctOpStats lun_op_stats(TDev *t, unsigned n, BlockOp op)
+{
+    BlockAcctStats st;
+
+    g_assert_true(virtio_scsi_get_lun_stats(t->vs, n, &st));
+    return st.op[op];
+}
+
+static void assert_op_stats(TDev *t, unsigned n, BlockOp op, uint64_t ops,
+                            uint64_t bytes)
+{
+    BlockAcctOpStats s = lun_op_stats(t, n, op);
+
+    g_assert_cmpuint(s.ops, ==, ops);
+    g_assert_cmpuint(s.bytes, ==, bytes);
+    g_assert_cmpuint(s.failed, ==, 0);
+}
+
+/* READ (10) or WRITE (10) of blocks 512-byte blocks at lba through
+ * request queue qi; returns the command for checks. */
+static void rw_q(TDev *t, TCmd *c, unsigned qi, unsigned n, bool write,
+                 uint32_t lba, uint16_t blocks)
+{
+    static uint8_t zeroes[4096];
+    uint8_t lun[8], cdb[10];
+
+    g_assert(blocks * 512u <= sizeof(zeroes));
+    lun_addr(lun, 0, n);
+    cdb_rw10(cdb, write ? SCSI_OP_WRITE_10 : SCSI_OP_READ_10, lba, blocks);
+    cmd_send_ex(t, c, qi, lun, 1, cdb, 10, write ? zeroes : NULL,
+                write ? blocks * 512u : 0, write ? 0 : blocks * 512u, true);
+    cmd_wait(t, c);
+}
+
+/*
+ * Each LUN counts its own I/O over every request queue (queues in two
+ * IOThreads), across a queue restart; what the device answers itself
+ * (INQUIRY, an out-of-range READ) is not counted; a LUN added later
+ * starts from zero and a removed LUN's counts go with it.
+ */
+static void test_lun_stats(void)
+{
+    static const TLun luns[] = { { 0, FAST_NODE }, { 1, FAST_NODE } };
+    TConf c = { .num_queues = 2, .two_iothreads = true, .luns = luns,
+                .nluns = 2 };
+    BlockAcctStats st;
+    TCmd cmd;
+    TDev t;
+
+    tdev_new(&t, &c);
+    g_assert_false(virtio_scsi_get_lun_stats(t.vs, 2, &st));
+    assert_op_stats(&t, 1, BLOCK_OP_READ, 0, 0);
+
+    rw_q(&t, &cmd, 0, 1, false, 0, 2);
+    assert_good(&cmd);
+    rw_q(&t, &cmd, 1, 1, false, 8, 1);
+    assert_good(&cmd);
+    rw_q(&t, &cmd, 0, 0, true, 4, 1);
+    assert_good(&cmd);
+    g_assert_cmphex(inquiry_pdt(&t, 1, 1), ==, SCSI_PDT_DIRECT_ACCESS);
+    rw_q(&t, &cmd, 1, 1, false, 2048, 1);     /* past the end: refused */
+    assert_sense(&cmd, SCSI_SENSE_ILLEGAL_REQUEST, SCSI_ASC_LBA_OUT_OF_RANGE,
+                 0);
+    assert_op_stats(&t, 1, BLOCK_OP_READ, 2, 1536);
+    assert_op_stats(&t, 1, BLOCK_OP_WRITE, 0, 0);
+    assert_op_stats(&t, 0, BLOCK_OP_WRITE, 1, 512);
+    assert_op_stats(&t, 0, BLOCK_OP_READ, 0, 0);
+    g_assert_cmpuint(lun_op_stats(&t, 1, BLOCK_OP_READ).total_time_ns, >, 0);
+
+    /* A queue's BlockQueues are remade at its restart: the counts stay. */
+    tq_stop(reqq(&t, 0));
+    tq_start(reqq(&t, 0));
+    rw_q(&t, &cmd, 0, 1, false, 0, 1);
+    assert_good(&cmd);
+    assert_op_stats(&t, 1, BLOCK_OP_READ, 3, 2048);
+
+    /* Hot-added LUN 2 counts from zero, by itself. */
+    tdev_add_lun(&t, 2, FAST_NODE);
+    assert_op_stats(&t, 2, BLOCK_OP_READ, 0, 0);
+    rw_q(&t, &cmd, 1, 2, true, 0, 8);
+    assert_good(&cmd);
+    assert_op_stats(&t, 2, BLOCK_OP_WRITE, 1, 4096);
+    assert_op_stats(&t, 1, BLOCK_OP_WRITE, 0, 0);
+
+    /* Removed: its counts are gone; added again, a fresh start. */
+    scsi_disk_free(virtio_scsi_remove_lun(t.vs, 1));
+    g_assert_false(virtio_scsi_get_lun_stats(t.vs, 1, &st));
+    tdev_add_lun(&t, 1, FAST_NODE);
+    assert_op_stats(&t, 1, BLOCK_OP_READ, 0, 0);
+    rw_q(&t, &cmd, 0, 1, false, 0, 1);
+    assert_good(&cmd);
+    assert_op_stats(&t, 1, BLOCK_OP_READ, 1, 512);
+    tdev_cleanup(&t);
+}
+
+/* READ CAPACITY (10): the last LBA. */
+static uint32_t read_capacity_last_lba(TDev *t, unsigned n)
+{
+    uint8_t lun[8], cdb[10] = { SCSI_OP_READ_CAPACITY_10 };
+    const uint8_t *p;
+    TCmd cmd;
+
+    lun_addr(lun, 0, n);
+    cmd_run(t, &cmd, lun, cdb, 10, NULL, 0, 8);
+    assert_good(&cmd);
+    p = cmd_data(t, &cmd);
+    return (uint32_t)p[0] << 24 | p[1] << 16 | p[2] << 8 | p[3];
+}
+
+/*
+ * A node resized under a running LUN: READ CAPACITY and the range checks
+ * follow the node's new length at once; virtio_scsi_capacity_changed()
+ * adds the unit attention (and the event: test_event_param_change).
+ */
+static void test_capacity_resize(void)
+{
+    static const TLun luns[] = { { 0, FAST_NODE } };
+    TConf c = { .num_queues = 1, .iothread = true, .luns = luns,
+                .nluns = 1 };
+    BlockNode *bs;
+    Error *err = NULL;
+    uint8_t lun[8];
+    TCmd cmd;
+    TDev t;
+
+    tdev_new(&t, &c);
+    bs = scsi_disk_get_node(virtio_scsi_get_lun(t.vs, 0));
+    g_assert_cmpuint(read_capacity_last_lba(&t, 0), ==, 2047);
+    rw_q(&t, &cmd, 0, 0, false, 2048, 1);
+    assert_sense(&cmd, SCSI_SENSE_ILLEGAL_REQUEST, SCSI_ASC_LBA_OUT_OF_RANGE,
+                 0);
+
+    g_assert_true(block_node_resize(bs, 2 << 20, &err));
+    g_assert_no_error(err);
+    g_assert_cmpuint(read_capacity_last_lba(&t, 0), ==, 4095);
+    rw_q(&t, &cmd, 0, 0, false, 4095, 1);
+    assert_good(&cmd);
+    rw_q(&t, &cmd, 0, 0, true, 2048, 1);
+    assert_good(&cmd);
+    rw_q(&t, &cmd, 0, 0, false, 4096, 1);
+    assert_sense(&cmd, SCSI_SENSE_ILLEGAL_REQUEST, SCSI_ASC_LBA_OUT_OF_RANGE,
+                 0);
+
+    virtio_scsi_capacity_changed(t.vs, 0);
+    lun_addr(lun, 0, 0);
+    cmd_run(&t, &cmd, lun, cdb_tur, 6, NULL, 0, 0);
+    assert_sense(&cmd, SCSI_SENSE_UNIT_ATTENTION, SCSI_ASC_PARAMETERS_CHANGED,
+                 SCSI_ASCQ_CAPACITY_DATA_CHANGED);
+    cmd_run(&t, &cmd, lun, cdb_tur, 6, NULL, 0, 0);
+    assert_good(&cmd);
+    tdev_cleanup(&t);
+}
+
 int main(int argc, char **argv)
 {
     static const TestCase tests[] = {
@@ -1957,6 +2114,8 @@ int main(int argc, char **argv)
         { "/virtio-scsi/hotplug/missed", test_hotplug_missed },
         { "/virtio-scsi/hotplug/two-iothreads", test_hotplug_two_iothreads },
         { "/virtio-scsi/hotplug/restart", test_hotplug_restart },
+        { "/virtio-scsi/lun-stats", test_lun_stats },
+        { "/virtio-scsi/capacity-resize", test_capacity_resize },
         { "/virtio-scsi/drain", test_drain },
     };
 

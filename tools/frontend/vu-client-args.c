@@ -72,6 +72,12 @@ static const CmdSpec cmd_specs[] = {
       "[--pattern SEED] [--queue Q]",
       { { "offset", ARG_VALUE }, { "pattern", ARG_VALUE },
         { "queue", ARG_VALUE }, { NULL } } },
+    { "get-config", CMD_GET_CONFIG, 0, "get-config", { { NULL } } },
+    { "wait-config-change", CMD_WAIT_CONFIG_CHANGE, 0,
+      "wait-config-change [--timeout SECONDS]",
+      { { "timeout", ARG_VALUE }, { NULL } } },
+    { "wait-file", CMD_WAIT_FILE, 1, "wait-file PATH [--timeout SECONDS]",
+      { { "timeout", ARG_VALUE }, { NULL } } },
     /* virtio-scsi; --queue Q is request queue Q (virtqueue 2 + Q). */
     { "scsi-inquiry", CMD_SCSI_INQUIRY, 0, "scsi-inquiry [--lun N] "
       "[--evpd PAGE] [--queue Q]",
@@ -468,6 +474,26 @@ static bool convert_scsi_command(Command *cmd, char **pos, GHashTable *vals,
     }
 }
 
+/* --timeout SECONDS of wait-config-change and wait-file (-1: absent). */
+static bool convert_wait_timeout(Command *cmd, GHashTable *vals,
+                                 Error **errp)
+{
+    const char *str = opt_value(vals, "timeout");
+    char *end;
+
+    cmd->wait_s = -1;
+    if (!str) {
+        return true;
+    }
+    cmd->wait_s = g_ascii_strtod(str, &end);
+    if (end == str || *end || !(cmd->wait_s >= 0) || cmd->wait_s > 86400) {
+        error_setg(errp, "%s --timeout: expected seconds from 0 to 86400, "
+                   "got '%s'", cmd->name, str);
+        return false;
+    }
+    return true;
+}
+
 static bool convert_command(Command *cmd, char **pos, GHashTable *vals,
                             Error **errp)
 {
@@ -528,6 +554,15 @@ static bool convert_command(Command *cmd, char **pos, GHashTable *vals,
             return false;
         }
         return convert_seed(cmd, "pattern", opt_value(vals, "pattern"), errp);
+    case CMD_WAIT_CONFIG_CHANGE:
+        return convert_wait_timeout(cmd, vals, errp);
+    case CMD_WAIT_FILE:
+        if (!*pos[0]) {
+            error_setg(errp, "wait-file: PATH must not be empty");
+            return false;
+        }
+        cmd->what = g_strdup(pos[0]);
+        return convert_wait_timeout(cmd, vals, errp);
     default:
         return true;
     }
@@ -828,6 +863,12 @@ static const char *help_description(void)
             "(default 0), and a\ncommand fails unless the status is GOOD, "
             "or with --expect-sense KEY,\nCHECK CONDITION with that sense "
             "key.\n"
+            "\nget-config reads the device config again (GET_CONFIG); "
+            "wait-config-change\nwaits for the back-end's config-change "
+            "message (a resized disk) on the\nback-end channel, then does "
+            "the same; wait-file PATH waits until PATH\nexists, so that a "
+            "test can act between two commands of one session.\n"
+            "--timeout defaults to the global --timeout.\n"
             "\nExit status: 0 success, 1 a command failed (I/O error, data "
             "mismatch,\nprotocol error), 2 bad command line.", kinds);
         text = g_string_free(s, FALSE);

@@ -104,6 +104,9 @@ CmdDevice command_device(CmdKind kind)
     case CMD_STOP:
     case CMD_STATS:
     case CMD_MALFORMED:
+    case CMD_GET_CONFIG:
+    case CMD_WAIT_CONFIG_CHANGE:
+    case CMD_WAIT_FILE:
         return CMD_DEV_ANY;
     case CMD_SCSI_INQUIRY:
     case CMD_SCSI_READ_CAPACITY:

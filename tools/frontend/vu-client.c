@@ -26,6 +26,13 @@
  * or zeroed in this run (an extent list) so that `reconnect` can verify it
  * all through the new session.
  *
+ * get-config and wait-config-change follow a resize: the back-end sends a
+ * config-change message on the back-end channel (vu-frontend.c sets it
+ * up when the back-end offers BACKEND_REQ) and the client reads the
+ * config again, as QEMU does.  wait-file PATH sleeps until PATH exists
+ * (announcing it on stderr), so that a test can resize or hot-plug
+ * between two commands of one session.
+ *
  * The device is virtio-blk unless --device scsi is given or a scsi-*
  * command is on the line (vu-client-scsi.c); then --queues and --queue
  * count request queues (virtqueue 2 + Q), and the control and event
@@ -34,6 +41,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -842,6 +850,87 @@ static bool cmd_stats(Client *c, const Command *cmd, Result *r, Error **errp)
     return true;
 }
 
+/* The current config (after GET_CONFIG) and the config-change count. */
+static bool report_config(Client *c, Result *r, Error **errp)
+{
+    VuFrontend *fe = c->fe;
+
+    if (!(vuf_protocol_features(fe) & VUF_BIT(VHOST_USER_PROTOCOL_F_CONFIG))) {
+        error_setg(errp, "the back-end does not offer the CONFIG protocol "
+                   "feature: its config cannot be read");
+        return false;
+    }
+    if (!vuf_reread_config(fe, errp)) {
+        return false;
+    }
+    res_int(r, "config_changes", vuf_config_changes(fe));
+    if (c->opts->device == VUF_DEVICE_SCSI) {
+        res_str(r, "device", "scsi");
+        json_object_set_object_member(r->obj, "config",
+                                      scsi_config_object(vuf_scsi_config(fe)));
+        return true;
+    }
+    res_str(r, "device", "blk");
+    json_object_set_object_member(r->obj, "config",
+                                  config_object(vuf_blk_config(fe)));
+    res_int(r, "capacity_bytes", vuf_blk_config(fe)->capacity * SECTOR);
+    return true;
+}
+
+/* A command's --timeout in ms: its own, else the global one. */
+static int wait_timeout_ms(const Client *c, const Command *cmd)
+{
+    double s = cmd->wait_s >= 0 ? cmd->wait_s : c->opts->timeout_s;
+
+    return (int)MIN(s * 1000, (double)INT_MAX);
+}
+
+static bool cmd_get_config(Client *c, const Command *cmd, Result *r,
+                           Error **errp)
+{
+    /* Count what the back-end already said, without waiting. */
+    if (vuf_backend_channel_fd(c->fe) >= 0 &&
+        !vuf_poll_backend_channel(c->fe, 0, errp)) {
+        return false;
+    }
+    res_bool(r, "backend_channel", vuf_backend_channel_fd(c->fe) >= 0);
+    return report_config(c, r, errp);
+}
+
+static bool cmd_wait_config_change(Client *c, const Command *cmd, Result *r,
+                                   Error **errp)
+{
+    int64_t start = g_get_monotonic_time();
+
+    if (!vuf_wait_config_change(c->fe, wait_timeout_ms(c, cmd), errp)) {
+        return false;
+    }
+    res_int(r, "waited_ms", (g_get_monotonic_time() - start) / 1000);
+    return report_config(c, r, errp);
+}
+
+static bool cmd_wait_file(Client *c, const Command *cmd, Result *r,
+                          Error **errp)
+{
+    int64_t start = g_get_monotonic_time();
+    int64_t deadline = start + (int64_t)wait_timeout_ms(c, cmd) * 1000;
+
+    /* A test watching stderr knows the earlier commands are done. */
+    fprintf(stderr, "spindle-vu-client: waiting for %s\n", cmd->what);
+    fflush(stderr);
+    res_str(r, "path", cmd->what);
+    while (!g_file_test(cmd->what, G_FILE_TEST_EXISTS)) {
+        if (g_get_monotonic_time() >= deadline) {
+            error_setg(errp, "'%s' did not appear within %.1f s", cmd->what,
+                       wait_timeout_ms(c, cmd) / 1000.0);
+            return false;
+        }
+        g_usleep(10 * 1000);
+    }
+    res_int(r, "waited_ms", (g_get_monotonic_time() - start) / 1000);
+    return true;
+}
+
 static bool run_command(Client *c, const Command *cmd, Result *r,
                         Error **errp)
 {
@@ -880,6 +969,12 @@ static bool run_command(Client *c, const Command *cmd, Result *r,
         return cmd_stats(c, cmd, r, errp);
     case CMD_BAD_REQUEST:
         return cmd_bad_request(c, cmd, r, errp);
+    case CMD_GET_CONFIG:
+        return cmd_get_config(c, cmd, r, errp);
+    case CMD_WAIT_CONFIG_CHANGE:
+        return cmd_wait_config_change(c, cmd, r, errp);
+    case CMD_WAIT_FILE:
+        return cmd_wait_file(c, cmd, r, errp);
     default:
         break;
     }

@@ -45,6 +45,9 @@ typedef enum CmdKind {
     CMD_MALFORMED,
     CMD_STATS,
     CMD_BAD_REQUEST,
+    CMD_GET_CONFIG,
+    CMD_WAIT_CONFIG_CHANGE,
+    CMD_WAIT_FILE,
     /* virtio-scsi (vu-client-scsi.c) */
     CMD_SCSI_INQUIRY,
     CMD_SCSI_READ_CAPACITY,
@@ -63,7 +66,9 @@ typedef enum CmdKind {
 
 /* Which device the commands are for. */
 typedef enum CmdDevice {
-    CMD_DEV_ANY,                /* info, reconnect, stop, stats, malformed */
+    CMD_DEV_ANY,                /* info, reconnect, stop, stats, malformed,
+                                 * get-config, wait-config-change,
+                                 * wait-file */
     CMD_DEV_BLK,
     CMD_DEV_SCSI,
 } CmdDevice;
@@ -82,7 +87,8 @@ typedef struct Command {
     /* verify-run */
     uint64_t size, count, bs, iodepth;
     unsigned run_queues;
-    /* malformed, bad-request, scsi-tmf, scsi-bad-request */
+    /* malformed, bad-request, scsi-tmf, scsi-bad-request; wait-file's
+     * PATH */
     char *what;
     /* scsi-* */
     unsigned lun;
@@ -94,7 +100,9 @@ typedef struct Command {
     uint64_t lba, nblocks;      /* scsi-unmap */
     int expect_sense;           /* --expect-sense KEY; -1: GOOD expected */
     uint64_t events;            /* scsi-an-query --events */
-    double wait_s;              /* scsi-events --wait */
+    double wait_s;              /* scsi-events --wait; wait-config-change
+                                 * and wait-file --timeout (< 0: the
+                                 * global --timeout) */
 } Command;
 
 typedef struct ClientOpts {

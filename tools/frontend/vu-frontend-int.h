@@ -107,6 +107,12 @@ struct VuFrontend {
     VirtioBlkConfig blk_config;
     bool have_scsi_config;
     VirtioScsiConfig scsi_config;
+    /* The back-end channel (SLAVE_REQ): our end of the socket pair whose
+     * other end went to the back-end with SET_SLAVE_REQ_FD, or -1. */
+    int backend_fd;
+    uint64_t config_changes;        /* CONFIG_CHANGE_MSGs received */
+    uint64_t config_changes_taken;  /* ... of which vuf_wait_config_change()
+                                     * returned */
 
     unsigned num_queues;
     VufQueue **queues;

@@ -17,6 +17,11 @@
  *   GET_MAX_MEM_SLOTS] -> SET_OWNER -> [GET_CONFIG] -> SET_FEATURES ->
  *   SET_MEM_TABLE or ADD_MEM_REG -> per queue SET_VRING_NUM, _BASE, _ADDR,
  *   _CALL, _KICK, [_ENABLE].
+ * With SLAVE_REQ negotiated, the front-end makes a socket pair right after
+ * the protocol features and hands one end over with SET_SLAVE_REQ_FD (the
+ * back-end channel); it is read only when a caller asks
+ * (vuf_poll_backend_channel(), vuf_wait_config_change()), so the
+ * back-end's messages wait in the socket until then.
  * With REPLY_ACK every message without a reply of its own carries
  * NEED_REPLY and its acknowledgement is checked; without it a final
  * GET_FEATURES round trip makes sure the back-end has processed everything
@@ -238,6 +243,7 @@ static const char *request_name(uint32_t request)
         [VHOST_USER_GET_MAX_MEM_SLOTS] = "GET_MAX_MEM_SLOTS",
         [VHOST_USER_ADD_MEM_REG] = "ADD_MEM_REG",
         [VHOST_USER_REM_MEM_REG] = "REM_MEM_REG",
+        [VHOST_USER_SET_SLAVE_REQ_FD] = "SET_SLAVE_REQ_FD",
     };
 
     if (request < G_N_ELEMENTS(names) && names[request]) {
@@ -595,6 +601,7 @@ VuFrontend *vuf_new(const VufOptions *opts, Error **errp)
     fe->opts = *opts;
     fe->memfd = -1;
     fe->sock = -1;
+    fe->backend_fd = -1;
     fe->mem_size = opts->mem_size;
     g_mutex_init(&fe->mem_lock);
     fe->free_extents = g_array_new(FALSE, FALSE, sizeof(VufExtent));
@@ -1098,6 +1105,173 @@ bool vuf_connect_socket(VuFrontend *fe, Error **errp)
     fe->queue_num_max = fe->max_mem_slots = 0;
     fe->have_blk_config = false;
     fe->have_scsi_config = false;
+    fe->config_changes = fe->config_changes_taken = 0;
+    return true;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The back-end channel                                                      */
+
+/* A socket pair: ours stays, the other end goes with SET_SLAVE_REQ_FD. */
+static bool setup_backend_channel(VuFrontend *fe, Error **errp)
+{
+    int sv[2];
+    bool ok;
+
+    g_assert(fe->backend_fd < 0);
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) {
+        error_setg_errno(errp, errno, "cannot create the back-end channel");
+        return false;
+    }
+    ok = request_set(fe, VHOST_USER_SET_SLAVE_REQ_FD, NULL, 0, &sv[1], 1,
+                     errp);
+    close(sv[1]);
+    if (!ok) {
+        close(sv[0]);
+        return false;
+    }
+    fe->backend_fd = sv[0];
+    return true;
+}
+
+int vuf_backend_channel_fd(const VuFrontend *fe)
+{
+    return fe->backend_fd;
+}
+
+uint64_t vuf_config_changes(const VuFrontend *fe)
+{
+    return fe->config_changes;
+}
+
+/* Answer a back-end request that asked for a reply. */
+static bool backend_channel_ack(VuFrontend *fe, uint32_t request,
+                                uint64_t status, Error **errp)
+{
+    struct {
+        VhostUserHeader hdr;
+        uint64_t status;
+    } __attribute__((packed)) reply = {
+        { request, VHOST_USER_VERSION | VHOST_USER_REPLY_MASK,
+          sizeof(uint64_t) },
+        status,
+    };
+    ssize_t n;
+
+    do {
+        n = send(fe->backend_fd, &reply, sizeof(reply), MSG_NOSIGNAL);
+    } while (n < 0 && errno == EINTR);
+    if (n != (ssize_t)sizeof(reply)) {
+        error_setg_errno(errp, n < 0 ? errno : EIO, "cannot answer the "
+                         "back-end's request %u", request);
+        return false;
+    }
+    return true;
+}
+
+/*
+ * Read and handle one message from the back-end channel, waiting until
+ * deadline_ms for it.  Returns 1 (handled), 0 (none came) or -1 (errp
+ * set; the channel is closed on anything but a local error).
+ */
+static int backend_channel_read_one(VuFrontend *fe, int64_t deadline_ms,
+                                    Error **errp)
+{
+    uint8_t payload[VHOST_USER_MAX_PAYLOAD];
+    VhostUserHeader hdr;
+    int r = wait_readable(fe->backend_fd, deadline_ms);
+
+    if (r == 0) {
+        return 0;
+    }
+    /* Once a message starts, the rest of it gets a second. */
+    deadline_ms = MAX(deadline_ms, now_ms() + 1000);
+    if (r > 0) {
+        r = read_exact(fe->backend_fd, &hdr, sizeof(hdr), deadline_ms, true);
+    }
+    if (r == 0) {
+        error_setg(errp, "the back-end closed its back-end channel");
+        goto close;
+    }
+    if (r > 0 && hdr.size > sizeof(payload)) {
+        error_setg(errp, "back-end request %u with a payload of %u bytes",
+                   hdr.request, hdr.size);
+        goto close;
+    }
+    if (r > 0 && hdr.size) {
+        r = read_exact(fe->backend_fd, payload, hdr.size, deadline_ms, false);
+    }
+    if (r < 0) {
+        error_setg_errno(errp, -r, "cannot read from the back-end channel");
+        goto close;
+    }
+    if ((hdr.flags & VHOST_USER_VERSION_MASK) != VHOST_USER_VERSION ||
+        (hdr.flags & VHOST_USER_REPLY_MASK)) {
+        error_setg(errp, "back-end request %u with flags 0x%x", hdr.request,
+                   hdr.flags);
+        goto close;
+    }
+    if (hdr.request == VHOST_USER_SLAVE_CONFIG_CHANGE_MSG) {
+        fe->config_changes++;
+    }
+    if ((hdr.flags & VHOST_USER_NEED_REPLY_MASK) &&
+        !backend_channel_ack(fe, hdr.request,
+                             hdr.request == VHOST_USER_SLAVE_CONFIG_CHANGE_MSG
+                             ? 0 : 1, errp)) {
+        goto close;
+    }
+    return 1;
+
+close:
+    close(fe->backend_fd);
+    fe->backend_fd = -1;
+    return -1;
+}
+
+bool vuf_poll_backend_channel(VuFrontend *fe, int timeout_ms, Error **errp)
+{
+    int64_t deadline = now_ms() + MAX(timeout_ms, 0);
+    int r;
+
+    vuf_assert_control_thread(fe);
+    if (fe->backend_fd < 0) {
+        error_setg(errp, "there is no back-end channel (the back-end does "
+                   "not offer the BACKEND_REQ protocol feature, or it was "
+                   "not accepted)");
+        return false;
+    }
+    /* The first message may take until the deadline; then take what is
+     * there. */
+    for (r = backend_channel_read_one(fe, deadline, errp); r > 0;
+         r = backend_channel_read_one(fe, 0, errp)) {
+    }
+    return r == 0;
+}
+
+bool vuf_wait_config_change(VuFrontend *fe, int timeout_ms, Error **errp)
+{
+    int64_t deadline = timeout_ms < 0 ? INT64_MAX : now_ms() + timeout_ms;
+
+    vuf_assert_control_thread(fe);
+    if (fe->backend_fd < 0) {
+        error_setg(errp, "there is no back-end channel (the back-end does "
+                   "not offer the BACKEND_REQ protocol feature, or it was "
+                   "not accepted)");
+        return false;
+    }
+    while (fe->config_changes == fe->config_changes_taken) {
+        int r = backend_channel_read_one(fe, deadline, errp);
+
+        if (r < 0) {
+            return false;
+        }
+        if (r == 0) {
+            error_setg(errp, "no config-change message from the back-end "
+                       "within %.1f s", timeout_ms / 1000.0);
+            return false;
+        }
+    }
+    fe->config_changes_taken++;
     return true;
 }
 
@@ -1123,6 +1297,10 @@ static bool negotiate_protocol_features(VuFrontend *fe, Error **errp)
     if (has_protocol_feature(fe, VHOST_USER_PROTOCOL_F_CONFIGURE_MEM_SLOTS) &&
         !request_u64(fe, VHOST_USER_GET_MAX_MEM_SLOTS, &fe->max_mem_slots,
                      errp)) {
+        return false;
+    }
+    if (has_protocol_feature(fe, VHOST_USER_PROTOCOL_F_SLAVE_REQ) &&
+        !setup_backend_channel(fe, errp)) {
         return false;
     }
     return true;
@@ -1283,6 +1461,12 @@ static bool share_memory(VuFrontend *fe, Error **errp)
     }
 }
 
+bool vuf_reread_config(VuFrontend *fe, Error **errp)
+{
+    vuf_assert_control_thread(fe);
+    return read_blk_config(fe, errp) && read_scsi_config(fe, errp);
+}
+
 bool vuf_negotiate(VuFrontend *fe, Error **errp)
 {
     uint64_t features;
@@ -1439,6 +1623,10 @@ void vuf_disconnect(VuFrontend *fe)
     if (fe->sock >= 0) {
         close(fe->sock);
         fe->sock = -1;
+    }
+    if (fe->backend_fd >= 0) {
+        close(fe->backend_fd);
+        fe->backend_fd = -1;
     }
     for (i = 0; fe->queues && i < fe->num_queues; i++) {
         if (fe->queues[i]) {

@@ -79,6 +79,7 @@
 #define VUF_PROTOCOL_FEATURES_DEFAULT \
     (VUF_BIT(VHOST_USER_PROTOCOL_F_MQ) | \
      VUF_BIT(VHOST_USER_PROTOCOL_F_REPLY_ACK) | \
+     VUF_BIT(VHOST_USER_PROTOCOL_F_SLAVE_REQ) | \
      VUF_BIT(VHOST_USER_PROTOCOL_F_CONFIG) | \
      VUF_BIT(VHOST_USER_PROTOCOL_F_CONFIGURE_MEM_SLOTS))
 
@@ -159,7 +160,9 @@ bool vuf_connect(VuFrontend *fe, Error **errp);
 /* The steps of vuf_connect(), for tests that stop in between. */
 bool vuf_connect_socket(VuFrontend *fe, Error **errp);
 /* GET_FEATURES, protocol features, GET_QUEUE_NUM, GET_MAX_MEM_SLOTS,
- * SET_OWNER, GET_CONFIG, feature checks, SET_FEATURES, memory table. */
+ * the back-end channel (SET_SLAVE_REQ_FD, with the SLAVE_REQ protocol
+ * feature), SET_OWNER, GET_CONFIG, feature checks, SET_FEATURES, memory
+ * table. */
 bool vuf_negotiate(VuFrontend *fe, Error **errp);
 /* Reset and hand over every queue's rings: SET_VRING_NUM/BASE/ADDR/CALL/
  * KICK and SET_VRING_ENABLE. */
@@ -245,6 +248,46 @@ int vuf_device_feature_by_name(VufDeviceType dev, const char *name);
  */
 bool vuf_get_config(VuFrontend *fe, uint32_t offset, void *buf,
                     uint32_t size, Error **errp);
+
+/*
+ * Read the device config again (GET_CONFIG), as QEMU does after a
+ * config-change message: vuf_blk_config() / vuf_scsi_config() then show
+ * the new values.  A no-op without the CONFIG protocol feature.
+ */
+bool vuf_reread_config(VuFrontend *fe, Error **errp);
+
+/* ------------------------------------------------------------------------ */
+/* The back-end channel (control thread)                                     */
+
+/*
+ * With the SLAVE_REQ protocol feature the front-end gives the back-end one
+ * end of a socket pair (SET_SLAVE_REQ_FD) on which the back-end sends its
+ * own requests.  This front-end understands CONFIG_CHANGE_MSG (the device
+ * config changed: a resized disk) and counts it; it acknowledges any
+ * request that asks for a reply (status 0 for CONFIG_CHANGE_MSG, 1 for
+ * others, which are otherwise ignored).  Messages are read only inside the
+ * calls below, so they wait in the socket meanwhile.
+ */
+
+/* Our end of the channel, or -1 (not negotiated, not connected). */
+int vuf_backend_channel_fd(const VuFrontend *fe);
+
+/*
+ * Handle the messages on the channel, waiting up to timeout_ms for the
+ * first (0: only what is there).  False with errp set if there is no
+ * channel, the back-end closed it or sent a malformed message.
+ */
+bool vuf_poll_backend_channel(VuFrontend *fe, int timeout_ms, Error **errp);
+
+/* CONFIG_CHANGE_MSGs received in this session so far. */
+uint64_t vuf_config_changes(const VuFrontend *fe);
+
+/*
+ * Wait up to timeout_ms (< 0: forever) for a CONFIG_CHANGE_MSG not yet
+ * returned by an earlier call (one that already arrived counts at once).
+ * False with errp set on a time-out or as vuf_poll_backend_channel().
+ */
+bool vuf_wait_config_change(VuFrontend *fe, int timeout_ms, Error **errp);
 
 /* ------------------------------------------------------------------------ */
 /* Guest memory (thread-safe)                                                */

@@ -108,4 +108,16 @@ VirtQueue *vu_server_get_queue(VuServer *server, unsigned i);
 bool vu_server_get_queue_stats(VuServer *server, unsigned i,
                                VirtQueueStats *out);
 
+/*
+ * Tell the front-end that the device's config space changed: a
+ * VHOST_USER_SLAVE_CONFIG_CHANGE_MSG on the back-end channel
+ * (VHOST_USER_PROTOCOL_F_SLAVE_REQ, whose fd the front-end gave with
+ * SET_SLAVE_REQ_FD), without waiting for a reply.  QEMU then reads the
+ * config again (GET_CONFIG) and, for virtio-blk, interrupts the guest.
+ * Returns true if the message was sent; false if no front-end is
+ * connected or it set up no back-end channel (it sees the change at its
+ * next GET_CONFIG).  Main thread.
+ */
+bool vu_server_config_changed(VuServer *server);
+
 #endif

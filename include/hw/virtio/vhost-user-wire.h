@@ -78,6 +78,12 @@ typedef enum VhostUserRequest {
     VHOST_USER_GET_STATUS = 40,
 } VhostUserRequest;
 
+/* Back-end request codes (on the channel of SET_SLAVE_REQ_FD) */
+typedef enum VhostUserSlaveRequest {
+    VHOST_USER_SLAVE_IOTLB_MSG = 1,
+    VHOST_USER_SLAVE_CONFIG_CHANGE_MSG = 2,
+} VhostUserSlaveRequest;
+
 /* SET_VRING_KICK/CALL/ERR payload: ring index and the "no fd" flag. */
 #define VHOST_USER_VRING_INDEX_MASK 0xffu
 #define VHOST_USER_VRING_NOFD_MASK  (1u << 8)

@@ -37,6 +37,22 @@ VirtioBlk *virtio_blk_new(const VirtioBlkConf *conf, BlockNode *bs,
                           Error **errp);
 void virtio_blk_free(VirtioBlk *vb);
 
+/*
+ * Read the node's length again (after block_node_resize()) and make the
+ * capacity the config space shows and requests are checked against
+ * follow it.  Returns whether the capacity changed (the caller then tells
+ * the front-end: vu_server_config_changed()).  Main thread; the queues
+ * may run meanwhile.
+ */
+bool virtio_blk_refresh_capacity(VirtioBlk *vb);
+
+/* The capacity in 512-byte sectors.  Any thread. */
+uint64_t virtio_blk_get_capacity(VirtioBlk *vb);
+
+/* The node's I/O through the device since it was created, over every
+ * queue and front-end.  Any thread. */
+void virtio_blk_get_acct_stats(VirtioBlk *vb, BlockAcctStats *out);
+
 /* The callbacks to give vu_server_new() with vb as dev. */
 extern const VuDevOps virtio_blk_vu_ops;
 

@@ -62,7 +62,8 @@
  * the removal returns.  With VIRTIO_SCSI_F_HOTPLUG negotiated each change
  * queues a TRANSPORT_RESET event for the LUN (reason RESCAN on add,
  * REMOVED on remove) in the event queue, with the EVENTS_MISSED rule
- * above.
+ * above.  Each LUN counts its I/O (virtio_scsi_get_lun_stats()) from
+ * when it is added until it is removed.
  *
  * Threads: creation, LUNs and the VuDevOps set-up callbacks in the main
  * thread; commands in the request queues' home threads.
@@ -119,6 +120,14 @@ ScsiDisk *virtio_scsi_remove_lun(VirtioScsi *vs, unsigned lun);
 
 /* LUN lun's disk (still owned by the device), or NULL.  Main thread. */
 ScsiDisk *virtio_scsi_get_lun(VirtioScsi *vs, unsigned lun);
+
+/*
+ * LUN lun's I/O since it was added, summed over every request queue and
+ * front-end (block_acct_get()): false if there is no such LUN.  The
+ * counts go with the LUN when it is removed.  Main thread.
+ */
+bool virtio_scsi_get_lun_stats(VirtioScsi *vs, unsigned lun,
+                               BlockAcctStats *out);
 
 /*
  * The node of LUN lun grew or shrank: unit attention, and a PARAM_CHANGE
