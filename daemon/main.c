@@ -36,8 +36,21 @@
  * SIGUSR1 (and the shutdown) prints one line of loop statistics per
  * IOThread on stderr.
  *
- * --chardev and --monitor are read and checked, and recorded for the QMP
- * monitor, which is not implemented yet: --monitor prints a warning.
+ * The nodes --blockdev creates are the user's (daemon/blockdev.c): QMP
+ * blockdev-add and blockdev-del add to and take from the same list.
+ *
+ * --chardev only records a socket's options; each --monitor starts a QMP
+ * server (monitor/qmp-server.c) on one of them, in the main loop's
+ * context, at once, so that the monitors exist while the rest of the
+ * command line is processed (a chardev no monitor uses is created
+ * nowhere).  The "quit" command stops the daemon the way SIGTERM does.
+ * With wait=on (the default, as QEMU's server=on), once every option is
+ * processed and before the pid file is written and the parent of
+ * --daemonize is released, the main loop runs until each such monitor has
+ * had a client connect (a stop signal or "quit" still ends it).  Before
+ * shutdown the SHUTDOWN event goes to the clients; the monitors close
+ * after the exports and nodes, so events from their teardown still reach
+ * them, and their last output is flushed.
  *
  * Threads: all of this is the main thread.
  */
@@ -60,7 +73,9 @@
 #include <json-glib/json-glib.h>
 
 #include "block/block.h"
+#include "daemon/blockdev.h"
 #include "daemon/export.h"
+#include "monitor/qmp.h"
 #include "util/aio.h"
 #include "util/error.h"
 #include "util/iothread.h"
@@ -100,24 +115,26 @@ typedef struct CliOption {
     const char *arg;             /* borrowed from argv; NULL if none */
 } CliOption;
 
-/* A --chardev, kept for the QMP monitor. */
+/* A --chardev: a socket for a QMP monitor. */
 typedef struct ChardevConf {
     char *id;
     char *path;                  /* or NULL with fd >= 0 */
-    int fd;
+    int fd;                      /* -1 once a monitor has taken it */
     bool server;
     bool wait;
 } ChardevConf;
 
-/* A --monitor, kept for the QMP monitor. */
+/* A --monitor: a QMP server on a chardev. */
 typedef struct MonitorConf {
     char *chardev;
     bool pretty;
+    bool wait;                   /* the chardev's wait=on */
+    char *where;                 /* the socket, for messages */
+    QmpServer *server;
 } MonitorConf;
 
 typedef struct Daemon {
     AioContext *ctx;             /* the main loop's */
-    GPtrArray *nodes;            /* BlockNode *, one reference each */
     GPtrArray *chardevs;         /* ChardevConf * */
     GPtrArray *monitors;         /* MonitorConf * */
 
@@ -128,6 +145,7 @@ typedef struct Daemon {
 
     int sigfd;
     bool quit;
+    const char *quit_reason;     /* the SHUTDOWN event's: "host-signal", ... */
 } Daemon;
 
 /* ------------------------------------------------------------------------ */
@@ -159,10 +177,13 @@ static void daemon_print_help(void)
 "           [,lun.0.wwn=0xHEX][,lun.0.vendor=V][,lun.0.product=P]\n"
 "           [,lun.0.logical-block-size=512|4096][,lun.1=NODE...]\n"
 "                         serve nodes as the LUNs of a virtio-scsi device\n"
-"  --chardev socket,id=ID,path=PATH,server=on[,wait=off]\n"
-"                         a socket for the QMP monitor (checked and kept)\n"
-"  --monitor [chardev=]ID the QMP monitor: not implemented yet; it is\n"
-"                         accepted with a warning and serves nothing\n"
+"  --chardev socket,id=ID,path=PATH,server=on[,wait=on|off]\n"
+"                         a socket for a QMP monitor (fd=N instead of path:\n"
+"                         an inherited listening socket); wait=on (the\n"
+"                         default) waits for a client before starting\n"
+"  --monitor [chardev=]ID[,pretty=on|off]\n"
+"                         serve the QMP monitor on that chardev (any number\n"
+"                         of monitors and clients; quit stops the daemon)\n"
 "  --pidfile PATH         write the daemon's pid to PATH once it has\n"
 "                         started (locked; removed at exit)\n"
 "  --daemonize            run in the background; return once started\n"
@@ -432,13 +453,7 @@ static bool daemon_add_object(Daemon *d, const char *arg, Error **errp)
 
 static bool daemon_add_blockdev(Daemon *d, const char *arg, Error **errp)
 {
-    BlockNode *bs = block_node_open_str(arg, d->ctx, errp);
-
-    if (!bs) {
-        return false;
-    }
-    g_ptr_array_add(d->nodes, bs);
-    return true;
+    return blockdev_add_str(arg, d->ctx, errp) != NULL;
 }
 
 static bool daemon_add_export(Daemon *d, const char *arg, Error **errp)
@@ -449,7 +464,7 @@ static bool daemon_add_export(Daemon *d, const char *arg, Error **errp)
 }
 
 /* ------------------------------------------------------------------------ */
-/* --chardev, --monitor (recorded for the QMP monitor)                       */
+/* --chardev, --monitor                                                      */
 
 static void chardev_conf_free(gpointer p)
 {
@@ -464,7 +479,9 @@ static void monitor_conf_free(gpointer p)
 {
     MonitorConf *m = p;
 
+    qmp_server_free(m->server);
     g_free(m->chardev);
+    g_free(m->where);
     g_free(m);
 }
 
@@ -548,6 +565,9 @@ static bool daemon_add_monitor(Daemon *d, const char *arg, Error **errp)
     const char *chardev;
     bool pretty;
     int mode;
+    ChardevConf *c;
+    QmpServerConfig cfg = { .listen_fd = -1 };
+    QmpServer *server;
     MonitorConf *m;
 
     if (!opts ||
@@ -566,17 +586,38 @@ static bool daemon_add_monitor(Daemon *d, const char *arg, Error **errp)
                    "are supported");
         return false;
     }
-    if (!daemon_find_chardev(d, chardev)) {
+    c = daemon_find_chardev(d, chardev);
+    if (!c) {
         error_setg(errp, "Parameter 'chardev': there is no chardev '%s' "
                    "(define it with an earlier --chardev)", chardev);
+        return false;
+    }
+    for (guint i = 0; i < d->monitors->len; i++) {
+        MonitorConf *other = g_ptr_array_index(d->monitors, i);
+
+        if (!strcmp(other->chardev, chardev)) {
+            error_setg(errp, "Parameter 'chardev': chardev '%s' is already "
+                       "used by another --monitor (define one --chardev "
+                       "per monitor)", chardev);
+            return false;
+        }
+    }
+    cfg.path = c->path;
+    cfg.listen_fd = c->fd;
+    cfg.pretty = pretty;
+    cfg.name = c->id;
+    server = qmp_server_new(&cfg, d->ctx, errp);
+    if (!server) {
         return false;
     }
     m = g_new0(MonitorConf, 1);
     m->chardev = g_strdup(chardev);
     m->pretty = pretty;
+    m->wait = c->wait;
+    m->where = c->path ? g_strdup(c->path) : g_strdup_printf("fd %d", c->fd);
+    m->server = server;
     g_ptr_array_add(d->monitors, m);
-    error_report("warning: --monitor: the QMP monitor is not implemented "
-                 "yet; chardev '%s' is not served", chardev);
+    c->fd = -1;                  /* the server has it now */
     return true;
 }
 
@@ -813,8 +854,9 @@ static void daemon_signal_read(void *opaque)
     while (read(d->sigfd, &info, sizeof(info)) == sizeof(info)) {
         if (info.ssi_signo == SIGUSR1) {
             daemon_print_iothread_stats();
-        } else {
+        } else if (!d->quit) {
             d->quit = true;
+            d->quit_reason = "host-signal";
         }
     }
 }
@@ -849,10 +891,11 @@ static void daemon_teardown(Daemon *d)
     g_autoptr(GPtrArray) iothreads = NULL;
 
     export_delete_all();
-    while (d->nodes->len) {
-        block_node_unref(g_ptr_array_steal_index(d->nodes,
-                                                 d->nodes->len - 1));
-    }
+    blockdev_del_all();
+    /* After the exports and nodes: events from their teardown still have
+     * somewhere to go. */
+    g_ptr_array_set_size(d->monitors, 0);
+    qmp_set_quit_handler(NULL, NULL);
     iothreads = iothread_list();
     for (guint i = iothreads->len; i-- > 0;) {
         iothread_destroy(g_ptr_array_index(iothreads, i));
@@ -860,9 +903,9 @@ static void daemon_teardown(Daemon *d)
     daemon_remove_pidfile(d);
     aio_set_fd_handler(d->ctx, d->sigfd, NULL, NULL, NULL, NULL, NULL);
     close(d->sigfd);
-    g_ptr_array_unref(d->nodes);
     g_ptr_array_unref(d->chardevs);
     g_ptr_array_unref(d->monitors);
+    qmp_set_main_context(NULL);
     aio_context_unref(d->ctx);
 }
 
@@ -876,6 +919,65 @@ static G_NORETURN void daemon_fail(Daemon *d, const char *option, Error *err)
     error_free(err);
     daemon_teardown(d);
     exit(1);
+}
+
+/* QMP "quit": stop as SIGTERM does (called from a BH in the main loop). */
+static void daemon_qmp_quit(void *opaque)
+{
+    Daemon *d = opaque;
+
+    g_assert(aio_context_in_home_thread(d->ctx));
+    if (!d->quit) {
+        d->quit = true;
+        d->quit_reason = "host-qmp-quit";
+    }
+    aio_notify(d->ctx);
+}
+
+/* Whether every wait=on monitor has had a client. */
+static bool daemon_monitors_waiting(Daemon *d)
+{
+    for (guint i = 0; i < d->monitors->len; i++) {
+        MonitorConf *m = g_ptr_array_index(d->monitors, i);
+
+        if (m->wait && qmp_server_num_accepted(m->server) == 0) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/*
+ * wait=on: run the loop until each such monitor has had a client connect
+ * (or a stop signal or "quit" came).
+ */
+static void daemon_wait_for_monitors(Daemon *d)
+{
+    if (!daemon_monitors_waiting(d)) {
+        return;
+    }
+    for (guint i = 0; i < d->monitors->len; i++) {
+        MonitorConf *m = g_ptr_array_index(d->monitors, i);
+
+        if (m->wait) {
+            error_report("waiting for a QMP client on %s", m->where);
+        }
+    }
+    while (!d->quit && daemon_monitors_waiting(d)) {
+        aio_poll(d->ctx, true);
+    }
+}
+
+/* The SHUTDOWN event, as QEMU sends it when the host stops it. */
+static void daemon_emit_shutdown(Daemon *d)
+{
+    g_autoptr(JsonObject) data = json_object_new();
+
+    json_object_set_boolean_member(data, "guest", false);
+    json_object_set_string_member(data, "reason",
+                                  d->quit_reason ? d->quit_reason :
+                                  "host-signal");
+    qmp_event_emit("SHUTDOWN", data);
 }
 
 int main(int argc, char **argv)
@@ -895,12 +997,14 @@ int main(int argc, char **argv)
         error_report("%s", error_get_pretty(err));
         exit(1);
     }
-    d.nodes = g_ptr_array_new();
     d.chardevs = g_ptr_array_new_with_free_func(chardev_conf_free);
     d.monitors = g_ptr_array_new_with_free_func(monitor_conf_free);
     aio_set_fd_handler(d.ctx, d.sigfd, daemon_signal_read, NULL, NULL, NULL,
                        &d);
     aio_set_fd_handler_name(d.ctx, d.sigfd, "signals");
+    qmp_set_main_context(d.ctx);
+    qmp_set_quit_handler(daemon_qmp_quit, &d);
+    qmp_register_all_commands();
 
     for (guint i = 0; i < options->len; i++) {
         const CliOption *o = &g_array_index(options, CliOption, i);
@@ -909,6 +1013,13 @@ int main(int argc, char **argv)
         if (!daemon_process_option(&d, o, &err)) {
             daemon_fail(&d, name, err);
         }
+    }
+    daemon_wait_for_monitors(&d);
+    if (d.quit) {
+        /* Stopped before it started: no pid file. */
+        daemon_emit_shutdown(&d);
+        daemon_teardown(&d);
+        return 0;
     }
     if (d.pidfile && !daemon_write_pidfile(&d, &err)) {
         daemon_fail(&d, "--pidfile", err);
@@ -921,6 +1032,7 @@ int main(int argc, char **argv)
         aio_poll(d.ctx, true);
     }
 
+    daemon_emit_shutdown(&d);
     daemon_print_iothread_stats();
     daemon_teardown(&d);
     return 0;

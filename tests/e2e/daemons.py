@@ -196,7 +196,7 @@ class Daemon:
     """A running back-end.  Use as a context manager, or call stop()."""
 
     def __init__(self, program, exports, flavour, workdir, iothread_props="",
-                 extra_args=(), env=None):
+                 extra_args=(), env=None, extra_sockets=()):
         program = str(program)
         # The daemon runs in `workdir`: a relative program path is made absolute.
         if "/" in program:
@@ -212,15 +212,18 @@ class Daemon:
         self.proc = None
         self.returncode = None
         self._env = env
+        # More sockets start() waits for (a QMP monitor's, from extra_args).
+        self.extra_sockets = [str(p) for p in extra_sockets]
 
     def start(self, timeout=10):
-        """Start the daemon and wait until every export socket listens."""
+        """Start the daemon and wait until every export socket (and every
+        one of extra_sockets) listens."""
         self._stderr = open(self.stderr_path, "w")
         self.proc = subprocess.Popen(self.command, stdin=subprocess.DEVNULL,
                                      stdout=self._stderr, stderr=self._stderr,
                                      cwd=self.workdir, env=self._env,
                                      preexec_fn=die_with_parent())
-        want = {e.socket for e in self.exports}
+        want = {e.socket for e in self.exports} | set(self.extra_sockets)
         deadline = time.monotonic() + timeout
         while True:
             if self.proc.poll() is not None:

@@ -197,7 +197,8 @@ def qemu_command(kernel, initrd, disks, smp=1, mem_mb=DEFAULT_MEM_MB,
 
 def run_guest(disks, script, files=None, timeout=90, smp=1,
               mem_mb=DEFAULT_MEM_MB, cache_dir=None, kernel=None,
-              console_log=None, append_extra="", echo=False, qemu_args=()):
+              console_log=None, append_extra="", echo=False, qemu_args=(),
+              on_line=None):
     """Boot a guest on `disks`, run `script` in it, return a GuestRun.
 
     `script` is shell code run by /init after modules are loaded (results are
@@ -207,6 +208,12 @@ def run_guest(disks, script, files=None, timeout=90, smp=1,
     to `console_log` if given, and copied to stdout as it arrives if `echo`.
     `append_extra` is added to the kernel command line ("loglevel=7" to see
     the kernel's messages) and `qemu_args` to QEMU's ("-trace", "vhost*").
+
+    `on_line`, if given, is called with each complete console line (without
+    its line ending) as soon as it arrives, while the guest runs: a test can
+    act on the host when the guest prints, say, "SPINDLE-STAGE ready".  The
+    guest's console output waits meanwhile, so keep it short; an exception it
+    raises stops the guest and propagates.
     """
     cache_dir = Path(cache_dir) if cache_dir else default_cache_dir()
     kernel_path, version = find_kernel(kernel)
@@ -216,7 +223,7 @@ def run_guest(disks, script, files=None, timeout=90, smp=1,
                                  kernel_version=version, out_dir=work)
         cmd = qemu_command(kernel_path, initrd, disks, smp=smp, mem_mb=mem_mb,
                            append_extra=append_extra, qemu_args=qemu_args)
-        return _run(cmd, timeout, console_log, echo)
+        return _run(cmd, timeout, console_log, echo, on_line)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -226,15 +233,17 @@ def _ensure(path):
     return path
 
 
-def _run(cmd, timeout, console_log, echo):
+def _run(cmd, timeout, console_log, echo, on_line=None):
     start = time.monotonic()
     chunks = []
+    partial = ""                 # the console's last, unfinished line
     log = open(console_log, "w") if console_log else None
     proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT,
                             preexec_fn=die_with_parent(signal.SIGKILL))
     fd = proc.stdout.fileno()
     timed_out = False
+    stopped = False              # the loop ended (rather than an exception)
     try:
         while True:
             left = timeout - (time.monotonic() - start)
@@ -254,8 +263,14 @@ def _run(cmd, timeout, console_log, echo):
                 log.flush()
             if echo:
                 print(text, end="", flush=True)
+            if on_line:
+                partial += text
+                *lines, partial = partial.split("\n")
+                for line in lines:
+                    on_line(line.rstrip("\r"))
+        stopped = True
     finally:
-        if not timed_out:
+        if stopped and not timed_out:
             try:
                 proc.wait(timeout=10)
             except subprocess.TimeoutExpired:

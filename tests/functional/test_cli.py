@@ -168,7 +168,8 @@ def test_help_lists_every_option(spindle):
                 "--daemonize", "addr.type=fd", "num-queues",
                 "logical-block-size", "iothread", "serial"):
         assert opt in proc.stdout, f"--help does not mention {opt}"
-    assert "not implemented yet" in proc.stdout     # the QMP monitor
+    assert "QMP monitor" in proc.stdout
+    assert "not implemented" not in proc.stdout
     assert run(spindle, ["-h"]).stdout == proc.stdout
 
 
@@ -536,7 +537,8 @@ def test_inherited_listening_socket(spindle, image, tmp_path, daemons):
     assert not pidfile.exists()
 
 
-def test_monitor_is_accepted_with_a_warning(spindle, tmp_path, daemons):
+def test_monitor_serves_qmp(spindle, tmp_path, daemons):
+    # The protocol itself: test_qmp_protocol.py.
     sock = tmp_path / "vm.sock"
     qmp = tmp_path / "qmp.sock"
     pidfile = tmp_path / "spindle.pid"
@@ -547,11 +549,16 @@ def test_monitor_is_accepted_with_a_warning(spindle, tmp_path, daemons):
                           *export(sock, node="n0"),
                           "--pidfile", str(pidfile)])
     d.wait_ready(pidfile)
+    assert stat.S_ISSOCK(qmp.stat().st_mode)
+    assert stat.S_IMODE(qmp.stat().st_mode) == 0o600
+    with socket.socket(socket.AF_UNIX) as c:
+        c.settimeout(TIMEOUT)
+        c.connect(str(qmp))
+        assert c.recv(4096).startswith(b'{"QMP":')
     rc, err = d.stop()
     assert rc == 0, err
-    assert err.splitlines()[0] == ("spindle: warning: --monitor: the QMP "
-                                   "monitor is not implemented yet; chardev "
-                                   "'mon0' is not served")
+    assert "warning" not in err
+    assert not qmp.exists()
 
 
 def test_pidfile_is_locked(spindle, tmp_path, daemons):

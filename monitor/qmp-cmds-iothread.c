@@ -1,0 +1,463 @@
+/*
+ * QMP commands for IOThreads: object-add, object-del, qom-set, qom-get and
+ * query-iothreads.
+ *
+ * Theory of operation
+ * -------------------
+ * QEMU manages IOThreads as QOM objects under /objects; tools know those
+ * command names and shapes, so Spindle answers them for the one object
+ * type it has.  Each command is a thin layer over util/iothread.h:
+ *
+ *   object-add       {"qom-type": "iothread", "id": ID, PROP: VALUE...}
+ *                    -> iothread_create() with the properties as --object
+ *                    takes them (integers are JSON integers here, strings
+ *                    JSON strings, as QEMU's QMP types them);
+ *   object-del       {"id": ID} -> iothread_destroy(), refused while an
+ *                    export or a block node still runs in the thread;
+ *   qom-set/qom-get  {"path": "/objects/ID" or "ID", "property": NAME
+ *                    [, "value": V]} -> iothread_set_property_int() /
+ *                    iothread_set_property() / iothread_get_property().
+ *                    The running thread picks a change up at its next loop
+ *                    turn (iothread.c);
+ *   query-iothreads  QEMU's IOThreadInfo members, plus "spindle-poll": the
+ *                    context's poll statistics (aio_context_get_stats()),
+ *                    the thread's CPU time and its poll policy.
+ *
+ * Every handler rejects members it does not know (qmp_args_check()).
+ *
+ * Threads: main thread only (QMP handlers run there).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <glib.h>
+#include <json-glib/json-glib.h>
+
+#include "block/block.h"
+#include "daemon/export.h"
+#include "monitor/qmp-int.h"
+#include "monitor/qmp.h"
+#include "util/iothread.h"
+#include "util/keyval.h"
+
+/* The only --object type Spindle has. */
+#define IOTHREAD_TYPE "iothread"
+
+/* Where QEMU puts user-created objects in the QOM tree. */
+#define QOM_OBJECTS_PREFIX "/objects/"
+
+/* The IOThread properties, by the JSON type QMP gives them. */
+static const char *const iothread_int_props[] = {
+    "poll-max-ns", "poll-grow", "poll-shrink", "aio-max-batch", NULL,
+};
+static const char *const iothread_str_props[] = {
+    "cpu-affinity", "poll-policy", NULL,
+};
+
+/* Read-only properties qom-get also answers. */
+#define IOTHREAD_PROP_THREAD_ID "thread-id"
+
+static JsonNode *return_object(JsonObject *obj)
+{
+    JsonNode *node = json_node_init_object(json_node_alloc(), obj);
+
+    json_object_unref(obj);
+    return node;
+}
+
+static JsonNode *return_array(JsonArray *arr)
+{
+    JsonNode *node = json_node_init_array(json_node_alloc(), arr);
+
+    json_array_unref(arr);
+    return node;
+}
+
+static JsonNode *return_empty(void)
+{
+    return return_object(json_object_new());
+}
+
+static bool prop_is_int(const char *name)
+{
+    return g_strv_contains(iothread_int_props, name);
+}
+
+static bool prop_is_str(const char *name)
+{
+    return g_strv_contains(iothread_str_props, name);
+}
+
+/* ------------------------------------------------------------------------ */
+/* object-add / object-del                                                   */
+
+static void keyval_pair_free(gpointer p)
+{
+    KeyvalPair *kv = p;
+
+    g_free(kv->key);
+    g_free(kv->value);
+    g_free(kv);
+}
+
+static void props_add(GPtrArray *props, const char *key, char *value)
+{
+    KeyvalPair *kv = g_new(KeyvalPair, 1);
+
+    kv->key = g_strdup(key);
+    kv->value = value;          /* taken */
+    g_ptr_array_add(props, kv);
+}
+
+/*
+ * The properties of an object-add as the key=value list iothread_create()
+ * takes, type-checked the QMP way.  NULL with errp set on a bad member.
+ */
+static GPtrArray *object_add_props(JsonObject *args, Error **errp)
+{
+    g_autoptr(GPtrArray) props = g_ptr_array_new_with_free_func(
+        keyval_pair_free);
+
+    for (int i = 0; iothread_int_props[i]; i++) {
+        const char *name = iothread_int_props[i];
+        int64_t v;
+
+        if (!json_object_has_member(args, name)) {
+            continue;
+        }
+        if (!qmp_arg_int(args, name, false, 0, INT64_MAX, &v, errp)) {
+            return NULL;
+        }
+        props_add(props, name, g_strdup_printf("%" PRId64, v));
+    }
+    for (int i = 0; iothread_str_props[i]; i++) {
+        const char *name = iothread_str_props[i];
+        const char *v;
+
+        if (!json_object_has_member(args, name)) {
+            continue;
+        }
+        if (!qmp_arg_str(args, name, false, &v, errp)) {
+            return NULL;
+        }
+        props_add(props, name, g_strdup(v));
+    }
+    return g_steal_pointer(&props);
+}
+
+static JsonNode *qmp_object_add(JsonObject *args, Error **errp)
+{
+    static const char *const allowed[] = {
+        "qom-type", "id", "poll-max-ns", "poll-grow", "poll-shrink",
+        "aio-max-batch", "cpu-affinity", "poll-policy", NULL,
+    };
+    g_autoptr(GPtrArray) props = NULL;
+    const char *type, *id;
+
+    g_assert(qmp_in_main_thread());
+    if (!qmp_arg_str(args, "qom-type", true, &type, errp)) {
+        return NULL;
+    }
+    if (strcmp(type, IOTHREAD_TYPE)) {
+        error_setg(errp, "Object type '%s' is not supported (Spindle has: "
+                   IOTHREAD_TYPE ")", type);
+        return NULL;
+    }
+    if (!qmp_arg_str(args, "id", true, &id, errp) ||
+        !qmp_args_check(args, allowed, errp)) {
+        return NULL;
+    }
+    props = object_add_props(args, errp);
+    if (!props || !iothread_create(id, props, errp)) {
+        return NULL;
+    }
+    return return_empty();
+}
+
+/*
+ * Why iot cannot go away now, or NULL if it can: an export runs queues or
+ * nodes in it, or (a safety net: exports move their nodes back when they
+ * go) a block node still lives in its context.
+ */
+static char *iothread_busy_reason(IOThread *iot)
+{
+    AioContext *ctx = iothread_get_aio_context(iot);
+    Export *exp = export_find_by_iothread(iot);
+    g_autoptr(GPtrArray) nodes = NULL;
+
+    if (exp) {
+        return g_strdup_printf("IOThread '%s' is in use by export '%s'",
+                               iothread_get_id(iot), export_get_id(exp));
+    }
+    nodes = block_node_list();
+    for (guint i = 0; i < nodes->len; i++) {
+        BlockNode *bs = g_ptr_array_index(nodes, i);
+
+        if (block_node_get_aio_context(bs) == ctx) {
+            return g_strdup_printf("IOThread '%s' is in use by block node "
+                                   "'%s'", iothread_get_id(iot),
+                                   block_node_get_name(bs));
+        }
+    }
+    return NULL;
+}
+
+static JsonNode *qmp_object_del(JsonObject *args, Error **errp)
+{
+    static const char *const allowed[] = { "id", NULL };
+    g_autofree char *busy = NULL;
+    const char *id;
+    IOThread *iot;
+
+    g_assert(qmp_in_main_thread());
+    if (!qmp_arg_str(args, "id", true, &id, errp) ||
+        !qmp_args_check(args, allowed, errp)) {
+        return NULL;
+    }
+    iot = iothread_lookup(id);
+    if (!iot) {
+        error_setg(errp, "object '%s' not found", id);
+        return NULL;
+    }
+    busy = iothread_busy_reason(iot);
+    if (busy) {
+        error_setg(errp, "%s", busy);
+        return NULL;
+    }
+    iothread_destroy(iot);
+    return return_empty();
+}
+
+/* ------------------------------------------------------------------------ */
+/* qom-set / qom-get                                                         */
+
+/*
+ * The IOThread a QOM path names: "/objects/ID", or "ID" alone (QEMU
+ * resolves a partial path when it matches one object only; every object
+ * here is an IOThread under /objects).  DeviceNotFound otherwise.
+ */
+static IOThread *qom_resolve(const char *path, Error **errp)
+{
+    const char *id = path;
+    IOThread *iot = NULL;
+
+    if (g_str_has_prefix(path, QOM_OBJECTS_PREFIX)) {
+        id = path + strlen(QOM_OBJECTS_PREFIX);
+    }
+    if (*id && !strchr(id, '/')) {
+        iot = iothread_lookup(id);
+    }
+    if (!iot) {
+        qmp_error_set(errp, QMP_ERROR_CLASS_DEVICE_NOT_FOUND,
+                      "Device '%s' not found", path);
+    }
+    return iot;
+}
+
+static void qom_property_not_found(Error **errp, const char *name)
+{
+    error_setg(errp, "Property '" IOTHREAD_TYPE ".%s' not found", name);
+}
+
+/* The path and property of qom-get / qom-set. */
+static IOThread *qom_args(JsonObject *args, const char *const *allowed,
+                          const char **property, Error **errp)
+{
+    const char *path;
+    IOThread *iot;
+
+    if (!qmp_arg_str(args, "path", true, &path, errp) ||
+        !qmp_arg_str(args, "property", true, property, errp) ||
+        !qmp_args_check(args, allowed, errp)) {
+        return NULL;
+    }
+    iot = qom_resolve(path, errp);
+    if (iot && !prop_is_int(*property) && !prop_is_str(*property) &&
+        strcmp(*property, IOTHREAD_PROP_THREAD_ID)) {
+        qom_property_not_found(errp, *property);
+        return NULL;
+    }
+    return iot;
+}
+
+static JsonNode *qmp_qom_set(JsonObject *args, Error **errp)
+{
+    static const char *const allowed[] = {
+        "path", "property", "value", NULL,
+    };
+    const char *name;
+    IOThread *iot;
+    bool ok;
+
+    g_assert(qmp_in_main_thread());
+    iot = qom_args(args, allowed, &name, errp);
+    if (!iot) {
+        return NULL;
+    }
+    if (!json_object_has_member(args, "value")) {
+        error_setg(errp, "Parameter 'value' is missing");
+        return NULL;
+    }
+    if (!strcmp(name, IOTHREAD_PROP_THREAD_ID)) {
+        error_setg(errp, "Property '" IOTHREAD_TYPE ".%s' is read-only",
+                   name);
+        return NULL;
+    }
+    if (prop_is_int(name)) {
+        int64_t v;
+
+        if (!qmp_arg_int(args, "value", true, 0, INT64_MAX, &v, errp)) {
+            error_prepend(errp, "Property '" IOTHREAD_TYPE ".%s': ", name);
+            return NULL;
+        }
+        ok = iothread_set_property_int(iot, name, v, errp);
+    } else {
+        const char *v;
+
+        ok = qmp_arg_str(args, "value", true, &v, errp) &&
+             iothread_set_property(iot, name, v, errp);
+    }
+    return ok ? return_empty() : NULL;
+}
+
+/* An integer property's value (they are kept as decimal strings). */
+static bool iothread_get_int(IOThread *iot, const char *name, int64_t *out,
+                             Error **errp)
+{
+    g_autofree char *str = iothread_get_property(iot, name, errp);
+    char *end;
+
+    if (!str) {
+        return false;
+    }
+    errno = 0;
+    *out = g_ascii_strtoll(str, &end, 10);
+    /* Our own invariant: iothread.c stores what it validated as integer. */
+    g_assert(!errno && end != str && !*end);
+    return true;
+}
+
+static JsonNode *qmp_qom_get(JsonObject *args, Error **errp)
+{
+    static const char *const allowed[] = { "path", "property", NULL };
+    JsonNode *ret;
+    const char *name;
+    IOThread *iot;
+
+    g_assert(qmp_in_main_thread());
+    iot = qom_args(args, allowed, &name, errp);
+    if (!iot) {
+        return NULL;
+    }
+    ret = json_node_alloc();
+    if (!strcmp(name, IOTHREAD_PROP_THREAD_ID)) {
+        json_node_init_int(ret, iothread_get_thread_id(iot));
+    } else if (prop_is_int(name)) {
+        int64_t v;
+
+        if (!iothread_get_int(iot, name, &v, errp)) {
+            json_node_unref(ret);
+            return NULL;
+        }
+        json_node_init_int(ret, v);
+    } else {
+        g_autofree char *v = iothread_get_property(iot, name, errp);
+
+        if (!v) {
+            json_node_unref(ret);
+            return NULL;
+        }
+        json_node_init_string(ret, v);
+    }
+    return ret;
+}
+
+/* ------------------------------------------------------------------------ */
+/* query-iothreads                                                           */
+
+static JsonObject *iothread_poll_info(IOThread *iot, Error **errp)
+{
+    g_autofree char *policy = iothread_get_property(iot, "poll-policy", errp);
+    JsonObject *o;
+    AioPollStats st;
+
+    if (!policy) {
+        return NULL;
+    }
+    aio_context_get_stats(iothread_get_aio_context(iot), &st);
+    o = json_object_new();
+    json_object_set_int_member(o, "window-ns", st.poll_ns);
+    json_object_set_int_member(o, "turns", st.turns);
+    json_object_set_int_member(o, "poll-hits", st.poll_hits);
+    json_object_set_int_member(o, "poll-misses", st.poll_misses);
+    json_object_set_int_member(o, "wakeups", st.wakeups);
+    json_object_set_int_member(o, "poll-time-ns", st.poll_time_ns);
+    json_object_set_int_member(o, "block-time-ns", st.block_time_ns);
+    json_object_set_int_member(o, "grows", st.grows);
+    json_object_set_int_member(o, "shrinks", st.shrinks);
+    json_object_set_int_member(o, "dispatches", st.dispatches);
+    json_object_set_int_member(o, "bhs", st.bhs);
+    json_object_set_int_member(o, "timers", st.timers);
+    json_object_set_int_member(o, "cpu-ns", iothread_get_cpu_ns(iot));
+    json_object_set_string_member(o, "policy", policy);
+    return o;
+}
+
+static JsonObject *iothread_info(IOThread *iot, Error **errp)
+{
+    g_autoptr(JsonObject) o = json_object_new();
+    JsonObject *poll;
+
+    json_object_set_string_member(o, "id", iothread_get_id(iot));
+    json_object_set_int_member(o, "thread-id", iothread_get_thread_id(iot));
+    for (int i = 0; iothread_int_props[i]; i++) {
+        int64_t v;
+
+        if (!iothread_get_int(iot, iothread_int_props[i], &v, errp)) {
+            return NULL;
+        }
+        json_object_set_int_member(o, iothread_int_props[i], v);
+    }
+    poll = iothread_poll_info(iot, errp);
+    if (!poll) {
+        return NULL;
+    }
+    json_object_set_object_member(o, "spindle-poll", poll);
+    return g_steal_pointer(&o);
+}
+
+static JsonNode *qmp_query_iothreads(JsonObject *args, Error **errp)
+{
+    static const char *const allowed[] = { NULL };
+    g_autoptr(GPtrArray) list = NULL;
+    JsonArray *arr;
+
+    g_assert(qmp_in_main_thread());
+    if (!qmp_args_check(args, allowed, errp)) {
+        return NULL;
+    }
+    list = iothread_list();
+    arr = json_array_new();
+    for (guint i = 0; i < list->len; i++) {
+        JsonObject *o = iothread_info(g_ptr_array_index(list, i), errp);
+
+        if (!o) {
+            json_array_unref(arr);
+            return NULL;
+        }
+        json_array_add_object_element(arr, o);
+    }
+    return return_array(arr);
+}
+
+/* ------------------------------------------------------------------------ */
+
+void qmp_register_iothread_commands(void)
+{
+    qmp_register_command("object-add", qmp_object_add);
+    qmp_register_command("object-del", qmp_object_del);
+    qmp_register_command("qom-set", qmp_qom_set);
+    qmp_register_command("qom-get", qmp_qom_get);
+    qmp_register_command("query-iothreads", qmp_query_iothreads);
+}

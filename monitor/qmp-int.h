@@ -1,0 +1,41 @@
+/*
+ * What the monitor/ files share among themselves (not part of the QMP
+ * contract in include/monitor/qmp.h).  Main thread.
+ */
+#ifndef SPINDLE_MONITOR_QMP_INT_H
+#define SPINDLE_MONITOR_QMP_INT_H
+
+#include <stdbool.h>
+#include "monitor/qmp.h"
+
+/*
+ * True in the main thread: the home thread of qmp_get_main_context(), or
+ * any thread before the daemon set it (unit tests run servers in contexts
+ * of their own).
+ */
+static inline bool qmp_in_main_thread(void)
+{
+    AioContext *ctx = qmp_get_main_context();
+
+    return !ctx || aio_context_in_home_thread(ctx);
+}
+
+/*
+ * Spindle's version as QEMU's VersionInfo, for query-version and the
+ * greeting: {"qemu": {"major": M, "minor": m, "micro": u},
+ * "package": "spindle X.Y.Z"}.  A new node.
+ */
+JsonNode *qmp_version_info(void);
+
+/* The "class" of an error reply for err: "GenericError", ... (static). */
+const char *qmp_error_class_name(const Error *err);
+
+/*
+ * Ask the daemon to stop, as "quit" does: the quit handler runs from a
+ * bottom half in the main context (so that the reply to "quit" is sent
+ * first), or at once if there is no main context.  False with errp set
+ * if there is no quit handler.
+ */
+bool qmp_request_quit(Error **errp);
+
+#endif
