@@ -199,6 +199,7 @@ bool aio_bh_poll(AioContext *ctx)
         if ((old & BH_SCHEDULED) && !(old & BH_DELETED)) {
             ran++;
             bh->cb(bh->opaque);
+            aio_dispatch_now_ns = 0;  /* see aio_dispatch_time_ns() */
         }
         if (old & (BH_DELETED | BH_ONESHOT)) {
             g_free(bh);

@@ -79,6 +79,7 @@ bool aio_timers_run_expired(AioContext *ctx)
         aio_timer_unlink(t);
         ran++;
         t->cb(t->opaque);       /* may re-arm or delete any timer */
+        aio_dispatch_now_ns = 0;  /* see aio_dispatch_time_ns() */
     }
     if (ran) {
         stat_add(&ctx->stats.timers, ran);

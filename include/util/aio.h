@@ -305,6 +305,23 @@ int64_t aio_context_get_aio_max_batch(AioContext *ctx);
 void aio_context_get_stats(AioContext *ctx, AioPollStats *out);
 
 /*
+ * A clock reading for the callback running now: the time (clock_now_ns())
+ * at which this thread's aio_poll() began dispatching, if the running
+ * callback is the first of its turn to run (handler, bottom half or
+ * timer), else 0.  The loop reads the clock right after polling or waiting
+ * anyway, so a callback that wants "now" (I/O accounting) can use that
+ * reading instead of paying for its own; it is older than the truth only
+ * by the loop's bookkeeping between the two.  The value is cleared after
+ * every callback.  Home thread of the running context.
+ */
+extern __thread int64_t aio_dispatch_now_ns;
+
+static inline int64_t aio_dispatch_time_ns(void)
+{
+    return aio_dispatch_now_ns;
+}
+
+/*
  * Fill up to max entries with the pollable handlers' windows; returns the
  * number of pollable handlers (which may exceed max).  Any thread.
  */

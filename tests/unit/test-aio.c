@@ -459,6 +459,86 @@ static bool en_poll(EventNotifier *e)
     return atomic_load(&st->flag);
 }
 
+/* ---- aio_dispatch_time_ns(): the loop's reading, first callback only -- */
+
+typedef struct DispatchTimes {
+    int64_t seen[4];             /* what each callback saw, in call order */
+    int n;
+    EventNotifier a, b;
+} DispatchTimes;
+
+static void dispatch_time_record(DispatchTimes *dt)
+{
+    g_assert_cmpint(dt->n, <, (int)G_N_ELEMENTS(dt->seen));
+    dt->seen[dt->n++] = aio_dispatch_time_ns();
+}
+
+static void dispatch_time_read_a(EventNotifier *e)
+{
+    DispatchTimes *dt = (DispatchTimes *)((char *)e -
+                                          offsetof(DispatchTimes, a));
+
+    g_assert_true(event_notifier_test_and_clear(e));
+    dispatch_time_record(dt);
+}
+
+static void dispatch_time_read_b(EventNotifier *e)
+{
+    DispatchTimes *dt = (DispatchTimes *)((char *)e -
+                                          offsetof(DispatchTimes, b));
+
+    g_assert_true(event_notifier_test_and_clear(e));
+    dispatch_time_record(dt);
+}
+
+static void dispatch_time_bh(void *opaque)
+{
+    dispatch_time_record(opaque);
+}
+
+static void test_dispatch_time(void)
+{
+    AioContext *ctx = ctx_new();
+    DispatchTimes dt = { 0 };
+    int64_t before, after;
+
+    g_assert_cmpint(event_notifier_init(&dt.a, false), ==, 0);
+    g_assert_cmpint(event_notifier_init(&dt.b, false), ==, 0);
+    aio_set_event_notifier(ctx, &dt.a, dispatch_time_read_a, NULL, NULL);
+    aio_set_event_notifier(ctx, &dt.b, dispatch_time_read_b, NULL, NULL);
+    g_assert_cmpint(aio_dispatch_time_ns(), ==, 0);   /* outside a turn */
+
+    /* Two handlers and a BH in one turn: only the first sees the reading,
+     * and it lies within the turn. */
+    g_assert_cmpint(event_notifier_set(&dt.a), ==, 0);
+    g_assert_cmpint(event_notifier_set(&dt.b), ==, 0);
+    aio_bh_schedule_oneshot(ctx, dispatch_time_bh, &dt);
+    before = clock_now_ns();
+    g_assert_true(aio_poll(ctx, true));
+    after = clock_now_ns();
+    g_assert_cmpint(dt.n, ==, 3);
+    g_assert_cmpint(dt.seen[0], >=, before);
+    g_assert_cmpint(dt.seen[0], <=, after);
+    g_assert_cmpint(dt.seen[1], ==, 0);
+    g_assert_cmpint(dt.seen[2], ==, 0);
+    g_assert_cmpint(aio_dispatch_time_ns(), ==, 0);   /* cleared after */
+
+    /* A BH that is the turn's only callback gets it too. */
+    dt.n = 0;
+    aio_bh_schedule_oneshot(ctx, dispatch_time_bh, &dt);
+    before = clock_now_ns();
+    g_assert_true(aio_poll(ctx, false));
+    g_assert_cmpint(dt.n, ==, 1);
+    g_assert_cmpint(dt.seen[0], >=, before);
+    g_assert_cmpint(aio_dispatch_time_ns(), ==, 0);
+
+    aio_set_event_notifier(ctx, &dt.a, NULL, NULL, NULL);
+    aio_set_event_notifier(ctx, &dt.b, NULL, NULL, NULL);
+    event_notifier_cleanup(&dt.a);
+    event_notifier_cleanup(&dt.b);
+    aio_context_unref(ctx);
+}
+
 typedef struct DelayedSet {
     EventNotifier *e;
     GThread *thread;
@@ -3005,6 +3085,7 @@ static const TestCase tests[] = {
     { "/aio/fd/read-dispatch", test_fd_read },
     { "/aio/fd/write-dispatch", test_fd_write },
     { "/aio/event-notifier", test_event_notifier },
+    { "/aio/dispatch-time", test_dispatch_time },
     { "/aio/bh/schedule", test_bh_schedule },
     { "/aio/bh/coalesce", test_bh_coalesce },
     { "/aio/bh/coalesce-threads", test_bh_coalesce_threads },
