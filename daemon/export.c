@@ -289,21 +289,6 @@ static bool export_lookup_iothread(GPtrArray *ids, IOThread **iot,
     return true;
 }
 
-/* The IOThread whose context is ctx, or NULL. */
-static IOThread *export_ctx_iothread(AioContext *ctx)
-{
-    g_autoptr(GPtrArray) list = iothread_list();
-
-    for (guint i = 0; i < list->len; i++) {
-        IOThread *iot = g_ptr_array_index(list, i);
-
-        if (iothread_get_aio_context(iot) == ctx) {
-            return iot;
-        }
-    }
-    return NULL;
-}
-
 /* "IOThread 'x'" or "the main loop", for messages. */
 static char *export_describe_ctx(AioContext *ctx, AioContext *main_ctx)
 {
@@ -312,7 +297,7 @@ static char *export_describe_ctx(AioContext *ctx, AioContext *main_ctx)
     if (ctx == main_ctx) {
         return g_strdup("the main loop");
     }
-    iot = export_ctx_iothread(ctx);
+    iot = iothread_find_by_context(ctx);
     return iot ? g_strdup_printf("IOThread '%s'", iothread_get_id(iot))
                : g_strdup("another context");
 }
@@ -712,7 +697,7 @@ bool export_get_queue_stats(Export *exp, unsigned i, ExportQueueStats *out)
         !exp->drv->get_queue_stats(exp->state, i, &st)) {
         return false;
     }
-    iot = export_ctx_iothread(exp->ctxs[i % exp->nctx]);
+    iot = iothread_find_by_context(exp->ctxs[i % exp->nctx]);
     *out = (ExportQueueStats) {
         .iothread = iot ? iothread_get_id(iot) : NULL,
         .requests = st.requests,

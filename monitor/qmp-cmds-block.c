@@ -67,27 +67,6 @@
 #include "util/iothread.h"
 #include "util/opts.h"
 
-static JsonNode *return_object(JsonObject *obj)
-{
-    JsonNode *node = json_node_init_object(json_node_alloc(), obj);
-
-    json_object_unref(obj);
-    return node;
-}
-
-static JsonNode *return_array(JsonArray *arr)
-{
-    JsonNode *node = json_node_init_array(json_node_alloc(), arr);
-
-    json_array_unref(arr);
-    return node;
-}
-
-static JsonNode *return_empty(void)
-{
-    return return_object(json_object_new());
-}
-
 /* The registered node node_name, or NULL with QEMU's DeviceNotFound. */
 static BlockNode *find_node(const char *node_name, Error **errp)
 {
@@ -126,7 +105,7 @@ static JsonNode *qmp_blockdev_add(JsonObject *args, Error **errp)
     if (!blockdev_add(opts, qmp_get_main_context(), errp)) {
         return NULL;
     }
-    return return_empty();
+    return qmp_return_empty();
 }
 
 static JsonNode *qmp_blockdev_del(JsonObject *args, Error **errp)
@@ -140,26 +119,11 @@ static JsonNode *qmp_blockdev_del(JsonObject *args, Error **errp)
         !blockdev_del(node_name, errp)) {
         return NULL;
     }
-    return return_empty();
+    return qmp_return_empty();
 }
 
 /* ------------------------------------------------------------------------ */
 /* query-named-block-nodes                                                   */
-
-/* The IOThread whose context ctx is, or NULL (the main loop). */
-static IOThread *iothread_of_context(AioContext *ctx)
-{
-    g_autoptr(GPtrArray) list = iothread_list();
-
-    for (guint i = 0; i < list->len; i++) {
-        IOThread *iot = g_ptr_array_index(list, i);
-
-        if (iothread_get_aio_context(iot) == ctx) {
-            return iot;
-        }
-    }
-    return NULL;
-}
 
 /*
  * What QEMU shows as a node's "file": the image at the bottom of its
@@ -189,7 +153,7 @@ static JsonObject *node_info(BlockNode *bs)
     JsonObject *image = json_object_new();
     g_autofree char *file = node_file_name(bs);
     const char *drv = block_node_get_driver_name(bs);
-    IOThread *iot = iothread_of_context(block_node_get_aio_context(bs));
+    IOThread *iot = iothread_find_by_context(block_node_get_aio_context(bs));
 
     json_object_set_string_member(o, "node-name", block_node_get_name(bs));
     json_object_set_string_member(o, "drv", drv);
@@ -244,7 +208,7 @@ static JsonNode *qmp_query_named_block_nodes(JsonObject *args, Error **errp)
         json_array_add_object_element(arr,
                                       node_info(g_ptr_array_index(nodes, i)));
     }
-    return return_array(arr);
+    return qmp_return_array(arr);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -276,7 +240,7 @@ static JsonNode *qmp_block_resize(JsonObject *args, Error **errp)
         return NULL;
     }
     export_refresh_sizes();
-    return return_empty();
+    return qmp_return_empty();
 }
 
 /* ------------------------------------------------------------------------ */
@@ -417,7 +381,7 @@ static JsonNode *qmp_query_blockstats(JsonObject *args, Error **errp)
     } else {
         export_foreach(export_stats_entries, arr);
     }
-    return return_array(arr);
+    return qmp_return_array(arr);
 }
 
 /* ------------------------------------------------------------------------ */

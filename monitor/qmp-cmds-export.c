@@ -51,27 +51,6 @@
  * bits); export_add_lun() applies the device's own limit. */
 #define QMP_LUN_MAX 16383
 
-static JsonNode *return_object(JsonObject *obj)
-{
-    JsonNode *node = json_node_init_object(json_node_alloc(), obj);
-
-    json_object_unref(obj);
-    return node;
-}
-
-static JsonNode *return_array(JsonArray *arr)
-{
-    JsonNode *node = json_node_init_array(json_node_alloc(), arr);
-
-    json_array_unref(arr);
-    return node;
-}
-
-static JsonNode *return_empty(void)
-{
-    return return_object(json_object_new());
-}
-
 /* The export with "id" id, or NULL with QEMU's message. */
 static Export *find_export(const char *id, Error **errp)
 {
@@ -106,7 +85,7 @@ static JsonNode *qmp_block_export_add(JsonObject *args, Error **errp)
     if (!opts || !export_create(opts, qmp_get_main_context(), errp)) {
         return NULL;
     }
-    return return_empty();
+    return qmp_return_empty();
 }
 
 static JsonNode *qmp_block_export_del(JsonObject *args, Error **errp)
@@ -140,7 +119,7 @@ static JsonNode *qmp_block_export_del(JsonObject *args, Error **errp)
     json_object_set_string_member(data, "id", id);   /* id dies with exp */
     export_delete(exp);
     qmp_event_emit("BLOCK_EXPORT_DELETED", data);
-    return return_empty();
+    return qmp_return_empty();
 }
 
 /* ------------------------------------------------------------------------ */
@@ -219,7 +198,7 @@ static JsonNode *qmp_query_block_exports(JsonObject *args, Error **errp)
     }
     arr = json_array_new();
     export_foreach(export_info, arr);
-    return return_array(arr);
+    return qmp_return_array(arr);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -263,7 +242,7 @@ static JsonNode *qmp_block_export_lun_add(JsonObject *args, Error **errp)
     if (!export_add_lun(exp, opts, errp)) {
         return NULL;
     }
-    return return_empty();
+    return qmp_return_empty();
 }
 
 static JsonNode *qmp_block_export_lun_del(JsonObject *args, Error **errp)
@@ -283,7 +262,7 @@ static JsonNode *qmp_block_export_lun_del(JsonObject *args, Error **errp)
     if (!exp || !export_del_lun(exp, (unsigned)lun, errp)) {
         return NULL;
     }
-    return return_empty();
+    return qmp_return_empty();
 }
 
 /* ------------------------------------------------------------------------ */

@@ -58,27 +58,6 @@ static const char *const iothread_str_props[] = {
 /* Read-only properties qom-get also answers. */
 #define IOTHREAD_PROP_THREAD_ID "thread-id"
 
-static JsonNode *return_object(JsonObject *obj)
-{
-    JsonNode *node = json_node_init_object(json_node_alloc(), obj);
-
-    json_object_unref(obj);
-    return node;
-}
-
-static JsonNode *return_array(JsonArray *arr)
-{
-    JsonNode *node = json_node_init_array(json_node_alloc(), arr);
-
-    json_array_unref(arr);
-    return node;
-}
-
-static JsonNode *return_empty(void)
-{
-    return return_object(json_object_new());
-}
-
 static bool prop_is_int(const char *name)
 {
     return g_strv_contains(iothread_int_props, name);
@@ -172,7 +151,7 @@ static JsonNode *qmp_object_add(JsonObject *args, Error **errp)
     if (!props || !iothread_create(id, props, errp)) {
         return NULL;
     }
-    return return_empty();
+    return qmp_return_empty();
 }
 
 /*
@@ -226,7 +205,7 @@ static JsonNode *qmp_object_del(JsonObject *args, Error **errp)
         return NULL;
     }
     iothread_destroy(iot);
-    return return_empty();
+    return qmp_return_empty();
 }
 
 /* ------------------------------------------------------------------------ */
@@ -318,7 +297,7 @@ static JsonNode *qmp_qom_set(JsonObject *args, Error **errp)
         ok = qmp_arg_str(args, "value", true, &v, errp) &&
              iothread_set_property(iot, name, v, errp);
     }
-    return ok ? return_empty() : NULL;
+    return ok ? qmp_return_empty() : NULL;
 }
 
 /* An integer property's value (they are kept as decimal strings). */
@@ -448,7 +427,7 @@ static JsonNode *qmp_query_iothreads(JsonObject *args, Error **errp)
         }
         json_array_add_object_element(arr, o);
     }
-    return return_array(arr);
+    return qmp_return_array(arr);
 }
 
 /* ------------------------------------------------------------------------ */

@@ -41,20 +41,10 @@ static JsonNode *qmp_version_triple(void)
 JsonNode *qmp_version_info(void)
 {
     JsonObject *o = json_object_new();
-    JsonNode *node = json_node_new(JSON_NODE_OBJECT);
 
     json_object_set_member(o, "qemu", qmp_version_triple());
     json_object_set_string_member(o, "package", "spindle " SPINDLE_VERSION);
-    json_node_take_object(node, o);
-    return node;
-}
-
-static JsonNode *qmp_empty_return(void)
-{
-    JsonNode *node = json_node_new(JSON_NODE_OBJECT);
-
-    json_node_take_object(node, json_object_new());
-    return node;
+    return qmp_return_object(o);
 }
 
 /*
@@ -93,7 +83,7 @@ static JsonNode *qmp_cmd_capabilities(JsonObject *args, Error **errp)
             return NULL;
         }
     }
-    return qmp_empty_return();
+    return qmp_return_empty();
 }
 
 static JsonNode *qmp_cmd_query_version(JsonObject *args, Error **errp)
@@ -110,7 +100,6 @@ static JsonNode *qmp_cmd_query_commands(JsonObject *args, Error **errp)
 {
     g_autoptr(GPtrArray) names = NULL;
     JsonArray *list;
-    JsonNode *node;
 
     g_assert(qmp_in_main_thread());
     if (!qmp_args_check(args, NULL, errp)) {
@@ -125,9 +114,7 @@ static JsonNode *qmp_cmd_query_commands(JsonObject *args, Error **errp)
                                       g_ptr_array_index(names, i));
         json_array_add_object_element(list, o);
     }
-    node = json_node_new(JSON_NODE_ARRAY);
-    json_node_take_array(node, list);
-    return node;
+    return qmp_return_array(list);
 }
 
 static JsonNode *qmp_cmd_quit(JsonObject *args, Error **errp)
@@ -136,7 +123,7 @@ static JsonNode *qmp_cmd_quit(JsonObject *args, Error **errp)
     if (!qmp_args_check(args, NULL, errp) || !qmp_request_quit(errp)) {
         return NULL;
     }
-    return qmp_empty_return();
+    return qmp_return_empty();
 }
 
 void qmp_register_core_commands(void)

@@ -1,6 +1,6 @@
 /*
- * QMP dispatch: the command table, error classes, argument helpers and the
- * daemon's hooks (quit, main context).
+ * QMP dispatch: the command table, reply and error helpers, argument
+ * helpers and the daemon's hooks (quit, main context).
  *
  * Theory of operation
  * -------------------
@@ -33,6 +33,30 @@ static GHashTable *qmp_commands;     /* name (static) -> QmpCommandFunc * */
 static AioContext *qmp_main_ctx;
 static void (*qmp_quit_fn)(void *opaque);
 static void *qmp_quit_opaque;
+
+/* ------------------------------------------------------------------------ */
+/* Replies                                                                   */
+
+JsonNode *qmp_return_object(JsonObject *obj)
+{
+    JsonNode *node = json_node_init_object(json_node_alloc(), obj);
+
+    json_object_unref(obj);         /* the node holds its own reference */
+    return node;
+}
+
+JsonNode *qmp_return_array(JsonArray *arr)
+{
+    JsonNode *node = json_node_init_array(json_node_alloc(), arr);
+
+    json_array_unref(arr);
+    return node;
+}
+
+JsonNode *qmp_return_empty(void)
+{
+    return qmp_return_object(json_object_new());
+}
 
 /* ------------------------------------------------------------------------ */
 /* Errors                                                                    */

@@ -27,6 +27,15 @@ static inline bool qmp_in_main_thread(void)
  */
 JsonNode *qmp_version_info(void);
 
+/*
+ * A handler's "return" value from obj / arr, whose reference the new node
+ * takes over (the caller must not unref it).  qmp_return_empty() is {}.
+ * The caller owns the new node; qmp_dispatch() passes it to the server.
+ */
+JsonNode *qmp_return_object(JsonObject *obj);
+JsonNode *qmp_return_array(JsonArray *arr);
+JsonNode *qmp_return_empty(void);
+
 /* The "class" of an error reply for err: "GenericError", ... (static). */
 const char *qmp_error_class_name(const Error *err);
 

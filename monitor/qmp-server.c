@@ -4,10 +4,10 @@
  * Theory of operation
  * -------------------
  * A QmpServer listens on one UNIX stream socket (a path it creates with
- * mode 0600, replacing a stale socket file, or an inherited listening fd)
- * and accepts any number of clients.  Everything runs in the main loop's
- * AioContext: the listening socket and every client socket are
- * non-blocking and have fd handlers there.
+ * mode 0600, replacing a stale socket file, or an inherited listening fd:
+ * util/unix-socket.c) and accepts any number of clients.  Everything runs
+ * in the main loop's AioContext: the listening socket and every client
+ * socket are non-blocking and have fd handlers there.
  *
  * Input.  A client sends a byte stream of JSON values with no separator
  * required (qemu.qmp sends "{...}" without a newline).  A small scanner
@@ -59,14 +59,13 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
 #include <unistd.h>
 #include <glib.h>
 
 #include "monitor/qmp-int.h"
 #include "util/clock.h"
+#include "util/unix-socket.h"
 
-#define QMP_LISTEN_BACKLOG     16
 #define QMP_READ_CHUNK         (64 * 1024)
 #define QMP_MAX_BACKLOG        (16u << 20)    /* unsent output per client */
 #define QMP_FLUSH_TIMEOUT_MS   1000           /* at qmp_server_free() */
@@ -846,96 +845,13 @@ static void qmp_accept(void *opaque)
 /* ------------------------------------------------------------------------ */
 /* Listening sockets                                                         */
 
-static bool qmp_fill_addr(struct sockaddr_un *sun, const char *path,
-                          Error **errp)
-{
-    memset(sun, 0, sizeof(*sun));
-    sun->sun_family = AF_UNIX;
-    if (!*path || strlen(path) >= sizeof(sun->sun_path)) {
-        error_setg(errp, "QMP socket path '%s' is empty or longer than %zu "
-                   "bytes", path, sizeof(sun->sun_path) - 1);
-        return false;
-    }
-    memcpy(sun->sun_path, path, strlen(path) + 1);
-    return true;
-}
-
-/* A socket file at path that nobody listens on may be replaced. */
-static bool qmp_remove_stale(const char *path, const struct sockaddr_un *sun,
-                             Error **errp)
-{
-    struct stat st;
-    int fd, r, err;
-
-    if (lstat(path, &st) < 0) {
-        if (errno == ENOENT) {
-            return true;
-        }
-        error_setg_errno(errp, errno, "Cannot check QMP socket path '%s'",
-                         path);
-        return false;
-    }
-    if (!S_ISSOCK(st.st_mode)) {
-        error_setg(errp, "QMP socket path '%s' exists and is not a socket",
-                   path);
-        return false;
-    }
-    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) {
-        error_setg_errno(errp, errno, "Cannot create a UNIX socket");
-        return false;
-    }
-    r = connect(fd, (const struct sockaddr *)sun, sizeof(*sun));
-    err = errno;
-    close(fd);
-    if (r == 0) {
-        error_setg(errp, "QMP socket path '%s' is in use by another server",
-                   path);
-        return false;
-    }
-    if (err != ECONNREFUSED) {
-        error_setg_errno(errp, err, "Cannot check whether QMP socket '%s' "
-                         "is in use", path);
-        return false;
-    }
-    if (unlink(path) < 0 && errno != ENOENT) {
-        error_setg_errno(errp, errno, "Cannot remove the stale QMP socket "
-                         "'%s'", path);
-        return false;
-    }
-    return true;
-}
-
 static int qmp_listen_path(QmpServer *s, const char *path, Error **errp)
 {
-    struct sockaddr_un sun;
     struct stat st;
     int fd;
 
-    if (!qmp_fill_addr(&sun, path, errp) ||
-        !qmp_remove_stale(path, &sun, errp)) {
-        return -1;
-    }
-    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    fd = unix_socket_listen_path(path, "QMP", &st, errp);
     if (fd < 0) {
-        error_setg_errno(errp, errno, "Cannot create a UNIX socket");
-        return -1;
-    }
-    /* The inode's mode before bind(): others can never connect, not even
-     * between bind() and chmod(). */
-    if (fchmod(fd, S_IRUSR | S_IWUSR) < 0 ||
-        bind(fd, (struct sockaddr *)&sun, sizeof(sun)) < 0) {
-        error_setg_errno(errp, errno, "Cannot bind QMP socket '%s'", path);
-        close(fd);
-        return -1;
-    }
-    /* listen() first: a client that saw the file appear may connect. */
-    if (listen(fd, QMP_LISTEN_BACKLOG) < 0 ||
-        chmod(path, S_IRUSR | S_IWUSR) < 0 || stat(path, &st) < 0) {
-        error_setg_errno(errp, errno, "Cannot listen on QMP socket '%s'",
-                         path);
-        unlink(path);
-        close(fd);
         return -1;
     }
     s->path = g_strdup(path);
@@ -944,39 +860,15 @@ static int qmp_listen_path(QmpServer *s, const char *path, Error **errp)
     return fd;
 }
 
-static bool qmp_sockopt_is(int fd, int opt, int want)
-{
-    int val = -1;
-    socklen_t len = sizeof(val);
-
-    return getsockopt(fd, SOL_SOCKET, opt, &val, &len) == 0 && val == want;
-}
-
 /* Take an inherited listening socket (on success only). */
 static int qmp_adopt_listen_fd(int fd, Error **errp)
 {
-    int flags;
-
     if (fd < 0 || fcntl(fd, F_GETFD) < 0) {
         error_setg(errp, "File descriptor %d is not open (the parent must "
                    "pass it to spindle)", fd);
         return -1;
     }
-    if (!qmp_sockopt_is(fd, SO_DOMAIN, AF_UNIX) ||
-        !qmp_sockopt_is(fd, SO_TYPE, SOCK_STREAM) ||
-        !qmp_sockopt_is(fd, SO_ACCEPTCONN, 1)) {
-        error_setg(errp, "File descriptor %d is not a listening UNIX stream "
-                   "socket", fd);
-        return -1;
-    }
-    flags = fcntl(fd, F_GETFL);
-    if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0 ||
-        fcntl(fd, F_SETFD, FD_CLOEXEC) < 0) {
-        error_setg_errno(errp, errno, "Cannot make file descriptor %d "
-                         "non-blocking", fd);
-        return -1;
-    }
-    return fd;
+    return unix_socket_adopt_listen_fd(fd, false, errp);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1027,7 +919,6 @@ static void qmp_client_flush_blocking(QmpClient *c, int64_t deadline_ns)
 
 void qmp_server_free(QmpServer *s)
 {
-    struct stat st;
     int64_t deadline;
 
     if (!s) {
@@ -1049,10 +940,7 @@ void qmp_server_free(QmpServer *s)
     qmp_set_accepting(s, false);
     close(s->listen_fd);
     /* Remove the socket file only if it is still the one we created. */
-    if (s->path && stat(s->path, &st) == 0 && st.st_dev == s->path_dev &&
-        st.st_ino == s->path_ino) {
-        unlink(s->path);
-    }
+    unix_socket_unlink_if_same(s->path, s->path_dev, s->path_ino);
     g_free(s->path);
     g_free(s->name);
     g_free(s);

@@ -65,6 +65,18 @@ IOThread *iothread_lookup(const char *id)
     return NULL;
 }
 
+IOThread *iothread_find_by_context(AioContext *ctx)
+{
+    for (guint i = 0; iothreads && i < iothreads->len; i++) {
+        IOThread *iot = g_ptr_array_index(iothreads, i);
+
+        if (iot->ctx == ctx) {
+            return iot;
+        }
+    }
+    return NULL;
+}
+
 GPtrArray *iothread_list(void)
 {
     GPtrArray *list = g_ptr_array_new();

@@ -1,5 +1,5 @@
 /*
- * vhost-user message transport of the back-end: listening, accepting, and
+ * vhost-user message transport of the back-end: accepting, and
  * whole-message reads and writes (hw/virtio/vhost-user-socket.c) that the
  * server builds on.  Private to hw/virtio: the server and its unit test
  * use it.
@@ -13,7 +13,6 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <sys/stat.h>
 #include "hw/virtio/vhost-user-wire.h"
 #include "util/error.h"
 
@@ -33,21 +32,6 @@ typedef struct VuMsg {
     unsigned nfds;
     bool fds_dropped;             /* more fds came than fit: extras closed */
 } VuMsg;
-
-/*
- * Create a listening socket at path, mode 0600.  A socket file that
- * nobody listens on is replaced; anything else at path is an error.
- * Returns the non-blocking, close-on-exec fd and the file's identity in
- * *st (to unlink only our own file later), or -1 with errp set.  Any thread.
- */
-int vu_socket_listen_path(const char *path, struct stat *st, Error **errp);
-
-/*
- * Check that fd is a listening UNIX stream socket and return a
- * non-blocking, close-on-exec duplicate (the caller keeps fd), or -1 with
- * errp set.  Any thread.
- */
-int vu_socket_adopt_listen_fd(int fd, Error **errp);
 
 /*
  * Accept a connection: a blocking, close-on-exec fd whose reads and writes

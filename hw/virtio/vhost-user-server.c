@@ -84,6 +84,7 @@
 #include "hw/virtio/vhost-user-server.h"
 #include "hw/virtio/vhost-user-protocol.h"
 #include "util/trace.h"
+#include "util/unix-socket.h"
 
 /* A message must arrive whole within this time of its first byte. */
 #define VU_MSG_TIMEOUT_MS 1000
@@ -1250,8 +1251,10 @@ VuServer *vu_server_new(const VuServerConfig *cfg, AioContext *main_ctx,
     s->max_queue_size = cfg->max_queue_size;
     s->client_fd = -1;
     s->slave_fd = -1;
-    fd = cfg->path ? vu_socket_listen_path(cfg->path, &st, errp)
-                   : vu_socket_adopt_listen_fd(cfg->listen_fd, errp);
+    /* An inherited fd stays the caller's: the server listens on a copy. */
+    fd = cfg->path ? unix_socket_listen_path(cfg->path, "vhost-user", &st,
+                                             errp)
+                   : unix_socket_adopt_listen_fd(cfg->listen_fd, true, errp);
     if (fd < 0) {
         g_free(s->name);
         g_free(s);
@@ -1273,8 +1276,6 @@ VuServer *vu_server_new(const VuServerConfig *cfg, AioContext *main_ctx,
 
 void vu_server_free(VuServer *s)
 {
-    struct stat st;
-
     if (!s) {
         return;
     }
@@ -1286,10 +1287,7 @@ void vu_server_free(VuServer *s)
     vu_set_accepting(s, false);
     close(s->listen_fd);
     /* Remove the socket file only if it is still the one we created. */
-    if (s->path && stat(s->path, &st) == 0 && st.st_dev == s->path_dev &&
-        st.st_ino == s->path_ino) {
-        unlink(s->path);
-    }
+    unix_socket_unlink_if_same(s->path, s->path_dev, s->path_ino);
     for (unsigned i = 0; i < s->num_queues; i++) {
         virtqueue_free(s->queues[i].vq);
     }

@@ -11,163 +11,23 @@
  * SO_SNDTIMEO.  Received fds are close-on-exec (MSG_CMSG_CLOEXEC); at most
  * VHOST_USER_MAX_FDS are kept, any others are closed and reported.
  *
- * The listening socket at a path is created with mode 0600 (the socket
- * inode's mode is set before bind() creates the file).  A socket file left
- * behind by a dead server (connect() is refused) is replaced; a live one,
- * or anything that is not a socket, is an error.
+ * The listening socket itself comes from util/unix-socket.c, as the QMP
+ * monitor's does.
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <poll.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/un.h>
 #include <unistd.h>
 #include <glib.h>
 
 #include "hw/virtio/vhost-user-protocol.h"
 #include "util/clock.h"
 
-#define VU_LISTEN_BACKLOG 16
-
 /* ------------------------------------------------------------------------ */
-/* Listening                                                                 */
-
-static bool vu_socket_fill_addr(struct sockaddr_un *sun, const char *path,
-                                Error **errp)
-{
-    memset(sun, 0, sizeof(*sun));
-    sun->sun_family = AF_UNIX;
-    if (!*path || strlen(path) >= sizeof(sun->sun_path)) {
-        error_setg(errp, "vhost-user socket path '%s' is empty or longer "
-                   "than %zu bytes", path, sizeof(sun->sun_path) - 1);
-        return false;
-    }
-    strcpy(sun->sun_path, path);
-    return true;
-}
-
-/* A socket file at path that nobody listens on may be replaced. */
-static bool vu_socket_remove_stale(const char *path,
-                                   const struct sockaddr_un *sun, Error **errp)
-{
-    struct stat st;
-    int fd, r, err;
-
-    if (lstat(path, &st) < 0) {
-        if (errno == ENOENT) {
-            return true;
-        }
-        error_setg_errno(errp, errno, "Cannot check vhost-user socket path "
-                         "'%s'", path);
-        return false;
-    }
-    if (!S_ISSOCK(st.st_mode)) {
-        error_setg(errp, "vhost-user socket path '%s' exists and is not a "
-                   "socket", path);
-        return false;
-    }
-    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) {
-        error_setg_errno(errp, errno, "Cannot create a UNIX socket");
-        return false;
-    }
-    r = connect(fd, (const struct sockaddr *)sun, sizeof(*sun));
-    err = errno;
-    close(fd);
-    if (r == 0) {
-        error_setg(errp, "vhost-user socket path '%s' is in use by another "
-                   "server", path);
-        return false;
-    }
-    if (err != ECONNREFUSED) {
-        error_setg_errno(errp, err, "Cannot check whether vhost-user socket "
-                         "'%s' is in use", path);
-        return false;
-    }
-    if (unlink(path) < 0 && errno != ENOENT) {
-        error_setg_errno(errp, errno, "Cannot remove the stale vhost-user "
-                         "socket '%s'", path);
-        return false;
-    }
-    return true;
-}
-
-int vu_socket_listen_path(const char *path, struct stat *st, Error **errp)
-{
-    struct sockaddr_un sun;
-    int fd;
-
-    if (!vu_socket_fill_addr(&sun, path, errp) ||
-        !vu_socket_remove_stale(path, &sun, errp)) {
-        return -1;
-    }
-    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (fd < 0) {
-        error_setg_errno(errp, errno, "Cannot create a UNIX socket");
-        return -1;
-    }
-    /*
-     * bind() creates the file with the socket inode's mode minus the umask:
-     * setting the mode first means others can never connect, not even
-     * between bind() and chmod().
-     */
-    if (fchmod(fd, S_IRUSR | S_IWUSR) < 0 ||
-        bind(fd, (struct sockaddr *)&sun, sizeof(sun)) < 0) {
-        error_setg_errno(errp, errno, "Cannot bind vhost-user socket '%s'",
-                         path);
-        close(fd);
-        return -1;
-    }
-    if (chmod(path, S_IRUSR | S_IWUSR) < 0 || stat(path, st) < 0 ||
-        listen(fd, VU_LISTEN_BACKLOG) < 0) {
-        error_setg_errno(errp, errno, "Cannot listen on vhost-user socket "
-                         "'%s'", path);
-        unlink(path);
-        close(fd);
-        return -1;
-    }
-    return fd;
-}
-
-static bool vu_socket_opt_is(int fd, int opt, int want)
-{
-    int val = -1;
-    socklen_t len = sizeof(val);
-
-    return getsockopt(fd, SOL_SOCKET, opt, &val, &len) == 0 && val == want;
-}
-
-int vu_socket_adopt_listen_fd(int fd, Error **errp)
-{
-    int dup_fd, flags;
-
-    if (!vu_socket_opt_is(fd, SO_DOMAIN, AF_UNIX) ||
-        !vu_socket_opt_is(fd, SO_TYPE, SOCK_STREAM) ||
-        !vu_socket_opt_is(fd, SO_ACCEPTCONN, 1)) {
-        error_setg(errp, "File descriptor %d is not a listening UNIX stream "
-                   "socket", fd);
-        return -1;
-    }
-    dup_fd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
-    if (dup_fd < 0) {
-        error_setg_errno(errp, errno, "Cannot duplicate file descriptor %d",
-                         fd);
-        return -1;
-    }
-    /* accept() must not block if another process took the connection. */
-    flags = fcntl(dup_fd, F_GETFL);
-    if (flags < 0 || fcntl(dup_fd, F_SETFL, flags | O_NONBLOCK) < 0) {
-        error_setg_errno(errp, errno, "Cannot make file descriptor %d "
-                         "non-blocking", fd);
-        close(dup_fd);
-        return -1;
-    }
-    return dup_fd;
-}
+/* Accepting                                                                 */
 
 int vu_socket_accept(int listen_fd, int timeout_ms)
 {

@@ -55,6 +55,12 @@ void iothread_destroy(IOThread *iot);
 /* The IOThread created with id, or NULL.  Main thread. */
 IOThread *iothread_lookup(const char *id);
 
+/*
+ * The IOThread whose AioContext is ctx (borrowed), or NULL if ctx belongs
+ * to no IOThread (the main loop's, or a context of its own).  Main thread.
+ */
+IOThread *iothread_find_by_context(AioContext *ctx);
+
 /* Every IOThread, in creation order (a new array; free it with
  * g_ptr_array_unref; the IOThreads are borrowed).  Main thread. */
 GPtrArray *iothread_list(void);

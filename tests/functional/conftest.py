@@ -12,9 +12,18 @@ Fixtures:
 
 find_binary(build_dir, name) is the plain function behind `binary`, for
 code that wants None instead of a skip.
+
+Helpers tests import (`from conftest import wait_for`):
+    wait_for        poll for a condition while watching a daemon
+    make_image      a sparse (or filled) image file
+    vu, vu_ok       run spindle-vu-client --json (tools/frontend) and read
+                    its document; vu_argv builds its command line
 """
 
+import json
 import os
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -83,3 +92,64 @@ def binary(build_dir):
             pytest.skip(f"{name} is not built in {build_dir}")
         return path
     return lookup
+
+
+def wait_for(predicate, what, timeout=15.0, proc=None, stderr=None):
+    """Poll predicate() until it is true; fail the test if time runs out.
+
+    With proc (a subprocess.Popen), also fail as soon as it exits, naming
+    its exit status and, if stderr is given, what stderr() returns.
+    """
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if proc is not None and proc.poll() is not None:
+            extra = f": {stderr()}" if stderr is not None else ""
+            pytest.fail(f"spindle exited with {proc.returncode} while "
+                        f"waiting for {what}{extra}")
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.01)
+
+
+def make_image(path, size, fill=None):
+    """An image file of size bytes at path: sparse, or fill (a bytes of
+    length 1) repeated.  Returns path."""
+    with open(path, "wb") as f:
+        if fill is None:
+            f.truncate(size)
+        else:
+            f.write(fill * size)
+    return path
+
+
+# spindle-vu-client's own time limit for its commands (--timeout), and the
+# test's backstop for the whole run.
+VU_RUN_TIMEOUT_S = 20
+VU_CLIENT_TIMEOUT_S = 120
+
+
+def vu_argv(client, sock, args, extra=()):
+    """spindle-vu-client's command line: --json on sock, then the options
+    in extra, then the commands and their arguments in args."""
+    return [str(client), "--socket", str(sock), "--json", "--timeout",
+            str(VU_RUN_TIMEOUT_S), "--connect-timeout", "10", *extra,
+            *map(str, args)]
+
+
+def vu(client, sock, *args, extra=(), timeout=VU_CLIENT_TIMEOUT_S):
+    """Run spindle-vu-client --json; return (exit status, document)."""
+    proc = subprocess.run(vu_argv(client, sock, args, extra),
+                          capture_output=True, text=True, timeout=timeout)
+    try:
+        return proc.returncode, json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        pytest.fail(f"spindle-vu-client {' '.join(map(str, args))} printed no "
+                    f"JSON (status {proc.returncode}):\n{proc.stdout}\n"
+                    f"{proc.stderr}")
+
+
+def vu_ok(client, sock, *args, extra=()):
+    """Run the commands; all must succeed.  Returns the results list."""
+    rc, doc = vu(client, sock, *args, extra=extra)
+    assert rc == 0 and doc["ok"], f"{args}: {doc['error']}\n{doc['results']}"
+    return doc["results"]

@@ -20,10 +20,11 @@ import socket
 import stat
 import struct
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
+
+from conftest import wait_for
 
 MiB = 1 << 20
 TIMEOUT = 15
@@ -69,17 +70,6 @@ def run(spindle, args, cwd=None, **kw):
                           timeout=TIMEOUT, cwd=cwd, **kw)
 
 
-def wait_for(predicate, what, timeout=TIMEOUT, proc=None):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if proc is not None and proc.poll() is not None:
-            pytest.fail(f"spindle exited with {proc.returncode} while waiting "
-                        f"for {what}: {proc.stderr.read()}")
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.02)
-
-
 def pid_alive(pid):
     """True if pid runs (a zombie nobody reaped counts as gone)."""
     try:
@@ -100,7 +90,8 @@ class Daemon:
                                      pass_fds=pass_fds)
 
     def wait_ready(self, path):
-        wait_for(lambda: Path(path).exists(), f"{path} to appear", proc=self.proc)
+        wait_for(lambda: Path(path).exists(), f"{path} to appear",
+                 proc=self.proc, stderr=self.proc.stderr.read)
 
     def stop(self, sig=signal.SIGTERM):
         self.proc.send_signal(sig)

@@ -70,15 +70,10 @@ FIRMWARE_TIMEOUT_S = 40                # a good boot takes about 7 s
 BACKENDS = ("spindle", "qemu-storage-daemon")
 
 
-@dataclass
-class Boot:
-    backend: str
-    run: guest.GuestRun
-    daemon_status: int
-    daemon_stderr: str
-    vda_image: Path
-    vdb_image: Path
-    workdir: Path
+class GuestResults:
+    """For a boot's record with a .run (a guest.GuestRun): r(key).
+
+    test_e2e_*.py's Boot classes share it."""
 
     def r(self, key):
         """A guest result; fails the test with the console if it is missing."""
@@ -86,6 +81,17 @@ class Boot:
             pytest.fail(f"guest printed no {key}; console tail:\n"
                         f"{guest.tail(self.run.console)}")
         return self.run.results[key]
+
+
+@dataclass
+class Boot(GuestResults):
+    backend: str
+    run: guest.GuestRun
+    daemon_status: int
+    daemon_stderr: str
+    vda_image: Path
+    vdb_image: Path
+    workdir: Path
 
 
 def _spindle_or_skip():

@@ -42,7 +42,7 @@ from pathlib import Path
 
 import pytest
 
-from test_e2e_blk import _spindle_or_skip, daemons, guest
+from test_e2e_blk import GuestResults, _spindle_or_skip, daemons, guest
 
 MiB = 1 << 20
 KiB = 1 << 10
@@ -176,18 +176,11 @@ class Actions:
         self.run("lun-io-done", "blockdev-del", **{"node-name": HOT_NODE})
 
 
-class Boot:
+class Boot(GuestResults):
     def __init__(self, run, actions, status, stderr, workdir, images):
         self.run, self.actions = run, actions
         self.daemon_status, self.daemon_stderr = status, stderr
         self.workdir, self.images = workdir, images
-
-    def r(self, key):
-        """A guest result; fails the test with the console if it is missing."""
-        if key not in self.run.results:
-            pytest.fail(f"guest printed no {key}; console tail:\n"
-                        f"{guest.tail(self.run.console)}")
-        return self.run.results[key]
 
 
 @pytest.fixture(scope="module")

@@ -42,7 +42,7 @@ from pathlib import Path
 
 import pytest
 
-from test_e2e_blk import _spindle_or_skip, daemons, guest
+from test_e2e_blk import GuestResults, _spindle_or_skip, daemons, guest
 
 MiB = 1 << 20
 KiB = 1 << 10
@@ -190,17 +190,10 @@ def _spindle_scsi_or_skip():
     return path
 
 
-class Boot:
+class Boot(GuestResults):
     def __init__(self, run, status, stderr, workdir):
         self.run, self.daemon_status, self.daemon_stderr = run, status, stderr
         self.workdir = workdir
-
-    def r(self, key):
-        """A guest result; fails the test with the console if it is missing."""
-        if key not in self.run.results:
-            pytest.fail(f"guest printed no {key}; console tail:\n"
-                        f"{guest.tail(self.run.console)}")
-        return self.run.results[key]
 
 
 @pytest.fixture(scope="module")

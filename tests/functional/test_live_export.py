@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import make_image, vu, vu_argv, vu_ok
+
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "e2e"))
 
@@ -47,56 +49,26 @@ def workdir(tmp_path):
     return d
 
 
-def make_image(path, size):
-    with open(path, "wb") as f:
-        f.truncate(size)
-    return str(path)
-
-
 @pytest.fixture
 def daemon(spindle, workdir):
     """spindle with a vhost-user-blk export (e0, two queues) and a
     vhost-user-scsi one (e1, two LUNs, two request queues) over sparse
     image files."""
     exports = [
-        daemons.Export(image=make_image(workdir / "blk.img", BLK_SIZE),
+        daemons.Export(image=str(make_image(workdir / "blk.img", BLK_SIZE)),
                        socket=str(workdir / "blk.sock"), num_queues=2),
         daemons.ScsiExport(
-            luns=[daemons.ScsiLun(image=make_image(workdir / "lun0.img",
-                                                   LUN_SIZE),
+            luns=[daemons.ScsiLun(image=str(make_image(workdir / "lun0.img",
+                                                       LUN_SIZE)),
                                   writable=True),
-                  daemons.ScsiLun(image=make_image(workdir / "lun1.img",
-                                                   LUN_SIZE))],
+                  daemons.ScsiLun(image=str(make_image(workdir / "lun1.img",
+                                                       LUN_SIZE)))],
             socket=str(workdir / "scsi.sock"), num_queues=2),
     ]
     d = daemons.Daemon(spindle, exports, "spindle", workdir)
     d.start()
     yield d
     assert d.stop() == 0, d.stderr()
-
-
-def client_argv(client, sock, args, extra=()):
-    return [str(client), "--socket", str(sock), "--json", "--timeout",
-            str(RUN_TIMEOUT_S), "--connect-timeout", "10", *extra,
-            *map(str, args)]
-
-
-def vu(client, sock, *args, extra=()):
-    """Run spindle-vu-client --json; return (exit status, document)."""
-    proc = subprocess.run(client_argv(client, sock, args, extra),
-                          capture_output=True, text=True,
-                          timeout=RUN_TIMEOUT_S * 3)
-    try:
-        return proc.returncode, json.loads(proc.stdout)
-    except json.JSONDecodeError:
-        pytest.fail(f"spindle-vu-client {args} printed no JSON (status "
-                    f"{proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
-
-
-def vu_ok(client, sock, *args, extra=()):
-    rc, doc = vu(client, sock, *args, extra=extra)
-    assert rc == 0 and doc["ok"], f"{args}: {doc['error']}\n{doc['results']}"
-    return doc["results"]
 
 
 def blk_sock(d):
@@ -180,7 +152,7 @@ def test_io_still_works_with_the_channel(client, daemon):
 def test_wait_file_pauses_a_session(client, daemon, workdir):
     flag = workdir / "go"
     proc = subprocess.Popen(
-        client_argv(client, blk_sock(daemon),
+        vu_argv(client, blk_sock(daemon),
                     ["write", "0", "4k", "--pattern", "5", "wait-file",
                      str(flag), "read", "0", "4k", "--verify", "5"]),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -32,6 +32,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import wait_for
+
 TIMEOUT = 15
 MAX_MESSAGE = 1 << 20      # QMP_MAX_MESSAGE
 MAX_NESTING = 64           # QMP_MAX_NESTING
@@ -57,17 +59,6 @@ def monitor_args(path, chardev="m0", wait="off", pretty=None):
     wait_opt = f",wait={wait}" if wait is not None else ""
     return ["--chardev", f"socket,id={chardev},path={path},server=on{wait_opt}",
             "--monitor", mon]
-
-
-def wait_for(pred, what, timeout=TIMEOUT, proc=None):
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if proc is not None and proc.poll() is not None:
-            pytest.fail(f"spindle exited with {proc.returncode} while "
-                        f"waiting for {what}")
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.01)
 
 
 class Daemon:

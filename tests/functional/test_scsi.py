@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import make_image, vu, vu_ok
 from test_frontend import pattern
 
 REPO = Path(__file__).resolve().parents[2]
@@ -31,8 +32,6 @@ import daemons  # noqa: E402
 CLIENT = "tools/frontend/spindle-vu-client"
 IMAGE_SIZE = 64 << 20
 RO_IMAGE_SIZE = 16 << 20
-CLIENT_TIMEOUT_S = 120
-RUN_TIMEOUT_S = 20
 MiB = 1 << 20
 
 SERIAL = "SPNDL-0042"
@@ -59,15 +58,6 @@ def spindle(binary):
 @pytest.fixture
 def client(binary):
     return binary(CLIENT)
-
-
-def make_image(path, size, fill=None):
-    with open(path, "wb") as f:
-        if fill is None:
-            f.truncate(size)
-        else:
-            f.write(fill * size)
-    return path
 
 
 def revision_of(spindle):
@@ -106,28 +96,6 @@ def scsi_daemon(spindle, workdir):
     d.start()
     yield d
     d.stop()
-
-
-def vu(client, sock, *args, timeout=CLIENT_TIMEOUT_S):
-    """Run spindle-vu-client --json; return (exit status, document)."""
-    proc = subprocess.run([str(client), "--socket", str(sock), "--json",
-                           "--timeout", str(RUN_TIMEOUT_S), "--connect-timeout",
-                           "10", *map(str, args)],
-                          capture_output=True, text=True, timeout=timeout)
-    try:
-        doc = json.loads(proc.stdout)
-    except json.JSONDecodeError:
-        pytest.fail(f"spindle-vu-client {' '.join(map(str, args))} printed no "
-                    f"JSON (status {proc.returncode}):\n{proc.stdout}\n"
-                    f"{proc.stderr}")
-    return proc.returncode, doc
-
-
-def vu_ok(client, sock, *args):
-    """Run the commands; all must succeed.  Returns the results list."""
-    rc, doc = vu(client, sock, *args)
-    assert rc == 0 and doc["ok"], f"{args}: {doc['error']}\n{doc['results']}"
-    return doc["results"]
 
 
 def sock_of(d):

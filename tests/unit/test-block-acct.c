@@ -21,40 +21,11 @@
 #include "util/aio.h"
 #include "util/clock.h"
 #include "util/iothread.h"
+#include "block-test-helpers.h"
 #include "test-helpers.h"
 
 #define KiB ((int64_t)1024)
 #define MiB (KiB * 1024)
-
-typedef struct TReq {
-    BlockRequest req;
-    struct iovec iov;
-    bool done;
-    int ret;
-} TReq;
-
-static void treq_cb(BlockRequest *req, int ret)
-{
-    TReq *r = (TReq *)((char *)req - offsetof(TReq, req));
-
-    g_assert_false(r->done);
-    r->done = true;
-    r->ret = ret;
-}
-
-static void treq_init(TReq *r, BlockOp op, int64_t offset, void *buf,
-                      int64_t bytes)
-{
-    memset(r, 0, sizeof(*r));
-    r->req = (BlockRequest) {
-        .op = op, .offset = offset, .bytes = bytes, .cb = treq_cb,
-    };
-    if (op == BLOCK_OP_READ || op == BLOCK_OP_WRITE) {
-        r->iov = (struct iovec) { .iov_base = buf, .iov_len = bytes };
-        r->req.iov = &r->iov;
-        r->req.niov = 1;
-    }
-}
 
 /* One request through q, drained; its result. */
 static int run_q(BlockQueue *q, BlockOp op, int64_t offset, void *buf,
@@ -67,17 +38,6 @@ static int run_q(BlockQueue *q, BlockOp op, int64_t offset, void *buf,
     block_queue_drain(q);
     g_assert_true(r.done);
     return r.ret;
-}
-
-static BlockNode *open_ok(const char *str, AioContext *ctx)
-{
-    Error *err = NULL;
-    BlockNode *bs = block_node_open_str(str, ctx, &err);
-
-    if (!bs) {
-        g_error("opening '%s' failed: %s", str, err->message);
-    }
-    return bs;
 }
 
 static void assert_op(const BlockAcctStats *st, BlockOp op, uint64_t ops,

@@ -27,6 +27,7 @@
 #include "block/block.h"
 #include "util/aio.h"
 #include "util/iothread.h"
+#include "block-test-helpers.h"
 #include "test-helpers.h"
 
 #define KiB ((int64_t)1024)
@@ -35,49 +36,17 @@
 /* ------------------------------------------------------------------------ */
 /* Helpers                                                                   */
 
-typedef struct TReq {
-    BlockRequest req;
-    struct iovec iov;
-    bool done;
-    int ret;
-} TReq;
-
-static void treq_cb(BlockRequest *req, int ret)
-{
-    TReq *r = (TReq *)((char *)req - offsetof(TReq, req));
-
-    r->done = true;
-    r->ret = ret;
-}
-
 /* Run one request on bs (its home thread is ours) and return its result. */
 static int run_op(BlockNode *bs, BlockOp op, int64_t offset, void *buf,
                   int64_t bytes)
 {
-    TReq r = {
-        .req = { .op = op, .offset = offset, .bytes = bytes, .cb = treq_cb },
-        .iov = { .iov_base = buf, .iov_len = bytes },
-    };
+    TReq r;
 
-    if (op == BLOCK_OP_READ || op == BLOCK_OP_WRITE) {
-        r.req.iov = &r.iov;
-        r.req.niov = 1;
-    }
+    treq_init(&r, op, offset, buf, bytes);
     block_node_submit(bs, &r.req);
     block_node_drain(bs);
     g_assert_true(r.done);
     return r.ret;
-}
-
-static BlockNode *open_ok(const char *str, AioContext *ctx)
-{
-    Error *err = NULL;
-    BlockNode *bs = block_node_open_str(str, ctx, &err);
-
-    if (!bs) {
-        g_error("opening '%s' failed: %s", str, err->message);
-    }
-    return bs;
 }
 
 /* A temporary file of size bytes; the caller unlinks and frees the path. */
@@ -487,50 +456,6 @@ static void test_resize_direct(void)
     block_node_unref(bs);
     g_unlink(path);
     aio_context_unref(ctx);
-}
-
-/* Attach backing to a free loop device that goes away with the returned
- * descriptor; -errno if there is none to be had. */
-static int loop_attach(const char *backing, char **dev)
-{
-    for (int attempt = 0; attempt < 10; attempt++) {
-        struct loop_config cfg;
-        int ctl, n, lfd, bfd, ret;
-
-        ctl = open("/dev/loop-control", O_RDWR | O_CLOEXEC);
-        if (ctl < 0) {
-            return -errno;
-        }
-        n = ioctl(ctl, LOOP_CTL_GET_FREE);
-        ret = -errno;
-        close(ctl);
-        if (n < 0) {
-            return ret;
-        }
-        *dev = g_strdup_printf("/dev/loop%d", n);
-        lfd = open(*dev, O_RDWR | O_CLOEXEC);
-        if (lfd < 0) {
-            ret = -errno;
-            g_clear_pointer(dev, g_free);
-            return ret;
-        }
-        bfd = open(backing, O_RDWR | O_CLOEXEC);
-        g_assert_cmpint(bfd, >=, 0);
-        memset(&cfg, 0, sizeof(cfg));
-        cfg.fd = bfd;
-        cfg.info.lo_flags = LO_FLAGS_AUTOCLEAR;
-        ret = ioctl(lfd, LOOP_CONFIGURE, &cfg) < 0 ? -errno : 0;
-        close(bfd);
-        if (ret == 0) {
-            return lfd;
-        }
-        close(lfd);
-        g_clear_pointer(dev, g_free);
-        if (ret != -EBUSY) {
-            return ret;
-        }
-    }
-    return -EBUSY;
 }
 
 /* A block device keeps its size; a device grown outside is picked up. */

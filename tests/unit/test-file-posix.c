@@ -20,17 +20,16 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <linux/falloc.h>
-#include <linux/loop.h>
 #include <glib.h>
 
 #include "block/aio-engine.h"
 #include "block/block.h"
 #include "util/iothread.h"
+#include "block-test-helpers.h"
 #include "test-helpers.h"
 
 #define IMAGE_SIZE      (8 * 1024 * 1024)
@@ -281,17 +280,6 @@ static BlockNode *open_or_skip(const char *opts, const char *aio,
         error_free(err);
         return NULL;
     }
-    if (!bs) {
-        g_error("open '%s': %s", opts, error_get_pretty(err));
-    }
-    return bs;
-}
-
-static BlockNode *open_ok(const char *opts, AioContext *ctx)
-{
-    Error *err = NULL;
-    BlockNode *bs = block_node_open_str(opts, ctx, &err);
-
     if (!bs) {
         g_error("open '%s': %s", opts, error_get_pretty(err));
     }
@@ -645,54 +633,6 @@ static void test_uring_direct(void)     { test_file_matrix("io_uring", true); }
 
 /* ------------------------------------------------------------------------ */
 /* Block devices (loop)                                                      */
-
-/*
- * Attach backing to a free loop device with auto-clear (it goes away when
- * the last descriptor is closed, even if the test dies).  Returns the
- * holding descriptor and sets *dev, or -errno.
- */
-static int loop_attach(const char *backing, char **dev)
-{
-    for (int attempt = 0; attempt < 10; attempt++) {
-        struct loop_config cfg;
-        int ctl, n, lfd, bfd, ret;
-
-        ctl = open("/dev/loop-control", O_RDWR | O_CLOEXEC);
-        if (ctl < 0) {
-            return -errno;
-        }
-        n = ioctl(ctl, LOOP_CTL_GET_FREE);
-        ret = -errno;
-        close(ctl);
-        if (n < 0) {
-            return ret;
-        }
-        *dev = g_strdup_printf("/dev/loop%d", n);
-        lfd = open(*dev, O_RDWR | O_CLOEXEC);
-        if (lfd < 0) {
-            ret = -errno;
-            g_clear_pointer(dev, g_free);
-            return ret;
-        }
-        bfd = open(backing, O_RDWR | O_CLOEXEC);
-        g_assert_cmpint(bfd, >=, 0);
-        memset(&cfg, 0, sizeof(cfg));
-        cfg.fd = bfd;
-        cfg.info.lo_flags = LO_FLAGS_AUTOCLEAR;
-        ret = ioctl(lfd, LOOP_CONFIGURE, &cfg) < 0 ? -errno : 0;
-        close(bfd);
-        if (ret == 0) {
-            return lfd;
-        }
-        close(lfd);
-        g_clear_pointer(dev, g_free);
-        if (ret != -EBUSY) {
-            return ret;
-        }
-        /* Someone else took it between GET_FREE and CONFIGURE. */
-    }
-    return -EBUSY;
-}
 
 static void test_blkdev_matrix(const char *aio, bool direct)
 {

@@ -1148,12 +1148,20 @@ static void test_registry(void)
 {
     IOThread *a = iot_new("reg-a", NULL);
     IOThread *b = iot_new("reg-b", NULL);
+    AioContext *other;
     Error *err = NULL;
     GPtrArray *list;
 
     g_assert_true(iothread_lookup("reg-a") == a);
     g_assert_true(iothread_lookup("reg-b") == b);
     g_assert_null(iothread_lookup("reg-c"));
+
+    /* By context: each IOThread's own; any other context is nobody's. */
+    g_assert_true(iothread_find_by_context(iothread_get_aio_context(a)) == a);
+    g_assert_true(iothread_find_by_context(iothread_get_aio_context(b)) == b);
+    other = ctx_new();
+    g_assert_null(iothread_find_by_context(other));
+    aio_context_unref(other);
 
     /* Ids are unique. */
     g_assert_null(iothread_create("reg-a", NULL, &err));
@@ -1170,6 +1178,7 @@ static void test_registry(void)
     iothread_destroy(a);
     g_assert_null(iothread_lookup("reg-a"));
     g_assert_true(iothread_lookup("reg-b") == b);
+    g_assert_true(iothread_find_by_context(iothread_get_aio_context(b)) == b);
     iothread_destroy(b);
     list = iothread_list();
     g_assert_cmpuint(list->len, ==, 0);

@@ -1,10 +1,12 @@
 /*
  * Unit tests for the small utilities: strict integer/bool parsing
  * (util/cutils.h), key=value option strings (util/keyval.h), Error
- * helpers (util/error.h), event notifiers (util/event-notifier.h) and
- * iovec copies (util/iov.h).
+ * helpers (util/error.h), event notifiers (util/event-notifier.h),
+ * iovec copies (util/iov.h) and listening UNIX sockets
+ * (util/unix-socket.h).
  *
- * Every test works on values it builds itself; nothing depends on timing.
+ * Every test works on values it builds itself (sockets in a temporary
+ * directory of its own); nothing depends on timing.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -13,13 +15,18 @@
 #include <string.h>
 #include <unistd.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <glib.h>
+#include <glib/gstdio.h>
 
 #include "util/cutils.h"
 #include "util/error.h"
 #include "util/event-notifier.h"
 #include "util/iov.h"
 #include "util/keyval.h"
+#include "util/unix-socket.h"
 
 /* ------------------------------------------------------------------------ */
 /* Helpers                                                                   */
@@ -586,6 +593,284 @@ static void test_iov_from_buf(void)
     g_assert_cmpuint(iov_from_buf(f.iov, 4, 10, "Q", 1), ==, 0);
 }
 
+/* ------------------------------------------------------------------------ */
+/* Listening UNIX sockets                                                    */
+
+/* A connected client socket on path, or -errno. */
+static int unix_connect(const char *path)
+{
+    struct sockaddr_un sun = { .sun_family = AF_UNIX };
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int err;
+
+    g_assert_cmpint(fd, >=, 0);
+    g_assert_cmpuint(strlen(path), <, sizeof(sun.sun_path));
+    memcpy(sun.sun_path, path, strlen(path) + 1);
+    if (connect(fd, (struct sockaddr *)&sun, sizeof(sun)) < 0) {
+        err = errno;
+        close(fd);
+        return -err;
+    }
+    return fd;
+}
+
+/* Leave a socket file at path that nobody listens on (a dead server's). */
+static void make_stale_socket(const char *path)
+{
+    struct sockaddr_un sun = { .sun_family = AF_UNIX };
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+    g_assert_cmpint(fd, >=, 0);
+    memcpy(sun.sun_path, path, strlen(path) + 1);
+    g_assert_cmpint(bind(fd, (struct sockaddr *)&sun, sizeof(sun)), ==, 0);
+    close(fd);
+}
+
+static void assert_fd_flags(int fd, bool nonblock, bool cloexec)
+{
+    int fl = fcntl(fd, F_GETFL);
+    int fdfl = fcntl(fd, F_GETFD);
+
+    g_assert_cmpint(fl, >=, 0);
+    g_assert_cmpint(fdfl, >=, 0);
+    g_assert_cmpint(!!(fl & O_NONBLOCK), ==, nonblock);
+    g_assert_cmpint(!!(fdfl & FD_CLOEXEC), ==, cloexec);
+}
+
+/* Fail the test with err's message if err is set. */
+static void assert_no_error(Error *err, const char *what)
+{
+    if (err) {
+        g_test_message("%s failed: %s", what, error_get_pretty(err));
+        g_assert_not_reached();
+    }
+}
+
+/* unix_socket_listen_path() that must succeed. */
+static int listen_ok(const char *path, struct stat *st)
+{
+    Error *err = NULL;
+    int fd = unix_socket_listen_path(path, "test", st, &err);
+
+    assert_no_error(err, "unix_socket_listen_path");
+    g_assert_cmpint(fd, >=, 0);
+    return fd;
+}
+
+/* unix_socket_adopt_listen_fd() that must succeed. */
+static int adopt_ok(int fd, bool duplicate)
+{
+    Error *err = NULL;
+    int r = unix_socket_adopt_listen_fd(fd, duplicate, &err);
+
+    assert_no_error(err, "unix_socket_adopt_listen_fd");
+    g_assert_cmpint(r, >=, 0);
+    return r;
+}
+
+/* Assert that err's message is exactly want (then free both). */
+static void assert_error_is(Error *err, char *want)
+{
+    g_assert_nonnull(err);
+    g_assert_cmpstr(error_get_pretty(err), ==, want);
+    error_free(err);
+    g_free(want);
+}
+
+static void test_unix_socket_listen(void)
+{
+    g_autofree char *dir = g_dir_make_tmp("test-util-XXXXXX", NULL);
+    g_autofree char *path = g_build_filename(dir, "s.sock", NULL);
+    struct stat st, now;
+    int fd, c, a;
+
+    g_assert_nonnull(dir);
+    fd = listen_ok(path, &st);
+    g_assert_cmpint(fd, >=, 0);
+    assert_fd_flags(fd, true, true);
+    g_assert_cmpint(stat(path, &now), ==, 0);
+    g_assert_true(S_ISSOCK(now.st_mode));
+    g_assert_cmpint(now.st_mode & 07777, ==, 0600);
+    g_assert_true(now.st_dev == st.st_dev && now.st_ino == st.st_ino);
+
+    /* It listens: a client connects and the connection is there. */
+    g_assert_cmpint(accept(fd, NULL, NULL), ==, -1);   /* nobody yet */
+    g_assert_cmpint(errno, ==, EAGAIN);
+    c = unix_connect(path);
+    g_assert_cmpint(c, >=, 0);
+    a = accept(fd, NULL, NULL);
+    g_assert_cmpint(a, >=, 0);
+    close(a);
+    close(c);
+
+    close(fd);
+    unix_socket_unlink_if_same(path, st.st_dev, st.st_ino);
+    g_assert_false(g_file_test(path, G_FILE_TEST_EXISTS));
+    g_assert_cmpint(g_rmdir(dir), ==, 0);
+}
+
+static void test_unix_socket_stale_replaced(void)
+{
+    g_autofree char *dir = g_dir_make_tmp("test-util-XXXXXX", NULL);
+    g_autofree char *path = g_build_filename(dir, "s.sock", NULL);
+    struct stat st;
+    int fd, c;
+
+    make_stale_socket(path);
+    g_assert_true(g_file_test(path, G_FILE_TEST_EXISTS));
+    g_assert_cmpint(unix_connect(path), ==, -ECONNREFUSED);
+
+    fd = listen_ok(path, &st);
+    g_assert_cmpint(fd, >=, 0);
+    /* A new socket: it accepts where the old one refused. */
+    c = unix_connect(path);
+    g_assert_cmpint(c, >=, 0);
+    close(c);
+    close(fd);
+    unix_socket_unlink_if_same(path, st.st_dev, st.st_ino);
+    g_assert_cmpint(g_rmdir(dir), ==, 0);
+}
+
+static void test_unix_socket_refused(void)
+{
+    g_autofree char *dir = g_dir_make_tmp("test-util-XXXXXX", NULL);
+    g_autofree char *path = g_build_filename(dir, "s.sock", NULL);
+    g_autofree char *file = g_build_filename(dir, "file", NULL);
+    g_autofree char *longp = g_strnfill(sizeof(((struct sockaddr_un *)0)->
+                                                sun_path), 'x');
+    Error *err = NULL;
+    struct stat st, st2;
+    int fd, c;
+
+    /* A live server's socket is neither taken over nor removed. */
+    fd = listen_ok(path, &st);
+    g_assert_cmpint(fd, >=, 0);
+    g_assert_cmpint(unix_socket_listen_path(path, "Foo", &st2, &err), ==, -1);
+    assert_error_is(err, g_strdup_printf("Foo socket path '%s' is in use by "
+                                         "another server", path));
+    err = NULL;
+    c = unix_connect(path);
+    g_assert_cmpint(c, >=, 0);
+    close(c);
+
+    /* Neither is anything that is not a socket. */
+    g_assert_true(g_file_set_contents(file, "keep", -1, NULL));
+    g_assert_cmpint(unix_socket_listen_path(file, "Foo", &st2, &err), ==, -1);
+    assert_error_is(err, g_strdup_printf("Foo socket path '%s' exists and is "
+                                         "not a socket", file));
+    err = NULL;
+    g_assert_true(g_file_test(file, G_FILE_TEST_IS_REGULAR));
+
+    /* Paths that do not fit a sockaddr_un. */
+    g_assert_cmpint(unix_socket_listen_path("", "Foo", &st2, &err), ==, -1);
+    assert_error_is(err, g_strdup_printf("Foo socket path '' is empty or "
+                                         "longer than %zu bytes",
+                                         strlen(longp) - 1));
+    err = NULL;
+    g_assert_cmpint(unix_socket_listen_path(longp, "Foo", &st2, &err), ==,
+                    -1);
+    assert_error_is(err, g_strdup_printf("Foo socket path '%s' is empty or "
+                                         "longer than %zu bytes", longp,
+                                         strlen(longp) - 1));
+    err = NULL;
+
+    close(fd);
+    unix_socket_unlink_if_same(path, st.st_dev, st.st_ino);
+    g_assert_cmpint(g_unlink(file), ==, 0);
+    g_assert_cmpint(g_rmdir(dir), ==, 0);
+}
+
+static void test_unix_socket_unlink_only_ours(void)
+{
+    g_autofree char *dir = g_dir_make_tmp("test-util-XXXXXX", NULL);
+    g_autofree char *path = g_build_filename(dir, "s.sock", NULL);
+    g_autofree char *other = g_build_filename(dir, "other", NULL);
+    struct stat st;
+    int fd;
+
+    fd = listen_ok(path, &st);
+    g_assert_cmpint(fd, >=, 0);
+    close(fd);
+    /*
+     * Someone else's file took the path meanwhile: it stays.  (It is made
+     * while ours still exists, so that it cannot get our inode number.)
+     */
+    g_assert_true(g_file_set_contents(other, "theirs", -1, NULL));
+    g_assert_cmpint(g_rename(other, path), ==, 0);
+    unix_socket_unlink_if_same(path, st.st_dev, st.st_ino);
+    g_assert_true(g_file_test(path, G_FILE_TEST_IS_REGULAR));
+    g_assert_cmpint(g_unlink(path), ==, 0);
+    /* No file and no path at all are fine too. */
+    unix_socket_unlink_if_same(path, st.st_dev, st.st_ino);
+    unix_socket_unlink_if_same(NULL, st.st_dev, st.st_ino);
+    g_assert_cmpint(g_rmdir(dir), ==, 0);
+}
+
+static void test_unix_socket_adopt(void)
+{
+    g_autofree char *dir = g_dir_make_tmp("test-util-XXXXXX", NULL);
+    g_autofree char *path = g_build_filename(dir, "s.sock", NULL);
+    Error *err = NULL;
+    struct stat st;
+    int pair[2], pipefd[2], lfd, fd, c, a;
+
+    /* Not listening, not a socket, not open: refused, fd untouched. */
+    g_assert_cmpint(socketpair(AF_UNIX, SOCK_STREAM, 0, pair), ==, 0);
+    g_assert_cmpint(pipe(pipefd), ==, 0);
+    g_assert_cmpint(unix_socket_adopt_listen_fd(pair[0], true, &err), ==, -1);
+    assert_error_is(err, g_strdup_printf("File descriptor %d is not a "
+                                         "listening UNIX stream socket",
+                                         pair[0]));
+    err = NULL;
+    g_assert_cmpint(unix_socket_adopt_listen_fd(pipefd[0], false, &err), ==,
+                    -1);
+    assert_error_is(err, g_strdup_printf("File descriptor %d is not a "
+                                         "listening UNIX stream socket",
+                                         pipefd[0]));
+    err = NULL;
+    assert_fd_flags(pipefd[0], false, false);
+    close(pipefd[0]);
+    g_assert_cmpint(unix_socket_adopt_listen_fd(pipefd[0], true, &err), ==,
+                    -1);
+    assert_error_is(err, g_strdup_printf("File descriptor %d is not a "
+                                         "listening UNIX stream socket",
+                                         pipefd[0]));
+    err = NULL;
+    close(pipefd[1]);
+    close(pair[0]);
+    close(pair[1]);
+
+    /* A blocking, inheritable listening socket, as a parent passes it. */
+    lfd = listen_ok(path, &st);
+    g_assert_cmpint(lfd, >=, 0);
+    g_assert_cmpint(fcntl(lfd, F_SETFL, 0), ==, 0);
+    g_assert_cmpint(fcntl(lfd, F_SETFD, 0), ==, 0);
+
+    /* With duplicate: a new close-on-exec fd; the caller's stays open. */
+    fd = adopt_ok(lfd, true);
+    g_assert_cmpint(fd, >, 2);
+    g_assert_cmpint(fd, !=, lfd);
+    assert_fd_flags(fd, true, true);
+    assert_fd_flags(lfd, true, false);     /* O_NONBLOCK is shared */
+    close(fd);
+    c = unix_connect(path);
+    g_assert_cmpint(c, >=, 0);
+    a = accept(lfd, NULL, NULL);
+    g_assert_cmpint(a, >=, 0);
+    close(a);
+    close(c);
+
+    /* Without: fd itself, now non-blocking and close-on-exec. */
+    g_assert_cmpint(fcntl(lfd, F_SETFL, 0), ==, 0);
+    fd = adopt_ok(lfd, false);
+    g_assert_cmpint(fd, ==, lfd);
+    assert_fd_flags(lfd, true, true);
+
+    close(lfd);
+    unix_socket_unlink_if_same(path, st.st_dev, st.st_ino);
+    g_assert_cmpint(g_rmdir(dir), ==, 0);
+}
+
 int main(int argc, char **argv)
 {
     g_test_init(&argc, &argv, NULL);
@@ -617,6 +902,13 @@ int main(int argc, char **argv)
     g_test_add_func("/util/iov/size", test_iov_size);
     g_test_add_func("/util/iov/to-buf", test_iov_to_buf);
     g_test_add_func("/util/iov/from-buf", test_iov_from_buf);
+    g_test_add_func("/util/unix-socket/listen", test_unix_socket_listen);
+    g_test_add_func("/util/unix-socket/stale-replaced",
+                    test_unix_socket_stale_replaced);
+    g_test_add_func("/util/unix-socket/refused", test_unix_socket_refused);
+    g_test_add_func("/util/unix-socket/unlink-only-ours",
+                    test_unix_socket_unlink_only_ours);
+    g_test_add_func("/util/unix-socket/adopt", test_unix_socket_adopt);
 
     return g_test_run();
 }

@@ -5,9 +5,9 @@
  * Theory of operation: a TDev is a small virtio-scsi driver written for
  * these tests plus the device under test, driven directly through its
  * VuDevOps callbacks (no vhost-user socket: the server has its own tests).
- * The driver owns a memfd of "guest memory" mapped once; the VirtQueues
+ * Guest memory and the rings are virtio-test-driver.h's: the VirtQueues
  * (control, event, N request queues) are real ones over a GuestMemory made
- * from that memfd, with their rings at fixed guest addresses.  The driver
+ * from a memfd, with their rings at fixed guest addresses.  The driver
  * writes descriptor chains (the request header, CDB, data-out; the
  * response header, sense, data-in; split across descriptors where a test
  * wants it), publishes them, kicks, and reads the used ring, recording
@@ -28,8 +28,6 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
 #include <glib.h>
 
 #include "block/block.h"
@@ -44,18 +42,15 @@
 #include "util/event-notifier.h"
 #include "util/iothread.h"
 #include "test-helpers.h"
+#include "virtio-test-driver.h"
 
 #define MEM_SIZE        (4u << 20)
 #define QVA_BASE        0x7f1000000000ull
-#define RING_NUM        64
 #define RINGS_GPA       0x10000
 #define RING_STRIDE     0x1000
 #define DATA_GPA        0x100000
 #define MAX_VQS         6
 #define WAIT_NS         (10 * NS_PER_SEC)
-
-#define F_NEXT          1
-#define F_WRITE         2
 
 #define REQ_HDR         sizeof(VirtioScsiCmdReqHdr)
 #define RESP_HDR        sizeof(VirtioScsiCmdRespHdr)
@@ -70,18 +65,11 @@
 typedef struct TDev TDev;
 
 typedef struct TQueue {
+    DrvQueue d;                  /* the ring and the device's VirtQueue */
     TDev *t;
     unsigned index;
-    VirtQueue *vq;
-    AioContext *ctx;
-    EventNotifier kick, call;
-    uint64_t gpa;                /* desc at +0, avail +0x400, used +0x800 */
-    uint16_t avail_idx;
-    uint16_t last_used;
-    unsigned next_desc;
-    uint32_t used_len[RING_NUM];  /* by head; NOT_USED until pushed */
-    uint64_t used_seq[RING_NUM];  /* the pass of tdev_reap() that saw it */
-    bool started;
+    uint32_t used_len[DRV_RING_NUM];  /* by head; NOT_USED until pushed */
+    uint64_t used_seq[DRV_RING_NUM];  /* the pass of tdev_reap() that saw it */
 } TQueue;
 
 typedef struct TLun {
@@ -100,9 +88,7 @@ typedef struct TConf {
 } TConf;
 
 struct TDev {
-    int memfd;
-    uint8_t *map;
-    GuestMemory *mem;
+    DrvMem m;
     AioContext *ctx;             /* the test thread's */
     IOThread *iot, *iot2;
     VirtioScsi *vs;
@@ -129,19 +115,12 @@ typedef struct TCmd {
     uint8_t sense[VIRTIO_SCSI_SENSE_DEFAULT_SIZE * 3];
 } TCmd;
 
-typedef struct TBuf {
-    uint64_t gpa;
-    uint32_t len;
-    bool write;
-} TBuf;
-
 /* ------------------------------------------------------------------------ */
 /* Guest memory                                                              */
 
 static void *gptr(TDev *t, uint64_t gpa)
 {
-    g_assert_cmpuint(gpa, <, MEM_SIZE);
-    return t->map + gpa;
+    return drvmem_ptr(&t->m, gpa);
 }
 
 static uint64_t galloc(TDev *t, size_t len)
@@ -169,65 +148,21 @@ static uint64_t gbuf(TDev *t, const void *data, size_t len)
 /* ------------------------------------------------------------------------ */
 /* The driver's rings                                                        */
 
-static _Atomic uint16_t *ring16(TQueue *q, uint64_t off)
-{
-    return gptr(q->t, q->gpa + off);
-}
-
-static uint16_t tq_add_chain(TQueue *q, const TBuf *b, unsigned n)
-{
-    uint16_t head = q->next_desc % RING_NUM;
-
-    for (unsigned i = 0; i < n; i++) {
-        unsigned idx = (q->next_desc + i) % RING_NUM;
-        uint8_t *d = gptr(q->t, q->gpa + 16 * idx);
-        uint64_t addr = htole64(b[i].gpa);
-        uint32_t len = htole32(b[i].len);
-        uint16_t flags = htole16((b[i].write ? F_WRITE : 0) |
-                                 (i + 1 < n ? F_NEXT : 0));
-        uint16_t next = htole16((idx + 1) % RING_NUM);
-
-        memcpy(d, &addr, 8);
-        memcpy(d + 8, &len, 4);
-        memcpy(d + 12, &flags, 2);
-        memcpy(d + 14, &next, 2);
-    }
-    q->next_desc += n;
-    return head;
-}
-
 /* Make head available; kick the queue's eventfd if kick. */
 static void tq_publish(TQueue *q, uint16_t head, bool kick)
 {
     q->used_len[head] = NOT_USED;
-    atomic_store_explicit(ring16(q, 0x400 + 4 + 2 * (q->avail_idx % RING_NUM)),
-                          htole16(head), memory_order_relaxed);
-    q->avail_idx++;
-    /* Release: descriptors and ring entry before the index (pairs with
-     * the device's acquire load of avail->idx). */
-    atomic_store_explicit(ring16(q, 0x400 + 2), htole16(q->avail_idx),
-                          memory_order_release);
-    if (kick) {
-        event_notifier_set(&q->kick);
-    }
+    drvq_publish(&q->d, head, kick);
 }
 
 static void tq_reap(TQueue *q)
 {
-    for (;;) {
-        uint16_t idx = le16toh(atomic_load_explicit(ring16(q, 0x800 + 2),
-                                                    memory_order_acquire));
-        uint32_t e[2];
+    uint32_t id, len;
 
-        if (idx == q->last_used) {
-            return;
-        }
-        memcpy(e, gptr(q->t, q->gpa + 0x800 + 4 +
-                       8 * (q->last_used % RING_NUM)), sizeof(e));
-        g_assert_cmpuint(le32toh(e[0]), <, RING_NUM);
-        q->used_len[le32toh(e[0])] = le32toh(e[1]);
-        q->used_seq[le32toh(e[0])] = q->t->used_seq;
-        q->last_used++;
+    while (drvq_next_used(&q->d, &id, &len)) {
+        g_assert_cmpuint(id, <, DRV_RING_NUM);
+        q->used_len[id] = len;
+        q->used_seq[id] = q->t->used_seq;
     }
 }
 
@@ -279,68 +214,23 @@ static void tq_assert_pending(TQueue *q, uint16_t head, unsigned ms)
 /* ------------------------------------------------------------------------ */
 /* Device set-up                                                             */
 
-static void tq_start_bh(void *opaque)
-{
-    TQueue *q = opaque;
-
-    g_assert_cmpint(virtqueue_start(q->vq, q->t->mem,
-                                    virtio_scsi_vu_ops.handle_queue,
-                                    q->t->vs), ==, 0);
-    virtio_scsi_vu_ops.queue_started(q->t->vs, q->vq);
-}
-
-static void tq_stop_bh(void *opaque)
-{
-    TQueue *q = opaque;
-
-    virtqueue_stop(q->vq);
-    virtio_scsi_vu_ops.queue_drain(q->t->vs, q->vq);
-    /* queue_drain's promise: every popped element is back. */
-    g_assert_cmpuint(virtqueue_inflight(q->vq), ==, 0);
-}
-
 static void tq_start(TQueue *q)
 {
-    aio_run_sync(q->ctx, tq_start_bh, q);
-    q->started = true;
+    drvq_start(&q->d);
     while (aio_poll(q->t->ctx, false)) {
         /* the start-up BHs */
-    }
-}
-
-static void tq_stop(TQueue *q)
-{
-    if (q->started) {
-        aio_run_sync(q->ctx, tq_stop_bh, q);
-        q->started = false;
     }
 }
 
 static void tq_init(TDev *t, TQueue *q, unsigned index, AioContext *ctx,
                     uint64_t features)
 {
-    VirtQueueAddrs addrs;
-
     memset(q, 0, sizeof(*q));
     q->t = t;
     q->index = index;
-    q->ctx = ctx;
-    q->gpa = RINGS_GPA + (uint64_t)index * RING_STRIDE;
     memset(q->used_len, 0xff, sizeof(q->used_len));
-    g_assert_cmpint(event_notifier_init(&q->kick, false), ==, 0);
-    g_assert_cmpint(event_notifier_init(&q->call, false), ==, 0);
-    memset(&addrs, 0, sizeof(addrs));
-    addrs.desc_qva = QVA_BASE + q->gpa;
-    addrs.avail_qva = QVA_BASE + q->gpa + 0x400;
-    addrs.used_qva = QVA_BASE + q->gpa + 0x800;
-    q->vq = virtqueue_new(index);
-    g_assert_cmpint(virtqueue_set_num(q->vq, RING_NUM), ==, 0);
-    virtqueue_set_addrs(q->vq, &addrs);
-    virtqueue_set_kick_fd(q->vq, dup(q->kick.fd));
-    virtqueue_set_call_fd(q->vq, dup(q->call.fd));
-    virtqueue_set_features(q->vq, features);
-    virtqueue_set_aio_context(q->vq, ctx);
-    virtqueue_set_enabled(q->vq, true);
+    drvq_init(&q->d, &t->m, index, RINGS_GPA + (uint64_t)index * RING_STRIDE,
+              ctx, features, &virtio_scsi_vu_ops, t->vs);
 }
 
 /* A disk over a node opened from options node. */
@@ -379,23 +269,13 @@ static void tdev_add_luns(TDev *t, const TConf *c)
 
 static void tdev_init(TDev *t, const TConf *c)
 {
-    GuestMemRegionDesc r = { 0, MEM_SIZE, QVA_BASE, 0 };
     VirtioScsiConf vconf = { .num_queues = c->num_queues, .queue_size = 0 };
     AioPollParams no_polling = { .max_ns = 0 };
-    GuestMemory *empty = guest_memory_new_empty();
     Error *err = NULL;
     uint64_t features;
 
     memset(t, 0, sizeof(*t));
-    t->memfd = memfd_create("test-virtio-scsi", MFD_CLOEXEC);
-    g_assert_cmpint(t->memfd, >=, 0);
-    g_assert_cmpint(ftruncate(t->memfd, MEM_SIZE), ==, 0);
-    t->map = mmap(NULL, MEM_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED,
-                  t->memfd, 0);
-    g_assert(t->map != MAP_FAILED);
-    t->mem = guest_memory_add(empty, &r, t->memfd, &err);
-    g_assert_no_error(err);
-    guest_memory_unref(empty);
+    drvmem_init(&t->m, "test-virtio-scsi", MEM_SIZE, QVA_BASE);
     t->data_next = DATA_GPA;
     t->sense_size = VIRTIO_SCSI_SENSE_DEFAULT_SIZE;
     t->cdb_size = VIRTIO_SCSI_CDB_DEFAULT_SIZE;
@@ -478,13 +358,11 @@ static void tdev_new_slow(TDev *t, unsigned num_queues, unsigned nluns,
 static void tdev_cleanup(TDev *t)
 {
     for (unsigned i = 0; i < t->nvqs; i++) {
-        tq_stop(&t->q[i]);
+        drvq_stop(&t->q[i].d);
     }
     virtio_scsi_free(t->vs);
     for (unsigned i = 0; i < t->nvqs; i++) {
-        virtqueue_free(t->q[i].vq);
-        event_notifier_cleanup(&t->q[i].kick);
-        event_notifier_cleanup(&t->q[i].call);
+        drvq_cleanup(&t->q[i].d);
     }
     if (t->iot) {
         iothread_destroy(t->iot);
@@ -496,9 +374,7 @@ static void tdev_cleanup(TDev *t)
         /* leftover BHs */
     }
     aio_context_unref(t->ctx);
-    guest_memory_unref(t->mem);
-    munmap(t->map, MEM_SIZE);
-    close(t->memfd);
+    drvmem_cleanup(&t->m);
 }
 
 static TQueue *reqq(TDev *t, unsigned i)
@@ -544,7 +420,7 @@ static uint64_t cmd_head(TDev *t, const uint8_t *lun, uint64_t tag,
 
 /* Publish the chain b[0..n) as command c on q; resp_gpa/in_gpa say where
  * the response and the data-in went. */
-static void cmd_publish(TCmd *c, TQueue *q, const TBuf *b, unsigned n,
+static void cmd_publish(TCmd *c, TQueue *q, const DrvBuf *b, unsigned n,
                         uint64_t resp_gpa, uint64_t in_gpa, uint32_t in_len,
                         bool kick)
 {
@@ -553,7 +429,7 @@ static void cmd_publish(TCmd *c, TQueue *q, const TBuf *b, unsigned n,
     c->resp_gpa = resp_gpa;
     c->in_gpa = in_gpa;
     c->in_len = in_len;
-    c->head = tq_add_chain(q, b, n);
+    c->head = drvq_add_chain(&q->d, b, n);
     tq_publish(q, c->head, kick);
 }
 
@@ -567,20 +443,20 @@ static void cmd_send_ex(TDev *t, TCmd *c, unsigned qi, const uint8_t *lun,
                         const void *out, size_t out_len, size_t in_len,
                         bool kick)
 {
-    TBuf b[4];
+    DrvBuf b[4];
     unsigned n = 0;
     uint64_t resp, in = 0;
 
-    b[n++] = (TBuf){ cmd_head(t, lun, tag, cdb, cdb_len),
+    b[n++] = (DrvBuf){ cmd_head(t, lun, tag, cdb, cdb_len),
                      REQ_HDR + t->cdb_size, false };
     if (out_len) {
-        b[n++] = (TBuf){ gbuf(t, out, out_len), out_len, false };
+        b[n++] = (DrvBuf){ gbuf(t, out, out_len), out_len, false };
     }
     resp = gbuf(t, NULL, RESP_HDR + t->sense_size);
-    b[n++] = (TBuf){ resp, RESP_HDR + t->sense_size, true };
+    b[n++] = (DrvBuf){ resp, RESP_HDR + t->sense_size, true };
     if (in_len) {
         in = gbuf(t, NULL, in_len);
-        b[n++] = (TBuf){ in, in_len, true };
+        b[n++] = (DrvBuf){ in, in_len, true };
     }
     cmd_publish(c, reqq(t, qi), b, n, resp, in, in_len, kick);
 }
@@ -688,17 +564,17 @@ static void tmf_send(TDev *t, TTmf *m, uint32_t subtype, const uint8_t *lun,
                      uint64_t tag)
 {
     VirtioScsiCtrlTmfReq req;
-    TBuf b[2];
+    DrvBuf b[2];
 
     memset(&req, 0, sizeof(req));
     req.type = htole32(VIRTIO_SCSI_T_TMF);
     req.subtype = htole32(subtype);
     memcpy(req.lun, lun, VIRTIO_SCSI_LUN_BYTES);
     req.tag = htole64(tag);
-    b[0] = (TBuf){ gbuf(t, &req, sizeof(req)), sizeof(req), false };
+    b[0] = (DrvBuf){ gbuf(t, &req, sizeof(req)), sizeof(req), false };
     m->resp_gpa = gbuf(t, NULL, 1);
-    b[1] = (TBuf){ m->resp_gpa, 1, true };
-    m->head = tq_add_chain(ctrlq(t), b, 2);
+    b[1] = (DrvBuf){ m->resp_gpa, 1, true };
+    m->head = drvq_add_chain(&ctrlq(t)->d, b, 2);
     tq_publish(ctrlq(t), m->head, true);
 }
 
@@ -721,8 +597,8 @@ static uint8_t tmf_run(TDev *t, uint32_t subtype, const uint8_t *lun,
 /* Give the device an event buffer of len bytes; returns its head. */
 static uint16_t event_buf_post(TDev *t, uint32_t len, uint64_t *gpa)
 {
-    TBuf b = { gbuf(t, NULL, len), len, true };
-    uint16_t head = tq_add_chain(eventq(t), &b, 1);
+    DrvBuf b = { gbuf(t, NULL, len), len, true };
+    uint16_t head = drvq_add_chain(&eventq(t)->d, &b, 1);
 
     *gpa = b.gpa;
     tq_publish(eventq(t), head, true);
@@ -1038,7 +914,7 @@ static void test_read_write(void)
     TConf c = { .num_queues = 2, .luns = luns, .nluns = 1 };
     uint8_t lun[8], cdb[10], *data = g_malloc(4096), *back = g_malloc(4096);
     uint64_t resp, in_a, in_b;
-    TBuf b[6];
+    DrvBuf b[6];
     TCmd cmd;
     TDev t;
 
@@ -1052,12 +928,12 @@ static void test_read_write(void)
 
     /* WRITE(10) of 8 blocks at LBA 10, the data in three descriptors. */
     cdb_rw10(cdb, SCSI_OP_WRITE_10, 10, 8);
-    b[0] = (TBuf){ cmd_head(&t, lun, 1, cdb, 10), REQ_HDR + 32, false };
-    b[1] = (TBuf){ gbuf(&t, data, 1000), 1000, false };
-    b[2] = (TBuf){ gbuf(&t, data + 1000, 2000), 2000, false };
-    b[3] = (TBuf){ gbuf(&t, data + 3000, 1096), 1096, false };
+    b[0] = (DrvBuf){ cmd_head(&t, lun, 1, cdb, 10), REQ_HDR + 32, false };
+    b[1] = (DrvBuf){ gbuf(&t, data, 1000), 1000, false };
+    b[2] = (DrvBuf){ gbuf(&t, data + 1000, 2000), 2000, false };
+    b[3] = (DrvBuf){ gbuf(&t, data + 3000, 1096), 1096, false };
     resp = gbuf(&t, NULL, RESP_HDR + SENSE_DEFAULT);
-    b[4] = (TBuf){ resp, RESP_HDR + SENSE_DEFAULT, true };
+    b[4] = (DrvBuf){ resp, RESP_HDR + SENSE_DEFAULT, true };
     cmd_publish(&cmd, reqq(&t, 1), b, 5, resp, 0, 0, true);
     cmd_wait(&t, &cmd);
     assert_good(&cmd);
@@ -1069,11 +945,11 @@ static void test_read_write(void)
     /* READ(10) back: response, sense and the first 100 bytes of data in
      * one descriptor, the rest in another. */
     cdb_rw10(cdb, SCSI_OP_READ_10, 10, 8);
-    b[0] = (TBuf){ cmd_head(&t, lun, 2, cdb, 10), REQ_HDR + 32, false };
+    b[0] = (DrvBuf){ cmd_head(&t, lun, 2, cdb, 10), REQ_HDR + 32, false };
     in_a = gbuf(&t, NULL, RESP_HDR + SENSE_DEFAULT + 100);
     in_b = gbuf(&t, NULL, 4096 - 100);
-    b[1] = (TBuf){ in_a, RESP_HDR + SENSE_DEFAULT + 100, true };
-    b[2] = (TBuf){ in_b, 4096 - 100, true };
+    b[1] = (DrvBuf){ in_a, RESP_HDR + SENSE_DEFAULT + 100, true };
+    b[2] = (DrvBuf){ in_b, 4096 - 100, true };
     cmd_publish(&cmd, reqq(&t, 0), b, 3, in_a, 0, 0, true);
     cmd_wait(&t, &cmd);
     assert_good(&cmd);
@@ -1130,7 +1006,7 @@ static void test_malformed(void)
     uint8_t lun[8], cdb[10], data[512] = { 0 };
     uint64_t head, resp, cdb_a, cdb_b;
     uint8_t raw[REQ_HDR + 32];
-    TBuf b[4];
+    DrvBuf b[4];
     TCmd cmd;
     TDev t;
 
@@ -1138,13 +1014,13 @@ static void test_malformed(void)
     lun_addr(lun, 0, 0);
 
     /* No device-writable part at all: handed back untouched. */
-    b[0] = (TBuf){ cmd_head(&t, lun, 1, cdb_tur, 6), REQ_HDR + 32, false };
+    b[0] = (DrvBuf){ cmd_head(&t, lun, 1, cdb_tur, 6), REQ_HDR + 32, false };
     cmd_publish(&cmd, reqq(&t, 0), b, 1, 0, 0, 0, true);
     g_assert_cmpuint(tq_wait(cmd.q, cmd.head), ==, 0);
 
     /* A writable part smaller than the response header: the same. */
     resp = gbuf(&t, NULL, 8);
-    b[1] = (TBuf){ resp, 8, true };
+    b[1] = (DrvBuf){ resp, 8, true };
     cmd_publish(&cmd, reqq(&t, 0), b, 2, resp, 0, 0, true);
     g_assert_cmpuint(tq_wait(cmd.q, cmd.head), ==, 0);
     g_assert_cmphex(*(uint8_t *)gptr(&t, resp), ==, 0xee);
@@ -1152,7 +1028,7 @@ static void test_malformed(void)
     /* A request shorter than header + CDB: FAILURE. */
     b[0].len = REQ_HDR + 16;
     resp = gbuf(&t, NULL, RESP_HDR + SENSE_DEFAULT);
-    b[1] = (TBuf){ resp, RESP_HDR + SENSE_DEFAULT, true };
+    b[1] = (DrvBuf){ resp, RESP_HDR + SENSE_DEFAULT, true };
     cmd_publish(&cmd, reqq(&t, 0), b, 2, resp, 0, 0, true);
     cmd_wait(&t, &cmd);
     g_assert_cmpuint(cmd.response, ==, VIRTIO_SCSI_S_FAILURE);
@@ -1162,7 +1038,7 @@ static void test_malformed(void)
      * header and as much of the (empty) sense area as fits. */
     b[0].len = REQ_HDR + 32;
     resp = gbuf(&t, NULL, RESP_HDR + 10);
-    b[1] = (TBuf){ resp, RESP_HDR + 10, true };
+    b[1] = (DrvBuf){ resp, RESP_HDR + 10, true };
     cmd_publish(&cmd, reqq(&t, 0), b, 2, resp, 0, 0, true);
     cmd_wait(&t, &cmd);
     g_assert_cmpuint(cmd.response, ==, VIRTIO_SCSI_S_FAILURE);
@@ -1192,11 +1068,11 @@ static void test_malformed(void)
     head = gbuf(&t, raw, REQ_HDR);
     cdb_a = gbuf(&t, raw + REQ_HDR, 3);
     cdb_b = gbuf(&t, raw + REQ_HDR + 3, 29);
-    b[0] = (TBuf){ head, REQ_HDR, false };
-    b[1] = (TBuf){ cdb_a, 3, false };
-    b[2] = (TBuf){ cdb_b, 29, false };
+    b[0] = (DrvBuf){ head, REQ_HDR, false };
+    b[1] = (DrvBuf){ cdb_a, 3, false };
+    b[2] = (DrvBuf){ cdb_b, 29, false };
     resp = gbuf(&t, NULL, RESP_HDR + SENSE_DEFAULT + 96);
-    b[3] = (TBuf){ resp, RESP_HDR + SENSE_DEFAULT + 96, true };
+    b[3] = (DrvBuf){ resp, RESP_HDR + SENSE_DEFAULT + 96, true };
     cmd_publish(&cmd, reqq(&t, 0), b, 4, resp, resp + RESP_HDR +
                 SENSE_DEFAULT, 96, true);
     cmd_wait(&t, &cmd);
@@ -1205,7 +1081,7 @@ static void test_malformed(void)
     g_assert_cmphex(cmd_data(&t, &cmd)[0], ==, SCSI_PDT_DIRECT_ACCESS);
     g_assert_cmphex(cmd_data(&t, &cmd)[2], !=, 0xee);
 
-    g_assert_false(virtqueue_is_broken(reqq(&t, 0)->vq));
+    g_assert_false(virtqueue_is_broken(reqq(&t, 0)->d.vq));
     tdev_cleanup(&t);
 }
 
@@ -1453,7 +1329,7 @@ static void test_tmf_drain(void)
     while (aio_poll(t.ctx, false)) {
         /* nothing */
     }
-    tq_stop(ctrlq(&t));
+    drvq_stop(&ctrlq(&t)->d);
     tdev_reap(&t);
     g_assert_cmpuint(ctrlq(&t)->used_len[m.head], ==, 1);
     cmd_wait(&t, &a);
@@ -1467,16 +1343,16 @@ static void test_tmf_drain(void)
 static uint32_t ctrl_raw(TDev *t, const void *req, size_t req_len,
                          size_t resp_len, uint64_t *resp_gpa)
 {
-    TBuf b[2];
+    DrvBuf b[2];
     unsigned n = 0;
     uint16_t head;
 
-    b[n++] = (TBuf){ gbuf(t, req, req_len), req_len, false };
+    b[n++] = (DrvBuf){ gbuf(t, req, req_len), req_len, false };
     *resp_gpa = gbuf(t, NULL, MAX(resp_len, 1u));
     if (resp_len) {
-        b[n++] = (TBuf){ *resp_gpa, resp_len, true };
+        b[n++] = (DrvBuf){ *resp_gpa, resp_len, true };
     }
-    head = tq_add_chain(ctrlq(t), b, n);
+    head = drvq_add_chain(&ctrlq(t)->d, b, n);
     tq_publish(ctrlq(t), head, true);
     return tq_wait(ctrlq(t), head);
 }
@@ -1514,7 +1390,7 @@ static void test_ctrl_an(void)
     g_assert_cmpuint(ctrl_raw(&t, &tmf, sizeof(tmf), 0, &gpa), ==, 0);
     an.type = htole32(VIRTIO_SCSI_T_AN_QUERY);
     g_assert_cmpuint(ctrl_raw(&t, &an, sizeof(an), 2, &gpa), ==, 0);
-    g_assert_false(virtqueue_is_broken(ctrlq(&t)->vq));
+    g_assert_false(virtqueue_is_broken(ctrlq(&t)->d.vq));
     tdev_cleanup(&t);
 }
 
@@ -1619,7 +1495,7 @@ static void test_event_not_negotiated(void)
     assert_sense(&cmd, SCSI_SENSE_UNIT_ATTENTION, SCSI_ASC_PARAMETERS_CHANGED,
                  SCSI_ASCQ_CAPACITY_DATA_CHANGED);
     /* Stopping hands the buffer back, unused. */
-    tq_stop(eventq(&t));
+    drvq_stop(&eventq(&t)->d);
     tdev_reap(&t);
     g_assert_cmpuint(eventq(&t)->used_len[head], ==, 0);
     tdev_cleanup(&t);
@@ -1853,7 +1729,7 @@ static void test_hotplug_two_iothreads(void)
     TDev t;
 
     tdev_new(&t, &c);
-    g_assert_true(reqq(&t, 0)->ctx != reqq(&t, 1)->ctx);
+    g_assert_true(reqq(&t, 0)->d.ctx != reqq(&t, 1)->d.ctx);
     head = event_buf_post(&t, 16, &gpa);
     tdev_add_lun(&t, 1, SLOW_NODE);
     assert_event(&t, head, gpa, VIRTIO_SCSI_T_TRANSPORT_RESET, ev_lun1,
@@ -1889,11 +1765,11 @@ static void test_hotplug_restart(void)
     TDev t;
 
     tdev_new_lun0(&t);
-    tq_stop(reqq(&t, 0));
+    drvq_stop(&reqq(&t, 0)->d);
     tdev_add_lun(&t, 1, FAST_NODE);
     tq_start(reqq(&t, 0));
     g_assert_cmphex(inquiry_pdt(&t, 0, 1), ==, SCSI_PDT_DIRECT_ACCESS);
-    tq_stop(reqq(&t, 0));
+    drvq_stop(&reqq(&t, 0)->d);
     scsi_disk_free(virtio_scsi_remove_lun(t.vs, 1));
     tq_start(reqq(&t, 0));
     assert_lun_absent(&t, 0, 1);
@@ -1912,7 +1788,7 @@ static void test_drain(void)
     cdb_rw10(cdb, SCSI_OP_READ_10, 0, 1);
     cmd_send(&t, &a, lun, 5, cdb, 10, NULL, 0, 512);
     tq_assert_pending(a.q, a.head, 20);
-    tq_stop(a.q);
+    drvq_stop(&a.q->d);
     tdev_reap(&t);
     g_assert_cmpuint(a.q->used_len[a.head], !=, NOT_USED);
     cmd_wait(&t, &a);
@@ -1994,7 +1870,7 @@ static void test_lun_stats(void)
     g_assert_cmpuint(lun_op_stats(&t, 1, BLOCK_OP_READ).total_time_ns, >, 0);
 
     /* A queue's BlockQueues are remade at its restart: the counts stay. */
-    tq_stop(reqq(&t, 0));
+    drvq_stop(&reqq(&t, 0)->d);
     tq_start(reqq(&t, 0));
     rw_q(&t, &cmd, 0, 1, false, 0, 1);
     assert_good(&cmd);

@@ -1228,16 +1228,25 @@ close:
     return -1;
 }
 
+/* True if the back-end channel is open; false with errp set if not. */
+static bool vuf_check_backend_channel(VuFrontend *fe, Error **errp)
+{
+    if (fe->backend_fd < 0) {
+        error_setg(errp, "there is no back-end channel (the back-end does "
+                   "not offer the BACKEND_REQ protocol feature, or it was "
+                   "not accepted)");
+        return false;
+    }
+    return true;
+}
+
 bool vuf_poll_backend_channel(VuFrontend *fe, int timeout_ms, Error **errp)
 {
     int64_t deadline = now_ms() + MAX(timeout_ms, 0);
     int r;
 
     vuf_assert_control_thread(fe);
-    if (fe->backend_fd < 0) {
-        error_setg(errp, "there is no back-end channel (the back-end does "
-                   "not offer the BACKEND_REQ protocol feature, or it was "
-                   "not accepted)");
+    if (!vuf_check_backend_channel(fe, errp)) {
         return false;
     }
     /* The first message may take until the deadline; then take what is
@@ -1253,10 +1262,7 @@ bool vuf_wait_config_change(VuFrontend *fe, int timeout_ms, Error **errp)
     int64_t deadline = timeout_ms < 0 ? INT64_MAX : now_ms() + timeout_ms;
 
     vuf_assert_control_thread(fe);
-    if (fe->backend_fd < 0) {
-        error_setg(errp, "there is no back-end channel (the back-end does "
-                   "not offer the BACKEND_REQ protocol feature, or it was "
-                   "not accepted)");
+    if (!vuf_check_backend_channel(fe, errp)) {
         return false;
     }
     while (fe->config_changes == fe->config_changes_taken) {

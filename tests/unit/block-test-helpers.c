@@ -1,0 +1,91 @@
+/*
+ * Helpers shared by the block layer test programs: see
+ * block-test-helpers.h.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stddef.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
+#include <linux/loop.h>
+#include <glib.h>
+
+#include "block-test-helpers.h"
+
+void treq_cb(BlockRequest *req, int ret)
+{
+    TReq *r = (TReq *)((char *)req - offsetof(TReq, req));
+
+    g_assert_false(r->done);
+    r->done = true;
+    r->ret = ret;
+}
+
+void treq_init(TReq *r, BlockOp op, int64_t offset, void *buf,
+               int64_t bytes)
+{
+    memset(r, 0, sizeof(*r));
+    r->req = (BlockRequest) {
+        .op = op, .offset = offset, .bytes = bytes, .cb = treq_cb,
+    };
+    if (op == BLOCK_OP_READ || op == BLOCK_OP_WRITE) {
+        r->iov = (struct iovec) { .iov_base = buf, .iov_len = bytes };
+        r->req.iov = &r->iov;
+        r->req.niov = 1;
+    }
+}
+
+BlockNode *open_ok(const char *str, AioContext *ctx)
+{
+    Error *err = NULL;
+    BlockNode *bs = block_node_open_str(str, ctx, &err);
+
+    if (!bs) {
+        g_error("opening '%s' failed: %s", str, err->message);
+    }
+    return bs;
+}
+
+int loop_attach(const char *backing, char **dev)
+{
+    for (int attempt = 0; attempt < 10; attempt++) {
+        struct loop_config cfg;
+        int ctl, n, lfd, bfd, ret;
+
+        ctl = open("/dev/loop-control", O_RDWR | O_CLOEXEC);
+        if (ctl < 0) {
+            return -errno;
+        }
+        n = ioctl(ctl, LOOP_CTL_GET_FREE);
+        ret = -errno;
+        close(ctl);
+        if (n < 0) {
+            return ret;
+        }
+        *dev = g_strdup_printf("/dev/loop%d", n);
+        lfd = open(*dev, O_RDWR | O_CLOEXEC);
+        if (lfd < 0) {
+            ret = -errno;
+            g_clear_pointer(dev, g_free);
+            return ret;
+        }
+        bfd = open(backing, O_RDWR | O_CLOEXEC);
+        g_assert_cmpint(bfd, >=, 0);
+        memset(&cfg, 0, sizeof(cfg));
+        cfg.fd = bfd;
+        cfg.info.lo_flags = LO_FLAGS_AUTOCLEAR;
+        ret = ioctl(lfd, LOOP_CONFIGURE, &cfg) < 0 ? -errno : 0;
+        close(bfd);
+        if (ret == 0) {
+            return lfd;
+        }
+        close(lfd);
+        g_clear_pointer(dev, g_free);
+        if (ret != -EBUSY) {
+            return ret;
+        }
+        /* Someone else took it between GET_FREE and CONFIGURE. */
+    }
+    return -EBUSY;
+}

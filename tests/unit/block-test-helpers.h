@@ -1,0 +1,59 @@
+/*
+ * Helpers shared by the block layer test programs (test-block-acct.c,
+ * test-block-nodes.c, test-file-posix.c).
+ *
+ * - TReq: a BlockRequest over one buffer whose callback records that it
+ *   ran (exactly once) and its result.
+ * - open_ok(): open a node from an option string, or fail the test.
+ * - loop_attach(): a loop block device over an image file.
+ *
+ * Every helper fails the running test (g_assert, g_error) rather than
+ * returning an error, but for loop_attach(), whose caller decides whether
+ * a missing loop device skips the test.  Any thread unless said otherwise.
+ */
+#ifndef TESTS_UNIT_BLOCK_TEST_HELPERS_H
+#define TESTS_UNIT_BLOCK_TEST_HELPERS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#include "block/block.h"
+#include "util/aio.h"
+
+typedef struct TReq {
+    BlockRequest req;            /* first: treq_cb() finds the TReq */
+    struct iovec iov;
+    bool done;
+    int ret;
+} TReq;
+
+/*
+ * A TReq's completion callback: sets done and ret; fails the test if the
+ * request completes twice.  Callbacks of their own may call it first.
+ */
+void treq_cb(BlockRequest *req, int ret);
+
+/*
+ * Zero *r and make it a request of op at offset for bytes bytes, with
+ * treq_cb() as its callback; READ and WRITE get buf[0..bytes) as their
+ * one iovec, the other ops no data.
+ */
+void treq_init(TReq *r, BlockOp op, int64_t offset, void *buf,
+               int64_t bytes);
+
+/*
+ * The node opened from str (block_node_open_str()) in ctx; fails the test
+ * with the error's message if it cannot be opened.  ctx's home thread.
+ */
+BlockNode *open_ok(const char *str, AioContext *ctx);
+
+/*
+ * Attach the file backing to a free loop device with auto-clear (it goes
+ * away when the last descriptor is closed, even if the test dies).
+ * Returns the holding descriptor and sets *dev (the caller frees it), or
+ * returns -errno (no loop device to be had, or no permission).
+ */
+int loop_attach(const char *backing, char **dev);
+
+#endif
