@@ -371,8 +371,13 @@ static void aio_poll_set_started(AioContext *ctx, bool started)
     SPINDLE_TRACE2(poll_started, ctx, started);
 }
 
-/* Call every poll callback once; queue the ready handlers.  True if any. */
-static bool aio_poll_handlers_once(AioContext *ctx, int64_t turn_start)
+/*
+ * Call every poll callback once; queue the ready handlers.  True if any;
+ * then *now is the clock reading taken when the first was found (the
+ * turn reuses it rather than reading the clock again).
+ */
+static bool aio_poll_handlers_once(AioContext *ctx, int64_t turn_start,
+                                   int64_t *now_out)
 {
     uint64_t hits = 0;
     bool found = false;
@@ -396,29 +401,34 @@ static bool aio_poll_handlers_once(AioContext *ctx, int64_t turn_start)
     if (hits) {
         stat_add(&ctx->stats.poll_hits, hits);
     }
+    if (found) {
+        *now_out = now;
+    }
     return found;
 }
 
 /*
- * Spin until a poll callback reports work or deadline passes.  No system
- * calls in here: clock_gettime is a vDSO read.
+ * Spin until a poll callback reports work or deadline passes; *now is the
+ * last clock reading (when work was found, or past the deadline).  No
+ * system calls in here: clock_gettime is a vDSO read, and it is read once
+ * per pass, not again for the statistics (each read shows in QD1 latency).
  */
-static bool aio_poll_spin(AioContext *ctx, int64_t turn_start, int64_t deadline)
+static bool aio_poll_spin(AioContext *ctx, int64_t turn_start, int64_t deadline,
+                          int64_t *now)
 {
-    int64_t spin_start = clock_now_ns();
-    int64_t now;
     bool found;
 
     aio_poll_set_started(ctx, true);
+    *now = turn_start;
     do {
-        found = aio_poll_handlers_once(ctx, turn_start);
+        found = aio_poll_handlers_once(ctx, turn_start, now);
         if (found) {
             break;
         }
         cpu_relax();
-        now = clock_now_ns();
-    } while (now < deadline);
-    stat_add(&ctx->stats.poll_time_ns, clock_now_ns() - spin_start);
+        *now = clock_now_ns();
+    } while (*now < deadline);
+    stat_add(&ctx->stats.poll_time_ns, *now - turn_start);
     return found;
 }
 
@@ -568,14 +578,17 @@ static bool aio_fdmon_needed(AioContext *ctx, bool polling_found_work)
 bool aio_poll(AioContext *ctx, bool blocking)
 {
     AioPollParams params;
-    int64_t start, timeout, block_start, dispatch_start, waited_ns;
+    int64_t start, now, timeout, block_start, dispatch_start, waited_ns;
     bool polling, found = false, waited = false, notify_me = false, progress;
+    bool fdmon_called;
     int n;
 
     g_assert(aio_context_in_home_thread(ctx));
     ctx->poll_depth++;
     aio_context_get_poll_params(ctx, &params);
-    start = clock_now_ns();
+    /* now: the latest clock reading of this turn, reused where a slightly
+     * older one does as well as a new read. */
+    start = now = clock_now_ns();
     ctx->turn_start_ns = start;
     stat_add(&ctx->stats.turns, 1);
 
@@ -588,17 +601,19 @@ bool aio_poll(AioContext *ctx, bool blocking)
 
         if (spin > 0) {
             found = aio_poll_spin(ctx, start,
-                                  aio_spin_deadline(start, spin, timeout));
+                                  aio_spin_deadline(start, spin, timeout),
+                                  &now);
             waited = true;
         }
     } else if (polling) {
-        found = aio_poll_handlers_once(ctx, start);
+        found = aio_poll_handlers_once(ctx, start, &now);
     }
     if (found) {
         timeout = 0;
     } else if (timeout != 0) {
-        /* The spin (if any) ran to its deadline: recompute what is left. */
-        timeout = aio_compute_timeout(ctx, clock_now_ns());
+        /* The spin (if any) ran to its deadline, read as now: recompute
+         * what is left. */
+        timeout = aio_compute_timeout(ctx, now);
     }
 
     /* 2. About to block (or no longer allowed to poll): notifications back
@@ -610,7 +625,7 @@ bool aio_poll(AioContext *ctx, bool blocking)
          * with the producer's fence between publishing work and reading
          * that flag. */
         atomic_thread_fence(memory_order_seq_cst);
-        if (aio_poll_handlers_once(ctx, start)) {
+        if (aio_poll_handlers_once(ctx, start, &now)) {
             timeout = 0;
         } else if (waited) {
             stat_add(&ctx->stats.poll_misses, 1);
@@ -631,7 +646,8 @@ bool aio_poll(AioContext *ctx, bool blocking)
     /* Read only when it will be used: a turn that found work by polling
      * does not block, and every clock read shows in QD1 latency. */
     block_start = timeout != 0 ? clock_now_ns() : 0;
-    if (aio_fdmon_needed(ctx, polling && found)) {
+    fdmon_called = aio_fdmon_needed(ctx, polling && found);
+    if (fdmon_called) {
         n = ctx->fdmon->wait(ctx, timeout);
     } else {
         n = 0;
@@ -641,7 +657,7 @@ bool aio_poll(AioContext *ctx, bool blocking)
         atomic_store_explicit(&ctx->notify_me, false, memory_order_relaxed);
     }
     if (timeout != 0) {
-        int64_t block_end = clock_now_ns();
+        int64_t block_end = now = clock_now_ns();
 
         stat_add(&ctx->stats.block_time_ns, block_end - block_start);
         if (n > 0) {
@@ -649,7 +665,13 @@ bool aio_poll(AioContext *ctx, bool blocking)
         }
         waited = true;
     }
-    dispatch_start = clock_now_ns();
+    /* After blocking, now is the wake-up; after polling found work, when
+     * it was found.  A non-blocking fd monitor call takes a system call's
+     * time: read the clock again then. */
+    if (fdmon_called && timeout == 0) {
+        now = clock_now_ns();
+    }
+    dispatch_start = now;
     waited_ns = dispatch_start - start;
 
     /* Accept the notification before running BHs: a later aio_notify()
