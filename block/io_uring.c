@@ -468,6 +468,14 @@ static bool uring_setup_ring(UringEngine *e, Error **errp)
     return true;
 }
 
+/* For the poll policy: completions can come only while requests are out. */
+static unsigned uring_pending_cb(EventNotifier *n)
+{
+    UringEngine *e = container_of(n, UringEngine, notifier);
+
+    return e->in_flight;
+}
+
 static void uring_register_handler(UringEngine *e)
 {
     AioContext *ctx = e->ctx;
@@ -477,6 +485,7 @@ static void uring_register_handler(UringEngine *e)
     /* Nothing to suppress while polling: the kernel signals the eventfd
      * anyway, and the poll callback finds the CQEs first. */
     aio_set_event_notifier_poll(ctx, &e->notifier, NULL, NULL);
+    aio_set_event_notifier_pending(ctx, &e->notifier, uring_pending_cb);
     aio_set_fd_handler_name(ctx, event_notifier_get_fd(&e->notifier),
                             "io_uring");
 }

@@ -551,6 +551,15 @@ static bool laio_setup_context(LaioEngine *e, Error **errp)
     return false;
 }
 
+/* For the poll policy: completions can come only while the kernel holds
+ * requests. */
+static unsigned laio_pending_cb(EventNotifier *n)
+{
+    LaioEngine *e = container_of(n, LaioEngine, notifier);
+
+    return e->in_kernel;
+}
+
 static void laio_register_handler(LaioEngine *e)
 {
     AioContext *ctx = e->ctx;
@@ -560,6 +569,7 @@ static void laio_register_handler(LaioEngine *e)
     /* Nothing to suppress while polling: the kernel signals the eventfd
      * anyway, and the poll callback finds the events first. */
     aio_set_event_notifier_poll(ctx, &e->notifier, NULL, NULL);
+    aio_set_event_notifier_pending(ctx, &e->notifier, laio_pending_cb);
     aio_set_fd_handler_name(ctx, event_notifier_get_fd(&e->notifier),
                             "linux-aio");
 }

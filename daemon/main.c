@@ -160,7 +160,8 @@ static void daemon_print_help(void)
 "  -h, --help             print this help and exit\n"
 "  -V, --version          print the version and exit\n"
 "  --object iothread,id=ID[,poll-max-ns=NS][,poll-grow=N][,poll-shrink=N]\n"
-"           [,aio-max-batch=N][,cpu-affinity=CPUS][,poll-policy=adaptive]\n"
+"           [,poll-weight=N][,aio-max-batch=N][,cpu-affinity=CPUS]\n"
+"           [,poll-policy=predictive|fixed|qemu-classic|qemu-weighted]\n"
 "                         create an IOThread (--object help,\n"
 "                         --object iothread,help: list types, properties)\n"
 "  --blockdev OPTIONS     open a block node: key=value pairs or JSON, e.g.\n"
@@ -209,11 +210,15 @@ static void daemon_print_object_help(const char *arg)
 "iothread options:\n"
 "  id=<identifier>        required\n"
 "  poll-max-ns=<int>      longest busy-poll window, ns (default 32768; 0: off)\n"
-"  poll-grow=<int>        window growth factor (default 0: double)\n"
-"  poll-shrink=<int>      window shrink divisor (default 0: drop to 0)\n"
+"  poll-grow=<int>        qemu-*: window growth factor (default 0: double)\n"
+"  poll-shrink=<int>      qemu-*: shrink divisor (default 0: qemu-classic\n"
+"                         drops to 0, qemu-weighted halves)\n"
+"  poll-weight=<int>      qemu-weighted: averaging shift 0-63 (0: 3)\n"
 "  aio-max-batch=<int>    requests submitted at once (default 0: engine's)\n"
 "  cpu-affinity=<cpus>    CPUs the thread may run on, e.g. 2-3:6\n"
-"  poll-policy=<name>     adaptive\n");
+"  poll-policy=<name>     predictive (default), fixed (spin poll-max-ns\n"
+"                         every turn), qemu-classic (\"adaptive\"),\n"
+"                         qemu-weighted (docs/iothreads.md)\n");
 }
 
 /* ------------------------------------------------------------------------ */

@@ -48,12 +48,8 @@
 #define QOM_OBJECTS_PREFIX "/objects/"
 
 /* The IOThread properties, by the JSON type QMP gives them. */
-static const char *const iothread_int_props[] = {
-    "poll-max-ns", "poll-grow", "poll-shrink", "aio-max-batch", NULL,
-};
-static const char *const iothread_str_props[] = {
-    "cpu-affinity", "poll-policy", NULL,
-};
+#define iothread_int_props iothread_int_property_names
+#define iothread_str_props iothread_str_property_names
 
 /* Read-only properties qom-get also answers. */
 #define IOTHREAD_PROP_THREAD_ID "thread-id"
@@ -127,14 +123,20 @@ static GPtrArray *object_add_props(JsonObject *args, Error **errp)
 
 static JsonNode *qmp_object_add(JsonObject *args, Error **errp)
 {
-    static const char *const allowed[] = {
-        "qom-type", "id", "poll-max-ns", "poll-grow", "poll-shrink",
-        "aio-max-batch", "cpu-affinity", "poll-policy", NULL,
-    };
     g_autoptr(GPtrArray) props = NULL;
+    g_autoptr(GPtrArray) allowed = g_ptr_array_new();
     const char *type, *id;
 
     g_assert(qmp_in_main_thread());
+    g_ptr_array_add(allowed, (gpointer)"qom-type");
+    g_ptr_array_add(allowed, (gpointer)"id");
+    for (int i = 0; iothread_int_props[i]; i++) {
+        g_ptr_array_add(allowed, (gpointer)iothread_int_props[i]);
+    }
+    for (int i = 0; iothread_str_props[i]; i++) {
+        g_ptr_array_add(allowed, (gpointer)iothread_str_props[i]);
+    }
+    g_ptr_array_add(allowed, NULL);
     if (!qmp_arg_str(args, "qom-type", true, &type, errp)) {
         return NULL;
     }
@@ -144,7 +146,7 @@ static JsonNode *qmp_object_add(JsonObject *args, Error **errp)
         return NULL;
     }
     if (!qmp_arg_str(args, "id", true, &id, errp) ||
-        !qmp_args_check(args, allowed, errp)) {
+        !qmp_args_check(args, (const char *const *)allowed->pdata, errp)) {
         return NULL;
     }
     props = object_add_props(args, errp);
@@ -355,16 +357,55 @@ static JsonNode *qmp_qom_get(JsonObject *args, Error **errp)
 /* ------------------------------------------------------------------------ */
 /* query-iothreads                                                           */
 
+/* One entry per pollable handler of the thread: its window and counters. */
+static JsonArray *iothread_handlers_info(AioContext *ctx)
+{
+    g_autofree AioHandlerWindow *w = NULL;
+    JsonArray *arr = json_array_new();
+    int n = aio_context_get_handler_windows(ctx, NULL, 0);
+
+    /* Handlers may come and go between the two calls: ask until it fits. */
+    for (;;) {
+        int got;
+
+        w = g_renew(AioHandlerWindow, w, MAX(n, 1));
+        got = aio_context_get_handler_windows(ctx, w, n);
+        if (got <= n) {
+            n = got;
+            break;
+        }
+        n = got;
+    }
+    for (int i = 0; i < n; i++) {
+        JsonObject *h = json_object_new();
+
+        json_object_set_string_member(h, "name", w[i].name);
+        json_object_set_int_member(h, "window-ns", w[i].poll_ns);
+        json_object_set_int_member(h, "events", w[i].events);
+        json_object_set_int_member(h, "poll-hits", w[i].poll_hits);
+        json_object_set_int_member(h, "poll-misses", w[i].poll_misses);
+        json_object_set_int_member(h, "window-changes", w[i].window_changes);
+        json_object_set_int_member(h, "last-change-event",
+                                   w[i].last_change_event);
+        json_object_set_int_member(h, "last-change-ns", w[i].last_change_ns);
+        json_object_set_boolean_member(h, "active", w[i].active);
+        json_object_set_boolean_member(h, "pending", w[i].phase != 0);
+        json_array_add_object_element(arr, h);
+    }
+    return arr;
+}
+
 static JsonObject *iothread_poll_info(IOThread *iot, Error **errp)
 {
     g_autofree char *policy = iothread_get_property(iot, "poll-policy", errp);
+    AioContext *ctx = iothread_get_aio_context(iot);
     JsonObject *o;
     AioPollStats st;
 
     if (!policy) {
         return NULL;
     }
-    aio_context_get_stats(iothread_get_aio_context(iot), &st);
+    aio_context_get_stats(ctx, &st);
     o = json_object_new();
     json_object_set_int_member(o, "window-ns", st.poll_ns);
     json_object_set_int_member(o, "turns", st.turns);
@@ -380,6 +421,10 @@ static JsonObject *iothread_poll_info(IOThread *iot, Error **errp)
     json_object_set_int_member(o, "timers", st.timers);
     json_object_set_int_member(o, "cpu-ns", iothread_get_cpu_ns(iot));
     json_object_set_string_member(o, "policy", policy);
+    json_object_set_int_member(o, "block-cpu-ns", st.block_cpu_ns);
+    json_object_set_int_member(o, "wake-late-ns", st.wake_late_ns);
+    json_object_set_int_member(o, "budget-ns", st.budget_ns);
+    json_object_set_array_member(o, "handlers", iothread_handlers_info(ctx));
     return o;
 }
 

@@ -43,6 +43,18 @@ typedef union AioHandlerPollCB {
     EventNotifierPollFn *en;
 } AioHandlerPollCB;
 
+typedef union AioHandlerPendingCB {
+    AioPollPendingFn *fd;
+    EventNotifierPendingFn *en;
+} AioHandlerPendingCB;
+
+/* Per-handler counters: written by the home thread, read by anyone. */
+typedef struct AioHandlerCounters {
+    _Atomic uint64_t events, poll_hits, poll_misses, window_changes,
+        last_change_event;
+    _Atomic int64_t last_change_ns;   /* clock_now_ns() of that change */
+} AioHandlerCounters;
+
 struct AioHandler {
     int fd;
     AioHandlerCB io_read;
@@ -64,9 +76,18 @@ struct AioHandler {
     int64_t poll_ready_ns;    /* when (relative to the turn start) */
     uint32_t revents;         /* fd monitor result this turn */
 
-    AioPollWindow window;     /* the poll policy's state */
-    _Atomic int64_t window_ns_pub;   /* window.ns for readers in other threads */
-    char name[32];
+    AioHandlerPendingCB io_poll_pending;  /* NULL: always phase 0 */
+
+    /* The poll policy's view (poll-policy.h), home thread only. */
+    AioPollSource src;
+    bool active;              /* in ctx->active (per-source policies) */
+    int64_t last_event_ns;
+    /* For readers in other threads. */
+    _Atomic int64_t window_ns_pub;   /* src.window_ns */
+    _Atomic bool active_pub;
+    _Atomic unsigned phase_pub;
+    AioHandlerCounters counters;
+    char name[AIO_HANDLER_NAME_SIZE];
 
     AioHandler *next;         /* ctx->handlers */
     AioHandler *ready_next;   /* this turn's ready list */
@@ -89,8 +110,23 @@ extern const FDMonOps fdmon_epoll_ops;
 typedef struct AioStatsCounters {
     _Atomic uint64_t turns, poll_hits, poll_misses, wakeups, poll_time_ns,
         block_time_ns, grows, shrinks, dispatches, bhs, timers;
-    _Atomic int64_t poll_ns;
+    _Atomic int64_t poll_ns, block_cpu_ns, wake_late_ns, budget_ns;
 } AioStatsCounters;
+
+/* A set of pollable handlers, with their AioPollSource views for the policy. */
+typedef struct AioSourceSet {
+    AioHandler **h;
+    AioPollSource **s;
+    unsigned n, cap;
+} AioSourceSet;
+
+/* How the loop measures what blocking costs (AioPollCosts). */
+typedef struct AioCostMeter {
+    unsigned blocks;                /* blocking waits so far (saturating) */
+    unsigned until_cpu_sample;      /* blocking waits until the next CPU sample */
+    unsigned blocks_since_late;     /* blocking waits since the last lateness sample */
+    int64_t last_late_ns;           /* when it was taken */
+} AioCostMeter;
 
 struct AioContext {
     /* --- written by any thread ------------------------------------- */
@@ -102,6 +138,7 @@ struct AioContext {
     _Alignas(CACHELINE) _Atomic int64_t poll_max_ns;
     _Atomic int64_t poll_grow;
     _Atomic int64_t poll_shrink;
+    _Atomic int64_t poll_weight;
     _Atomic int64_t aio_max_batch;
 
     /* --- statistics: written by the home thread only ------------------ */
@@ -110,10 +147,20 @@ struct AioContext {
     /* --- home thread only --------------------------------------------- */
     _Alignas(CACHELINE) pthread_t home;
     const AioPollPolicyOps *policy;
+    AioPollState pstate;            /* the policy's per-context numbers */
     const FDMonOps *fdmon;
     int epollfd;
     EventNotifier notifier;         /* aio_notify() writes it when notify_me */
+    AioHandler *notifier_handler;   /* its handler, polled on every pass */
     AioHandler *handlers;           /* all handlers, incl. deleted ones */
+    /* Pollable handlers other than the notifier, rebuilt when sources_dirty;
+     * active: those considered by per-source policies; spin: those polled
+     * on every pass of the current spin (the others one per pass, from rr). */
+    AioSourceSet all, active, spin;
+    bool sources_dirty;
+    unsigned rr;
+    int64_t last_sweep_ns;
+    AioCostMeter costs;
     unsigned n_unpollable;          /* live handlers without io_poll */
     unsigned n_writers;             /* live handlers with io_write */
     unsigned turns_without_fdmon;   /* see AIO_FDMON_CHECK_INTERVAL */
@@ -146,6 +193,9 @@ bool aio_timers_run_expired(AioContext *ctx);
 /* aio-posix.c */
 void aio_context_setup_notifier(AioContext *ctx);
 void aio_context_free_handlers(AioContext *ctx);
+void aio_source_sets_free(AioContext *ctx);
+/* Forget every handler's policy state and the context's (home thread). */
+void aio_context_reset_poll_state(AioContext *ctx);
 
 /* thread-pool.c */
 void thread_pool_free(ThreadPool *pool);

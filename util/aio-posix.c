@@ -35,6 +35,7 @@
  * outermost turn adjusts the windows.
  */
 #include <errno.h>
+#include <limits.h>
 #include <string.h>
 #include "aio-internal.h"
 #include "util/clock.h"
@@ -120,6 +121,7 @@ static void aio_handler_remove(AioContext *ctx, AioHandler *h)
     h->deleted = true;
     g_mutex_unlock(&ctx->handlers_lock);
     ctx->handlers_deleted = true;
+    ctx->sources_dirty = true;
 }
 
 static void aio_handler_free_deleted(AioContext *ctx)
@@ -132,6 +134,7 @@ static void aio_handler_free_deleted(AioContext *ctx)
 
         if (h->deleted) {
             *pp = h->next;
+            aio_poll_source_reset(&h->src);
             g_free(h);
         } else {
             pp = &h->next;
@@ -139,6 +142,9 @@ static void aio_handler_free_deleted(AioContext *ctx)
     }
     g_mutex_unlock(&ctx->handlers_lock);
     ctx->handlers_deleted = false;
+    /* The source sets may point at what was just freed. */
+    ctx->all.n = ctx->active.n = ctx->spin.n = 0;
+    ctx->sources_dirty = true;
 }
 
 static void aio_set_handler(AioContext *ctx, int fd, bool is_event_notifier,
@@ -192,6 +198,7 @@ static void aio_set_handler(AioContext *ctx, int fd, bool is_event_notifier,
         h->poll_ready = false;             /* nothing left to dispatch it to */
     }
     aio_handler_account(ctx, h, +1);
+    ctx->sources_dirty = true;
 }
 
 void aio_set_fd_handler(AioContext *ctx, int fd, IOHandler *io_read,
@@ -247,6 +254,32 @@ void aio_set_event_notifier_poll(AioContext *ctx, EventNotifier *e,
                        (AioHandlerCB){ .en = io_poll_end });
 }
 
+static void aio_set_pending(AioContext *ctx, int fd, AioHandlerPendingCB fn)
+{
+    AioHandler *h;
+
+    g_assert(aio_context_in_home_thread(ctx));
+    h = aio_find_handler(ctx, fd);
+    g_assert(h);
+    h->io_poll_pending = fn;
+    if (!fn.fd) {
+        h->src.phase = 0;
+        atomic_store_explicit(&h->phase_pub, 0, memory_order_relaxed);
+    }
+}
+
+void aio_set_fd_poll_pending(AioContext *ctx, int fd, AioPollPendingFn *fn)
+{
+    aio_set_pending(ctx, fd, (AioHandlerPendingCB){ .fd = fn });
+}
+
+void aio_set_event_notifier_pending(AioContext *ctx, EventNotifier *e,
+                                    EventNotifierPendingFn *fn)
+{
+    aio_set_pending(ctx, event_notifier_get_fd(e),
+                    (AioHandlerPendingCB){ .en = fn });
+}
+
 void aio_set_fd_handler_name(AioContext *ctx, int fd, const char *name)
 {
     AioHandler *h;
@@ -270,10 +303,23 @@ int aio_context_get_handler_windows(AioContext *ctx, AioHandlerWindow *out,
             continue;
         }
         if (n < max) {
-            out[n].fd = h->fd;
+            const AioHandlerCounters *c = &h->counters;
+
+#define LOAD(x) atomic_load_explicit(&(x), memory_order_relaxed)
+            out[n] = (AioHandlerWindow) {
+                .fd = h->fd,
+                .poll_ns = LOAD(h->window_ns_pub),
+                .events = LOAD(c->events),
+                .poll_hits = LOAD(c->poll_hits),
+                .poll_misses = LOAD(c->poll_misses),
+                .window_changes = LOAD(c->window_changes),
+                .last_change_event = LOAD(c->last_change_event),
+                .last_change_ns = LOAD(c->last_change_ns),
+                .active = LOAD(h->active_pub),
+                .phase = LOAD(h->phase_pub),
+            };
+#undef LOAD
             memcpy(out[n].name, h->name, sizeof(out[n].name));
-            out[n].poll_ns = atomic_load_explicit(&h->window_ns_pub,
-                                                  memory_order_relaxed);
         }
         n++;
     }
@@ -311,6 +357,7 @@ void aio_context_setup_notifier(AioContext *ctx)
                            aio_context_notifier_poll_ready);
     h = aio_find_handler(ctx, event_notifier_get_fd(&ctx->notifier));
     h->internal = true;
+    ctx->notifier_handler = h;
 }
 
 void aio_context_free_handlers(AioContext *ctx)
@@ -335,65 +382,250 @@ static bool aio_poll_allowed(AioContext *ctx, const AioPollParams *params)
     return params->max_ns > 0 && ctx->n_unpollable == 0;
 }
 
-static int64_t aio_largest_window(AioContext *ctx)
+static void aio_source_set_add(AioSourceSet *set, AioHandler *h)
 {
-    int64_t largest = 0;
+    if (set->n == set->cap) {
+        set->cap = MAX(8, set->cap * 2);
+        set->h = g_renew(AioHandler *, set->h, set->cap);
+        set->s = g_renew(AioPollSource *, set->s, set->cap);
+    }
+    set->h[set->n] = h;
+    set->s[set->n] = &h->src;
+    set->n++;
+}
+
+static void aio_handler_set_active(AioHandler *h, bool active)
+{
+    h->active = active;
+    atomic_store_explicit(&h->active_pub, active, memory_order_relaxed);
+    if (!active) {
+        h->src.spin = false;
+    }
+}
+
+void aio_context_reset_poll_state(AioContext *ctx)
+{
+    AioPollCosts costs = ctx->pstate.costs;
 
     for (AioHandler *h = ctx->handlers; h; h = h->next) {
-        if (!h->deleted && !h->internal && aio_handler_is_pollable(h)) {
-            largest = MAX(largest, h->window.ns);
+        aio_poll_source_reset(&h->src);
+        aio_handler_set_active(h, false);
+        atomic_store_explicit(&h->window_ns_pub, 0, memory_order_relaxed);
+        atomic_store_explicit(&h->phase_pub, 0, memory_order_relaxed);
+    }
+    memset(&ctx->pstate, 0, sizeof(ctx->pstate));
+    ctx->pstate.costs = costs;
+    atomic_store_explicit(&ctx->stats.poll_ns, 0, memory_order_relaxed);
+    ctx->sources_dirty = true;
+}
+
+void aio_source_sets_free(AioContext *ctx)
+{
+    AioSourceSet *sets[] = { &ctx->all, &ctx->active, &ctx->spin };
+
+    for (size_t i = 0; i < G_N_ELEMENTS(sets); i++) {
+        g_free(sets[i]->h);
+        g_free(sets[i]->s);
+        memset(sets[i], 0, sizeof(*sets[i]));
+    }
+}
+
+/* Rebuild the source sets after handlers were added, changed or removed. */
+static void aio_sources_rebuild(AioContext *ctx)
+{
+    ctx->all.n = ctx->active.n = ctx->spin.n = 0;
+    for (AioHandler *h = ctx->handlers; h; h = h->next) {
+        if (h->deleted || h->internal || !aio_handler_is_pollable(h)) {
+            continue;
+        }
+        aio_source_set_add(&ctx->all, h);
+        if (h->active) {
+            aio_source_set_add(&ctx->active, h);
         }
     }
-    return largest;
+    ctx->rr = 0;
+    ctx->sources_dirty = false;
+}
+
+/* A source had an event: per-source policies consider it from now on. */
+static void aio_source_activate(AioContext *ctx, AioHandler *h)
+{
+    if (!h->active) {
+        aio_handler_set_active(h, true);
+        aio_source_set_add(&ctx->active, h);
+    }
+}
+
+/* Sources idle for this long leave the active set (QEMU waits 7 s). */
+#define AIO_SOURCE_IDLE_NS (1000 * 1000 * 1000LL)
+#define AIO_SOURCE_SWEEP_NS (100 * 1000 * 1000LL)
+
+static void aio_sources_sweep(AioContext *ctx, int64_t now)
+{
+    unsigned j = 0;
+
+    ctx->last_sweep_ns = now;
+    for (unsigned i = 0; i < ctx->active.n; i++) {
+        AioHandler *h = ctx->active.h[i];
+
+        if (now - h->last_event_ns > AIO_SOURCE_IDLE_NS) {
+            aio_handler_set_active(h, false);
+            continue;
+        }
+        ctx->active.h[j] = h;
+        ctx->active.s[j] = &h->src;
+        j++;
+    }
+    ctx->active.n = j;
+}
+
+/* The phase of each active source; a change ends its interval. */
+static void aio_sources_refresh_phases(AioContext *ctx, int64_t now)
+{
+    for (unsigned i = 0; i < ctx->active.n; i++) {
+        AioHandler *h = ctx->active.h[i];
+        unsigned phase;
+
+        if (!h->io_poll_pending.fd) {
+            continue;
+        }
+        if (h->is_event_notifier) {
+            phase = h->io_poll_pending.en(h->opaque) > 0;
+        } else {
+            phase = h->io_poll_pending.fd(h->opaque) > 0;
+        }
+        if (phase != h->src.phase) {
+            if (ctx->policy->phase_end) {
+                ctx->policy->phase_end(&ctx->pstate, &h->src, now);
+            }
+            h->src.phase = phase;
+            h->src.ref_ns = now;
+            atomic_store_explicit(&h->phase_pub, phase, memory_order_relaxed);
+        }
+    }
+}
+
+/* The sources the policy considers this turn. */
+static AioSourceSet *aio_policy_sources(AioContext *ctx)
+{
+    return ctx->policy->per_source ? &ctx->active : &ctx->all;
+}
+
+/* After plan(): the sources to poll on every pass. */
+static void aio_spin_set_build(AioContext *ctx)
+{
+    ctx->spin.n = 0;
+    for (unsigned i = 0; i < ctx->active.n; i++) {
+        if (ctx->active.h[i]->src.spin) {
+            aio_source_set_add(&ctx->spin, ctx->active.h[i]);
+        }
+    }
+}
+
+static AioSourceSet *aio_spin_sources(AioContext *ctx)
+{
+    return ctx->policy->per_source ? &ctx->spin : &ctx->all;
 }
 
 /*
- * Call the io_poll_begin (started) or io_poll_end (!started) hooks.  Each
- * handler's hooks are paired: a handler registered while polling is started
- * gets io_poll_begin when its hooks are set (aio_set_poll_hooks()).
+ * io_poll_begin for the handlers the spin polls on every pass (all of
+ * them, for policies that are not per source).  Pairs with
+ * aio_poll_set_stopped(), which ends every handler that was begun.
  */
-static void aio_poll_set_started(AioContext *ctx, bool started)
+static void aio_poll_set_begun(AioContext *ctx)
 {
-    if (ctx->poll_started == started) {
+    AioSourceSet *set = aio_spin_sources(ctx);
+
+    if (!ctx->poll_started) {
+        ctx->poll_started = true;
+        SPINDLE_TRACE2(poll_started, ctx, true);
+    }
+    for (unsigned i = 0; i < set->n; i++) {
+        if (!set->h[i]->deleted) {
+            aio_handler_poll_begin(set->h[i]);
+        }
+    }
+}
+
+static void aio_poll_set_stopped(AioContext *ctx)
+{
+    if (!ctx->poll_started) {
         return;
     }
-    ctx->poll_started = started;
+    ctx->poll_started = false;
     for (AioHandler *h = ctx->handlers; h; h = h->next) {
-        if (h->deleted) {
-            continue;
-        }
-        if (started) {
-            aio_handler_poll_begin(h);
-        } else {
+        if (!h->deleted) {
             aio_handler_poll_end(h);
         }
     }
-    SPINDLE_TRACE2(poll_started, ctx, started);
+    SPINDLE_TRACE2(poll_started, ctx, false);
+}
+
+/* Poll one handler; queue it if ready.  *now: read when the first is found. */
+static bool aio_poll_handler(AioContext *ctx, AioHandler *h, int64_t turn_start,
+                             int64_t *now)
+{
+    if (h->deleted || h->on_ready_list || !aio_handler_is_pollable(h) ||
+        !aio_handler_call_poll(h)) {
+        return false;
+    }
+    if (!*now) {
+        *now = clock_now_ns();
+    }
+    h->poll_ready = true;
+    h->poll_ready_ns = *now - turn_start;
+    aio_handler_mark_ready(ctx, h);
+    return true;
 }
 
 /*
- * Call every poll callback once; queue the ready handlers.  True if any;
- * then *now is the clock reading taken when the first was found (the
- * turn reuses it rather than reading the clock again).
+ * One pass: the context's notifier, the spin set, and one more handler in
+ * turn (every handler, for policies that are not per source).  True if any
+ * was ready; then *now_out is the clock reading taken when the first was
+ * found (the turn reuses it rather than reading the clock again).
  */
-static bool aio_poll_handlers_once(AioContext *ctx, int64_t turn_start,
-                                   int64_t *now_out)
+static bool aio_poll_pass(AioContext *ctx, int64_t turn_start, int64_t *now_out)
+{
+    AioSourceSet *set = aio_spin_sources(ctx);
+    uint64_t hits = 0;
+    bool found = false;
+    int64_t now = 0;
+
+    if (ctx->notifier_handler) {
+        found = aio_poll_handler(ctx, ctx->notifier_handler, turn_start, &now);
+    }
+    for (unsigned i = 0; i < set->n; i++) {
+        if (aio_poll_handler(ctx, set->h[i], turn_start, &now)) {
+            found = true;
+            hits++;
+        }
+    }
+    if (set != &ctx->all && ctx->all.n > 0) {
+        AioHandler *h = ctx->all.h[ctx->rr++ % ctx->all.n];
+
+        if (!h->src.spin && aio_poll_handler(ctx, h, turn_start, &now)) {
+            found = true;
+            hits++;
+        }
+    }
+    if (hits) {
+        stat_add(&ctx->stats.poll_hits, hits);
+    }
+    if (found) {
+        *now_out = now;
+    }
+    return found;
+}
+
+/* Every handler once (the last look before blocking). */
+static bool aio_poll_all(AioContext *ctx, int64_t turn_start, int64_t *now_out)
 {
     uint64_t hits = 0;
     bool found = false;
     int64_t now = 0;
 
     for (AioHandler *h = ctx->handlers; h; h = h->next) {
-        if (h->deleted || h->on_ready_list || !aio_handler_is_pollable(h)) {
-            continue;       /* already queued: it will be dispatched */
-        }
-        if (aio_handler_call_poll(h)) {
-            if (!now) {
-                now = clock_now_ns();
-            }
-            h->poll_ready = true;
-            h->poll_ready_ns = now - turn_start;
-            aio_handler_mark_ready(ctx, h);
+        if (aio_poll_handler(ctx, h, turn_start, &now)) {
             found = true;
             hits += !h->internal;
         }
@@ -418,10 +650,10 @@ static bool aio_poll_spin(AioContext *ctx, int64_t turn_start, int64_t deadline,
 {
     bool found;
 
-    aio_poll_set_started(ctx, true);
+    aio_poll_set_begun(ctx);
     *now = turn_start;
     do {
-        found = aio_poll_handlers_once(ctx, turn_start, now);
+        found = aio_poll_pass(ctx, turn_start, now);
         if (found) {
             break;
         }
@@ -433,46 +665,212 @@ static bool aio_poll_spin(AioContext *ctx, int64_t turn_start, int64_t deadline,
 }
 
 /* ------------------------------------------------------------------------ */
-/* Window adjustment                                                        */
+/* What blocking costs                                                      */
 
-static void aio_poll_adjust_windows(AioContext *ctx, const AioPollParams *params,
-                                    int64_t waited_ns)
+/* Samples of the CPU cost of a blocking wait: the first few, then 1 in 16
+ * (reading the thread's CPU clock is a system call). */
+#define AIO_COST_FIRST_SAMPLES 8
+#define AIO_COST_CPU_EVERY 16
+/* Lateness samples: a timer's, or a calibration wait of this length taken
+ * at most once a second while the thread is busy. */
+#define AIO_COST_CAL_WAIT_NS 1000
+#define AIO_COST_CAL_PERIOD_NS (1000 * 1000 * 1000LL)
+#define AIO_COST_CAL_BLOCKS 64
+
+/* Exponentially weighted average, weight 1/8; 0 means "no sample yet". */
+static void aio_cost_update(int64_t *avg, int64_t sample)
 {
-    uint64_t grows = 0, shrinks = 0;
-    int64_t largest = 0;
+    *avg = *avg ? *avg + (sample - *avg) / 8 : MAX(sample, 1);
+}
 
-    for (AioHandler *h = ctx->handlers; h; h = h->next) {
-        bool had_event;
-        int64_t wait_ns;
-        int64_t old;
+static void aio_cost_late_sample(AioContext *ctx, int64_t late, int64_t now)
+{
+    aio_cost_update(&ctx->pstate.costs.wake_late_ns, MAX(late, 0));
+    atomic_store_explicit(&ctx->stats.wake_late_ns,
+                          ctx->pstate.costs.wake_late_ns, memory_order_relaxed);
+    ctx->costs.last_late_ns = now;
+    ctx->costs.blocks_since_late = 0;
+}
 
-        if (h->deleted || h->internal || !aio_handler_is_pollable(h)) {
+/* Whether this long wait should first take a short calibration wait. */
+static bool aio_cost_want_calibration(AioContext *ctx, int64_t now)
+{
+    const AioCostMeter *m = &ctx->costs;
+
+    if (!ctx->pstate.costs.wake_late_ns) {
+        return m->blocks_since_late >= AIO_COST_FIRST_SAMPLES;
+    }
+    return m->blocks_since_late >= AIO_COST_CAL_BLOCKS &&
+           now - m->last_late_ns > AIO_COST_CAL_PERIOD_NS;
+}
+
+/*
+ * Wait in the fd monitor, measuring what it costs: its CPU time (sampled),
+ * and how late it wakes after a deadline.  A long wait of a busy thread
+ * that has no timer to learn from starts, now and then, with a 1 µs wait
+ * whose lateness is the wake-up latency.  measure: the context polls, so
+ * the policy can use the numbers.
+ */
+static int aio_fdmon_wait_measured(AioContext *ctx, int64_t timeout,
+                                   int64_t block_start, bool measure)
+{
+    AioCostMeter *m = &ctx->costs;
+    bool cpu_sample = false;
+    int64_t cpu0 = 0, end;
+    int n;
+
+    if (!measure) {
+        return ctx->fdmon->wait(ctx, timeout);
+    }
+    m->blocks = MIN(m->blocks + 1, UINT_MAX - 1);
+    m->blocks_since_late = MIN(m->blocks_since_late + 1, UINT_MAX - 1);
+    if (m->blocks <= AIO_COST_FIRST_SAMPLES || --m->until_cpu_sample == 0) {
+        m->until_cpu_sample = AIO_COST_CPU_EVERY;
+        cpu_sample = true;
+        cpu0 = clock_thread_cpu_ns();
+    }
+    if ((timeout < 0 || timeout > 100 * AIO_COST_CAL_WAIT_NS) &&
+        aio_cost_want_calibration(ctx, block_start)) {
+        n = ctx->fdmon->wait(ctx, AIO_COST_CAL_WAIT_NS);
+        end = clock_now_ns();
+        if (n == 0) {
+            aio_cost_late_sample(ctx, end - block_start - AIO_COST_CAL_WAIT_NS,
+                                 end);
+            n = ctx->fdmon->wait(ctx, timeout < 0 ? -1 :
+                                 MAX(timeout - (end - block_start), 0));
+        }
+    } else {
+        n = ctx->fdmon->wait(ctx, timeout);
+        if (n == 0 && timeout > 0) {
+            end = clock_now_ns();
+            aio_cost_late_sample(ctx, end - block_start - timeout, end);
+        }
+    }
+    if (cpu_sample) {
+        aio_cost_update(&ctx->pstate.costs.block_cpu_ns,
+                        clock_thread_cpu_ns() - cpu0);
+        atomic_store_explicit(&ctx->stats.block_cpu_ns,
+                              ctx->pstate.costs.block_cpu_ns,
+                              memory_order_relaxed);
+    }
+    return n;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Learning                                                                 */
+
+/*
+ * Before dispatch (which clears the readiness flags): each ready source's
+ * observation, for learn() after dispatch.
+ */
+static void aio_sources_observe(AioContext *ctx, int64_t turn_start,
+                                int64_t dispatch_start, bool per_source)
+{
+    for (AioHandler *h = ctx->ready_list; h; h = h->ready_next) {
+        if (h->internal || h->deleted || !aio_handler_is_pollable(h)) {
             continue;
         }
-        had_event = h->poll_ready || h->revents;
-        wait_ns = h->poll_ready ? h->poll_ready_ns : waited_ns;
-        old = h->window.ns;
-        switch (ctx->policy->adjust(params, &h->window, wait_ns, had_event)) {
-        case AIO_POLL_GREW:
-            grows++;
-            SPINDLE_TRACE3(poll_grow, ctx, old, h->window.ns);
-            break;
-        case AIO_POLL_SHRANK:
-            shrinks++;
-            SPINDLE_TRACE3(poll_shrink, ctx, old, h->window.ns);
-            break;
-        case AIO_POLL_KEPT:
-            break;
+        h->src.ev = true;
+        h->src.ev_exact = h->poll_ready;
+        h->src.ev_ns = h->poll_ready ? turn_start + h->poll_ready_ns
+                                     : dispatch_start;
+        h->last_event_ns = dispatch_start;
+        stat_add(&h->counters.events, 1);
+        if (h->poll_ready) {
+            stat_add(&h->counters.poll_hits, 1);
         }
-        if (h->window.ns != old) {
-            atomic_store_explicit(&h->window_ns_pub, h->window.ns,
-                                  memory_order_relaxed);
+        if (per_source) {
+            aio_source_activate(ctx, h);
         }
-        largest = MAX(largest, h->window.ns);
     }
-    stat_add(&ctx->stats.grows, grows);
-    stat_add(&ctx->stats.shrinks, shrinks);
-    atomic_store_explicit(&ctx->stats.poll_ns, largest, memory_order_relaxed);
+}
+
+/* A spin that ended in blocking missed every source it polled. */
+static void aio_sources_count_misses(AioContext *ctx)
+{
+    AioSourceSet *set = aio_spin_sources(ctx);
+
+    for (unsigned i = 0; i < set->n; i++) {
+        stat_add(&set->h[i]->counters.poll_misses, 1);
+    }
+}
+
+static void aio_source_publish(AioContext *ctx, AioHandler *h,
+                               AioPollAdjustment adj, int64_t old, int64_t now)
+{
+    switch (adj) {
+    case AIO_POLL_GREW:
+        stat_add(&ctx->stats.grows, 1);
+        SPINDLE_TRACE3(poll_grow, ctx, old, h->src.window_ns);
+        break;
+    case AIO_POLL_SHRANK:
+        stat_add(&ctx->stats.shrinks, 1);
+        SPINDLE_TRACE3(poll_shrink, ctx, old, h->src.window_ns);
+        break;
+    case AIO_POLL_KEPT:
+        break;
+    }
+    if (h->src.window_ns != old) {
+        atomic_store_explicit(&h->window_ns_pub, h->src.window_ns,
+                              memory_order_relaxed);
+        stat_add(&h->counters.window_changes, 1);
+        atomic_store_explicit(&h->counters.last_change_event,
+                              atomic_load_explicit(&h->counters.events,
+                                                   memory_order_relaxed),
+                              memory_order_relaxed);
+        atomic_store_explicit(&h->counters.last_change_ns, now,
+                              memory_order_relaxed);
+    }
+}
+
+/*
+ * After dispatch: tell the policy what each source saw, then start the
+ * sources that had an event on a new interval.  `learn` is false for a
+ * turn the policy does not learn from (it only restarts the intervals).
+ */
+static void aio_sources_learn(AioContext *ctx, const AioPollTurn *turn,
+                              bool learn, int64_t dispatch_start)
+{
+    AioSourceSet *set = aio_policy_sources(ctx);
+    const AioPollPolicyOps *ops = ctx->policy;
+    int64_t largest = 0;
+
+    for (unsigned i = 0; learn && i < set->n; i++) {
+        AioHandler *h = set->h[i];
+        int64_t old = h->src.window_ns;
+
+        if (h->deleted) {
+            continue;
+        }
+        aio_source_publish(ctx, h, ops->learn(&ctx->pstate, &h->src, turn),
+                           old, dispatch_start);
+        largest = MAX(largest, h->src.window_ns);
+    }
+    if (learn) {
+        if (ops->end_turn) {
+            AioPollAdjustment adj = ops->end_turn(&ctx->pstate, set->s, set->n,
+                                                  turn);
+            if (adj == AIO_POLL_GREW) {
+                stat_add(&ctx->stats.grows, 1);
+            } else if (adj == AIO_POLL_SHRANK) {
+                stat_add(&ctx->stats.shrinks, 1);
+            }
+            largest = ctx->pstate.window_ns;
+        }
+        atomic_store_explicit(&ctx->stats.poll_ns, largest,
+                              memory_order_relaxed);
+        atomic_store_explicit(&ctx->stats.budget_ns, ctx->pstate.budget_ns,
+                              memory_order_relaxed);
+    }
+    /* Every source with an event starts a new interval, learned or not. */
+    for (unsigned i = 0; i < ctx->all.n; i++) {
+        AioHandler *h = ctx->all.h[i];
+
+        if (h->src.ev) {
+            h->src.ev = false;
+            h->src.ref_ns = dispatch_start;
+        }
+    }
 }
 
 /* ------------------------------------------------------------------------ */
@@ -575,17 +973,38 @@ static bool aio_fdmon_needed(AioContext *ctx, bool polling_found_work)
     return false;
 }
 
+/*
+ * Get the sources ready for this turn's plan (outermost turns keep the
+ * per-source bookkeeping: sweep, phases).
+ */
+static void aio_sources_prepare(AioContext *ctx, int64_t start)
+{
+    if (ctx->sources_dirty) {
+        aio_sources_rebuild(ctx);
+    }
+    if (!ctx->policy->per_source || ctx->poll_depth != 1) {
+        return;
+    }
+    if (start - ctx->last_sweep_ns > AIO_SOURCE_SWEEP_NS) {
+        aio_sources_sweep(ctx, start);
+    }
+    aio_sources_refresh_phases(ctx, start);
+}
+
 bool aio_poll(AioContext *ctx, bool blocking)
 {
-    AioPollParams params;
-    int64_t start, now, timeout, block_start, dispatch_start, waited_ns;
+    const AioPollPolicyOps *ops;
+    AioPollTurn turn = { 0 };
+    int64_t start, now, timeout, block_start, dispatch_start;
     bool polling, found = false, waited = false, notify_me = false, progress;
-    bool fdmon_called;
+    bool fdmon_called, outermost;
     int n;
 
     g_assert(aio_context_in_home_thread(ctx));
     ctx->poll_depth++;
-    aio_context_get_poll_params(ctx, &params);
+    outermost = ctx->poll_depth == 1;
+    ops = ctx->policy;
+    aio_context_get_poll_params(ctx, &ctx->pstate.params);
     /* now: the latest clock reading of this turn, reused where a slightly
      * older one does as well as a new read. */
     start = now = clock_now_ns();
@@ -593,20 +1012,34 @@ bool aio_poll(AioContext *ctx, bool blocking)
     stat_add(&ctx->stats.turns, 1);
 
     timeout = blocking ? aio_compute_timeout(ctx, start) : 0;
-    polling = aio_poll_allowed(ctx, &params);
+    polling = aio_poll_allowed(ctx, &ctx->pstate.params);
+    turn.start_ns = start;
+    turn.timer_ns = timeout;
+    if (polling) {
+        aio_sources_prepare(ctx, start);
+    }
 
-    /* 1. Busy-poll for the largest handler window (bounded by timers). */
+    /* 1. Busy-poll as long as the policy says (bounded by timers). */
     if (polling && timeout != 0) {
-        int64_t spin = ctx->policy->spin_ns(&params, aio_largest_window(ctx));
+        AioSourceSet *set = aio_policy_sources(ctx);
+        int64_t spin = ops->plan(&ctx->pstate, set->s, set->n, &turn);
 
+        if (ops->per_source) {
+            aio_spin_set_build(ctx);
+        }
+        spin = MIN(spin, ctx->pstate.params.max_ns);
         if (spin > 0) {
-            found = aio_poll_spin(ctx, start,
-                                  aio_spin_deadline(start, spin, timeout),
-                                  &now);
+            int64_t deadline = aio_spin_deadline(start, spin, timeout);
+
+            found = aio_poll_spin(ctx, start, deadline, &now);
             waited = true;
+            turn.spun_ns = now - start;
+            turn.spin_found = found;
+            turn.spin_reached_timer = !found && timeout > 0 &&
+                                      now - start >= timeout;
         }
     } else if (polling) {
-        found = aio_poll_handlers_once(ctx, start, &now);
+        found = aio_poll_pass(ctx, start, &now);
     }
     if (found) {
         timeout = 0;
@@ -619,16 +1052,17 @@ bool aio_poll(AioContext *ctx, bool blocking)
     /* 2. About to block (or no longer allowed to poll): notifications back
      * on, barrier, one more look. */
     if (ctx->poll_started && (timeout != 0 || !polling)) {
-        aio_poll_set_started(ctx, false);
+        aio_poll_set_stopped(ctx);
         /* Full fence: orders the io_poll_end stores (e.g. clearing
          * VRING_USED_F_NO_NOTIFY) before the loads of the re-check; pairs
          * with the producer's fence between publishing work and reading
          * that flag. */
         atomic_thread_fence(memory_order_seq_cst);
-        if (aio_poll_handlers_once(ctx, start, &now)) {
+        if (aio_poll_all(ctx, start, &now)) {
             timeout = 0;
-        } else if (waited) {
+        } else if (turn.spun_ns > 0) {
             stat_add(&ctx->stats.poll_misses, 1);
+            aio_sources_count_misses(ctx);
         }
     }
 
@@ -647,8 +1081,10 @@ bool aio_poll(AioContext *ctx, bool blocking)
      * does not block, and every clock read shows in QD1 latency. */
     block_start = timeout != 0 ? clock_now_ns() : 0;
     fdmon_called = aio_fdmon_needed(ctx, polling && found);
-    if (fdmon_called) {
-        n = ctx->fdmon->wait(ctx, timeout);
+    if (fdmon_called && timeout != 0) {
+        n = aio_fdmon_wait_measured(ctx, timeout, block_start, polling);
+    } else if (fdmon_called) {
+        n = ctx->fdmon->wait(ctx, 0);
     } else {
         n = 0;
     }
@@ -664,6 +1100,9 @@ bool aio_poll(AioContext *ctx, bool blocking)
             stat_add(&ctx->stats.wakeups, 1);
         }
         waited = true;
+        turn.blocked = true;
+        turn.block_start_ns = block_start;
+        turn.wake_ns = block_end;
     }
     /* After blocking, now is the wake-up; after polling found work, when
      * it was found.  A non-blocking fd monitor call takes a system call's
@@ -672,23 +1111,32 @@ bool aio_poll(AioContext *ctx, bool blocking)
         now = clock_now_ns();
     }
     dispatch_start = now;
-    waited_ns = dispatch_start - start;
+    turn.waited_ns = dispatch_start - start;
 
     /* Accept the notification before running BHs: a later aio_notify()
      * sets the flag again and is seen by the next turn.  seq_cst exchange:
      * ordered before the BH list exchange in aio_bh_poll(). */
     atomic_exchange(&ctx->notified, false);
 
-    /* 4. Learn from this turn (the outermost one: a nested turn would see
-     * the outer turn's readiness again), then dispatch. */
-    if (blocking && waited && ctx->poll_depth == 1) {
-        aio_poll_adjust_windows(ctx, &params, waited_ns);
+    /* 4. Note what each source saw (the outermost turn: a nested turn would
+     * see the outer turn's readiness again), dispatch, then learn.  The
+     * policy learns after the callbacks so that its arithmetic is not
+     * between an event and its handling. */
+    if (outermost && polling) {
+        aio_sources_observe(ctx, start, dispatch_start, ops->per_source);
     }
     aio_dispatch_now_ns = dispatch_start;     /* for the first callback */
     progress = aio_dispatch_ready(ctx);
     progress |= aio_bh_poll(ctx);
     progress |= aio_timers_run_expired(ctx);
     aio_dispatch_now_ns = 0;
+    if (outermost && polling && ctx->policy == ops) {
+        /* A per-source policy learns from every turn; QEMU's rules only
+         * from turns that waited. */
+        aio_sources_learn(ctx, &turn,
+                          ops->per_source || (blocking && waited),
+                          dispatch_start);
+    }
 
     if (--ctx->poll_depth == 0 && ctx->handlers_deleted) {
         aio_handler_free_deleted(ctx);

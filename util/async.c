@@ -301,7 +301,7 @@ AioContext *aio_context_new(Error **errp)
     }
     g_mutex_init(&ctx->handlers_lock);
     aio_context_set_home_thread(ctx);
-    ctx->policy = &aio_poll_policy_adaptive;
+    ctx->policy = &aio_poll_policy_default;
     ctx->fdmon = &fdmon_epoll_ops;
     atomic_init(&ctx->poll_max_ns, AIO_POLL_MAX_NS_DEFAULT);
     aio_context_setup_notifier(ctx);
@@ -375,6 +375,7 @@ void aio_context_unref(AioContext *ctx)
     aio_bh_list_destroy(ctx);
     g_assert(ctx->timers == NULL);
     aio_context_free_handlers(ctx);
+    aio_source_sets_free(ctx);
     event_notifier_cleanup(&ctx->notifier);
     close(ctx->epollfd);
     g_mutex_clear(&ctx->handlers_lock);
@@ -409,10 +410,12 @@ bool aio_context_in_home_thread(AioContext *ctx)
 
 void aio_context_set_poll_params(AioContext *ctx, const AioPollParams *p)
 {
-    g_assert(p->max_ns >= 0 && p->grow >= 0 && p->shrink >= 0);
+    g_assert(p->max_ns >= 0 && p->grow >= 0 && p->shrink >= 0 &&
+             p->weight >= 0 && p->weight <= AIO_POLL_WEIGHT_MAX);
     atomic_store_explicit(&ctx->poll_max_ns, p->max_ns, memory_order_relaxed);
     atomic_store_explicit(&ctx->poll_grow, p->grow, memory_order_relaxed);
     atomic_store_explicit(&ctx->poll_shrink, p->shrink, memory_order_relaxed);
+    atomic_store_explicit(&ctx->poll_weight, p->weight, memory_order_relaxed);
     aio_notify(ctx);   /* a blocked or spinning loop picks them up now */
 }
 
@@ -426,12 +429,24 @@ void aio_context_get_poll_params(AioContext *ctx, AioPollParams *p)
     p->max_ns = atomic_load_explicit(&ctx->poll_max_ns, memory_order_relaxed);
     p->grow = atomic_load_explicit(&ctx->poll_grow, memory_order_relaxed);
     p->shrink = atomic_load_explicit(&ctx->poll_shrink, memory_order_relaxed);
+    p->weight = atomic_load_explicit(&ctx->poll_weight, memory_order_relaxed);
 }
 
 void aio_context_set_poll_policy(AioContext *ctx, const AioPollPolicyOps *ops)
 {
     g_assert(aio_context_in_home_thread(ctx));
+    if (ctx->policy == ops) {
+        return;
+    }
+    /* The new policy starts from nothing: no windows, no histograms.  The
+     * measured costs stay (they belong to the thread, not the policy). */
+    aio_context_reset_poll_state(ctx);
     ctx->policy = ops;
+}
+
+const AioPollPolicyOps *aio_context_get_poll_policy(AioContext *ctx)
+{
+    return ctx->policy;
 }
 
 void aio_context_set_aio_max_batch(AioContext *ctx, int64_t max_batch)
@@ -463,6 +478,9 @@ void aio_context_get_stats(AioContext *ctx, AioPollStats *out)
         .dispatches = LOAD(dispatches),
         .bhs = LOAD(bhs),
         .timers = LOAD(timers),
+        .block_cpu_ns = LOAD(block_cpu_ns),
+        .wake_late_ns = LOAD(wake_late_ns),
+        .budget_ns = LOAD(budget_ns),
     };
 #undef LOAD
 }

@@ -9,7 +9,8 @@
  *
  * Properties are owned by the main thread, which validates them and pushes
  * them into the running thread without sharing a writable field:
- *  - poll-max-ns, poll-grow, poll-shrink, aio-max-batch: atomic stores into
+ *  - poll-max-ns, poll-grow, poll-shrink, poll-weight, aio-max-batch:
+ *    atomic stores into
  *    the context, read by the loop once per turn;
  *  - cpu-affinity: pthread_setaffinity_np() on the running thread (or the
  *    creation attribute, so the thread never runs on a wrong CPU);
@@ -87,8 +88,15 @@ GPtrArray *iothread_list(void)
     return list;
 }
 
+const char *const iothread_int_property_names[] = {
+    "poll-max-ns", "poll-grow", "poll-shrink", "poll-weight", "aio-max-batch",
+    NULL,
+};
+const char *const iothread_str_property_names[] = {
+    "cpu-affinity", "poll-policy", NULL,
+};
 static const char *const iothread_property_names[] = {
-    "poll-max-ns", "poll-grow", "poll-shrink", "aio-max-batch",
+    "poll-max-ns", "poll-grow", "poll-shrink", "poll-weight", "aio-max-batch",
     "cpu-affinity", "poll-policy", NULL,
 };
 
@@ -175,6 +183,8 @@ static int64_t *iothread_config_int(IOThreadConfig *cfg, const char *name)
         return &cfg->poll.grow;
     } else if (!strcmp(name, "poll-shrink")) {
         return &cfg->poll.shrink;
+    } else if (!strcmp(name, "poll-weight")) {
+        return &cfg->poll.weight;
     } else if (!strcmp(name, "aio-max-batch")) {
         return &cfg->aio_max_batch;
     }
@@ -196,7 +206,11 @@ static bool iothread_config_set(IOThreadConfig *cfg, const char *name,
     int64_t *field = iothread_config_int(cfg, name);
 
     if (field) {
-        return parse_int64_in_range(name, value, 0, INT64_MAX, field, errp);
+        /* poll-weight is a shift: QEMU's range, 0 meaning the default. */
+        int64_t max = field == &cfg->poll.weight ? AIO_POLL_WEIGHT_MAX
+                                                 : INT64_MAX;
+
+        return parse_int64_in_range(name, value, 0, max, field, errp);
     }
     if (!strcmp(name, "cpu-affinity")) {
         cpu_set_t set;
@@ -214,7 +228,7 @@ static bool iothread_config_set(IOThreadConfig *cfg, const char *name,
 
         if (!ops) {
             error_setg(errp, "Parameter 'poll-policy': unknown policy '%s' "
-                       "(available: adaptive)", value);
+                       "(available: %s)", value, aio_poll_policy_names());
             return false;
         }
         cfg->policy = ops;
@@ -398,7 +412,7 @@ IOThread *iothread_create(const char *id, GPtrArray *props, Error **errp)
     iot = g_new0(IOThread, 1);
     iot->id = g_strdup(id);
     iot->cfg.poll.max_ns = AIO_POLL_MAX_NS_DEFAULT;
-    iot->cfg.policy = &aio_poll_policy_adaptive;
+    iot->cfg.policy = &aio_poll_policy_default;
     g_mutex_init(&iot->start_lock);
     g_cond_init(&iot->start_cond);
     iot->ctx = aio_context_new(errp);

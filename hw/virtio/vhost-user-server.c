@@ -438,6 +438,7 @@ static void vu_queues_reset(VuServer *s)
         vu_queue_add_stats(q);
         virtqueue_free(q->vq);
         q->vq = virtqueue_new(i);
+        virtqueue_set_owner(q->vq, s->name);
         q->enabled = false;
         q->start_failed = false;
         q->base = 0;
@@ -1268,6 +1269,7 @@ VuServer *vu_server_new(const VuServerConfig *cfg, AioContext *main_ctx,
     }
     for (unsigned i = 0; i < s->num_queues; i++) {
         s->queues[i].vq = virtqueue_new(i);
+        virtqueue_set_owner(s->queues[i].vq, s->name);
         s->queues[i].ctx = cfg->ctxs[i % cfg->nctx];
     }
     vu_set_accepting(s, true);

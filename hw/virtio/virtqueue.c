@@ -116,7 +116,8 @@ struct VirtQueue {
     EventNotifier call;
     EventNotifier err;
     AioContext *ctx;
-    char name[16];                   /* "vq<N>", the handler's label */
+    char name[AIO_HANDLER_NAME_SIZE];   /* "[owner/]vq<N>", the handler's
+                                         * label */
 
     /* Running state (home thread). */
     bool started;
@@ -175,8 +176,24 @@ VirtQueue *virtqueue_new(unsigned index)
     vq->kick.fd = -1;
     vq->call.fd = -1;
     vq->err.fd = -1;
-    snprintf(vq->name, sizeof(vq->name), "vq%u", index);
+    virtqueue_set_owner(vq, NULL);
     return vq;
+}
+
+void virtqueue_set_owner(VirtQueue *vq, const char *owner)
+{
+    g_autofree char *suffix = g_strdup_printf("vq%u", vq->index);
+
+    g_assert(!vq->started);
+    if (owner && *owner) {
+        /* Keep the queue number whole: shorten the owner if need be. */
+        int room = (int)sizeof(vq->name) - 2 - (int)strlen(suffix);
+
+        snprintf(vq->name, sizeof(vq->name), "%.*s/%s", MAX(room, 0), owner,
+                 suffix);
+    } else {
+        g_strlcpy(vq->name, suffix, sizeof(vq->name));
+    }
 }
 
 /* Release the retired tables (no element points into them any more). */
@@ -912,6 +929,17 @@ static void virtqueue_poll_end(EventNotifier *e)
     }
 }
 
+/*
+ * For the poll policy: requests popped and not yet completed.  A guest
+ * that waits for them (a closed loop) sends its next request after a
+ * completion, so the policy learns the queue's waits separately for "we
+ * owe it completions" and "it owes us requests".
+ */
+static unsigned virtqueue_pending(EventNotifier *e)
+{
+    return virtqueue_inflight(virtqueue_from_kick(e));
+}
+
 /* Run once after start: entries published before we were listening. */
 static void virtqueue_kick_bh(void *opaque)
 {
@@ -971,6 +999,7 @@ int virtqueue_start(VirtQueue *vq, GuestMemory *mem, VirtQueueHandler *handler,
                            virtqueue_poll, virtqueue_poll_ready);
     aio_set_event_notifier_poll(vq->ctx, &vq->kick, virtqueue_poll_begin,
                                 virtqueue_poll_end);
+    aio_set_event_notifier_pending(vq->ctx, &vq->kick, virtqueue_pending);
     aio_set_fd_handler_name(vq->ctx, fd, vq->name);
     aio_bh_schedule(vq->kick_bh);
     return 0;

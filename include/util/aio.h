@@ -28,6 +28,7 @@
 #include <stdint.h>
 #include "util/error.h"
 #include "util/event-notifier.h"
+#include "util/poll-policy.h"
 
 typedef struct AioContext AioContext;
 typedef struct AioHandler AioHandler;
@@ -45,19 +46,7 @@ typedef void AioTimerCB(void *opaque);
 /* ------------------------------------------------------------------------ */
 /* Polling parameters and statistics                                         */
 
-/* Defaults, the same as QEMU's IOThread. */
-#define AIO_POLL_MAX_NS_DEFAULT 32768
-#define AIO_POLL_START_NS 4000
-
-/*
- * The tunables of the adaptive poll window.  A snapshot is taken at the start
- * of each aio_poll() turn, so a change takes effect at the next turn.
- */
-typedef struct AioPollParams {
-    int64_t max_ns;    /* 0 disables busy polling */
-    int64_t grow;      /* 0 means "double" */
-    int64_t shrink;    /* 0 means "reset to 0" */
-} AioPollParams;
+#define AIO_HANDLER_NAME_SIZE 48
 
 /*
  * Counters of one context, written only by its home thread and readable from
@@ -76,50 +65,26 @@ typedef struct AioPollStats {
     uint64_t dispatches;      /* fd handler callbacks run (read/write/poll_ready) */
     uint64_t bhs;             /* bottom halves run */
     uint64_t timers;          /* timer callbacks run */
+    int64_t block_cpu_ns;     /* measured CPU cost of a blocking wait (0: not yet) */
+    int64_t wake_late_ns;     /* measured lateness of a wake-up (0: not yet) */
+    int64_t budget_ns;        /* predictive: spin ledger (saved minus spent) */
 } AioPollStats;
 
-/* One handler's window, as reported by aio_context_get_handler_windows(). */
+/* One handler as reported by aio_context_get_handler_windows(). */
 typedef struct AioHandlerWindow {
     int fd;
-    char name[32];           /* aio_set_fd_handler_name(), or "" */
-    int64_t poll_ns;
+    char name[AIO_HANDLER_NAME_SIZE];  /* aio_set_fd_handler_name(), or "" */
+    int64_t poll_ns;         /* the policy's window for this handler */
+    uint64_t events;         /* times it was ready (each turn counts once) */
+    uint64_t poll_hits;      /* ... found by its poll callback */
+    uint64_t poll_misses;    /* spins that polled it and ended in blocking */
+    uint64_t window_changes; /* times its window changed */
+    uint64_t last_change_event;  /* events at its last window change */
+    int64_t last_change_ns;  /* clock_now_ns() then (CLOCK_MONOTONIC), 0 never */
+    bool active;             /* per-source policies: considered this second */
+    unsigned phase;          /* 1 while it has requests pending (see
+                              * aio_set_fd_poll_pending()), else 0 */
 } AioHandlerWindow;
-
-/*
- * A poll policy decides how each handler's window changes after a turn and
- * how long a turn spins.  Handlers' windows are private to the context; a
- * policy keeps whatever per-handler state it needs in AioPollWindow.
- */
-typedef struct AioPollWindow {
-    int64_t ns;              /* the handler's current window */
-} AioPollWindow;
-
-typedef enum {
-    AIO_POLL_KEPT,
-    AIO_POLL_GREW,
-    AIO_POLL_SHRANK,
-} AioPollAdjustment;
-
-typedef struct AioPollPolicyOps {
-    const char *name;
-    /*
-     * Called after a turn that waited (polled or blocked) for every pollable
-     * handler.  wait_ns is the time from the start of the turn until the
-     * handler's event was seen if had_event, or else the time the turn
-     * waited without seeing one (a lower bound on the handler's wait).
-     */
-    AioPollAdjustment (*adjust)(const AioPollParams *params,
-                                AioPollWindow *win, int64_t wait_ns,
-                                bool had_event);
-    /* How long to spin, given the largest handler window. */
-    int64_t (*spin_ns)(const AioPollParams *params, int64_t largest_window_ns);
-} AioPollPolicyOps;
-
-/* The default policy: DESIGN.md section 3 (KVM halt-poll / QEMU style). */
-extern const AioPollPolicyOps aio_poll_policy_adaptive;
-
-/* Look up a policy by name; NULL if unknown. */
-const AioPollPolicyOps *aio_poll_policy_find(const char *name);
 
 /* ------------------------------------------------------------------------ */
 /* Context lifecycle                                                         */
@@ -188,8 +153,27 @@ void aio_set_fd_handler(AioContext *ctx, int fd, IOHandler *io_read,
 void aio_set_fd_poll(AioContext *ctx, int fd, IOHandler *io_poll_begin,
                      IOHandler *io_poll_end);
 
-/* Label a handler for statistics (copied, truncated to 31 bytes). */
+/* Label a handler for statistics (copied, truncated to
+ * AIO_HANDLER_NAME_SIZE - 1 bytes). */
 void aio_set_fd_handler_name(AioContext *ctx, int fd, const char *name);
+
+/*
+ * How many events the handler's producer owes us for work we handed out:
+ * requests submitted and not completed (a completion ring), or popped and
+ * not yet completed (a virtqueue).  Per-source poll policies use it to
+ * tell the phases of a source apart: a completion ring with nothing in
+ * flight cannot have an event, and a closed-loop guest queue sends its
+ * next request only after a completion.  Called by the home thread at the
+ * start of a turn; must be cheap and side-effect free.
+ */
+typedef unsigned AioPollPendingFn(void *opaque);
+typedef unsigned EventNotifierPendingFn(EventNotifier *e);
+
+/* Set (or clear, with NULL) io_poll_pending for fd's handler.  Home thread;
+ * the handler must exist. */
+void aio_set_fd_poll_pending(AioContext *ctx, int fd, AioPollPendingFn *fn);
+void aio_set_event_notifier_pending(AioContext *ctx, EventNotifier *e,
+                                    EventNotifierPendingFn *fn);
 
 /* Event-notifier wrappers of the two functions above.  Home thread. */
 void aio_set_event_notifier(AioContext *ctx, EventNotifier *e,
@@ -294,8 +278,12 @@ void *aio_context_get_data(AioContext *ctx, const void *key);
 void aio_context_set_poll_params(AioContext *ctx, const AioPollParams *p);
 void aio_context_get_poll_params(AioContext *ctx, AioPollParams *p);
 
-/* Replace the poll policy.  Home thread, or before the context runs. */
+/*
+ * Replace the poll policy; every handler's policy state starts afresh.
+ * Home thread, or before the context runs.
+ */
 void aio_context_set_poll_policy(AioContext *ctx, const AioPollPolicyOps *ops);
+const AioPollPolicyOps *aio_context_get_poll_policy(AioContext *ctx);
 
 /* Batch limit for submissions from this context (0: engine default).  Any thread. */
 void aio_context_set_aio_max_batch(AioContext *ctx, int64_t max_batch);

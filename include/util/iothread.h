@@ -4,14 +4,18 @@
  * Properties (string values as on the command line; see docs/iothreads.md):
  *   poll-max-ns    longest busy-poll window in ns (default 32768; 0: off)
  *   poll-grow      window growth factor (default 0: double)
- *   poll-shrink    window shrink divisor (default 0: reset to 0)
+ *   poll-shrink    window shrink divisor (default 0: the policy's default,
+ *                  reset to 0 for qemu-classic, 2 for qemu-weighted)
+ *   poll-weight    qemu-weighted's averaging shift, 0-63 (default 0: 3)
  *   aio-max-batch  requests submitted to the kernel at once (default 0:
  *                  the engine's default)
  *   cpu-affinity   CPUs the thread may run on, as a kernel CPU list:
  *                  "2", "0-3", "0-3:8" (':' or ',' separate ranges; ',' is
  *                  written ",," inside a key=value option string); ""
  *                  means all CPUs.  Default: inherited.
- *   poll-policy    "adaptive" (the only policy so far)
+ *   poll-policy    "predictive" (the default), "fixed", "qemu-classic"
+ *                  ("adaptive" is its old name) or "qemu-weighted"
+ *                  (docs/iothreads.md)
  *
  * Lifecycle and properties are main-thread functions.  Properties may be
  * changed while the thread runs; the change is seen at the thread's next
@@ -27,6 +31,10 @@
 #include "util/error.h"
 
 typedef struct IOThread IOThread;
+
+/* The property names, by the type QMP gives their values (NULL-ended). */
+extern const char *const iothread_int_property_names[];
+extern const char *const iothread_str_property_names[];
 
 /*
  * Create and start an IOThread named id (the thread's name is "iot-"+id,

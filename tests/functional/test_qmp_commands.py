@@ -36,7 +36,13 @@ CLIENT_TIMEOUT_S = 60
 
 POLL_STATS = {"window-ns", "turns", "poll-hits", "poll-misses", "wakeups",
               "poll-time-ns", "block-time-ns", "grows", "shrinks",
-              "dispatches", "bhs", "timers", "cpu-ns", "policy"}
+              "dispatches", "bhs", "timers", "cpu-ns", "policy",
+              "block-cpu-ns", "wake-late-ns", "budget-ns", "handlers"}
+# What query-iothreads says about each pollable handler.
+HANDLER_STATS = {"name", "window-ns", "events", "poll-hits", "poll-misses",
+                 "window-changes", "last-change-event", "last-change-ns",
+                 "active", "pending"}
+POLICIES = ("fixed", "qemu-classic", "qemu-weighted", "predictive")
 
 # QEMU's BlockDeviceStats members that Spindle reports.
 BLOCK_STATS = {
@@ -202,27 +208,65 @@ def test_query_iothreads_reports_qemu_members_and_poll_stats(daemon):
     assert [t["id"] for t in threads] == ["iot0"]
     t = threads[0]
     assert (t["poll-max-ns"], t["poll-grow"], t["poll-shrink"],
-            t["aio-max-batch"]) == (32768, 0, 0, 0)
+            t["poll-weight"], t["aio-max-batch"]) == (32768, 0, 0, 0, 0)
     # thread-id is the kernel's id of the IOThread's thread.
     assert thread_comm(daemon.pid, t["thread-id"]) == "iot-iot0"
     assert set(t["spindle-poll"]) == POLL_STATS
-    assert t["spindle-poll"]["policy"] == "adaptive"
+    assert t["spindle-poll"]["policy"] == "predictive"
     assert t["spindle-poll"]["turns"] > 0
+    # No front-end: no queue runs; the only pollable handler is the I/O
+    # engine's completion ring (the node uses aio=io_uring).
+    handlers = t["spindle-poll"]["handlers"]
+    assert [h["name"] for h in handlers] == ["io_uring"]
+    assert set(handlers[0]) == HANDLER_STATS
+    assert handlers[0]["events"] == 0 and handlers[0]["pending"] is False
     assert daemon.qmp.error("query-iothreads", {"verbose": True}) == \
         (GENERIC, "Parameter 'verbose' is unexpected")
+
+
+def test_query_iothreads_names_each_queue_and_its_window(daemon, client):
+    """While a front-end runs I/O, every queue of the export is a handler
+    named EXPORT/vqN, with its own window and counters."""
+    proc = vu_start(client, daemon.workdir / "e0.sock", "verify-run",
+                    "--size", "1M", "--count", 10000000, "--queues", 2,
+                    "--iodepth", 1)
+    try:
+        def queues_busy():
+            hs = {h["name"]: h for h in
+                  _poll_stats(daemon)["handlers"]}
+            return all(hs.get(f"e0/vq{i}", {}).get("events", 0) > 200
+                       for i in range(2)) and hs
+        hs = wait_until(queues_busy, what="both queues to see requests")
+    finally:
+        proc.kill()
+        vu_wait(proc)
+    assert set(hs) == {"e0/vq0", "e0/vq1", "io_uring"}
+    for name in ("e0/vq0", "e0/vq1"):
+        h = hs[name]
+        assert set(h) == HANDLER_STATS
+        assert h["active"] is True
+        assert 0 <= h["poll-hits"] <= h["events"]
+        assert 0 <= h["window-ns"] <= 32768
+        assert h["last-change-event"] <= h["events"]
+    # The ring had requests in flight and completions to report.
+    assert hs["io_uring"]["events"] > 0
+    st = _poll_stats(daemon)
+    # Going to sleep was measured (the thread blocked at least once).
+    assert st["block-cpu-ns"] > 0
 
 
 def test_object_add_and_del_an_iothread(daemon):
     ret = daemon.qmp.cmd("object-add", {
         "qom-type": "iothread", "id": "iot1", "poll-max-ns": 1000,
-        "poll-grow": 4, "poll-shrink": 2, "aio-max-batch": 8,
-        "poll-policy": "adaptive", "cpu-affinity": "0"})
+        "poll-grow": 4, "poll-shrink": 2, "poll-weight": 5, "aio-max-batch": 8,
+        "poll-policy": "qemu-weighted", "cpu-affinity": "0"})
     assert ret == {}
     threads = daemon.qmp.cmd("query-iothreads")
     assert [t["id"] for t in threads] == ["iot0", "iot1"]     # creation order
     t = threads[1]
     assert (t["poll-max-ns"], t["poll-grow"], t["poll-shrink"],
-            t["aio-max-batch"]) == (1000, 4, 2, 8)
+            t["poll-weight"], t["aio-max-batch"]) == (1000, 4, 2, 5, 8)
+    assert t["spindle-poll"]["policy"] == "qemu-weighted"
     tid = t["thread-id"]
     assert thread_comm(daemon.pid, tid) == "iot-iot1"
     assert thread_cpus(daemon.pid, tid) == "0"
@@ -256,8 +300,12 @@ def test_object_add_and_del_an_iothread(daemon):
      "cpu-affinity"),
     ({"qom-type": "iothread", "id": "x", "poll-policy": "psychic"},
      "unknown policy 'psychic'"),
-    ({"qom-type": "iothread", "id": "x", "poll-weight": 3},
-     "Parameter 'poll-weight' is unexpected"),
+    ({"qom-type": "iothread", "id": "x", "poll-weight": 64},
+     "Parameter 'poll-weight' expects an integer from 0 to 63, got '64'"),
+    ({"qom-type": "iothread", "id": "x", "poll-weight": "3"},
+     "Invalid parameter type for 'poll-weight', expected: integer"),
+    ({"qom-type": "iothread", "id": "x", "poll-hunger": 3},
+     "Parameter 'poll-hunger' is unexpected"),
     ({"qom-type": "iothread", "id": "iot0"}, "'iot0' already exists"),
 ])
 def test_object_add_errors(daemon, args, error):
@@ -294,15 +342,25 @@ def test_qom_set_changes_a_running_iothread(daemon, client):
                              "property": "poll-max-ns"}) == 32768
     # Integer properties, by full and by partial path.
     for prop, value in (("poll-max-ns", 1000), ("poll-grow", 4),
-                        ("poll-shrink", 2), ("aio-max-batch", 16)):
+                        ("poll-shrink", 2), ("poll-weight", 63),
+                        ("aio-max-batch", 16)):
         assert q.cmd("qom-set", {"path": "/objects/iot0", "property": prop,
                                  "value": value}) == {}
         assert q.cmd("qom-get", {"path": "iot0", "property": prop}) == value
         assert iothreads(daemon)["iot0"][prop] == value
+    for policy in POLICIES:
+        assert q.cmd("qom-set", {"path": "iot0", "property": "poll-policy",
+                                 "value": policy}) == {}
+        assert q.cmd("qom-get", {"path": "iot0",
+                                 "property": "poll-policy"}) == policy
+        assert _poll_stats(daemon)["policy"] == policy
+    # qemu-classic's old name is accepted and reads back as the new one.
     assert q.cmd("qom-set", {"path": "iot0", "property": "poll-policy",
                              "value": "adaptive"}) == {}
     assert q.cmd("qom-get", {"path": "iot0",
-                             "property": "poll-policy"}) == "adaptive"
+                             "property": "poll-policy"}) == "qemu-classic"
+    q.cmd("qom-set", {"path": "iot0", "property": "poll-policy",
+                      "value": "predictive"})
     tid = q.cmd("qom-get", {"path": "iot0", "property": "thread-id"})
     assert tid == iothreads(daemon)["iot0"]["thread-id"]
 
@@ -343,10 +401,12 @@ def test_qom_set_changes_a_running_iothread(daemon, client):
      (NOT_FOUND, "Device '/machine/peripheral/x' not found")),
     ("qom-set", {"path": "nope", "property": "poll-max-ns", "value": 1},
      (NOT_FOUND, "Device 'nope' not found")),
-    ("qom-get", {"path": "iot0", "property": "poll-weight"},
-     (GENERIC, "Property 'iothread.poll-weight' not found")),
-    ("qom-set", {"path": "iot0", "property": "poll-weight", "value": 1},
-     (GENERIC, "Property 'iothread.poll-weight' not found")),
+    ("qom-get", {"path": "iot0", "property": "poll-hunger"},
+     (GENERIC, "Property 'iothread.poll-hunger' not found")),
+    ("qom-set", {"path": "iot0", "property": "poll-hunger", "value": 1},
+     (GENERIC, "Property 'iothread.poll-hunger' not found")),
+    ("qom-set", {"path": "iot0", "property": "poll-weight", "value": 64},
+     (GENERIC, "Parameter 'poll-weight' expects an integer from 0 to 63")),
     ("qom-set", {"path": "iot0", "property": "poll-max-ns", "value": "1"},
      (GENERIC, "Invalid parameter type for 'value', expected: integer")),
     ("qom-set", {"path": "iot0", "property": "poll-policy", "value": 1},
@@ -376,8 +436,8 @@ def test_qom_errors(daemon, cmd, args, error):
     assert error[1] in desc, desc
     # Nothing changed.
     t = iothreads(daemon)["iot0"]
-    assert (t["poll-max-ns"], t["spindle-poll"]["policy"]) == \
-        (32768, "adaptive")
+    assert (t["poll-max-ns"], t["poll-weight"], t["spindle-poll"]["policy"]) \
+        == (32768, 0, "predictive")
     assert daemon.qmp.cmd("qom-get", {"path": "iot0",
                                       "property": "cpu-affinity"}) == ""
 

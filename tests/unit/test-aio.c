@@ -187,12 +187,15 @@ static bool vq_publish_after_and_run(Vq *vq, int64_t delay_ns)
 }
 
 /*
- * Grow the context's window to at least target_ns.  The caller has set a
- * large max and a huge grow factor.  Events arrive 1 ms into each turn.
+ * Grow the context's window to at least target_ns with qemu-classic's
+ * rule.  The caller has set a large max and a huge grow factor.  Events
+ * arrive 1 ms into each turn.
  */
 static void grow_window(AioContext *ctx, Vq *vq, int64_t target_ns)
 {
     AioPollStats s;
+
+    aio_context_set_poll_policy(ctx, &aio_poll_policy_qemu_classic);
 
     for (int i = 0; i < 40; i++) {
         g_assert_true(vq_publish_after_and_run(vq, NS_PER_MS));
@@ -1608,7 +1611,15 @@ static gpointer ping_pong_fn(gpointer opaque)
     return NULL;
 }
 
-static void test_idle_window_falls_to_zero(void)
+/*
+ * A busy phase opens the window; then only a 2 ms timer wakes the loop.
+ * qemu-classic closes the window (the waits exceed poll-max-ns); the
+ * predictive policy keeps what it learned (its window is what it would
+ * spin at the start of an interval), but conditioned on how long the
+ * queue has been quiet it spins for nothing.  Either way idle turns do
+ * not spin.
+ */
+static void idle_after_busy(const AioPollPolicyOps *ops)
 {
     AioContext *ctx = ctx_new();
     PingPong pp = { .ctx = ctx, .min_msgs = 500, .max_msgs = 20000 };
@@ -1619,6 +1630,7 @@ static void test_idle_window_falls_to_zero(void)
     Vq vq;
 
     set_poll(ctx, AIO_POLL_MAX_NS_DEFAULT, 0, 0);
+    aio_context_set_poll_policy(ctx, ops);
     vq_init(&vq, ctx, true);
 
     /* Busy phase: ping-pong until the window is open. */
@@ -1649,17 +1661,29 @@ static void test_idle_window_falls_to_zero(void)
     s20 = get_stats(ctx);
     log_stats("idle", &s20);
 
-    g_assert_cmpint(s20.poll_ns, ==, 0);
-    g_assert_cmpuint(s20.shrinks, >, pp.at_peak.shrinks);
     g_assert_cmpint(aio_context_get_handler_windows(ctx, w, 4), ==, 1);
-    g_assert_cmpint(w[0].poll_ns, ==, 0);
-    /* Once closed, idle turns do not spin at all. */
+    if (ops == &aio_poll_policy_qemu_classic) {
+        g_assert_cmpint(s20.poll_ns, ==, 0);
+        g_assert_cmpuint(s20.shrinks, >, pp.at_peak.shrinks);
+        g_assert_cmpint(w[0].poll_ns, ==, 0);
+    }
+    /* Idle turns do not spin at all. */
     g_assert_cmpuint(s20.poll_time_ns, ==, s10.poll_time_ns);
     g_assert_cmpuint(s20.poll_hits, ==, s10.poll_hits);
 
     aio_timer_del(&tt.t);
     vq_cleanup_checked(&vq);
     aio_context_unref(ctx);
+}
+
+static void test_idle_window_falls_to_zero(void)
+{
+    idle_after_busy(&aio_poll_policy_qemu_classic);
+}
+
+static void test_idle_predictive_stops_spinning(void)
+{
+    idle_after_busy(&aio_poll_policy_predictive);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -2154,14 +2178,16 @@ static void test_handler_windows(void)
 
     vq_init(&vq2, ctx, false);
     aio_set_fd_handler_name(ctx, vq2.kick.fd,
-                            "a-very-long-handler-name-0123456789abcdef");
+                            "an-export-with-a-very-long-id-0123456789abcdef/"
+                            "vq12");
     memset(w, 0, sizeof(w));
     g_assert_cmpint(aio_context_get_handler_windows(ctx, w, 4), ==, 2);
     for (int i = 0; i < 2; i++) {
         if (w[i].fd == vq2.kick.fd) {
-            g_assert_cmpuint(strlen(w[i].name), ==, 31);
-            g_assert_true(strncmp(w[i].name, "a-very-long-handler-name-0123456",
-                                  31) == 0);
+            g_assert_cmpuint(strlen(w[i].name), ==, AIO_HANDLER_NAME_SIZE - 1);
+            g_assert_true(strncmp(w[i].name, "an-export-with-a-very-long-id-"
+                                  "0123456789abcdef/",
+                                  AIO_HANDLER_NAME_SIZE - 1) == 0);
         } else {
             g_assert_cmpint(w[i].fd, ==, vq.kick.fd);
         }
@@ -2212,26 +2238,27 @@ static struct {
     bool last_event;
 } rec_policy;
 
-static AioPollAdjustment rec_adjust(const AioPollParams *params,
-                                    AioPollWindow *win, int64_t wait_ns,
-                                    bool had_event)
+static AioPollAdjustment rec_learn(AioPollState *st, AioPollSource *src,
+                                   const AioPollTurn *turn)
 {
     rec_policy.calls++;
-    rec_policy.last_wait = wait_ns;
-    rec_policy.last_event = had_event;
-    win->ns = 0;
+    rec_policy.last_wait = src->ev && src->ev_exact ?
+                           src->ev_ns - turn->start_ns : turn->waited_ns;
+    rec_policy.last_event = src->ev;
+    src->window_ns = 0;
     return AIO_POLL_KEPT;
 }
 
-static int64_t rec_spin_ns(const AioPollParams *params, int64_t largest)
+static int64_t rec_plan(AioPollState *st, AioPollSource *const *srcs,
+                        unsigned n, const AioPollTurn *turn)
 {
-    return MIN(largest, params->max_ns);
+    return 0;
 }
 
 static const AioPollPolicyOps rec_policy_ops = {
     .name = "recording",
-    .adjust = rec_adjust,
-    .spin_ns = rec_spin_ns,
+    .plan = rec_plan,
+    .learn = rec_learn,
 };
 
 /*
@@ -2845,8 +2872,11 @@ static void test_poll_hooks_paired_for_late_handlers(void)
     int turns = 0;
 
     /* A large poll-max-ns: a preempted turn never shrinks the window to
-     * 0 (which would stop polling, and with it the test). */
+     * 0 (which would stop polling, and with it the test).  qemu-classic
+     * begins every handler while polling; the predictive policy only
+     * those it spins for (the rest keep their notifications on). */
     set_poll(ctx, NS_PER_SEC, 0, 0);
+    aio_context_set_poll_policy(ctx, &aio_poll_policy_qemu_classic);
     aio_poll(ctx, false);           /* accept set_poll's notification */
     b.late_kept = &kept;
     b.late_removed = &removed;
@@ -3112,6 +3142,8 @@ static const TestCase tests[] = {
       test_poll_hooks_stay_begun },
     { "/aio/poll/non-blocking-never-waits", test_nonblocking_never_waits },
     { "/aio/poll/idle-window-falls-to-zero", test_idle_window_falls_to_zero },
+    { "/aio/poll/idle-predictive-stops-spinning",
+      test_idle_predictive_stops_spinning },
     { "/aio/poll/lost-wakeup-stress", test_lost_wakeup_stress },
     { "/aio/poll/lost-wakeup-detector-selftest", test_lost_wakeup_selftest },
     { "/aio/handler/remove-in-callback", test_remove_in_callback },

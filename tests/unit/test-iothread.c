@@ -472,18 +472,31 @@ static void test_properties_defaults(void)
     assert_prop(iot, "poll-max-ns", "32768");
     assert_prop(iot, "poll-grow", "0");
     assert_prop(iot, "poll-shrink", "0");
+    assert_prop(iot, "poll-weight", "0");
     assert_prop(iot, "aio-max-batch", "0");
-    assert_prop(iot, "poll-policy", "adaptive");
+    assert_prop(iot, "poll-policy", "predictive");
 
     set_prop_ok(iot, "poll-max-ns", "100000");
     set_prop_ok(iot, "poll-grow", "4");
     set_prop_ok(iot, "poll-shrink", "3");
+    set_prop_ok(iot, "poll-weight", "63");
     set_prop_ok(iot, "aio-max-batch", "32");
-    set_prop_ok(iot, "poll-policy", "adaptive");
     assert_prop(iot, "poll-max-ns", "100000");
     assert_prop(iot, "poll-grow", "4");
     assert_prop(iot, "poll-shrink", "3");
+    assert_prop(iot, "poll-weight", "63");
     assert_prop(iot, "aio-max-batch", "32");
+    set_prop_ok(iot, "poll-weight", "5");
+
+    /* Every policy, by name; "adaptive" is qemu-classic's old name. */
+    set_prop_ok(iot, "poll-policy", "fixed");
+    assert_prop(iot, "poll-policy", "fixed");
+    set_prop_ok(iot, "poll-policy", "qemu-weighted");
+    assert_prop(iot, "poll-policy", "qemu-weighted");
+    set_prop_ok(iot, "poll-policy", "adaptive");
+    assert_prop(iot, "poll-policy", "qemu-classic");
+    set_prop_ok(iot, "poll-policy", "predictive");
+    assert_prop(iot, "poll-policy", "predictive");
 
     /* Hex is accepted and read back in decimal. */
     set_prop_ok(iot, "poll-max-ns", "0x100");
@@ -505,7 +518,7 @@ static void test_properties_defaults(void)
         do {
             aio_context_get_poll_params(ctx, &p);
             if (p.max_ns == 256 && p.grow == 7 && p.shrink == 3 &&
-                aio_context_get_aio_max_batch(ctx) == 32) {
+                p.weight == 5 && aio_context_get_aio_max_batch(ctx) == 32) {
                 break;
             }
             g_usleep(1000);
@@ -513,6 +526,7 @@ static void test_properties_defaults(void)
         g_assert_cmpint(p.max_ns, ==, 256);
         g_assert_cmpint(p.grow, ==, 7);
         g_assert_cmpint(p.shrink, ==, 3);
+        g_assert_cmpint(p.weight, ==, 5);
         g_assert_cmpint(aio_context_get_aio_max_batch(ctx), ==, 32);
     }
 
@@ -528,7 +542,8 @@ static void test_properties_defaults(void)
 static void test_properties_bad_values(void)
 {
     static const char *const int_props[] = {
-        "poll-max-ns", "poll-grow", "poll-shrink", "aio-max-batch",
+        "poll-max-ns", "poll-grow", "poll-shrink", "poll-weight",
+        "aio-max-batch",
     };
     static const char *const bad[] = {
         "-1", "abc", "99999999999999999999", "", "12abc", "1.5", "-0x10",
@@ -545,12 +560,17 @@ static void test_properties_bad_values(void)
         assert_prop(iot, int_props[i], before);
         g_free(before);
     }
+    /* poll-weight is a shift of 0..63, as QEMU's. */
+    set_prop_bad(iot, "poll-weight", "64", "poll-weight");
+    set_prop_bad(iot, "poll-weight", "1000", "poll-weight");
+    assert_prop(iot, "poll-weight", "0");
     set_prop_bad(iot, "poll-policy", "nope", "poll-policy");
     set_prop_bad(iot, "poll-policy", "", "poll-policy");
+    set_prop_bad(iot, "poll-policy", "Predictive", "poll-policy");
     set_prop_bad(iot, "poll-max-nss", "10", "poll-max-nss");
     set_prop_bad(iot, "no-such-prop", "1", "no-such-prop");
     set_prop_bad(iot, "", "1", NULL);
-    assert_prop(iot, "poll-policy", "adaptive");
+    assert_prop(iot, "poll-policy", "predictive");
     iothread_destroy(iot);
 }
 
@@ -593,6 +613,7 @@ static void test_properties_live(void)
     Load l = { 0 };
     GRand *r = g_rand_new_with_seed(g_test_rand_int());
     int64_t last_max = -1, last_grow = -1, last_shrink = -1, last_batch = -1;
+    int64_t last_weight = -1;
     AioPollParams p;
     GThread *t;
 
@@ -604,12 +625,28 @@ static void test_properties_live(void)
     for (int i = 0; i < 2000; i++) {
         static const char *const names[] = {
             "poll-max-ns", "poll-grow", "poll-shrink", "aio-max-batch",
+            "poll-weight", "poll-policy",
         };
-        int which = g_rand_int_range(r, 0, 4);
+        static const char *const policies[] = {
+            "fixed", "qemu-classic", "qemu-weighted", "predictive",
+        };
+        int which = g_rand_int_range(r, 0, 6);
         int64_t v;
         char *str;
 
+        if (which == 5) {
+            /* Switch policies under load (the thread switches at a turn). */
+            const char *name = policies[g_rand_int_range(r, 0, 4)];
+
+            set_prop_ok(l.iot, "poll-policy", name);
+            assert_prop(l.iot, "poll-policy", name);
+            continue;
+        }
         switch (which) {
+        case 4:
+            v = g_rand_int_range(r, 0, AIO_POLL_WEIGHT_MAX + 1);
+            last_weight = v;
+            break;
         case 0:
             /* Include 0 (polling off) and large windows. */
             v = g_rand_int_range(r, 0, 4) == 0 ? 0
@@ -664,6 +701,7 @@ static void test_properties_live(void)
             match = (last_max < 0 || p.max_ns == last_max) &&
                     (last_grow < 0 || p.grow == last_grow) &&
                     (last_shrink < 0 || p.shrink == last_shrink) &&
+                    (last_weight < 0 || p.weight == last_weight) &&
                     (last_batch < 0 ||
                      aio_context_get_aio_max_batch(l.ctx) == last_batch);
             if (!match) {
@@ -1049,8 +1087,10 @@ static gboolean endless_log_fatal(const gchar *domain, GLogLevelFlags level,
 static void test_destroy_with_always_busy_handler(void)
 {
     /* A large poll-max-ns: a preempted turn never shrinks the handler's
-     * window to 0, which would stop polling from finding its "work". */
-    IOThread *iot = iot_new("endless-fd", "poll-max-ns=1000000000");
+     * window to 0, which would stop polling from finding its "work".
+     * qemu-classic opens the window on the first event. */
+    IOThread *iot = iot_new("endless-fd", "poll-max-ns=1000000000,"
+                            "poll-policy=qemu-classic");
     Endless en = { .ctx = iothread_get_aio_context(iot) };
     guint log_id;
     int64_t took;

@@ -68,6 +68,13 @@ typedef struct VirtQueueAddrs {
 VirtQueue *virtqueue_new(unsigned index);
 void virtqueue_free(VirtQueue *vq);
 
+/*
+ * Name the queue after its owner (the export id) for the event loop's
+ * statistics: "OWNER/vqN" (truncated to fit), or "vqN" with owner NULL or
+ * empty (the default).
+ */
+void virtqueue_set_owner(VirtQueue *vq, const char *owner);
+
 unsigned virtqueue_index(const VirtQueue *vq);
 
 /* Ring size: a power of two from 1 to VIRTQUEUE_MAX_SIZE.  -EINVAL else. */

@@ -1,0 +1,357 @@
+/*
+ * The predictive poll policy: Spindle's default.
+ *
+ * Theory of operation.  Spinning for W costs W of CPU at most; blocking
+ * costs a wake-up: CPU time to go to sleep and come back (C) and latency
+ * (L: the event is seen that much after it happened).  Both are measured
+ * by the loop (AioPollCosts).  If T is the time until a source's next
+ * event, spinning for W and then blocking costs, in expectation,
+ *
+ *     J(W) = E[min(T, W)] + P(T > W) * K,     K = C + L
+ *
+ * (one nanosecond of latency weighs as much as one of CPU).  This is the
+ * classic spin-then-block problem; given the distribution of T the best W
+ * minimises J, and W = 0 whenever the events are not likely enough to come
+ * soon enough for the spinning to pay.  A Poisson stream with a mean gap
+ * longer than K is never worth spinning for; a closed-loop guest that
+ * resubmits 0.5 µs after each completion always is.
+ *
+ * What is learned, per source and phase.  T is measured per source (each
+ * virtqueue, each completion ring), from the start of the source's current
+ * interval: the end of its last event, or the moment its phase changed.
+ * The phase is 1 while the source's producer owes us events for work we
+ * handed out (requests in flight on a completion ring; requests popped
+ * from a virtqueue and not yet completed), else 0.  A completion ring with
+ * nothing in flight never has an event, so its phase-0 histogram stays
+ * empty and it is never spun for; a closed-loop guest queue does not send
+ * while its request is in flight, so while the device works the policy
+ * does not spin for the queue, and right after the completion it does.
+ * Other wake-ups (timers, bottom halves, another source) end no interval:
+ * they are not this source's events.
+ *
+ * The distribution is a histogram of half-octave buckets from 256 ns to
+ * 1 ms (aio_pred_bucket()) with exponential forgetting (each sample weighs
+ * 1/(1-1/16) more than the one before: the last ~16 dominate).  Intervals
+ * cut short by a phase change are censored observations: they count as
+ * survival through the buckets they covered.  Each bucket's hazard (the
+ * chance that the event comes in it, given that it has not come before)
+ * gives the survival S at each bucket edge and I, the integral of S, so
+ * that for a spin from elapsed time a until edge e
+ *
+ *     S(a) * J_a(e) = I(e) - I(a) + K * S(e)
+ *
+ * and the best end for each starting bucket is the edge e in
+ * [a, a + poll-max-ns] with the smallest G(e) = I(e) + K * S(e).  The
+ * table is recomputed every 8 samples (and when K or poll-max-ns moves),
+ * after dispatch, so a turn's plan is a table look-up.  A spin must beat
+ * blocking by K/16 to be chosen, so noise in a Poisson stream's histogram
+ * does not make the window twitch.
+ *
+ * Events seen after blocking are late by the wake-up: the sample is taken
+ * as max(when the loop last looked, seen - L), so a window at 0 still
+ * learns what it would catch if it spun (QEMU's rule cannot: once the
+ * window is 0 every wait it measures includes the wake-up).
+ *
+ * The turn.  The spin lasts the longest of the active sources' plans
+ * (each source's plan conditioned on how long its interval has run), and
+ * the loop polls only the sources that asked for it on every pass.  A
+ * timer due within K (and poll-max-ns) is spun for too: blocking for it
+ * would cost K, spinning costs less.
+ *
+ * The ledger.  Every spin is charged to a per-context budget; every spin
+ * that found its event (or reached its timer) is credited K, the cost it
+ * saved; wall time refills it at 1/64.  If the model is right the ledger
+ * grows (that is what J says); if it is wrong for long -- an idle device,
+ * a workload the histogram has not caught up with -- the ledger empties
+ * and the context stops spinning until it refills: unproductive spinning
+ * is bounded by what spinning saved plus 1.6% of a core.
+ */
+#include <string.h>
+#include <glib.h>
+#include "util/poll-policy.h"
+#include "util/cutils.h"
+
+#define B AIO_PRED_BUCKETS
+#define PRED_DECAY 16                /* forgetting: 1 - 1/16 per sample */
+#define PRED_FOLD 8                  /* samples between plan updates */
+#define PRED_MIN_SAMPLES 4.0f        /* weighted samples before any plan */
+#define PRED_RESCALE 4096.0f         /* renormalise weights above this */
+#define PRED_BUDGET_MAX_NS 1000000   /* the ledger's cap: 1 ms */
+#define PRED_BUDGET_REFILL_SHIFT 6   /* refill: 1/64 of wall time */
+
+typedef struct PredPhase {
+    float ev[B];                     /* events that came in bucket b */
+    float cens[B];                   /* intervals cut short in bucket b */
+    float total;
+    float weight;                    /* of the next sample */
+    uint8_t best_end[B];             /* plan: from bucket a, spin to the
+                                      * start of bucket best_end[a] (a: no) */
+} PredPhase;
+
+typedef struct PredSource {
+    PredPhase ph[2];
+    unsigned since_fold;
+    int64_t k_ns;                    /* K and poll-max-ns of the plans */
+    int64_t max_ns;
+} PredSource;
+
+/* ------------------------------------------------------------------------ */
+/* Buckets                                                                   */
+
+unsigned aio_pred_bucket(int64_t ns)
+{
+    int k;
+
+    if (ns < 256) {
+        return 0;
+    }
+    if (ns >= (1 << 20)) {
+        return B - 1;
+    }
+    k = 63 - __builtin_clzll((unsigned long long)ns);    /* 8 .. 19 */
+    return 1 + 2 * (k - 8) + ((ns >> (k - 1)) & 1);
+}
+
+int64_t aio_pred_bucket_start(unsigned b)
+{
+    unsigned k;
+
+    if (b == 0) {
+        return 0;
+    }
+    if (b >= B - 1) {
+        return 1 << 20;
+    }
+    k = 8 + (b - 1) / 2;
+    return ((int64_t)1 << k) + ((b - 1) & 1) * ((int64_t)1 << (k - 1));
+}
+
+/* ------------------------------------------------------------------------ */
+/* The model                                                                 */
+
+static PredSource *pred_source(AioPollSource *src)
+{
+    if (!src->priv) {
+        PredSource *ps = g_new0(PredSource, 1);
+
+        ps->ph[0].weight = ps->ph[1].weight = 1.0f;
+        src->priv = ps;
+    }
+    return src->priv;
+}
+
+/* Add one observation ending in bucket b (an event, or a censored one). */
+static void pred_record(PredPhase *ph, int64_t t, bool event)
+{
+    unsigned b = aio_pred_bucket(t);
+
+    if (event) {
+        ph->ev[b] += ph->weight;
+    } else {
+        ph->cens[b] += ph->weight;
+    }
+    ph->total += ph->weight;
+    ph->weight *= (float)PRED_DECAY / (PRED_DECAY - 1);
+    if (ph->weight > PRED_RESCALE) {
+        float s = 1.0f / ph->weight;
+
+        for (unsigned i = 0; i < B; i++) {
+            ph->ev[i] *= s;
+            ph->cens[i] *= s;
+        }
+        ph->total *= s;
+        ph->weight = 1.0f;
+    }
+}
+
+/* Recompute ph->best_end from the histogram for cost k and cap max_ns. */
+static void pred_plan_phase(PredPhase *ph, int64_t k, int64_t max_ns)
+{
+    double atrisk[B + 1], S[B], I[B], G[B];
+    double margin = k / 16.0;
+
+    for (unsigned a = 0; a < B; a++) {
+        ph->best_end[a] = a;
+    }
+    /* total/weight is the number of recent samples (at most PRED_DECAY-1). */
+    if (ph->total < PRED_MIN_SAMPLES * ph->weight || k <= 0 || max_ns <= 0) {
+        return;
+    }
+    atrisk[B] = 0;
+    for (int b = B - 1; b >= 0; b--) {
+        atrisk[b] = atrisk[b + 1] + ph->ev[b] + ph->cens[b];
+    }
+    S[0] = 1.0;
+    I[0] = 0.0;
+    for (unsigned b = 0; b + 1 < B; b++) {
+        double n = atrisk[b] - ph->cens[b] / 2;
+        double h = n > 1e-9 ? ph->ev[b] / n : 0.0;
+        double width = aio_pred_bucket_start(b + 1) - aio_pred_bucket_start(b);
+
+        h = MIN(h, 1.0);
+        I[b + 1] = I[b] + width * S[b] * (1.0 - h / 2);
+        S[b + 1] = S[b] * (1.0 - h);
+    }
+    for (unsigned e = 0; e < B; e++) {
+        G[e] = I[e] + k * S[e];
+    }
+    for (unsigned a = 0; a + 1 < B; a++) {
+        int64_t limit = aio_pred_bucket_start(a) + max_ns;
+        double best = G[a] - margin * S[a];
+
+        if (S[a] < 1e-6) {
+            continue;           /* no interval ever lasted this long */
+        }
+        for (unsigned e = a + 1; e < B && aio_pred_bucket_start(e) <= limit;
+             e++) {
+            if (G[e] < best) {
+                best = G[e];
+                ph->best_end[a] = e;
+            }
+        }
+    }
+}
+
+/* The spin this phase's plan asks for after `elapsed` of its interval. */
+static int64_t pred_phase_window(const PredPhase *ph, int64_t elapsed)
+{
+    unsigned a = aio_pred_bucket(MAX(elapsed, 0));
+    unsigned e = ph->best_end[a];
+
+    return e > a ? aio_pred_bucket_start(e) - MAX(elapsed, 0) : 0;
+}
+
+static int64_t pred_k(const AioPollState *st)
+{
+    return st->costs.block_cpu_ns + st->costs.wake_late_ns;
+}
+
+/* Recompute both phases' plans; return how the source's window moved. */
+static AioPollAdjustment pred_replan(AioPollState *st, AioPollSource *src,
+                                     PredSource *ps)
+{
+    int64_t old = src->window_ns, k = pred_k(st);
+
+    ps->k_ns = k;
+    ps->max_ns = st->params.max_ns;
+    ps->since_fold = 0;
+    src->window_ns = 0;
+    for (unsigned p = 0; p < 2; p++) {
+        pred_plan_phase(&ps->ph[p], k, st->params.max_ns);
+        src->window_ns = MAX(src->window_ns, pred_phase_window(&ps->ph[p], 0));
+    }
+    src->window_ns = MIN(src->window_ns, st->params.max_ns);
+    if (src->window_ns > old) {
+        return AIO_POLL_GREW;
+    }
+    return src->window_ns < old ? AIO_POLL_SHRANK : AIO_POLL_KEPT;
+}
+
+/* K moved by more than a quarter, or poll-max-ns changed, since the plan. */
+static bool pred_plan_stale(const AioPollState *st, const PredSource *ps)
+{
+    int64_t k = pred_k(st), d = k - ps->k_ns;
+
+    return ps->max_ns != st->params.max_ns || (d < 0 ? -d : d) > ps->k_ns / 4;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The ops                                                                   */
+
+static int64_t pred_plan(AioPollState *st, AioPollSource *const *srcs,
+                         unsigned n, const AioPollTurn *turn)
+{
+    int64_t now = turn->start_ns, k = pred_k(st), w = 0;
+
+    /* Refill the ledger with wall time. */
+    if (st->budget_stamp_ns == 0) {
+        st->budget_ns = PRED_BUDGET_MAX_NS / 2;
+    } else if (now > st->budget_stamp_ns) {
+        st->budget_ns = MIN(st->budget_ns + ((now - st->budget_stamp_ns) >>
+                                             PRED_BUDGET_REFILL_SHIFT),
+                            PRED_BUDGET_MAX_NS);
+    }
+    st->budget_stamp_ns = now;
+
+    for (unsigned i = 0; i < n; i++) {
+        AioPollSource *src = srcs[i];
+        int64_t ws = 0;
+
+        if (src->priv) {
+            PredSource *ps = src->priv;
+
+            ws = pred_phase_window(&ps->ph[src->phase & 1], now - src->ref_ns);
+        }
+        src->spin = ws > 0 && st->budget_ns > 0;
+        w = MAX(w, ws);
+    }
+    if (st->budget_ns <= 0) {
+        return 0;
+    }
+    /* A timer due soon: spinning until it costs less than sleeping. */
+    if (turn->timer_ns > w && turn->timer_ns <= k) {
+        w = turn->timer_ns;
+    }
+    return MIN(w, st->params.max_ns);
+}
+
+static AioPollAdjustment pred_learn(AioPollState *st, AioPollSource *src,
+                                    const AioPollTurn *turn)
+{
+    PredSource *ps;
+    int64_t seen;
+
+    if (!src->ev) {
+        return AIO_POLL_KEPT;
+    }
+    ps = pred_source(src);
+    seen = src->ev_ns;
+    if (!src->ev_exact && turn->blocked) {
+        /* Seen after a wake-up: it came about L earlier, but not before the
+         * loop's last look (the re-check before blocking). */
+        seen = MAX(turn->block_start_ns, seen - st->costs.wake_late_ns);
+    }
+    pred_record(&ps->ph[src->phase & 1], MAX(seen - src->ref_ns, 0), true);
+    if (++ps->since_fold >= PRED_FOLD || pred_plan_stale(st, ps)) {
+        return pred_replan(st, src, ps);
+    }
+    return AIO_POLL_KEPT;
+}
+
+static void pred_phase_end(AioPollState *st, AioPollSource *src, int64_t now)
+{
+    PredSource *ps = pred_source(src);
+
+    pred_record(&ps->ph[src->phase & 1], MAX(now - src->ref_ns, 0), false);
+    if (++ps->since_fold >= PRED_FOLD) {
+        pred_replan(st, src, ps);
+    }
+}
+
+static AioPollAdjustment pred_end_turn(AioPollState *st,
+                                       AioPollSource *const *srcs, unsigned n,
+                                       const AioPollTurn *turn)
+{
+    int64_t largest = 0;
+
+    if (turn->spun_ns > 0) {
+        st->budget_ns -= turn->spun_ns;
+        if (turn->spin_found || turn->spin_reached_timer) {
+            st->budget_ns = MIN(st->budget_ns + pred_k(st), PRED_BUDGET_MAX_NS);
+        }
+    }
+    for (unsigned i = 0; i < n; i++) {
+        largest = MAX(largest, srcs[i]->window_ns);
+    }
+    st->window_ns = largest;
+    return AIO_POLL_KEPT;
+}
+
+const AioPollPolicyOps aio_poll_policy_predictive = {
+    .name = "predictive",
+    .per_source = true,
+    .plan = pred_plan,
+    .learn = pred_learn,
+    .end_turn = pred_end_turn,
+    .phase_end = pred_phase_end,
+};
