@@ -479,6 +479,34 @@ static void aio_sources_sweep(AioContext *ctx, int64_t now)
     ctx->active.n = j;
 }
 
+static void aio_source_publish(AioContext *ctx, AioHandler *h,
+                               AioPollAdjustment adj, int64_t old, int64_t now)
+{
+    switch (adj) {
+    case AIO_POLL_GREW:
+        stat_add(&ctx->stats.grows, 1);
+        SPINDLE_TRACE3(poll_grow, ctx, old, h->src.window_ns);
+        break;
+    case AIO_POLL_SHRANK:
+        stat_add(&ctx->stats.shrinks, 1);
+        SPINDLE_TRACE3(poll_shrink, ctx, old, h->src.window_ns);
+        break;
+    case AIO_POLL_KEPT:
+        break;
+    }
+    if (h->src.window_ns != old) {
+        atomic_store_explicit(&h->window_ns_pub, h->src.window_ns,
+                              memory_order_relaxed);
+        stat_add(&h->counters.window_changes, 1);
+        atomic_store_explicit(&h->counters.last_change_event,
+                              atomic_load_explicit(&h->counters.events,
+                                                   memory_order_relaxed),
+                              memory_order_relaxed);
+        atomic_store_explicit(&h->counters.last_change_ns, now,
+                              memory_order_relaxed);
+    }
+}
+
 /* The phase of each active source; a change ends its interval. */
 static void aio_sources_refresh_phases(AioContext *ctx, int64_t now)
 {
@@ -496,7 +524,10 @@ static void aio_sources_refresh_phases(AioContext *ctx, int64_t now)
         }
         if (phase != h->src.phase) {
             if (ctx->policy->phase_end) {
-                ctx->policy->phase_end(&ctx->pstate, &h->src, now);
+                int64_t old = h->src.window_ns;
+
+                aio_source_publish(ctx, h, ctx->policy->phase_end(
+                                       &ctx->pstate, &h->src, now), old, now);
             }
             h->src.phase = phase;
             h->src.ref_ns = now;
@@ -670,22 +701,32 @@ static bool aio_poll_spin(AioContext *ctx, int64_t turn_start, int64_t deadline,
 /* Samples of the CPU cost of a blocking wait: the first few, then 1 in 16
  * (reading the thread's CPU clock is a system call). */
 #define AIO_COST_FIRST_SAMPLES 8
-#define AIO_COST_CPU_EVERY 16
+#define AIO_COST_CPU_EVERY 8
 /* Lateness samples: a timer's, or a calibration wait of this length taken
  * at most once a second while the thread is busy. */
 #define AIO_COST_CAL_WAIT_NS 1000
 #define AIO_COST_CAL_PERIOD_NS (1000 * 1000 * 1000LL)
 #define AIO_COST_CAL_BLOCKS 64
 
-/* Exponentially weighted average, weight 1/8; 0 means "no sample yet". */
-static void aio_cost_update(int64_t *avg, int64_t sample)
+/*
+ * Exponentially weighted average, a new sample weighing 2^-shift; 0 means
+ * "no sample yet".  The costs drift (this machine's wake-ups change with
+ * what the host does), but one sample is noisy: a wait may return at once
+ * or sleep, so the CPU cost is averaged over ~32 samples, the lateness
+ * over ~16.
+ */
+#define AIO_COST_CPU_SHIFT 5
+#define AIO_COST_LATE_SHIFT 4
+
+static void aio_cost_update(int64_t *avg, int64_t sample, int shift)
 {
-    *avg = *avg ? *avg + (sample - *avg) / 8 : MAX(sample, 1);
+    *avg = *avg ? *avg + ((sample - *avg) >> shift) : MAX(sample, 1);
 }
 
 static void aio_cost_late_sample(AioContext *ctx, int64_t late, int64_t now)
 {
-    aio_cost_update(&ctx->pstate.costs.wake_late_ns, MAX(late, 0));
+    aio_cost_update(&ctx->pstate.costs.wake_late_ns, MAX(late, 0),
+                    AIO_COST_LATE_SHIFT);
     atomic_store_explicit(&ctx->stats.wake_late_ns,
                           ctx->pstate.costs.wake_late_ns, memory_order_relaxed);
     ctx->costs.last_late_ns = now;
@@ -748,7 +789,7 @@ static int aio_fdmon_wait_measured(AioContext *ctx, int64_t timeout,
     }
     if (cpu_sample) {
         aio_cost_update(&ctx->pstate.costs.block_cpu_ns,
-                        clock_thread_cpu_ns() - cpu0);
+                        clock_thread_cpu_ns() - cpu0, AIO_COST_CPU_SHIFT);
         atomic_store_explicit(&ctx->stats.block_cpu_ns,
                               ctx->pstate.costs.block_cpu_ns,
                               memory_order_relaxed);
@@ -768,6 +809,16 @@ static void aio_sources_observe(AioContext *ctx, int64_t turn_start,
 {
     for (AioHandler *h = ctx->ready_list; h; h = h->ready_next) {
         if (h->internal || h->deleted || !aio_handler_is_pollable(h)) {
+            continue;
+        }
+        /*
+         * A readable fd whose poll callback sees nothing is a stale
+         * notification: the producer kicked after polling had already
+         * found its work.  It is still dispatched (that clears the fd),
+         * but it is not an event of the source.  (QEMU's rules count
+         * it, and so does qemu-classic here.)
+         */
+        if (per_source && !h->poll_ready && !aio_handler_call_poll(h)) {
             continue;
         }
         h->src.ev = true;
@@ -792,34 +843,6 @@ static void aio_sources_count_misses(AioContext *ctx)
 
     for (unsigned i = 0; i < set->n; i++) {
         stat_add(&set->h[i]->counters.poll_misses, 1);
-    }
-}
-
-static void aio_source_publish(AioContext *ctx, AioHandler *h,
-                               AioPollAdjustment adj, int64_t old, int64_t now)
-{
-    switch (adj) {
-    case AIO_POLL_GREW:
-        stat_add(&ctx->stats.grows, 1);
-        SPINDLE_TRACE3(poll_grow, ctx, old, h->src.window_ns);
-        break;
-    case AIO_POLL_SHRANK:
-        stat_add(&ctx->stats.shrinks, 1);
-        SPINDLE_TRACE3(poll_shrink, ctx, old, h->src.window_ns);
-        break;
-    case AIO_POLL_KEPT:
-        break;
-    }
-    if (h->src.window_ns != old) {
-        atomic_store_explicit(&h->window_ns_pub, h->src.window_ns,
-                              memory_order_relaxed);
-        stat_add(&h->counters.window_changes, 1);
-        atomic_store_explicit(&h->counters.last_change_event,
-                              atomic_load_explicit(&h->counters.events,
-                                                   memory_order_relaxed),
-                              memory_order_relaxed);
-        atomic_store_explicit(&h->counters.last_change_ns, now,
-                              memory_order_relaxed);
     }
 }
 

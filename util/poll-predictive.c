@@ -78,6 +78,9 @@
 #define PRED_RESCALE 4096.0f         /* renormalise weights above this */
 #define PRED_BUDGET_MAX_NS 1000000   /* the ledger's cap: 1 ms */
 #define PRED_BUDGET_REFILL_SHIFT 6   /* refill: 1/64 of wall time */
+#define PRED_TRIAL_EVENTS 32         /* a trial spins for this many events */
+#define PRED_TRIAL_FIRST_NS (1000 * 1000 * 1000LL)   /* then waits 1 s ... */
+#define PRED_TRIAL_MAX_NS (16 * PRED_TRIAL_FIRST_NS) /* ... doubling to 16 s */
 
 typedef struct PredPhase {
     float ev[B];                     /* events that came in bucket b */
@@ -86,6 +89,10 @@ typedef struct PredPhase {
     float weight;                    /* of the next sample */
     uint8_t best_end[B];             /* plan: from bucket a, spin to the
                                       * start of bucket best_end[a] (a: no) */
+    bool close;                      /* not spinning, but nearly worth it */
+    unsigned trial_left;             /* events left in a trial */
+    int64_t trial_next_ns;           /* no trial before this */
+    int64_t trial_backoff_ns;
 } PredPhase;
 
 typedef struct PredSource {
@@ -169,7 +176,9 @@ static void pred_plan_phase(PredPhase *ph, int64_t k, int64_t max_ns)
 {
     double atrisk[B + 1], S[B], I[B], G[B];
     double margin = k / 16.0;
+    uint8_t old_end[B];
 
+    memcpy(old_end, ph->best_end, sizeof(old_end));
     for (unsigned a = 0; a < B; a++) {
         ph->best_end[a] = a;
     }
@@ -197,6 +206,7 @@ static void pred_plan_phase(PredPhase *ph, int64_t k, int64_t max_ns)
     }
     for (unsigned a = 0; a + 1 < B; a++) {
         int64_t limit = aio_pred_bucket_start(a) + max_ns;
+        unsigned old = old_end[a], best_e = a;
         double best = G[a] - margin * S[a];
 
         if (S[a] < 1e-6) {
@@ -206,7 +216,31 @@ static void pred_plan_phase(PredPhase *ph, int64_t k, int64_t max_ns)
              e++) {
             if (G[e] < best) {
                 best = G[e];
-                ph->best_end[a] = e;
+                best_e = e;
+            }
+        }
+        /* Keep the old end while it is nearly as good: windows that cost
+         * about the same should not make the plan flap between them. */
+        if (best_e != a && old > a && aio_pred_bucket_start(old) <= limit &&
+            G[old] <= best + margin * S[a]) {
+            best_e = old;
+        }
+        ph->best_end[a] = best_e;
+    }
+    /*
+     * Close: from the start of an interval the plan does not spin, but a
+     * spin that would catch at least half the events costs at most K/4
+     * more than sleeping.  The model may be wrong there in a way only
+     * spinning shows (the producer answers faster when we do), so such a
+     * phase is given a trial now and then.
+     */
+    ph->close = false;
+    if (ph->best_end[0] == 0 && S[0] > 1e-6) {
+        for (unsigned e = 1; e < B && aio_pred_bucket_start(e) <= max_ns;
+             e++) {
+            if (S[e] <= 0.5 && G[e] <= G[0] + k / 4.0) {
+                ph->close = true;
+                break;
             }
         }
     }
@@ -279,8 +313,18 @@ static int64_t pred_plan(AioPollState *st, AioPollSource *const *srcs,
 
         if (src->priv) {
             PredSource *ps = src->priv;
+            PredPhase *ph = &ps->ph[src->phase & 1];
+            int64_t elapsed = now - src->ref_ns;
 
-            ws = pred_phase_window(&ps->ph[src->phase & 1], now - src->ref_ns);
+            ws = pred_phase_window(ph, elapsed);
+            if (ws == 0 && ph->close && !ph->trial_left &&
+                now >= ph->trial_next_ns && st->budget_ns > 0) {
+                ph->trial_left = PRED_TRIAL_EVENTS;
+            }
+            if (ph->trial_left) {
+                /* A trial spins the whole window from the interval start. */
+                ws = MAX(ws, st->params.max_ns - elapsed);
+            }
         }
         src->spin = ws > 0 && st->budget_ns > 0;
         w = MAX(w, ws);
@@ -288,8 +332,10 @@ static int64_t pred_plan(AioPollState *st, AioPollSource *const *srcs,
     if (st->budget_ns <= 0) {
         return 0;
     }
-    /* A timer due soon: spinning until it costs less than sleeping. */
-    if (turn->timer_ns > w && turn->timer_ns <= k) {
+    /* A timer due soon: spinning until it costs less than sleeping (and
+     * only if the spin may last that long: spinning most of the way and
+     * then sleeping would pay both). */
+    if (turn->timer_ns > w && turn->timer_ns <= MIN(k, st->params.max_ns)) {
         w = turn->timer_ns;
     }
     return MIN(w, st->params.max_ns);
@@ -298,7 +344,9 @@ static int64_t pred_plan(AioPollState *st, AioPollSource *const *srcs,
 static AioPollAdjustment pred_learn(AioPollState *st, AioPollSource *src,
                                     const AioPollTurn *turn)
 {
+    AioPollAdjustment adj = AIO_POLL_KEPT;
     PredSource *ps;
+    PredPhase *ph;
     int64_t seen;
 
     if (!src->ev) {
@@ -311,21 +359,37 @@ static AioPollAdjustment pred_learn(AioPollState *st, AioPollSource *src,
          * loop's last look (the re-check before blocking). */
         seen = MAX(turn->block_start_ns, seen - st->costs.wake_late_ns);
     }
-    pred_record(&ps->ph[src->phase & 1], MAX(seen - src->ref_ns, 0), true);
-    if (++ps->since_fold >= PRED_FOLD || pred_plan_stale(st, ps)) {
-        return pred_replan(st, src, ps);
+    ph = &ps->ph[src->phase & 1];
+    pred_record(ph, MAX(seen - src->ref_ns, 0), true);
+    if (++ps->since_fold >= PRED_FOLD || pred_plan_stale(st, ps) ||
+        ph->trial_left == 1) {
+        adj = pred_replan(st, src, ps);
     }
-    return AIO_POLL_KEPT;
+    if (ph->trial_left && --ph->trial_left == 0) {
+        /* Done: if what the trial saw makes the plan spin, it paid off;
+         * else wait longer before the next one. */
+        if (ph->best_end[0] > 0) {
+            ph->trial_backoff_ns = 0;
+        } else {
+            ph->trial_backoff_ns = ph->trial_backoff_ns ?
+                MIN(ph->trial_backoff_ns * 2, PRED_TRIAL_MAX_NS) :
+                PRED_TRIAL_FIRST_NS;
+        }
+        ph->trial_next_ns = src->ev_ns + ph->trial_backoff_ns;
+    }
+    return adj;
 }
 
-static void pred_phase_end(AioPollState *st, AioPollSource *src, int64_t now)
+static AioPollAdjustment pred_phase_end(AioPollState *st, AioPollSource *src,
+                                        int64_t now)
 {
     PredSource *ps = pred_source(src);
 
     pred_record(&ps->ph[src->phase & 1], MAX(now - src->ref_ns, 0), false);
     if (++ps->since_fold >= PRED_FOLD) {
-        pred_replan(st, src, ps);
+        return pred_replan(st, src, ps);
     }
+    return AIO_POLL_KEPT;
 }
 
 static AioPollAdjustment pred_end_turn(AioPollState *st,

@@ -137,8 +137,9 @@ typedef struct AioPollPolicyOps {
     AioPollAdjustment (*end_turn)(AioPollState *st, AioPollSource *const *srcs,
                                   unsigned n, const AioPollTurn *turn);
     /* A source's phase is about to change at now: its interval ends
-     * without an event.  May be NULL. */
-    void (*phase_end)(AioPollState *st, AioPollSource *src, int64_t now);
+     * without an event.  May be NULL.  Returns how its window moved. */
+    AioPollAdjustment (*phase_end)(AioPollState *st, AioPollSource *src,
+                                   int64_t now);
 } AioPollPolicyOps;
 
 /*

@@ -1,0 +1,563 @@
+/*
+ * The four poll policies driven with synthetic wait sequences: steady,
+ * Poisson, bimodal, a step from one to another, idle, and a closed-loop
+ * queue in front of a slow device.  No threads, no clock: a small model of
+ * the loop (sim_event()) turns each wait into what aio_poll() would tell
+ * the policy, so every window asserted here is deterministic.
+ *
+ * The model: an interval starts when the previous event's dispatch ends;
+ * the turn starts SIM_GAP_NS later and asks the policy for a plan.  If the
+ * event comes within the spin it is found by polling at its exact time;
+ * otherwise the loop spins the whole plan, blocks, and wakes SIM_LATE_NS
+ * after the event.  Going to sleep costs SIM_CPU_NS of CPU.  The policy is
+ * told both costs, as the loop's measurements would.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+#include <glib.h>
+
+#include "util/aio.h"
+
+#define US 1000
+#define SIM_GAP_NS 200           /* dispatch to the next turn */
+#define SIM_LATE_NS (15 * US)    /* a wake-up: this VM's order */
+#define SIM_CPU_NS (10 * US)
+
+typedef struct Sim {
+    const AioPollPolicyOps *ops;
+    AioPollState st;
+    AioPollSource src;
+    int64_t now;
+    /* What happened, since sim_reset_counts(). */
+    unsigned events, caught, spun_turns, changes;
+    int64_t spun_ns;
+    int64_t last_window;
+} Sim;
+
+static void sim_init(Sim *s, const AioPollPolicyOps *ops, int64_t max_ns)
+{
+    memset(s, 0, sizeof(*s));
+    s->ops = ops;
+    s->st.params.max_ns = max_ns;
+    s->st.costs.wake_late_ns = SIM_LATE_NS;
+    s->st.costs.block_cpu_ns = SIM_CPU_NS;
+    s->now = 1000 * 1000 * 1000LL;
+    s->src.ref_ns = s->now;
+}
+
+static void sim_free(Sim *s)
+{
+    aio_poll_source_reset(&s->src);
+}
+
+static void sim_reset_counts(Sim *s)
+{
+    s->events = s->caught = s->spun_turns = s->changes = 0;
+    s->spun_ns = 0;
+}
+
+/* Move the source to phase p at the start of the next turn. */
+static void sim_phase(Sim *s, unsigned p)
+{
+    int64_t start = s->now + SIM_GAP_NS;
+
+    if (p == s->src.phase) {
+        return;
+    }
+    if (s->ops->phase_end &&
+        s->ops->phase_end(&s->st, &s->src, start) != AIO_POLL_KEPT) {
+        s->changes++;
+    }
+    s->src.phase = p;
+    s->src.ref_ns = start;
+}
+
+/* The plan of a turn starting now (with the first timer due in timer_ns). */
+static int64_t sim_plan(Sim *s, int64_t timer_ns)
+{
+    AioPollSource *srcs[] = { &s->src };
+    AioPollTurn turn = { .start_ns = s->now + SIM_GAP_NS,
+                         .timer_ns = timer_ns };
+
+    return MIN(s->ops->plan(&s->st, srcs, 1, &turn), s->st.params.max_ns);
+}
+
+/*
+ * One turn whose event comes wait_ns after the turn starts.  Returns the
+ * spin the policy planned.
+ */
+static int64_t sim_event(Sim *s, int64_t wait_ns)
+{
+    AioPollSource *srcs[] = { &s->src };
+    AioPollTurn turn = { .start_ns = s->now + SIM_GAP_NS, .timer_ns = -1 };
+    int64_t plan = MIN(s->ops->plan(&s->st, srcs, 1, &turn),
+                       s->st.params.max_ns);
+    int64_t dispatch;
+
+    if (plan > 0 && wait_ns <= plan) {
+        dispatch = turn.start_ns + wait_ns;
+        turn.spun_ns = wait_ns;
+        turn.spin_found = true;
+        s->src.ev_exact = true;
+        s->src.ev_ns = dispatch;
+        s->caught++;
+    } else {
+        turn.spun_ns = MAX(plan, 0);
+        turn.blocked = true;
+        turn.block_start_ns = turn.start_ns + turn.spun_ns;
+        dispatch = turn.start_ns + wait_ns + SIM_LATE_NS;
+        turn.wake_ns = dispatch;
+        s->src.ev_exact = false;
+        s->src.ev_ns = dispatch;
+    }
+    turn.waited_ns = dispatch - turn.start_ns;
+    s->src.ev = true;
+    if (s->ops->learn(&s->st, &s->src, &turn) != AIO_POLL_KEPT) {
+        s->changes++;
+    }
+    if (s->ops->end_turn &&
+        s->ops->end_turn(&s->st, srcs, 1, &turn) != AIO_POLL_KEPT) {
+        s->changes++;
+    }
+    s->src.ev = false;
+    s->src.ref_ns = dispatch;
+    s->now = dispatch;
+    s->events++;
+    if (turn.spun_ns > 0) {
+        s->spun_turns++;
+        s->spun_ns += turn.spun_ns;
+    }
+    s->last_window = plan;
+    return plan;
+}
+
+/* Deterministic exponential waits (the gaps of a Poisson stream). */
+static int64_t exp_wait(GRand *r, double mean_ns)
+{
+    return (int64_t)(-mean_ns * log(1.0 - g_rand_double(r)));
+}
+
+static const AioPollPolicyOps *const all_policies[] = {
+    &aio_poll_policy_fixed,
+    &aio_poll_policy_qemu_classic,
+    &aio_poll_policy_qemu_weighted,
+    &aio_poll_policy_predictive,
+};
+
+/* ------------------------------------------------------------------------ */
+/* Steady: a closed-loop guest resubmitting 1 µs after each completion.     */
+
+static void test_steady_short(void)
+{
+    for (size_t i = 0; i < G_N_ELEMENTS(all_policies); i++) {
+        Sim s;
+
+        sim_init(&s, all_policies[i], AIO_POLL_MAX_NS_DEFAULT);
+        for (int n = 0; n < 200; n++) {
+            sim_event(&s, 1 * US);
+        }
+        sim_reset_counts(&s);
+        for (int n = 0; n < 1000; n++) {
+            sim_event(&s, 1 * US);
+        }
+        g_test_message("%s: caught %u/1000, window %" G_GINT64_FORMAT
+                       ", changes %u, spun %" G_GINT64_FORMAT " ns",
+                       s.ops->name, s.caught, s.last_window, s.changes,
+                       s.spun_ns);
+        /* Every policy catches a steady 1 µs stream, with no changes. */
+        g_assert_cmpuint(s.caught, ==, 1000);
+        g_assert_cmpuint(s.changes, ==, 0);
+        if (s.ops == &aio_poll_policy_fixed) {
+            g_assert_cmpint(s.last_window, ==, AIO_POLL_MAX_NS_DEFAULT);
+        } else if (s.ops == &aio_poll_policy_qemu_classic) {
+            g_assert_cmpint(s.last_window, ==, AIO_POLL_START_NS);
+        } else if (s.ops == &aio_poll_policy_qemu_weighted) {
+            /* Grows toward the estimate (~1 µs), at least ×2 a step. */
+            g_assert_cmpint(s.last_window, >=, 1 * US);
+            g_assert_cmpint(s.last_window, <=, AIO_POLL_MAX_NS_DEFAULT);
+        } else {
+            /* Just past the events: a bucket edge above 1 µs. */
+            g_assert_cmpint(s.last_window, >, 1 * US);
+            g_assert_cmpint(s.last_window, <=, 2 * US);
+        }
+        sim_free(&s);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Poisson streams: a mean gap above and below what blocking costs.         */
+
+static void poisson(const AioPollPolicyOps *ops, double mean_ns, Sim *s)
+{
+    GRand *r = g_rand_new_with_seed(42);
+
+    sim_init(s, ops, AIO_POLL_MAX_NS_DEFAULT);
+    for (int n = 0; n < 300; n++) {
+        sim_event(s, exp_wait(r, mean_ns));
+    }
+    sim_reset_counts(s);
+    for (int n = 0; n < 3000; n++) {
+        sim_event(s, exp_wait(r, mean_ns));
+    }
+    g_rand_free(r);
+    g_test_message("%s, mean gap %.0f us: caught %u/3000, spun in %u turns, "
+                   "%.2f us a turn, %u changes", ops->name, mean_ns / US,
+                   s->caught, s->spun_turns, s->spun_ns / 3000.0 / US,
+                   s->changes);
+}
+
+/* A 100 µs mean gap (10k IOPS) costs more to spin for than to sleep
+ * through (K = 25 µs): the predictive policy does not spin. */
+static void test_poisson_long(void)
+{
+    Sim s;
+
+    poisson(&aio_poll_policy_predictive, 100 * US, &s);
+    g_assert_cmpuint(s.spun_turns, <=, 3000 / 50);
+    g_assert_cmpint(s.spun_ns / 3000, <, 200);    /* < 0.2 µs per event */
+    g_assert_cmpuint(s.changes, <=, 30);
+    sim_free(&s);
+
+    /* QEMU's rule keeps reopening the window (the known weakness). */
+    poisson(&aio_poll_policy_qemu_classic, 100 * US, &s);
+    g_assert_cmpuint(s.spun_turns, >=, 3000 / 10);
+    g_assert_cmpuint(s.changes, >=, 300);
+    sim_free(&s);
+
+    /* fixed spins every turn, by definition. */
+    poisson(&aio_poll_policy_fixed, 100 * US, &s);
+    g_assert_cmpuint(s.spun_turns, ==, 3000);
+    sim_free(&s);
+}
+
+/* A 10 µs mean gap is shorter than K: spin, for the whole window. */
+static void test_poisson_short(void)
+{
+    Sim s;
+
+    poisson(&aio_poll_policy_predictive, 10 * US, &s);
+    g_assert_cmpint(s.last_window, >=, 16 * US);
+    g_assert_cmpuint(s.caught, >=, 3000 * 85 / 100);
+    g_assert_cmpuint(s.changes, <=, 30);
+    sim_free(&s);
+
+    poisson(&aio_poll_policy_qemu_weighted, 10 * US, &s);
+    g_assert_cmpuint(s.caught, >=, 3000 / 2);
+    sim_free(&s);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Bimodal: half the events 1 µs out, half 300 µs (a cache and a disk).     */
+
+static void test_bimodal(void)
+{
+    GRand *r = g_rand_new_with_seed(7);
+    Sim s, c;
+
+    sim_init(&s, &aio_poll_policy_predictive, AIO_POLL_MAX_NS_DEFAULT);
+    sim_init(&c, &aio_poll_policy_qemu_classic, AIO_POLL_MAX_NS_DEFAULT);
+    for (int n = 0; n < 2300; n++) {
+        int64_t w = g_rand_boolean(r) ? 1 * US : 300 * US;
+
+        if (n == 300) {
+            sim_reset_counts(&s);
+            sim_reset_counts(&c);
+        }
+        sim_event(&s, w);
+        sim_event(&c, w);
+    }
+    g_rand_free(r);
+    g_test_message("predictive: caught %u/2000, %.2f us spun a turn, "
+                   "window %" G_GINT64_FORMAT ", %u changes; qemu-classic: "
+                   "caught %u, %.2f us a turn, %u changes", s.caught,
+                   s.spun_ns / 2000.0 / US, s.src.window_ns, s.changes,
+                   c.caught, c.spun_ns / 2000.0 / US, c.changes);
+    /* The predictive policy catches the short mode and gives up on the
+     * long one after a short spin: its window covers 1 µs, not 32. */
+    g_assert_cmpint(s.src.window_ns, >, 1 * US);
+    g_assert_cmpint(s.src.window_ns, <=, 2 * US);
+    g_assert_cmpuint(s.caught, >=, 2000 * 45 / 100);
+    g_assert_cmpint(s.spun_ns / 2000, <, 2 * US);
+    g_assert_cmpuint(s.changes, <=, 20);
+    /* QEMU's rule oscillates: every long wait resets it to 0. */
+    g_assert_cmpuint(c.changes, >=, 500);
+    g_assert_cmpuint(c.caught, <, s.caught);
+    sim_free(&s);
+    sim_free(&c);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Steps: the window follows a change of workload within 100 events.        */
+
+/* Events after the step until the plan stays as wanted for 50 events. */
+static int settle_after_step(Sim *s, GRand *r, double mean_ns, bool exp,
+                             bool want_spin)
+{
+    int settled = -1, good = 0;
+
+    for (int n = 0; n < 400; n++) {
+        int64_t plan = sim_event(s, exp ? exp_wait(r, mean_ns)
+                                        : (int64_t)mean_ns);
+
+        if ((plan > 0) == want_spin) {
+            if (good++ == 0) {
+                settled = n;
+            }
+            if (good >= 50) {
+                return settled;
+            }
+        } else {
+            good = 0;
+        }
+    }
+    return 1000;
+}
+
+static void test_step(void)
+{
+    GRand *r = g_rand_new_with_seed(3);
+    Sim s;
+    int a, b, c;
+
+    sim_init(&s, &aio_poll_policy_predictive, AIO_POLL_MAX_NS_DEFAULT);
+    for (int n = 0; n < 300; n++) {
+        sim_event(&s, 1 * US);
+    }
+    /* QD1 -> open loop at 10k: stop spinning. */
+    a = settle_after_step(&s, r, 100 * US, true, false);
+    /* -> back to QD1: the window reopens although it was 0 (the waits seen
+     * after a wake-up are corrected by the measured lateness). */
+    b = settle_after_step(&s, r, 1 * US, false, true);
+    /* -> 10 µs gaps, Poisson: spin. */
+    c = settle_after_step(&s, r, 10 * US, true, true);
+    g_test_message("settled after %d, %d and %d events", a, b, c);
+    g_assert_cmpint(a, <=, 100);
+    g_assert_cmpint(b, <=, 100);
+    g_assert_cmpint(c, <=, 100);
+    g_rand_free(r);
+    sim_free(&s);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Idle: a source that stops sends the loop to sleep at once.               */
+
+static void test_idle(void)
+{
+    Sim s;
+
+    sim_init(&s, &aio_poll_policy_predictive, AIO_POLL_MAX_NS_DEFAULT);
+    for (int n = 0; n < 200; n++) {
+        sim_event(&s, 1 * US);
+    }
+    g_assert_cmpint(sim_plan(&s, -1), >, 0);
+    /* A turn woken 5 µs, 1 ms and 1 s into the silence (by a timer, say)
+     * does not spin for the source: nothing came when it always had. */
+    s.now += 5 * US;
+    g_assert_cmpint(sim_plan(&s, -1), ==, 0);
+    s.now += 1000 * US;
+    g_assert_cmpint(sim_plan(&s, -1), ==, 0);
+    s.now += 1000 * 1000 * US;
+    g_assert_cmpint(sim_plan(&s, -1), ==, 0);
+    sim_free(&s);
+
+    /* qemu-classic keeps its window until a long wait shrinks it. */
+    sim_init(&s, &aio_poll_policy_qemu_classic, AIO_POLL_MAX_NS_DEFAULT);
+    for (int n = 0; n < 20; n++) {
+        sim_event(&s, 1 * US);
+    }
+    s.now += 1000 * US;
+    g_assert_cmpint(sim_plan(&s, -1), ==, AIO_POLL_START_NS);
+    sim_free(&s);
+}
+
+/* ------------------------------------------------------------------------ */
+/* A closed-loop queue in front of a 50 µs device: spin after completions,  */
+/* not while the request is in flight.                                      */
+
+static void test_closed_loop_slow_device(void)
+{
+    Sim s;
+
+    sim_init(&s, &aio_poll_policy_predictive, AIO_POLL_MAX_NS_DEFAULT);
+    for (int n = 0; n < 300; n++) {
+        /* The request is popped: the queue owes us nothing until the
+         * completion 50 µs later ... */
+        sim_phase(&s, 1);
+        s.now += 50 * US;
+        /* ... then the guest resubmits 1 µs after it. */
+        sim_phase(&s, 0);
+        sim_event(&s, 1 * US);
+    }
+    sim_reset_counts(&s);
+    for (int n = 0; n < 100; n++) {
+        sim_phase(&s, 1);
+        g_assert_cmpint(sim_plan(&s, -1), ==, 0);
+        s.now += 50 * US;
+        sim_phase(&s, 0);
+        sim_event(&s, 1 * US);
+    }
+    g_assert_cmpuint(s.caught, ==, 100);
+    g_assert_cmpint(s.src.window_ns, <=, 2 * US);
+    sim_free(&s);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Trials: a producer that answers faster when we spin.                     */
+
+/*
+ * Guests behave like this: a vCPU that was answered quickly is still
+ * running (or halt-polling) and answers quickly in turn; one left waiting
+ * went to sleep and answers after its own wake-up.  Here the next request
+ * comes 1 µs after a turn that spun, 26 µs after one that did not.  From
+ * the no-spin side the model sees 26 µs waits against K = 25 µs: not worth
+ * spinning, but close.  A trial shows the other side.
+ */
+static void test_trial_finds_reactive_producer(void)
+{
+    Sim s;
+
+    sim_init(&s, &aio_poll_policy_predictive, AIO_POLL_MAX_NS_DEFAULT);
+    for (int n = 0; n < 300; n++) {
+        sim_event(&s, s.last_window > 0 ? 1 * US : 26 * US);
+    }
+    sim_reset_counts(&s);
+    for (int n = 0; n < 100; n++) {
+        sim_event(&s, s.last_window > 0 ? 1 * US : 26 * US);
+    }
+    g_test_message("reactive: caught %u/100, window %" G_GINT64_FORMAT,
+                   s.caught, s.src.window_ns);
+    g_assert_cmpuint(s.caught, >=, 95);
+    g_assert_cmpint(s.src.window_ns, >, 0);
+    sim_free(&s);
+}
+
+/* The same close call with a producer that does not react: one trial,
+ * then a second apart (and longer each time), so it costs little. */
+static void test_trial_backs_off(void)
+{
+    Sim s;
+
+    sim_init(&s, &aio_poll_policy_predictive, AIO_POLL_MAX_NS_DEFAULT);
+    for (int n = 0; n < 2000; n++) {
+        sim_event(&s, 26 * US);
+    }
+    g_test_message("not reactive: spun in %u of 2000 turns (%.1f ms of "
+                   "simulated time)", s.spun_turns, (s.now - 1e9) / 1e6);
+    g_assert_cmpuint(s.spun_turns, >=, 32);     /* one trial ... */
+    g_assert_cmpuint(s.spun_turns, <=, 32 + 8); /* ... and no second yet */
+    sim_free(&s);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Timers and the ledger.                                                   */
+
+static void test_timer_and_budget(void)
+{
+    Sim s;
+
+    sim_init(&s, &aio_poll_policy_predictive, AIO_POLL_MAX_NS_DEFAULT);
+    /* No source expects anything; a timer due within K (25 µs) is spun
+     * for, one further out is slept for. */
+    g_assert_cmpint(sim_plan(&s, 10 * US), ==, 10 * US);
+    g_assert_cmpint(sim_plan(&s, 24 * US), ==, 24 * US);
+    g_assert_cmpint(sim_plan(&s, 40 * US), ==, 0);
+    /* Not if poll-max-ns stops the spin before the timer: spinning most
+     * of the way and then sleeping anyway would pay twice. */
+    s.st.params.max_ns = 8 * US;
+    g_assert_cmpint(sim_plan(&s, 10 * US), ==, 0);
+    g_assert_cmpint(sim_plan(&s, 8 * US), ==, 8 * US);
+    s.st.params.max_ns = AIO_POLL_MAX_NS_DEFAULT;
+    /* Unknown costs (nothing measured yet): never spin. */
+    s.st.costs.wake_late_ns = s.st.costs.block_cpu_ns = 0;
+    g_assert_cmpint(sim_plan(&s, 10 * US), ==, 0);
+    s.st.costs.wake_late_ns = SIM_LATE_NS;
+    s.st.costs.block_cpu_ns = SIM_CPU_NS;
+
+    for (int n = 0; n < 100; n++) {
+        sim_event(&s, 1 * US);
+    }
+    g_assert_cmpint(sim_plan(&s, -1), >, 0);
+    /* An empty ledger stops all spinning ... */
+    s.st.budget_ns = -1;
+    s.st.budget_stamp_ns = s.now + SIM_GAP_NS;
+    g_assert_cmpint(sim_plan(&s, -1), ==, 0);
+    g_assert_false(s.src.spin);
+    g_assert_cmpint(sim_plan(&s, 10 * US), ==, 0);
+    /* ... until wall time refills it (1/64 of it): 64 µs give 1 µs. */
+    s.st.budget_stamp_ns = s.now + SIM_GAP_NS - 64 * 1000;
+    g_assert_cmpint(sim_plan(&s, -1), >, 0);
+    g_assert_cmpint(s.st.budget_ns, ==, 999);
+    g_assert_true(s.src.spin);
+    sim_free(&s);
+}
+
+/* The ledger: spinning that never finds anything empties it. */
+static void test_budget_drains_on_misses(void)
+{
+    AioPollState st = {
+        .params = { .max_ns = AIO_POLL_MAX_NS_DEFAULT },
+        .costs = { .block_cpu_ns = SIM_CPU_NS, .wake_late_ns = SIM_LATE_NS },
+    };
+    AioPollTurn t = { .start_ns = 1000, .timer_ns = -1 };
+    int turns = 0;
+
+    aio_poll_policy_predictive.plan(&st, NULL, 0, &t);
+    g_assert_cmpint(st.budget_ns, >, 0);
+    while (st.budget_ns > 0 && turns < 1000) {
+        AioPollTurn miss = { .start_ns = t.start_ns, .spun_ns = 32 * US,
+                             .blocked = true };
+
+        aio_poll_policy_predictive.end_turn(&st, NULL, 0, &miss);
+        turns++;
+    }
+    /* 32 µs misses, no refill in between: about 500 µs / 32 µs turns. */
+    g_assert_cmpint(turns, >=, 10);
+    g_assert_cmpint(turns, <=, 40);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Buckets.                                                                 */
+
+static void test_buckets(void)
+{
+    g_assert_cmpuint(aio_pred_bucket(0), ==, 0);
+    g_assert_cmpuint(aio_pred_bucket(255), ==, 0);
+    g_assert_cmpuint(aio_pred_bucket(256), ==, 1);
+    g_assert_cmpuint(aio_pred_bucket(383), ==, 1);
+    g_assert_cmpuint(aio_pred_bucket(384), ==, 2);
+    g_assert_cmpuint(aio_pred_bucket(512), ==, 3);
+    g_assert_cmpuint(aio_pred_bucket(INT64_MAX), ==, AIO_PRED_BUCKETS - 1);
+    for (unsigned b = 0; b < AIO_PRED_BUCKETS; b++) {
+        int64_t lo = aio_pred_bucket_start(b);
+
+        g_assert_cmpuint(aio_pred_bucket(lo), ==, b);
+        if (b > 0) {
+            g_assert_cmpuint(aio_pred_bucket(lo - 1), ==, b - 1);
+            g_assert_cmpint(lo, >, aio_pred_bucket_start(b - 1));
+        }
+    }
+    g_assert_cmpint(aio_pred_bucket_start(AIO_PRED_BUCKETS - 1), ==, 1 << 20);
+}
+
+int main(int argc, char **argv)
+{
+    g_test_init(&argc, &argv, NULL);
+
+    g_test_add_func("/poll-sequences/buckets", test_buckets);
+    g_test_add_func("/poll-sequences/steady-short", test_steady_short);
+    g_test_add_func("/poll-sequences/poisson-long", test_poisson_long);
+    g_test_add_func("/poll-sequences/poisson-short", test_poisson_short);
+    g_test_add_func("/poll-sequences/bimodal", test_bimodal);
+    g_test_add_func("/poll-sequences/step", test_step);
+    g_test_add_func("/poll-sequences/idle", test_idle);
+    g_test_add_func("/poll-sequences/closed-loop-slow-device",
+                    test_closed_loop_slow_device);
+    g_test_add_func("/poll-sequences/trial-finds-reactive-producer",
+                    test_trial_finds_reactive_producer);
+    g_test_add_func("/poll-sequences/trial-backs-off", test_trial_backs_off);
+    g_test_add_func("/poll-sequences/timer-and-budget", test_timer_and_budget);
+    g_test_add_func("/poll-sequences/budget-drains-on-misses",
+                    test_budget_drains_on_misses);
+    return g_test_run();
+}
