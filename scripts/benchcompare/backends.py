@@ -105,12 +105,17 @@ class Backend:
     """One daemon: spindle or qemu-storage-daemon, pinned to one CPU."""
 
     def __init__(self, flavour, program, socket, service_ns, poll, cpu,
-                 size_bytes, log_path):
+                 size_bytes, log_path, args=None, more_sockets=()):
+        """`args`, if given, replaces daemon_args() (service_ns, poll and
+        size_bytes are then unused); start() waits for `socket` and every
+        one of `more_sockets` (more exports, a QMP monitor) to listen."""
         self.flavour = flavour
         self.program = str(program)
         self.socket = str(socket)
+        self.sockets = [self.socket, *map(str, more_sockets)]
         self.cpu = cpu
-        self.args = daemon_args(self.socket, service_ns, poll, size_bytes)
+        self.args = (list(args) if args is not None
+                     else daemon_args(self.socket, service_ns, poll, size_bytes))
         self.command = ["taskset", "-c", str(cpu), self.program, *self.args]
         self.log_path = Path(log_path)
         self.proc = None
@@ -138,21 +143,29 @@ class Backend:
                                      stdout=self._log, stderr=self._log,
                                      preexec_fn=die_with_parent(signal.SIGKILL))
         deadline = time.monotonic() + timeout
-        while self.socket not in listening_unix_paths():
+        while not set(self.sockets) <= listening_unix_paths():
             if self.proc.poll() is not None:
                 self._finish()
                 raise BackendError(
                     f"{self.name} exited with status {self.returncode} before "
-                    f"listening on {self.socket}\n  command: {' '.join(self.command)}\n"
+                    f"listening on {self._waited_for()}\n"
+                    f"  command: {' '.join(self.command)}\n"
                     f"  output:\n{self._tail()}")
             if time.monotonic() > deadline:
                 self.stop()
                 raise BackendError(
-                    f"{self.name} did not listen on {self.socket} within {timeout:g} s"
-                    f"\n  output:\n{self._tail()}")
+                    f"{self.name} did not listen on {self._waited_for()} within "
+                    f"{timeout:g} s\n  output:\n{self._tail()}")
             time.sleep(0.02)
         self._check_pinning()
         return self
+
+    def _waited_for(self):
+        if len(self.sockets) == 1:
+            return self.socket
+        missing = set(self.sockets) - listening_unix_paths()
+        return (f"{len(self.sockets)} sockets ({len(missing)} not listening, "
+                f"e.g. {sorted(missing)[0] if missing else '-'})")
 
     def _check_pinning(self):
         """Every thread on self.cpu; re-pin with taskset -a -p if not."""

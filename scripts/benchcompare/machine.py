@@ -15,8 +15,13 @@ class SetupError(RuntimeError):
     """Something the run needs is missing; the message says how to get it."""
 
 
-def install_deps(log):
-    """Run scripts/install-deps.sh for the Python running this script."""
+def install_deps(log, tool="bench-compare",
+                 needs="qemu-storage-daemon, taskset, matplotlib"):
+    """Run scripts/install-deps.sh for the Python running this script.
+
+    `tool` and `needs` name the caller and what it needs, for the message
+    that says how to go on without the script.
+    """
     env = dict(os.environ, PYTHON=sys.executable)
     proc = subprocess.run(["bash", str(ROOT / "scripts" / "install-deps.sh")],
                           env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -24,8 +29,8 @@ def install_deps(log):
     log(proc.stdout.rstrip())
     if proc.returncode != 0:
         raise SetupError("scripts/install-deps.sh failed (see above); install what it "
-                         "names, or pass --skip-deps if you have what bench-compare "
-                         "needs (qemu-storage-daemon, taskset, matplotlib)")
+                         f"names, or pass --skip-deps if you have what {tool} "
+                         f"needs ({needs})")
 
 
 def build(build_dir, log_path):
@@ -59,8 +64,8 @@ def find_qsd(explicit=None):
     return Path(path)
 
 
-def check_tools(spindle, bench, qsd):
-    """Raise SetupError naming the first missing program."""
+def check_tools(spindle, bench, qsd=None):
+    """Raise SetupError naming the first missing program (qsd: if given)."""
     if not shutil.which("taskset"):
         raise SetupError("taskset is not installed; on Debian: apt install util-linux")
     if not os.access(spindle, os.X_OK):
@@ -68,7 +73,7 @@ def check_tools(spindle, bench, qsd):
     if not os.access(bench, os.X_OK):
         raise SetupError(f"{bench} is not built (spindle-bench; run make, or point "
                          "--bench at it)")
-    if not os.access(qsd, os.X_OK):
+    if qsd is not None and not os.access(qsd, os.X_OK):
         raise SetupError(f"{qsd} is not executable")
 
 
@@ -110,8 +115,11 @@ def cpu_model():
     return platform.machine()
 
 
-def facts(spindle, bench, qsd):
-    """Facts about the machine and the programs, for the JSON file."""
+def facts(spindle, bench, qsd=None):
+    """Facts about the machine and the programs, for the JSON file.
+
+    Without `qsd`, qemu_version and qemu_storage_daemon are None.
+    """
     mem_kib = None
     try:
         with open("/proc/meminfo") as f:
@@ -135,13 +143,13 @@ def facts(spindle, bench, qsd):
         "kernel": platform.release(),
         "os": os_release.get("PRETTY_NAME"),
         "mem_total_mib": mem_kib // 1024 if mem_kib else None,
-        "qemu_version": _first_line([str(qsd), "--version"]),
+        "qemu_version": _first_line([str(qsd), "--version"]) if qsd else None,
         "spindle_version": _first_line([str(spindle), "--version"]),
         "spindle_git_describe": _first_line(
             ["git", "-C", str(ROOT), "describe", "--always", "--dirty", "--tags"]),
         "spindle": str(spindle),
         "spindle_bench": str(bench),
-        "qemu_storage_daemon": str(qsd),
+        "qemu_storage_daemon": str(qsd) if qsd else None,
         "python": platform.python_version(),
     }
 

@@ -16,13 +16,17 @@ import time
 RUN_SLACK_S = 30
 
 
-def bench_command(opts, socket, load, backend_pid, seed):
-    """The spindle-bench command line for one run, pinned to opts.bench_cpu."""
+def bench_command(opts, socket, load, backend_pid, seed, completion=None):
+    """The spindle-bench command line for one run, pinned to opts.bench_cpu.
+
+    `completion` ("poll" or "interrupt") overrides opts.completion.
+    """
     cmd = ["taskset", "-c", str(opts.bench_cpu), str(opts.bench),
            f"--socket={socket}", "--queues=1", f"--cpus={opts.bench_cpu}",
            f"--rw={opts.rw}", f"--bs={opts.bs}", f"--iodepth={load.iodepth}",
            f"--runtime={opts.runtime:g}", f"--ramp={opts.ramp:g}",
-           f"--completion={opts.completion}", f"--backend-pid={backend_pid}",
+           f"--completion={completion or opts.completion}",
+           f"--backend-pid={backend_pid}",
            f"--seed={seed}", f"--connect-timeout={opts.connect_timeout_ms}",
            "--json"]
     if opts.rw == "randrw":
