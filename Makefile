@@ -15,7 +15,7 @@ SAN_ENV := ASAN_OPTIONS=detect_leaks=1 \
 MAKEFLAGS += --no-print-directory
 
 .PHONY: all san deps check check-unit check-functional install bench-aio \
-        bench-block bench-compare demo clean help
+        bench-block bench-compare poll-frontier demo clean help
 
 all: $(BUILD)/build.ninja
 	ninja -C $(BUILD)
@@ -63,6 +63,12 @@ bench-block: all
 bench-compare: all
 	SPINDLE_BUILD=$(abspath $(BUILD)) $(PYTHON) scripts/bench-compare $(BENCH_ARGS)
 
+# Fixed poll windows against the policies, one daemon, live qom-set: table,
+# verdicts, JSON, plot in bench-results/poll-frontier-<timestamp>/
+# (scripts/poll-frontier --help).
+poll-frontier: all
+	SPINDLE_BUILD=$(abspath $(BUILD)) $(PYTHON) scripts/poll-frontier $(BENCH_ARGS)
+
 # Installs what it needs, builds, boots a guest on a disk served by spindle.
 demo:
 	PYTHON=$(PYTHON) BUILD=$(BUILD) bash scripts/demo.sh
@@ -80,6 +86,7 @@ help:
 	@echo '  bench-aio         build, then run the event loop benchmark'
 	@echo '  bench-block       build, then run the block layer benchmark'
 	@echo '  bench-compare     spindle vs qemu-storage-daemon side by side (--quick: < 3 min)'
+	@echo '  poll-frontier     poll policies against fixed poll windows (--quick: < 4 min)'
 	@echo '  demo              boot a Linux guest (QEMU, TCG) on a disk spindle serves'
 	@echo '  deps              run scripts/install-deps.sh'
 	@echo '  san               configure and build $(BUILD_SAN)/ only'
@@ -87,7 +94,8 @@ help:
 	@echo '  help              this text'
 	@echo
 	@echo 'Variables:'
-	@echo '  BENCH_ARGS=...    arguments for bench-aio, bench-block and bench-compare'
+	@echo '  BENCH_ARGS=...    arguments for bench-aio, bench-block, bench-compare and'
+	@echo '                    poll-frontier'
 	@echo '  PYTEST_ARGS=...   extra pytest arguments, e.g. PYTEST_ARGS="-k qmp"'
 	@echo '  PYTHON=...        Python for pytest and deps (default: python3)'
 	@echo
