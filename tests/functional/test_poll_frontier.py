@@ -1,0 +1,94 @@
+"""scripts/poll-frontier, end to end on a tiny matrix.
+
+The real comparison takes minutes and its numbers belong in
+docs/performance.md.  Here one service time, two loads (QD1 and an open
+loop at 10k IOPS), the fixed windows 0 and 8 µs and the three policies,
+one short repeat each, check the plumbing: the daemon starts with a QMP
+monitor, every configuration is set live and measured in every cell, the
+verdicts are there for every cell, the idle check runs, the PNG is drawn,
+and no daemon is left behind.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "scripts" / "poll-frontier"
+
+CONFIGS = ["W0", "W8", "qemu-classic", "qemu-weighted", "predictive"]
+CELLS = ["0/QD1", "0/10k"]
+
+
+def _pids_of(pattern):
+    out = subprocess.run(["pgrep", "-f", pattern], capture_output=True,
+                         text=True).stdout.split()
+    return {int(p) for p in out}
+
+
+def test_tiny_matrix(binary, build_dir, tmp_path):
+    binary("spindle")
+    binary("tools/bench/spindle-bench")
+    if not shutil.which("taskset"):
+        pytest.skip("taskset is not installed (util-linux)")
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("poll-frontier pins the daemon and the bench to two CPUs")
+    pytest.importorskip("matplotlib", reason="poll-frontier draws its plot with "
+                                             "matplotlib")
+    out = tmp_path / "results"
+    mine = str(build_dir / "daemon" / "spindle")
+    before = _pids_of(mine)
+    env = dict(os.environ, SPINDLE_BUILD=str(build_dir))
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--skip-deps", "--skip-build",
+         "--services", "0", "--loads", "qd1,10k", "--windows", "0,8",
+         "--repeats", "1", "--runtime", "0.2", "--ramp", "0.1", "--no-idle63",
+         "--idle-seconds", "1", "--out", str(out)],
+        capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    text = proc.stdout
+    assert "verdicts for predictive" in text, text
+    assert "predictive: " in text and "cells pass" in text, text
+    assert "idle: " in text, text
+    after = _pids_of(mine)
+    assert after <= before, f"daemons left behind: {after - before}"
+
+    results = json.loads((out / "results.json").read_text())
+    assert results["complete"] is True
+    assert [c["name"] for c in results["configs"]] == CONFIGS
+    runs = [r for r in results["runs"] if r["kind"] == "cell"]
+    assert sorted((r["cell"], r["config"]) for r in runs) == \
+        sorted((c, k) for c in CELLS for k in CONFIGS)
+    for r in runs:
+        rep = r["result"]
+        assert r["ok"] and rep is not None, r["attempts"]
+        assert rep["ios"] > 0 and rep["lat_ns"]["p50"] > 0
+        assert rep["backend_cpu_us_per_io"] > 0
+        assert r["config_mismatch"] is None
+        # The counters moved during the run, and the policy was the one set.
+        assert r["qmp"]["delta"]["turns"] > 0
+        assert r["qmp"]["after"]["spindle-poll"]["policy"] in (
+            r["policy"], "adaptive")
+        assert r["qmp"]["after"]["poll-max-ns"] == r["poll_max_ns"]
+    for cell in CELLS:
+        summary = results["cell_summaries"][cell]
+        for cfg in CONFIGS:
+            med = summary[cfg]["median"]
+            assert med["p50_us"] > 0 and med["cpu_us_per_io"] > 0, (cell, cfg)
+        verdicts = results["verdicts"][cell]
+        assert [v["id"] for v in verdicts["predictive"]] == [1, 2, 3, 4]
+        assert [v["id"] for v in verdicts["qemu-classic"]] == [1, 2, 3]
+        for v in verdicts["predictive"]:
+            assert v["status"] in ("pass", "MISS", "n/a") and v["detail"]
+    assert results["summary"]["predictive"]["cells"] == len(CELLS)
+    idle = results["idle"]
+    assert idle["percent_of_core"] is not None and idle["seconds"] >= 0.9
+    assert results["machine"]["nproc"] >= 2
+    png = out / "frontier.png"
+    assert png.is_file() and png.stat().st_size > 10000
+    assert (out / "table.txt").read_text().count("verdicts for predictive") == len(CELLS)
