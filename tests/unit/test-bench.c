@@ -16,10 +16,13 @@
  * (by its own CLOCK_THREAD_CPUTIME_ID, or by getrusage() where that clock
  * is what is under test) must show up in the snapshots; the bounds are
  * generous because tick-based accounting is coarse and the machine may be
- * busy.
+ * busy.  The option tests run the command-line parser (bench-opts.c) on
+ * argument vectors: --phase specs that parse, specs that do not, and the
+ * options --phase excludes; each failure must name --phase.
  */
 #include <inttypes.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +34,7 @@
 
 #include "util/error.h"
 #include "bench.h"
+#include "bench-int.h"
 #include "test-helpers.h"
 
 /* ------------------------------------------------------------------------ */
@@ -556,6 +560,8 @@ static void test_hist_cdf_many_buckets(void)
 /* ------------------------------------------------------------------------ */
 /* Verify                                                                    */
 
+/* (bench-int.h's SECTOR is virtio-blk's; the same 512 bytes.) */
+#undef SECTOR
 #define SECTOR VERIFY_SECTOR
 
 static uint8_t *filled(uint64_t off, size_t len, uint32_t gen)
@@ -1100,6 +1106,193 @@ static void test_cpu_thread_ns(void)
     g_assert_cmpuint(t1 - t0, <, 10 * NS_PER_MS);
 }
 
+/* ------------------------------------------------------------------------ */
+/* Options: --phase                                                          */
+
+/* The defaults main() starts from. */
+static BenchOpts default_opts(void)
+{
+    return (BenchOpts) {
+        .queues = 1,
+        .rw = RW_RANDREAD,
+        .rwmixread = 50,
+        .bs = 4096,
+        .runtime = 5,
+        .completion = VUF_COMPLETION_POLL,
+        .queue_size = VUF_QUEUE_SIZE_DEFAULT,
+        .seed = 1,
+    };
+}
+
+/*
+ * Parse "spindle-bench --socket=s ARGS..." (NULL-terminated) into *o.
+ * Returns true, or false with the message in *msg (caller frees).
+ */
+static bool parse_args(BenchOpts *o, char **msg, ...)
+{
+    g_autoptr(GPtrArray) argv = g_ptr_array_new_with_free_func(g_free);
+    Error *err = NULL;
+    char **copy;
+    const char *a;
+    va_list ap;
+    bool ok;
+
+    g_ptr_array_add(argv, g_strdup("spindle-bench"));
+    g_ptr_array_add(argv, g_strdup("--socket=s"));
+    va_start(ap, msg);
+    while ((a = va_arg(ap, const char *))) {
+        g_ptr_array_add(argv, g_strdup(a));
+    }
+    va_end(ap);
+    /* GOption rearranges argv: give it a copy of the pointers. */
+    copy = g_memdup2(argv->pdata, argv->len * sizeof(char *));
+    *o = default_opts();
+    ok = bench_parse_command_line(argv->len, copy, o, &err);
+    g_free(copy);
+    *msg = NULL;
+    if (!ok) {
+        *msg = g_strdup(error_get_pretty(err));
+        error_free(err);
+    }
+    return ok;
+}
+
+static void test_phase_parse(void)
+{
+    static const struct {
+        const char *spec;
+        double seconds;
+        BenchLoad load;
+        unsigned iodepth;
+        double rate;
+        const char *name;
+    } cases[] = {
+        { "2:qd1", 2, LOAD_QD, 1, 0, "qd1" },
+        { "0.25:qd32", 0.25, LOAD_QD, 32, 0, "qd32" },
+        { "1:idle", 1, LOAD_IDLE, 0, 0, "idle" },
+        { "2:rate=10000", 2, LOAD_RATE, 0, 10000, "rate=10000" },
+        { "0.5:rate=1500.5", 0.5, LOAD_RATE, 0, 1500.5, "rate=1500.5" },
+    };
+
+    for (size_t i = 0; i < G_N_ELEMENTS(cases); i++) {
+        BenchPhase p;
+        Error *err = NULL;
+        char name[32];
+
+        g_test_message("%s", cases[i].spec);
+        g_assert_true(bench_parse_phase(cases[i].spec, &p, &err));
+        g_assert_null(err);
+        g_assert_cmpfloat(p.seconds, ==, cases[i].seconds);
+        g_assert_cmpint(p.load, ==, cases[i].load);
+        g_assert_cmpuint(p.iodepth, ==, cases[i].iodepth);
+        g_assert_cmpfloat(p.rate, ==, cases[i].rate);
+        g_assert_cmpstr(bench_phase_load_name(&p, name, sizeof(name)), ==,
+                        cases[i].name);
+    }
+}
+
+static void test_phase_parse_bad(void)
+{
+    static const char *const bad[] = {
+        "", "qd1", "2", "2:", ":qd1", "0:qd1", "-1:qd1", "x:qd1", "2:qd",
+        "2:qd0", "2:qd-1", "2:qd1x", "2:qd99999", "2:rate=", "2:rate=0",
+        "2:rate=-5", "2:rate=abc", "2:rate", "2:Idle", "2:idle ", "2:busy",
+        "1e7:qd1",
+    };
+
+    for (size_t i = 0; i < G_N_ELEMENTS(bad); i++) {
+        BenchPhase p;
+        Error *err = NULL;
+
+        g_test_message("'%s'", bad[i]);
+        g_assert_false(bench_parse_phase(bad[i], &p, &err));
+        g_assert_nonnull(err);
+        g_assert_true(g_str_has_prefix(error_get_pretty(err), "--phase: "));
+        /* The message shows what was given. */
+        g_assert_nonnull(strstr(error_get_pretty(err), bad[i]));
+        error_free(err);
+    }
+}
+
+static void test_phase_command_line(void)
+{
+    BenchOpts o;
+    g_autofree char *msg = NULL;
+
+    g_assert_true(parse_args(&o, &msg, "--phase", "2:qd1", "--phase=1:idle",
+                             "--phase", "2:rate=10000", "--phase", "1.5:qd4",
+                             "--ramp", "0.5", NULL));
+    g_assert_cmpuint(o.nphases, ==, 4);
+    g_assert_cmpint(o.phases[0].load, ==, LOAD_QD);
+    g_assert_cmpint(o.phases[1].load, ==, LOAD_IDLE);
+    g_assert_cmpint(o.phases[2].load, ==, LOAD_RATE);
+    g_assert_cmpfloat(o.phases[2].rate, ==, 10000);
+    g_assert_cmpuint(o.phases[3].iodepth, ==, 4);
+    g_assert_cmpfloat(o.phases[3].seconds, ==, 1.5);
+    /* The run lasts the phases' sum; the ramp stays. */
+    g_assert_cmpfloat(o.runtime, ==, 6.5);
+    g_assert_true(o.have_deadline);
+    g_assert_cmpfloat(o.ramp, ==, 0.5);
+    g_assert_cmpuint(o.phase_max_qd, ==, 4);
+    g_assert_true(o.phase_rate);
+    g_assert_cmpuint(o.iodepth, ==, 0);
+    g_assert_cmpfloat(o.rate, ==, 0);
+    bench_opts_free(&o);
+
+    /* Closed loops and idle only. */
+    g_assert_true(parse_args(&o, &msg, "--phase", "1:idle", "--phase",
+                             "1:qd8", NULL));
+    g_assert_cmpuint(o.nphases, ==, 2);
+    g_assert_cmpuint(o.phase_max_qd, ==, 8);
+    g_assert_false(o.phase_rate);
+    bench_opts_free(&o);
+
+    /* Without --phase nothing changes. */
+    g_assert_true(parse_args(&o, &msg, "--iodepth", "4", "--runtime", "2",
+                             NULL));
+    g_assert_cmpuint(o.nphases, ==, 0);
+    g_assert_null(o.phases);
+    g_assert_cmpuint(o.iodepth, ==, 4);
+    g_assert_cmpfloat(o.runtime, ==, 2);
+    bench_opts_free(&o);
+}
+
+static void test_phase_exclusive(void)
+{
+    static const struct {
+        const char *opt, *value, *in_msg;
+    } cases[] = {
+        { "--runtime", "1", "--runtime" },
+        { "--iodepth", "2", "--iodepth" },
+        { "--rate", "1000", "--rate" },
+        { "--count", "10", "--count" },
+        { "--queues", "2", "--queues" },
+    };
+
+    for (size_t i = 0; i < G_N_ELEMENTS(cases); i++) {
+        BenchOpts o;
+        g_autofree char *msg = NULL;
+
+        g_test_message("%s %s", cases[i].opt, cases[i].value);
+        g_assert_false(parse_args(&o, &msg, "--phase", "1:qd1", cases[i].opt,
+                                  cases[i].value, NULL));
+        g_assert_nonnull(msg);
+        g_assert_true(g_str_has_prefix(msg, "--phase: "));
+        g_assert_nonnull(strstr(msg, cases[i].in_msg));
+        bench_opts_free(&o);
+    }
+    /* A bad spec among good ones fails the command line. */
+    {
+        BenchOpts o;
+        g_autofree char *msg = NULL;
+
+        g_assert_false(parse_args(&o, &msg, "--phase", "1:qd1", "--phase",
+                                  "1:qd0", NULL));
+        g_assert_nonnull(strstr(msg, "1:qd0"));
+        bench_opts_free(&o);
+    }
+}
+
 int main(int argc, char **argv)
 {
     static const TestCase tests[] = {
@@ -1126,6 +1319,10 @@ int main(int argc, char **argv)
         { "/bench/cpu/idle", test_cpu_idle },
         { "/bench/cpu/no-such-pid", test_cpu_no_such_pid },
         { "/bench/cpu/thread-ns", test_cpu_thread_ns },
+        { "/bench/opts/phase/parse", test_phase_parse },
+        { "/bench/opts/phase/parse-bad", test_phase_parse_bad },
+        { "/bench/opts/phase/command-line", test_phase_command_line },
+        { "/bench/opts/phase/exclusive", test_phase_exclusive },
     };
 
     g_test_init(&argc, &argv, NULL);

@@ -50,6 +50,33 @@ static inline bool rw_reads(BenchRw rw)
     return rw == RW_RANDREAD || rw == RW_READ || rw == RW_RANDRW;
 }
 
+/* What a --phase does: a closed loop, an open loop, or nothing. */
+typedef enum BenchLoad {
+    LOAD_QD,                    /* closed loop at iodepth */
+    LOAD_RATE,                  /* Poisson arrivals at rate per second */
+    LOAD_IDLE,                  /* no new I/O (what is in flight ends) */
+} BenchLoad;
+
+/* One --phase=SECONDS:LOAD. */
+typedef struct BenchPhase {
+    double seconds;
+    BenchLoad load;
+    unsigned iodepth;           /* LOAD_QD */
+    double rate;                /* LOAD_RATE */
+} BenchPhase;
+
+/*
+ * Parse one --phase argument, "SECONDS:LOAD" with LOAD "qdN", "rate=IOPS"
+ * or "idle", into *p.  Any thread.  False with errp set to a one-line
+ * message naming --phase.
+ */
+bool bench_parse_phase(const char *str, BenchPhase *p, Error **errp);
+
+/* The phase's LOAD as --phase spells it ("qd1", "rate=10000", "idle"),
+ * in buf (at least 32 bytes); returns buf. */
+const char *bench_phase_load_name(const BenchPhase *p, char *buf,
+                                  size_t size);
+
 /*
  * The command line, converted and checked.  Read-only once the threads
  * run; before that, bench_geometry() fills in the default --size.
@@ -83,6 +110,12 @@ typedef struct BenchOpts {
     uint64_t required;          /* feature bits --require names */
     uint64_t seed;
     int connect_timeout_ms;
+    /* --phase, in order (NULL, 0: none).  With phases, runtime is their
+     * sum, iodepth and rate are 0, and these two sum them up: */
+    BenchPhase *phases;
+    unsigned nphases;
+    unsigned phase_max_qd;      /* the deepest closed-loop phase, or 0 */
+    bool phase_rate;            /* some phase is an open loop */
 } BenchOpts;
 
 /*
@@ -197,7 +230,13 @@ struct BenchQueue {
     uint64_t next_hangup_check;
     uint64_t wake_margin;       /* open loop, interrupt mode: see */
     uint64_t wake_late_avg;     /* wait_interrupt_until() */
+    /* The load in force: the one of the options, or of the current
+     * --phase (the ramp runs at the first phase's). */
+    unsigned phase;             /* index in o->phases */
+    unsigned qd;                /* closed loop: requests in flight; 0 not */
+    uint64_t rate_mean_ns;      /* open loop: mean inter-arrival; 0 not */
     uint64_t started;           /* measured I/Os submitted (--count) */
+    uint64_t arrivals;          /* ... of them open-loop arrivals */
     uint64_t completed;         /* measured I/Os completed (--count) */
     uint64_t cpu_start;
     bool measuring;             /* the window has begun here */
@@ -208,6 +247,8 @@ struct BenchQueue {
     LatHist *hist;
     uint64_t ios, reads, writes, errors, backlogged;
     LatHist *lag_hist;          /* open loop: submission - arrival, ns */
+    LatHist **phase_hist;       /* --phase: per phase (of submission) */
+    uint64_t *phase_ios;
     uint64_t win_end;           /* valid when measuring */
     uint64_t cpu_ns;
     VufQueueStats stats;
@@ -237,6 +278,7 @@ struct Bench {
     unsigned add_flags;         /* VUFQ_ADD_INDIRECT or 0 */
     uint64_t slice;             /* bytes per queue */
     uint64_t rate_mean_ns;      /* open loop: mean inter-arrival, 0 closed */
+    bool open_loop;             /* --rate, or some --phase is a rate */
     BenchQueue *queues;
 
     pthread_mutex_t lock;
@@ -246,6 +288,10 @@ struct Bench {
     pthread_cond_t start;
     int go;
     uint64_t t0, win_start, deadline;
+    /* --phase: phase k runs from phase_start[k] to phase_start[k + 1]
+     * (CLOCK_MONOTONIC ns); phase_start[nphases] is the deadline.  Set
+     * with t0. */
+    uint64_t *phase_start;
     /* Threads whose window has ended; the main thread waits for all. */
     pthread_cond_t cond;
     unsigned closed;
@@ -256,6 +302,9 @@ struct Bench {
 typedef struct CpuWindow {
     CpuSnapshot *start;
     CpuSnapshot *end;
+    /* --phase: at the start of phase k, k = 1 .. nphases - 1 (phase 0
+     * starts at start, the last one ends at end); NULL when not taken. */
+    CpuSnapshot **phase;
 } CpuWindow;
 
 /* ------------------------------------------------------------------------ */
@@ -277,7 +326,19 @@ typedef struct Summary {
     CpuDelta backend;
     LatHist *hist;
     GPtrArray *failures;            /* one-line messages (char *) */
+    struct SummaryPhase *phases;    /* --phase: one per phase, else NULL */
 } Summary;
+
+/* One --phase's results: the I/O submitted (or scheduled) in it that
+ * completed inside the window. */
+typedef struct SummaryPhase {
+    uint64_t start_ns, end_ns;      /* CLOCK_MONOTONIC; end_ns is where the
+                                     * window ended if it ended early */
+    uint64_t ios;
+    LatHist *hist;
+    bool have_backend;
+    CpuDelta backend;
+} SummaryPhase;
 
 /*
  * Merge the queues' results into *s (zeroed by the caller) and put in
@@ -287,8 +348,9 @@ typedef struct Summary {
  */
 void bench_summarize(const Bench *b, const CpuWindow *cpu, Summary *s);
 
-/* Free what bench_summarize() allocated in *s (not s itself). */
-void bench_summary_free(Summary *s);
+/* Free what bench_summarize() allocated in *s (not s itself); nphases is
+ * the run's number of --phase. */
+void bench_summary_free(Summary *s, unsigned nphases);
 
 /* Print the report for a person on stdout. */
 void bench_print_text(const Bench *b, const Summary *s);

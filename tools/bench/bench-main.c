@@ -52,6 +52,15 @@
  * ppoll on vufq_call_fd() until just before it; see
  * wait_interrupt_until()).
  *
+ * With --phase the load changes during the run, on the same connection
+ * (one queue): phase k runs from phase_start[k] to phase_start[k + 1],
+ * back to back from the window start, and the ramp runs at the first
+ * phase's load.  At each boundary the queue thread switches its model
+ * (queue_enter_phase(): a closed loop at the phase's depth, Poisson
+ * arrivals from the boundary on, or nothing new while what is in flight
+ * completes), an I/O belongs to the phase it was submitted (scheduled)
+ * in, and the main thread snapshots the back-end's CPU time.
+ *
  * The measured window starts at t0 + ramp for everybody and ends at the
  * deadline (t0 + ramp + runtime), when every queue has done --count I/Os,
  * or on SIGINT/SIGTERM.  An I/O counts if it was submitted (or, open loop,
@@ -123,6 +132,7 @@ struct Slot {
     uint8_t *data;              /* its data buffer, bs bytes */
     uint64_t chunk;             /* index in the queue's slice */
     uint64_t start_ns;          /* submission, or scheduled arrival */
+    unsigned phase;             /* --phase in force then */
     uint32_t gen;               /* --verify: written, or expected by a read */
     bool write;
     bool measured;              /* started inside the window */
@@ -312,6 +322,10 @@ static void slot_complete(BenchQueue *bq, Slot *s, uint64_t t)
                 bq->reads++;
             }
             lat_hist_add(bq->hist, t - s->start_ns);
+            if (bq->phase_hist) {
+                bq->phase_ios[s->phase]++;
+                lat_hist_add(bq->phase_hist[s->phase], t - s->start_ns);
+            }
         }
         if (o->count && bq->completed >= o->count) {
             queue_close_window(bq, t);
@@ -366,6 +380,7 @@ static int queue_submit_slot(BenchQueue *bq, uint64_t chunk, bool write,
     slot_prepare(bq, s, chunk, write);
     s->start_ns = start ? start : now_ns();
     s->measured = measured;
+    s->phase = bq->phase;
     r = bq->b->dev->submit(bq, s->req, (uint64_t)bq->index << 32 | k, write,
                            bq->base + chunk * bq->b->o->bs);
     if (r < 0) {
@@ -378,6 +393,7 @@ static int queue_submit_slot(BenchQueue *bq, uint64_t chunk, bool write,
     if (measured && start) {
         /* How late the arrival went out: the bench's own part of the
          * latency (wake-up, a backlog), reported so it can be judged. */
+        bq->arrivals++;
         lat_hist_add(bq->lag_hist, now_ns() - start);
     }
     return 0;
@@ -392,13 +408,15 @@ static bool queue_may_start(BenchQueue *bq)
     return !bq->measuring || !count || bq->started < count;
 }
 
-/* Closed loop: fill every free slot. */
+/* Closed loop: keep bq->qd requests in flight (every slot without
+ * --phase). */
 static int queue_submit_closed(BenchQueue *bq)
 {
     unsigned n = 0;
     int r;
 
-    while (bq->nfree && queue_may_start(bq)) {
+    while (bq->nfree && bq->b->depth - bq->nfree < bq->qd &&
+           queue_may_start(bq)) {
         r = queue_submit_slot(bq, pick_chunk(bq), pick_write(bq), 0,
                               bq->measuring);
         if (r < 0) {
@@ -429,7 +447,7 @@ static int queue_submit_open(BenchQueue *bq, uint64_t now)
         if (r < 0) {
             return r;
         }
-        bq->next_arrival += rng_exp_ns(&bq->rng, b->rate_mean_ns);
+        bq->next_arrival += rng_exp_ns(&bq->rng, bq->rate_mean_ns);
         n++;
     }
     return n ? vufq_kick(bq->q) : 0;
@@ -531,14 +549,21 @@ static int queue_wait(BenchQueue *bq, uint64_t now, uint64_t until,
 }
 
 /* The next moment the loop must act without a completion: the window
- * boundary, or (open loop, a slot free) the next arrival. */
+ * boundary, the next --phase, or (open loop, a slot free) the next
+ * arrival.  *arrival: that moment must be met precisely. */
 static uint64_t queue_next_event(BenchQueue *bq, bool *arrival)
 {
     const Bench *b = bq->b;
     uint64_t t = bq->measuring ? b->deadline : b->win_start;
 
     *arrival = false;
-    if (b->rate_mean_ns && bq->nfree && queue_may_start(bq) &&
+    if (b->phase_start && bq->phase + 1 < b->o->nphases &&
+        b->phase_start[bq->phase + 1] < t) {
+        /* On time, as an arrival: the next phase's load starts then. */
+        t = b->phase_start[bq->phase + 1];
+        *arrival = true;
+    }
+    if (bq->rate_mean_ns && bq->nfree && queue_may_start(bq) &&
         bq->next_arrival < t) {
         t = bq->next_arrival;
         *arrival = true;
@@ -613,6 +638,47 @@ static int queue_check_stall(BenchQueue *bq, uint64_t now)
     return 0;
 }
 
+/*
+ * Take up phase k's load from time `at` (its start; t0 for the first, so
+ * that the ramp runs at its load).  Arrivals of an open loop start afresh
+ * from `at`; those of the phase before that did not go out are dropped.
+ */
+static void queue_enter_phase(BenchQueue *bq, unsigned k, uint64_t at)
+{
+    const BenchPhase *p = &bq->b->o->phases[k];
+
+    bq->phase = k;
+    bq->qd = p->load == LOAD_QD ? p->iodepth : 0;
+    bq->rate_mean_ns = p->load == LOAD_RATE
+                       ? MAX(1, (uint64_t)(1e9 / p->rate)) : 0;
+    if (bq->rate_mean_ns) {
+        bq->next_arrival = at + rng_exp_ns(&bq->rng, bq->rate_mean_ns);
+    }
+}
+
+/* --phase: switch to the phase in force at `now` if that changed. */
+static void queue_follow_phases(BenchQueue *bq, uint64_t now)
+{
+    const Bench *b = bq->b;
+    unsigned k = bq->phase;
+
+    while (k + 1 < b->o->nphases && now >= b->phase_start[k + 1]) {
+        k++;
+    }
+    if (k != bq->phase) {
+        queue_enter_phase(bq, k, b->phase_start[k]);
+    }
+}
+
+/* Submit what the load in force allows. */
+static int queue_submit(BenchQueue *bq, uint64_t now)
+{
+    if (bq->rate_mean_ns) {
+        return queue_submit_open(bq, now);
+    }
+    return bq->qd ? queue_submit_closed(bq) : 0;
+}
+
 /* The measured run: until the window closes or the queue fails. */
 static int queue_run(BenchQueue *bq)
 {
@@ -630,8 +696,10 @@ static int queue_run(BenchQueue *bq)
         if (queue_window_over(bq, now)) {
             return 0;
         }
-        r = b->rate_mean_ns ? queue_submit_open(bq, now)
-                            : queue_submit_closed(bq);
+        if (b->phase_start) {
+            queue_follow_phases(bq, now);
+        }
+        r = queue_submit(bq, now);
         if (r >= 0) {
             r = queue_harvest(bq);
         }
@@ -742,8 +810,15 @@ static void *queue_thread(void *opaque)
     if (b->go < 0) {
         return NULL;
     }
-    if (b->rate_mean_ns) {
-        bq->next_arrival = b->t0 + rng_exp_ns(&bq->rng, b->rate_mean_ns);
+    if (b->o->nphases) {
+        queue_enter_phase(bq, 0, b->t0);
+    } else {
+        bq->qd = b->rate_mean_ns ? 0 : b->depth;
+        bq->rate_mean_ns = b->rate_mean_ns;
+        if (bq->rate_mean_ns) {
+            bq->next_arrival = b->t0 + rng_exp_ns(&bq->rng,
+                                                  bq->rate_mean_ns);
+        }
     }
     if (queue_run(bq) < 0 || queue_drain(bq) < 0) {
         return NULL;
@@ -758,9 +833,13 @@ static void *queue_thread(void *opaque)
 /* ------------------------------------------------------------------------ */
 /* Setup                                                                     */
 
-/* The depth asked for, or the default of the loop model. */
+/* The depth asked for, or the default of the loop model (--phase: the
+ * deepest phase, or a whole queue for an open loop). */
 static uint64_t wanted_depth(const BenchOpts *o)
 {
+    if (o->nphases) {
+        return o->phase_rate ? o->queue_size : MAX(o->phase_max_qd, 1);
+    }
     return o->iodepth ? o->iodepth : o->rate > 0 ? o->queue_size : 1;
 }
 
@@ -944,11 +1023,13 @@ static bool bench_layout(Bench *b, const BenchOpts *o, Error **errp)
                    "--queue-size", o->bs, chain, o->queue_size);
         return false;
     }
-    if (o->iodepth > fit) {
-        error_setg(errp, "--iodepth %u needs %" PRIu64 " descriptors per "
+    if (o->iodepth > fit || o->phase_max_qd > fit) {
+        unsigned qd = MAX(o->iodepth, o->phase_max_qd);
+
+        error_setg(errp, "%s %u needs %" PRIu64 " descriptors per "
                    "queue (%" PRIu64 " per request) but a queue has %u: "
-                   "raise --queue-size", o->iodepth, o->iodepth * per_req,
-                   per_req, o->queue_size);
+                   "raise --queue-size", o->nphases ? "--phase qd"
+                   : "--iodepth", qd, qd * per_req, per_req, o->queue_size);
         return false;
     }
     if (limit && o->iodepth && (uint64_t)o->iodepth * b->nq > limit) {
@@ -957,7 +1038,17 @@ static bool bench_layout(Bench *b, const BenchOpts *o, Error **errp)
                    o->iodepth, b->nq, limit);
         return false;
     }
-    b->depth = o->iodepth ? o->iodepth : o->rate > 0 ? fit : 1;
+    if (limit && o->phase_max_qd > limit) {
+        error_setg(errp, "--phase qd%u is more than the %" PRIu64 " commands "
+                   "the device takes in flight (cmd_per_lun)",
+                   o->phase_max_qd, limit);
+        return false;
+    }
+    if (o->nphases) {
+        b->depth = o->phase_rate ? fit : MAX(o->phase_max_qd, 1);
+    } else {
+        b->depth = o->iodepth ? o->iodepth : o->rate > 0 ? fit : 1;
+    }
     if (limit && b->depth > MAX(limit / b->nq, 1)) {
         b->depth = MAX(limit / b->nq, 1);       /* --rate's default cap */
     }
@@ -984,6 +1075,13 @@ static bool queue_init(Bench *b, BenchQueue *bq, unsigned i, Error **errp)
     bq->rng = splitmix64(o->seed * 0x100000001B3ull + i) | 1;
     bq->hist = lat_hist_new();
     bq->lag_hist = lat_hist_new();
+    if (o->nphases) {
+        bq->phase_hist = g_new0(LatHist *, o->nphases);
+        bq->phase_ios = g_new0(uint64_t, o->nphases);
+        for (k = 0; k < o->nphases; k++) {
+            bq->phase_hist[k] = lat_hist_new();
+        }
+    }
     bq->slots = g_new0(Slot, b->depth);
     bq->ready = g_new0(Slot *, b->depth);
     bq->free_slots = g_new(unsigned, b->depth);
@@ -1023,6 +1121,11 @@ static void queue_fini(Bench *b, BenchQueue *bq)
         lat_hist_free(bq->hist);
         lat_hist_free(bq->lag_hist);
     }
+    for (k = 0; bq->phase_hist && k < b->o->nphases; k++) {
+        lat_hist_free(bq->phase_hist[k]);
+    }
+    g_free(bq->phase_hist);
+    g_free(bq->phase_ios);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1108,6 +1211,47 @@ static void open_gate(Bench *b, int go)
     pthread_mutex_unlock(&b->lock);
 }
 
+/* Wait until every queue's window has closed (true) or until t (false;
+ * UINT64_MAX: no limit). */
+static bool wait_closed_until(Bench *b, uint64_t t)
+{
+    bool all;
+
+    pthread_mutex_lock(&b->lock);
+    while (b->closed < b->nq) {
+        if (t == UINT64_MAX) {
+            pthread_cond_wait(&b->cond, &b->lock);
+        } else {
+            struct timespec ts = ns_to_timespec(t);
+
+            if (pthread_cond_timedwait(&b->cond, &b->lock, &ts) ==
+                ETIMEDOUT) {
+                break;
+            }
+        }
+    }
+    all = b->closed >= b->nq;
+    pthread_mutex_unlock(&b->lock);
+    return all;
+}
+
+/* --phase: the phases back to back from the window start. */
+static void set_phase_starts(Bench *b)
+{
+    const BenchOpts *o = b->o;
+    double elapsed = 0;
+    unsigned k;
+
+    if (!o->nphases) {
+        return;
+    }
+    for (k = 0; k < o->nphases; k++) {
+        b->phase_start[k] = b->win_start + (uint64_t)(elapsed * NS_PER_S);
+        elapsed += o->phases[k].seconds;
+    }
+    b->phase_start[o->nphases] = b->deadline;
+}
+
 static bool bench_run(Bench *b, CpuWindow *cpu, Error **errp)
 {
     const BenchOpts *o = b->o;
@@ -1141,25 +1285,22 @@ static bool bench_run(Bench *b, CpuWindow *cpu, Error **errp)
     b->deadline = o->have_deadline
                   ? b->win_start + (uint64_t)(o->runtime * NS_PER_S)
                   : UINT64_MAX;
+    set_phase_starts(b);
     open_gate(b, 1);
     if (o->ramp > 0) {
         sleep_until(b->win_start);
         cpu->start = snapshot(o);
     }
-    pthread_mutex_lock(&b->lock);
-    while (b->closed < b->nq) {
-        if (b->deadline == UINT64_MAX) {
-            pthread_cond_wait(&b->cond, &b->lock);
-        } else {
-            struct timespec ts = ns_to_timespec(b->deadline);
-
-            if (pthread_cond_timedwait(&b->cond, &b->lock, &ts) ==
-                ETIMEDOUT) {
-                break;
-            }
+    /* --phase: the back-end's CPU at each boundary inside the window. */
+    for (i = 1; i < o->nphases; i++) {
+        if (wait_closed_until(b, b->phase_start[i])) {
+            break;
+        }
+        if (cpu->start) {
+            cpu->phase[i] = snapshot(o);
         }
     }
-    pthread_mutex_unlock(&b->lock);
+    wait_closed_until(b, b->deadline);
     if (cpu->start) {
         cpu->end = snapshot(o);
     }
@@ -1206,6 +1347,10 @@ static bool bench_setup(Bench *b, BenchOpts *o, Error **errp)
     if (o->rate > 0) {
         b->rate_mean_ns = MAX(1, (uint64_t)(1e9 / o->rate));
     }
+    b->open_loop = b->rate_mean_ns || o->phase_rate;
+    if (o->nphases) {
+        b->phase_start = g_new0(uint64_t, o->nphases + 1);
+    }
     b->queues = g_new0(BenchQueue, b->nq);
     for (i = 0; i < b->nq; i++) {
         if (!queue_init(b, &b->queues[i], i, errp)) {
@@ -1217,6 +1362,18 @@ static bool bench_setup(Bench *b, BenchOpts *o, Error **errp)
     return true;
 }
 
+static void cpu_window_free(CpuWindow *cpu, unsigned nphases)
+{
+    unsigned k;
+
+    cpu_snapshot_free(cpu->start);
+    cpu_snapshot_free(cpu->end);
+    for (k = 0; cpu->phase && k < nphases; k++) {
+        cpu_snapshot_free(cpu->phase[k]);
+    }
+    g_free(cpu->phase);
+}
+
 static void bench_teardown(Bench *b)
 {
     unsigned i;
@@ -1225,6 +1382,7 @@ static void bench_teardown(Bench *b)
         queue_fini(b, &b->queues[i]);
     }
     g_free(b->queues);
+    g_free(b->phase_start);
     vuf_free(b->fe);
 }
 
@@ -1252,7 +1410,11 @@ int main(int argc, char **argv)
         return usage_error(err);
     }
     b.nq = o.queues;
+    if (o.nphases) {
+        cpu.phase = g_new0(CpuSnapshot *, o.nphases);
+    }
     if (!bench_setup(&b, &o, &err) || !bench_run(&b, &cpu, &err)) {
+        cpu_window_free(&cpu, o.nphases);
         bench_teardown(&b);
         bench_opts_free(&o);
         return usage_error(err);
@@ -1268,9 +1430,8 @@ int main(int argc, char **argv)
     for (i = 0; i < s.failures->len; i++) {
         fprintf(stderr, "spindle-bench: %s\n", (char *)s.failures->pdata[i]);
     }
-    bench_summary_free(&s);
-    cpu_snapshot_free(cpu.start);
-    cpu_snapshot_free(cpu.end);
+    bench_summary_free(&s, o.nphases);
+    cpu_window_free(&cpu, o.nphases);
     bench_teardown(&b);
     bench_opts_free(&o);
     return status;

@@ -5,8 +5,11 @@
  * then converts and checks each one into the BenchOpts that the rest of
  * the tool reads, so that every message names the option, says what it
  * accepts and shows what was given.  Sizes take k, M and G suffixes
- * (powers of 1024).  What the command line alone decides is checked here
- * (and --cpus against our affinity mask); what depends on the back-end
+ * (powers of 1024).  --phase (repeatable) replaces --runtime, --iodepth,
+ * --rate and --count, and needs one queue; its specs are parsed by
+ * bench_parse_phase(), which the unit tests call directly.  What the
+ * command line alone decides is checked here (and --cpus against our
+ * affinity mask); what depends on the back-end
  * (the region against the disk, --bs against the negotiated limits,
  * --iodepth against the queue), and whether the --backend-pid process
  * exists, bench-main.c checks.
@@ -14,6 +17,8 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <sched.h>
+#include <stddef.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <glib.h>
@@ -35,6 +40,7 @@ typedef struct RawOpts {
     char *runtime, *count, *ramp, *size, *offset, *completion;
     char *backend_pid, *queue_size, *require, *seed, *connect_timeout;
     char *device, *lun;
+    char **phases;
     gboolean verify, json, no_event_idx, no_indirect;
 } RawOpts;
 
@@ -52,6 +58,8 @@ static void raw_opts_free(RawOpts *r)
         g_free(*strs[i]);
         *strs[i] = NULL;
     }
+    g_strfreev(r->phases);
+    r->phases = NULL;
 }
 
 /* A byte count: decimal, optional suffix k/K, m/M, g/G (powers of 1024). */
@@ -348,6 +356,126 @@ static bool convert_times(const RawOpts *r, BenchOpts *o, Error **errp)
     return true;
 }
 
+#define PHASE_SYNTAX "expected SECONDS:LOAD with LOAD qdN, rate=IOPS or " \
+                     "idle (e.g. 2:qd1, 1:idle, 0.5:rate=10000)"
+
+bool bench_parse_phase(const char *str, BenchPhase *p, Error **errp)
+{
+    g_autofree char *secs = NULL;
+    const char *colon = strchr(str, ':'), *load;
+    uint64_t v;
+
+    if (!colon) {
+        error_setg(errp, "--phase: " PHASE_SYNTAX ", got '%s'", str);
+        return false;
+    }
+    secs = g_strndup(str, colon - str);
+    load = colon + 1;
+    *p = (BenchPhase) { 0 };
+    if (!parse_float("--phase", secs, 1e6, &p->seconds, NULL) ||
+        p->seconds <= 0) {
+        error_setg(errp, "--phase: expected a positive number of seconds "
+                   "before ':', got '%s'", str);
+        return false;
+    }
+    if (!strcmp(load, "idle")) {
+        p->load = LOAD_IDLE;
+        return true;
+    }
+    if (g_str_has_prefix(load, "qd")) {
+        if (!parse_uint("--phase", load + 2, 1, VUF_QUEUE_SIZE_MAX, &v,
+                        NULL)) {
+            error_setg(errp, "--phase: qdN takes a queue depth from 1 to %u, "
+                       "got '%s'", VUF_QUEUE_SIZE_MAX, str);
+            return false;
+        }
+        p->load = LOAD_QD;
+        p->iodepth = v;
+        return true;
+    }
+    if (g_str_has_prefix(load, "rate=")) {
+        if (!parse_float("--phase", load + 5, 1e9, &p->rate, NULL) ||
+            p->rate <= 0) {
+            error_setg(errp, "--phase: rate=IOPS takes a positive number of "
+                       "arrivals per second, got '%s'", str);
+            return false;
+        }
+        p->load = LOAD_RATE;
+        return true;
+    }
+    error_setg(errp, "--phase: " PHASE_SYNTAX ", got '%s'", str);
+    return false;
+}
+
+const char *bench_phase_load_name(const BenchPhase *p, char *buf,
+                                  size_t size)
+{
+    switch (p->load) {
+    case LOAD_QD:
+        snprintf(buf, size, "qd%u", p->iodepth);
+        break;
+    case LOAD_RATE:
+        snprintf(buf, size, "rate=%g", p->rate);
+        break;
+    default:
+        snprintf(buf, size, "idle");
+        break;
+    }
+    return buf;
+}
+
+/*
+ * --phase: the phases replace --runtime, --iodepth and --rate (and
+ * --count), and run on one connection, so one queue.
+ */
+static bool convert_phases(const RawOpts *r, BenchOpts *o, Error **errp)
+{
+    static const struct {
+        const char *name;
+        size_t offset;
+    } exclusive[] = {
+        { "--runtime", offsetof(RawOpts, runtime) },
+        { "--iodepth", offsetof(RawOpts, iodepth) },
+        { "--rate", offsetof(RawOpts, rate) },
+        { "--count", offsetof(RawOpts, count) },
+    };
+    unsigned n = r->phases ? g_strv_length(r->phases) : 0, i;
+    double total = 0;
+
+    if (n == 0) {
+        return true;
+    }
+    for (i = 0; i < G_N_ELEMENTS(exclusive); i++) {
+        if (*(char *const *)((const char *)r + exclusive[i].offset)) {
+            error_setg(errp, "--phase: not with %s (the phases give the "
+                       "load and the length of the run)", exclusive[i].name);
+            return false;
+        }
+    }
+    if (o->queues != 1) {
+        error_setg(errp, "--phase: only with one queue (--queues 1), got "
+                   "--queues %u", o->queues);
+        return false;
+    }
+    o->phases = g_new0(BenchPhase, n);
+    o->nphases = n;
+    for (i = 0; i < n; i++) {
+        BenchPhase *p = &o->phases[i];
+
+        if (!bench_parse_phase(r->phases[i], p, errp)) {
+            return false;
+        }
+        total += p->seconds;
+        if (p->load == LOAD_QD) {
+            o->phase_max_qd = MAX(o->phase_max_qd, p->iodepth);
+        }
+        o->phase_rate |= p->load == LOAD_RATE;
+    }
+    o->runtime = total;
+    o->have_deadline = true;
+    return true;
+}
+
 /* --device and --lun: which device, and for virtio-scsi which LUN. */
 static bool convert_device(const RawOpts *r, BenchOpts *o, Error **errp)
 {
@@ -407,7 +535,7 @@ static bool convert_opts(const RawOpts *r, BenchOpts *o, Error **errp)
         }
     }
     if (!convert_sizes(r, o, errp) || !convert_numbers(r, o, errp) ||
-        !convert_times(r, o, errp)) {
+        !convert_times(r, o, errp) || !convert_phases(r, o, errp)) {
         return false;
     }
     if (r->require &&
@@ -476,6 +604,10 @@ bool bench_parse_command_line(int argc, char **argv, BenchOpts *o,
           "Seed of the offset and read/write choices (default 1)", "N" },
         { "connect-timeout", 0, 0, G_OPTION_ARG_STRING, &r.connect_timeout,
           "Keep retrying to connect this long (default 0)", "MS" },
+        { "phase", 0, 0, G_OPTION_ARG_STRING_ARRAY, &r.phases,
+          "Run LOAD (qdN, rate=IOPS or idle) for SECONDS, then the next "
+          "--phase, on one connection (instead of --runtime, --iodepth, "
+          "--rate)", "SECONDS:LOAD" },
         { NULL }
     };
     g_autoptr(GOptionContext) ctx = g_option_context_new(NULL);
@@ -504,4 +636,5 @@ void bench_opts_free(BenchOpts *o)
 {
     g_free(o->socket);
     g_free(o->cpus);
+    g_free(o->phases);
 }

@@ -108,6 +108,52 @@ static void summarize_failures(const Bench *b, Summary *s)
     }
 }
 
+/* The back-end's snapshot at the start of phase k (k = nphases: the
+ * end), or NULL. */
+static const CpuSnapshot *phase_snapshot(const Bench *b, const CpuWindow *cpu,
+                                         unsigned k)
+{
+    if (k == 0) {
+        return cpu->start;
+    }
+    if (k == b->o->nphases) {
+        return cpu->end;
+    }
+    return cpu->phase ? cpu->phase[k] : NULL;
+}
+
+/* --phase: each phase's I/O, latency and back-end CPU; a phase is cut
+ * where the window ended (end). */
+static void summarize_phases(const Bench *b, const CpuWindow *cpu,
+                             uint64_t end, Summary *s)
+{
+    unsigned n = b->o->nphases, k, i;
+
+    if (!n) {
+        return;
+    }
+    s->phases = g_new0(SummaryPhase, n);
+    for (k = 0; k < n; k++) {
+        SummaryPhase *p = &s->phases[k];
+        const CpuSnapshot *from = phase_snapshot(b, cpu, k);
+        const CpuSnapshot *to = phase_snapshot(b, cpu, k + 1);
+
+        p->start_ns = MIN(b->phase_start[k], end);
+        p->end_ns = MIN(b->phase_start[k + 1], end);
+        p->hist = lat_hist_new();
+        for (i = 0; i < b->nq; i++) {
+            const BenchQueue *bq = &b->queues[i];
+
+            p->ios += bq->phase_ios[k];
+            lat_hist_merge(p->hist, bq->phase_hist[k]);
+        }
+        if (from && to) {
+            p->have_backend = true;
+            cpu_snapshot_delta(from, to, &p->backend);
+        }
+    }
+}
+
 void bench_summarize(const Bench *b, const CpuWindow *cpu, Summary *s)
 {
     uint64_t end = b->win_start;
@@ -128,7 +174,7 @@ void bench_summarize(const Bench *b, const CpuWindow *cpu, Summary *s)
         s->writes += bq->writes;
         s->errors += bq->errors;
         s->backlogged += bq->backlogged;
-        s->arrivals += bq->started;
+        s->arrivals += bq->arrivals;
         lat_hist_merge(s->lag_hist, bq->lag_hist);
         s->kicks += bq->stats.kicks;
         s->kicks_avoided += bq->stats.kicks_avoided;
@@ -149,23 +195,40 @@ void bench_summarize(const Bench *b, const CpuWindow *cpu, Summary *s)
         s->have_backend = true;
         cpu_snapshot_delta(cpu->start, cpu->end, &s->backend);
     }
+    summarize_phases(b, cpu, end, s);
     summarize_failures(b, s);
 }
 
-void bench_summary_free(Summary *s)
+void bench_summary_free(Summary *s, unsigned nphases)
 {
+    unsigned k;
+
     lat_hist_free(s->hist);
     lat_hist_free(s->lag_hist);
     g_ptr_array_free(s->failures, TRUE);
+    for (k = 0; s->phases && k < nphases; k++) {
+        lat_hist_free(s->phases[k].hist);
+    }
+    g_free(s->phases);
 }
 
 /* The back-end's CPU seconds: schedstat when readable (ns), else stat. */
+static double cpu_delta_best(const CpuDelta *d)
+{
+    if (d->sched_s >= 0) {
+        return d->sched_s;
+    }
+    return d->utime_s + d->stime_s;
+}
+
 static double backend_cpu_best(const Summary *s)
 {
-    if (s->backend.sched_s >= 0) {
-        return s->backend.sched_s;
-    }
-    return s->backend.utime_s + s->backend.stime_s;
+    return cpu_delta_best(&s->backend);
+}
+
+static double phase_seconds(const SummaryPhase *p)
+{
+    return (p->end_ns - p->start_ns) / 1e9;
 }
 
 void bench_print_text(const Bench *b, const Summary *s)
@@ -186,6 +249,9 @@ void bench_print_text(const Bench *b, const Summary *s)
     if (b->rate_mean_ns) {
         printf(" rate=%g/s%s", o->rate, b->nq > 1 ? " per queue" : "");
     }
+    if (o->nphases) {
+        printf(" phases=%u", o->nphases);
+    }
     printf(" iodepth=%u queues=%u completion=%s runtime=%.2f s\n", b->depth,
            b->nq, o->completion == VUF_COMPLETION_POLL ? "poll" : "interrupt",
            s->runtime_s);
@@ -196,7 +262,7 @@ void bench_print_text(const Bench *b, const Summary *s)
         printf(" (reads=%" PRIu64 " writes=%" PRIu64 ")", s->reads,
                s->writes);
     }
-    if (b->rate_mean_ns) {
+    if (b->open_loop) {
         printf("\n  arrivals=%" PRIu64 " backlogged=%" PRIu64 " submitted "
                "late by ns: p50=%" PRIu64 " p99=%" PRIu64 " max=%" PRIu64,
                s->arrivals, s->backlogged,
@@ -221,6 +287,22 @@ void bench_print_text(const Bench *b, const Summary *s)
     if (o->verify) {
         printf("  verify: %" PRIu64 " sectors checked, %" PRIu64
                " mismatches\n", s->sectors_checked, s->bad_sectors);
+    }
+    for (i = 0; s->phases && i < o->nphases; i++) {
+        const SummaryPhase *p = &s->phases[i];
+        char load[32];
+
+        printf("  phase %u %s %.2f s: ios=%" PRIu64 " iops=%.1f p50=%" PRIu64
+               " p99=%" PRIu64, i + 1,
+               bench_phase_load_name(&o->phases[i], load, sizeof(load)),
+               phase_seconds(p), p->ios, ratio(p->ios, phase_seconds(p)),
+               lat_hist_percentile(p->hist, 50),
+               lat_hist_percentile(p->hist, 99));
+        if (p->have_backend) {
+            printf(" back-end CPU %.1f us/io",
+                   per_io(cpu_delta_best(&p->backend) * 1e6, p->ios));
+        }
+        printf("\n");
     }
     for (i = 0; b->nq > 1 && i < b->nq; i++) {
         const BenchQueue *bq = &b->queues[i];
@@ -366,6 +448,40 @@ static JsonArray *json_per_queue(const Bench *b)
     return a;
 }
 
+/* --phase: one object per phase. */
+static JsonArray *json_phases(const Bench *b, const Summary *s)
+{
+    JsonArray *a = json_array_new();
+    unsigned k;
+
+    for (k = 0; k < b->o->nphases; k++) {
+        const SummaryPhase *p = &s->phases[k];
+        JsonObject *o = json_object_new();
+        char load[32];
+
+        json_object_set_string_member(o, "load",
+            bench_phase_load_name(&b->o->phases[k], load, sizeof(load)));
+        json_object_set_double_member(o, "seconds", b->o->phases[k].seconds);
+        json_object_set_int_member(o, "start_ns", p->start_ns);
+        json_object_set_int_member(o, "end_ns", p->end_ns);
+        json_object_set_int_member(o, "ios", p->ios);
+        json_object_set_double_member(o, "iops",
+                                      ratio(p->ios, phase_seconds(p)));
+        json_object_set_object_member(o, "lat_ns", json_lat(p->hist, false));
+        if (p->have_backend) {
+            json_object_set_double_member(o, "backend_cpu_s",
+                                          cpu_delta_best(&p->backend));
+            json_object_set_double_member(o, "backend_cpu_us_per_io",
+                per_io(cpu_delta_best(&p->backend) * 1e6, p->ios));
+        } else {
+            json_object_set_null_member(o, "backend_cpu_s");
+            json_object_set_null_member(o, "backend_cpu_us_per_io");
+        }
+        json_array_add_object_element(a, o);
+    }
+    return a;
+}
+
 /* The sense of a CHECK CONDITION (virtio-scsi), or nulls. */
 static void json_io_sense(JsonObject *e, const BenchIoError *err)
 {
@@ -450,7 +566,7 @@ void bench_print_json(const Bench *b, const Summary *s, int status)
     json_object_set_double_member(j, "interrupts_per_io",
                                   per_io(s->interrupts, s->ios));
     json_object_set_int_member(j, "backlogged", s->backlogged);
-    if (b->rate_mean_ns) {
+    if (b->open_loop) {
         json_object_set_int_member(j, "arrivals", s->arrivals);
         json_object_set_object_member(j, "arrival_lag_ns",
                                       json_lat(s->lag_hist, true));
@@ -477,6 +593,11 @@ void bench_print_json(const Bench *b, const Summary *s, int status)
         json_object_set_null_member(j, "first_error");
     }
     json_object_set_array_member(j, "per_queue", json_per_queue(b));
+    if (s->phases) {
+        json_object_set_array_member(j, "phases", json_phases(b, s));
+    } else {
+        json_object_set_null_member(j, "phases");
+    }
     for (i = 0; i < s->failures->len; i++) {
         json_array_add_string_element(failures, s->failures->pdata[i]);
     }
