@@ -20,6 +20,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -167,6 +168,65 @@ def test_open_loop_rate(binary, bench, workdir):
     # +-30%; a standard deviation is about 32).
     assert 700 < r["ios"] < 1300, r
     assert r["iops"] == pytest.approx(2000, rel=0.3)
+
+
+def test_phases_on_one_connection(binary, bench, workdir):
+    """--phase: a closed loop, an idle pause, an open loop, back to back."""
+    d = start_spindle(binary, workdir, blockdev="driver=null-co,size=1G",
+                      queues=1)
+    before = time.monotonic_ns()
+    try:
+        r, _ = run_json(bench, d.exports[0].socket, "--ramp=0.1",
+                        "--phase", "0.3:qd1", "--phase=0.2:idle",
+                        "--phase", "0.5:rate=2000", f"--backend-pid={d.pid}")
+    finally:
+        assert d.stop() == 0
+    after = time.monotonic_ns()
+    check_consistent(r)
+    phases = r["phases"]
+    assert [p["load"] for p in phases] == ["qd1", "idle", "rate=2000"]
+    assert [p["seconds"] for p in phases] == [0.3, 0.2, 0.5]
+    # Back to back on CLOCK_MONOTONIC (Python's monotonic clock), inside
+    # the run, each as long as asked.
+    assert before < phases[0]["start_ns"] < phases[-1]["end_ns"] < after
+    for p, q in zip(phases, phases[1:]):
+        assert p["end_ns"] == q["start_ns"]
+    for p in phases:
+        assert p["end_ns"] - p["start_ns"] == \
+            pytest.approx(p["seconds"] * 1e9, abs=1000)
+    assert r["runtime_s"] == pytest.approx(1.0, abs=1e-3)
+    qd1, idle, rate = phases
+    # The totals are the phases' sum.
+    assert sum(p["ios"] for p in phases) == r["ios"]
+    assert qd1["ios"] > 0 and 0 < qd1["lat_ns"]["p50"] <= qd1["lat_ns"]["p99"]
+    assert qd1["iops"] == pytest.approx(qd1["ios"] / 0.3, rel=1e-6)
+    assert qd1["backend_cpu_us_per_io"] > 0
+    # Idle: no I/O submitted, so none counted (and no NaN).
+    assert idle["ios"] == 0 and idle["iops"] == 0
+    assert idle["lat_ns"] == {"p50": 0, "p99": 0}
+    assert idle["backend_cpu_us_per_io"] == 0
+    assert idle["backend_cpu_s"] >= 0
+    # Poisson arrivals at 2000/s for 0.5 s: about 1000 (+-30% is over 9
+    # standard deviations).
+    assert rate["iops"] == pytest.approx(2000, rel=0.3), rate
+    assert r["arrivals"] >= rate["ios"]
+    assert r["rate_iops"] == 0 and r["iodepth"] >= 1
+
+
+@pytest.mark.parametrize("extra", [["--runtime=1"], ["--iodepth=2"],
+                                   ["--rate=100"], ["--queues=2"]])
+def test_phase_excludes_options(bench, workdir, extra):
+    proc = run_bench(bench, workdir / "nothing.sock", "--phase", "1:qd1",
+                     *extra, expect=2)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("spindle-bench: --phase:")
+    assert extra[0].split("=")[0] in lines[0]
+
+
+def test_phase_bad_spec(bench, workdir):
+    proc = run_bench(bench, workdir / "nothing.sock", "--phase", "1:fast",
+                     expect=2)
+    assert "--phase" in proc.stderr and "1:fast" in proc.stderr
 
 
 def test_verify_passes_on_a_good_disk(binary, bench, workdir):
