@@ -16,22 +16,28 @@ import time
 RUN_SLACK_S = 30
 
 
-def bench_command(opts, socket, load, backend_pid, seed, completion=None):
+def bench_command(opts, socket, load, backend_pid, seed, completion=None,
+                  phases=None):
     """The spindle-bench command line for one run, pinned to opts.bench_cpu.
 
-    `completion` ("poll" or "interrupt") overrides opts.completion.
+    `completion` ("poll" or "interrupt") overrides opts.completion.  With
+    `phases`, a list of (seconds, "qdN" | "rate=IOPS" | "idle"), the run is
+    spindle-bench --phase instead of `load` (None) and opts.runtime.
     """
+    if phases:
+        shape = [f"--phase={s:g}:{what}" for s, what in phases]
+    else:
+        shape = [f"--iodepth={load.iodepth}", f"--runtime={opts.runtime:g}"]
     cmd = ["taskset", "-c", str(opts.bench_cpu), str(opts.bench),
            f"--socket={socket}", "--queues=1", f"--cpus={opts.bench_cpu}",
-           f"--rw={opts.rw}", f"--bs={opts.bs}", f"--iodepth={load.iodepth}",
-           f"--runtime={opts.runtime:g}", f"--ramp={opts.ramp:g}",
+           f"--rw={opts.rw}", f"--bs={opts.bs}", *shape, f"--ramp={opts.ramp:g}",
            f"--completion={completion or opts.completion}",
            f"--backend-pid={backend_pid}",
            f"--seed={seed}", f"--connect-timeout={opts.connect_timeout_ms}",
            "--json"]
     if opts.rw == "randrw":
         cmd.append(f"--rwmixread={opts.rwmixread}")
-    if load.open_loop:
+    if not phases and load.open_loop:
         cmd.append(f"--rate={load.rate}")
     return cmd
 

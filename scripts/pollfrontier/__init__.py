@@ -9,6 +9,7 @@ spindle-bench's command line and retry, the pinned daemon, medians):
                  front-ends of the idle63 cell
     qmp.py       a small blocking QMP client
     verdicts.py  the verdicts, pure functions (unit-tested)
+    loadstep.py  the load step's analysis, pure (unit-tested)
     report.py    medians per (cell, config), the tables
     plots.py     the frontier PNG (matplotlib, Agg backend)
     main.py      the options and the order of events

@@ -20,7 +20,7 @@ from benchcompare.machine import SetupError
 from benchcompare.matrix import Load as BaseLoad, parse_services
 from benchcompare.report import median_metrics, metrics, si, sig3
 
-from . import cells as cl, report, verdicts as vd
+from . import cells as cl, loadstep as ls, report, verdicts as vd
 from .daemon import (IDLE_EXPORTS, IDLE_IOTHREAD, DaemonDied, IdleFrontends, Layout,
                      apply_config, config_mismatch, connect_qmp, counter_delta,
                      handler_name, idle_export_id, iothreads, make_backend, snapshot,
@@ -38,6 +38,10 @@ IDLE63_WAIT_S = 20.0
 # The idle check: the busy QD1 run before it, and what counts as 0.0%.
 IDLE_BUSY_S = 0.5
 IDLE_MAX_PERCENT = 0.05
+# The load step: its idle phase, its rate phase's load, the sampling period.
+LOAD_STEP_IDLE_S = 1.0
+LOAD_STEP_RATE = 10000
+LOAD_STEP_SAMPLE_S = 0.010
 # Runs in a row that fail before any succeeded: the set-up is at fault.
 FIRST_FAILURES_FATAL = 4
 
@@ -59,8 +63,11 @@ whether --default-policy is on the frontier (never dominated, no useless
 spinning, latency where cheap, beats QEMU's rules).
 
 Then the idle63 cell (the default policy on an export among 63 idle connected
-ones, against the lone export of iot-0) and the idle check (the daemon's CPU
-over --idle-seconds without I/O, right after a busy QD1 run).
+ones, against the lone export of iot-0), the load step (the default policy on
+iot-0 through QD1 -> idle -> 10k IOPS -> QD1 on one connection, with
+query-iothreads every 10 ms: does the window settle within 100 I/Os of each
+change?) and the idle check (the daemon's CPU over --idle-seconds without I/O,
+right after a busy QD1 run).
 
 It writes into --out results.json (every run's spindle-bench report and
 command line, the QMP snapshots, the machine, the verdicts), table.txt and
@@ -79,9 +86,10 @@ or s (a bare number is µs).  Windows: µs.
 full matrix (default): --services 0,10us,50us,1ms
   --loads qd1,qd1-int,1k,10k,50k,qd32 --windows 0,2,4,8,16,32
   --policies qemu-classic,qemu-weighted,predictive --repeats 3 --runtime 1
-  --ramp 0.5, then idle63 and a 10 s idle check
+  --ramp 0.5, then idle63, the load step (2 s phases) and a 10 s idle check
 --quick: --services 0,50us --loads qd1,qd1-int,10k,50k --runtime 0.3 --ramp 0.3
-  (under 4 minutes on 2 CPUs).  Explicit options override the --quick values.
+  --load-step-seconds 1 (under 4 minutes on 2 CPUs).  Explicit options
+  override the --quick values.
 
 exit status: 0 done; 1 the daemon died, or a configuration failed in every
 repeat of a cell; 2 a setup error; 130 interrupted (partial results are
@@ -139,6 +147,11 @@ def parse_args(argv):
                         "adapts (default 0.5, --quick 0.3)")
     g.add_argument("--no-idle63", action="store_true",
                    help="skip the cell with 63 idle front-ends")
+    g.add_argument("--no-load-step", action="store_true",
+                   help="skip the load step check")
+    g.add_argument("--load-step-seconds", type=float, metavar="S",
+                   help="length of each loaded phase of the load step (the idle "
+                        "one is 1 s) (default 2, --quick 1)")
     g.add_argument("--idle-seconds", type=float, metavar="S", default=10.0,
                    help="length of the idle check; 0 to skip (default %(default)g)")
     g = p.add_argument_group("workload (passed to spindle-bench)")
@@ -186,6 +199,10 @@ def parse_args(argv):
         args.runtime = 0.3 if quick else 1.0
     if args.ramp is None:
         args.ramp = 0.3 if quick else 0.5
+    if args.load_step_seconds is None:
+        args.load_step_seconds = 1.0 if quick else 2.0
+    if args.load_step_seconds <= 0:
+        p.error("--load-step-seconds must be positive")
     if args.runtime <= 0:
         p.error("--runtime must be positive")
     if args.ramp < 0 or args.idle_seconds < 0:
@@ -230,9 +247,18 @@ def estimate_s(args):
     total = run_count(args) * per_run + 1.0
     if not args.no_idle63:
         total += 2 * args.repeats * per_run + 3.0
+    if not args.no_load_step:
+        total += 3 * args.load_step_seconds + LOAD_STEP_IDLE_S + 0.3
     if args.idle_seconds:
         total += args.idle_seconds + IDLE_BUSY_S + 0.2
     return total
+
+
+def load_step_phases(args):
+    """[(seconds, load)] of the load step's spindle-bench --phase."""
+    s = args.load_step_seconds
+    return [(s, "qd1"), (LOAD_STEP_IDLE_S, "idle"), (s, f"rate={LOAD_STEP_RATE}"),
+            (s, "qd1")]
 
 
 def _opts(args, **over):
@@ -258,6 +284,7 @@ class Session:
         self.cell_summaries = {}
         self.cell_verdicts = {}
         self.idle63 = None
+        self.load_step = None
         self.idle = None
         self.daemon = None
         self.daemon_record = {}
@@ -527,6 +554,65 @@ class Session:
             rec["status"] = vd.PASS if vd._le(a / b, IDLE63_MAX_RATIO) else vd.MISS
         say("\n".join(format_idle63(rec)))
 
+    # -- the load step ----------------------------------------------------------
+
+    def run_load_step(self):
+        args = self.args
+        phases = load_step_phases(args)
+        iot = cl.iothread_id(0)
+        export = self.layout.export(0)
+        handler = handler_name(export)
+        say(f"\n== load step: {args.default_policy} on {iot}, one connection: "
+            + " -> ".join(f"{w} {s:g} s" for s, w in phases)
+            + f"; query-iothreads every {LOAD_STEP_SAMPLE_S * 1000:g} ms")
+        cfg = self.default_config()
+        self.qcmd(lambda: apply_config(self.qmp, iot, cfg), "qom-set")
+        cmd = runner.bench_command(_opts(args, ramp=0), self.layout.socket(0), None,
+                                   self.daemon.pid, args.seed, completion="poll",
+                                   phases=phases)
+        samples = []
+        stop = threading.Event()
+        errors = []
+
+        def sample():
+            while not stop.is_set():
+                t_sent = time.monotonic_ns()
+                try:
+                    entry = iothreads(self.qmp_side).get(iot)
+                except (QmpError, OSError, ValueError) as e:
+                    errors.append(str(e))
+                    return
+                t = time.monotonic_ns()
+                if entry is not None:
+                    samples.append(ls.sample_from_entry(t, t_sent, entry, handler))
+                stop.wait(max(0.0, LOAD_STEP_SAMPLE_S - (t - t_sent) / 1e9))
+
+        sampler = threading.Thread(target=sample, name="load-step-sampler",
+                                   daemon=True)
+        timeout = sum(s for s, _ in phases) + runner.RUN_SLACK_S
+        sampler.start()
+        try:
+            result, attempts = runner.run_with_retry(
+                cmd, timeout, lambda: self.check_alive("the load step"),
+                preexec_fn=die_with_parent())
+        finally:
+            stop.set()
+            sampler.join()
+        self.check_alive("the load step")
+        rec = {"iothread": iot, "handler": handler, "policy": cfg.policy,
+               "poll_max_ns": cfg.max_ns, "phases_asked": phases, "command": cmd,
+               "attempts": attempts, "ok": result is not None, "result": result,
+               "sample_period_s": LOAD_STEP_SAMPLE_S, "sampler_errors": errors,
+               "samples": samples}
+        self.load_step = rec
+        if result is None or not result.get("phases"):
+            rec["analysis"] = {"phases": [], "status": vd.NA,
+                               "detail": "spindle-bench failed: "
+                                         f"{attempts[-1]['error']}"}
+        else:
+            rec["analysis"] = ls.analyze(result["phases"], samples)
+        say("\n".join(format_load_step(rec)))
+
     # -- the idle check -------------------------------------------------------
 
     def run_idle_check(self):
@@ -591,7 +677,7 @@ class Session:
             "daemon": self.daemon_record,
             "cell_summaries": self.cell_summaries,
             "verdicts": self.cell_verdicts,
-            "idle63": self.idle63, "idle": self.idle,
+            "idle63": self.idle63, "load_step": self.load_step, "idle": self.idle,
             "summary": summary, "warnings": self.warnings,
             "runs": self.runs,
             "plots": [str(p) for p in plots] if plots else None,
@@ -626,6 +712,36 @@ def format_idle63(rec):
                      f"{rec['status']}")
     else:
         lines.append(f"idle63: {rec['status']}: {rec.get('reason')}")
+    return lines
+
+
+def format_load_step(rec):
+    a = rec["analysis"]
+    n = len(rec["samples"])
+    lines = [f"load step ({rec['policy']} on {rec['iothread']}, handler "
+             f"{rec['handler']}; {n} samples):",
+             f"  {'phase':<14} {'IOPS':>7} {'p50 us':>7} {'window ns':>10} "
+             f"{'settle I/Os':>11} {'chg/1k turns':>12}  verdict"]
+    for i, r in enumerate(a["phases"]):
+        if not r["loaded"]:
+            window = "-" if r["window_ns"] is None else str(r["window_ns"])
+            lines.append(f"  {i + 1} {r['load']:<12} {'-':>7} {'-':>7} {window:>10}")
+            continue
+        p50 = None if r["p50_ns"] is None else r["p50_ns"] / 1000
+        window = "-" if r["window_ns"] is None else str(r["window_ns"])
+        settle = "-" if r["settle_ios"] is None else f"{r['settle_ios']:.0f}"
+        lines.append(
+            f"  {i + 1} {r['load']:<12} {si(r['iops']):>7} {sig3(p50):>7} "
+            f"{window:>10} {settle:>11} "
+            f"{sig3(r['changes_per_1k_turns']):>12}  {r['status']}"
+            + (f" ({r['detail']})" if r["status"] != vd.PASS and r["detail"] else ""))
+    lines.append("  settle: I/Os from the phase's start to the handler's last window "
+                 "change in it, estimated as (last-change-ns - start) x the phase's "
+                 "IOPS")
+    lines.append("  from the last sample before the phase ended (an estimate: a change "
+                 "in the last ~10 ms is not seen); chg/1k turns: over the phase's "
+                 "second half")
+    lines.append(f"load step: {a['status']}: {a['detail']}")
     return lines
 
 
@@ -681,7 +797,9 @@ def print_plan(args, facts, warning):
         say(f"warning: {warning}")
     say(f"cells: service {report.format_service_list(args.service_list)} x loads "
         f"{', '.join(l.name for l in args.load_list)}"
-        + ("" if args.no_idle63 else " + idle63"))
+        + ("" if args.no_idle63 else " + idle63")
+        + ("" if args.no_load_step else " + load step")
+        + (f" + {args.idle_seconds:g} s idle check" if args.idle_seconds else ""))
     say(f"configs: {', '.join(c.name for c in args.configs)} (policies at poll-max-ns "
         f"{args.policy_max_ns}); judged: {args.default_policy}")
     say(f"{len(args.cells)} cells x {len(args.configs)} configs x {args.repeats} repeats "
@@ -719,6 +837,8 @@ def summary_lines(session):
             lines.append("  " + verdict_summary[pname]["line"])
     if session.idle63 is not None:
         lines += ["  " + l for l in format_idle63(session.idle63)[-1:]]
+    if session.load_step is not None:
+        lines.append("  " + format_load_step(session.load_step)[-1])
     if session.idle is not None:
         lines.append("  " + format_idle(session.idle))
     return lines, verdict_summary
@@ -741,6 +861,10 @@ def finish(session, args, wall):
     if session.idle63 is not None:
         body += ["", f"== idle63 ({args.default_policy}, QD1, median of {args.repeats})"]
         body += format_idle63(session.idle63)
+    if session.load_step is not None:
+        body += ["", "== load step"] + format_load_step(session.load_step)
+    if session.idle is not None:
+        body += ["", "== idle check", format_idle(session.idle)]
     if session.warnings:
         body += ["", "warnings:"] + ["  " + w for w in session.warnings]
     lines, verdict_summary = summary_lines(session)
@@ -802,6 +926,8 @@ def main(argv=None):
         session.run_cells()
         if not args.no_idle63:
             session.run_idle63()
+        if not args.no_load_step:
+            session.run_load_step()
         if args.idle_seconds > 0:
             session.run_idle_check()
         wall = time.monotonic() - session.t0

@@ -5,8 +5,9 @@ docs/performance.md.  Here one service time, two loads (QD1 and an open
 loop at 10k IOPS), the fixed windows 0 and 8 µs and the three policies,
 one short repeat each, check the plumbing: the daemon starts with a QMP
 monitor, every configuration is set live and measured in every cell, the
-verdicts are there for every cell, the idle check runs, the PNG is drawn,
-and no daemon is left behind.
+verdicts are there for every cell, a short load step (spindle-bench
+--phase, sampled over QMP) and the idle check run, the PNG is drawn, and
+no daemon is left behind.
 """
 
 import json
@@ -48,7 +49,7 @@ def test_tiny_matrix(binary, build_dir, tmp_path):
         [sys.executable, str(SCRIPT), "--skip-deps", "--skip-build",
          "--services", "0", "--loads", "qd1,10k", "--windows", "0,8",
          "--repeats", "1", "--runtime", "0.2", "--ramp", "0.1", "--no-idle63",
-         "--idle-seconds", "1", "--out", str(out)],
+         "--load-step-seconds", "0.3", "--idle-seconds", "1", "--out", str(out)],
         capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     text = proc.stdout
@@ -86,6 +87,20 @@ def test_tiny_matrix(binary, build_dir, tmp_path):
         for v in verdicts["predictive"]:
             assert v["status"] in ("pass", "MISS", "n/a") and v["detail"]
     assert results["summary"]["predictive"]["cells"] == len(CELLS)
+    # The load step: one spindle-bench --phase run, sampled over QMP.
+    step = results["load_step"]
+    assert step["ok"], step["attempts"]
+    assert [p["load"] for p in step["result"]["phases"]] == \
+        ["qd1", "idle", "rate=10000", "qd1"]
+    assert len(step["samples"]) > 50 and not step["sampler_errors"]
+    rows = step["analysis"]["phases"]
+    assert [r["loaded"] for r in rows] == [True, False, True, True]
+    for r in rows:
+        if r["loaded"]:
+            assert r["status"] in ("pass", "MISS"), r
+            assert r["settle_ios"] is not None and r["window_ns"] is not None
+    assert step["analysis"]["status"] in ("pass", "MISS")
+    assert "load step: " in text
     idle = results["idle"]
     assert idle["percent_of_core"] is not None and idle["seconds"] >= 0.9
     assert results["machine"]["nproc"] >= 2
