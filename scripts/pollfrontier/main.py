@@ -824,6 +824,13 @@ def print_dry_run(args, programs):
         cmd = runner.bench_command(args, "/tmp/spf.XXXX/e0.sock", load.base, "PID",
                                    args.seed, completion=load.completion)
         say("  " + " ".join(map(str, cmd)))
+    if not args.no_load_step:
+        say("the load step (query-iothreads every "
+            f"{LOAD_STEP_SAMPLE_S * 1000:g} ms meanwhile):")
+        cmd = runner.bench_command(_opts(args, ramp=0), "/tmp/spf.XXXX/e0.sock", None,
+                                   "PID", args.seed, completion="poll",
+                                   phases=load_step_phases(args))
+        say("  " + " ".join(map(str, cmd)))
 
 
 def summary_lines(session):
