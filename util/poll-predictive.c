@@ -72,7 +72,10 @@
 #include "util/cutils.h"
 
 #define B AIO_PRED_BUCKETS
-#define PRED_DECAY 16                /* forgetting: 1 - 1/16 per sample */
+#define PRED_DECAY 64                /* forgetting: 1 - 1/64 per sample */
+#define PRED_SHIFT_DEV 0.5f          /* change detector: alarm threshold */
+#define PRED_SHIFT_KEEP 0.0625f      /* ... and what is kept of the past */
+#define PRED_SHIFT_QUIET 64          /* events before it may fire again */
 #define PRED_FOLD 8                  /* samples between plan updates */
 #define PRED_MIN_SAMPLES 4.0f        /* weighted samples before any plan */
 #define PRED_RESCALE 4096.0f         /* renormalise weights above this */
@@ -90,6 +93,11 @@ typedef struct PredPhase {
     uint8_t best_end[B];             /* plan: from bucket a, spin to the
                                       * start of bucket best_end[a] (a: no) */
     bool close;                      /* not spinning, but nearly worth it */
+    /* Change detector: waits shorter than short_ns, seen minus expected. */
+    int64_t short_ns;
+    float q_short;                   /* expected share of them (the model) */
+    float dev;                       /* average of seen - expected */
+    unsigned since_shift;            /* events since it last fired */
     unsigned trial_left;             /* events left in a trial */
     int64_t trial_next_ns;           /* no trial before this */
     int64_t trial_backoff_ns;
@@ -147,10 +155,60 @@ static PredSource *pred_source(AioPollSource *src)
     return src->priv;
 }
 
-/* Add one observation ending in bucket b (an event, or a censored one). */
-static void pred_record(PredPhase *ph, int64_t t, bool event)
+/* Forget most of the past (the workload changed). */
+static void pred_forget(PredPhase *ph, float keep)
+{
+    for (unsigned i = 0; i < B; i++) {
+        ph->ev[i] *= keep;
+        ph->cens[i] *= keep;
+    }
+    ph->total *= keep;
+}
+
+/*
+ * The change detector.  The histogram remembers ~64 samples, which keeps
+ * the plan steady, but a new workload would take that long to show.  So
+ * each event is also compared with what the model expects: the share of
+ * waits shorter than K/2 (the ones worth spinning for).  When the running
+ * difference (1/16 per event) passes PRED_SHIFT_DEV, most of the old
+ * samples are forgotten and the plan is redone: a step from QD1 to a
+ * 10k/s Poisson stream, or back, is seen within a dozen events, while a
+ * steady stream's noise, the odd burst of late events when the host
+ * preempts the guest, and shifts among waits that are all worth spinning
+ * for (or all not) stay below it.  After firing it stays quiet for
+ * PRED_SHIFT_QUIET events: a producer whose waits straddle K/2 and follow
+ * what the policy does (it answers faster while we spin) must not make
+ * the plan swing at the detector's pace.  True if it fired.
+ */
+static bool pred_detect_change(PredPhase *ph, int64_t t)
+{
+    float seen = t < ph->short_ns ? 1.0f : 0.0f;
+
+    if (ph->short_ns <= 0) {
+        return false;
+    }
+    ph->dev += (seen - ph->q_short - ph->dev) / 16;
+    if (ph->since_shift < PRED_SHIFT_QUIET) {
+        ph->since_shift++;
+        return false;
+    }
+    if (ph->dev > PRED_SHIFT_DEV || ph->dev < -PRED_SHIFT_DEV) {
+        pred_forget(ph, PRED_SHIFT_KEEP);
+        ph->dev = 0;
+        ph->since_shift = 0;
+        return true;
+    }
+    return false;
+}
+
+/*
+ * Add one observation ending in bucket b (an event, or a censored one).
+ * True if the change detector fired (the plan must be redone).
+ */
+static bool pred_record(PredPhase *ph, int64_t t, bool event)
 {
     unsigned b = aio_pred_bucket(t);
+    bool changed = event && pred_detect_change(ph, t);
 
     if (event) {
         ph->ev[b] += ph->weight;
@@ -160,19 +218,19 @@ static void pred_record(PredPhase *ph, int64_t t, bool event)
     ph->total += ph->weight;
     ph->weight *= (float)PRED_DECAY / (PRED_DECAY - 1);
     if (ph->weight > PRED_RESCALE) {
-        float s = 1.0f / ph->weight;
-
-        for (unsigned i = 0; i < B; i++) {
-            ph->ev[i] *= s;
-            ph->cens[i] *= s;
-        }
-        ph->total *= s;
+        pred_forget(ph, 1.0f / ph->weight);
         ph->weight = 1.0f;
     }
+    return changed;
 }
 
-/* Recompute ph->best_end from the histogram for cost k and cap max_ns. */
-static void pred_plan_phase(PredPhase *ph, int64_t k, int64_t max_ns)
+/*
+ * Recompute ph->best_end from the histogram for cost k and cap max_ns;
+ * late is the wake-up lateness (half of it is left in the waits seen after
+ * a wake-up).
+ */
+static void pred_plan_phase(PredPhase *ph, int64_t k, int64_t max_ns,
+                            int64_t late)
 {
     double atrisk[B + 1], S[B], I[B], G[B];
     double margin = k / 16.0;
@@ -183,6 +241,7 @@ static void pred_plan_phase(PredPhase *ph, int64_t k, int64_t max_ns)
         ph->best_end[a] = a;
     }
     /* total/weight is the number of recent samples (at most PRED_DECAY-1). */
+    ph->short_ns = 0;
     if (ph->total < PRED_MIN_SAMPLES * ph->weight || k <= 0 || max_ns <= 0) {
         return;
     }
@@ -204,41 +263,62 @@ static void pred_plan_phase(PredPhase *ph, int64_t k, int64_t max_ns)
     for (unsigned e = 0; e < B; e++) {
         G[e] = I[e] + k * S[e];
     }
+    {
+        unsigned e = aio_pred_bucket(k / 2);
+
+        ph->short_ns = aio_pred_bucket_start(e);
+        ph->q_short = (float)(1.0 - S[e]);
+    }
     for (unsigned a = 0; a + 1 < B; a++) {
         int64_t limit = aio_pred_bucket_start(a) + max_ns;
         unsigned old = old_end[a], best_e = a;
         double best = G[a] - margin * S[a];
 
-        if (S[a] < 1e-6) {
-            continue;           /* no interval ever lasted this long */
+        if (S[a] * ph->total < 2 * ph->weight) {
+            continue;           /* under 2 recent intervals lasted this
+                                 * long: too few to plan from */
         }
         for (unsigned e = a + 1; e < B && aio_pred_bucket_start(e) <= limit;
              e++) {
-            if (G[e] < best) {
+            /* A longer spin must also be worth something (K/16): a few
+             * late outliers must not stretch the window to them. */
+            if (G[e] < best - (best_e == a ? 0 : margin * S[a])) {
                 best = G[e];
                 best_e = e;
             }
         }
         /* Keep the old end while it is nearly as good: windows that cost
-         * about the same should not make the plan flap between them. */
+         * about the same should not make the plan flap between them.  But
+         * not one over 8 times longer when the best already catches 99%:
+         * beyond that the spin would only wait for what (almost) never
+         * comes. */
         if (best_e != a && old > a && aio_pred_bucket_start(old) <= limit &&
-            G[old] <= best + margin * S[a]) {
+            G[old] <= best + margin * S[a] &&
+            !(old > best_e && S[best_e] < 0.01 * S[a] &&
+              aio_pred_bucket_start(old) >
+              8 * aio_pred_bucket_start(best_e))) {
             best_e = old;
         }
         ph->best_end[a] = best_e;
     }
     /*
-     * Close: from the start of an interval the plan does not spin, but a
-     * spin that would catch at least half the events costs at most K/4
-     * more than sleeping.  The model may be wrong there in a way only
-     * spinning shows (the producer answers faster when we do), so such a
+     * Close: a longer spin from the start of an interval than the plan's
+     * (or a spin at all) would catch at least half of the events the plan
+     * misses (2% of them or more) for at most K/2 more per missed event --
+     * allowing for the half of the lateness left in waits seen after
+     * wake-ups, which a spin would not pay.  The model may be wrong there
+     * in a way only spinning shows (the waits were shorter than they
+     * looked, or the producer answers faster when we spin), so such a
      * phase is given a trial now and then.
      */
     ph->close = false;
-    if (ph->best_end[0] == 0 && S[0] > 1e-6) {
-        for (unsigned e = 1; e < B && aio_pred_bucket_start(e) <= max_ns;
-             e++) {
-            if (S[e] <= 0.5 && G[e] <= G[0] + k / 4.0) {
+    {
+        unsigned e0 = ph->best_end[0];
+
+        for (unsigned e = e0 + 1; S[e0] >= 0.02 && e < B &&
+             aio_pred_bucket_start(e - 1) <= max_ns + late / 2; e++) {
+            if (S[e] <= S[e0] / 2 &&
+                G[e] <= G[e0] + (k / 2.0 + late / 2.0) * S[e0]) {
                 ph->close = true;
                 break;
             }
@@ -271,7 +351,8 @@ static AioPollAdjustment pred_replan(AioPollState *st, AioPollSource *src,
     ps->since_fold = 0;
     src->window_ns = 0;
     for (unsigned p = 0; p < 2; p++) {
-        pred_plan_phase(&ps->ph[p], k, st->params.max_ns);
+        pred_plan_phase(&ps->ph[p], k, st->params.max_ns,
+                        st->costs.wake_late_ns);
         src->window_ns = MAX(src->window_ns, pred_phase_window(&ps->ph[p], 0));
     }
     src->window_ns = MIN(src->window_ns, st->params.max_ns);
@@ -317,8 +398,8 @@ static int64_t pred_plan(AioPollState *st, AioPollSource *const *srcs,
             int64_t elapsed = now - src->ref_ns;
 
             ws = pred_phase_window(ph, elapsed);
-            if (ws == 0 && ph->close && !ph->trial_left &&
-                now >= ph->trial_next_ns && st->budget_ns > 0) {
+            if (ph->close && !ph->trial_left && now >= ph->trial_next_ns &&
+                st->budget_ns > 0) {
                 ph->trial_left = PRED_TRIAL_EVENTS;
             }
             if (ph->trial_left) {
@@ -355,20 +436,28 @@ static AioPollAdjustment pred_learn(AioPollState *st, AioPollSource *src,
     ps = pred_source(src);
     seen = src->ev_ns;
     if (!src->ev_exact && turn->blocked) {
-        /* Seen after a wake-up: it came about L earlier, but not before the
-         * loop's last look (the re-check before blocking). */
-        seen = MAX(turn->block_start_ns, seen - st->costs.wake_late_ns);
+        /*
+         * Seen after a wake-up: it came up to L earlier, but not before the
+         * loop's last look (the re-check before blocking).  Only half of L
+         * is taken off: the lateness measured on timers is often more than
+         * a kick's wake-up takes, and taking off too much would invent
+         * short waits and make the policy spin for nothing.  Too little
+         * only delays spinning: K, which the waits are weighed against,
+         * holds all of L, and trials settle the close calls.
+         */
+        seen = MAX(turn->block_start_ns, seen - st->costs.wake_late_ns / 2);
     }
     ph = &ps->ph[src->phase & 1];
-    pred_record(ph, MAX(seen - src->ref_ns, 0), true);
-    if (++ps->since_fold >= PRED_FOLD || pred_plan_stale(st, ps) ||
-        ph->trial_left == 1) {
+    if (pred_record(ph, MAX(seen - src->ref_ns, 0), true) |
+        (++ps->since_fold >= PRED_FOLD) | pred_plan_stale(st, ps) |
+        (ph->trial_left == 1)) {
         adj = pred_replan(st, src, ps);
     }
     if (ph->trial_left && --ph->trial_left == 0) {
-        /* Done: if what the trial saw makes the plan spin, it paid off;
-         * else wait longer before the next one. */
-        if (ph->best_end[0] > 0) {
+        /* Done: if what the trial saw makes the call no longer close, it
+         * paid off (the plan now spins as far as it should); else wait
+         * longer before the next one. */
+        if (!ph->close) {
             ph->trial_backoff_ns = 0;
         } else {
             ph->trial_backoff_ns = ph->trial_backoff_ns ?
@@ -399,7 +488,9 @@ static AioPollAdjustment pred_end_turn(AioPollState *st,
     int64_t largest = 0;
 
     if (turn->spun_ns > 0) {
-        st->budget_ns -= turn->spun_ns;
+        /* At most the planned spin: a spin the host preempted took longer
+         * in wall time, not in our CPU. */
+        st->budget_ns -= MIN(turn->spun_ns, st->params.max_ns);
         if (turn->spin_found || turn->spin_reached_timer) {
             st->budget_ns = MIN(st->budget_ns + pred_k(st), PRED_BUDGET_MAX_NS);
         }

@@ -10,20 +10,24 @@ tests/functional/test_poll_frontier_loadstep.py).  Its inputs:
     samples  in time order, each {"t_ns": when the reply came (monotonic),
              "turns": the IOThread's loop turns, and of the export's queue
              handler "events", "window_ns", "window_changes",
-             "last_change_ns"} (the handler fields None while it is not
-             there, before spindle-bench connects)
+             "last_change_ns", "last_change_event"} (the handler fields
+             None while it is not there, before spindle-bench connects)
 
 For each loaded phase (not idle), from the last sample whose reply came
 before the phase ended:
 
     window   the handler's window at the end of the phase;
-    settle   the I/Os between the phase's start and the handler's last
+    settle   the handler's events between the phase's start and its last
              window change inside the phase (0 if the last change came
-             before the phase started), estimated as
-             (last_change_ns - start_ns) x the phase's IOPS / 1e9: the
-             daemon gives the time of the last change, not its event
-             count.  A change in the phase's last ~10 ms (after the last
-             sample) is not seen: an estimate;
+             before the phase started): last_change_event, the daemon's
+             event count at that change, minus the count at the phase's
+             start, interpolated from the samples just before it at the
+             rate of the load before it (0 for a handler that appears
+             with the phase).  For a queue an event is a request (or a
+             batch of them).  Samples without last_change_event fall back
+             to (last_change_ns - start_ns) x the phase's IOPS, which
+             overestimates when the phase starts slowly.  A change in the
+             phase's last ~10 ms (after the last sample) is not seen;
     changes  the handler's window changes per 1000 loop turns over the
              second half of the phase (the samples at mid-phase and end).
 
@@ -52,6 +56,26 @@ def sample_before(samples, t_ns):
     return best
 
 
+def events_at(samples, t_ns):
+    """The handler's event count at t_ns: the last sample at or before it,
+    moved on at the rate between the two samples before it (the load that
+    ran up to t_ns), but not past the first sample after it.  0 if the
+    handler was not there yet (it is new)."""
+    before = [s for s in samples if s["t_ns"] <= t_ns and _has_handler(s)]
+    if not before:
+        return 0.0
+    last = before[-1]
+    rate = 0.0
+    if len(before) >= 2 and last["t_ns"] > before[-2]["t_ns"]:
+        rate = ((last["events"] - before[-2]["events"])
+                / (last["t_ns"] - before[-2]["t_ns"]))
+    est = last["events"] + rate * (t_ns - last["t_ns"])
+    after = next((s for s in samples if s["t_ns"] > t_ns and _has_handler(s)), None)
+    if after is not None:
+        est = min(est, after["events"])
+    return est
+
+
 def analyze_phase(phase, samples, max_settle=SETTLE_MAX_IOS):
     """One phase's row: {"load", "start_ns", "end_ns", "ios", "iops",
     "loaded", "window_ns", "settle_ios", "changes_per_1k_turns", "status",
@@ -76,8 +100,12 @@ def analyze_phase(phase, samples, max_settle=SETTLE_MAX_IOS):
         return row
     lc = last.get("last_change_ns") or 0
     row["last_change_ns"] = lc or None
-    iops = phase.get("iops") or 0
-    settle = 0.0 if lc < start else (lc - start) * iops / 1e9
+    if lc < start:
+        settle = 0.0
+    elif last.get("last_change_event") is not None:
+        settle = max(0.0, last["last_change_event"] - events_at(samples, start))
+    else:
+        settle = (lc - start) * (phase.get("iops") or 0) / 1e9
     row["settle_ios"] = settle
     mid = sample_before(samples, start + (end - start) // 2)
     if mid is not None and mid["t_ns"] >= start and last["turns"] > mid["turns"]:
@@ -90,7 +118,7 @@ def analyze_phase(phase, samples, max_settle=SETTLE_MAX_IOS):
     else:
         row["status"] = MISS
         row["detail"] = (f"last window change {(lc - start) / 1e6:.1f} ms after the "
-                         f"start, about {settle:.0f} I/Os in (> {max_settle})")
+                         f"start, {settle:.0f} events in (> {max_settle})")
     return row
 
 
@@ -128,4 +156,5 @@ def sample_from_entry(t_ns, t_sent_ns, entry, handler):
         "window_ns": h.get("window-ns") if h else None,
         "window_changes": h.get("window-changes") if h else None,
         "last_change_ns": h.get("last-change-ns") if h else None,
+        "last_change_event": h.get("last-change-event") if h else None,
     }

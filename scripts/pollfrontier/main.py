@@ -65,7 +65,7 @@ spinning, latency where cheap, beats QEMU's rules).
 Then the idle63 cell (the default policy on an export among 63 idle connected
 ones, against the lone export of iot-0), the load step (the default policy on
 iot-0 through QD1 -> idle -> 10k IOPS -> QD1 on one connection, with
-query-iothreads every 10 ms: does the window settle within 100 I/Os of each
+query-iothreads every 10 ms: does the window settle within 100 events of each
 change?) and the idle check (the daemon's CPU over --idle-seconds without I/O,
 right after a busy QD1 run).
 
@@ -721,7 +721,7 @@ def format_load_step(rec):
     lines = [f"load step ({rec['policy']} on {rec['iothread']}, handler "
              f"{rec['handler']}; {n} samples):",
              f"  {'phase':<14} {'IOPS':>7} {'p50 us':>7} {'window ns':>10} "
-             f"{'settle I/Os':>11} {'chg/1k turns':>12}  verdict"]
+             f"{'settle ev':>11} {'chg/1k turns':>12}  verdict"]
     for i, r in enumerate(a["phases"]):
         if not r["loaded"]:
             window = "-" if r["window_ns"] is None else str(r["window_ns"])
@@ -735,11 +735,11 @@ def format_load_step(rec):
             f"{window:>10} {settle:>11} "
             f"{sig3(r['changes_per_1k_turns']):>12}  {r['status']}"
             + (f" ({r['detail']})" if r["status"] != vd.PASS and r["detail"] else ""))
-    lines.append("  settle: I/Os from the phase's start to the handler's last window "
-                 "change in it, estimated as (last-change-ns - start) x the phase's "
-                 "IOPS")
-    lines.append("  from the last sample before the phase ended (an estimate: a change "
-                 "in the last ~10 ms is not seen); chg/1k turns: over the phase's "
+    lines.append("  settle ev: the handler's events from the phase's start to its last "
+                 "window change in it (the daemon's last-change-event minus the count")
+    lines.append("  at the start, interpolated between samples), from the last sample "
+                 "before the phase ended (a change in the last ~10 ms is not seen);")
+    lines.append("  chg/1k turns: window changes per 1000 loop turns over the phase's "
                  "second half")
     lines.append(f"load step: {a['status']}: {a['detail']}")
     return lines

@@ -27,8 +27,20 @@ def phases(iops=(100_000, 0, 10_000, 100_000)):
             for i, (load, rate) in enumerate(zip(loads, iops))]
 
 
+RATES = (100_000, 0, 10_000, 100_000)      # events per second, per phase
+
+
+def events(t, rates=RATES):
+    """The handler's events at t: one per I/O, at each phase's rate."""
+    n = 0.0
+    for i, rate in enumerate(rates):
+        lo = T0 + i * S
+        n += max(0, min(t, lo + S) - lo) * rate / S
+    return round(n)
+
+
 def samples(changes, turns_per_ms=100, start=T0 - 50 * MS, end=T0 + 4 * S,
-            period=10 * MS, handler_from=T0 - 20 * MS):
+            period=10 * MS, handler_from=T0 - 20 * MS, with_events=True):
     """Samples every `period`; `changes` is a sorted list of (t_ns, window)
     at which the handler's window changed."""
     out = []
@@ -39,10 +51,12 @@ def samples(changes, turns_per_ms=100, start=T0 - 50 * MS, end=T0 + 4 * S,
         out.append({
             "t_ns": t, "t_sent_ns": t - 50_000,
             "turns": (t - start) // MS * turns_per_ms,
-            "events": (t - start) // MS if present else None,
+            "events": events(t) if present else None,
             "window_ns": (done[-1][1] if done else 0) if present else None,
             "window_changes": len(done) if present else None,
             "last_change_ns": (done[-1][0] if done else 0) if present else None,
+            "last_change_event": ((events(done[-1][0]) if done else 0)
+                                  if present and with_events else None),
         })
         t += period
     return out
@@ -90,6 +104,46 @@ def test_boundary_exactly_100_ios_passes():
     assert loaded_rows(r)[0]["status"] == "pass"
     changes = [(T0 + MS + 10_000, 2048)]           # 101 I/Os
     assert loaded_rows(ls.analyze(phases(), samples(changes)))[0]["status"] == "MISS"
+
+
+def test_settle_counts_events_not_the_phase_average_rate():
+    # Phase 4 starts slowly: its first 20 events take 2 ms (blocked
+    # wake-ups), then 100k/s.  The daemon's event count at the change says
+    # 20 events; the phase's average rate would have said 200.
+    rates = list(RATES)
+
+    def ev(t):
+        n = events(min(t, T0 + 3 * S))
+        if t > T0 + 3 * S:
+            dt = t - (T0 + 3 * S)
+            n += dt * 20 // (2 * MS) if dt <= 2 * MS else 20 + (dt - 2 * MS) * rates[3] // S
+        return n
+    change = T0 + 3 * S + 2 * MS
+    smp = samples([(T0 + MS // 2, 2048), (T0 + 2 * S + MS // 2, 0), (change, 2048)])
+    for s in smp:
+        s["events"] = ev(s["t_ns"])
+        if s["last_change_ns"] == change:
+            s["last_change_event"] = ev(change)
+    last = loaded_rows(ls.analyze(phases(), smp))[2]
+    assert last["settle_ios"] == pytest.approx(20, abs=1)
+    assert last["status"] == "pass"
+    # Without the daemon's count: the rate estimate (a MISS here).
+    for s in smp:
+        s["last_change_event"] = None
+    last = loaded_rows(ls.analyze(phases(), smp))[2]
+    assert last["settle_ios"] == pytest.approx(200)
+    assert last["status"] == "MISS"
+
+
+def test_events_at_interpolates_the_load_before():
+    smp = samples([])
+    # 25 ms into phase 3 (10k/s; samples at 10 and 20 ms): 250 events after
+    # the 100000 of phase 1.
+    assert ls.events_at(smp, T0 + 2 * S + 25 * MS) == pytest.approx(100_250)
+    # At a phase's start the load before it counts: idle, so none.
+    assert ls.events_at(smp, T0 + 2 * S + 5 * MS) == pytest.approx(100_000)
+    # A new handler: 0.
+    assert ls.events_at(samples([], handler_from=T0 + S), T0) == 0
 
 
 def test_change_before_the_phase_counts_as_zero():
@@ -160,6 +214,6 @@ def test_sample_from_entry():
     s = ls.sample_from_entry(10, 9, entry, "e0/vq0")
     assert s == {"t_ns": 10, "t_sent_ns": 9, "turns": 1234, "thread_window_ns": 4096,
                  "events": 77, "window_ns": 2048, "window_changes": 5,
-                 "last_change_ns": 999}
+                 "last_change_ns": 999, "last_change_event": None}
     s = ls.sample_from_entry(10, 9, entry, "e9/vq0")
     assert s["window_ns"] is None and s["turns"] == 1234

@@ -177,9 +177,11 @@ static void test_steady_short(void)
             g_assert_cmpint(s.last_window, >=, 1 * US);
             g_assert_cmpint(s.last_window, <=, AIO_POLL_MAX_NS_DEFAULT);
         } else {
-            /* Just past the events: a bucket edge above 1 µs. */
+            /* Past the events, not far: the first waits, seen after
+             * wake-ups, looked longer (up to 8.7 µs), and a window that
+             * costs the same is kept rather than changed. */
             g_assert_cmpint(s.last_window, >, 1 * US);
-            g_assert_cmpint(s.last_window, <=, 2 * US);
+            g_assert_cmpint(s.last_window, <=, 16 * US);
         }
         sim_free(&s);
     }
@@ -409,8 +411,9 @@ static void test_closed_loop_slow_device(void)
  * Guests behave like this: a vCPU that was answered quickly is still
  * running (or halt-polling) and answers quickly in turn; one left waiting
  * went to sleep and answers after its own wake-up.  Here the next request
- * comes 1 µs after a turn that spun, 26 µs after one that did not.  From
- * the no-spin side the model sees 26 µs waits against K = 25 µs: not worth
+ * comes 1 µs after a turn that spun, 22 µs after one that did not.  From
+ * the no-spin side the model sees those waits through wake-ups, as ~30 µs
+ * (it takes off only half the lateness) against K = 25 µs: not worth
  * spinning, but close.  A trial shows the other side.
  */
 static void test_trial_finds_reactive_producer(void)
@@ -419,11 +422,11 @@ static void test_trial_finds_reactive_producer(void)
 
     sim_init(&s, &aio_poll_policy_predictive, AIO_POLL_MAX_NS_DEFAULT);
     for (int n = 0; n < 300; n++) {
-        sim_event(&s, s.last_window > 0 ? 1 * US : 26 * US);
+        sim_event(&s, s.last_window > 0 ? 1 * US : 22 * US);
     }
     sim_reset_counts(&s);
     for (int n = 0; n < 100; n++) {
-        sim_event(&s, s.last_window > 0 ? 1 * US : 26 * US);
+        sim_event(&s, s.last_window > 0 ? 1 * US : 22 * US);
     }
     g_test_message("reactive: caught %u/100, window %" G_GINT64_FORMAT,
                    s.caught, s.src.window_ns);
@@ -432,15 +435,16 @@ static void test_trial_finds_reactive_producer(void)
     sim_free(&s);
 }
 
-/* The same close call with a producer that does not react: one trial,
- * then a second apart (and longer each time), so it costs little. */
+/* A close call with a producer that does not react, and waits (27 µs)
+ * that are really not worth spinning for: one trial, then a second apart
+ * (and longer each time), so it costs little. */
 static void test_trial_backs_off(void)
 {
     Sim s;
 
     sim_init(&s, &aio_poll_policy_predictive, AIO_POLL_MAX_NS_DEFAULT);
     for (int n = 0; n < 2000; n++) {
-        sim_event(&s, 26 * US);
+        sim_event(&s, 27 * US);
     }
     g_test_message("not reactive: spun in %u of 2000 turns (%.1f ms of "
                    "simulated time)", s.spun_turns, (s.now - 1e9) / 1e6);
