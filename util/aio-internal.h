@@ -125,6 +125,7 @@ typedef struct AioCostMeter {
     unsigned blocks;                /* blocking waits so far (saturating) */
     unsigned until_cpu_sample;      /* blocking waits until the next CPU sample */
     unsigned blocks_since_late;     /* blocking waits since the last lateness sample */
+    unsigned late_samples;          /* lateness samples so far (saturating) */
     int64_t last_late_ns;           /* when it was taken */
 } AioCostMeter;
 

@@ -707,6 +707,7 @@ static bool aio_poll_spin(AioContext *ctx, int64_t turn_start, int64_t deadline,
 #define AIO_COST_CAL_WAIT_NS 1000
 #define AIO_COST_CAL_PERIOD_NS (1000 * 1000 * 1000LL)
 #define AIO_COST_CAL_BLOCKS 64
+#define AIO_COST_FIRST_LATE_SAMPLES 4
 
 /*
  * Exponentially weighted average, a new sample weighing 2^-shift; 0 means
@@ -731,6 +732,7 @@ static void aio_cost_late_sample(AioContext *ctx, int64_t late, int64_t now)
                           ctx->pstate.costs.wake_late_ns, memory_order_relaxed);
     ctx->costs.last_late_ns = now;
     ctx->costs.blocks_since_late = 0;
+    ctx->costs.late_samples = MIN(ctx->costs.late_samples + 1, UINT_MAX - 1);
 }
 
 /* Whether this long wait should first take a short calibration wait. */
@@ -738,8 +740,11 @@ static bool aio_cost_want_calibration(AioContext *ctx, int64_t now)
 {
     const AioCostMeter *m = &ctx->costs;
 
-    if (!ctx->pstate.costs.wake_late_ns) {
-        return m->blocks_since_late >= AIO_COST_FIRST_SAMPLES;
+    /* The first few waits of a polling context calibrate at once, so the
+     * policy knows the cost before its first plans; then a busy thread
+     * checks once a second. */
+    if (m->late_samples < AIO_COST_FIRST_LATE_SAMPLES) {
+        return true;
     }
     return m->blocks_since_late >= AIO_COST_CAL_BLOCKS &&
            now - m->last_late_ns > AIO_COST_CAL_PERIOD_NS;

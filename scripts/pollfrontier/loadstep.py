@@ -31,7 +31,7 @@ before the phase ended:
     changes  the handler's window changes per 1000 loop turns over the
              second half of the phase (the samples at mid-phase and end).
 
-Verdict: every loaded phase settles within 100 I/Os ("steady within 100
+Verdict: every loaded phase settles within 100 events ("steady within 100
 events"): pass, MISS (naming the phases), or n/a when a phase has no
 sample inside it.
 """
@@ -113,7 +113,7 @@ def analyze_phase(phase, samples, max_settle=SETTLE_MAX_IOS):
                                        * 1000 / (last["turns"] - mid["turns"]))
     if settle <= max_settle:
         row["status"] = PASS
-        row["detail"] = (f"settled within {settle:.0f} I/Os" if lc >= start
+        row["detail"] = (f"settled within {settle:.0f} events" if lc >= start
                          else "no window change in the phase")
     else:
         row["status"] = MISS
@@ -139,7 +139,7 @@ def analyze(phases, samples, max_settle=SETTLE_MAX_IOS):
         status = PASS
         worst = max(r["settle_ios"] for _, r in loaded)
         detail = (f"every loaded phase steady within {max_settle} events "
-                  f"(at most {worst:.0f} I/Os)")
+                  f"(at most {worst:.0f} events)")
     return {"phases": rows, "status": status, "detail": detail,
             "max_settle_ios": max_settle}
 

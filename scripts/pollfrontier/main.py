@@ -40,6 +40,7 @@ IDLE_BUSY_S = 0.5
 IDLE_MAX_PERCENT = 0.05
 # The load step: its idle phase, its rate phase's load, the sampling period.
 LOAD_STEP_IDLE_S = 1.0
+LOAD_STEP_RAMP_S = 0.5          # at QD1, before phase 1 (same connection)
 LOAD_STEP_RATE = 10000
 LOAD_STEP_SAMPLE_S = 0.010
 # Runs in a row that fail before any succeeded: the set-up is at fault.
@@ -64,7 +65,8 @@ spinning, latency where cheap, beats QEMU's rules).
 
 Then the idle63 cell (the default policy on an export among 63 idle connected
 ones, against the lone export of iot-0), the load step (the default policy on
-iot-0 through QD1 -> idle -> 10k IOPS -> QD1 on one connection, with
+iot-0 through QD1 -> idle -> 10k IOPS -> QD1 on one connection, after a
+0.5 s ramp at QD1, with
 query-iothreads every 10 ms: does the window settle within 100 events of each
 change?) and the idle check (the daemon's CPU over --idle-seconds without I/O,
 right after a busy QD1 run).
@@ -248,7 +250,8 @@ def estimate_s(args):
     if not args.no_idle63:
         total += 2 * args.repeats * per_run + 3.0
     if not args.no_load_step:
-        total += 3 * args.load_step_seconds + LOAD_STEP_IDLE_S + 0.3
+        total += (3 * args.load_step_seconds + LOAD_STEP_IDLE_S +
+                  LOAD_STEP_RAMP_S + 0.3)
     if args.idle_seconds:
         total += args.idle_seconds + IDLE_BUSY_S + 0.2
     return total
@@ -567,7 +570,11 @@ class Session:
             + f"; query-iothreads every {LOAD_STEP_SAMPLE_S * 1000:g} ms")
         cfg = self.default_config()
         self.qcmd(lambda: apply_config(self.qmp, iot, cfg), "qom-set")
-        cmd = runner.bench_command(_opts(args, ramp=0), self.layout.socket(0), None,
+        # The sequence starts from a steady QD1: the ramp runs at the first
+        # phase's load on the same connection, so phase 1 is judged as the
+        # steps after it are, not as a queue's first requests.
+        cmd = runner.bench_command(_opts(args, ramp=LOAD_STEP_RAMP_S),
+                                   self.layout.socket(0), None,
                                    self.daemon.pid, args.seed, completion="poll",
                                    phases=phases)
         samples = []
@@ -589,7 +596,7 @@ class Session:
 
         sampler = threading.Thread(target=sample, name="load-step-sampler",
                                    daemon=True)
-        timeout = sum(s for s, _ in phases) + runner.RUN_SLACK_S
+        timeout = LOAD_STEP_RAMP_S + sum(s for s, _ in phases) + runner.RUN_SLACK_S
         sampler.start()
         try:
             result, attempts = runner.run_with_retry(
@@ -827,7 +834,8 @@ def print_dry_run(args, programs):
     if not args.no_load_step:
         say("the load step (query-iothreads every "
             f"{LOAD_STEP_SAMPLE_S * 1000:g} ms meanwhile):")
-        cmd = runner.bench_command(_opts(args, ramp=0), "/tmp/spf.XXXX/e0.sock", None,
+        cmd = runner.bench_command(_opts(args, ramp=LOAD_STEP_RAMP_S),
+                                   "/tmp/spf.XXXX/e0.sock", None,
                                    "PID", args.seed, completion="poll",
                                    phases=load_step_phases(args))
         say("  " + " ".join(map(str, cmd)))
