@@ -512,16 +512,26 @@ static void aio_sources_refresh_phases(AioContext *ctx, int64_t now)
 {
     for (unsigned i = 0; i < ctx->active.n; i++) {
         AioHandler *h = ctx->active.h[i];
-        unsigned phase;
+        unsigned phase, pending;
 
         if (!h->io_poll_pending.fd) {
             continue;
         }
         if (h->is_event_notifier) {
-            phase = h->io_poll_pending.en(h->opaque) > 0;
+            pending = h->io_poll_pending.en(h->opaque);
         } else {
-            phase = h->io_poll_pending.fd(h->opaque) > 0;
+            pending = h->io_poll_pending.fd(h->opaque);
         }
+        phase = pending > 0;
+        /* The requests owed since the last turn (a step function sampled
+         * at turn starts: a request taken and completed in one turn owes
+         * nothing). */
+        if (h->src.pending_stamp_ns) {
+            h->src.pending_area += (uint64_t)h->src.pending_last *
+                                   (uint64_t)MAX(now - h->src.pending_stamp_ns, 0);
+        }
+        h->src.pending_stamp_ns = now;
+        h->src.pending_last = pending;
         if (phase != h->src.phase) {
             if (ctx->policy->phase_end) {
                 int64_t old = h->src.window_ns;
@@ -698,15 +708,22 @@ static bool aio_poll_spin(AioContext *ctx, int64_t turn_start, int64_t deadline,
 /* ------------------------------------------------------------------------ */
 /* What blocking costs                                                      */
 
-/* Samples of the CPU cost of a blocking wait: the first few, then 1 in 16
- * (reading the thread's CPU clock is a system call). */
+/* Samples of the CPU cost of a blocking wait: the first few, then 1 in 32
+ * (reading the thread's CPU clock is a system call, two per sample). */
 #define AIO_COST_FIRST_SAMPLES 8
-#define AIO_COST_CPU_EVERY 8
+#define AIO_COST_CPU_EVERY 32
 /* Lateness samples: a timer's, or a calibration wait of this length taken
  * at most once a second while the thread is busy. */
 #define AIO_COST_CAL_WAIT_NS 1000
 #define AIO_COST_CAL_PERIOD_NS (1000 * 1000 * 1000LL)
 #define AIO_COST_CAL_BLOCKS 64
+/*
+ * Only short sleeps are learned from: a thread that sleeps a millisecond
+ * goes into deeper idle states and wakes up later than one that sleeps a
+ * few microseconds, and the policy weighs spinning against short sleeps
+ * (it spins only for events expected soon).
+ */
+#define AIO_COST_SHORT_SLEEP_NS (100 * 1000)
 #define AIO_COST_FIRST_LATE_SAMPLES 4
 
 /*
@@ -787,7 +804,7 @@ static int aio_fdmon_wait_measured(AioContext *ctx, int64_t timeout,
         }
     } else {
         n = ctx->fdmon->wait(ctx, timeout);
-        if (n == 0 && timeout > 0) {
+        if (n == 0 && timeout > 0 && timeout <= AIO_COST_SHORT_SLEEP_NS) {
             end = clock_now_ns();
             aio_cost_late_sample(ctx, end - block_start - timeout, end);
         }

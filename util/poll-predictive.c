@@ -7,14 +7,21 @@
  * by the loop (AioPollCosts).  If T is the time until a source's next
  * event, spinning for W and then blocking costs, in expectation,
  *
- *     J(W) = E[min(T, W)] + P(T > W) * K,     K = C + L
+ *     J(W) = E[min(T, W)] + P(T > W) * K,     K = C + w * L
  *
- * (one nanosecond of latency weighs as much as one of CPU).  This is the
- * classic spin-then-block problem; given the distribution of T the best W
- * minimises J, and W = 0 whenever the events are not likely enough to come
- * soon enough for the spinning to pay.  A Poisson stream with a mean gap
- * longer than K is never worth spinning for; a closed-loop guest that
- * resubmits 0.5 µs after each completion always is.
+ * This is the classic spin-then-block problem; given the distribution of
+ * T the best W minimises J, and W = 0 whenever the events are not likely
+ * enough to come soon enough for the spinning to pay.  A Poisson stream
+ * with a mean gap longer than K is never worth spinning for; a closed-loop
+ * guest that resubmits 0.5 µs after each completion always is.
+ *
+ * The weight w of latency against CPU is the exchange rate users set when
+ * they ask for polling -- halving a request's latency is worth doubling
+ * its CPU, so w = 2 -- while the wake-up is a tenth or more of the
+ * requests' own latency; below that it falls in proportion (a 6 µs
+ * wake-up is nothing next to a 1 ms request).  The requests' latency comes
+ * from Little's law on what the loop measures: the time integral of the
+ * requests a source is owed, over its events.
  *
  * What is learned, per source and phase.  T is measured per source (each
  * virtqueue, each completion ring), from the start of the source's current
@@ -30,27 +37,32 @@
  * they are not this source's events.
  *
  * The distribution is a histogram of half-octave buckets from 256 ns to
- * 1 ms (aio_pred_bucket()) with exponential forgetting (each sample weighs
- * 1/(1-1/16) more than the one before: the last ~16 dominate).  Intervals
- * cut short by a phase change are censored observations: they count as
- * survival through the buckets they covered.  Each bucket's hazard (the
- * chance that the event comes in it, given that it has not come before)
- * gives the survival S at each bucket edge and I, the integral of S, so
- * that for a spin from elapsed time a until edge e
+ * 1 ms (aio_pred_bucket()) with exponential forgetting (the last ~64
+ * samples dominate), and a change detector that forgets faster when the
+ * workload changes (pred_detect_change()).  Intervals cut short by a phase
+ * change are censored observations: they count as survival through the
+ * buckets they covered.  Each bucket's hazard (the chance that the event
+ * comes in it, given that it has not come before) gives the survival S at
+ * each bucket edge and I, the integral of S, so that for a spin from
+ * elapsed time a until edge e
  *
  *     S(a) * J_a(e) = I(e) - I(a) + K * S(e)
  *
  * and the best end for each starting bucket is the edge e in
  * [a, a + poll-max-ns] with the smallest G(e) = I(e) + K * S(e).  The
- * table is recomputed every 8 samples (and when K or poll-max-ns moves),
- * after dispatch, so a turn's plan is a table look-up.  A spin must beat
- * blocking by K/16 to be chosen, so noise in a Poisson stream's histogram
- * does not make the window twitch.
+ * table is recomputed every 8 to 64 samples (more often while it changes,
+ * and when K or poll-max-ns moves), after dispatch, so a turn's plan is a
+ * table look-up.  A spin must beat blocking by K/16 to be chosen, a longer
+ * one must be worth K/16 more, and a window that costs about the same as
+ * the old one is kept: noise in a histogram does not make the window
+ * twitch.
  *
  * Events seen after blocking are late by the wake-up: the sample is taken
- * as max(when the loop last looked, seen - L), so a window at 0 still
- * learns what it would catch if it spun (QEMU's rule cannot: once the
- * window is 0 every wait it measures includes the wake-up).
+ * as max(when the loop last looked, seen - L/2), so a window at 0 still
+ * learns about what it would catch if it spun (QEMU's rule cannot: once
+ * the window is 0 every wait it measures includes the wake-up).  Where
+ * that leaves the call close, a trial spins the whole window for 32
+ * events, now and then, and lets the exact waits decide.
  *
  * The turn.  The spin lasts the longest of the active sources' plans
  * (each source's plan conditioned on how long its interval has run), and
@@ -76,14 +88,15 @@
 #define PRED_SHIFT_DEV 0.5f          /* change detector: alarm threshold */
 #define PRED_SHIFT_KEEP 0.0625f      /* ... and what is kept of the past */
 #define PRED_SHIFT_QUIET 64          /* events before it may fire again */
-#define PRED_FOLD 8                  /* samples between plan updates */
+#define PRED_FOLD 8                  /* samples between plan updates ... */
+#define PRED_FOLD_MAX 64             /* ... up to this while nothing changes */
 #define PRED_MIN_SAMPLES 4.0f        /* weighted samples before any plan */
 #define PRED_RESCALE 4096.0f         /* renormalise weights above this */
 #define PRED_BUDGET_MAX_NS 1000000   /* the ledger's cap: 1 ms */
 #define PRED_BUDGET_REFILL_SHIFT 6   /* refill: 1/64 of wall time */
 #define PRED_TRIAL_EVENTS 32         /* a trial spins for this many events */
-#define PRED_TRIAL_FIRST_NS (1000 * 1000 * 1000LL)   /* then waits 1 s ... */
-#define PRED_TRIAL_MAX_NS (16 * PRED_TRIAL_FIRST_NS) /* ... doubling to 16 s */
+#define PRED_TRIAL_FIRST_NS (100 * 1000 * 1000LL)    /* then waits 0.1 s */
+#define PRED_TRIAL_MAX_NS (16 * 1000 * 1000 * 1000LL) /* ... doubling to 16 s */
 
 typedef struct PredPhase {
     float ev[B];                     /* events that came in bucket b */
@@ -106,6 +119,11 @@ typedef struct PredPhase {
 typedef struct PredSource {
     PredPhase ph[2];
     unsigned since_fold;
+    unsigned fold_every;             /* PRED_FOLD .. PRED_FOLD_MAX */
+    /* The source's request latency (Little's law on pending_area). */
+    uint64_t area_mark;
+    unsigned area_events;
+    int64_t latency_ns;              /* 0: not known */
     int64_t k_ns;                    /* K and poll-max-ns of the plans */
     int64_t max_ns;
 } PredSource;
@@ -153,6 +171,7 @@ static PredSource *pred_source(AioPollSource *src)
             ps->ph[p].weight = 1.0f;
             ps->ph[p].since_shift = PRED_SHIFT_QUIET;
         }
+        ps->fold_every = PRED_FOLD;
         src->priv = ps;
     }
     return src->priv;
@@ -304,6 +323,12 @@ static void pred_plan_phase(PredPhase *ph, int64_t k, int64_t max_ns,
                 best_e = e;
             }
         }
+        /* Spins end on powers of two (odd buckets): fewer places for a
+         * plan to move between when the waits drift. */
+        if (best_e != a && !(best_e & 1) && best_e + 1 < B &&
+            aio_pred_bucket_start(best_e + 1) <= limit) {
+            best_e++;
+        }
         /* Keep the old end while it is nearly as good: windows that cost
          * about the same should not make the plan flap between them.  But
          * not one over 8 times longer when the best already catches 99%:
@@ -352,26 +377,87 @@ static int64_t pred_phase_window(const PredPhase *ph, int64_t elapsed)
     return e > a ? aio_pred_bucket_start(e) - MAX(elapsed, 0) : 0;
 }
 
+
+/*
+ * K for one source: the CPU a sleep costs, plus its latency weighted by
+ * how much it matters to the source's requests.  The exchange rate is the
+ * one users set when they ask for polling: halving a request's latency is
+ * worth doubling the CPU it takes, so a nanosecond of latency weighs two
+ * of CPU -- while the wake-up is a tenth or more of the requests' own
+ * latency (latency + L).  Below that the weight falls in proportion: a
+ * 6 µs wake-up is half of a fast request and nothing next to a 1 ms one.
+ */
+#define PRED_LATENCY_WEIGHT 2
+
+/* K at full weight (timers, the ledger). */
 static int64_t pred_k(const AioPollState *st)
 {
-    return st->costs.block_cpu_ns + st->costs.wake_late_ns;
+    return st->costs.block_cpu_ns + PRED_LATENCY_WEIGHT * st->costs.wake_late_ns;
+}
+
+static int64_t pred_k_src(const AioPollState *st, const PredSource *ps)
+{
+    int64_t late = st->costs.wake_late_ns;
+    double w = PRED_LATENCY_WEIGHT;
+
+    if (ps->latency_ns > 0 && late > 0) {
+        w = MIN(w, 10.0 * PRED_LATENCY_WEIGHT * late /
+                   (double)(ps->latency_ns + late));
+    }
+    return st->costs.block_cpu_ns + (int64_t)(w * late);
+}
+
+/* Every 16 events: the requests' mean latency from the area they owed. */
+static void pred_track_latency(AioPollSource *src, PredSource *ps)
+{
+    if (ps->area_events == 0 && ps->area_mark == 0) {
+        ps->area_mark = src->pending_area;
+    }
+    if (++ps->area_events < 16) {
+        return;
+    }
+    {
+        int64_t sample = (int64_t)((src->pending_area - ps->area_mark) /
+                                   ps->area_events);
+
+        ps->latency_ns = ps->latency_ns ?
+                         ps->latency_ns + (sample - ps->latency_ns) / 4 :
+                         MAX(sample, 1);
+    }
+    ps->area_mark = src->pending_area;
+    ps->area_events = 0;
 }
 
 /* Recompute both phases' plans; return how the source's window moved. */
 static AioPollAdjustment pred_replan(AioPollState *st, AioPollSource *src,
                                      PredSource *ps)
 {
-    int64_t old = src->window_ns, k = pred_k(st);
+    int64_t old = src->window_ns, k = pred_k_src(st, ps);
+    bool same = true;
 
     ps->k_ns = k;
     ps->max_ns = st->params.max_ns;
     ps->since_fold = 0;
     src->window_ns = 0;
     for (unsigned p = 0; p < 2; p++) {
-        pred_plan_phase(&ps->ph[p], k, st->params.max_ns,
-                        st->costs.wake_late_ns);
-        src->window_ns = MAX(src->window_ns, pred_phase_window(&ps->ph[p], 0));
+        PredPhase *ph = &ps->ph[p];
+        uint8_t before[B];
+        bool close = ph->close;
+
+        memcpy(before, ph->best_end, sizeof(before));
+        pred_plan_phase(ph, k, st->params.max_ns, st->costs.wake_late_ns);
+        same &= !memcmp(before, ph->best_end, sizeof(before)) &&
+                close == ph->close;
+        src->window_ns = MAX(src->window_ns, pred_phase_window(ph, 0));
     }
+    /* A plan that came out the same is redone less and less often (the
+     * change detector still reacts to each sample), but often while a
+     * change is fresh. */
+    same &= ps->ph[0].since_shift >= PRED_SHIFT_QUIET &&
+            ps->ph[1].since_shift >= PRED_SHIFT_QUIET;
+    ps->fold_every = same ? MIN(MAX(ps->fold_every, PRED_FOLD) * 2,
+                                PRED_FOLD_MAX)
+                          : PRED_FOLD;
     src->window_ns = MIN(src->window_ns, st->params.max_ns);
     if (src->window_ns > old) {
         return AIO_POLL_GREW;
@@ -382,7 +468,7 @@ static AioPollAdjustment pred_replan(AioPollState *st, AioPollSource *src,
 /* K moved by more than a quarter, or poll-max-ns changed, since the plan. */
 static bool pred_plan_stale(const AioPollState *st, const PredSource *ps)
 {
-    int64_t k = pred_k(st), d = k - ps->k_ns;
+    int64_t k = pred_k_src(st, ps), d = k - ps->k_ns;
 
     return ps->max_ns != st->params.max_ns || (d < 0 ? -d : d) > ps->k_ns / 4;
 }
@@ -451,6 +537,7 @@ static AioPollAdjustment pred_learn(AioPollState *st, AioPollSource *src,
         return AIO_POLL_KEPT;
     }
     ps = pred_source(src);
+    pred_track_latency(src, ps);
     seen = src->ev_ns;
     if (!src->ev_exact && turn->blocked) {
         /*
@@ -466,7 +553,7 @@ static AioPollAdjustment pred_learn(AioPollState *st, AioPollSource *src,
     }
     ph = &ps->ph[src->phase & 1];
     if (pred_record(ph, MAX(seen - src->ref_ns, 0), true) |
-        (++ps->since_fold >= PRED_FOLD) | pred_plan_stale(st, ps) |
+        (++ps->since_fold >= ps->fold_every) | pred_plan_stale(st, ps) |
         (ph->trial_left == 1)) {
         adj = pred_replan(st, src, ps);
     }
@@ -492,7 +579,7 @@ static AioPollAdjustment pred_phase_end(AioPollState *st, AioPollSource *src,
     PredSource *ps = pred_source(src);
 
     pred_record(&ps->ph[src->phase & 1], MAX(now - src->ref_ns, 0), false);
-    if (++ps->since_fold >= PRED_FOLD) {
+    if (++ps->since_fold >= ps->fold_every) {
         return pred_replan(st, src, ps);
     }
     return AIO_POLL_KEPT;

@@ -59,6 +59,16 @@ typedef struct AioPollSource {
      * source's last event's dispatch, or the turn in which its phase
      * changed, whichever is later. */
     int64_t ref_ns;
+    /*
+     * The integral over time of io_poll_pending() (ns x requests), sampled
+     * at the start of each turn.  Over a stretch of events, its growth
+     * divided by the events is the mean time a request is owed (Little's
+     * law): a virtqueue's request latency in the daemon, a ring's service
+     * time.
+     */
+    uint64_t pending_area;
+    int64_t pending_stamp_ns;
+    unsigned pending_last;
     /* This turn's observation, valid in learn(): */
     bool ev;               /* the source had an event */
     bool ev_exact;         /* found by its poll callback: ev_ns is exact;

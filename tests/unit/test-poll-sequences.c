@@ -10,7 +10,8 @@
  * event comes within the spin it is found by polling at its exact time;
  * otherwise the loop spins the whole plan, blocks, and wakes SIM_LATE_NS
  * after the event.  Going to sleep costs SIM_CPU_NS of CPU.  The policy is
- * told both costs, as the loop's measurements would.
+ * told both costs, as the loop's measurements would; with latency weighing
+ * twice as much as CPU, K = 5 + 2 x 10 = 25 µs.
  */
 #include <math.h>
 #include <stdint.h>
@@ -21,8 +22,8 @@
 
 #define US 1000
 #define SIM_GAP_NS 200           /* dispatch to the next turn */
-#define SIM_LATE_NS (15 * US)    /* a wake-up: this VM's order */
-#define SIM_CPU_NS (10 * US)
+#define SIM_LATE_NS (10 * US)    /* a wake-up: this VM's order */
+#define SIM_CPU_NS (5 * US)
 
 typedef struct Sim {
     const AioPollPolicyOps *ops;
@@ -405,6 +406,40 @@ static void test_closed_loop_slow_device(void)
     sim_free(&s);
 }
 
+/*
+ * The same guest loop where the guest takes 15 µs to answer: with K at
+ * 25 µs spinning pays while the requests are fast (50 µs), but not when
+ * each takes 1 ms: saving a 15 µs wake-up on a 1 ms request is not worth
+ * 15 µs of CPU.  The loop's pending_area (requests owed x time) tells the
+ * policy the requests' latency.
+ */
+static int64_t loop_with_service(int64_t service_ns)
+{
+    Sim s;
+    int64_t window;
+
+    sim_init(&s, &aio_poll_policy_predictive, AIO_POLL_MAX_NS_DEFAULT);
+    for (int n = 0; n < 400; n++) {
+        sim_phase(&s, 1);
+        s.now += service_ns;
+        s.src.pending_area += service_ns;     /* one request owed */
+        sim_phase(&s, 0);
+        sim_event(&s, 15 * US);
+    }
+    window = s.src.window_ns;
+    g_test_message("service %" G_GINT64_FORMAT " us: window %" G_GINT64_FORMAT
+                   ", caught %u of the last events", service_ns / US, window,
+                   s.caught);
+    sim_free(&s);
+    return window;
+}
+
+static void test_latency_weighs_the_wake_up(void)
+{
+    g_assert_cmpint(loop_with_service(50 * US), >, 15 * US);
+    g_assert_cmpint(loop_with_service(1000 * US), ==, 0);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Trials: a producer that answers faster when we spin.                     */
 
@@ -413,7 +448,7 @@ static void test_closed_loop_slow_device(void)
  * running (or halt-polling) and answers quickly in turn; one left waiting
  * went to sleep and answers after its own wake-up.  Here the next request
  * comes 1 µs after a turn that spun, 22 µs after one that did not.  From
- * the no-spin side the model sees those waits through wake-ups, as ~30 µs
+ * the no-spin side the model sees those waits through wake-ups, as ~27 µs
  * (it takes off only half the lateness) against K = 25 µs: not worth
  * spinning, but close.  A trial shows the other side.
  */
@@ -558,6 +593,8 @@ int main(int argc, char **argv)
     g_test_add_func("/poll-sequences/idle", test_idle);
     g_test_add_func("/poll-sequences/closed-loop-slow-device",
                     test_closed_loop_slow_device);
+    g_test_add_func("/poll-sequences/latency-weighs-the-wake-up",
+                    test_latency_weighs_the_wake_up);
     g_test_add_func("/poll-sequences/trial-finds-reactive-producer",
                     test_trial_finds_reactive_producer);
     g_test_add_func("/poll-sequences/trial-backs-off", test_trial_backs_off);
