@@ -468,12 +468,14 @@ static bool uring_setup_ring(UringEngine *e, Error **errp)
     return true;
 }
 
-/* For the poll policy: completions can come only while requests are out. */
-static unsigned uring_pending_cb(EventNotifier *n)
+/* For the poll policy: completions can come only while requests are out;
+ * and the completions so far. */
+static void uring_counts_cb(EventNotifier *n, AioPollCounts *c)
 {
     UringEngine *e = container_of(n, UringEngine, notifier);
 
-    return e->in_flight;
+    c->pending = e->in_flight;
+    c->done = atomic_load_explicit(&e->stats.completions, memory_order_relaxed);
 }
 
 static void uring_register_handler(UringEngine *e)
@@ -485,7 +487,7 @@ static void uring_register_handler(UringEngine *e)
     /* Nothing to suppress while polling: the kernel signals the eventfd
      * anyway, and the poll callback finds the CQEs first. */
     aio_set_event_notifier_poll(ctx, &e->notifier, NULL, NULL);
-    aio_set_event_notifier_pending(ctx, &e->notifier, uring_pending_cb);
+    aio_set_event_notifier_counts(ctx, &e->notifier, uring_counts_cb);
     aio_set_fd_handler_name(ctx, event_notifier_get_fd(&e->notifier),
                             "io_uring");
 }

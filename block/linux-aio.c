@@ -552,12 +552,13 @@ static bool laio_setup_context(LaioEngine *e, Error **errp)
 }
 
 /* For the poll policy: completions can come only while the kernel holds
- * requests. */
-static unsigned laio_pending_cb(EventNotifier *n)
+ * requests; and the completions so far. */
+static void laio_counts_cb(EventNotifier *n, AioPollCounts *c)
 {
     LaioEngine *e = container_of(n, LaioEngine, notifier);
 
-    return e->in_kernel;
+    c->pending = e->in_kernel;
+    c->done = atomic_load_explicit(&e->stats.completions, memory_order_relaxed);
 }
 
 static void laio_register_handler(LaioEngine *e)
@@ -569,7 +570,7 @@ static void laio_register_handler(LaioEngine *e)
     /* Nothing to suppress while polling: the kernel signals the eventfd
      * anyway, and the poll callback finds the events first. */
     aio_set_event_notifier_poll(ctx, &e->notifier, NULL, NULL);
-    aio_set_event_notifier_pending(ctx, &e->notifier, laio_pending_cb);
+    aio_set_event_notifier_counts(ctx, &e->notifier, laio_counts_cb);
     aio_set_fd_handler_name(ctx, event_notifier_get_fd(&e->notifier),
                             "linux-aio");
 }

@@ -43,10 +43,10 @@ typedef union AioHandlerPollCB {
     EventNotifierPollFn *en;
 } AioHandlerPollCB;
 
-typedef union AioHandlerPendingCB {
-    AioPollPendingFn *fd;
-    EventNotifierPendingFn *en;
-} AioHandlerPendingCB;
+typedef union AioHandlerCountsCB {
+    AioPollCountsFn *fd;
+    EventNotifierCountsFn *en;
+} AioHandlerCountsCB;
 
 /* Per-handler counters: written by the home thread, read by anyone. */
 typedef struct AioHandlerCounters {
@@ -72,11 +72,12 @@ struct AioHandler {
     /* Per-turn state, home thread only. */
     bool on_ready_list;       /* queued on ctx->ready_list */
     bool poll_begun;          /* io_poll_begin called, io_poll_end not yet */
+    bool recheck;             /* io_poll_end just called: look once more */
     bool poll_ready;          /* io_poll returned true this turn */
     int64_t poll_ready_ns;    /* when (relative to the turn start) */
     uint32_t revents;         /* fd monitor result this turn */
 
-    AioHandlerPendingCB io_poll_pending;  /* NULL: always phase 0 */
+    AioHandlerCountsCB io_poll_counts;  /* NULL: always phase 0 */
 
     /* The poll policy's view (poll-policy.h), home thread only. */
     AioPollSource src;
@@ -102,6 +103,9 @@ typedef struct FDMonOps {
      * (h->revents) and return how many, or -errno.
      */
     int (*wait)(AioContext *ctx, int64_t timeout_ns);
+    /* Whether a timeout of a few microseconds is kept (a monitor that rounds
+     * it up to a millisecond would make wake-up lateness meaningless). */
+    bool (*fine_timeouts)(AioContext *ctx);
 } FDMonOps;
 
 extern const FDMonOps fdmon_epoll_ops;
@@ -158,6 +162,7 @@ struct AioContext {
      * active: those considered by per-source policies; spin: those polled
      * on every pass of the current spin (the others one per pass, from rr). */
     AioSourceSet all, active, spin;
+    AioSourceSet observed;          /* sources with an event this turn */
     bool sources_dirty;
     unsigned rr;
     int64_t last_sweep_ns;

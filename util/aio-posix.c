@@ -143,7 +143,7 @@ static void aio_handler_free_deleted(AioContext *ctx)
     g_mutex_unlock(&ctx->handlers_lock);
     ctx->handlers_deleted = false;
     /* The source sets may point at what was just freed. */
-    ctx->all.n = ctx->active.n = ctx->spin.n = 0;
+    ctx->all.n = ctx->active.n = ctx->spin.n = ctx->observed.n = 0;
     ctx->sources_dirty = true;
 }
 
@@ -232,8 +232,10 @@ static void aio_set_poll_hooks(AioContext *ctx, int fd, AioHandlerCB begin,
     aio_handler_poll_end(h);               /* with the old hooks */
     h->io_poll_begin = begin;
     h->io_poll_end = end;
-    if (ctx->poll_started) {
-        /* Polling is under way: suppress this producer's notifications too. */
+    if (ctx->poll_started &&
+        (!ctx->policy->per_source || (h->active && h->src.spin))) {
+        /* Polling is under way: suppress this producer's notifications too
+         * (with a per-source policy, only if the spin polls it). */
         aio_handler_poll_begin(h);
     }
 }
@@ -254,30 +256,30 @@ void aio_set_event_notifier_poll(AioContext *ctx, EventNotifier *e,
                        (AioHandlerCB){ .en = io_poll_end });
 }
 
-static void aio_set_pending(AioContext *ctx, int fd, AioHandlerPendingCB fn)
+static void aio_set_counts(AioContext *ctx, int fd, AioHandlerCountsCB fn)
 {
     AioHandler *h;
 
     g_assert(aio_context_in_home_thread(ctx));
     h = aio_find_handler(ctx, fd);
     g_assert(h);
-    h->io_poll_pending = fn;
+    h->io_poll_counts = fn;
     if (!fn.fd) {
         h->src.phase = 0;
         atomic_store_explicit(&h->phase_pub, 0, memory_order_relaxed);
     }
 }
 
-void aio_set_fd_poll_pending(AioContext *ctx, int fd, AioPollPendingFn *fn)
+void aio_set_fd_poll_counts(AioContext *ctx, int fd, AioPollCountsFn *fn)
 {
-    aio_set_pending(ctx, fd, (AioHandlerPendingCB){ .fd = fn });
+    aio_set_counts(ctx, fd, (AioHandlerCountsCB){ .fd = fn });
 }
 
-void aio_set_event_notifier_pending(AioContext *ctx, EventNotifier *e,
-                                    EventNotifierPendingFn *fn)
+void aio_set_event_notifier_counts(AioContext *ctx, EventNotifier *e,
+                                   EventNotifierCountsFn *fn)
 {
-    aio_set_pending(ctx, event_notifier_get_fd(e),
-                    (AioHandlerPendingCB){ .en = fn });
+    aio_set_counts(ctx, event_notifier_get_fd(e),
+                   (AioHandlerCountsCB){ .en = fn });
 }
 
 void aio_set_fd_handler_name(AioContext *ctx, int fd, const char *name)
@@ -394,6 +396,10 @@ static void aio_source_set_add(AioSourceSet *set, AioHandler *h)
     set->n++;
 }
 
+static bool aio_poll_handler(AioContext *ctx, AioHandler *h, int64_t turn_start,
+                             int64_t *now);
+static void aio_poll_set_stopped(AioContext *ctx);
+
 static void aio_handler_set_active(AioHandler *h, bool active)
 {
     h->active = active;
@@ -406,7 +412,23 @@ static void aio_handler_set_active(AioHandler *h, bool active)
 void aio_context_reset_poll_state(AioContext *ctx)
 {
     AioPollCosts costs = ctx->pstate.costs;
+    int64_t now = 0;
 
+    /*
+     * Notifications back on for every handler first (the new policy
+     * begins the ones it spins for), with the usual fence and last look;
+     * work found now is dispatched by the next turn.
+     */
+    if (ctx->poll_started) {
+        aio_poll_set_stopped(ctx);
+        atomic_thread_fence(memory_order_seq_cst);
+        for (AioHandler *h = ctx->handlers; h; h = h->next) {
+            if (h->recheck) {
+                h->recheck = false;
+                aio_poll_handler(ctx, h, ctx->turn_start_ns, &now);
+            }
+        }
+    }
     for (AioHandler *h = ctx->handlers; h; h = h->next) {
         aio_poll_source_reset(&h->src);
         aio_handler_set_active(h, false);
@@ -421,7 +443,8 @@ void aio_context_reset_poll_state(AioContext *ctx)
 
 void aio_source_sets_free(AioContext *ctx)
 {
-    AioSourceSet *sets[] = { &ctx->all, &ctx->active, &ctx->spin };
+    AioSourceSet *sets[] = { &ctx->all, &ctx->active, &ctx->spin,
+                             &ctx->observed };
 
     for (size_t i = 0; i < G_N_ELEMENTS(sets); i++) {
         g_free(sets[i]->h);
@@ -433,14 +456,20 @@ void aio_source_sets_free(AioContext *ctx)
 /* Rebuild the source sets after handlers were added, changed or removed. */
 static void aio_sources_rebuild(AioContext *ctx)
 {
-    ctx->all.n = ctx->active.n = ctx->spin.n = 0;
+    ctx->all.n = ctx->active.n = ctx->spin.n = ctx->observed.n = 0;
     for (AioHandler *h = ctx->handlers; h; h = h->next) {
+        h->src.ev = false;      /* an observation the rebuild dropped */
         if (h->deleted || h->internal || !aio_handler_is_pollable(h)) {
             continue;
         }
         aio_source_set_add(&ctx->all, h);
         if (h->active) {
             aio_source_set_add(&ctx->active, h);
+            /* The spin set is the active sources the last plan marked:
+             * they may have had io_poll_begin, and must stay polled. */
+            if (h->src.spin) {
+                aio_source_set_add(&ctx->spin, h);
+            }
         }
     }
     ctx->rr = 0;
@@ -453,6 +482,10 @@ static void aio_source_activate(AioContext *ctx, AioHandler *h)
     if (!h->active) {
         aio_handler_set_active(h, true);
         aio_source_set_add(&ctx->active, h);
+        /* Its interval and its count of pending requests start now: what
+         * happened while it was not watched is not a wait. */
+        h->src.fresh = true;
+        h->src.pending_stamp_ns = 0;
     }
 }
 
@@ -512,16 +545,19 @@ static void aio_sources_refresh_phases(AioContext *ctx, int64_t now)
 {
     for (unsigned i = 0; i < ctx->active.n; i++) {
         AioHandler *h = ctx->active.h[i];
+        AioPollCounts c = { 0 };
         unsigned phase, pending;
 
-        if (!h->io_poll_pending.fd) {
+        if (!h->io_poll_counts.fd) {
             continue;
         }
         if (h->is_event_notifier) {
-            pending = h->io_poll_pending.en(h->opaque);
+            h->io_poll_counts.en(h->opaque, &c);
         } else {
-            pending = h->io_poll_pending.fd(h->opaque);
+            h->io_poll_counts.fd(h->opaque, &c);
         }
+        pending = c.pending;
+        h->src.done = c.done;
         phase = pending > 0;
         /* The requests owed since the last turn (a step function sampled
          * at turn starts: a request taken and completed in one turn owes
@@ -552,15 +588,52 @@ static AioSourceSet *aio_policy_sources(AioContext *ctx)
     return ctx->policy->per_source ? &ctx->active : &ctx->all;
 }
 
-/* After plan(): the sources to poll on every pass. */
-static void aio_spin_set_build(AioContext *ctx)
+/*
+ * After plan(): the sources to poll on every pass.  A source the plan no
+ * longer spins for gets its notifications back at once (io_poll_end, full
+ * fence, one more look: the same race as before blocking), so that a busy
+ * queue that keeps the loop spinning cannot leave another one suppressed
+ * and seen only one pass in all.n.  True if that last look found work.
+ */
+static bool aio_spin_set_update(AioContext *ctx, int64_t turn_start,
+                                int64_t *now)
 {
-    ctx->spin.n = 0;
-    for (unsigned i = 0; i < ctx->active.n; i++) {
-        if (ctx->active.h[i]->src.spin) {
-            aio_source_set_add(&ctx->spin, ctx->active.h[i]);
+    AioSourceSet *set = &ctx->spin;
+    bool ended = false, found = false;
+    uint64_t hits = 0;
+
+    for (unsigned i = 0; i < set->n; i++) {
+        AioHandler *h = set->h[i];
+
+        if (!h->deleted && h->poll_begun && !(h->active && h->src.spin)) {
+            aio_handler_poll_end(h);
+            h->recheck = true;
+            ended = true;
         }
     }
+    if (ended) {
+        /* Full fence: as in aio_poll() step 2. */
+        atomic_thread_fence(memory_order_seq_cst);
+        for (unsigned i = 0; i < set->n; i++) {
+            AioHandler *h = set->h[i];
+
+            if (h->recheck) {
+                h->recheck = false;
+                if (aio_poll_handler(ctx, h, turn_start, now)) {
+                    found = true;
+                    hits++;
+                }
+            }
+        }
+        stat_add(&ctx->stats.poll_hits, hits);
+    }
+    set->n = 0;
+    for (unsigned i = 0; i < ctx->active.n; i++) {
+        if (ctx->active.h[i]->src.spin) {
+            aio_source_set_add(set, ctx->active.h[i]);
+        }
+    }
+    return found;
 }
 
 static AioSourceSet *aio_spin_sources(AioContext *ctx)
@@ -588,6 +661,8 @@ static void aio_poll_set_begun(AioContext *ctx)
     }
 }
 
+/* io_poll_end for every handler that had io_poll_begin; they are marked
+ * for the re-check (h->recheck). */
 static void aio_poll_set_stopped(AioContext *ctx)
 {
     if (!ctx->poll_started) {
@@ -595,8 +670,9 @@ static void aio_poll_set_stopped(AioContext *ctx)
     }
     ctx->poll_started = false;
     for (AioHandler *h = ctx->handlers; h; h = h->next) {
-        if (!h->deleted) {
+        if (!h->deleted && h->poll_begun) {
             aio_handler_poll_end(h);
+            h->recheck = true;
         }
     }
     SPINDLE_TRACE2(poll_started, ctx, false);
@@ -658,15 +734,27 @@ static bool aio_poll_pass(AioContext *ctx, int64_t turn_start, int64_t *now_out)
     return found;
 }
 
-/* Every handler once (the last look before blocking). */
-static bool aio_poll_all(AioContext *ctx, int64_t turn_start, int64_t *now_out)
+/*
+ * The last look before blocking.  Policies that are not per source look
+ * at every handler, as QEMU does.  Per-source ones look at the handlers
+ * whose notifications were just turned back on (h->recheck) and the
+ * context's notifier: a handler whose notifications stayed on has its
+ * producer's kick in the fd monitor, and polling 63 idle queues' rings
+ * before every sleep would cost more than the sleep.
+ */
+static bool aio_poll_recheck(AioContext *ctx, int64_t turn_start,
+                             int64_t *now_out)
 {
+    bool every = !ctx->policy->per_source;
     uint64_t hits = 0;
     bool found = false;
     int64_t now = 0;
 
     for (AioHandler *h = ctx->handlers; h; h = h->next) {
-        if (aio_poll_handler(ctx, h, turn_start, &now)) {
+        bool look = every || h->recheck || h->internal;
+
+        h->recheck = false;
+        if (look && aio_poll_handler(ctx, h, turn_start, &now)) {
             found = true;
             hits += !h->internal;
         }
@@ -738,7 +826,13 @@ static bool aio_poll_spin(AioContext *ctx, int64_t turn_start, int64_t deadline,
 
 static void aio_cost_update(int64_t *avg, int64_t sample, int shift)
 {
-    *avg = *avg ? *avg + ((sample - *avg) >> shift) : MAX(sample, 1);
+    if (!*avg) {
+        *avg = MAX(sample, 1);
+        return;
+    }
+    /* Divide (not shift) so that the step rounds toward zero both ways,
+     * and never reach 0, which means "no sample yet". */
+    *avg = MAX(*avg + (sample - *avg) / (1 << shift), 1);
 }
 
 static void aio_cost_late_sample(AioContext *ctx, int64_t late, int64_t now)
@@ -778,13 +872,15 @@ static int aio_fdmon_wait_measured(AioContext *ctx, int64_t timeout,
                                    int64_t block_start, bool measure)
 {
     AioCostMeter *m = &ctx->costs;
-    bool cpu_sample = false;
+    bool cpu_sample = false, late_ok;
     int64_t cpu0 = 0, end;
     int n;
 
     if (!measure) {
         return ctx->fdmon->wait(ctx, timeout);
     }
+    /* Lateness means something only if short timeouts are kept. */
+    late_ok = ctx->fdmon->fine_timeouts && ctx->fdmon->fine_timeouts(ctx);
     m->blocks = MIN(m->blocks + 1, UINT_MAX - 1);
     m->blocks_since_late = MIN(m->blocks_since_late + 1, UINT_MAX - 1);
     if (m->blocks <= AIO_COST_FIRST_SAMPLES || --m->until_cpu_sample == 0) {
@@ -792,7 +888,7 @@ static int aio_fdmon_wait_measured(AioContext *ctx, int64_t timeout,
         cpu_sample = true;
         cpu0 = clock_thread_cpu_ns();
     }
-    if ((timeout < 0 || timeout > 100 * AIO_COST_CAL_WAIT_NS) &&
+    if (late_ok && (timeout < 0 || timeout > 100 * AIO_COST_CAL_WAIT_NS) &&
         aio_cost_want_calibration(ctx, block_start)) {
         n = ctx->fdmon->wait(ctx, AIO_COST_CAL_WAIT_NS);
         end = clock_now_ns();
@@ -804,7 +900,8 @@ static int aio_fdmon_wait_measured(AioContext *ctx, int64_t timeout,
         }
     } else {
         n = ctx->fdmon->wait(ctx, timeout);
-        if (n == 0 && timeout > 0 && timeout <= AIO_COST_SHORT_SLEEP_NS) {
+        if (late_ok && n == 0 && timeout > 0 &&
+            timeout <= AIO_COST_SHORT_SLEEP_NS) {
             end = clock_now_ns();
             aio_cost_late_sample(ctx, end - block_start - timeout, end);
         }
@@ -843,6 +940,7 @@ static void aio_sources_observe(AioContext *ctx, int64_t turn_start,
         if (per_source && !h->poll_ready && !aio_handler_call_poll(h)) {
             continue;
         }
+        aio_source_set_add(&ctx->observed, h);
         h->src.ev = true;
         h->src.ev_exact = h->poll_ready;
         h->src.ev_ns = h->poll_ready ? turn_start + h->poll_ready_ns
@@ -908,14 +1006,14 @@ static void aio_sources_learn(AioContext *ctx, const AioPollTurn *turn,
                               memory_order_relaxed);
     }
     /* Every source with an event starts a new interval, learned or not. */
-    for (unsigned i = 0; i < ctx->all.n; i++) {
-        AioHandler *h = ctx->all.h[i];
+    for (unsigned i = 0; i < ctx->observed.n; i++) {
+        AioHandler *h = ctx->observed.h[i];
 
-        if (h->src.ev) {
-            h->src.ev = false;
-            h->src.ref_ns = dispatch_start;
-        }
+        h->src.ev = false;
+        h->src.fresh = false;
+        h->src.ref_ns = dispatch_start;
     }
+    ctx->observed.n = 0;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1069,8 +1167,9 @@ bool aio_poll(AioContext *ctx, bool blocking)
         AioSourceSet *set = aio_policy_sources(ctx);
         int64_t spin = ops->plan(&ctx->pstate, set->s, set->n, &turn);
 
-        if (ops->per_source) {
-            aio_spin_set_build(ctx);
+        if (ops->per_source && aio_spin_set_update(ctx, start, &now)) {
+            found = true;      /* a source no longer spun for had work */
+            spin = 0;
         }
         spin = MIN(spin, ctx->pstate.params.max_ns);
         if (spin > 0) {
@@ -1103,7 +1202,7 @@ bool aio_poll(AioContext *ctx, bool blocking)
          * with the producer's fence between publishing work and reading
          * that flag. */
         atomic_thread_fence(memory_order_seq_cst);
-        if (aio_poll_all(ctx, start, &now)) {
+        if (aio_poll_recheck(ctx, start, &now)) {
             timeout = 0;
         } else if (turn.spun_ns > 0) {
             stat_add(&ctx->stats.poll_misses, 1);

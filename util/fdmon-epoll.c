@@ -35,10 +35,12 @@ static int fdmon_epoll_update(AioContext *ctx, AioHandler *h, uint32_t events)
     return 0;
 }
 
+/* Set once the kernel refused epoll_pwait2 (before Linux 5.11). */
+static _Atomic bool no_pwait2;
+
 static int fdmon_epoll_pwait(int epfd, struct epoll_event *evs, int max,
                              int64_t timeout_ns)
 {
-    static _Atomic bool no_pwait2;
     struct timespec ts;
     int r;
 
@@ -78,7 +80,14 @@ static int fdmon_epoll_wait(AioContext *ctx, int64_t timeout_ns)
     return n;
 }
 
+/* Nanosecond timeouts, or (without epoll_pwait2) whole milliseconds. */
+static bool fdmon_epoll_fine_timeouts(AioContext *ctx)
+{
+    return !atomic_load_explicit(&no_pwait2, memory_order_relaxed);
+}
+
 const FDMonOps fdmon_epoll_ops = {
     .update = fdmon_epoll_update,
     .wait = fdmon_epoll_wait,
+    .fine_timeouts = fdmon_epoll_fine_timeouts,
 };

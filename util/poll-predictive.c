@@ -95,6 +95,8 @@
 #define PRED_BUDGET_MAX_NS 1000000   /* the ledger's cap: 1 ms */
 #define PRED_BUDGET_REFILL_SHIFT 6   /* refill: 1/64 of wall time */
 #define PRED_TRIAL_EVENTS 32         /* a trial spins for this many events */
+#define PRED_TRIAL_MAX_LEN_NS (100 * 1000 * 1000LL)  /* or this long at most */
+#define PRED_MAX_SPIN_NS (1LL << 30) /* plans never spin longer than this */
 #define PRED_TRIAL_FIRST_NS (100 * 1000 * 1000LL)    /* then waits 0.1 s */
 #define PRED_TRIAL_MAX_NS (16 * 1000 * 1000 * 1000LL) /* ... doubling to 16 s */
 
@@ -112,6 +114,7 @@ typedef struct PredPhase {
     float dev;                       /* average of seen - expected */
     unsigned since_shift;            /* events since it last fired */
     unsigned trial_left;             /* events left in a trial */
+    int64_t trial_end_ns;            /* ... which ends then at the latest */
     int64_t trial_next_ns;           /* no trial before this */
     int64_t trial_backoff_ns;
 } PredPhase;
@@ -121,7 +124,7 @@ typedef struct PredSource {
     unsigned since_fold;
     unsigned fold_every;             /* PRED_FOLD .. PRED_FOLD_MAX */
     /* The source's request latency (Little's law on pending_area). */
-    uint64_t area_mark;
+    uint64_t area_mark, done_mark;
     unsigned area_events;
     int64_t latency_ns;              /* 0: not known */
     int64_t k_ns;                    /* K and poll-max-ns of the plans */
@@ -254,6 +257,9 @@ static bool pred_record(PredPhase *ph, int64_t t, bool event)
 static void pred_plan_phase(PredPhase *ph, int64_t k, int64_t max_ns,
                             int64_t late)
 {
+    /* Nothing is planned past the last bucket: keep the sums in range
+     * whatever poll-max-ns says. */
+    max_ns = MIN(max_ns, PRED_MAX_SPIN_NS);
     double atrisk[B + 1], S[B], I[B], G[B];
     double margin = k / 16.0;
     uint8_t old_end[B];
@@ -407,24 +413,31 @@ static int64_t pred_k_src(const AioPollState *st, const PredSource *ps)
     return st->costs.block_cpu_ns + (int64_t)(w * late);
 }
 
-/* Every 16 events: the requests' mean latency from the area they owed. */
+/*
+ * Every 16 events: the requests' mean latency, the area they owed over the
+ * requests completed meanwhile (an event may bring a batch of them).
+ */
 static void pred_track_latency(AioPollSource *src, PredSource *ps)
 {
-    if (ps->area_events == 0 && ps->area_mark == 0) {
+    uint64_t done;
+
+    if (ps->area_events == 0 && ps->area_mark == 0 && ps->done_mark == 0) {
         ps->area_mark = src->pending_area;
+        ps->done_mark = src->done;
     }
     if (++ps->area_events < 16) {
         return;
     }
-    {
-        int64_t sample = (int64_t)((src->pending_area - ps->area_mark) /
-                                   ps->area_events);
+    done = src->done - ps->done_mark;
+    if (done > 0) {
+        int64_t sample = (int64_t)((src->pending_area - ps->area_mark) / done);
 
         ps->latency_ns = ps->latency_ns ?
                          ps->latency_ns + (sample - ps->latency_ns) / 4 :
                          MAX(sample, 1);
     }
     ps->area_mark = src->pending_area;
+    ps->done_mark = src->done;
     ps->area_events = 0;
 }
 
@@ -504,6 +517,15 @@ static int64_t pred_plan(AioPollState *st, AioPollSource *const *srcs,
             if (ph->close && !ph->trial_left && now >= ph->trial_next_ns &&
                 st->budget_ns > 0) {
                 ph->trial_left = PRED_TRIAL_EVENTS;
+                ph->trial_end_ns = now + PRED_TRIAL_MAX_LEN_NS;
+            }
+            if (ph->trial_left && now > ph->trial_end_ns) {
+                /* Its events stopped coming: give up, try later. */
+                ph->trial_left = 0;
+                ph->trial_backoff_ns = ph->trial_backoff_ns ?
+                    MIN(ph->trial_backoff_ns * 2, PRED_TRIAL_MAX_NS) :
+                    PRED_TRIAL_FIRST_NS;
+                ph->trial_next_ns = now + ph->trial_backoff_ns;
             }
             if (ph->trial_left) {
                 /* A trial spins the whole window from the interval start. */
@@ -538,6 +560,9 @@ static AioPollAdjustment pred_learn(AioPollState *st, AioPollSource *src,
     }
     ps = pred_source(src);
     pred_track_latency(src, ps);
+    if (src->fresh) {
+        return AIO_POLL_KEPT;      /* the first event since it was idle */
+    }
     seen = src->ev_ns;
     if (!src->ev_exact && turn->blocked) {
         /*

@@ -877,11 +877,7 @@ static bool virtqueue_poll(EventNotifier *e)
      * acquire before reading the ring. */
     avail_idx = le16toh(atomic_load_explicit(&vq->avail->idx,
                                              memory_order_relaxed));
-    if (avail_idx == vq->last_avail_idx) {
-        return false;
-    }
-    vq_stat_inc(&vq->stats.polled);
-    return true;
+    return avail_idx != vq->last_avail_idx;
 }
 
 /* io_poll_ready: polling found work. */
@@ -890,6 +886,7 @@ static void virtqueue_poll_ready(EventNotifier *e)
     VirtQueue *vq = virtqueue_from_kick(e);
 
     virtqueue_assert_home(vq);
+    vq_stat_inc(&vq->stats.polled);
     virtqueue_run_handler(vq);
 }
 
@@ -930,14 +927,18 @@ static void virtqueue_poll_end(EventNotifier *e)
 }
 
 /*
- * For the poll policy: requests popped and not yet completed.  A guest
- * that waits for them (a closed loop) sends its next request after a
- * completion, so the policy learns the queue's waits separately for "we
- * owe it completions" and "it owes us requests".
+ * For the poll policy: requests popped and not yet completed, and those
+ * completed so far.  A guest that waits for its requests (a closed loop)
+ * sends the next one after a completion, so the policy learns the queue's
+ * waits separately for "we owe it completions" and "it owes us requests";
+ * and the two counts give the requests' latency (Little's law).
  */
-static unsigned virtqueue_pending(EventNotifier *e)
+static void virtqueue_poll_counts(EventNotifier *e, AioPollCounts *c)
 {
-    return virtqueue_inflight(virtqueue_from_kick(e));
+    VirtQueue *vq = virtqueue_from_kick(e);
+
+    c->pending = virtqueue_inflight(vq);
+    c->done = atomic_load_explicit(&vq->stats.requests, memory_order_relaxed);
 }
 
 /* Run once after start: entries published before we were listening. */
@@ -999,7 +1000,7 @@ int virtqueue_start(VirtQueue *vq, GuestMemory *mem, VirtQueueHandler *handler,
                            virtqueue_poll, virtqueue_poll_ready);
     aio_set_event_notifier_poll(vq->ctx, &vq->kick, virtqueue_poll_begin,
                                 virtqueue_poll_end);
-    aio_set_event_notifier_pending(vq->ctx, &vq->kick, virtqueue_pending);
+    aio_set_event_notifier_counts(vq->ctx, &vq->kick, virtqueue_poll_counts);
     aio_set_fd_handler_name(vq->ctx, fd, vq->name);
     aio_bh_schedule(vq->kick_bh);
     return 0;

@@ -83,7 +83,7 @@ typedef struct AioHandlerWindow {
     int64_t last_change_ns;  /* clock_now_ns() then (CLOCK_MONOTONIC), 0 never */
     bool active;             /* per-source policies: considered this second */
     unsigned phase;          /* 1 while it has requests pending (see
-                              * aio_set_fd_poll_pending()), else 0 */
+                              * aio_set_fd_poll_counts()), else 0 */
 } AioHandlerWindow;
 
 /* ------------------------------------------------------------------------ */
@@ -158,22 +158,27 @@ void aio_set_fd_poll(AioContext *ctx, int fd, IOHandler *io_poll_begin,
 void aio_set_fd_handler_name(AioContext *ctx, int fd, const char *name);
 
 /*
- * How many events the handler's producer owes us for work we handed out:
- * requests submitted and not completed (a completion ring), or popped and
- * not yet completed (a virtqueue).  Per-source poll policies use it to
- * tell the phases of a source apart: a completion ring with nothing in
- * flight cannot have an event, and a closed-loop guest queue sends its
- * next request only after a completion.  Called by the home thread at the
- * start of a turn; must be cheap and side-effect free.
+ * What the handler's producer owes us for work we handed out: requests
+ * submitted and not completed (a completion ring), or popped and not yet
+ * completed (a virtqueue); and how many requests it has completed so far.
+ * Per-source poll policies use them to tell the phases of a source apart
+ * (a completion ring with nothing in flight cannot have an event, and a
+ * closed-loop guest queue sends its next request only after a completion)
+ * and, by Little's law, to know how long its requests take.  Called by the
+ * home thread at the start of a turn; must be cheap and side-effect free.
  */
-typedef unsigned AioPollPendingFn(void *opaque);
-typedef unsigned EventNotifierPendingFn(EventNotifier *e);
+typedef struct AioPollCounts {
+    unsigned pending;        /* requests owed now */
+    uint64_t done;           /* requests completed so far (monotonic) */
+} AioPollCounts;
+typedef void AioPollCountsFn(void *opaque, AioPollCounts *c);
+typedef void EventNotifierCountsFn(EventNotifier *e, AioPollCounts *c);
 
-/* Set (or clear, with NULL) io_poll_pending for fd's handler.  Home thread;
+/* Set (or clear, with NULL) io_poll_counts for fd's handler.  Home thread;
  * the handler must exist. */
-void aio_set_fd_poll_pending(AioContext *ctx, int fd, AioPollPendingFn *fn);
-void aio_set_event_notifier_pending(AioContext *ctx, EventNotifier *e,
-                                    EventNotifierPendingFn *fn);
+void aio_set_fd_poll_counts(AioContext *ctx, int fd, AioPollCountsFn *fn);
+void aio_set_event_notifier_counts(AioContext *ctx, EventNotifier *e,
+                                   EventNotifierCountsFn *fn);
 
 /* Event-notifier wrappers of the two functions above.  Home thread. */
 void aio_set_event_notifier(AioContext *ctx, EventNotifier *e,

@@ -50,9 +50,9 @@ typedef struct AioPollSource {
     /* --- kept by the loop -------------------------------------------- */
     /*
      * The phase: 1 while the source's producer owes us events for work we
-     * handed out (io_poll_pending() > 0: requests in flight on a
+     * handed out (io_poll_counts() pending > 0: requests in flight on a
      * completion ring, or popped and not yet completed on a virtqueue),
-     * else 0.  Sources without io_poll_pending are always in phase 0.
+     * else 0.  Sources without io_poll_counts are always in phase 0.
      */
     unsigned phase;
     /* Start of the current interval (clock_now_ns()): the end of the
@@ -60,15 +60,17 @@ typedef struct AioPollSource {
      * changed, whichever is later. */
     int64_t ref_ns;
     /*
-     * The integral over time of io_poll_pending() (ns x requests), sampled
-     * at the start of each turn.  Over a stretch of events, its growth
-     * divided by the events is the mean time a request is owed (Little's
-     * law): a virtqueue's request latency in the daemon, a ring's service
-     * time.
+     * The integral over time of the pending requests (ns x requests),
+     * sampled at the start of each turn.  Its growth divided by the growth
+     * of done is the mean time a request is owed (Little's law): a
+     * virtqueue's request latency in the daemon, a ring's service time.
      */
     uint64_t pending_area;
     int64_t pending_stamp_ns;
     unsigned pending_last;
+    uint64_t done;          /* requests completed so far, at the turn start */
+    bool fresh;             /* (re)activated: its interval started now, the
+                             * event that woke it is not a wait sample */
     /* This turn's observation, valid in learn(): */
     bool ev;               /* the source had an event */
     bool ev_exact;         /* found by its poll callback: ev_ns is exact;

@@ -2312,6 +2312,173 @@ static void test_custom_policy(void)
 
 /* ------------------------------------------------------------------------ */
 
+/*
+ * A per-source policy the test steers: it spins steer.spin_ns for the
+ * sources in steer.spin_for.  It tells the Vqs' sources apart by a tag it
+ * keeps in their est_ns: learn() writes steer.tag_next into every source
+ * that had an event in the turn, and the setup below gives each Vq a turn
+ * of its own.
+ */
+static struct {
+    int64_t spin_ns;
+    int fds[4];                   /* the Vqs' kick fds: the tags */
+    bool spin_for[4];
+    int nfds;
+    int tag_next;                 /* -1: learn() tags nothing */
+} steer;
+
+static int64_t steer_plan(AioPollState *st, AioPollSource *const *srcs,
+                          unsigned n, const AioPollTurn *turn)
+{
+    bool any = false;
+
+    for (unsigned i = 0; i < n; i++) {
+        srcs[i]->spin = false;
+        for (int j = 0; j < steer.nfds; j++) {
+            if (srcs[i]->est_ns == steer.fds[j] && steer.spin_for[j]) {
+                srcs[i]->spin = true;
+                any = true;
+            }
+        }
+    }
+    return any ? steer.spin_ns : 0;
+}
+
+static AioPollAdjustment steer_learn(AioPollState *st, AioPollSource *src,
+                                     const AioPollTurn *turn)
+{
+    if (src->ev && steer.tag_next >= 0) {
+        src->est_ns = steer.tag_next;
+    }
+    return AIO_POLL_KEPT;
+}
+
+static const AioPollPolicyOps steer_policy_ops = {
+    .name = "steered",
+    .per_source = true,
+    .plan = steer_plan,
+    .learn = steer_learn,
+};
+
+/* Set up Vqs under the steered policy: each has had one event (a kick) in
+ * a turn of its own, so the loop counts it as an active source and the
+ * policy has tagged it. */
+static AioContext *steer_setup(Vq *vqs, int n)
+{
+    AioContext *ctx = ctx_new();
+    AioHandlerWindow w[4];
+
+    g_assert_cmpint(n, <=, 4);
+    set_poll(ctx, NS_PER_SEC, 0, 0);
+    aio_context_set_poll_policy(ctx, &steer_policy_ops);
+    memset(&steer, 0, sizeof(steer));
+    steer.spin_ns = 50 * NS_PER_MS;
+    steer.nfds = n;
+    for (int i = 0; i < n; i++) {
+        vq_init(&vqs[i], ctx, true);
+        steer.fds[i] = vqs[i].kick.fd;
+    }
+    for (int i = 0; i < n; i++) {
+        steer.tag_next = steer.fds[i];
+        vq_publish(&vqs[i]);
+        while (atomic_load(&vqs[i].acked) < 1) {
+            aio_poll(ctx, true);
+        }
+    }
+    steer.tag_next = -1;
+    g_assert_cmpint(aio_context_get_handler_windows(ctx, w, 4), ==, n);
+    for (int i = 0; i < n; i++) {
+        g_assert_true(w[i].active);
+    }
+    return ctx;
+}
+
+/*
+ * A source the plan stops spinning for gets its notifications back in
+ * that turn, even when another source keeps the loop from sleeping; and
+ * work its producer published while it was suppressed is found then.
+ */
+static void test_dropped_source_gets_kicks_back(void)
+{
+    Vq vqs[2];
+    AioContext *ctx = steer_setup(vqs, 2);
+
+    steer.spin_for[0] = steer.spin_for[1] = true;
+    vq_publish(&vqs[0]);
+    aio_poll(ctx, true);                 /* spins on both, finds vqs[0] */
+    g_assert_true(atomic_load(&vqs[1].no_notify));
+    g_assert_cmpuint(atomic_load(&vqs[0].acked), ==, 2);
+
+    /* vqs[1]'s producer publishes while it is suppressed: no kick. */
+    vq_publish(&vqs[1]);
+    g_assert_cmpuint(atomic_load(&vqs[1].kicks), ==, 1);
+
+    /* Now the plan spins only for vqs[0], which has work again: the loop
+     * does not sleep, but vqs[1] must not stay suppressed (and its work
+     * must not wait for a round-robin pass or a later turn). */
+    steer.spin_for[1] = false;
+    vq_publish(&vqs[0]);
+    aio_poll(ctx, true);
+    g_assert_false(atomic_load(&vqs[1].no_notify));
+    g_assert_cmpuint(atomic_load(&vqs[1].acked), ==, 2);
+    g_assert_cmpuint(atomic_load(&vqs[1].alternation_errors), ==, 0);
+
+    vq_cleanup_checked(&vqs[0]);
+    vq_cleanup_checked(&vqs[1]);
+    aio_context_unref(ctx);
+}
+
+static void steer_add_handler_cb(void *opaque)
+{
+    Vq *extra = opaque;
+
+    vq_init(extra, extra[-1].ctx, false);   /* any registration: a rebuild */
+}
+
+static void steer_noop_bh(void *opaque)
+{
+    (*(int *)opaque)++;
+}
+
+/*
+ * The source sets are rebuilt when handlers come and go.  A source the
+ * plan spins for (its notifications off) must still be polled by turns
+ * that do not plan (a bottom half is pending), or its work would wait.
+ */
+static void test_spin_set_survives_rebuild(void)
+{
+    Vq vqs[2];
+    AioContext *ctx = steer_setup(vqs, 1);
+    QEMUBH *bh;
+    int bh_runs = 0;
+    uint64_t kicks;
+
+    steer.spin_for[0] = true;
+    vq_publish(&vqs[0]);
+    aio_poll(ctx, true);
+    g_assert_true(atomic_load(&vqs[0].no_notify));
+    g_assert_cmpuint(atomic_load(&vqs[0].acked), ==, 2);
+
+    /* A handler is added (the sets will be rebuilt); then, with a BH
+     * pending so that the turn does not plan, vqs[0]'s producer publishes
+     * (no kick: it is suppressed) and the turn must still find it. */
+    aio_bh_schedule_oneshot(ctx, steer_add_handler_cb, &vqs[1]);
+    aio_poll(ctx, false);
+    bh = aio_bh_new(ctx, steer_noop_bh, &bh_runs);
+    kicks = atomic_load(&vqs[0].kicks);
+    vq_publish(&vqs[0]);
+    g_assert_cmpuint(atomic_load(&vqs[0].kicks), ==, kicks);
+    aio_bh_schedule(bh);
+    aio_poll(ctx, false);
+    g_assert_cmpint(bh_runs, ==, 1);
+    g_assert_cmpuint(atomic_load(&vqs[0].acked), ==, 3);
+
+    aio_bh_delete(bh);
+    vq_cleanup_checked(&vqs[1]);
+    vq_cleanup_checked(&vqs[0]);
+    aio_context_unref(ctx);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Nested aio_poll()                                                         */
 
@@ -3151,6 +3318,10 @@ static const TestCase tests[] = {
     { "/aio/params", test_params },
     { "/aio/context-data", test_context_data },
     { "/aio/policy/custom-policy-sees-waits", test_custom_policy },
+    { "/aio/policy/dropped-source-gets-kicks-back",
+      test_dropped_source_gets_kicks_back },
+    { "/aio/policy/spin-set-survives-rebuild",
+      test_spin_set_survives_rebuild },
     { "/aio/stats", test_stats },
     { "/aio/nested/handlers-ready-together-fdmon",
       test_nested_handlers_fdmon },

@@ -411,7 +411,7 @@ static void test_closed_loop_slow_device(void)
  * 25 µs spinning pays while the requests are fast (50 µs), but not when
  * each takes 1 ms: saving a 15 µs wake-up on a 1 ms request is not worth
  * 15 µs of CPU.  The loop's pending_area (requests owed x time) tells the
- * policy the requests' latency.
+ * policy the requests' latency (with the count of completed ones).
  */
 static int64_t loop_with_service(int64_t service_ns)
 {
@@ -422,7 +422,8 @@ static int64_t loop_with_service(int64_t service_ns)
     for (int n = 0; n < 400; n++) {
         sim_phase(&s, 1);
         s.now += service_ns;
-        s.src.pending_area += service_ns;     /* one request owed */
+        s.src.pending_area += service_ns;     /* one request owed ... */
+        s.src.done++;                           /* ... then completed */
         sim_phase(&s, 0);
         sim_event(&s, 15 * US);
     }
