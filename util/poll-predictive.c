@@ -68,15 +68,21 @@
  * (each source's plan conditioned on how long its interval has run), and
  * the loop polls only the sources that asked for it on every pass.  A
  * timer due within K (and poll-max-ns) is spun for too: blocking for it
- * would cost K, spinning costs less.
+ * would cost K, spinning costs less.  The timer's K weighs latency as the
+ * most latency-sensitive active source does: a timer that completes a 1 ms
+ * request is not worth a spin to be a few µs earlier.
  *
  * The ledger.  Every spin is charged to a per-context budget; every spin
  * that found its event (or reached its timer) is credited K, the cost it
- * saved; wall time refills it at 1/64.  If the model is right the ledger
- * grows (that is what J says); if it is wrong for long -- an idle device,
- * a workload the histogram has not caught up with -- the ledger empties
- * and the context stops spinning until it refills: unproductive spinning
- * is bounded by what spinning saved plus 1.6% of a core.
+ * saved; and every event refills it by a quarter of C.  If the model is right
+ * the ledger grows (that is what J says); if it is wrong for long -- an
+ * idle device, a workload the histogram has not caught up with -- the
+ * ledger empties and the context stops spinning until it refills:
+ * unproductive spinning is bounded by what spinning saved plus a quarter
+ * of a sleep's CPU per event, a fraction of what each event costs when
+ * the thread never polls, however slow the events come.  (A refill from wall
+ * time would not be: 1.6% of a core is 16 µs per request at 1000 requests
+ * a second.)  An idle thread gets nothing and spins nothing.
  */
 #include <string.h>
 #include <glib.h>
@@ -93,7 +99,7 @@
 #define PRED_MIN_SAMPLES 4.0f        /* weighted samples before any plan */
 #define PRED_RESCALE 4096.0f         /* renormalise weights above this */
 #define PRED_BUDGET_MAX_NS 1000000   /* the ledger's cap: 1 ms */
-#define PRED_BUDGET_REFILL_SHIFT 6   /* refill: 1/64 of wall time */
+#define PRED_BUDGET_EVENT_SHIFT 2    /* refill: C/4 per event */
 #define PRED_TRIAL_EVENTS 32         /* a trial spins for this many events */
 #define PRED_TRIAL_MAX_LEN_NS (100 * 1000 * 1000LL)  /* or this long at most */
 #define PRED_MAX_SPIN_NS (1LL << 30) /* plans never spin longer than this */
@@ -401,7 +407,7 @@ static int64_t pred_k(const AioPollState *st)
     return st->costs.block_cpu_ns + PRED_LATENCY_WEIGHT * st->costs.wake_late_ns;
 }
 
-static int64_t pred_k_src(const AioPollState *st, const PredSource *ps)
+static double pred_weight(const AioPollState *st, const PredSource *ps)
 {
     int64_t late = st->costs.wake_late_ns;
     double w = PRED_LATENCY_WEIGHT;
@@ -410,7 +416,13 @@ static int64_t pred_k_src(const AioPollState *st, const PredSource *ps)
         w = MIN(w, 10.0 * PRED_LATENCY_WEIGHT * late /
                    (double)(ps->latency_ns + late));
     }
-    return st->costs.block_cpu_ns + (int64_t)(w * late);
+    return w;
+}
+
+static int64_t pred_k_src(const AioPollState *st, const PredSource *ps)
+{
+    return st->costs.block_cpu_ns +
+           (int64_t)(pred_weight(st, ps) * st->costs.wake_late_ns);
 }
 
 /*
@@ -492,15 +504,11 @@ static bool pred_plan_stale(const AioPollState *st, const PredSource *ps)
 static int64_t pred_plan(AioPollState *st, AioPollSource *const *srcs,
                          unsigned n, const AioPollTurn *turn)
 {
-    int64_t now = turn->start_ns, k = pred_k(st), w = 0;
+    int64_t now = turn->start_ns, w = 0, k_timer;
+    double w_timer = -1;          /* no source known: full weight */
 
-    /* Refill the ledger with wall time. */
     if (st->budget_stamp_ns == 0) {
         st->budget_ns = PRED_BUDGET_MAX_NS / 2;
-    } else if (now > st->budget_stamp_ns) {
-        st->budget_ns = MIN(st->budget_ns + ((now - st->budget_stamp_ns) >>
-                                             PRED_BUDGET_REFILL_SHIFT),
-                            PRED_BUDGET_MAX_NS);
     }
     st->budget_stamp_ns = now;
 
@@ -512,6 +520,8 @@ static int64_t pred_plan(AioPollState *st, AioPollSource *const *srcs,
             PredSource *ps = src->priv;
             PredPhase *ph = &ps->ph[src->phase & 1];
             int64_t elapsed = now - src->ref_ns;
+
+            w_timer = MAX(w_timer, pred_weight(st, ps));
 
             ws = pred_phase_window(ph, elapsed);
             if (ph->close && !ph->trial_left && now >= ph->trial_next_ns &&
@@ -541,7 +551,11 @@ static int64_t pred_plan(AioPollState *st, AioPollSource *const *srcs,
     /* A timer due soon: spinning until it costs less than sleeping (and
      * only if the spin may last that long: spinning most of the way and
      * then sleeping would pay both). */
-    if (turn->timer_ns > w && turn->timer_ns <= MIN(k, st->params.max_ns)) {
+    k_timer = w_timer < 0 ? pred_k(st) :
+              st->costs.block_cpu_ns +
+              (int64_t)(w_timer * st->costs.wake_late_ns);
+    if (turn->timer_ns > w &&
+        turn->timer_ns <= MIN(k_timer, st->params.max_ns)) {
         w = turn->timer_ns;
     }
     return MIN(w, st->params.max_ns);
@@ -626,6 +640,11 @@ static AioPollAdjustment pred_end_turn(AioPollState *st,
     }
     for (unsigned i = 0; i < n; i++) {
         largest = MAX(largest, srcs[i]->window_ns);
+        if (srcs[i]->ev) {
+            st->budget_ns = MIN(st->budget_ns + (st->costs.block_cpu_ns >>
+                                                 PRED_BUDGET_EVENT_SHIFT),
+                                PRED_BUDGET_MAX_NS);
+        }
     }
     st->window_ns = largest;
     return AIO_POLL_KEPT;

@@ -5,14 +5,14 @@ import datetime
 import json
 import os
 import shutil
-import signal
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from . import machine, matrix as mx, report, runner
+from . import cli, machine, matrix as mx, report, runner
 from .backends import DISPLAY, FLAVOURS, Backend, BackendError, measure_idle, die_with_parent
+from .cli import Interrupted, SystematicFailure
 from .machine import SetupError
 
 # Per-run overhead beyond --ramp + --runtime (connect, set-up, report), for
@@ -75,24 +75,6 @@ example:
 """
 
 
-class Interrupted(Exception):
-    """SIGINT or SIGTERM arrived."""
-
-
-class SystematicFailure(Exception):
-    """Every run so far failed: spindle-bench cannot run here at all."""
-
-
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
-
-def _on_signal(signum, frame):
-    """Raise Interrupted once; later signals must not cut the clean-up short."""
-    for sig in STOP_SIGNALS:
-        signal.signal(sig, signal.SIG_IGN)
-    raise Interrupted(signal.Signals(signum).name)
-
-
 def parse_args(argv):
     p = argparse.ArgumentParser(prog="bench-compare", description=DESCRIPTION,
                                 epilog=EPILOG,
@@ -116,40 +98,17 @@ def parse_args(argv):
                    help="seconds of idle CPU measurement after start and after the "
                         "loads, per daemon pair; 0 to skip (default 3, --quick 2)")
     g = p.add_argument_group("workload (passed to spindle-bench)")
-    g.add_argument("--rw", default="randread",
-                   choices=["randread", "randwrite", "read", "write", "randrw"],
-                   help="access pattern (default %(default)s)")
-    g.add_argument("--rwmixread", type=int, metavar="PCT", default=70,
-                   help="reads in %% with --rw randrw (default %(default)s)")
-    g.add_argument("--bs", default="4k", metavar="SIZE",
-                   help="block size (default %(default)s)")
-    g.add_argument("--completion", default="poll", choices=["poll", "interrupt"],
-                   help="how spindle-bench learns of completions (default %(default)s)")
-    g.add_argument("--open-iodepth", type=int, metavar="N", default=256,
-                   help="cap on I/Os in flight in the open-loop cells (default %(default)s)")
-    g.add_argument("--seed", type=int, metavar="N", default=1,
-                   help="seed of repeat 0; repeat r uses N+r, the same for both daemons")
-    g.add_argument("--connect-timeout", dest="connect_timeout_ms", type=int,
-                   metavar="MS", default=5000,
-                   help="spindle-bench's --connect-timeout (default %(default)s)")
+    cli.add_workload_args(g, "seed of repeat 0; repeat r uses N+r, the same for both daemons",
+                          completion=True)
     g = p.add_argument_group("machine")
-    g.add_argument("--daemon-cpu", type=int, metavar="CPU", default=1,
-                   help="the CPU all threads of both daemons run on (default %(default)s)")
-    g.add_argument("--bench-cpu", type=int, metavar="CPU", default=0,
-                   help="the CPU spindle-bench runs on (default %(default)s)")
+    cli.add_cpu_args(g, "the CPU all threads of both daemons run on",
+                     "the CPU spindle-bench runs on")
     g.add_argument("--disk-size", default="1G", metavar="SIZE",
                    help="size of the null-co node (default %(default)s)")
     g = p.add_argument_group("programs and output")
-    g.add_argument("--out", metavar="DIR", type=Path,
-                   help="where results go (default bench-results/<timestamp>/ here)")
-    g.add_argument("--build", metavar="DIR", type=Path,
-                   help="build directory (default $SPINDLE_BUILD, else build/)")
-    g.add_argument("--bench", metavar="PROGRAM", type=Path,
-                   help="spindle-bench (default <build>/tools/bench/spindle-bench)")
+    cli.add_program_args(g, "bench-results/<timestamp>/")
     g.add_argument("--qsd", metavar="PROGRAM",
                    help="qemu-storage-daemon (default $SPINDLE_QSD, else from $PATH)")
-    g.add_argument("--skip-deps", action="store_true",
-                   help="do not run scripts/install-deps.sh")
     g.add_argument("--no-build", action="store_true", help="do not run make")
     g.add_argument("--no-plots", action="store_true", help="do not draw the PNGs")
     g.add_argument("--dry-run", action="store_true",
@@ -480,10 +439,7 @@ def finish(session, args):
 
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    # Also when started with SIGINT ignored (a background job of a script):
-    # every way of being stopped goes through the clean-up.
-    for sig in STOP_SIGNALS:
-        signal.signal(sig, _on_signal)
+    cli.catch_stop_signals()
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     out_dir = (args.out or Path("bench-results") / stamp).resolve()
     try:

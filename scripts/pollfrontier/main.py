@@ -13,9 +13,10 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
-from benchcompare import machine, runner
+from benchcompare import cli, machine, runner
 from benchcompare.backends import BackendError, die_with_parent, thread_affinities, \
     thread_cpu_ns
+from benchcompare.cli import Interrupted, SystematicFailure
 from benchcompare.machine import SetupError
 from benchcompare.matrix import Load as BaseLoad, parse_services
 from benchcompare.report import median_metrics, metrics, si, sig3
@@ -103,23 +104,6 @@ examples:
 """
 
 
-class Interrupted(Exception):
-    """SIGINT, SIGTERM or SIGHUP arrived."""
-
-
-class SystematicFailure(Exception):
-    """Every run so far failed: spindle-bench cannot run here at all."""
-
-
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
-
-def _on_signal(signum, frame):
-    for sig in STOP_SIGNALS:
-        signal.signal(sig, signal.SIG_IGN)
-    raise Interrupted(signal.Signals(signum).name)
-
-
 def parse_args(argv):
     p = argparse.ArgumentParser(prog="poll-frontier", description=DESCRIPTION,
                                 epilog=EPILOG,
@@ -157,36 +141,12 @@ def parse_args(argv):
     g.add_argument("--idle-seconds", type=float, metavar="S", default=10.0,
                    help="length of the idle check; 0 to skip (default %(default)g)")
     g = p.add_argument_group("workload (passed to spindle-bench)")
-    g.add_argument("--rw", default="randread",
-                   choices=["randread", "randwrite", "read", "write", "randrw"],
-                   help="access pattern (default %(default)s)")
-    g.add_argument("--rwmixread", type=int, metavar="PCT", default=70,
-                   help="reads in %% with --rw randrw (default %(default)s)")
-    g.add_argument("--bs", default="4k", metavar="SIZE",
-                   help="block size (default %(default)s)")
-    g.add_argument("--open-iodepth", type=int, metavar="N", default=256,
-                   help="cap on I/Os in flight in the open-loop cells (default %(default)s)")
-    g.add_argument("--seed", type=int, metavar="N", default=1,
-                   help="seed of repeat 0; repeat r uses N+r for every config")
-    g.add_argument("--connect-timeout", dest="connect_timeout_ms", type=int,
-                   metavar="MS", default=5000,
-                   help="spindle-bench's --connect-timeout (default %(default)s)")
+    cli.add_workload_args(g, "seed of repeat 0; repeat r uses N+r for every config")
     g = p.add_argument_group("machine")
-    g.add_argument("--daemon-cpu", type=int, metavar="CPU", default=1,
-                   help="the CPU all threads of the daemon run on (default %(default)s)")
-    g.add_argument("--bench-cpu", type=int, metavar="CPU", default=0,
-                   help="the CPU spindle-bench (and the idle front-ends) run on "
-                        "(default %(default)s)")
+    cli.add_cpu_args(g, "the CPU all threads of the daemon run on",
+                     "the CPU spindle-bench (and the idle front-ends) run on")
     g = p.add_argument_group("programs and output")
-    g.add_argument("--out", metavar="DIR", type=Path,
-                   help="where results go (default bench-results/poll-frontier-"
-                        "<timestamp>/ here)")
-    g.add_argument("--build", metavar="DIR", type=Path,
-                   help="build directory (default $SPINDLE_BUILD, else build/)")
-    g.add_argument("--bench", metavar="PROGRAM", type=Path,
-                   help="spindle-bench (default <build>/tools/bench/spindle-bench)")
-    g.add_argument("--skip-deps", action="store_true",
-                   help="do not run scripts/install-deps.sh")
+    cli.add_program_args(g, "bench-results/poll-frontier-<timestamp>/")
     g.add_argument("--skip-build", "--no-build", dest="skip_build", action="store_true",
                    help="do not run make")
     g.add_argument("--no-plots", action="store_true", help="do not draw the PNG")
@@ -914,8 +874,7 @@ def finish(session, args, wall):
 
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    for sig in STOP_SIGNALS:
-        signal.signal(sig, _on_signal)
+    cli.catch_stop_signals()
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     out_dir = (args.out or Path("bench-results") / f"poll-frontier-{stamp}").resolve()
     try:

@@ -33,6 +33,8 @@ names that caused a MISS], "detail": one line of text}.
 
 from dataclasses import dataclass
 
+from benchcompare.report import sig3
+
 PASS, MISS, NA = "pass", "MISS", "n/a"
 
 DOMINATE = 0.9          # verdicts 1 and 4: both at least 10% lower
@@ -69,19 +71,6 @@ def _le(a, b):
     return a <= b + abs(b) * _EPS
 
 
-def _n(v):
-    """A number for the detail lines: 3 significant digits."""
-    if v is None:
-        return "-"
-    a = abs(v)
-    if a >= 100:
-        return f"{v:.0f}"
-    if a >= 10:
-        return f"{v:.1f}"
-    if a >= 1:
-        return f"{v:.2f}"
-    return f"{v:.3g}"
-
 
 def _verdict(vid, status, detail, by=()):
     return {"id": vid, "name": NAMES[vid], "status": status, "by": list(by),
@@ -114,8 +103,8 @@ def never_dominated(fixed, p, max_ns, pname="P"):
         w = by[0]
         return _verdict(1, MISS, (
             f"dominated by {', '.join(window_name(x) for x in by)}: "
-            f"{window_name(w)} p50 {_n(fixed[w].p50)} <= 0.9 x {_n(p.p50)} us and "
-            f"CPU/IO {_n(fixed[w].cpu)} <= 0.9 x {_n(p.cpu)} us"),
+            f"{window_name(w)} p50 {sig3(fixed[w].p50)} <= 0.9 x {sig3(p.p50)} us and "
+            f"CPU/IO {sig3(fixed[w].cpu)} <= 0.9 x {sig3(p.cpu)} us"),
             [window_name(x) for x in by])
     missing = [window_name(w) for w in relevant if fixed[w] is None]
     if missing:
@@ -145,17 +134,17 @@ def no_useless_spinning(fixed, p, pname="P"):
         best = min(pays, key=lambda w: fixed[w].p50)
         return _verdict(2, NA, (
             f"does not apply: polling pays here ({window_name(best)} p50 "
-            f"{_n(fixed[best].p50)} <= 0.9 x W0's {_n(w0.p50)} us)"))
+            f"{sig3(fixed[best].p50)} <= 0.9 x W0's {sig3(w0.p50)} us)"))
     missing = [window_name(w) for w in positive if fixed[w] is None]
     if missing:
         return _verdict(2, NA, _missing_text(missing))
     if p is None:
         return _verdict(2, NA, f"no result for {pname}")
     if _le(p.cpu, SPIN_SLACK * w0.cpu):
-        return _verdict(2, PASS, (f"polling does not pay; CPU/IO {_n(p.cpu)} <= 1.1 x "
-                                  f"W0's {_n(w0.cpu)} us"))
-    return _verdict(2, MISS, (f"polling does not pay, yet CPU/IO {_n(p.cpu)} > 1.1 x "
-                              f"W0's {_n(w0.cpu)} us"), ["W0"])
+        return _verdict(2, PASS, (f"polling does not pay; CPU/IO {sig3(p.cpu)} <= 1.1 x "
+                                  f"W0's {sig3(w0.cpu)} us"))
+    return _verdict(2, MISS, (f"polling does not pay, yet CPU/IO {sig3(p.cpu)} > 1.1 x "
+                              f"W0's {sig3(w0.cpu)} us"), ["W0"])
 
 
 def latency_where_cheap(fixed, p, pname="P"):
@@ -172,21 +161,21 @@ def latency_where_cheap(fixed, p, pname="P"):
         if missing:
             return _verdict(3, NA, _missing_text(missing))
         return _verdict(3, NA, ("does not apply: no fixed window halves W0's p50 "
-                                f"({_n(w0.p50)} us) for at most 2x its CPU/IO "
-                                f"({_n(w0.cpu)} us)"))
+                                f"({sig3(w0.p50)} us) for at most 2x its CPU/IO "
+                                f"({sig3(w0.cpu)} us)"))
     if p is None:
         return _verdict(3, NA, f"no result for {pname}")
     best = min(cheap, key=lambda w: fixed[w].p50)
     bp = fixed[best].p50
     names = ", ".join(window_name(w) for w in cheap)
     if not _le(p.p50, LATENCY_SLACK * bp):
-        return _verdict(3, MISS, (f"p50 {_n(p.p50)} > 1.2 x {window_name(best)}'s "
-                                  f"{_n(bp)} us (cheap windows: {names})"),
+        return _verdict(3, MISS, (f"p50 {sig3(p.p50)} > 1.2 x {window_name(best)}'s "
+                                  f"{sig3(bp)} us (cheap windows: {names})"),
                         [window_name(best)])
     if missing:
         return _verdict(3, NA, _missing_text(missing))
-    return _verdict(3, PASS, (f"p50 {_n(p.p50)} <= 1.2 x {window_name(best)}'s "
-                              f"{_n(bp)} us (cheap windows: {names})"))
+    return _verdict(3, PASS, (f"p50 {sig3(p.p50)} <= 1.2 x {window_name(best)}'s "
+                              f"{sig3(bp)} us (cheap windows: {names})"))
 
 
 def beats_qemu(policies, pname):
@@ -199,8 +188,8 @@ def beats_qemu(policies, pname):
     if by:
         q = by[0]
         return _verdict(4, MISS, (
-            f"dominated by {', '.join(by)}: {q} p50 {_n(policies[q].p50)} <= 0.9 x "
-            f"{_n(p.p50)} us and CPU/IO {_n(policies[q].cpu)} <= 0.9 x {_n(p.cpu)} us"),
+            f"dominated by {', '.join(by)}: {q} p50 {sig3(policies[q].p50)} <= 0.9 x "
+            f"{sig3(p.p50)} us and CPU/IO {sig3(policies[q].cpu)} <= 0.9 x {sig3(p.cpu)} us"),
             by)
     absent = [q for q in rivals if q not in policies]
     missing = [q for q in rivals if q in policies and policies[q] is None]

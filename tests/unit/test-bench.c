@@ -1112,16 +1112,10 @@ static void test_cpu_thread_ns(void)
 /* The defaults main() starts from. */
 static BenchOpts default_opts(void)
 {
-    return (BenchOpts) {
-        .queues = 1,
-        .rw = RW_RANDREAD,
-        .rwmixread = 50,
-        .bs = 4096,
-        .runtime = 5,
-        .completion = VUF_COMPLETION_POLL,
-        .queue_size = VUF_QUEUE_SIZE_DEFAULT,
-        .seed = 1,
-    };
+    BenchOpts o;
+
+    bench_opts_init(&o);
+    return o;
 }
 
 /*

@@ -413,7 +413,9 @@ static void test_closed_loop_slow_device(void)
  * 15 µs of CPU.  The loop's pending_area (requests owed x time) tells the
  * policy the requests' latency (with the count of completed ones).
  */
-static int64_t loop_with_service(int64_t service_ns)
+/* Also: what the policy plans, with the request in flight, for a timer
+ * due in 20 µs (*timer_plan). */
+static int64_t loop_with_service(int64_t service_ns, int64_t *timer_plan)
 {
     Sim s;
     int64_t window;
@@ -428,17 +430,30 @@ static int64_t loop_with_service(int64_t service_ns)
         sim_event(&s, 15 * US);
     }
     window = s.src.window_ns;
+    sim_phase(&s, 1);
+    *timer_plan = sim_plan(&s, 20 * US);
     g_test_message("service %" G_GINT64_FORMAT " us: window %" G_GINT64_FORMAT
-                   ", caught %u of the last events", service_ns / US, window,
-                   s.caught);
+                   ", caught %u of the last events, spin %" G_GINT64_FORMAT
+                   " ns for a timer due in 20 us", service_ns / US, window,
+                   s.caught, *timer_plan);
     sim_free(&s);
     return window;
 }
 
+/*
+ * A wake-up (10 µs here) is a fifth of a 50 µs request and a hundredth of
+ * a 1 ms one: worth spinning for the next request in the first case, not
+ * in the second; and a timer that completes such a request (K at full
+ * weight is 25 µs) is spun for in the first case only.
+ */
 static void test_latency_weighs_the_wake_up(void)
 {
-    g_assert_cmpint(loop_with_service(50 * US), >, 15 * US);
-    g_assert_cmpint(loop_with_service(1000 * US), ==, 0);
+    int64_t timer_plan;
+
+    g_assert_cmpint(loop_with_service(50 * US, &timer_plan), >, 15 * US);
+    g_assert_cmpint(timer_plan, ==, 20 * US);
+    g_assert_cmpint(loop_with_service(1000 * US, &timer_plan), ==, 0);
+    g_assert_cmpint(timer_plan, ==, 0);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -525,10 +540,13 @@ static void test_timer_and_budget(void)
     g_assert_cmpint(sim_plan(&s, -1), ==, 0);
     g_assert_false(s.src.spin);
     g_assert_cmpint(sim_plan(&s, 10 * US), ==, 0);
-    /* ... until wall time refills it (1/64 of it): 64 µs give 1 µs. */
-    s.st.budget_stamp_ns = s.now + SIM_GAP_NS - 64 * 1000;
+    /* ... wall time does not refill it ... */
+    s.now += 10000 * US;
+    g_assert_cmpint(sim_plan(&s, -1), ==, 0);
+    /* ... events do, by a quarter of a sleep's CPU each (this one slept). */
+    sim_event(&s, 100 * US);
+    g_assert_cmpint(s.st.budget_ns, ==, SIM_CPU_NS / 4 - 1);
     g_assert_cmpint(sim_plan(&s, -1), >, 0);
-    g_assert_cmpint(s.st.budget_ns, ==, 999);
     g_assert_true(s.src.spin);
     sim_free(&s);
 }

@@ -118,6 +118,9 @@ typedef struct BenchOpts {
     bool phase_rate;            /* some phase is an open loop */
 } BenchOpts;
 
+/* Set *o to the defaults the command line starts from. */
+void bench_opts_init(BenchOpts *o);
+
 /*
  * Parse and check argv into *o, which holds the defaults on entry; main
  * thread, before anything else (--help prints the usage and exits here).

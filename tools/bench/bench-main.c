@@ -1388,16 +1388,7 @@ static void bench_teardown(Bench *b)
 
 int main(int argc, char **argv)
 {
-    BenchOpts o = {
-        .queues = 1,
-        .rw = RW_RANDREAD,
-        .rwmixread = 50,
-        .bs = 4096,
-        .runtime = 5,
-        .completion = VUF_COMPLETION_POLL,
-        .queue_size = VUF_QUEUE_SIZE_DEFAULT,
-        .seed = 1,
-    };
+    BenchOpts o;
     Bench b = { .o = &o };
     CpuWindow cpu = { 0 };
     Summary s = { 0 };
@@ -1405,6 +1396,7 @@ int main(int argc, char **argv)
     int status;
     guint i;
 
+    bench_opts_init(&o);
     if (!bench_parse_command_line(argc, argv, &o, &err)) {
         bench_opts_free(&o);
         return usage_error(err);

@@ -632,6 +632,20 @@ bool bench_parse_command_line(int argc, char **argv, BenchOpts *o,
     return ok;
 }
 
+void bench_opts_init(BenchOpts *o)
+{
+    *o = (BenchOpts) {
+        .queues = 1,
+        .rw = RW_RANDREAD,
+        .rwmixread = 50,
+        .bs = 4096,
+        .runtime = 5,
+        .completion = VUF_COMPLETION_POLL,
+        .queue_size = VUF_QUEUE_SIZE_DEFAULT,
+        .seed = 1,
+    };
+}
+
 void bench_opts_free(BenchOpts *o)
 {
     g_free(o->socket);
