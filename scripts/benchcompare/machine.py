@@ -1,5 +1,6 @@
 """Getting ready (dependencies, the build, the tools) and machine facts."""
 
+import json
 import os
 import platform
 import shutil
@@ -158,3 +159,29 @@ def machine_note(f, daemon_cpu, bench_cpu):
     """One line for titles: the machine and the pinning."""
     return (f"{f['nproc']} CPUs ({f['cpu_model']}), Linux {f['kernel']}; "
             f"all daemon threads share CPU {daemon_cpu}, bench on CPU {bench_cpu}")
+
+
+def bench_programs(build_dir, bench=None):
+    """The daemon and spindle-bench: from build_dir, or bench as given."""
+    return {
+        "spindle": build_dir / "daemon" / "spindle",
+        "bench": bench.resolve() if bench else build_dir / "tools" / "bench" / "spindle-bench",
+    }
+
+
+def require_matplotlib():
+    """SetupError unless matplotlib imports (the plots need it)."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise SetupError(f"matplotlib is missing for {sys.executable}: run "
+                         "scripts/install-deps.sh as root, or pip install matplotlib, "
+                         "or pass --no-plots")
+
+
+def write_json(path, data):
+    """Write data to path as JSON, atomically (a reader never sees half a file)."""
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(data, indent=1) + "\n")
+    os.replace(tmp, path)
+    return path

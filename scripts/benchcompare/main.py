@@ -2,7 +2,6 @@
 
 import argparse
 import datetime
-import json
 import os
 import shutil
 import sys
@@ -324,11 +323,8 @@ class Session:
         }
 
     def write_json(self, complete, **extra):
-        path = self.out_dir / "results.json"
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(self.results(complete, **extra), indent=1) + "\n")
-        os.replace(tmp, path)
-        return path
+        return machine.write_json(self.out_dir / "results.json",
+                                  self.results(complete, **extra))
 
 
 def prepare(args, out_dir):
@@ -341,22 +337,13 @@ def prepare(args, out_dir):
         say(f"== build ({build_dir})")
         out_dir.mkdir(parents=True, exist_ok=True)
         machine.build(build_dir, out_dir / "build.log")
-    programs = {
-        "spindle": build_dir / "daemon" / "spindle",
-        "bench": (args.bench.resolve() if args.bench
-                  else build_dir / "tools" / "bench" / "spindle-bench"),
-        "qsd": machine.find_qsd(args.qsd),
-    }
+    programs = machine.bench_programs(build_dir, args.bench)
+    programs["qsd"] = machine.find_qsd(args.qsd)
     machine.check_tools(programs["spindle"], programs["bench"], programs["qsd"])
     args.bench = programs["bench"]
     warning = machine.check_cpus(args.daemon_cpu, args.bench_cpu)
     if not args.no_plots and not args.dry_run:
-        try:
-            import matplotlib  # noqa: F401
-        except ImportError:
-            raise SetupError(f"matplotlib is missing for {sys.executable}: run "
-                             "scripts/install-deps.sh as root, or pip install matplotlib, "
-                             "or pass --no-plots")
+        machine.require_matplotlib()
     return programs, machine.facts(programs["spindle"], programs["bench"],
                                    programs["qsd"]), warning
 
