@@ -131,6 +131,11 @@ typedef struct AioCostMeter {
     unsigned blocks_since_late;     /* blocking waits since the last lateness sample */
     unsigned late_samples;          /* lateness samples so far (saturating) */
     int64_t last_late_ns;           /* when it was taken */
+    int64_t cpu_avg_ns;             /* average of the CPU samples */
+    int64_t cpu_bound_ns;           /* the bound on it (0: none yet) */
+    unsigned mark_blocks;           /* the bound's last mark: blocks, */
+    int64_t mark_cpu_ns;            /* the thread's CPU time */
+    int64_t mark_spin_ns;           /* and its time spinning */
 } AioCostMeter;
 
 struct AioContext {

@@ -38,7 +38,7 @@
  *
  * The distribution is a histogram of half-octave buckets from 256 ns to
  * 1 ms (aio_pred_bucket()) with exponential forgetting (the last ~64
- * samples dominate), and a change detector that forgets faster when the
+ * samples or 16 ms dominate, whichever is more), and a change detector that forgets faster when the
  * workload changes (pred_detect_change()).  Intervals cut short by a phase
  * change are censored observations: they count as survival through the
  * buckets they covered.  Each bucket's hazard (the chance that the event
@@ -61,8 +61,10 @@
  * as max(when the loop last looked, seen - L/2), so a window at 0 still
  * learns about what it would catch if it spun (QEMU's rule cannot: once
  * the window is 0 every wait it measures includes the wake-up).  Where
- * that leaves the call close, a trial spins the whole window for 32
- * events, now and then, and lets the exact waits decide.
+ * that leaves the call close, a trial measures now and then what
+ * spinning the whole window really costs and gains, against the plan,
+ * and adopts it for producers that answer faster while they are polled
+ * (see "Trials" below).
  *
  * The turn.  The spin lasts the longest of the active sources' plans
  * (each source's plan conditioned on how long its interval has run), and
@@ -87,10 +89,12 @@
 #include <string.h>
 #include <glib.h>
 #include "util/poll-policy.h"
+#include "util/clock.h"
 #include "util/cutils.h"
 
 #define B AIO_PRED_BUCKETS
-#define PRED_DECAY 64                /* forgetting: 1 - 1/64 per sample */
+#define PRED_DECAY 64                /* forgetting: 1 - 1/64 per sample ... */
+#define PRED_MEMORY_NS (16 * 1000 * 1000LL)  /* ... or per 16 ms if slower */
 #define PRED_SHIFT_DEV 0.5f          /* change detector: alarm threshold */
 #define PRED_SHIFT_KEEP 0.0625f      /* ... and what is kept of the past */
 #define PRED_SHIFT_QUIET 64          /* events before it may fire again */
@@ -100,11 +104,21 @@
 #define PRED_RESCALE 4096.0f         /* renormalise weights above this */
 #define PRED_BUDGET_MAX_NS 1000000   /* the ledger's cap: 1 ms */
 #define PRED_BUDGET_EVENT_SHIFT 2    /* refill: C/4 per event */
-#define PRED_TRIAL_EVENTS 32         /* a trial spins for this many events */
-#define PRED_TRIAL_MAX_LEN_NS (100 * 1000 * 1000LL)  /* or this long at most */
+#define PRED_TRIAL_EVENTS 64         /* events measured in each arm */
+#define PRED_TRIAL_SETTLE_EVENTS 8   /* events let pass before the other arm */
+#define PRED_TRIAL_MAX_LEN_NS (100 * 1000 * 1000LL)  /* a trial's deadline */
+#define PRED_TRIAL_GAIN 0.7          /* spinning must cost 30% less ... */
+#define PRED_TRIAL_RATE 1.5          /* ... and bring events 1.5x as fast */
 #define PRED_MAX_SPIN_NS (1LL << 30) /* plans never spin longer than this */
 #define PRED_TRIAL_FIRST_NS (100 * 1000 * 1000LL)    /* then waits 0.1 s */
 #define PRED_TRIAL_MAX_NS (16 * 1000 * 1000 * 1000LL) /* ... doubling to 16 s */
+
+typedef enum PredTrialStep {
+    PRED_TRIAL_NONE,
+    PRED_TRIAL_BASE,                 /* measuring the current mode */
+    PRED_TRIAL_SETTLE,               /* the other mode, not measured yet */
+    PRED_TRIAL_OTHER,                /* measuring the other mode */
+} PredTrialStep;
 
 typedef struct PredPhase {
     float ev[B];                     /* events that came in bucket b */
@@ -114,15 +128,27 @@ typedef struct PredPhase {
     uint8_t best_end[B];             /* plan: from bucket a, spin to the
                                       * start of bucket best_end[a] (a: no) */
     bool close;                      /* not spinning, but nearly worth it */
+    int64_t mean_ns;                 /* the mean wait (up to 1 ms) */
     /* Change detector: waits shorter than short_ns, seen minus expected. */
     int64_t short_ns;
     float q_short;                   /* expected share of them (the model) */
     float dev;                       /* average of seen - expected */
     unsigned since_shift;            /* events since it last fired */
-    unsigned trial_left;             /* events left in a trial */
-    int64_t trial_end_ns;            /* ... which ends then at the latest */
+    bool shift_longer;               /* ... on fewer short waits */
+    /* Reactive producers: spin_mode spins the whole window from the
+     * interval start, adopted (and kept) by trials; see pred_trial_*(). */
+    bool spin_mode;
+    uint8_t trial;                   /* PredTrialStep */
+    unsigned trial_left;             /* events left in this step */
+    unsigned trial_late;             /* of them, seen after blocking */
+    int64_t trial_t0_ns, trial_cpu0_ns;   /* this step's start (0: at the
+                                           * next event) */
+    double trial_cost, trial_rate;   /* the first arm's cost per event
+                                      * and events per second */
+    int64_t trial_end_ns;            /* the trial gives up then */
     int64_t trial_next_ns;           /* no trial before this */
     int64_t trial_backoff_ns;
+    int64_t last_ns;                 /* when the last sample was taken */
 } PredPhase;
 
 typedef struct PredSource {
@@ -224,7 +250,12 @@ static bool pred_detect_change(PredPhase *ph, int64_t t)
         return false;
     }
     if (ph->dev > PRED_SHIFT_DEV || ph->dev < -PRED_SHIFT_DEV) {
-        pred_forget(ph, PRED_SHIFT_KEEP);
+        ph->shift_longer = ph->dev < 0;
+        /* What is kept weighs as 4 samples at most: a fast source's
+         * histogram holds thousands. */
+        pred_forget(ph, MIN(PRED_SHIFT_KEEP, PRED_SHIFT_KEEP * PRED_DECAY *
+                                             ph->weight /
+                                             MAX(ph->total, ph->weight)));
         ph->dev = 0;
         ph->since_shift = 0;
         return true;
@@ -233,21 +264,30 @@ static bool pred_detect_change(PredPhase *ph, int64_t t)
 }
 
 /*
- * Add one observation ending in bucket b (an event, or a censored one).
- * True if the change detector fired (the plan must be redone).
+ * Add one observation ending in bucket b (an event, or a censored one) at
+ * now.  The past fades by 1/PRED_DECAY per sample, or by the time since
+ * the last sample over PRED_MEMORY_NS if that is less: the histogram
+ * remembers the last ~64 samples or the last PRED_MEMORY_NS, whichever is
+ * more.  A fast source (a million events a second) would otherwise see
+ * its whole history in the last 64 µs, and every burst of late events a
+ * preempted producer makes would move its plan back and forth.  True if
+ * the change detector fired (the plan must be redone).
  */
-static bool pred_record(PredPhase *ph, int64_t t, bool event)
+static bool pred_record(PredPhase *ph, int64_t t, bool event, int64_t now)
 {
     unsigned b = aio_pred_bucket(t);
     bool changed = event && pred_detect_change(ph, t);
+    int64_t gap = ph->last_ns ? MAX(now - ph->last_ns, 0) : PRED_MEMORY_NS;
+    float fade = MIN(1.0f / PRED_DECAY, (float)gap / PRED_MEMORY_NS);
 
+    ph->last_ns = now;
     if (event) {
         ph->ev[b] += ph->weight;
     } else {
         ph->cens[b] += ph->weight;
     }
     ph->total += ph->weight;
-    ph->weight *= (float)PRED_DECAY / (PRED_DECAY - 1);
+    ph->weight /= 1.0f - fade;
     if (ph->weight > PRED_RESCALE) {
         pred_forget(ph, 1.0f / ph->weight);
         ph->weight = 1.0f;
@@ -274,7 +314,7 @@ static void pred_plan_phase(PredPhase *ph, int64_t k, int64_t max_ns,
     for (unsigned a = 0; a < B; a++) {
         ph->best_end[a] = a;
     }
-    /* total/weight is the number of recent samples (at most PRED_DECAY-1). */
+    /* total/weight is the number of recent samples. */
     ph->short_ns = 0;
     if (ph->total < PRED_MIN_SAMPLES * ph->weight || k <= 0 || max_ns <= 0) {
         return;
@@ -297,6 +337,7 @@ static void pred_plan_phase(PredPhase *ph, int64_t k, int64_t max_ns,
     for (unsigned e = 0; e < B; e++) {
         G[e] = I[e] + k * S[e];
     }
+    ph->mean_ns = (int64_t)I[B - 1];
     {
         unsigned e = aio_pred_bucket(k / 2);
 
@@ -308,9 +349,9 @@ static void pred_plan_phase(PredPhase *ph, int64_t k, int64_t max_ns,
         unsigned old = old_end[a], best_e = a, core;
         double best = G[a] - margin * S[a];
 
-        if (S[a] * ph->total < 2 * ph->weight) {
-            continue;           /* under 2 recent intervals lasted this
-                                 * long: too few to plan from */
+        if (S[a] * ph->total < MAX(2 * ph->weight, ph->total / 256)) {
+            continue;           /* under 2 recent intervals (or 1 in 256)
+                                 * lasted this long: too few to plan from */
         }
         for (unsigned e = a + 1; e < B && aio_pred_bucket_start(e) <= limit;
              e++) {
@@ -499,6 +540,142 @@ static bool pred_plan_stale(const AioPollState *st, const PredSource *ps)
 }
 
 /* ------------------------------------------------------------------------ */
+/* Trials                                                                    */
+
+/*
+ * A producer may answer faster while the loop spins than while it sleeps:
+ * a guest whose vCPU the host lets sleep deeper when its requests take
+ * longer, a closed loop whose next request waits for the previous
+ * completion's wake-up.  The histogram cannot see that: it holds the waits
+ * of the mode the policy is in.  So where the call is close (or spinning
+ * was adopted), a trial now and then measures both modes in turn, each
+ * over PRED_TRIAL_EVENTS of the phase's events: the current one, then
+ * (after PRED_TRIAL_SETTLE events for the producer to adapt) the other --
+ * spinning the whole window from each interval's start, or planning from
+ * the histogram.  Each arm's cost per event is what the thread really
+ * spent (its CPU clock) plus the latency, weighed as in K: the time
+ * between events (for a closed loop, the requests' round trip) and L for
+ * each event seen after a wake-up.  Spinning is adopted, or kept, only
+ * where it costs 30% less and brings events 1.5 times as fast: a producer
+ * that does not react sends at the same rate whatever the loop does, and
+ * its histogram already says what spinning gains.  Trials back off from
+ * 0.1 s to 16 s while their outcome stays the same.
+ */
+
+/* Whether this phase's turns spin the whole window from the interval
+ * start: in spin mode, or while a trial measures the other mode. */
+static bool pred_spins_all(const PredPhase *ph)
+{
+    bool other = ph->trial == PRED_TRIAL_SETTLE ||
+                 ph->trial == PRED_TRIAL_OTHER;
+
+    return ph->spin_mode != other;
+}
+
+static int64_t pred_cpu_now(const AioPollState *st)
+{
+    return st->thread_cpu_ns ? st->thread_cpu_ns() : clock_thread_cpu_ns();
+}
+
+/*
+ * Whether spinning could bring the events 1.5 times as fast: only if this
+ * phase's waits and wake-ups are a third of the cycle or more.  A queue in
+ * front of a 1 ms device waits for its next request for microseconds: no
+ * trial, whose spinning would cost more than all it could show.
+ */
+static bool pred_trial_may_pay(const AioPollState *st, const PredSource *ps,
+                               const PredPhase *ph)
+{
+    return ph->spin_mode || ps->latency_ns <= 0 ||
+           2 * (ph->mean_ns + st->costs.wake_late_ns) >= ps->latency_ns;
+}
+
+static void pred_trial_step(PredPhase *ph, PredTrialStep step, unsigned events)
+{
+    ph->trial = step;
+    ph->trial_left = events;
+    ph->trial_late = 0;
+    ph->trial_t0_ns = 0;
+}
+
+static void pred_trial_start(PredPhase *ph, int64_t now)
+{
+    pred_trial_step(ph, PRED_TRIAL_BASE, PRED_TRIAL_EVENTS);
+    ph->trial_end_ns = now + PRED_TRIAL_MAX_LEN_NS;
+}
+
+/*
+ * The trial is over: spin mode is now `spin`.  The next one comes soon
+ * after a change (of mode, or of the histogram that made the call close),
+ * later and later while the outcome stays the same.
+ */
+static void pred_trial_end(PredPhase *ph, bool spin, int64_t now)
+{
+    if (spin != ph->spin_mode || (!spin && !ph->close) ||
+        !ph->trial_backoff_ns) {
+        ph->trial_backoff_ns = PRED_TRIAL_FIRST_NS;
+    } else {
+        ph->trial_backoff_ns = MIN(ph->trial_backoff_ns * 2,
+                                   PRED_TRIAL_MAX_NS);
+    }
+    ph->spin_mode = spin;
+    ph->trial = PRED_TRIAL_NONE;
+    ph->trial_next_ns = now + ph->trial_backoff_ns;
+}
+
+/*
+ * One of the phase's events, during a trial.  True when the trial ended
+ * (the plan is redone).
+ */
+static bool pred_trial_event(AioPollState *st, PredSource *ps, PredPhase *ph,
+                             const AioPollSource *src, const AioPollTurn *turn)
+{
+    int64_t now = src->ev_ns, cpu, span;
+    double w, cost, rate;
+
+    if (!ph->trial) {
+        return false;
+    }
+    if (ph->trial == PRED_TRIAL_SETTLE) {
+        if (--ph->trial_left == 0) {
+            pred_trial_step(ph, PRED_TRIAL_OTHER, PRED_TRIAL_EVENTS);
+        }
+        return false;
+    }
+    if (ph->trial_t0_ns == 0) {          /* the arm starts with this event */
+        ph->trial_t0_ns = MAX(now, 1);
+        ph->trial_cpu0_ns = pred_cpu_now(st);
+        return false;
+    }
+    ph->trial_late += !src->ev_exact && turn->blocked;
+    if (--ph->trial_left > 0) {
+        return false;
+    }
+    cpu = pred_cpu_now(st) - ph->trial_cpu0_ns;
+    span = MAX(now - ph->trial_t0_ns, 1);
+    w = pred_weight(st, ps);
+    cost = ((double)cpu + w * (double)span +
+            w * (double)st->costs.wake_late_ns * ph->trial_late) /
+           PRED_TRIAL_EVENTS;
+    rate = PRED_TRIAL_EVENTS * 1e9 / (double)span;
+    if (ph->trial == PRED_TRIAL_BASE) {
+        ph->trial_cost = cost;
+        ph->trial_rate = rate;
+        pred_trial_step(ph, PRED_TRIAL_SETTLE, PRED_TRIAL_SETTLE_EVENTS);
+        return false;
+    } else {
+        double spin_cost = ph->spin_mode ? ph->trial_cost : cost;
+        double spin_rate = ph->spin_mode ? ph->trial_rate : rate;
+        double plan_cost = ph->spin_mode ? cost : ph->trial_cost;
+        double plan_rate = ph->spin_mode ? rate : ph->trial_rate;
+
+        pred_trial_end(ph, spin_cost < PRED_TRIAL_GAIN * plan_cost &&
+                           spin_rate > PRED_TRIAL_RATE * plan_rate, now);
+        return true;
+    }
+}
+
+/* ------------------------------------------------------------------------ */
 /* The ops                                                                   */
 
 static int64_t pred_plan(AioPollState *st, AioPollSource *const *srcs,
@@ -524,21 +701,16 @@ static int64_t pred_plan(AioPollState *st, AioPollSource *const *srcs,
             w_timer = MAX(w_timer, pred_weight(st, ps));
 
             ws = pred_phase_window(ph, elapsed);
-            if (ph->close && !ph->trial_left && now >= ph->trial_next_ns &&
-                st->budget_ns > 0) {
-                ph->trial_left = PRED_TRIAL_EVENTS;
-                ph->trial_end_ns = now + PRED_TRIAL_MAX_LEN_NS;
+            if (!ph->trial && (ph->close || ph->spin_mode) &&
+                now >= ph->trial_next_ns && st->budget_ns > 0 &&
+                pred_trial_may_pay(st, ps, ph)) {
+                pred_trial_start(ph, now);
             }
-            if (ph->trial_left && now > ph->trial_end_ns) {
+            if (ph->trial && now > ph->trial_end_ns) {
                 /* Its events stopped coming: give up, try later. */
-                ph->trial_left = 0;
-                ph->trial_backoff_ns = ph->trial_backoff_ns ?
-                    MIN(ph->trial_backoff_ns * 2, PRED_TRIAL_MAX_NS) :
-                    PRED_TRIAL_FIRST_NS;
-                ph->trial_next_ns = now + ph->trial_backoff_ns;
+                pred_trial_end(ph, ph->spin_mode, now);
             }
-            if (ph->trial_left) {
-                /* A trial spins the whole window from the interval start. */
+            if (pred_spins_all(ph)) {
                 ws = MAX(ws, st->params.max_ns - elapsed);
             }
         }
@@ -568,6 +740,7 @@ static AioPollAdjustment pred_learn(AioPollState *st, AioPollSource *src,
     PredSource *ps;
     PredPhase *ph;
     int64_t seen;
+    bool shifted, trial_ended;
 
     if (!src->ev) {
         return AIO_POLL_KEPT;
@@ -591,23 +764,22 @@ static AioPollAdjustment pred_learn(AioPollState *st, AioPollSource *src,
         seen = MAX(turn->block_start_ns, seen - st->costs.wake_late_ns / 2);
     }
     ph = &ps->ph[src->phase & 1];
-    if (pred_record(ph, MAX(seen - src->ref_ns, 0), true) |
-        (++ps->since_fold >= ps->fold_every) | pred_plan_stale(st, ps) |
-        (ph->trial_left == 1)) {
-        adj = pred_replan(st, src, ps);
+    shifted = pred_record(ph, MAX(seen - src->ref_ns, 0), true, src->ev_ns);
+    trial_ended = pred_trial_event(st, ps, ph, src, turn);
+    if (shifted && ph->shift_longer && (ph->spin_mode || ph->trial) &&
+        ph->trial != PRED_TRIAL_SETTLE && ph->trial != PRED_TRIAL_OTHER) {
+        /* The waits grew longer: what a trial learned is void.  (Shorter
+         * ones are what spin mode is for; and a trial measuring the other
+         * mode changes the waits itself.) */
+        ph->spin_mode = false;
+        ph->trial = PRED_TRIAL_NONE;
+        ph->trial_backoff_ns = 0;
+        ph->trial_next_ns = src->ev_ns;
+        trial_ended = true;
     }
-    if (ph->trial_left && --ph->trial_left == 0) {
-        /* Done: if what the trial saw makes the call no longer close, it
-         * paid off (the plan now spins as far as it should); else wait
-         * longer before the next one. */
-        if (!ph->close) {
-            ph->trial_backoff_ns = 0;
-        } else {
-            ph->trial_backoff_ns = ph->trial_backoff_ns ?
-                MIN(ph->trial_backoff_ns * 2, PRED_TRIAL_MAX_NS) :
-                PRED_TRIAL_FIRST_NS;
-        }
-        ph->trial_next_ns = src->ev_ns + ph->trial_backoff_ns;
+    if (shifted | (++ps->since_fold >= ps->fold_every) |
+        pred_plan_stale(st, ps) | trial_ended) {
+        adj = pred_replan(st, src, ps);
     }
     return adj;
 }
@@ -617,7 +789,7 @@ static AioPollAdjustment pred_phase_end(AioPollState *st, AioPollSource *src,
 {
     PredSource *ps = pred_source(src);
 
-    pred_record(&ps->ph[src->phase & 1], MAX(now - src->ref_ns, 0), false);
+    pred_record(&ps->ph[src->phase & 1], MAX(now - src->ref_ns, 0), false, now);
     if (++ps->since_fold >= ps->fold_every) {
         return pred_replan(st, src, ps);
     }

@@ -120,6 +120,9 @@ typedef struct AioPollState {
     /* predictive: the ledger of spinning against what it saved */
     int64_t budget_ns;
     int64_t budget_stamp_ns;
+    /* The calling thread's CPU time; NULL: clock_thread_cpu_ns() (tests
+     * set a simulated one). */
+    int64_t (*thread_cpu_ns)(void);
 } AioPollState;
 
 typedef struct AioPollPolicyOps {
