@@ -104,11 +104,15 @@
 #define PRED_RESCALE 4096.0f         /* renormalise weights above this */
 #define PRED_BUDGET_MAX_NS 1000000   /* the ledger's cap: 1 ms */
 #define PRED_BUDGET_EVENT_SHIFT 2    /* refill: C/4 per event */
-#define PRED_TRIAL_EVENTS 64         /* events measured in each arm */
+#define PRED_TRIAL_EVENTS 64         /* events measured in each arm, */
+#define PRED_TRIAL_MIN_NS (4 * 1000 * 1000LL)       /* over 4 ms at least */
+#define PRED_TRIAL_SAMPLES 32        /* a trial needs this many samples */
 #define PRED_TRIAL_SETTLE_EVENTS 8   /* events let pass before the other arm */
-#define PRED_TRIAL_MAX_LEN_NS (100 * 1000 * 1000LL)  /* a trial's deadline */
+#define PRED_TRIAL_MAX_LEN_NS (1000 * 1000 * 1000LL) /* a trial's deadline */
 #define PRED_TRIAL_GAIN 0.7          /* spinning must cost 30% less ... */
 #define PRED_TRIAL_RATE 1.5          /* ... and bring events 1.5x as fast */
+#define PRED_TRIAL_KEEP_RATE 1.25    /* kept while it brings events 1.25x as
+                                      * fast as not spinning, for less */
 #define PRED_MAX_SPIN_NS (1LL << 30) /* plans never spin longer than this */
 #define PRED_TRIAL_FIRST_NS (100 * 1000 * 1000LL)    /* then waits 0.1 s */
 #define PRED_TRIAL_MAX_NS (16 * 1000 * 1000 * 1000LL) /* ... doubling to 16 s */
@@ -128,6 +132,7 @@ typedef struct PredPhase {
     uint8_t best_end[B];             /* plan: from bucket a, spin to the
                                       * start of bucket best_end[a] (a: no) */
     bool close;                      /* not spinning, but nearly worth it */
+    bool partial;                    /* spinning, but missing some */
     int64_t mean_ns;                 /* the mean wait (up to 1 ms) */
     /* Change detector: waits shorter than short_ns, seen minus expected. */
     int64_t short_ns;
@@ -139,7 +144,8 @@ typedef struct PredPhase {
      * interval start, adopted (and kept) by trials; see pred_trial_*(). */
     bool spin_mode;
     uint8_t trial;                   /* PredTrialStep */
-    unsigned trial_left;             /* events left in this step */
+    unsigned trial_left;             /* events left in the settling step */
+    unsigned trial_n;                /* events measured in this arm */
     unsigned trial_late;             /* of them, seen after blocking */
     int64_t trial_t0_ns, trial_cpu0_ns;   /* this step's start (0: at the
                                            * next event) */
@@ -408,7 +414,13 @@ static void pred_plan_phase(PredPhase *ph, int64_t k, int64_t max_ns,
      */
     ph->close = false;
     {
-        unsigned e0 = ph->best_end[0];
+        unsigned e0 = ph->best_end[0], emax = aio_pred_bucket(max_ns);
+
+        /* Partial: the plan spins but misses 1% or more of the events,
+         * some of which a whole window would catch: where a producer may
+         * answer faster while spun for, the trials find out. */
+        ph->partial = e0 > 0 && S[e0] >= 0.01 && emax > e0 &&
+                      S[emax] < S[e0];
 
         for (unsigned e = e0 + 1; S[e0] >= 0.02 && e < B &&
              aio_pred_bucket_start(e - 1) <= max_ns + late / 2; e++) {
@@ -437,8 +449,10 @@ static int64_t pred_phase_window(const PredPhase *ph, int64_t elapsed)
  * one users set when they ask for polling: halving a request's latency is
  * worth doubling the CPU it takes, so a nanosecond of latency weighs two
  * of CPU -- while the wake-up is a tenth or more of the requests' own
- * latency (latency + L).  Below that the weight falls in proportion: a
- * 6 µs wake-up is half of a fast request and nothing next to a 1 ms one.
+ * latency (latency + L).  Below that the gain is worth nothing (no user
+ * turns polling on for a few percent), so the weight goes from full at
+ * an eighth to 0 at 7.5%: a 6 µs wake-up is half of a fast request and
+ * nothing next to a 1 ms one.
  */
 #define PRED_LATENCY_WEIGHT 2
 
@@ -451,13 +465,13 @@ static int64_t pred_k(const AioPollState *st)
 static double pred_weight(const AioPollState *st, const PredSource *ps)
 {
     int64_t late = st->costs.wake_late_ns;
-    double w = PRED_LATENCY_WEIGHT;
+    double share;
 
-    if (ps->latency_ns > 0 && late > 0) {
-        w = MIN(w, 10.0 * PRED_LATENCY_WEIGHT * late /
-                   (double)(ps->latency_ns + late));
+    if (ps->latency_ns <= 0 || late <= 0) {
+        return PRED_LATENCY_WEIGHT;
     }
-    return w;
+    share = late / (double)(ps->latency_ns + late);
+    return PRED_LATENCY_WEIGHT * MIN(MAX((share - 0.075) / 0.05, 0.0), 1.0);
 }
 
 static int64_t pred_k_src(const AioPollState *st, const PredSource *ps)
@@ -514,7 +528,8 @@ static AioPollAdjustment pred_replan(AioPollState *st, AioPollSource *src,
         pred_plan_phase(ph, k, st->params.max_ns, st->costs.wake_late_ns);
         same &= !memcmp(before, ph->best_end, sizeof(before)) &&
                 close == ph->close;
-        src->window_ns = MAX(src->window_ns, pred_phase_window(ph, 0));
+        src->window_ns = MAX(src->window_ns, ph->spin_mode ?
+                             st->params.max_ns : pred_phase_window(ph, 0));
     }
     /* A plan that came out the same is redone less and less often (the
      * change detector still reacts to each sample), but often while a
@@ -562,14 +577,17 @@ static bool pred_plan_stale(const AioPollState *st, const PredSource *ps)
  * 0.1 s to 16 s while their outcome stays the same.
  */
 
+/* Whether a trial runs the phase in the mode it is not in. */
+static bool pred_trial_other(const PredPhase *ph)
+{
+    return ph->trial == PRED_TRIAL_SETTLE || ph->trial == PRED_TRIAL_OTHER;
+}
+
 /* Whether this phase's turns spin the whole window from the interval
- * start: in spin mode, or while a trial measures the other mode. */
+ * start: in spin mode, or while a trial measures it. */
 static bool pred_spins_all(const PredPhase *ph)
 {
-    bool other = ph->trial == PRED_TRIAL_SETTLE ||
-                 ph->trial == PRED_TRIAL_OTHER;
-
-    return ph->spin_mode != other;
+    return ph->spin_mode != pred_trial_other(ph);
 }
 
 static int64_t pred_cpu_now(const AioPollState *st)
@@ -594,13 +612,14 @@ static void pred_trial_step(PredPhase *ph, PredTrialStep step, unsigned events)
 {
     ph->trial = step;
     ph->trial_left = events;
+    ph->trial_n = 0;
     ph->trial_late = 0;
     ph->trial_t0_ns = 0;
 }
 
 static void pred_trial_start(PredPhase *ph, int64_t now)
 {
-    pred_trial_step(ph, PRED_TRIAL_BASE, PRED_TRIAL_EVENTS);
+    pred_trial_step(ph, PRED_TRIAL_BASE, 0);
     ph->trial_end_ns = now + PRED_TRIAL_MAX_LEN_NS;
 }
 
@@ -611,12 +630,19 @@ static void pred_trial_start(PredPhase *ph, int64_t now)
  */
 static void pred_trial_end(PredPhase *ph, bool spin, int64_t now)
 {
-    if (spin != ph->spin_mode || (!spin && !ph->close) ||
+    if (spin != ph->spin_mode || (!spin && !ph->close && !ph->partial) ||
         !ph->trial_backoff_ns) {
         ph->trial_backoff_ns = PRED_TRIAL_FIRST_NS;
     } else {
         ph->trial_backoff_ns = MIN(ph->trial_backoff_ns * 2,
                                    PRED_TRIAL_MAX_NS);
+    }
+    if (spin != ph->spin_mode) {
+        /* The waits of the old mode say little about the new one. */
+        pred_forget(ph, MIN(1.0f, PRED_SHIFT_KEEP * PRED_DECAY * ph->weight /
+                                  MAX(ph->total, ph->weight)));
+        ph->dev = 0;
+        ph->since_shift = 0;
     }
     ph->spin_mode = spin;
     ph->trial = PRED_TRIAL_NONE;
@@ -638,7 +664,7 @@ static bool pred_trial_event(AioPollState *st, PredSource *ps, PredPhase *ph,
     }
     if (ph->trial == PRED_TRIAL_SETTLE) {
         if (--ph->trial_left == 0) {
-            pred_trial_step(ph, PRED_TRIAL_OTHER, PRED_TRIAL_EVENTS);
+            pred_trial_step(ph, PRED_TRIAL_OTHER, 0);
         }
         return false;
     }
@@ -648,16 +674,18 @@ static bool pred_trial_event(AioPollState *st, PredSource *ps, PredPhase *ph,
         return false;
     }
     ph->trial_late += !src->ev_exact && turn->blocked;
-    if (--ph->trial_left > 0) {
+    span = MAX(now - ph->trial_t0_ns, 1);
+    /* A fast source's arm lasts 4 ms: one preempted microsecond-scale
+     * arm would decide it. */
+    if (++ph->trial_n < PRED_TRIAL_EVENTS || span < PRED_TRIAL_MIN_NS) {
         return false;
     }
     cpu = pred_cpu_now(st) - ph->trial_cpu0_ns;
-    span = MAX(now - ph->trial_t0_ns, 1);
     w = pred_weight(st, ps);
     cost = ((double)cpu + w * (double)span +
             w * (double)st->costs.wake_late_ns * ph->trial_late) /
-           PRED_TRIAL_EVENTS;
-    rate = PRED_TRIAL_EVENTS * 1e9 / (double)span;
+           ph->trial_n;
+    rate = ph->trial_n * 1e9 / (double)span;
     if (ph->trial == PRED_TRIAL_BASE) {
         ph->trial_cost = cost;
         ph->trial_rate = rate;
@@ -669,7 +697,15 @@ static bool pred_trial_event(AioPollState *st, PredSource *ps, PredPhase *ph,
         double plan_cost = ph->spin_mode ? cost : ph->trial_cost;
         double plan_rate = ph->spin_mode ? rate : ph->trial_rate;
 
-        pred_trial_end(ph, spin_cost < PRED_TRIAL_GAIN * plan_cost &&
+        /* Adopted where spinning is far better than the plan; kept while
+         * the producer still answers faster than without spinning at
+         * all, for less.  (The audit measures not spinning: against the
+         * plan, which spins a little, a producer that was kept fast stays
+         * fast for a while, and the audit flapped.) */
+        pred_trial_end(ph, ph->spin_mode ?
+                           spin_cost < plan_cost &&
+                           spin_rate > PRED_TRIAL_KEEP_RATE * plan_rate :
+                           spin_cost < PRED_TRIAL_GAIN * plan_cost &&
                            spin_rate > PRED_TRIAL_RATE * plan_rate, now);
         return true;
     }
@@ -701,8 +737,10 @@ static int64_t pred_plan(AioPollState *st, AioPollSource *const *srcs,
             w_timer = MAX(w_timer, pred_weight(st, ps));
 
             ws = pred_phase_window(ph, elapsed);
-            if (!ph->trial && (ph->close || ph->spin_mode) &&
+            if (!ph->trial && (ph->close || ph->partial || ph->spin_mode) &&
                 now >= ph->trial_next_ns && st->budget_ns > 0 &&
+                ph->since_shift >= PRED_SHIFT_QUIET &&
+                ph->total >= PRED_TRIAL_SAMPLES * ph->weight &&
                 pred_trial_may_pay(st, ps, ph)) {
                 pred_trial_start(ph, now);
             }
@@ -710,7 +748,9 @@ static int64_t pred_plan(AioPollState *st, AioPollSource *const *srcs,
                 /* Its events stopped coming: give up, try later. */
                 pred_trial_end(ph, ph->spin_mode, now);
             }
-            if (pred_spins_all(ph)) {
+            if (ph->spin_mode && pred_trial_other(ph)) {
+                ws = 0;         /* the audit of spin mode: no spinning */
+            } else if (pred_spins_all(ph)) {
                 ws = MAX(ws, st->params.max_ns - elapsed);
             }
         }
@@ -764,18 +804,22 @@ static AioPollAdjustment pred_learn(AioPollState *st, AioPollSource *src,
         seen = MAX(turn->block_start_ns, seen - st->costs.wake_late_ns / 2);
     }
     ph = &ps->ph[src->phase & 1];
-    shifted = pred_record(ph, MAX(seen - src->ref_ns, 0), true, src->ev_ns);
+    /* The histogram holds the waits of the mode the phase is in, not of
+     * the one a trial measures. */
+    shifted = !pred_trial_other(ph) &&
+              pred_record(ph, MAX(seen - src->ref_ns, 0), true, src->ev_ns);
     trial_ended = pred_trial_event(st, ps, ph, src, turn);
-    if (shifted && ph->shift_longer && (ph->spin_mode || ph->trial) &&
-        ph->trial != PRED_TRIAL_SETTLE && ph->trial != PRED_TRIAL_OTHER) {
-        /* The waits grew longer: what a trial learned is void.  (Shorter
-         * ones are what spin mode is for; and a trial measuring the other
-         * mode changes the waits itself.) */
-        ph->spin_mode = false;
+    if (shifted && ph->trial) {
+        /* The workload changed under the trial's first arm: let the plan
+         * catch up, then try again. */
         ph->trial = PRED_TRIAL_NONE;
+        ph->trial_next_ns = src->ev_ns + PRED_TRIAL_FIRST_NS;
+    } else if (shifted && ph->shift_longer && ph->spin_mode) {
+        /* The waits grew longer: is spinning still worth it?  A trial
+         * soon will say (a guest preempted for a while makes the waits
+         * longer too, and spin mode must not end on that). */
         ph->trial_backoff_ns = 0;
         ph->trial_next_ns = src->ev_ns;
-        trial_ended = true;
     }
     if (shifted | (++ps->since_fold >= ps->fold_every) |
         pred_plan_stale(st, ps) | trial_ended) {
@@ -788,8 +832,11 @@ static AioPollAdjustment pred_phase_end(AioPollState *st, AioPollSource *src,
                                         int64_t now)
 {
     PredSource *ps = pred_source(src);
+    PredPhase *ph = &ps->ph[src->phase & 1];
 
-    pred_record(&ps->ph[src->phase & 1], MAX(now - src->ref_ns, 0), false, now);
+    if (!pred_trial_other(ph)) {
+        pred_record(ph, MAX(now - src->ref_ns, 0), false, now);
+    }
     if (++ps->since_fold >= ps->fold_every) {
         return pred_replan(st, src, ps);
     }
