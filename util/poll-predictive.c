@@ -451,8 +451,8 @@ static int64_t pred_phase_window(const PredPhase *ph, int64_t elapsed)
  * of CPU -- while the wake-up is a tenth or more of the requests' own
  * latency (latency + L).  Below that the gain is worth nothing (no user
  * turns polling on for a few percent), so the weight goes from full at
- * an eighth to 0 at 7.5%: a 6 µs wake-up is half of a fast request and
- * nothing next to a 1 ms one.
+ * 15% to 0 at 10%: a 6 µs wake-up is half of a fast request and nothing
+ * next to a 1 ms one.
  */
 #define PRED_LATENCY_WEIGHT 2
 
@@ -471,7 +471,7 @@ static double pred_weight(const AioPollState *st, const PredSource *ps)
         return PRED_LATENCY_WEIGHT;
     }
     share = late / (double)(ps->latency_ns + late);
-    return PRED_LATENCY_WEIGHT * MIN(MAX((share - 0.075) / 0.05, 0.0), 1.0);
+    return PRED_LATENCY_WEIGHT * MIN(MAX((share - 0.10) / 0.05, 0.0), 1.0);
 }
 
 static int64_t pred_k_src(const AioPollState *st, const PredSource *ps)
