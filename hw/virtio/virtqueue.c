@@ -36,7 +36,11 @@
  *   - io_poll compares avail->idx with the next index to pop (a plain load:
  *     no system call, no locked instruction);
  *   - io_poll_begin suppresses kicks: VRING_USED_F_NO_NOTIFY in used->flags,
- *     or with EVENT_IDX it stops advancing avail_event;
+ *     or with EVENT_IDX avail_event = next index to pop - 1, which the
+ *     driver's next entries do not cross (a sleep left avail_event at the
+ *     next index, so without this the first request after every sleep
+ *     kicked although the loop was polling for it), and pop stops
+ *     advancing it;
  *   - io_poll_end re-enables them (clears the flag, or publishes avail_event
  *     = next index to pop); the loop then fences and calls io_poll again.
  *
@@ -900,8 +904,18 @@ static void virtqueue_poll_begin(EventNotifier *e)
     if (vq->used && !vq->event_idx) {
         virtqueue_store_used_flags(vq, vq->used_flags | VRING_USED_F_NO_NOTIFY);
     }
-    /* With EVENT_IDX, pop simply stops advancing avail_event: once we are
-     * past it the driver's next entries do not cross it. */
+    /*
+     * With EVENT_IDX: an avail_event just behind the next index to pop
+     * (the driver kicks when its new entries cross avail_event), and pop
+     * stops advancing it.  A driver that read the old value kicks once: a
+     * spurious kick, harmless.  So is the one after 65536 entries popped
+     * in one polling stretch, when the index comes round to it again.
+     */
+    if (vq->used && vq->event_idx) {
+        atomic_store_explicit(vq->avail_event,
+                              htole16((uint16_t)(vq->last_avail_idx - 1)),
+                              memory_order_relaxed);
+    }
 }
 
 /*

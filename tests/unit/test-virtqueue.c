@@ -1145,6 +1145,79 @@ static gpointer poll_producer(gpointer opaque)
     return NULL;
 }
 
+/*
+ * A request added while the loop spins, right after it woke from a sleep
+ * (the sleep left notifications on: avail_event at the next index, or no
+ * NO_NOTIFY): the driver must not kick for it.  The loop spins 50 ms from
+ * its first turn (poll-policy fixed); the driver adds one entry 5 ms in.
+ */
+typedef struct LatePublish {
+    Drv *d;
+    _Atomic bool kicked;
+} LatePublish;
+
+static gpointer late_publisher(gpointer opaque)
+{
+    LatePublish *lp = opaque;
+
+    sleep_ns(5 * NS_PER_MS);
+    atomic_store(&lp->kicked,
+                 drv_publish(lp->d, drv_add_direct(lp->d, &(Buf){ DATA_GPA,
+                                                                  8, true },
+                                                   1)));
+    return NULL;
+}
+
+static void run_first_after_sleep(bool event_idx)
+{
+    AioPollParams params = { .max_ns = 50 * NS_PER_MS };
+    LatePublish lp;
+    VirtQueueStats st;
+    int64_t deadline;
+    GThread *t;
+    Drv d;
+
+    drv_setup(&d, 16, event_idx ? F_EVENT_IDX : 0);
+    lp.d = &d;
+    atomic_store(&lp.kicked, false);
+    aio_context_set_poll_policy(d.ctx, &aio_poll_policy_fixed);
+    aio_context_set_poll_params(d.ctx, &params);
+    drv_start(&d, echo_handler);
+    /* Notifications on, as a sleep leaves them. */
+    if (event_idx) {
+        g_assert_cmpuint(ld16(avail_event(&d)), ==, d.avail_idx);
+    }
+    g_assert_cmpuint(ld16(used_flags(&d)) & 1, ==, 0);
+    t = g_thread_new("late-publisher", late_publisher, &lp);
+    deadline = g_get_monotonic_time() + 10 * G_USEC_PER_SEC;
+    while (atomic_load(&d.processed) < 1) {
+        g_assert_cmpint(g_get_monotonic_time(), <, deadline);
+        aio_poll(d.ctx, true);
+    }
+    g_thread_join(t);
+    virtqueue_get_stats(d.vq, &st);
+    g_assert_false(atomic_load(&lp.kicked));
+    g_assert_cmpuint(d.kicks, ==, 0);
+    g_assert_cmpuint(st.polled, ==, 1);
+    /* Polling ends with the queue: notifications back on. */
+    g_assert_cmpuint(virtqueue_stop(d.vq), ==, 1);
+    if (event_idx) {
+        g_assert_cmpuint(ld16(avail_event(&d)), ==, 1);
+    }
+    g_assert_cmpuint(ld16(used_flags(&d)), ==, 0);
+    drv_cleanup(&d);
+}
+
+static void test_poll_first_after_sleep(void)
+{
+    run_first_after_sleep(false);
+}
+
+static void test_poll_first_after_sleep_event_idx(void)
+{
+    run_first_after_sleep(true);
+}
+
 static void run_polled(bool event_idx)
 {
     Drv d;
@@ -1617,6 +1690,10 @@ int main(int argc, char **argv)
         { "/virtqueue/dispatch/kick", test_kick_dispatch },
         { "/virtqueue/dispatch/poll", test_poll_dispatch },
         { "/virtqueue/dispatch/poll-event-idx", test_poll_dispatch_event_idx },
+        { "/virtqueue/dispatch/poll-first-after-sleep",
+          test_poll_first_after_sleep },
+        { "/virtqueue/dispatch/poll-first-after-sleep-event-idx",
+          test_poll_first_after_sleep_event_idx },
         { "/virtqueue/stop-restart", test_stop_restart },
         { "/virtqueue/set-memory", test_set_memory },
         { "/virtqueue/malformed/head", test_bad_head },
