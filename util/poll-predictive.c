@@ -96,7 +96,8 @@
 #define PRED_DECAY 64                /* forgetting: 1 - 1/64 per sample ... */
 #define PRED_MEMORY_NS (16 * 1000 * 1000LL)  /* ... or per 16 ms if slower */
 #define PRED_SHIFT_DEV 0.5f          /* change detector: alarm threshold */
-#define PRED_SHIFT_KEEP 0.0625f      /* ... and what is kept of the past */
+#define PRED_SHIFT_KEEP 0.0625f      /* ... and what is kept of the past, */
+#define PRED_KEEP_SAMPLES 4.0f       /* ... as much as 4 samples at most */
 #define PRED_SHIFT_QUIET 64          /* events before it may fire again */
 #define PRED_FOLD 8                  /* samples between plan updates ... */
 #define PRED_FOLD_MAX 64             /* ... up to this while nothing changes */
@@ -229,6 +230,16 @@ static void pred_forget(PredPhase *ph, float keep)
 }
 
 /*
+ * Forget all but `keep` of the past, and all but what PRED_KEEP_SAMPLES
+ * samples weigh: a fast source's histogram holds thousands.
+ */
+static void pred_forget_to(PredPhase *ph, float keep)
+{
+    pred_forget(ph, MIN(keep, PRED_KEEP_SAMPLES * ph->weight /
+                              MAX(ph->total, ph->weight)));
+}
+
+/*
  * The change detector.  The histogram remembers ~64 samples, which keeps
  * the plan steady, but a new workload would take that long to show.  So
  * each event is also compared with what the model expects: the share of
@@ -257,11 +268,7 @@ static bool pred_detect_change(PredPhase *ph, int64_t t)
     }
     if (ph->dev > PRED_SHIFT_DEV || ph->dev < -PRED_SHIFT_DEV) {
         ph->shift_longer = ph->dev < 0;
-        /* What is kept weighs as 4 samples at most: a fast source's
-         * histogram holds thousands. */
-        pred_forget(ph, MIN(PRED_SHIFT_KEEP, PRED_SHIFT_KEEP * PRED_DECAY *
-                                             ph->weight /
-                                             MAX(ph->total, ph->weight)));
+        pred_forget_to(ph, PRED_SHIFT_KEEP);
         ph->dev = 0;
         ph->since_shift = 0;
         return true;
@@ -639,8 +646,7 @@ static void pred_trial_end(PredPhase *ph, bool spin, int64_t now)
     }
     if (spin != ph->spin_mode) {
         /* The waits of the old mode say little about the new one. */
-        pred_forget(ph, MIN(1.0f, PRED_SHIFT_KEEP * PRED_DECAY * ph->weight /
-                                  MAX(ph->total, ph->weight)));
+        pred_forget_to(ph, 1.0f);
         ph->dev = 0;
         ph->since_shift = 0;
     }
