@@ -96,12 +96,14 @@
 #define PRED_DECAY 64                /* forgetting: 1 - 1/64 per sample ... */
 #define PRED_MEMORY_NS (16 * 1000 * 1000LL)  /* ... or per 16 ms if slower */
 #define PRED_SHIFT_DEV 0.5f          /* change detector: alarm threshold */
+#define PRED_SHIFT_SPAN 32           /* ... on the average of ~32 events */
 #define PRED_SHIFT_KEEP 0.0625f      /* ... and what is kept of the past, */
 #define PRED_KEEP_SAMPLES 4.0f       /* ... as much as 4 samples at most */
 #define PRED_SHIFT_QUIET 64          /* events before it may fire again */
 #define PRED_FOLD 8                  /* samples between plan updates ... */
 #define PRED_FOLD_MAX 64             /* ... up to this while nothing changes */
 #define PRED_MIN_SAMPLES 4.0f        /* weighted samples before any plan */
+#define PRED_STICKY_SAMPLES 32.0f    /* ... and before the plan is kept */
 #define PRED_RESCALE 4096.0f         /* renormalise weights above this */
 #define PRED_BUDGET_MAX_NS 1000000   /* the ledger's cap: 1 ms */
 #define PRED_BUDGET_EVENT_SHIFT 2    /* refill: C/4 per event */
@@ -111,7 +113,7 @@
 #define PRED_TRIAL_SETTLE_EVENTS 8   /* events let pass before the other arm */
 #define PRED_TRIAL_MAX_LEN_NS (1000 * 1000 * 1000LL) /* a trial's deadline */
 #define PRED_TRIAL_GAIN 0.7          /* spinning must cost 30% less ... */
-#define PRED_TRIAL_RATE 1.5          /* ... and bring events 1.5x as fast */
+#define PRED_TRIAL_RATE 1.3          /* ... and bring events 1.3x as fast */
 #define PRED_TRIAL_KEEP_RATE 1.25    /* kept while it brings events 1.25x as
                                       * fast as not spinning, for less */
 #define PRED_MAX_SPIN_NS (1LL << 30) /* plans never spin longer than this */
@@ -134,6 +136,7 @@ typedef struct PredPhase {
                                       * start of bucket best_end[a] (a: no) */
     bool close;                      /* not spinning, but nearly worth it */
     bool partial;                    /* spinning, but missing some */
+    float plan_n;                    /* samples the plan was made from */
     int64_t mean_ns;                 /* the mean wait (up to 1 ms) */
     /* Change detector: waits shorter than short_ns, seen minus expected. */
     int64_t short_ns;
@@ -144,6 +147,7 @@ typedef struct PredPhase {
     /* Reactive producers: spin_mode spins the whole window from the
      * interval start, adopted (and kept) by trials; see pred_trial_*(). */
     bool spin_mode;
+    bool trial_vote;                 /* the last trial voted to adopt it */
     uint8_t trial;                   /* PredTrialStep */
     unsigned trial_left;             /* events left in the settling step */
     unsigned trial_n;                /* events measured in this arm */
@@ -154,6 +158,7 @@ typedef struct PredPhase {
                                       * and events per second */
     int64_t trial_end_ns;            /* the trial gives up then */
     int64_t trial_next_ns;           /* no trial before this */
+    int64_t trial_vote_ns;           /* when the vote was cast */
     int64_t trial_backoff_ns;
     int64_t last_ns;                 /* when the last sample was taken */
 } PredPhase;
@@ -244,12 +249,14 @@ static void pred_forget_to(PredPhase *ph, float keep)
  * the plan steady, but a new workload would take that long to show.  So
  * each event is also compared with what the model expects: the share of
  * waits shorter than K/2 (the ones worth spinning for).  When the running
- * difference (1/16 per event) passes PRED_SHIFT_DEV, most of the old
+ * difference (1/32 per event) passes PRED_SHIFT_DEV, most of the old
  * samples are forgotten and the plan is redone: a step from QD1 to a
- * 10k/s Poisson stream, or back, is seen within a dozen events, while a
- * steady stream's noise, the odd burst of late events when the host
- * preempts the guest, and shifts among waits that are all worth spinning
- * for (or all not) stay below it.  After firing it stays quiet for
+ * 10k/s Poisson stream, or back, is seen within two dozen events, while a
+ * steady stream's noise, the bursts of a dozen late events when the host
+ * runs the guest slowly for a moment, and shifts among waits that are all
+ * worth spinning for (or all not) stay below it.  (Averaged over 16
+ * events, those bursts made a steady QD1 stream's window change every
+ * second or two.)  After firing it stays quiet for
  * PRED_SHIFT_QUIET events: a producer whose waits straddle K/2 and follow
  * what the policy does (it answers faster while we spin) must not make
  * the plan swing at the detector's pace.  True if it fired.
@@ -261,7 +268,7 @@ static bool pred_detect_change(PredPhase *ph, int64_t t)
     if (ph->short_ns <= 0) {
         return false;
     }
-    ph->dev += (seen - ph->q_short - ph->dev) / 16;
+    ph->dev += (seen - ph->q_short - ph->dev) / PRED_SHIFT_SPAN;
     if (ph->since_shift < PRED_SHIFT_QUIET) {
         ph->since_shift++;
         return false;
@@ -322,6 +329,10 @@ static void pred_plan_phase(PredPhase *ph, int64_t k, int64_t max_ns,
     double atrisk[B + 1], S[B], I[B], G[B];
     double margin = k / 16.0;
     uint8_t old_end[B];
+    /* A plan made from a few samples is a first guess: the next one does
+     * not stick to it (a handful of early outliers would otherwise hold
+     * a long window until the tail rule below drops it, much later). */
+    bool sticky = ph->plan_n >= PRED_STICKY_SAMPLES;
 
     memcpy(old_end, ph->best_end, sizeof(old_end));
     for (unsigned a = 0; a < B; a++) {
@@ -329,6 +340,7 @@ static void pred_plan_phase(PredPhase *ph, int64_t k, int64_t max_ns,
     }
     /* total/weight is the number of recent samples. */
     ph->short_ns = 0;
+    ph->plan_n = ph->total / ph->weight;
     if (ph->total < PRED_MIN_SAMPLES * ph->weight || k <= 0 || max_ns <= 0) {
         return;
     }
@@ -396,15 +408,20 @@ static void pred_plan_phase(PredPhase *ph, int64_t k, int64_t max_ns,
             best_e++;
         }
         /* Keep the old end while it is nearly as good: windows that cost
-         * about the same should not make the plan flap between them.  But
-         * not one over 8 times longer when the best already catches 99%:
-         * beyond that the spin would only wait for what (almost) never
-         * comes. */
-        if (best_e != a && old > a && aio_pred_bucket_start(old) <= limit &&
-            G[old] <= best + margin * S[a] &&
+         * about the same should not make the plan flap between them.
+         * Nearly: K/16 more, or an eighth of what an interval costs with
+         * the best end if that is less -- for a source whose events come
+         * every microsecond, K/16 is more than an interval costs, and a
+         * long window from its first samples would stay on and spin for
+         * nothing.  And not one over 16 times longer than the best when
+         * that already catches 99%: beyond that the spin would only wait
+         * for what (almost) never comes. */
+        if (sticky && best_e != a && old > a &&
+            aio_pred_bucket_start(old) <= limit &&
+            G[old] <= best + MIN(margin * S[a], (best - I[a]) / 8) &&
             !(old > best_e && S[core] < 0.01 * S[a] &&
               aio_pred_bucket_start(old) >
-              8 * aio_pred_bucket_start(core))) {
+              16 * aio_pred_bucket_start(core))) {
             best_e = old;
         }
         ph->best_end[a] = best_e;
@@ -577,11 +594,13 @@ static bool pred_plan_stale(const AioPollState *st, const PredSource *ps)
  * the histogram.  Each arm's cost per event is what the thread really
  * spent (its CPU clock) plus the latency, weighed as in K: the time
  * between events (for a closed loop, the requests' round trip) and L for
- * each event seen after a wake-up.  Spinning is adopted, or kept, only
- * where it costs 30% less and brings events 1.5 times as fast: a producer
- * that does not react sends at the same rate whatever the loop does, and
- * its histogram already says what spinning gains.  Trials back off from
- * 0.1 s to 16 s while their outcome stays the same.
+ * each event seen after a wake-up.  Spinning is adopted only where it
+ * costs 30% less and brings events 1.3 times as fast, in two trials in a
+ * row: a producer that does not react sends at the same rate whatever the
+ * loop does, and its histogram already says what spinning gains.  It is
+ * kept while it costs less than not spinning at all and brings events
+ * 1.25 times as fast.  Trials back off from 0.1 s to 16 s while their
+ * outcome stays the same.
  */
 
 /* Whether a trial runs the phase in the mode it is not in. */
@@ -603,7 +622,7 @@ static int64_t pred_cpu_now(const AioPollState *st)
 }
 
 /*
- * Whether spinning could bring the events 1.5 times as fast: only if this
+ * Whether spinning could bring the events much faster: only if this
  * phase's waits and wake-ups are a third of the cycle or more.  A queue in
  * front of a 1 ms device waits for its next request for microseconds: no
  * trial, whose spinning would cost more than all it could show.
@@ -626,6 +645,9 @@ static void pred_trial_step(PredPhase *ph, PredTrialStep step, unsigned events)
 
 static void pred_trial_start(PredPhase *ph, int64_t now)
 {
+    if (now - ph->trial_vote_ns > PRED_TRIAL_FIRST_NS) {
+        ph->trial_vote = false;      /* too old to confirm */
+    }
     pred_trial_step(ph, PRED_TRIAL_BASE, 0);
     ph->trial_end_ns = now + PRED_TRIAL_MAX_LEN_NS;
 }
@@ -649,8 +671,10 @@ static void pred_trial_end(PredPhase *ph, bool spin, int64_t now)
         pred_forget_to(ph, 1.0f);
         ph->dev = 0;
         ph->since_shift = 0;
+        ph->shift_longer = false;
     }
     ph->spin_mode = spin;
+    ph->trial_vote = false;
     ph->trial = PRED_TRIAL_NONE;
     ph->trial_next_ns = now + ph->trial_backoff_ns;
 }
@@ -702,17 +726,30 @@ static bool pred_trial_event(AioPollState *st, PredSource *ps, PredPhase *ph,
         double spin_rate = ph->spin_mode ? ph->trial_rate : rate;
         double plan_cost = ph->spin_mode ? cost : ph->trial_cost;
         double plan_rate = ph->spin_mode ? rate : ph->trial_rate;
+        bool spin;
 
         /* Adopted where spinning is far better than the plan; kept while
          * the producer still answers faster than without spinning at
          * all, for less.  (The audit measures not spinning: against the
          * plan, which spins a little, a producer that was kept fast stays
          * fast for a while, and the audit flapped.) */
-        pred_trial_end(ph, ph->spin_mode ?
-                           spin_cost < plan_cost &&
-                           spin_rate > PRED_TRIAL_KEEP_RATE * plan_rate :
-                           spin_cost < PRED_TRIAL_GAIN * plan_cost &&
-                           spin_rate > PRED_TRIAL_RATE * plan_rate, now);
+        spin = ph->spin_mode ?
+               spin_cost < plan_cost &&
+               spin_rate > PRED_TRIAL_KEEP_RATE * plan_rate :
+               spin_cost < PRED_TRIAL_GAIN * plan_cost &&
+               spin_rate > PRED_TRIAL_RATE * plan_rate;
+        if (spin && !ph->spin_mode && !ph->trial_vote) {
+            /* Adopting takes two trials in a row: a host that switches
+             * between a fast and a slow phase under one trial makes one
+             * arm look far faster than the other.  The second one starts
+             * now; a vote older than 0.1 s is not counted. */
+            ph->trial_vote = true;
+            ph->trial_vote_ns = now;
+            ph->trial = PRED_TRIAL_NONE;
+            ph->trial_next_ns = now;
+            return false;
+        }
+        pred_trial_end(ph, spin, now);
         return true;
     }
 }
@@ -815,6 +852,9 @@ static AioPollAdjustment pred_learn(AioPollState *st, AioPollSource *src,
     shifted = !pred_trial_other(ph) &&
               pred_record(ph, MAX(seen - src->ref_ns, 0), true, src->ev_ns);
     trial_ended = pred_trial_event(st, ps, ph, src, turn);
+    if (shifted) {
+        ph->trial_vote = false;
+    }
     if (shifted && ph->trial) {
         /* The workload changed under the trial's first arm: let the plan
          * catch up, then try again. */
@@ -829,7 +869,22 @@ static AioPollAdjustment pred_learn(AioPollState *st, AioPollSource *src,
     }
     if (shifted | (++ps->since_fold >= ps->fold_every) |
         pred_plan_stale(st, ps) | trial_ended) {
-        adj = pred_replan(st, src, ps);
+        int64_t old = src->window_ns;
+
+        pred_replan(st, src, ps);
+        if (ph->spin_mode && !ph->trial && ph->shift_longer &&
+            ph->since_shift < PRED_SHIFT_QUIET &&
+            ph->best_end[0] == 0 && !ph->close) {
+            /* The waits grew longer, so long that the plan made from them
+             * since (in spin mode, so they are exact) would not spin at
+             * all: the producer that spin mode was adopted for is gone,
+             * end it now rather than at the audit (a trial may adopt it
+             * again). */
+            pred_trial_end(ph, false, src->ev_ns);
+            pred_replan(st, src, ps);
+        }
+        adj = src->window_ns > old ? AIO_POLL_GREW :
+              src->window_ns < old ? AIO_POLL_SHRANK : AIO_POLL_KEPT;
     }
     return adj;
 }

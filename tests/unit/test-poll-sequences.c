@@ -554,6 +554,110 @@ static void test_trial_adopts_spinning(void)
     sim_free(&s);
 }
 
+/*
+ * A producer that answers fast while spun for during the first trial only
+ * (the host in a fast phase, say) and never again: 1 µs after a turn that
+ * spun, 22 µs after one that did not, until the first trial's spinning arm
+ * ends; then 22 µs whatever the loop does.  One trial would adopt spinning
+ * on that; the second one, run at once to confirm it, does not.
+ */
+static void test_trial_adoption_needs_two(void)
+{
+    bool reactive = true, spinning = false;
+    int64_t end, adopted = 0;
+    Sim s;
+
+    sim_init(&s, &aio_poll_policy_predictive, AIO_POLL_MAX_NS_DEFAULT);
+    for (end = s.now + 300 * 1000 * US; s.now < end;) {
+        int64_t plan = sim_event(&s, reactive && s.last_window > 0 ?
+                                     1 * US : 22 * US);
+
+        /* The first run of turns that spin the whole window is the
+         * trial's other arm; the producer turns cold when it ends. */
+        if (plan >= AIO_POLL_MAX_NS_DEFAULT - SIM_GAP_NS) {
+            spinning = true;
+        } else if (spinning) {
+            reactive = false;
+        }
+        if (!reactive && s.src.window_ns >= AIO_POLL_MAX_NS_DEFAULT) {
+            adopted++;
+        }
+    }
+    g_test_message("reactive for one trial: spin mode in %" G_GINT64_FORMAT
+                   " events after it, window %" G_GINT64_FORMAT,
+                   adopted, s.src.window_ns);
+    g_assert_true(spinning);
+    g_assert_false(reactive);
+    g_assert_cmpint(adopted, ==, 0);
+    g_assert_cmpint(s.src.window_ns, ==, 0);
+    sim_free(&s);
+}
+
+/*
+ * Spin mode, adopted for a reactive producer (as in
+ * test_trial_adopts_spinning()), ends as soon as the change detector sees
+ * the waits grow to a 10k/s Poisson stream's: no audit trial is waited for.
+ */
+static void test_spin_mode_ends_on_longer_waits(void)
+{
+    unsigned streak = 0, i = 0;
+    int settled = -1, good = 0;
+    GRand *r = g_rand_new_with_seed(5);
+    int64_t end;
+    Sim s;
+
+    sim_init(&s, &aio_poll_policy_predictive, AIO_POLL_MAX_NS_DEFAULT);
+    for (end = s.now + 300 * 1000 * US; s.now < end;) {
+        unsigned before = s.caught;
+
+        sim_event(&s, streak < 4 ? 22 * US : ++i % 32 == 0 ? 24 * US : 1 * US);
+        streak = s.caught > before ? streak + 1 : 0;
+    }
+    g_assert_cmpint(s.src.window_ns, ==, AIO_POLL_MAX_NS_DEFAULT);
+    for (int n = 0; n < 400 && good < 50; n++) {
+        sim_event(&s, exp_wait(r, 100 * US));
+        if (s.src.window_ns == 0) {
+            settled = good++ == 0 ? n : settled;
+        } else {
+            good = 0;
+        }
+    }
+    g_test_message("spin mode ended after %d events", settled);
+    g_assert_cmpint(good, >=, 50);
+    g_assert_cmpint(settled, <=, 100);
+    g_rand_free(r);
+    sim_free(&s);
+}
+
+/*
+ * The first plans come from a handful of samples.  A QD1 stream whose first
+ * waits were slow (a guest warming up) gets a long first window; once the
+ * real waits are known -- 1 µs, and one in 64 a 200 µs pause that no spin
+ * can catch -- that window only spins longer for the pauses, and must not
+ * stay on as a plan that costs "about the same".
+ */
+static void test_long_first_window_not_kept(void)
+{
+    int64_t first, end;
+    unsigned n = 0;
+    Sim s;
+
+    sim_init(&s, &aio_poll_policy_predictive, AIO_POLL_MAX_NS_DEFAULT);
+    for (int i = 0; i < 9; i++) {
+        sim_event(&s, i % 2 ? 7 * US : 1 * US);
+    }
+    first = s.src.window_ns;
+    for (end = s.now + 50 * 1000 * US; s.now < end;) {
+        sim_event(&s, ++n % 64 == 0 ? 200 * US : 1 * US);
+    }
+    g_test_message("window %" G_GINT64_FORMAT " after the first waits, %"
+                   G_GINT64_FORMAT " after 50 ms", first, s.src.window_ns);
+    g_assert_cmpint(first, >, 8 * US);
+    g_assert_cmpint(s.src.window_ns, >, 0);
+    g_assert_cmpint(s.src.window_ns, <=, 8192);
+    sim_free(&s);
+}
+
 /* A close call with a producer that does not react, and waits (27 µs)
  * that are really not worth spinning for: one trial, then a second apart
  * (and longer each time), so it costs little. */
@@ -689,6 +793,12 @@ int main(int argc, char **argv)
     g_test_add_func("/poll-sequences/trial-adopts-spinning",
                     test_trial_adopts_spinning);
     g_test_add_func("/poll-sequences/trial-backs-off", test_trial_backs_off);
+    g_test_add_func("/poll-sequences/trial-adoption-needs-two",
+                    test_trial_adoption_needs_two);
+    g_test_add_func("/poll-sequences/spin-mode-ends-on-longer-waits",
+                    test_spin_mode_ends_on_longer_waits);
+    g_test_add_func("/poll-sequences/long-first-window-not-kept",
+                    test_long_first_window_not_kept);
     g_test_add_func("/poll-sequences/timer-and-budget", test_timer_and_budget);
     g_test_add_func("/poll-sequences/budget-drains-on-misses",
                     test_budget_drains_on_misses);
