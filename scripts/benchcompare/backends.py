@@ -9,6 +9,11 @@ arguments after the program name (only the program differs):
              addr.path=SOCK,writable=on,num-queues=1,iothread=iot0
 
 (`size` is given in bytes: QEMU 7.2's null-co does not take a suffix.)
+With --backend file the node is a preconditioned raw image instead:
+
+    --blockdev driver=file,node-name=n0,filename=IMAGE,aio=ENGINE,cache.direct=on
+
+and the export has as many queues as the loads use most (num-queues=N).
 
 Each daemon runs under `taskset -c CPU`, so all of its threads (main loop,
 IOThread, QEMU's RCU and worker threads) share that one CPU; the affinity
@@ -40,13 +45,21 @@ class BackendError(RuntimeError):
     """A daemon did not start or died; the message says why."""
 
 
-def daemon_args(socket, service_ns, poll, size_bytes):
-    """The arguments after the program name; the same for both daemons."""
-    node = f"driver=null-co,node-name=n0,size={size_bytes},read-zeroes=off"
-    if service_ns:
-        node += f",latency-ns={service_ns}"
+def daemon_args(socket, service_ns, poll, size_bytes, image=None, engine=None,
+                num_queues=1):
+    """The arguments after the program name; the same for both daemons.
+    With `image` and `engine`, the node is that file (O_DIRECT) instead of
+    null-co."""
+    if image:
+        node = (f"driver=file,node-name=n0,filename={image},aio={engine},"
+                "cache.direct=on")
+    else:
+        node = f"driver=null-co,node-name=n0,size={size_bytes},read-zeroes=off"
+        if service_ns:
+            node += f",latency-ns={service_ns}"
     export = ("type=vhost-user-blk,id=e0,node-name=n0,addr.type=unix,"
-              f"addr.path={socket},writable=on,num-queues=1,iothread=iot0")
+              f"addr.path={socket},writable=on,num-queues={num_queues},"
+              "iothread=iot0")
     return ["--object", f"iothread,id=iot0{poll.iothread_props()}",
             "--blockdev", node,
             "--export", export]

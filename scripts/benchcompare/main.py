@@ -9,8 +9,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from . import cli, machine, matrix as mx, report, runner
-from .backends import DISPLAY, FLAVOURS, Backend, BackendError, measure_idle, die_with_parent
+from . import cli, image, machine, matrix as mx, report, runner
+from .backends import (DISPLAY, FLAVOURS, Backend, BackendError, daemon_args,
+                       measure_idle, die_with_parent)
 from .cli import Interrupted, SystematicFailure
 from .machine import SetupError
 
@@ -42,6 +43,14 @@ raw result, the machine facts, the exact command lines), table.txt, and three
 PNG plots (latency CDFs at QD1, CPU per I/O against arrival rate, I/Os per
 CPU-second).
 
+With --backend file the node is a raw image in --dir instead, written in
+full before the first run (so reads reach the disk), opened with
+cache.direct=on and aio= each of --engines; the pairs are then (engine,
+poll setting), the loads closed loops on 1 or more queues (--queues), and
+the table adds the daemons' context switches per I/O.  The goals printed
+are then the real-disk ones: at QD8 and deeper, Spindle's IOPS at least
+qsd's for less CPU per I/O; at QD1 the default window against poll off.
+
 From a fresh clone on Debian 12 it first runs scripts/install-deps.sh (as
 root it installs what is missing, matplotlib included) and builds the tree
 with make (the build directory is $SPINDLE_BUILD or build/).
@@ -58,6 +67,8 @@ full matrix (default): --services 0,10us,50us,1ms --loads qd1,qd32,1k,10k,50k
   --polls default,off --repeats 3 --runtime 3 --ramp 0.5 --idle 3  (~15 min)
 --quick: --services 0,50us --loads qd1,qd32,10k --polls default,off
   --repeats 3 --runtime 1 --ramp 0.2 --idle 2  (under 3 min)
+--backend file: --engines native,io_uring --loads qd1,qd8,qd32,qd128
+  --queues 1 --polls default,off --repeats 5 (--quick: --loads qd1,qd32)
 Explicit options override the --quick values.
 
 environment:
@@ -71,6 +82,7 @@ does not start); 130 interrupted (the partial results are still written).
 example:
   scripts/bench-compare --quick
   make bench-compare BENCH_ARGS="--services 0 --loads qd1 --repeats 5"
+  scripts/bench-compare --backend file --dir /var/tmp --queues 1,4
 """
 
 
@@ -81,14 +93,27 @@ def parse_args(argv):
     g = p.add_argument_group("matrix")
     g.add_argument("--quick", action="store_true",
                    help="the reduced matrix (see below); under 3 minutes")
+    g.add_argument("--backend", choices=["null", "file"], default="null",
+                   help="null-co with a service time, or a raw image on a disk "
+                        "(default %(default)s)")
     g.add_argument("--services", metavar="LIST",
                    help=f"service times (null-co latency-ns) (default {mx.FULL_SERVICES})")
+    g.add_argument("--engines", metavar="LIST",
+                   help=f"--backend file: the file node's aio= values (default "
+                        f"{mx.FILE_ENGINES})")
+    g.add_argument("--dir", metavar="DIR", type=Path,
+                   help="--backend file: where the image is written (default /var/tmp)")
     g.add_argument("--loads", metavar="LIST",
-                   help=f"loads (default {mx.FULL_LOADS})")
+                   help=f"loads (default {mx.FULL_LOADS}; --backend file "
+                        f"{mx.FILE_LOADS})")
+    g.add_argument("--queues", metavar="LIST", default="1",
+                   help="run every load on each of these numbers of queues, one "
+                        "spindle-bench thread each (default %(default)s)")
     g.add_argument("--polls", metavar="LIST", default=mx.DEFAULT_POLLS,
                    help="IOThread poll settings, both daemons alike (default %(default)s)")
-    g.add_argument("--repeats", type=int, metavar="N", default=3,
-                   help="runs per cell and daemon; the table shows medians (default 3)")
+    g.add_argument("--repeats", type=int, metavar="N",
+                   help="runs per cell and daemon; the table shows medians (default 3; "
+                        f"--backend file {mx.FILE_REPEATS})")
     g.add_argument("--runtime", type=float, metavar="S",
                    help="measured seconds per run (default 3, --quick 1)")
     g.add_argument("--ramp", type=float, metavar="S",
@@ -103,7 +128,7 @@ def parse_args(argv):
     cli.add_cpu_args(g, "the CPU all threads of both daemons run on",
                      "the CPU spindle-bench runs on")
     g.add_argument("--disk-size", default="1G", metavar="SIZE",
-                   help="size of the null-co node (default %(default)s)")
+                   help="size of the null-co node or of the image (default %(default)s)")
     g = p.add_argument_group("programs and output")
     cli.add_program_args(g, "bench-results/<timestamp>/")
     g.add_argument("--qsd", metavar="PROGRAM",
@@ -115,8 +140,20 @@ def parse_args(argv):
     args = p.parse_args(argv)
 
     quick = args.quick
+    file = args.backend == "file"
+    if file and args.services:
+        p.error("--services is for --backend null (a file has no service time)")
+    if not file and (args.engines or args.dir):
+        p.error("--engines and --dir are for --backend file")
     args.services = args.services or (mx.QUICK_SERVICES if quick else mx.FULL_SERVICES)
-    args.loads = args.loads or (mx.QUICK_LOADS if quick else mx.FULL_LOADS)
+    if file:
+        args.loads = args.loads or (mx.QUICK_FILE_LOADS if quick else mx.FILE_LOADS)
+        args.engines = args.engines or mx.FILE_ENGINES
+        args.dir = args.dir or Path("/var/tmp")
+    else:
+        args.loads = args.loads or (mx.QUICK_LOADS if quick else mx.FULL_LOADS)
+    if args.repeats is None:
+        args.repeats = mx.FILE_REPEATS if file else 3
     if args.runtime is None:
         args.runtime = 1.0 if quick else 3.0
     if args.ramp is None:
@@ -131,10 +168,11 @@ def parse_args(argv):
     if args.open_iodepth < 1:
         p.error("--open-iodepth must be at least 1")
     try:
-        args.matrix = mx.Matrix(mx.parse_services(args.services),
-                                mx.parse_polls(args.polls),
-                                mx.parse_loads(args.loads, args.open_iodepth),
-                                args.repeats)
+        args.matrix = mx.Matrix(
+            [0] if file else mx.parse_services(args.services),
+            mx.parse_polls(args.polls),
+            mx.parse_loads(args.loads, args.open_iodepth, mx.parse_queues(args.queues)),
+            args.repeats, mx.parse_engines(args.engines) if file else None)
         args.disk_bytes = parse_size(args.disk_size)
     except ValueError as e:
         p.error(str(e))
@@ -183,6 +221,8 @@ class Session:
         self.t0 = time.monotonic()
         self.run_no = 0
         self.backends = []
+        self.image = None
+        self.image_facts = None
 
     # -- the matrix ----------------------------------------------------------
 
@@ -191,6 +231,9 @@ class Session:
         # A short directory: a UNIX socket path has at most 107 bytes.
         self.sock_dir = tempfile.mkdtemp(prefix="sbc.", dir="/tmp")
         try:
+            if self.args.backend == "file":
+                self.image = image.create(self.args.dir, self.args.disk_bytes, say)
+                self.image_facts = image.describe(self.image)
             for i, pair in enumerate(self.args.matrix.pairs()):
                 say(f"\n== {i + 1}/{len(self.args.matrix.pairs())}: {pair.label} "
                     f"({_fmt_duration(time.monotonic() - self.t0)} so far)")
@@ -199,18 +242,27 @@ class Session:
         finally:
             self.stop_backends()
             shutil.rmtree(self.sock_dir, ignore_errors=True)
+            if self.image:
+                self.image.unlink(missing_ok=True)
 
     def start_backends(self, index, pair):
-        tag = f"{index}-{mx.format_service(pair.service_ns)}-{pair.poll.name}"
+        tag = f"{index}-{pair.medium}-{pair.poll.name}"
         self.backends = []
         for flavour in FLAVOURS:
-            b = Backend(flavour, self.programs[flavour],
-                        f"{self.sock_dir}/{flavour}{index}.sock", pair.service_ns,
+            socket = f"{self.sock_dir}/{flavour}{index}.sock"
+            b = Backend(flavour, self.programs[flavour], socket, pair.service_ns,
                         pair.poll, self.args.daemon_cpu, self.args.disk_bytes,
-                        self.log_dir / f"{flavour}-{tag}.log")
+                        self.log_dir / f"{flavour}-{tag}.log",
+                        args=self.daemon_args(socket, pair))
             self.backends.append(b)
             b.start()
         return {b.flavour: b for b in self.backends}
+
+    def daemon_args(self, socket, pair, image_path=None):
+        m = self.args.matrix
+        return daemon_args(socket, pair.service_ns, pair.poll, self.args.disk_bytes,
+                           image=image_path or self.image, engine=pair.engine,
+                           num_queues=m.max_queues)
 
     def stop_backends(self):
         for b in self.backends:
@@ -218,7 +270,8 @@ class Session:
 
     def run_pair(self, index, pair):
         args = self.args
-        record = {"service_ns": pair.service_ns, "poll": pair.poll.name,
+        record = {"service_ns": pair.service_ns, "engine": pair.engine,
+                  "medium": pair.medium, "poll": pair.poll.name,
                   "poll_max_ns": pair.poll.max_ns, "commands": {}, "pids": {},
                   "affinity": {}}
         self.pairs.append(record)
@@ -250,7 +303,8 @@ class Session:
 
     def measure_idle(self, pair, backends, when):
         pct = measure_idle(backends.values(), self.args.idle)
-        self.idle.append({"service_ns": pair.service_ns, "poll": pair.poll.name,
+        self.idle.append({"service_ns": pair.service_ns, "medium": pair.medium,
+                          "poll": pair.poll.name,
                           "when": when, "seconds": self.args.idle, "percent": pct})
         say(f"idle CPU {when} ({self.args.idle:g} s): " + ", ".join(
             f"{DISPLAY[f]} {'-' if v is None else f'{v:.4f}'}% of a core"
@@ -277,7 +331,8 @@ class Session:
                                                  preexec_fn=die_with_parent())
         self.runs.append({
             "cell": cell.key, "service_ns": cell.pair.service_ns,
-            "poll": cell.pair.poll.name, "load": cell.load.name,
+            "medium": cell.pair.medium, "poll": cell.pair.poll.name,
+            "load": cell.load.name, "queues": cell.load.queues,
             "daemon": backend.flavour, "repeat": rep, "position": position,
             "command": cmd, "attempts": attempts, "daemon_restarted": bool(restarted),
             "ok": result is not None, "result": result})
@@ -313,10 +368,13 @@ class Session:
                         "note": "all threads of each daemon share the daemon CPU; "
                                 "both daemons run at once, the idle one waits"},
             "options": opts,
-            "matrix": {"services_ns": m.services, "polls": [p.name for p in m.polls],
-                       "loads": [{"name": l.name, "iodepth": l.iodepth, "rate": l.rate}
-                                 for l in m.loads],
+            "matrix": {"backend": args.backend, "services_ns": m.services,
+                       "engines": m.engines, "polls": [p.name for p in m.polls],
+                       "loads": [{"name": l.name, "iodepth": l.iodepth, "rate": l.rate,
+                                  "queues": l.queues} for l in m.loads],
                        "repeats": m.repeats},
+            "image": ({"bytes": args.disk_bytes, **self.image_facts}
+                      if self.image_facts else None),
             "pairs": self.pairs, "idle": self.idle, "runs": self.runs,
             "summary": summary, "goals": goals,
             "plots": [str(p) for p in plots] if plots else None,
@@ -357,7 +415,10 @@ def print_plan(args, facts, warning):
         f"{args.daemon_cpu}; spindle-bench runs on CPU {args.bench_cpu}")
     if warning:
         say(f"warning: {warning}")
-    say(f"matrix: service {', '.join(mx.format_service(s) for s in m.services)}; "
+    media = (f"file engines {', '.join(m.engines)} (a {args.disk_size} image in "
+             f"{args.dir}, cache.direct=on)" if m.engines else
+             f"service {', '.join(mx.format_service(s) for s in m.services)}")
+    say(f"matrix: {media}; "
         f"poll {', '.join(p.name for p in m.polls)}; "
         f"loads {', '.join(l.name for l in m.loads)}; "
         f"{m.repeats} repeats; {args.rw} {args.bs}, completion={args.completion}, "
@@ -370,9 +431,16 @@ def print_dry_run(args, programs):
     pair = args.matrix.pairs()[0]
     say("\ncommand lines of the first pair (SOCK in a temporary directory):")
     for flavour in FLAVOURS:
-        b = Backend(flavour, programs[flavour], f"/tmp/sbc.XXXX/{flavour}0.sock",
+        socket = f"/tmp/sbc.XXXX/{flavour}0.sock"
+        b = Backend(flavour, programs[flavour], socket,
                     pair.service_ns, pair.poll, args.daemon_cpu, args.disk_bytes,
-                    os.devnull)
+                    os.devnull,
+                    args=daemon_args(socket, pair.service_ns, pair.poll,
+                                     args.disk_bytes,
+                                     image=(args.dir / "bench-compare-XXXX.img"
+                                            if pair.engine else None),
+                                     engine=pair.engine,
+                                     num_queues=args.matrix.max_queues))
         say("  " + " ".join(b.command))
     say("spindle-bench, one per load:")
     for load in args.matrix.loads:
@@ -384,9 +452,15 @@ def finish(session, args):
     """Summary, table, goals, plots, files; returns the exit status."""
     cells = args.matrix.cells()
     summary = report.summarize(cells, session.runs)
-    goals = report.evaluate_goals(summary, session.idle)
+    file = args.backend == "file"
+    goals = (report.evaluate_file_goals(summary) if file
+             else report.evaluate_goals(summary, session.idle))
     note = machine.machine_note(session.facts, args.daemon_cpu, args.bench_cpu)
-    table = report.format_table(summary)
+    if session.image_facts:
+        img = session.image_facts
+        note += (f"; a {args.disk_size} image on {img['device']} ({img['fs']}) in "
+                 f"{img['dir']}")
+    table = report.format_table(summary, "engine" if file else "service")
     goal_lines = report.format_goals(goals)
     wall = time.monotonic() - session.t0
     header = [f"bench-compare {session.started:%Y-%m-%d %H:%M}: {note}",
@@ -446,7 +520,7 @@ def main(argv=None):
     session = Session(args, programs, facts, out_dir)
     try:
         session.run_matrix()
-    except (BackendError, SystematicFailure) as e:
+    except (BackendError, SystematicFailure, image.ImageError) as e:
         print(f"bench-compare: {e}", file=sys.stderr)
         path = session.write_json(complete=False)
         print(f"bench-compare: partial results: {path}", file=sys.stderr)

@@ -1,8 +1,9 @@
-"""The benchmark matrix: service times, poll settings and loads.
+"""The benchmark matrix: service times (or file engines), poll settings and loads.
 
-A *pair* is what both daemons are started with (a service time and a poll
-setting); a *cell* is a pair plus a load.  Each cell is run `repeats` times
-on each daemon, alternating between them.
+A *pair* is what both daemons are started with (a service time of the
+null-co node, or with --backend file the I/O engine of the file node, and
+a poll setting); a *cell* is a pair plus a load.  Each cell is run
+`repeats` times on each daemon, alternating between them.
 """
 
 import re
@@ -14,6 +15,12 @@ QUICK_SERVICES = "0,50us"
 FULL_LOADS = "qd1,qd32,1k,10k,50k"
 QUICK_LOADS = "qd1,qd32,10k"
 DEFAULT_POLLS = "default,off"
+# --backend file: a preconditioned image, both engines, closed loops.
+FILE_ENGINES = "native,io_uring"
+ENGINES = ("native", "io_uring")
+FILE_LOADS = "qd1,qd8,qd32,qd128"
+QUICK_FILE_LOADS = "qd1,qd32"
+FILE_REPEATS = 5
 
 _TIME_UNITS = {"ns": 1, "us": 1000, "µs": 1000, "ms": 1000_000, "s": 1000_000_000}
 
@@ -32,13 +39,20 @@ class Poll:
 @dataclass(frozen=True)
 class Load:
     """A closed loop at a queue depth, or an open loop at an arrival rate."""
-    name: str              # "QD1", "QD32", "10k", ...
+    name: str              # "QD1", "QD32", "10k", "QD32x4" (4 queues), ...
     iodepth: int           # closed loop: the depth; open loop: the in-flight cap
     rate: int = 0          # open loop: arrivals per second; 0 for a closed loop
+    queues: int = 1        # queues, each with iodepth (or rate) of its own
 
     @property
     def open_loop(self):
         return self.rate > 0
+
+    def on_queues(self, n):
+        """The same load on each of n queues ("QD32" -> "QD32x4")."""
+        if n == 1:
+            return self
+        return Load(f"{self.name}x{n}", self.iodepth, self.rate, n)
 
 
 @dataclass(frozen=True)
@@ -46,9 +60,17 @@ class Pair:
     """What both daemons are started with."""
     service_ns: int
     poll: Poll
+    engine: str = None     # --backend file: aio= of the file node
+
+    @property
+    def medium(self):
+        """The service time ("0", "50us") or the file engine ("native")."""
+        return self.engine or format_service(self.service_ns)
 
     @property
     def label(self):
+        if self.engine:
+            return f"engine {self.engine}, poll {self.poll.name}"
         return f"service {format_service(self.service_ns)}, poll {self.poll.name}"
 
 
@@ -61,20 +83,31 @@ class Cell:
     @property
     def key(self):
         """A stable string key for the JSON file."""
-        return (f"{format_service(self.pair.service_ns)}/{self.pair.poll.name}/"
-                f"{self.load.name}")
+        return f"{self.pair.medium}/{self.pair.poll.name}/{self.load.name}"
 
 
 @dataclass
 class Matrix:
-    services: list          # ns
+    services: list          # ns (null-co); [0] with engines
     polls: list             # [Poll]
     loads: list             # [Load]
     repeats: int
+    engines: list = None    # --backend file: the file node's aio= values
 
     def pairs(self):
-        """Service time outer, poll setting inner."""
+        """Service time (or engine) outer, poll setting inner."""
+        if self.engines:
+            return [Pair(0, p, e) for e in self.engines for p in self.polls]
         return [Pair(s, p) for s in self.services for p in self.polls]
+
+    @property
+    def media(self):
+        """The pairs' media ("0", "50us", or "native", "io_uring"), in order."""
+        return _unique([p.medium for p in self.pairs()])
+
+    @property
+    def max_queues(self):
+        return max(load.queues for load in self.loads)
 
     def cells(self):
         return [Cell(pair, load) for pair in self.pairs() for load in self.loads]
@@ -140,8 +173,30 @@ def parse_load(text, open_iodepth):
                      "or an arrival rate such as 1000, 10k, 1M)")
 
 
-def parse_loads(text, open_iodepth):
-    return _unique([parse_load(t, open_iodepth) for t in _split(text, "loads")])
+def parse_loads(text, open_iodepth, queues=(1,)):
+    """Every load on every number of queues."""
+    return _unique([parse_load(t, open_iodepth).on_queues(q)
+                    for t in _split(text, "loads") for q in queues])
+
+
+def parse_queues(text):
+    """"1,2,4": numbers of queues, each from 1 to 16."""
+    out = []
+    for t in _split(text, "queue counts"):
+        if not t.strip().isdigit() or not 1 <= int(t) <= 16:
+            raise ValueError(f"bad queue count '{t}' (1 to 16)")
+        out.append(int(t))
+    return _unique(out)
+
+
+def parse_engines(text):
+    """"native,io_uring": the file node's aio= values."""
+    out = []
+    for t in _split(text, "engines"):
+        if t.strip() not in ENGINES:
+            raise ValueError(f"bad engine '{t}' (native or io_uring)")
+        out.append(t.strip())
+    return _unique(out)
 
 
 def format_rate(rate):

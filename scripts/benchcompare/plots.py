@@ -1,9 +1,10 @@
 """The PNG plots (matplotlib with the Agg backend: no display needed).
 
-    cdf-qd1.png        latency CDFs at QD1, one panel per service time:
-                       both daemons, default poll window and poll off
+    cdf-qd1.png        latency CDFs at QD1, one panel per service time (or
+                       file engine): both daemons, default poll window and
+                       poll off
     cpu-per-io.png     daemon CPU µs per I/O against achieved IOPS in the
-                       open-loop cells, one panel per service time
+                       open-loop cells, one panel per service time (or engine)
     iops-per-cpu.png   I/Os per daemon CPU-second for every cell, bars for
                        both daemons (whiskers: lowest and highest repeat)
 """
@@ -12,7 +13,6 @@ import math
 import textwrap
 
 from .backends import DISPLAY, FLAVOURS
-from .matrix import format_service
 from .report import metrics
 
 COLORS = {"spindle": "tab:blue", "qsd": "tab:orange"}
@@ -80,11 +80,11 @@ def _finish(plt, fig, title, note, path):
     plt.close(fig)
 
 
-def plot_cdfs(summary, services, polls, note, path):
+def plot_cdfs(summary, media, polls, note, path):
     """Latency CDFs of the median run of each QD1 cell."""
     plt = _pyplot()
-    fig, axes = _panels(plt, len(services))
-    for ax, service in zip(axes, services):
+    fig, axes = _panels(plt, len(media))
+    for ax, (service, title) in zip(axes, media):
         drawn = False
         for flavour in FLAVOURS:
             for poll in polls:
@@ -98,7 +98,7 @@ def plot_cdfs(summary, services, polls, note, path):
                         linestyle=_style(poll, polls),
                         label=f"{DISPLAY[flavour]}, poll {poll}")
                 drawn = True
-        ax.set_title(f"service time {format_service(service)}, QD1")
+        ax.set_title(f"{title}, QD1")
         ax.set_xlabel("latency (µs, log scale)")
         ax.set_ylabel("fraction of I/Os ≤ latency")
         ax.set_ylim(0, 1.01)
@@ -111,18 +111,18 @@ def plot_cdfs(summary, services, polls, note, path):
     _finish(plt, fig, "Latency CDF at queue depth 1", note, path)
 
 
-def plot_cpu_per_io(summary, services, polls, note, path):
+def plot_cpu_per_io(summary, media, polls, note, path):
     """Daemon CPU µs per I/O against achieved IOPS (open-loop cells)."""
     plt = _pyplot()
-    fig, axes = _panels(plt, len(services))
-    for ax, service in zip(axes, services):
+    fig, axes = _panels(plt, len(media))
+    for ax, (service, title) in zip(axes, media):
         drawn = False
         for flavour in FLAVOURS:
             for poll in polls:
                 pts = []
                 for entry in summary.values():
                     med = entry[flavour]["median"]
-                    if (entry["service_ns"] == service and entry["poll"] == poll
+                    if (entry["medium"] == service and entry["poll"] == poll
                             and entry["rate_iops"] and med
                             and med["iops"] and med["cpu_us_per_io"] is not None):
                         pts.append((med["iops"], med["cpu_us_per_io"]))
@@ -135,7 +135,7 @@ def plot_cpu_per_io(summary, services, polls, note, path):
                         color=COLORS[flavour], linestyle=_style(poll, polls),
                         label=f"{DISPLAY[flavour]}, poll {poll}")
                 drawn = True
-        ax.set_title(f"service time {format_service(service)}, open loop")
+        ax.set_title(f"{title}, open loop")
         ax.set_xlabel("achieved IOPS (log scale)")
         ax.set_ylabel("daemon CPU per I/O (µs)")
         ax.set_ylim(bottom=0)
@@ -153,15 +153,15 @@ def plot_cpu_per_io(summary, services, polls, note, path):
     _finish(plt, fig, "Daemon CPU time per I/O against arrival rate", note, path)
 
 
-def plot_iops_per_cpu(summary, runs, services, note, path):
+def plot_iops_per_cpu(summary, runs, media, note, path):
     """I/Os per daemon CPU-second, every cell, both daemons side by side."""
     plt = _pyplot()
-    n_cells = max(1, max(sum(1 for e in summary.values() if e["service_ns"] == s)
-                         for s in services))
-    fig, axes = plt.subplots(len(services), 1, squeeze=False,
-                             figsize=(max(9.0, 0.75 * n_cells + 2), 3.3 * len(services) + 1.0))
-    for ax, service in zip([row[0] for row in axes], services):
-        entries = [(k, e) for k, e in summary.items() if e["service_ns"] == service]
+    n_cells = max(1, max(sum(1 for e in summary.values() if e["medium"] == s)
+                         for s, _ in media))
+    fig, axes = plt.subplots(len(media), 1, squeeze=False,
+                             figsize=(max(9.0, 0.75 * n_cells + 2), 3.3 * len(media) + 1.0))
+    for ax, (service, title) in zip([row[0] for row in axes], media):
+        entries = [(k, e) for k, e in summary.items() if e["medium"] == service]
         width = 0.38
         for i, flavour in enumerate(FLAVOURS):
             xs, ys, lo, hi = [], [], [], []
@@ -180,7 +180,7 @@ def plot_iops_per_cpu(summary, runs, services, note, path):
                    yerr=[lo, hi], capsize=2, error_kw={"elinewidth": 0.8})
         ax.set_xticks(range(len(entries)))
         ax.set_xticklabels([f"{e['poll']}\n{e['load']}" for _, e in entries], fontsize=8)
-        ax.set_title(f"service time {format_service(service)}", fontsize=9)
+        ax.set_title(title, fontsize=9)
         ax.set_ylabel("I/Os per daemon CPU-second")
         heights = [p.get_height() for p in ax.patches if p.get_height() > 0]
         if heights and max(heights) > LOG_SPREAD * min(heights):
@@ -193,20 +193,21 @@ def plot_iops_per_cpu(summary, runs, services, note, path):
     _finish(plt, fig, "I/Os per second of daemon CPU time (higher is better)", note, path)
 
 
-def _entry(summary, service, poll, load):
+def _entry(summary, medium, poll, load):
     for entry in summary.values():
-        if (entry["service_ns"], entry["poll"], entry["load"]) == (service, poll, load):
+        if (entry["medium"], entry["poll"], entry["load"]) == (medium, poll, load):
             return entry
     return None
 
 
 def draw_all(summary, runs, matrix, note, out_dir):
     """Draw the three plots into out_dir; returns their paths."""
-    services = matrix.services
+    what = "engine" if matrix.engines else "service time"
+    media = [(m, f"{what} {m}") for m in matrix.media]
     polls = [p.name for p in matrix.polls]
     paths = [out_dir / "cdf-qd1.png", out_dir / "cpu-per-io.png",
              out_dir / "iops-per-cpu.png"]
-    plot_cdfs(summary, services, polls, note, paths[0])
-    plot_cpu_per_io(summary, services, polls, note, paths[1])
-    plot_iops_per_cpu(summary, runs, services, note, paths[2])
+    plot_cdfs(summary, media, polls, note, paths[0])
+    plot_cpu_per_io(summary, media, polls, note, paths[1])
+    plot_iops_per_cpu(summary, runs, media, note, paths[2])
     return paths

@@ -15,6 +15,13 @@ GOAL_QD1_P50_RATIO = 0.5        # spindle p50 <= half of qsd's (QD1, 0 µs, poll
 GOAL_QD32_EFFICIENCY = 1.5      # spindle IOPS per CPU-second >= 1.5x qsd's (QD32)
 GOAL_IDLE_PERCENT = 1.0         # spindle idle CPU < 1% of a core
 
+# --backend file: the goals of the real-disk issue.
+FILE_DEEP_QD = 8                # from this queue depth: IOPS >= qsd's, less CPU
+FILE_QD1_GAIN = 1.3             # QD1 default window: IOPS >= 1.3x poll off ...
+FILE_POLL_MAX_NS = 32768        # ... on a disk faster than poll-max-ns at QD1
+FILE_QD1_CPU = 1.1              # else no more CPU than poll off (10% noise) ...
+FILE_QD1_P50 = 0.9              # ... unless p50 improves by 10%
+
 # An open-loop cell that achieved less than this share of its arrival rate
 # is marked as saturated in the table.
 SATURATED_SHARE = 0.9
@@ -36,6 +43,7 @@ def metrics(result):
         "kicks_per_io": result.get("kicks_per_io"),
         "interrupts_per_io": result.get("interrupts_per_io"),
         "bench_cpu_us_per_io": result.get("bench_cpu_us_per_io"),
+        "switches_per_io": result.get("backend_switches_per_io"),
         "backlogged": result.get("backlogged"),
         "errors": result.get("errors"),
     }
@@ -69,9 +77,10 @@ def summarize(cells, runs):
     """{cell.key: {"cell": ..., flavour: {"runs", "ok", "median", "cdf"}, "ratio": ...}}."""
     summary = {}
     for cell in cells:
-        entry = {"service_ns": cell.pair.service_ns, "poll": cell.pair.poll.name,
+        entry = {"service_ns": cell.pair.service_ns, "medium": cell.pair.medium,
+                 "engine": cell.pair.engine, "poll": cell.pair.poll.name,
                  "load": cell.load.name, "rate_iops": cell.load.rate,
-                 "iodepth": cell.load.iodepth}
+                 "iodepth": cell.load.iodepth, "queues": cell.load.queues}
         for flavour in FLAVOURS:
             mine = [r for r in runs if r["cell"] == cell.key and r["daemon"] == flavour]
             results = [r["result"] for r in mine if r["result"] is not None]
@@ -134,6 +143,7 @@ DAEMON_COLUMNS = [
     ("IOPS", 7, lambda m: si(m["iops"])),
     ("CPUus/IO", 8, lambda m: sig3(m["cpu_us_per_io"])),
     ("kick/IO", 7, lambda m: sig3(m["kicks_per_io"])),
+    ("csw/IO", 6, lambda m: sig3(m["switches_per_io"])),
     ("IO/CPUs", 7, lambda m: si(m["iops_per_cpu_s"])),
 ]
 RATIO_COLUMNS = [
@@ -141,19 +151,21 @@ RATIO_COLUMNS = [
     ("IOPS", 5, "iops"),
     ("CPU/IO", 6, "cpu_us_per_io"),
 ]
-KEY_COLUMNS = [("service", 7), ("poll", 7), ("load", 6)]
+KEY_COLUMNS = [("service", 8), ("poll", 7), ("load", 7)]
 SEP = " | "
 
 
-def format_table(summary):
-    """The fixed-width side-by-side table, as a list of lines."""
+def format_table(summary, medium_header="service"):
+    """The fixed-width side-by-side table, as a list of lines; the first key
+    column is the service time, or the engine (medium_header "engine")."""
+    key_columns = [(medium_header, KEY_COLUMNS[0][1])] + KEY_COLUMNS[1:]
     key_w = sum(w for _, w in KEY_COLUMNS) + len(KEY_COLUMNS) - 1
     daemon_w = sum(w for _, w, _ in DAEMON_COLUMNS) + len(DAEMON_COLUMNS) - 1
     ratio_w = sum(w for _, w, _ in RATIO_COLUMNS) + len(RATIO_COLUMNS) - 1
     top = SEP.join([" " * key_w, DISPLAY["spindle"].center(daemon_w),
                     DISPLAY["qsd"].center(daemon_w), "spindle/qsd".center(ratio_w)])
     head = SEP.join([
-        " ".join(h.ljust(w) for h, w in KEY_COLUMNS),
+        " ".join(h.ljust(w) for h, w in key_columns),
         " ".join(h.rjust(w) for h, w, _ in DAEMON_COLUMNS),
         " ".join(h.rjust(w) for h, w, _ in DAEMON_COLUMNS),
         " ".join(h.rjust(w) for h, w, _ in RATIO_COLUMNS)])
@@ -161,7 +173,7 @@ def format_table(summary):
     notes = set()
     previous = None
     for entry in summary.values():
-        pair = (entry["service_ns"], entry["poll"])
+        pair = (entry["medium"], entry["poll"])
         if previous is not None and pair != previous:
             lines.append("")
         previous = pair
@@ -170,7 +182,7 @@ def format_table(summary):
             load += "!"
             notes.add("!")
         key = " ".join(v.ljust(w) for v, (_, w) in zip(
-            [format_service(entry["service_ns"]), entry["poll"], load], KEY_COLUMNS))
+            [entry["medium"], entry["poll"], load], key_columns))
         blocks = [key]
         for flavour in FLAVOURS:
             med = entry[flavour]["median"]
@@ -190,8 +202,9 @@ def format_table(summary):
     lines.append("")
     lines.append("p50us/p99us: latency percentiles in µs; IOPS: achieved; CPUus/IO: the "
                  "daemon's CPU time (all threads) per I/O;")
-    lines.append("kick/IO: kicks the front-end sent per I/O; IO/CPUs: I/Os per second of "
-                 "daemon CPU time (1e6 / CPUus/IO).")
+    lines.append("kick/IO: kicks the front-end sent per I/O; csw/IO: times a daemon thread "
+                 "was switched in, per I/O;")
+    lines.append("IO/CPUs: I/Os per second of daemon CPU time (1e6 / CPUus/IO).")
     lines.append("Medians over the repeats; ratios are spindle / qsd (p50 and CPU/IO: "
                  "lower is better for spindle; IOPS: higher).")
     if "*" in notes:
@@ -265,6 +278,65 @@ def evaluate_goals(summary, idle):
             f"{max(q_vals) if q_vals else float('nan'):.4f}%)"),
         "value": worst, "threshold": f"< {GOAL_IDLE_PERCENT}%",
         "met": None if worst is None else worst < GOAL_IDLE_PERCENT})
+    return goals
+
+
+def evaluate_file_goals(summary):
+    """The real-disk goals (--backend file), as measured: a list of dicts."""
+    goals = []
+    deep = [e for e in summary.values() if e["poll"] == "default"
+            and not e["rate_iops"] and e["iodepth"] >= FILE_DEEP_QD]
+    misses, rows = [], []
+    for e in deep:
+        s, q = e["spindle"]["median"], e["qsd"]["median"]
+        if not s or not q:
+            misses.append(f"{e['medium']}/{e['load']}: no result")
+            continue
+        iops, cpu = e["ratio"]["iops"], e["ratio"]["cpu_us_per_io"]
+        rows.append(f"{e['medium']}/{e['load']} IOPS {iops:.2f}x, CPU/IO {cpu:.2f}x")
+        if not (iops >= 1.0 and cpu < 1.0):
+            misses.append(f"{e['medium']}/{e['load']} (IOPS {si(s['iops'])} vs "
+                          f"{si(q['iops'])}, CPU/IO {sig3(s['cpu_us_per_io'])} vs "
+                          f"{sig3(q['cpu_us_per_io'])} µs)")
+    goals.append({
+        "goal": f"QD{FILE_DEEP_QD} and deeper, default window: spindle's IOPS at least "
+                "qsd's, with less daemon CPU per I/O",
+        "measured": ("; ".join(rows) + (f". Behind: {'; '.join(misses)}" if misses else "")
+                     if rows or misses else None),
+        "value": len(misses), "threshold": "in every such cell",
+        "met": None if not deep else not misses})
+
+    for entry in summary.values():
+        if entry["load"] != "QD1" or entry["poll"] != "default":
+            continue
+        off = next((e for e in summary.values() if e["medium"] == entry["medium"]
+                    and e["load"] == "QD1" and e["poll"] == "off"), None)
+        d = entry["spindle"]["median"]
+        o = off["spindle"]["median"] if off else None
+        if not d or not o or not o["iops"] or not o["cpu_us_per_io"]:
+            continue
+        gain, cpu = d["iops"] / o["iops"], d["cpu_us_per_io"] / o["cpu_us_per_io"]
+        p50 = d["p50_us"] / o["p50_us"]
+        fast = o["p50_us"] * 1000 < FILE_POLL_MAX_NS
+        measured = (f"default/off: IOPS {gain:.2f}x ({si(d['iops'])} vs {si(o['iops'])}), "
+                    f"p50 {p50:.2f}x ({sig3(d['p50_us'])} vs {sig3(o['p50_us'])} µs), "
+                    f"CPU/IO {cpu:.2f}x ({sig3(d['cpu_us_per_io'])} vs "
+                    f"{sig3(o['cpu_us_per_io'])} µs)")
+        if fast:
+            goals.append({
+                "goal": f"{entry['medium']}, QD1 (p50 with poll off under poll-max-ns): "
+                        f"spindle's default window at least {FILE_QD1_GAIN}x the IOPS of "
+                        "poll off",
+                "measured": measured, "value": gain, "threshold": f">= {FILE_QD1_GAIN}",
+                "met": gain >= FILE_QD1_GAIN})
+        else:
+            goals.append({
+                "goal": f"{entry['medium']}, QD1 (p50 with poll off over poll-max-ns): "
+                        "spindle's default window no more CPU per I/O than poll off, "
+                        "unless p50 improves",
+                "measured": measured, "value": cpu,
+                "threshold": f"CPU <= {FILE_QD1_CPU}x, or p50 <= {FILE_QD1_P50}x",
+                "met": cpu <= FILE_QD1_CPU or p50 <= FILE_QD1_P50})
     return goals
 
 

@@ -28,8 +28,9 @@ def bench_command(opts, socket, load, backend_pid, seed, completion=None,
         shape = [f"--phase={s:g}:{what}" for s, what in phases]
     else:
         shape = [f"--iodepth={load.iodepth}", f"--runtime={opts.runtime:g}"]
+    queues = getattr(load, "queues", 1) if load else 1
     cmd = ["taskset", "-c", str(opts.bench_cpu), str(opts.bench),
-           f"--socket={socket}", "--queues=1", f"--cpus={opts.bench_cpu}",
+           f"--socket={socket}", f"--queues={queues}", f"--cpus={opts.bench_cpu}",
            f"--rw={opts.rw}", f"--bs={opts.bs}", *shape, f"--ramp={opts.ramp:g}",
            f"--completion={completion or opts.completion}",
            f"--backend-pid={backend_pid}",

@@ -5,8 +5,10 @@
  * with the usual USER_HZ of 100), which is what the issue of record asks
  * for and what top shows; /proc/PID/task/TID/schedstat gives the time on
  * the CPU in nanoseconds, which a run of a few seconds needs to tell two
- * back-ends apart.  Both are read per thread and matched by TID, so that a
- * thread that appears during the window counts from zero.
+ * back-ends apart, and (its third field) how many times the thread was
+ * switched in: the context switches a back-end pays per I/O.  Both files
+ * are read per thread and matched by TID, so that a thread that appears
+ * during the window counts from zero.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -25,6 +27,7 @@ typedef struct CpuThread {
     int tid;
     uint64_t utime, stime;       /* ticks */
     int64_t sched_ns;            /* -1: schedstat not readable */
+    int64_t switches;            /* -1: schedstat not readable */
 } CpuThread;
 
 struct CpuSnapshot {
@@ -86,12 +89,15 @@ static bool read_thread(int pid, int tid, CpuThread *out)
     }
     out->tid = tid;
     out->sched_ns = -1;
+    out->switches = -1;
     if (g_file_get_contents(sched_path, &sched, NULL, NULL)) {
-        char *end;
-        long long ns = strtoll(sched, &end, 10);
+        /* "time on the CPU (ns) time waiting (ns) times switched in" */
+        long long v[3];
 
-        if (end != sched && ns >= 0) {
-            out->sched_ns = ns;
+        if (sscanf(sched, "%lld %lld %lld", &v[0], &v[1], &v[2]) == 3 &&
+            v[0] >= 0 && v[2] >= 0) {
+            out->sched_ns = v[0];
+            out->switches = v[2];
         }
     }
     return true;
@@ -159,7 +165,7 @@ void cpu_snapshot_delta(const CpuSnapshot *before, const CpuSnapshot *after,
 {
     double hz = (double)sysconf(_SC_CLK_TCK);
     uint64_t utime = 0, stime = 0;
-    int64_t sched = 0;
+    int64_t sched = 0, switches = 0;
     bool sched_ok = true;
 
     for (guint i = 0; i < after->threads->len; i++) {
@@ -174,14 +180,17 @@ void cpu_snapshot_delta(const CpuSnapshot *before, const CpuSnapshot *after,
         stime += a->stime >= b->stime ? a->stime - b->stime : 0;
         if (a->sched_ns < 0 || b->sched_ns < 0) {
             sched_ok = false;
-        } else if (a->sched_ns > b->sched_ns) {
-            sched += a->sched_ns - b->sched_ns;
+        } else {
+            sched += a->sched_ns > b->sched_ns ? a->sched_ns - b->sched_ns : 0;
+            switches += a->switches > b->switches ?
+                        a->switches - b->switches : 0;
         }
     }
     *out = (CpuDelta) {
         .utime_s = (double)utime / hz,
         .stime_s = (double)stime / hz,
         .sched_s = sched_ok ? (double)sched / 1e9 : -1.0,
+        .switches = sched_ok ? switches : -1,
         .threads = after->threads->len,
     };
 }

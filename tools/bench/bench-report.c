@@ -282,6 +282,10 @@ void bench_print_text(const Bench *b, const Summary *s)
     if (s->have_backend) {
         printf("back-end CPU: %.2f s (%.1f us/io)   ", backend_cpu_best(s),
                per_io(backend_cpu_best(s) * 1e6, s->ios));
+        if (s->backend.switches >= 0) {
+            printf("switches: %.2f/io   ",
+                   per_io((double)s->backend.switches, s->ios));
+        }
     }
     printf("bench CPU: %.1f us/io\n", per_io(s->bench_cpu_s * 1e6, s->ios));
     if (o->verify) {
@@ -407,11 +411,22 @@ static void json_backend(JsonObject *j, const BenchOpts *o, const Summary *s)
                                       per_io(backend_cpu_best(s) * 1e6,
                                              s->ios));
         json_object_set_int_member(j, "backend_threads", s->backend.threads);
+        if (s->backend.switches >= 0) {
+            json_object_set_int_member(j, "backend_switches",
+                                       s->backend.switches);
+            json_object_set_double_member(j, "backend_switches_per_io",
+                                          ratio(s->backend.switches, s->ios));
+        } else {
+            json_object_set_null_member(j, "backend_switches");
+            json_object_set_null_member(j, "backend_switches_per_io");
+        }
     } else {
         json_object_set_null_member(j, "backend_cpu_s");
         json_object_set_null_member(j, "backend_cpu_sched_s");
         json_object_set_null_member(j, "backend_cpu_us_per_io");
         json_object_set_null_member(j, "backend_threads");
+        json_object_set_null_member(j, "backend_switches");
+        json_object_set_null_member(j, "backend_switches_per_io");
     }
 }
 

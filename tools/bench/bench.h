@@ -140,6 +140,8 @@ typedef struct CpuDelta {
     double utime_s;              /* from stat's ticks */
     double stime_s;
     double sched_s;              /* from schedstat; < 0 if not readable */
+    int64_t switches;            /* times a thread was switched in (from
+                                  * schedstat); < 0 if not readable */
     unsigned threads;            /* threads seen in the later snapshot */
 } CpuDelta;
 
