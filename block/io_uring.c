@@ -17,7 +17,7 @@
  * Submission works exactly like the native engine's: submit() queues the
  * request; the queue becomes SQEs and one io_uring_submit() at the end of
  * the loop turn (the submit BH, scheduled by the first queued request), at
- * once when aio-max-batch requests are queued (0: 32), or at the last
+ * once when aio-max-batch requests are queued (0: 2), or at the last
  * unplug; the BH does nothing while plugged.  A full SQ is submitted and
  * filled again.  We never have more requests in the kernel than the CQ has
  * entries, so the CQ cannot overflow (an overflowed CQE would only be

@@ -14,8 +14,8 @@
  * (block_req_int(req)->engine.iocb, iocb->data = req) and queues it.  The
  * queue goes to the kernel in one io_submit():
  *   - at the end of the loop turn, from the submit BH scheduled by the first
- *     queued request, so everything submitted in one turn is one batch;
- *   - at once when it holds aio-max-batch requests (0: 32), plugged or not;
+ *     queued request (what is left of the turn's requests);
+ *   - at once when it holds aio-max-batch requests (0: 2), plugged or not;
  *   - at the last unplug (plug/unplug nest; the BH does nothing while
  *     plugged).
  * io_submit() takes at most max-batch iocbs from the head of the queue.

@@ -660,8 +660,8 @@ static void check_flush_fallback(void)
 /* ------------------------------------------------------------------------ */
 /* Batching                                                                  */
 
-/* N requests in one loop turn go to the kernel in one submission, at the
- * end of the turn. */
+/* With aio-max-batch=32, N (< 32) requests in one loop turn go to the
+ * kernel in one submission, at the end of the turn. */
 static void check_batching(const char *engine)
 {
     enum { N = 16 };
@@ -673,6 +673,7 @@ static void check_batching(const char *engine)
     if (!env_open(&env, engine, false)) {
         return;
     }
+    aio_context_set_aio_max_batch(env.ctx, 32);
     env_stats(&env, &before);
     for (unsigned i = 0; i < N; i++) {
         io_prepare(&io[i], &env, BLOCK_OP_READ, i * 4096, buf + i * 4096,
@@ -686,6 +687,40 @@ static void check_batching(const char *engine)
     g_assert_cmpuint(after.submissions - before.submissions, ==, 1);
     g_assert_cmpuint(after.requests - before.requests, ==, N);
     g_assert_cmpuint(after.completions - before.completions, ==, N);
+    for (unsigned i = 0; i < N; i++) {
+        g_assert_cmpint(io[i].ret, ==, 0);
+    }
+    env_close(&env);
+}
+
+/* By default (aio-max-batch=0) requests go to the kernel two at a time, as
+ * they are queued: a deep queue must not reach the disk in bursts.  An odd
+ * one waits for the end of the turn. */
+static void check_default_batch(const char *engine)
+{
+    enum { N = 9 };
+    g_autofree uint8_t *buf = g_malloc(N * 4096);
+    BlockEngineStats before, mid, after;
+    Io io[N];
+    Env env;
+
+    if (!env_open(&env, engine, false)) {
+        return;
+    }
+    g_assert_cmpint(aio_context_get_aio_max_batch(env.ctx), ==, 0);
+    env_stats(&env, &before);
+    for (unsigned i = 0; i < N; i++) {
+        io_prepare(&io[i], &env, BLOCK_OP_READ, i * 4096, buf + i * 4096,
+                   4096, 0);
+        io_start(&io[i]);
+    }
+    env_stats(&env, &mid);
+    g_assert_cmpuint(mid.submissions - before.submissions, ==, N / 2);
+    g_assert_cmpuint(mid.requests - before.requests, ==, N - 1);
+    env_wait(&env);
+    env_stats(&env, &after);
+    g_assert_cmpuint(after.submissions - before.submissions, ==, N / 2 + 1);
+    g_assert_cmpuint(after.requests - before.requests, ==, N);
     for (unsigned i = 0; i < N; i++) {
         g_assert_cmpint(io[i].ret, ==, 0);
     }
@@ -726,8 +761,9 @@ static void check_batch_limit(const char *engine)
     env_close(&env);
 }
 
-/* While plugged (nested), nothing is submitted, not even at the end of
- * the turn; the last unplug submits everything in one call. */
+/* While plugged (nested), nothing under aio-max-batch is submitted, not
+ * even at the end of the turn; the last unplug submits everything in one
+ * call. */
 static void check_plug(const char *engine)
 {
     enum { N = 5 };
@@ -739,6 +775,7 @@ static void check_plug(const char *engine)
     if (!env_open(&env, engine, false)) {
         return;
     }
+    aio_context_set_aio_max_batch(env.ctx, 32);
     env_stats(&env, &before);
     env.ops->plug(env.e);
     env.ops->plug(env.e);
@@ -891,6 +928,7 @@ static void test_native_long_iovec(void) { check_long_iovec("native"); }
 static void test_native_flush_fallback(void) { check_flush_fallback(); }
 static void test_native_batching(void) { check_batching("native"); }
 static void test_native_batch_limit(void) { check_batch_limit("native"); }
+static void test_native_default_batch(void) { check_default_batch("native"); }
 static void test_native_plug(void) { check_plug("native"); }
 static void test_native_polled(void) { check_polled("native", false); }
 static void test_native_polled_direct(void) { check_polled("native", true); }
@@ -907,6 +945,7 @@ static void test_uring_many(void) { check_many("io_uring"); }
 static void test_uring_long_iovec(void) { check_long_iovec("io_uring"); }
 static void test_uring_batching(void) { check_batching("io_uring"); }
 static void test_uring_batch_limit(void) { check_batch_limit("io_uring"); }
+static void test_uring_default_batch(void) { check_default_batch("io_uring"); }
 static void test_uring_plug(void) { check_plug("io_uring"); }
 static void test_uring_polled(void) { check_polled("io_uring", false); }
 static void test_uring_polled_direct(void) { check_polled("io_uring", true); }
@@ -938,6 +977,7 @@ int main(int argc, char **argv)
         { "/aio-engines/native/flush-fallback", test_native_flush_fallback },
         { "/aio-engines/native/batching", test_native_batching },
         { "/aio-engines/native/batch-limit", test_native_batch_limit },
+        { "/aio-engines/native/default-batch", test_native_default_batch },
         { "/aio-engines/native/plug", test_native_plug },
         { "/aio-engines/native/polled", test_native_polled },
         { "/aio-engines/native/polled-direct", test_native_polled_direct },
@@ -953,6 +993,7 @@ int main(int argc, char **argv)
         { "/aio-engines/io_uring/long-iovec", test_uring_long_iovec },
         { "/aio-engines/io_uring/batching", test_uring_batching },
         { "/aio-engines/io_uring/batch-limit", test_uring_batch_limit },
+        { "/aio-engines/io_uring/default-batch", test_uring_default_batch },
         { "/aio-engines/io_uring/plug", test_uring_plug },
         { "/aio-engines/io_uring/polled", test_uring_polled },
         { "/aio-engines/io_uring/polled-direct", test_uring_polled_direct },
