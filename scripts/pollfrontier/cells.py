@@ -136,24 +136,51 @@ def parse_loads(text, open_iodepth):
     return out
 
 
+@dataclass(frozen=True)
+class FileMedium:
+    """A real disk: the run's raw image, opened with aio=ENGINE and
+    cache.direct=on (--file-dir), in place of a null-co service time."""
+    engine: str
+
+    def __str__(self):
+        return f"file-{self.engine}"
+
+
+def medium_label(medium):
+    """"0", "50us" (a null-co service time in ns) or "file-native"."""
+    return str(medium) if isinstance(medium, FileMedium) else mx.format_service(medium)
+
+
+def medium_json(medium):
+    """The service time in ns, or the file medium's label."""
+    return str(medium) if isinstance(medium, FileMedium) else medium
+
+
+def parse_file_engines(text):
+    return [FileMedium(e) for e in mx.parse_engines(text)]
+
+
 def iothread_id(service_ns):
-    return f"iot-{mx.format_service(service_ns)}"
+    return f"iot-{medium_label(service_ns)}"
 
 
 @dataclass(frozen=True)
 class Cell:
-    service_ns: int
+    service_ns: object            # ns of null-co service, or a FileMedium
     load: Load
 
     @property
     def key(self):
-        return f"{mx.format_service(self.service_ns)}/{self.load.name}"
+        return f"{medium_label(self.service_ns)}/{self.load.name}"
 
     @property
     def iothread(self):
         return iothread_id(self.service_ns)
 
     def label(self):
+        if isinstance(self.service_ns, FileMedium):
+            what = f"a raw image, aio={self.service_ns.engine}, cache.direct=on"
+            return f"{self.service_ns} ({what}), load {self.load.name} ({self.load.describe()})"
         return (f"service {mx.format_service(self.service_ns)}, load {self.load.name} "
                 f"({self.load.describe()})")
 

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from benchcompare.backends import Backend, die_with_parent
 
-from .cells import iothread_id
+from .cells import FileMedium, iothread_id
 from .qmp import Qmp
 
 DISK_BYTES = 1 << 30
@@ -57,10 +57,13 @@ def handler_name(export):
 class Layout:
     """Names and sockets of everything the daemon serves."""
 
-    def __init__(self, sock_dir, services, idle63):
+    def __init__(self, sock_dir, services, idle63, images=None):
         self.sock_dir = Path(sock_dir)
         self.services = list(services)
         self.idle63 = idle63
+        # FileMedium services: engine -> its own raw image (two nodes of one
+        # daemon cannot both hold a file's write lock).
+        self.images = images or {}
         self.qmp_socket = self.sock_dir / QMP_SOCKET
 
     def export(self, service_ns):
@@ -86,8 +89,10 @@ class Layout:
         """The daemon's arguments after the program name."""
         args = []
         for i, s in enumerate(self.services):
+            node = (_file_node(f"n{i}", self.images[s.engine], s.engine)
+                    if isinstance(s, FileMedium) else _null_node(f"n{i}", s))
             args += ["--object", f"iothread,id={iothread_id(s)}",
-                     "--blockdev", _null_node(f"n{i}", s),
+                     "--blockdev", node,
                      "--export", _export(export_id(i), f"n{i}", self.socket(s),
                                          iothread_id(s))]
         if self.idle63:
@@ -104,6 +109,11 @@ class Layout:
 def _null_node(name, service_ns):
     return (f"driver=null-co,node-name={name},size={DISK_BYTES},read-zeroes=off,"
             f"latency-ns={service_ns}")
+
+
+def _file_node(name, image, engine):
+    return (f"driver=file,node-name={name},filename={image},aio={engine},"
+            "cache.direct=on")
 
 
 def _export(eid, node, socket, iothread):

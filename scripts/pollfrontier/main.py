@@ -12,11 +12,12 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
-from benchcompare import cli, machine, runner
+from benchcompare import cli, image as img, machine, runner
 from benchcompare.backends import BackendError, die_with_parent, thread_affinities, \
     thread_cpu_ns
 from benchcompare.cli import Interrupted, SystematicFailure
 from benchcompare.machine import SetupError
+from benchcompare.main import parse_size as bc_parse_size
 from benchcompare.matrix import Load as BaseLoad, parse_services
 from benchcompare.report import median_metrics, metrics, si, sig3
 
@@ -51,8 +52,10 @@ The latency/CPU frontier of fixed busy-poll windows, and where the adaptive
 policies sit on it, per cell, in one run of one daemon.
 
 One spindle daemon serves one null-co export per service time, each in its own
-IOThread (iot-0, iot-10us, ...), all its threads pinned to --daemon-cpu;
-spindle-bench runs on --bench-cpu.  In each cell (a service time and a load)
+IOThread (iot-0, iot-10us, ...), and with --file-dir one export per
+--file-engines on a raw image of its own (iot-file-native, ...: real-disk
+cells), all its threads pinned to --daemon-cpu; spindle-bench runs on
+--bench-cpu.  In each cell (a service time and a load)
 every configuration runs once per repeat, in an order rotated by the repeat,
 so that they alternate: fixed windows (poll-policy=fixed, poll-max-ns = W µs;
 W = 0 never polls) and the policies (qemu-classic, qemu-weighted, predictive at
@@ -113,6 +116,14 @@ def parse_args(argv):
     g.add_argument("--services", metavar="LIST",
                    help=f"service times, null-co latency-ns (default {cl.FULL_SERVICES})")
     g.add_argument("--loads", metavar="LIST", help=f"loads (default {cl.FULL_LOADS})")
+    g.add_argument("--file-dir", metavar="DIR", type=Path,
+                   help="also run every load on a real disk: a raw image written in "
+                        "full in DIR (not a tmpfs), one IOThread and export per "
+                        "--file-engines (cells file-native, file-io_uring)")
+    g.add_argument("--file-engines", metavar="LIST", default="native,io_uring",
+                   help="with --file-dir: the image's aio= values (default %(default)s)")
+    g.add_argument("--file-size", metavar="SIZE", default="1G",
+                   help="with --file-dir: the image's size (default %(default)s)")
     g.add_argument("--windows", metavar="LIST", default=cl.DEFAULT_WINDOWS,
                    help="fixed windows in µs (default %(default)s)")
     g.add_argument("--policies", metavar="LIST", default=cl.DEFAULT_POLICIES,
@@ -176,6 +187,9 @@ def parse_args(argv):
         p.error("--policy-max-ns must be >= 0")
     try:
         args.service_list = parse_services(args.services)
+        if args.file_dir:
+            args.service_list += cl.parse_file_engines(args.file_engines)
+            args.file_bytes = bc_parse_size(args.file_size)
         args.load_list = cl.parse_loads(args.loads, args.open_iodepth)
         args.window_list = cl.parse_windows(args.windows)
         args.policy_list = cl.parse_policies(args.policies)
@@ -256,13 +270,18 @@ class Session:
         self.run_no = 0
         self.total_runs = run_count(args) + (0 if args.no_idle63 else 2 * args.repeats)
         self.layout = None
+        self.images = {}               # engine -> raw image (--file-dir)
         self.warnings = []
 
     # -- the daemon ----------------------------------------------------------
 
     def start_daemon(self, sock_dir):
         args = self.args
-        self.layout = Layout(sock_dir, args.daemon_services, not args.no_idle63)
+        for m in args.service_list:
+            if isinstance(m, cl.FileMedium):
+                self.images[m.engine] = img.create(args.file_dir, args.file_bytes, say)
+        self.layout = Layout(sock_dir, args.daemon_services, not args.no_idle63,
+                             images=self.images)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.daemon = make_backend(self.programs["spindle"], self.layout,
                                    args.daemon_cpu, self.log_dir / "spindle.log")
@@ -428,7 +447,8 @@ class Session:
                 order = configs[k:] + configs[:k]
                 for position, cfg in enumerate(order):
                     record = {"kind": "cell", "cell": cell.key,
-                              "service_ns": cell.service_ns, "load": cell.load.name,
+                              "service_ns": cl.medium_json(cell.service_ns),
+                              "load": cell.load.name,
                               "repeat": rep, "position": position}
                     self.measured_run(cell.iothread, cfg, socket, cell.load,
                                       args.seed + rep, record)
@@ -637,7 +657,8 @@ class Session:
                                 "bench CPU"},
             "options": opts,
             "configs": [c.as_json() for c in args.configs],
-            "cells": [{"key": c.key, "service_ns": c.service_ns, "iothread": c.iothread,
+            "cells": [{"key": c.key, "service_ns": cl.medium_json(c.service_ns),
+                       "iothread": c.iothread,
                        "load": c.load.as_json()} for c in args.cells],
             "judged_policy": args.default_policy,
             "daemon": self.daemon_record,
@@ -762,7 +783,9 @@ def print_plan(args, facts, warning):
 
 
 def print_dry_run(args, programs):
-    layout = Layout("/tmp/spf.XXXX", args.daemon_services, False)
+    layout = Layout("/tmp/spf.XXXX", args.daemon_services, False,
+                    images={m.engine: args.file_dir / f"bench-compare-{m.engine}.img"
+                            for m in args.service_list if isinstance(m, cl.FileMedium)})
     say("\ndaemon:")
     say("  taskset -c {} {} {}".format(args.daemon_cpu, programs["spindle"],
                                        " ".join(layout.args())))
@@ -895,7 +918,7 @@ def main(argv=None):
     except DaemonDied as e:
         print(f"\npoll-frontier: {e}", file=sys.stderr)
         status = 1
-    except (BackendError, SystematicFailure) as e:
+    except (BackendError, SystematicFailure, img.ImageError) as e:
         print(f"\npoll-frontier: {e}", file=sys.stderr)
         status = 2
     except (KeyboardInterrupt, Interrupted):
@@ -904,6 +927,8 @@ def main(argv=None):
     finally:
         session.stop_daemon()
         shutil.rmtree(sock_dir, ignore_errors=True)
+        for path in session.images.values():
+            path.unlink(missing_ok=True)
     if status is not None:
         path = session.write_json(complete=False)
         print(f"poll-frontier: daemon stopped; partial results: {path}", file=sys.stderr)

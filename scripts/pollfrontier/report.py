@@ -146,4 +146,6 @@ def legend():
 
 
 def format_service_list(services):
-    return ", ".join(format_service(s) for s in services)
+    """Service times and file media: "0, 50us, file-native"."""
+    return ", ".join(str(s) if not isinstance(s, int) else format_service(s)
+                     for s in services)

@@ -107,3 +107,37 @@ def test_tiny_matrix(binary, build_dir, tmp_path):
     png = out / "frontier.png"
     assert png.is_file() and png.stat().st_size > 10000
     assert (out / "table.txt").read_text().count("verdicts for predictive") == len(CELLS)
+
+
+def test_file_cells(binary, build_dir, tmp_path):
+    """--file-dir: a real-disk cell per engine, each on its own image (two
+    nodes of one daemon cannot both hold a file's write lock), in its own
+    IOThread, measured like the null-co cells; the images are removed."""
+    binary("spindle")
+    binary("tools/bench/spindle-bench")
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("poll-frontier pins the daemon and the bench to two CPUs")
+    out, disk = tmp_path / "results", tmp_path / "disk"
+    disk.mkdir()
+    env = dict(os.environ, SPINDLE_BUILD=str(build_dir))
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--skip-deps", "--skip-build",
+         "--services", "0", "--loads", "qd1", "--windows", "0",
+         "--policies", "predictive", "--file-dir", str(disk), "--file-size", "8M",
+         "--repeats", "1", "--runtime", "0.2", "--ramp", "0.05", "--no-idle63",
+         "--no-load-step", "--idle-seconds", "0", "--no-plots", "--out", str(out)],
+        capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert list(disk.iterdir()) == [], "the images were left behind"
+    results = json.loads((out / "results.json").read_text())
+    cells = {c["key"]: c for c in results["cells"]}
+    assert set(cells) == {"0/QD1", "file-native/QD1", "file-io_uring/QD1"}
+    assert cells["file-native/QD1"]["iothread"] == "iot-file-native"
+    args = results["daemon"]["command"]
+    nodes = [a for a in args if a.startswith("driver=file,")]
+    assert len(nodes) == 2 and "aio=native" in nodes[0] and "aio=io_uring" in nodes[1]
+    images = [a.split("filename=")[1].split(",")[0] for a in nodes]
+    assert len(set(images)) == 2 and all(str(disk) in i for i in images)
+    for r in results["runs"]:
+        if r["cell"].startswith("file-"):
+            assert r["ok"] and r["result"]["ios"] > 0, r["attempts"]

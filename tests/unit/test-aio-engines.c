@@ -660,37 +660,52 @@ static void check_flush_fallback(void)
 /* ------------------------------------------------------------------------ */
 /* Batching                                                                  */
 
-/* With aio-max-batch=32, N (< 32) requests in one loop turn go to the
- * kernel in one submission, at the end of the turn. */
-static void check_batching(const char *engine)
+/*
+ * n requests started in one loop turn with aio-max-batch=max_batch: every
+ * full batch goes to the kernel at once, while the requests are queued
+ * (mid_subs submissions by the time the last one is started), the rest at
+ * the end of the turn (total_subs in all); every request completes.
+ */
+static void check_turn_batches(const char *engine, unsigned max_batch,
+                               BlockOp op, unsigned n, unsigned mid_subs,
+                               unsigned total_subs)
 {
-    enum { N = 16 };
-    g_autofree uint8_t *buf = g_malloc(N * 4096);
+    /* 0 means the engines' default, ENGINE_DEFAULT_MAX_BATCH. */
+    unsigned per_batch = max_batch ? max_batch : 2;
+    g_autofree uint8_t *buf = g_malloc(n * 4096);
+    g_autofree Io *io = g_new0(Io, n);
     BlockEngineStats before, mid, after;
-    Io io[N];
     Env env;
 
     if (!env_open(&env, engine, false)) {
         return;
     }
-    aio_context_set_aio_max_batch(env.ctx, 32);
+    g_assert_cmpint(aio_context_get_aio_max_batch(env.ctx), ==, 0);
+    aio_context_set_aio_max_batch(env.ctx, max_batch);
     env_stats(&env, &before);
-    for (unsigned i = 0; i < N; i++) {
-        io_prepare(&io[i], &env, BLOCK_OP_READ, i * 4096, buf + i * 4096,
-                   4096, 0);
+    for (unsigned i = 0; i < n; i++) {
+        io_prepare(&io[i], &env, op, i * 4096, buf + i * 4096, 4096, 0);
         io_start(&io[i]);
     }
     env_stats(&env, &mid);
-    g_assert_cmpuint(mid.submissions, ==, before.submissions);
+    g_assert_cmpuint(mid.submissions - before.submissions, ==, mid_subs);
+    g_assert_cmpuint(mid.requests - before.requests, ==, mid_subs * per_batch);
     env_wait(&env);
     env_stats(&env, &after);
-    g_assert_cmpuint(after.submissions - before.submissions, ==, 1);
-    g_assert_cmpuint(after.requests - before.requests, ==, N);
-    g_assert_cmpuint(after.completions - before.completions, ==, N);
-    for (unsigned i = 0; i < N; i++) {
+    g_assert_cmpuint(after.submissions - before.submissions, ==, total_subs);
+    g_assert_cmpuint(after.requests - before.requests, ==, n);
+    g_assert_cmpuint(after.completions - before.completions, ==, n);
+    for (unsigned i = 0; i < n; i++) {
         g_assert_cmpint(io[i].ret, ==, 0);
     }
     env_close(&env);
+}
+
+/* With aio-max-batch=32, 16 requests in one loop turn go to the kernel in
+ * one submission, at the end of the turn. */
+static void check_batching(const char *engine)
+{
+    check_turn_batches(engine, 32, BLOCK_OP_READ, 16, 0, 1);
 }
 
 /* By default (aio-max-batch=0) requests go to the kernel two at a time, as
@@ -698,67 +713,14 @@ static void check_batching(const char *engine)
  * one waits for the end of the turn. */
 static void check_default_batch(const char *engine)
 {
-    enum { N = 9 };
-    g_autofree uint8_t *buf = g_malloc(N * 4096);
-    BlockEngineStats before, mid, after;
-    Io io[N];
-    Env env;
-
-    if (!env_open(&env, engine, false)) {
-        return;
-    }
-    g_assert_cmpint(aio_context_get_aio_max_batch(env.ctx), ==, 0);
-    env_stats(&env, &before);
-    for (unsigned i = 0; i < N; i++) {
-        io_prepare(&io[i], &env, BLOCK_OP_READ, i * 4096, buf + i * 4096,
-                   4096, 0);
-        io_start(&io[i]);
-    }
-    env_stats(&env, &mid);
-    g_assert_cmpuint(mid.submissions - before.submissions, ==, N / 2);
-    g_assert_cmpuint(mid.requests - before.requests, ==, N - 1);
-    env_wait(&env);
-    env_stats(&env, &after);
-    g_assert_cmpuint(after.submissions - before.submissions, ==, N / 2 + 1);
-    g_assert_cmpuint(after.requests - before.requests, ==, N);
-    for (unsigned i = 0; i < N; i++) {
-        g_assert_cmpint(io[i].ret, ==, 0);
-    }
-    env_close(&env);
+    check_turn_batches(engine, 0, BLOCK_OP_READ, 9, 4, 5);
 }
 
 /* aio-max-batch queued requests are submitted at once, without waiting
  * for the end of the turn. */
 static void check_batch_limit(const char *engine)
 {
-    enum { N = 10, LIMIT = 4 };
-    g_autofree uint8_t *buf = g_malloc(N * 4096);
-    BlockEngineStats before, mid, after;
-    Io io[N];
-    Env env;
-
-    if (!env_open(&env, engine, false)) {
-        return;
-    }
-    aio_context_set_aio_max_batch(env.ctx, LIMIT);
-    env_stats(&env, &before);
-    for (unsigned i = 0; i < N; i++) {
-        io_prepare(&io[i], &env, BLOCK_OP_WRITE, i * 4096, buf + i * 4096,
-                   4096, 0);
-        io_start(&io[i]);
-    }
-    env_stats(&env, &mid);
-    g_assert_cmpuint(mid.submissions - before.submissions, ==, N / LIMIT);
-    g_assert_cmpuint(mid.requests - before.requests, ==, N / LIMIT * LIMIT);
-    env_wait(&env);
-    env_stats(&env, &after);
-    g_assert_cmpuint(after.submissions - before.submissions, ==,
-                     N / LIMIT + 1);
-    g_assert_cmpuint(after.requests - before.requests, ==, N);
-    for (unsigned i = 0; i < N; i++) {
-        g_assert_cmpint(io[i].ret, ==, 0);
-    }
-    env_close(&env);
+    check_turn_batches(engine, 4, BLOCK_OP_WRITE, 10, 2, 3);
 }
 
 /* While plugged (nested), nothing under aio-max-batch is submitted, not
