@@ -147,7 +147,6 @@ typedef struct PredPhase {
     /* Reactive producers: spin_mode spins the whole window from the
      * interval start, adopted (and kept) by trials; see pred_trial_*(). */
     bool spin_mode;
-    bool trial_vote;                 /* the last trial voted to adopt it */
     uint8_t trial;                   /* PredTrialStep */
     unsigned trial_left;             /* events left in the settling step */
     unsigned trial_n;                /* events measured in this arm */
@@ -158,7 +157,8 @@ typedef struct PredPhase {
                                       * and events per second */
     int64_t trial_end_ns;            /* the trial gives up then */
     int64_t trial_next_ns;           /* no trial before this */
-    int64_t trial_vote_ns;           /* when the vote was cast */
+    int64_t trial_vote_ns;           /* when the last trial voted to adopt
+                                      * spin mode (0: it did not) */
     int64_t trial_backoff_ns;
     int64_t last_ns;                 /* when the last sample was taken */
 } PredPhase;
@@ -646,7 +646,7 @@ static void pred_trial_step(PredPhase *ph, PredTrialStep step, unsigned events)
 static void pred_trial_start(PredPhase *ph, int64_t now)
 {
     if (now - ph->trial_vote_ns > PRED_TRIAL_FIRST_NS) {
-        ph->trial_vote = false;      /* too old to confirm */
+        ph->trial_vote_ns = 0;       /* too old to confirm */
     }
     pred_trial_step(ph, PRED_TRIAL_BASE, 0);
     ph->trial_end_ns = now + PRED_TRIAL_MAX_LEN_NS;
@@ -674,7 +674,7 @@ static void pred_trial_end(PredPhase *ph, bool spin, int64_t now)
         ph->shift_longer = false;
     }
     ph->spin_mode = spin;
-    ph->trial_vote = false;
+    ph->trial_vote_ns = 0;
     ph->trial = PRED_TRIAL_NONE;
     ph->trial_next_ns = now + ph->trial_backoff_ns;
 }
@@ -738,13 +738,12 @@ static bool pred_trial_event(AioPollState *st, PredSource *ps, PredPhase *ph,
                spin_rate > PRED_TRIAL_KEEP_RATE * plan_rate :
                spin_cost < PRED_TRIAL_GAIN * plan_cost &&
                spin_rate > PRED_TRIAL_RATE * plan_rate;
-        if (spin && !ph->spin_mode && !ph->trial_vote) {
+        if (spin && !ph->spin_mode && !ph->trial_vote_ns) {
             /* Adopting takes two trials in a row: a host that switches
              * between a fast and a slow phase under one trial makes one
              * arm look far faster than the other.  The second one starts
              * now; a vote older than 0.1 s is not counted. */
-            ph->trial_vote = true;
-            ph->trial_vote_ns = now;
+            ph->trial_vote_ns = MAX(now, 1);
             ph->trial = PRED_TRIAL_NONE;
             ph->trial_next_ns = now;
             return false;
@@ -853,7 +852,7 @@ static AioPollAdjustment pred_learn(AioPollState *st, AioPollSource *src,
               pred_record(ph, MAX(seen - src->ref_ns, 0), true, src->ev_ns);
     trial_ended = pred_trial_event(st, ps, ph, src, turn);
     if (shifted) {
-        ph->trial_vote = false;
+        ph->trial_vote_ns = 0;
     }
     if (shifted && ph->trial) {
         /* The workload changed under the trial's first arm: let the plan

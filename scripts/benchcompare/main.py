@@ -173,20 +173,10 @@ def parse_args(argv):
             mx.parse_polls(args.polls),
             mx.parse_loads(args.loads, args.open_iodepth, mx.parse_queues(args.queues)),
             args.repeats, mx.parse_engines(args.engines) if file else None)
-        args.disk_bytes = parse_size(args.disk_size)
+        args.disk_bytes = mx.parse_size(args.disk_size)
     except ValueError as e:
         p.error(str(e))
     return args
-
-
-def parse_size(text):
-    """"1G" -> 1073741824 (k, M, G, T: powers of 1024)."""
-    t = text.strip()
-    mult = {"k": 1 << 10, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-    n = t[:-1] if t and t[-1] in mult else t
-    if not n.isdigit() or int(n) == 0:
-        raise ValueError(f"bad size '{text}' (bytes, or a number with k, M, G, T)")
-    return int(n) * mult.get(t[-1], 1)
 
 
 def say(text=""):
@@ -258,11 +248,10 @@ class Session:
             b.start()
         return {b.flavour: b for b in self.backends}
 
-    def daemon_args(self, socket, pair, image_path=None):
-        m = self.args.matrix
+    def daemon_args(self, socket, pair):
         return daemon_args(socket, pair.service_ns, pair.poll, self.args.disk_bytes,
-                           image=image_path or self.image, engine=pair.engine,
-                           num_queues=m.max_queues)
+                           image=self.image, engine=pair.engine,
+                           num_queues=self.args.matrix.max_queues)
 
     def stop_backends(self):
         for b in self.backends:

@@ -138,6 +138,16 @@ def parse_service(text):
     return int(ns)
 
 
+def parse_size(text):
+    """"1G" -> 1073741824 (k, M, G, T: powers of 1024)."""
+    t = text.strip()
+    mult = {"k": 1 << 10, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+    n = t[:-1] if t and t[-1] in mult else t
+    if not n.isdigit() or int(n) == 0:
+        raise ValueError(f"bad size '{text}' (bytes, or a number with k, M, G, T)")
+    return int(n) * mult.get(t[-1], 1)
+
+
 def parse_services(text):
     return _unique([parse_service(t) for t in _split(text, "service times")])
 

@@ -17,8 +17,7 @@ from benchcompare.backends import BackendError, die_with_parent, thread_affiniti
     thread_cpu_ns
 from benchcompare.cli import Interrupted, SystematicFailure
 from benchcompare.machine import SetupError
-from benchcompare.main import parse_size as bc_parse_size
-from benchcompare.matrix import Load as BaseLoad, parse_services
+from benchcompare.matrix import Load as BaseLoad, parse_services, parse_size
 from benchcompare.report import median_metrics, metrics, si, sig3
 
 from . import cells as cl, loadstep as ls, report, verdicts as vd
@@ -189,7 +188,7 @@ def parse_args(argv):
         args.service_list = parse_services(args.services)
         if args.file_dir:
             args.service_list += cl.parse_file_engines(args.file_engines)
-            args.file_bytes = bc_parse_size(args.file_size)
+            args.file_bytes = parse_size(args.file_size)
         args.load_list = cl.parse_loads(args.loads, args.open_iodepth)
         args.window_list = cl.parse_windows(args.windows)
         args.policy_list = cl.parse_policies(args.policies)

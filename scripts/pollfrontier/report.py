@@ -9,10 +9,10 @@ of the daemon's CPU per I/O.
 
 import statistics
 
-from benchcompare.matrix import format_service
 from benchcompare.report import median_metrics, sig3, si
 
 from . import verdicts as vd
+from .cells import medium_label
 
 # An open-loop cell that achieved less than this share of its arrival
 # rate is marked as saturated.
@@ -147,5 +147,4 @@ def legend():
 
 def format_service_list(services):
     """Service times and file media: "0, 50us, file-native"."""
-    return ", ".join(str(s) if not isinstance(s, int) else format_service(s)
-                     for s in services)
+    return ", ".join(medium_label(s) for s in services)
