@@ -1,8 +1,9 @@
 /*
- * vhost-user message transport of the back-end: accepting, and
- * whole-message reads and writes (hw/virtio/vhost-user-socket.c) that the
- * server builds on.  Private to hw/virtio: the server and its unit test
- * use it.
+ * vhost-user messages of the back-end: the transport (accepting, and
+ * whole-message reads and writes: hw/virtio/vhost-user-socket.c) that the
+ * server builds on, and what each request must carry
+ * (hw/virtio/vhost-user-msg.c).  Private to hw/virtio: the server, its
+ * unit tests and the fuzz harnesses use it.
  *
  * The wire format itself (request codes, flags, feature bits, payload
  * layouts) is in hw/virtio/vhost-user-wire.h, shared with the front-end.
@@ -61,5 +62,32 @@ bool vu_msg_send(int fd, const VuMsg *msg, char *why, size_t why_len);
 
 /* Close the fds msg still owns (an fd taken out is set to -1). */
 void vu_msg_close_fds(VuMsg *msg);
+
+/*
+ * Decoding (hw/virtio/vhost-user-msg.c).  Plain functions of the message:
+ * no state, no fd is touched.  Any thread.
+ */
+
+/* The request's name ("SET_MEM_TABLE"), or NULL for one the server does
+ * not support. */
+const char *vu_request_name(uint32_t req);
+
+/* Whether req's reply is its own payload (GET_FEATURES, GET_CONFIG, ...),
+ * so that REPLY_ACK does not apply to it. */
+bool vu_request_has_reply(uint32_t req);
+
+/*
+ * Check what msg carries against what its request must carry: fds lost
+ * on receipt, a supported request, its payload size (and for
+ * SET_MEM_TABLE, GET_CONFIG, SET_CONFIG and SET_VRING_KICK/CALL/ERR the
+ * payload fields that size and fd count depend on) and its fd count.
+ * Returns true if the request's handler may read the payload and the fds
+ * it needs; false with why set (one line, for the log) otherwise.  Values
+ * that depend on the server (ring indexes, features) are the handlers'.
+ */
+bool vu_msg_validate(const VuMsg *msg, char *why, size_t why_len);
+
+/* SET_VRING_KICK/CALL/ERR: whether the front-end sent no fd (polling). */
+bool vu_msg_vring_nofd(const VuMsg *msg);
 
 #endif

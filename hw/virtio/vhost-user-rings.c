@@ -1,0 +1,241 @@
+/*
+ * vhost-user back-end: ring lifecycle.
+ *
+ * Theory of operation
+ * -------------------
+ * Each of the server's num_queues rings is a VuQueue: the VirtQueue and
+ * what the server knows about it (running or not, enabled, its base while
+ * stopped, the statistics of the rings it replaced).  The request handlers
+ * (vhost-user-handlers.c) set a ring up; this file decides when it runs.
+ *
+ * A ring runs when SET_FEATURES was received, the guest memory table is
+ * not empty, it has a size, addresses and a kick fd (virtqueue_is_ready())
+ * and it is enabled (always, unless VHOST_USER_F_PROTOCOL_FEATURES was
+ * negotiated: then from SET_VRING_ENABLE 1 on).  A disabled ring is
+ * stopped, not processed.  After every request that may change one of
+ * those conditions the handlers call vu_queues_update(), which starts the
+ * rings that became startable.  A ring that failed to start (it does not
+ * lie in guest memory) is not tried again until its set-up changes.
+ *
+ * Starting, stopping and memory table swaps happen in the ring's home
+ * thread (ctxs[i % nctx]) through aio_run_sync(); the main thread waits,
+ * so the VirtQueue is never touched by two threads at once.  Stopping is
+ * virtqueue_stop() followed by the device's queue_drain(), after which the
+ * avail index is remembered as the ring's base (reported by
+ * GET_VRING_BASE, restored on restart).
+ *
+ * Guest memory: a new table is handed to each running ring in its home
+ * thread (virtqueue_set_memory) and only then is the old one dropped, so
+ * rings keep running across a table change.
+ */
+#include <glib.h>
+
+#include "hw/virtio/vhost-user-server-int.h"
+#include "util/trace.h"
+
+typedef struct VuQueueOp {
+    VuServer *s;
+    VuQueue *q;
+    GuestMemory *mem;
+    int ret;
+    uint16_t base;
+    unsigned inflight;
+} VuQueueOp;
+
+void vu_queue_init(VuServer *s, unsigned i, AioContext *ctx)
+{
+    s->queues[i].vq = virtqueue_new(i);
+    virtqueue_set_owner(s->queues[i].vq, s->name);
+    s->queues[i].ctx = ctx;
+}
+
+static void vu_queue_start_bh(void *opaque)
+{
+    VuQueueOp *op = opaque;
+    VuServer *s = op->s;
+    VirtQueue *vq = op->q->vq;
+
+    g_assert(aio_context_in_home_thread(op->q->ctx));
+    op->ret = virtqueue_start(vq, op->mem, s->ops->handle_queue, s->dev);
+    if (op->ret == 0 && s->ops->queue_started) {
+        s->ops->queue_started(s->dev, vq);
+    }
+}
+
+static void vu_queue_stop_bh(void *opaque)
+{
+    VuQueueOp *op = opaque;
+    VuServer *s = op->s;
+    VirtQueue *vq = op->q->vq;
+
+    g_assert(aio_context_in_home_thread(op->q->ctx));
+    op->base = virtqueue_stop(vq);
+    if (s->ops->queue_drain) {
+        s->ops->queue_drain(s->dev, vq);
+    }
+    op->inflight = virtqueue_inflight(vq);
+}
+
+static void vu_queue_set_memory_bh(void *opaque)
+{
+    VuQueueOp *op = opaque;
+
+    g_assert(aio_context_in_home_thread(op->q->ctx));
+    op->ret = virtqueue_set_memory(op->q->vq, op->mem);
+}
+
+bool vu_queue_enabled(VuServer *s, const VuQueue *q)
+{
+    /* Without protocol features a ring is enabled from the start. */
+    if (!(s->features & (1ull << VHOST_USER_F_PROTOCOL_FEATURES))) {
+        return true;
+    }
+    return q->enabled;
+}
+
+static bool vu_queue_can_start(VuServer *s, const VuQueue *q)
+{
+    return !q->started && !q->start_failed && s->features_set &&
+           s->mem && s->mem->nregions > 0 && virtqueue_is_ready(q->vq) &&
+           vu_queue_enabled(s, q);
+}
+
+static void vu_queue_start(VuServer *s, VuQueue *q)
+{
+    VuQueueOp op = { .s = s, .q = q, .mem = s->mem };
+    unsigned index = virtqueue_index(q->vq);
+
+    virtqueue_set_aio_context(q->vq, q->ctx);
+    virtqueue_set_base(q->vq, q->base);
+    virtqueue_set_enabled(q->vq, true);
+    aio_run_sync(q->ctx, vu_queue_start_bh, &op);
+    if (op.ret < 0) {
+        q->start_failed = true;
+        virtqueue_set_enabled(q->vq, false);
+        vu_log(s, "ring %u does not lie in guest memory: ring not started",
+               index);
+        return;
+    }
+    q->started = true;
+    SPINDLE_TRACE2(vu_queue_start, index, q->base);
+}
+
+void vu_queue_stop(VuServer *s, VuQueue *q)
+{
+    VuQueueOp op = { .s = s, .q = q };
+    unsigned index = virtqueue_index(q->vq);
+
+    if (!q->started) {
+        return;
+    }
+    aio_run_sync(q->ctx, vu_queue_stop_bh, &op);
+    q->started = false;
+    q->base = op.base;
+    virtqueue_set_enabled(q->vq, false);
+    if (op.inflight) {
+        /* The device broke its queue_drain() promise: our invariant. */
+        vu_log(s, "ring %u: %u requests still in flight after draining",
+               index, op.inflight);
+        g_assert_not_reached();
+    }
+    SPINDLE_TRACE2(vu_queue_stop, index, q->base);
+}
+
+bool vu_any_queue_started(VuServer *s)
+{
+    for (unsigned i = 0; i < s->num_queues; i++) {
+        if (s->queues[i].started) {
+            return true;
+        }
+    }
+    return false;
+}
+
+void vu_queues_update(VuServer *s)
+{
+    for (unsigned i = 0; i < s->num_queues; i++) {
+        if (vu_queue_can_start(s, &s->queues[i])) {
+            vu_queue_start(s, &s->queues[i]);
+        }
+    }
+}
+
+static void vu_stats_add(VirtQueueStats *acc, const VirtQueue *vq)
+{
+    VirtQueueStats st;
+
+    virtqueue_get_stats(vq, &st);
+    acc->kicks += st.kicks;
+    acc->polled += st.polled;
+    acc->interrupts += st.interrupts;
+    acc->interrupts_suppressed += st.interrupts_suppressed;
+    acc->requests += st.requests;
+}
+
+void vu_queue_get_stats(VuServer *s, unsigned i, VirtQueueStats *out)
+{
+    *out = s->queues[i].past;
+    vu_stats_add(out, s->queues[i].vq);
+}
+
+void vu_queues_reset(VuServer *s)
+{
+    for (unsigned i = 0; i < s->num_queues; i++) {
+        VuQueue *q = &s->queues[i];
+
+        vu_queue_stop(s, q);
+        /* Keep the statistics of q->vq before it is replaced. */
+        vu_stats_add(&q->past, q->vq);
+        virtqueue_free(q->vq);
+        vu_queue_init(s, i, q->ctx);
+        q->enabled = false;
+        q->start_failed = false;
+        q->base = 0;
+    }
+}
+
+void vu_set_memory(VuServer *s, GuestMemory *mem)
+{
+    GuestMemory *old = s->mem;
+
+    for (unsigned i = 0; i < s->num_queues; i++) {
+        VuQueue *q = &s->queues[i];
+        VuQueueOp op = { .s = s, .q = q, .mem = mem };
+
+        q->start_failed = false;
+        if (!q->started) {
+            continue;
+        }
+        aio_run_sync(q->ctx, vu_queue_set_memory_bh, &op);
+        if (op.ret < 0) {
+            vu_log(s, "ring %u does not lie in the new guest memory table: "
+                   "ring broken", i);
+        }
+    }
+    s->mem = mem;
+    if (old) {
+        guest_memory_unref(old);
+    }
+    vu_queues_update(s);
+}
+
+typedef struct VuSetFdOp {
+    VuQueue *q;
+    VuSetFd *set_fd;
+    int fd;
+} VuSetFdOp;
+
+static void vu_queue_set_fd_bh(void *opaque)
+{
+    VuSetFdOp *op = opaque;
+
+    g_assert(aio_context_in_home_thread(op->q->ctx));
+    op->set_fd(op->q->vq, op->fd);
+}
+
+void vu_queue_set_fd_running(VuQueue *q, VuSetFd *set_fd, int fd)
+{
+    VuSetFdOp op = { .q = q, .set_fd = set_fd, .fd = fd };
+
+    aio_run_sync(q->ctx, vu_queue_set_fd_bh, &op);
+}
