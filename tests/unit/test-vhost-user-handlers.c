@@ -1,0 +1,843 @@
+/*
+ * Unit tests of the vhost-user back-end's protocol side without a socket:
+ * the request decoder (vu_msg_validate()) and the handlers
+ * (vu_server_handle_msg()) of a server made by vu_server_new_socketless().
+ *
+ * Each test builds VuMsg structures as the socket layer would deliver them
+ * (header, payload, received fds) and checks the answer the connection
+ * would send: nothing, a reply (with its header), or closing, with the
+ * reason it would log.  Malformed requests must get the answers the
+ * socket path gives (tests/unit/test-vhost-user-server.c checks those on
+ * a real connection): an error ack when the front-end asked for one, or
+ * the connection closed.
+ *
+ * The server's main context and its rings' home context are one
+ * AioContext whose home thread is the test's, so ring starts and stops
+ * run directly (aio_run_sync() from the home thread).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <glib.h>
+
+#include "hw/virtio/vhost-user-server-int.h"
+#include "test-helpers.h"
+
+#define NUM_QUEUES 2
+#define MAX_QUEUE_SIZE 256
+#define RING_NUM 8
+#define MEM_SIZE (1 << 20)
+#define GPA_BASE 0x100000000ull
+#define QVA_BASE 0x7f0000000000ull
+#define DUMMY_FEATURE_BIT 5
+#define DUMMY_CONFIG_LEN 16
+
+#define NEED_REPLY (VHOST_USER_VERSION | VHOST_USER_NEED_REPLY_MASK)
+
+static AioContext *ctx;
+
+/* ------------------------------------------------------------------------ */
+/* The dummy device                                                          */
+
+typedef struct Dummy {
+    uint64_t features;
+    int set_features_calls;
+    int started;
+    int drained;
+    uint8_t config[DUMMY_CONFIG_LEN];
+} Dummy;
+
+static uint64_t dummy_get_features(void *dev)
+{
+    return 1ull << DUMMY_FEATURE_BIT;
+}
+
+static void dummy_set_features(void *dev, uint64_t features)
+{
+    Dummy *d = dev;
+
+    d->set_features_calls++;
+    d->features = features;
+}
+
+static uint32_t dummy_get_config(void *dev, uint8_t *buf, uint32_t len)
+{
+    Dummy *d = dev;
+    uint32_t n = MIN(len, DUMMY_CONFIG_LEN);
+
+    memcpy(buf, d->config, n);
+    return n;
+}
+
+/* Only the first 8 bytes are writable. */
+static int dummy_set_config(void *dev, const uint8_t *buf, uint32_t offset,
+                            uint32_t len)
+{
+    Dummy *d = dev;
+
+    if (offset > 8 || len > 8 - offset) {
+        return -EINVAL;
+    }
+    memcpy(d->config + offset, buf, len);
+    return 0;
+}
+
+static void dummy_queue_started(void *dev, VirtQueue *vq)
+{
+    Dummy *d = dev;
+
+    d->started++;
+}
+
+static void dummy_queue_drain(void *dev, VirtQueue *vq)
+{
+    Dummy *d = dev;
+
+    d->drained++;
+}
+
+/* The tests never make a ring available: nothing to do. */
+static void dummy_handle_queue(VirtQueue *vq, void *opaque)
+{
+}
+
+static const VuDevOps dummy_ops = {
+    .get_features = dummy_get_features,
+    .set_features = dummy_set_features,
+    .get_config = dummy_get_config,
+    .set_config = dummy_set_config,
+    .queue_started = dummy_queue_started,
+    .queue_drain = dummy_queue_drain,
+    .handle_queue = dummy_handle_queue,
+};
+
+static VuServer *server_new(Dummy *d)
+{
+    VuServerConfig cfg = {
+        .listen_fd = -1,
+        .num_queues = NUM_QUEUES,
+        .max_queue_size = MAX_QUEUE_SIZE,
+        .ctxs = &ctx,
+        .nctx = 1,
+        .ops = &dummy_ops,
+        .dev = d,
+        .name = "test-handlers",
+    };
+    Error *err = NULL;
+    VuServer *s;
+
+    *d = (Dummy) { .features = 0 };
+    memcpy(d->config, "spindle-dummy-01", DUMMY_CONFIG_LEN);
+    s = vu_server_new_socketless(&cfg, ctx, &err);
+    g_assert_no_error(err);
+    g_assert_nonnull(s);
+    g_assert_false(vu_server_has_client(s));
+    return s;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Messages                                                                  */
+
+/* A request as the socket layer delivers it: header, payload, fds. */
+static void msg_init(VuMsg *m, uint32_t request, uint32_t flags,
+                     const void *payload, uint32_t size)
+{
+    g_assert_cmpuint(size, <=, VHOST_USER_MAX_PAYLOAD);
+    memset(m, 0, sizeof(*m));
+    m->hdr = (VhostUserHeader) { request, flags, size };
+    if (payload) {
+        memcpy(&m->payload, payload, size);
+    }
+}
+
+static void msg_add_fd(VuMsg *m, int fd)
+{
+    g_assert_cmpuint(m->nfds, <, VHOST_USER_MAX_FDS);
+    m->fds[m->nfds++] = fd;
+}
+
+static bool fd_is_open(int fd)
+{
+    return fcntl(fd, F_GETFD) >= 0;
+}
+
+static int new_eventfd(void)
+{
+    int fd = eventfd(0, EFD_CLOEXEC);
+
+    g_assert_cmpint(fd, >=, 0);
+    return fd;
+}
+
+static VuAnswer handle(VuServer *s, VuMsg *m, VuMsg *reply)
+{
+    VuAnswer a = vu_server_handle_msg(s, m, reply);
+
+    /* Every fd is consumed, whatever the answer. */
+    g_assert_cmpuint(m->nfds, ==, 0);
+    return a;
+}
+
+/* The request succeeds and, not asking for an ack, gets no answer. */
+static void send_ok(VuServer *s, uint32_t request, const void *payload,
+                    uint32_t size, const int *fds, unsigned nfds)
+{
+    VuMsg m, reply;
+
+    msg_init(&m, request, VHOST_USER_VERSION, payload, size);
+    for (unsigned i = 0; i < nfds; i++) {
+        msg_add_fd(&m, fds[i]);
+    }
+    g_assert_cmpint(handle(s, &m, &reply), ==, VU_ANSWER_NONE);
+}
+
+static void send_u64(VuServer *s, uint32_t request, uint64_t val)
+{
+    send_ok(s, request, &val, sizeof(val), NULL, 0);
+}
+
+/* The reply of a request that has one: its header, then its payload. */
+static void get_reply(VuServer *s, uint32_t request, const void *payload,
+                      uint32_t size, VuMsg *reply)
+{
+    VuMsg m;
+
+    msg_init(&m, request, VHOST_USER_VERSION, payload, size);
+    g_assert_cmpint(handle(s, &m, reply), ==, VU_ANSWER_REPLY);
+    g_assert_cmpuint(reply->hdr.request, ==, request);
+    g_assert_cmpuint(reply->hdr.flags, ==,
+                     VHOST_USER_VERSION | VHOST_USER_REPLY_MASK);
+}
+
+static uint64_t get_u64(VuServer *s, uint32_t request)
+{
+    VuMsg reply;
+
+    get_reply(s, request, NULL, 0, &reply);
+    g_assert_cmpuint(reply.hdr.size, ==, sizeof(uint64_t));
+    return reply.payload.u64;
+}
+
+static void check_ack(const VuMsg *reply, uint32_t request, uint64_t status)
+{
+    g_assert_cmpuint(reply->hdr.request, ==, request);
+    g_assert_cmpuint(reply->hdr.flags, ==,
+                     VHOST_USER_VERSION | VHOST_USER_REPLY_MASK);
+    g_assert_cmpuint(reply->hdr.size, ==, sizeof(uint64_t));
+    g_assert_cmpuint(reply->payload.u64, ==, status);
+}
+
+/* Features, protocol features with REPLY_ACK and SLAVE_REQ, as QEMU. */
+static void negotiate(VuServer *s)
+{
+    uint64_t pf = get_u64(s, VHOST_USER_GET_PROTOCOL_FEATURES);
+
+    send_u64(s, VHOST_USER_SET_PROTOCOL_FEATURES, pf);
+    send_u64(s, VHOST_USER_SET_FEATURES,
+             get_u64(s, VHOST_USER_GET_FEATURES));
+}
+
+/* ------------------------------------------------------------------------ */
+/* Guest memory and rings                                                    */
+
+typedef struct Guest {
+    int memfd;
+    uint8_t *host;
+} Guest;
+
+static void guest_init(Guest *g)
+{
+    g->memfd = memfd_create("handlers-ram", MFD_CLOEXEC);
+    g_assert_cmpint(g->memfd, >=, 0);
+    g_assert_cmpint(ftruncate(g->memfd, MEM_SIZE), ==, 0);
+    g->host = mmap(NULL, MEM_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED,
+                   g->memfd, 0);
+    g_assert(g->host != MAP_FAILED);
+}
+
+static void guest_cleanup(Guest *g)
+{
+    munmap(g->host, MEM_SIZE);
+    close(g->memfd);
+}
+
+static VhostUserMemRegion guest_region(void)
+{
+    return (VhostUserMemRegion) {
+        .guest_phys_addr = GPA_BASE,
+        .memory_size = MEM_SIZE,
+        .userspace_addr = QVA_BASE,
+        .mmap_offset = 0,
+    };
+}
+
+/* SET_MEM_TABLE with the whole memfd as one region (the fd is dup'ed:
+ * the server closes what it receives). */
+static void set_mem_table(VuServer *s, Guest *g)
+{
+    VhostUserMemory table = { .nregions = 1 };
+    int fd = dup(g->memfd);
+
+    table.regions[0] = guest_region();
+    send_ok(s, VHOST_USER_SET_MEM_TABLE, &table,
+            offsetof(VhostUserMemory, regions) + sizeof(table.regions[0]),
+            &fd, 1);
+    g_assert_false(fd_is_open(fd));
+}
+
+/* Size and addresses of ring index, laid out at 64 KiB * (index + 1). */
+static void setup_ring(VuServer *s, unsigned index)
+{
+    uint64_t qva = QVA_BASE + 0x10000 * (index + 1);
+    VhostUserVringState num = { .index = index, .num = RING_NUM };
+    VhostUserVringAddr addr = {
+        .index = index,
+        .desc_user_addr = qva,
+        .avail_user_addr = qva + 0x1000,
+        .used_user_addr = qva + 0x2000,
+    };
+
+    send_ok(s, VHOST_USER_SET_VRING_NUM, &num, sizeof(num), NULL, 0);
+    send_ok(s, VHOST_USER_SET_VRING_ADDR, &addr, sizeof(addr), NULL, 0);
+}
+
+/* SET_VRING_KICK/CALL with a new eventfd; returns it (the ring owns it:
+ * the caller only checks whether it is still open). */
+static int set_vring_fd(VuServer *s, uint32_t request, unsigned index)
+{
+    uint64_t val = index;
+    int fd = new_eventfd();
+
+    send_ok(s, request, &val, sizeof(val), &fd, 1);
+    g_assert_true(fd_is_open(fd));
+    return fd;
+}
+
+static bool ring_started(VuServer *s, unsigned index)
+{
+    return virtqueue_is_started(vu_server_get_queue(s, index));
+}
+
+/* ------------------------------------------------------------------------ */
+/* Tests: valid requests                                                     */
+
+static void test_negotiate(void)
+{
+    Dummy d;
+    VuServer *s = server_new(&d);
+    uint64_t features = get_u64(s, VHOST_USER_GET_FEATURES);
+    uint64_t pf = get_u64(s, VHOST_USER_GET_PROTOCOL_FEATURES);
+    VuMsg m, reply;
+
+    g_assert_cmpuint(features, ==,
+                     (1ull << DUMMY_FEATURE_BIT) |
+                     (1ull << VIRTIO_F_VERSION_1) |
+                     (1ull << VIRTIO_RING_F_INDIRECT_DESC) |
+                     (1ull << VIRTIO_RING_F_EVENT_IDX) |
+                     (1ull << VHOST_USER_F_PROTOCOL_FEATURES));
+    g_assert_cmpuint(pf, ==,
+                     (1ull << VHOST_USER_PROTOCOL_F_MQ) |
+                     (1ull << VHOST_USER_PROTOCOL_F_REPLY_ACK) |
+                     (1ull << VHOST_USER_PROTOCOL_F_SLAVE_REQ) |
+                     (1ull << VHOST_USER_PROTOCOL_F_CONFIG) |
+                     (1ull << VHOST_USER_PROTOCOL_F_CONFIGURE_MEM_SLOTS) |
+                     (1ull << VHOST_USER_PROTOCOL_F_RESET_DEVICE));
+    g_assert_cmpuint(get_u64(s, VHOST_USER_GET_QUEUE_NUM), ==, NUM_QUEUES);
+    g_assert_cmpuint(get_u64(s, VHOST_USER_GET_MAX_MEM_SLOTS), ==,
+                     GUEST_MEMORY_MAX_SLOTS);
+    send_ok(s, VHOST_USER_SET_OWNER, NULL, 0, NULL, 0);
+
+    /* Before REPLY_ACK is negotiated, need_reply changes nothing. */
+    msg_init(&m, VHOST_USER_SET_OWNER, NEED_REPLY, NULL, 0);
+    g_assert_cmpint(handle(s, &m, &reply), ==, VU_ANSWER_NONE);
+
+    send_u64(s, VHOST_USER_SET_PROTOCOL_FEATURES, pf);
+    /* With it, a success is acked with status 0. */
+    msg_init(&m, VHOST_USER_SET_FEATURES, NEED_REPLY, &features,
+             sizeof(features));
+    g_assert_cmpint(handle(s, &m, &reply), ==, VU_ANSWER_REPLY);
+    check_ack(&reply, VHOST_USER_SET_FEATURES, 0);
+    g_assert_cmpint(d.set_features_calls, ==, 1);
+    /* The device does not see the vhost-user bit. */
+    g_assert_cmpuint(d.features, ==,
+                     features & ~(1ull << VHOST_USER_F_PROTOCOL_FEATURES));
+
+    /* Requests with their own reply answer with it, ack or not. */
+    msg_init(&m, VHOST_USER_GET_QUEUE_NUM, NEED_REPLY, NULL, 0);
+    g_assert_cmpint(handle(s, &m, &reply), ==, VU_ANSWER_REPLY);
+    g_assert_cmpuint(reply.payload.u64, ==, NUM_QUEUES);
+    vu_server_free(s);
+}
+
+static void test_rings(void)
+{
+    Dummy d;
+    VuServer *s = server_new(&d);
+    VhostUserVringState st = { .index = 0 };
+    VirtQueueStats stats;
+    int kick, call, call2;
+    Guest g;
+    VuMsg reply;
+
+    guest_init(&g);
+    negotiate(s);
+    set_mem_table(s, &g);
+    setup_ring(s, 0);
+    g_assert_false(ring_started(s, 0));
+    call = set_vring_fd(s, VHOST_USER_SET_VRING_CALL, 0);
+    kick = set_vring_fd(s, VHOST_USER_SET_VRING_KICK, 0);
+    /* Protocol features negotiated: the ring waits to be enabled. */
+    g_assert_false(ring_started(s, 0));
+    st.num = 1;
+    send_ok(s, VHOST_USER_SET_VRING_ENABLE, &st, sizeof(st), NULL, 0);
+    g_assert_true(ring_started(s, 0));
+    g_assert_false(ring_started(s, 1));
+    g_assert_cmpint(d.started, ==, 1);
+
+    /* A new call fd for a running ring: swapped, the ring keeps running. */
+    call2 = set_vring_fd(s, VHOST_USER_SET_VRING_CALL, 0);
+    g_assert_false(fd_is_open(call));
+    g_assert_true(ring_started(s, 0));
+    g_assert_cmpint(d.drained, ==, 0);
+
+    /* A running ring cannot be resized. */
+    st.num = RING_NUM * 2;
+    {
+        VuMsg m;
+
+        msg_init(&m, VHOST_USER_SET_VRING_NUM, VHOST_USER_VERSION, &st,
+                 sizeof(st));
+        g_assert_cmpint(handle(s, &m, &reply), ==, VU_ANSWER_CLOSE);
+        g_assert_cmpstr(s->why, ==,
+                        "SET_VRING_NUM for ring 0 while it is running");
+    }
+
+    /* GET_VRING_BASE stops the ring (drained) and reports its base. */
+    st = (VhostUserVringState) { .index = 0 };
+    get_reply(s, VHOST_USER_GET_VRING_BASE, &st, sizeof(st), &reply);
+    g_assert_cmpuint(reply.hdr.size, ==, sizeof(VhostUserVringState));
+    g_assert_cmpuint(reply.payload.state.index, ==, 0);
+    g_assert_cmpuint(reply.payload.state.num, ==, 0);
+    g_assert_false(ring_started(s, 0));
+    g_assert_false(fd_is_open(kick));
+    g_assert_cmpint(d.drained, ==, 1);
+
+    /* It starts again only with a new kick fd, at the base it was given. */
+    st = (VhostUserVringState) { .index = 0, .num = 5 };
+    send_ok(s, VHOST_USER_SET_VRING_BASE, &st, sizeof(st), NULL, 0);
+    g_assert_false(ring_started(s, 0));
+    kick = set_vring_fd(s, VHOST_USER_SET_VRING_KICK, 0);
+    g_assert_true(ring_started(s, 0));
+    g_assert_cmpint(d.started, ==, 2);
+
+    /* RESET_DEVICE stops every ring and forgets its set-up. */
+    send_ok(s, VHOST_USER_RESET_DEVICE, NULL, 0, NULL, 0);
+    g_assert_false(ring_started(s, 0));
+    g_assert_cmpint(d.drained, ==, 2);
+    g_assert_true(vu_server_get_queue_stats(s, 0, &stats));
+    g_assert_false(vu_server_get_queue_stats(s, NUM_QUEUES, &stats));
+
+    /* The reset rings closed their fds. */
+    g_assert_false(fd_is_open(kick));
+    g_assert_false(fd_is_open(call2));
+    vu_server_free(s);
+    guest_cleanup(&g);
+}
+
+static void test_mem_regions(void)
+{
+    Dummy d;
+    VuServer *s = server_new(&d);
+    VhostUserMemRegMsg reg = { .region = guest_region() };
+    int fd;
+    Guest g;
+
+    guest_init(&g);
+    negotiate(s);
+    fd = dup(g.memfd);
+    send_ok(s, VHOST_USER_ADD_MEM_REG, &reg, sizeof(reg), &fd, 1);
+    g_assert_false(fd_is_open(fd));
+    g_assert_nonnull(s->mem);
+    g_assert_cmpuint(s->mem->nregions, ==, 1);
+    /* Old front-ends send an fd with REM_MEM_REG: closed unused. */
+    fd = dup(g.memfd);
+    send_ok(s, VHOST_USER_REM_MEM_REG, &reg, sizeof(reg), &fd, 1);
+    g_assert_false(fd_is_open(fd));
+    g_assert_cmpuint(s->mem->nregions, ==, 0);
+    vu_server_free(s);
+    guest_cleanup(&g);
+}
+
+static void test_config(void)
+{
+    Dummy d;
+    VuServer *s = server_new(&d);
+    VhostUserConfig c = { .offset = 8, .size = 8 };
+    VuMsg reply;
+
+    get_reply(s, VHOST_USER_GET_CONFIG, &c, VHOST_USER_CONFIG_HDR_SIZE + 8,
+              &reply);
+    g_assert_cmpuint(reply.hdr.size, ==, VHOST_USER_CONFIG_HDR_SIZE + 8);
+    g_assert_cmpuint(reply.payload.config.offset, ==, 8);
+    g_assert_cmpmem(reply.payload.config.region, 8, "dummy-01", 8);
+
+    /* Out of range: an empty reply says the read failed. */
+    c = (VhostUserConfig) { .offset = VHOST_USER_MAX_CONFIG_SIZE, .size = 1 };
+    get_reply(s, VHOST_USER_GET_CONFIG, &c, VHOST_USER_CONFIG_HDR_SIZE + 1,
+              &reply);
+    g_assert_cmpuint(reply.hdr.size, ==, 0);
+
+    c = (VhostUserConfig) { .offset = 0, .size = 4 };
+    memcpy(c.region, "SPIN", 4);
+    send_ok(s, VHOST_USER_SET_CONFIG, &c, VHOST_USER_CONFIG_HDR_SIZE + 4,
+            NULL, 0);
+    g_assert_cmpmem(d.config, 8, "SPINdle-", 8);
+    vu_server_free(s);
+}
+
+static void test_backend_channel(void)
+{
+    Dummy d;
+    VuServer *s = server_new(&d);
+    int sv[2], sv2[2];
+    char c;
+
+    g_assert_cmpint(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv),
+                    ==, 0);
+    g_assert_cmpint(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv2),
+                    ==, 0);
+    negotiate(s);
+    send_ok(s, VHOST_USER_SET_SLAVE_REQ_FD, NULL, 0, &sv[1], 1);
+    g_assert_true(fd_is_open(sv[1]));
+    /* A second channel replaces the first, which is closed. */
+    send_ok(s, VHOST_USER_SET_SLAVE_REQ_FD, NULL, 0, &sv2[1], 1);
+    g_assert_false(fd_is_open(sv[1]));
+    g_assert_cmpint(read(sv[0], &c, 1), ==, 0);
+    /* No client on the socket: no notice is sent. */
+    g_assert_false(vu_server_config_changed(s));
+    /* Freeing the server closes the channel. */
+    vu_server_free(s);
+    g_assert_false(fd_is_open(sv2[1]));
+    g_assert_cmpint(read(sv2[0], &c, 1), ==, 0);
+    close(sv[0]);
+    close(sv2[0]);
+}
+
+/* Every request the decoder knows reaches a handler. */
+static void test_request_table(void)
+{
+    Dummy d;
+    VuServer *s = server_new(&d);
+    unsigned known = 0;
+
+    for (uint32_t req = 0; req < 64; req++) {
+        const char *name = vu_request_name(req);
+        VuMsg m, reply;
+        VuAnswer a;
+
+        msg_init(&m, req, VHOST_USER_VERSION, NULL, 0);
+        a = handle(s, &m, &reply);
+        if (!name) {
+            g_assert_cmpint(a, ==, VU_ANSWER_CLOSE);
+            g_assert_false(vu_request_has_reply(req));
+            continue;
+        }
+        known++;
+        g_assert_true(g_str_has_prefix(name, "GET_") ==
+                      vu_request_has_reply(req));
+        if (a == VU_ANSWER_CLOSE) {
+            g_assert_true(g_str_has_prefix(s->why, name));
+        }
+    }
+    g_assert_cmpuint(known, ==, 25);
+    g_assert_cmpstr(vu_request_name(VHOST_USER_SET_MEM_TABLE), ==,
+                    "SET_MEM_TABLE");
+    g_assert_null(vu_request_name(VHOST_USER_SEND_RARP));
+    g_assert_null(vu_request_name(UINT32_MAX));
+    vu_server_free(s);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Tests: malformed requests                                                 */
+
+typedef struct BadCase {
+    uint32_t request;
+    const void *payload;
+    uint32_t size;
+    unsigned nfds;               /* eventfds sent with it */
+    const char *why;             /* the reason logged */
+} BadCase;
+
+static const VhostUserVringState ring_99 = { .index = 99, .num = 8 };
+static const VhostUserVringState ring_0_num_3 = { .index = 0, .num = 3 };
+static const VhostUserVringState ring_0_enable_2 = { .index = 0, .num = 2 };
+static const VhostUserVringState ring_0_base_big = { .index = 0,
+                                                     .num = 0x10000 };
+static const uint64_t vring_unknown_bits = 0x10000;
+static const uint64_t vring_index_2 = 2;
+static const uint64_t vring_index_0 = 0;
+static const uint64_t vring_nofd = VHOST_USER_VRING_NOFD_MASK;
+static const uint64_t feature_bit_40 = 1ull << 40;
+static const VhostUserMemory table_0 = { .nregions = 0 };
+static const VhostUserMemory table_9 = { .nregions = 9 };
+static const VhostUserMemory table_2 = { .nregions = 2 };
+static const VhostUserConfig config_big = { .size = 300 };
+static const VhostUserConfig config_4 = { .size = 4 };
+static const VhostUserConfig config_beyond = {
+    .offset = VHOST_USER_MAX_CONFIG_SIZE - 2, .size = 4,
+};
+static const VhostUserMemRegMsg reg_zero;
+
+static const BadCase bad_cases[] = {
+    /* Unknown requests */
+    { 99, NULL, 0, 0, "unsupported request 99" },
+    { VHOST_USER_SEND_RARP, NULL, 0, 0, "unsupported request 19" },
+    /* Payload sizes */
+    { VHOST_USER_SET_FEATURES, &feature_bit_40, 4, 0,
+      "SET_FEATURES with a payload of 4 bytes, expected 8" },
+    { VHOST_USER_GET_FEATURES, &feature_bit_40, 8, 0,
+      "GET_FEATURES with a payload of 8 bytes, expected 0" },
+    { VHOST_USER_SET_VRING_ADDR, &ring_99, 8, 0,
+      "SET_VRING_ADDR with a payload of 8 bytes, expected 40" },
+    { VHOST_USER_SET_MEM_TABLE, &table_2, 4, 0,
+      "SET_MEM_TABLE with a payload of 4 bytes, too short" },
+    { VHOST_USER_SET_MEM_TABLE, &table_0, 8, 0,
+      "SET_MEM_TABLE with 0 regions, expected 1 to 8" },
+    { VHOST_USER_SET_MEM_TABLE, &table_9, 8, 0,
+      "SET_MEM_TABLE with 9 regions, expected 1 to 8" },
+    { VHOST_USER_SET_MEM_TABLE, &table_2, 8 + 32, 2,
+      "SET_MEM_TABLE with 2 regions and a payload of 40 bytes" },
+    { VHOST_USER_GET_CONFIG, &config_4, 8, 0,
+      "GET_CONFIG with a payload of 8 bytes, too short" },
+    { VHOST_USER_SET_CONFIG, &config_big, 12, 0,
+      "SET_CONFIG of 300 bytes, at most 256" },
+    { VHOST_USER_SET_CONFIG, &config_4, 12 + 8, 0,
+      "SET_CONFIG with a payload of 20 bytes, expected 16" },
+    /* fd counts */
+    { VHOST_USER_SET_OWNER, NULL, 0, 1,
+      "SET_OWNER with 1 file descriptors, expected 0" },
+    { VHOST_USER_SET_MEM_TABLE, &table_2, 8 + 2 * 32, 1,
+      "SET_MEM_TABLE with 1 file descriptors, expected 2" },
+    { VHOST_USER_SET_VRING_KICK, &vring_index_0, 8, 0,
+      "SET_VRING_KICK with 0 file descriptors, expected 1" },
+    { VHOST_USER_SET_VRING_CALL, &vring_nofd, 8, 1,
+      "SET_VRING_CALL with 1 file descriptors, expected 0" },
+    { VHOST_USER_SET_VRING_ERR, &vring_unknown_bits, 8, 1,
+      "SET_VRING_ERR with unknown bits in 0x10000" },
+    { VHOST_USER_ADD_MEM_REG, &reg_zero, sizeof(reg_zero), 0,
+      "ADD_MEM_REG with 0 file descriptors, expected 1" },
+    { VHOST_USER_REM_MEM_REG, &reg_zero, sizeof(reg_zero), 2,
+      "REM_MEM_REG with 2 file descriptors" },
+    { VHOST_USER_SET_SLAVE_REQ_FD, NULL, 0, 0,
+      "SET_SLAVE_REQ_FD with 0 file descriptors, expected 1" },
+    /* Ring indexes and values */
+    { VHOST_USER_SET_VRING_NUM, &ring_99, 8, 0,
+      "SET_VRING_NUM for ring 99, but there are only 2" },
+    { VHOST_USER_SET_VRING_ENABLE, &ring_99, 8, 0,
+      "SET_VRING_ENABLE for ring 99, but there are only 2" },
+    { VHOST_USER_SET_VRING_KICK, &vring_index_2, 8, 1,
+      "SET_VRING_KICK for ring 2, but there are only 2" },
+    { VHOST_USER_SET_VRING_NUM, &ring_0_num_3, 8, 0,
+      "SET_VRING_NUM 3 for ring 0: not a power of two from 1 to 256" },
+    { VHOST_USER_SET_VRING_BASE, &ring_0_base_big, 8, 0,
+      "SET_VRING_BASE 65536 for ring 0: more than 16 bits" },
+    { VHOST_USER_SET_VRING_ENABLE, &ring_0_enable_2, 8, 0,
+      "SET_VRING_ENABLE 2 for ring 0: expected 0 or 1" },
+    { VHOST_USER_SET_FEATURES, &feature_bit_40, 8, 0,
+      "SET_FEATURES with feature bits 0x10000000000 that were not "
+      "offered" },
+    { VHOST_USER_SET_PROTOCOL_FEATURES, &feature_bit_40, 8, 0,
+      "SET_PROTOCOL_FEATURES with bits 0x10000000000 that were not "
+      "offered" },
+    { VHOST_USER_REM_MEM_REG, &reg_zero, sizeof(reg_zero), 0,
+      "REM_MEM_REG without a memory table" },
+    { VHOST_USER_SET_CONFIG, &config_beyond, 12 + 4, 0,
+      "SET_CONFIG of 4 bytes at offset 254: outside the config space" },
+};
+
+/* Send c with flags; the fds it carries must be closed afterwards. */
+static VuAnswer send_bad(VuServer *s, const BadCase *c, uint32_t flags,
+                         VuMsg *reply)
+{
+    int fds[VHOST_USER_MAX_FDS];
+    VuMsg m;
+    VuAnswer a;
+
+    msg_init(&m, c->request, flags, c->payload, c->size);
+    for (unsigned i = 0; i < c->nfds; i++) {
+        fds[i] = new_eventfd();
+        msg_add_fd(&m, fds[i]);
+    }
+    a = handle(s, &m, reply);
+    for (unsigned i = 0; i < c->nfds; i++) {
+        g_assert_false(fd_is_open(fds[i]));
+    }
+    g_assert_cmpstr(s->why, ==, c->why);
+    return a;
+}
+
+static void test_malformed(void)
+{
+    Dummy d;
+    VuServer *s = server_new(&d);
+    VuMsg reply;
+
+    /* Protocol features without REPLY_ACK: a refusal closes. */
+    send_u64(s, VHOST_USER_SET_PROTOCOL_FEATURES,
+             1ull << VHOST_USER_PROTOCOL_F_SLAVE_REQ);
+    for (size_t i = 0; i < G_N_ELEMENTS(bad_cases); i++) {
+        const BadCase *c = &bad_cases[i];
+
+        g_test_message("%s", c->why);
+        g_assert_cmpint(send_bad(s, c, NEED_REPLY, &reply), ==,
+                        VU_ANSWER_CLOSE);
+    }
+    /* With REPLY_ACK, asking for an ack gets status 1 instead... */
+    send_u64(s, VHOST_USER_SET_PROTOCOL_FEATURES,
+             1ull << VHOST_USER_PROTOCOL_F_REPLY_ACK);
+    for (size_t i = 0; i < G_N_ELEMENTS(bad_cases); i++) {
+        const BadCase *c = &bad_cases[i];
+        VuAnswer a = send_bad(s, c, NEED_REPLY, &reply);
+
+        g_test_message("%s", c->why);
+        /* ... unless the request's reply is its own payload. */
+        if (vu_request_has_reply(c->request)) {
+            g_assert_cmpint(a, ==, VU_ANSWER_CLOSE);
+            continue;
+        }
+        g_assert_cmpint(a, ==, VU_ANSWER_REPLY);
+        check_ack(&reply, c->request, 1);
+        /* Not asking for one still closes. */
+        g_assert_cmpint(send_bad(s, c, VHOST_USER_VERSION, &reply), ==,
+                        VU_ANSWER_CLOSE);
+    }
+    g_assert_cmpint(d.set_features_calls, ==, 0);
+    vu_server_free(s);
+}
+
+static void test_malformed_special(void)
+{
+    Dummy d;
+    VuServer *s = server_new(&d);
+    VhostUserVringState st = { .index = 0, .num = 0 };
+    int fds[VHOST_USER_MAX_FDS];
+    VuMsg m, reply;
+
+    send_u64(s, VHOST_USER_SET_PROTOCOL_FEATURES,
+             1ull << VHOST_USER_PROTOCOL_F_REPLY_ACK);
+
+    /* More fds came than fit: the extras were closed on receipt. */
+    msg_init(&m, VHOST_USER_SET_OWNER, NEED_REPLY, NULL, 0);
+    for (unsigned i = 0; i < VHOST_USER_MAX_FDS; i++) {
+        fds[i] = new_eventfd();
+        msg_add_fd(&m, fds[i]);
+    }
+    m.fds_dropped = true;
+    g_assert_cmpint(handle(s, &m, &reply), ==, VU_ANSWER_REPLY);
+    check_ack(&reply, VHOST_USER_SET_OWNER, 1);
+    g_assert_cmpstr(s->why, ==,
+                    "SET_OWNER with more than 8 file descriptors");
+    for (unsigned i = 0; i < VHOST_USER_MAX_FDS; i++) {
+        g_assert_false(fd_is_open(fds[i]));
+    }
+    msg_init(&m, 77, VHOST_USER_VERSION, NULL, 0);
+    m.fds_dropped = true;
+    g_assert_cmpint(handle(s, &m, &reply), ==, VU_ANSWER_CLOSE);
+    g_assert_cmpstr(s->why, ==, "request with more than 8 file descriptors");
+
+    /* A request with its own reply and a bad index closes. */
+    st.index = NUM_QUEUES;
+    msg_init(&m, VHOST_USER_GET_VRING_BASE, NEED_REPLY, &st, sizeof(st));
+    g_assert_cmpint(handle(s, &m, &reply), ==, VU_ANSWER_CLOSE);
+    g_assert_cmpstr(s->why, ==,
+                    "GET_VRING_BASE for ring 2, but there are only 2");
+
+    /* Dirty logging is ignored: an error ack if asked, else nothing. */
+    msg_init(&m, VHOST_USER_SET_LOG_BASE, NEED_REPLY, NULL, 0);
+    g_assert_cmpint(handle(s, &m, &reply), ==, VU_ANSWER_REPLY);
+    check_ack(&reply, VHOST_USER_SET_LOG_BASE, 1);
+    msg_init(&m, VHOST_USER_SET_LOG_FD, VHOST_USER_VERSION, NULL, 0);
+    msg_add_fd(&m, fds[0] = new_eventfd());
+    g_assert_cmpint(handle(s, &m, &reply), ==, VU_ANSWER_NONE);
+    g_assert_false(fd_is_open(fds[0]));
+    g_assert_cmpstr(s->why, ==,
+                    "SET_LOG_FD: dirty page logging is not supported");
+
+    /* The back-end channel needs its protocol feature. */
+    msg_init(&m, VHOST_USER_SET_SLAVE_REQ_FD, NEED_REPLY, NULL, 0);
+    msg_add_fd(&m, fds[0] = new_eventfd());
+    g_assert_cmpint(handle(s, &m, &reply), ==, VU_ANSWER_REPLY);
+    check_ack(&reply, VHOST_USER_SET_SLAVE_REQ_FD, 1);
+    g_assert_false(fd_is_open(fds[0]));
+    g_assert_cmpstr(s->why, ==, "SET_SLAVE_REQ_FD without the SLAVE_REQ "
+                    "protocol feature");
+    vu_server_free(s);
+}
+
+/* A ring outside guest memory does not start; the connection stays. */
+static void test_ring_outside_memory(void)
+{
+    Dummy d;
+    VuServer *s = server_new(&d);
+    VhostUserVringAddr addr = {
+        .index = 1,
+        .desc_user_addr = QVA_BASE + MEM_SIZE,
+        .avail_user_addr = QVA_BASE + MEM_SIZE + 0x1000,
+        .used_user_addr = QVA_BASE + MEM_SIZE + 0x2000,
+    };
+    VhostUserVringState st = { .index = 1, .num = RING_NUM };
+    uint64_t features = 1ull << VIRTIO_F_VERSION_1;
+    Guest g;
+
+    guest_init(&g);
+    send_u64(s, VHOST_USER_SET_FEATURES, features);
+    set_mem_table(s, &g);
+    send_ok(s, VHOST_USER_SET_VRING_NUM, &st, sizeof(st), NULL, 0);
+    send_ok(s, VHOST_USER_SET_VRING_ADDR, &addr, sizeof(addr), NULL, 0);
+    g_test_expect_message(NULL, G_LOG_LEVEL_WARNING,
+                          "virtqueue 1 is broken*not inside guest memory*");
+    set_vring_fd(s, VHOST_USER_SET_VRING_KICK, 1);
+    g_test_assert_expected_messages();
+    g_assert_false(ring_started(s, 1));
+    g_assert_cmpint(d.started, ==, 0);
+    /* It is not tried again until its own set-up changes... */
+    send_u64(s, VHOST_USER_SET_FEATURES, features);
+    g_assert_false(ring_started(s, 1));
+    /* ... and then it starts. */
+    setup_ring(s, 1);
+    g_assert_true(ring_started(s, 1));
+    g_assert_cmpint(d.started, ==, 1);
+    vu_server_free(s);
+    guest_cleanup(&g);
+}
+
+/* ------------------------------------------------------------------------ */
+
+static const TestCase tests[] = {
+    { "/vhost-user-handlers/negotiate", test_negotiate },
+    { "/vhost-user-handlers/rings", test_rings },
+    { "/vhost-user-handlers/mem-regions", test_mem_regions },
+    { "/vhost-user-handlers/config", test_config },
+    { "/vhost-user-handlers/backend-channel", test_backend_channel },
+    { "/vhost-user-handlers/request-table", test_request_table },
+    { "/vhost-user-handlers/malformed", test_malformed },
+    { "/vhost-user-handlers/malformed-special", test_malformed_special },
+    { "/vhost-user-handlers/ring-outside-memory", test_ring_outside_memory },
+};
+
+int main(int argc, char **argv)
+{
+    int r;
+
+    g_test_init(&argc, &argv, NULL);
+    ctx = ctx_new();
+    /* Below the meson timeout, so that the watchdog reports first. */
+    test_add_with_watchdog(tests, G_N_ELEMENTS(tests), 25);
+    r = g_test_run();
+    aio_context_unref(ctx);
+    return r;
+}
