@@ -13,10 +13,14 @@
  *   1. vu_msg_validate() (vhost-user-msg.c) checks that it is known, and
  *      its payload size and fd count;
  *   2. its handler (vu_handlers[], by request code) checks the values
- *      that depend on the server (ring index, features offered, ring
- *      running or not) and acts, with one of four results (VuResult):
- *      done, a reply filled in, refused (s->why), or ignored as
- *      unsupported but harmless (s->why);
+ *      that depend on the server (features offered, sizes, the memory
+ *      table) and acts, with one of four results (VuResult): done, a
+ *      reply filled in, refused (s->why), or ignored as unsupported but
+ *      harmless (s->why).  A request about one ring (SET_VRING_*,
+ *      GET_VRING_BASE) reaches its handler with the ring its payload
+ *      names, once that ring is known to exist and, for the set-up that
+ *      is only valid on a stopped ring (size, addresses, base), to be
+ *      stopped;
  *   3. vu_answer() turns the result into the answer.  A refusal is
  *      logged (one line naming the export) and answered with a non-zero
  *      REPLY_ACK status when the front-end asked for one; otherwise, and
@@ -85,6 +89,11 @@ typedef enum VuResult {
  */
 typedef VuResult VuHandler(VuServer *s, VuMsg *msg, VuMsg *reply);
 
+/* The handler of a request about one ring: q is the ring its payload
+ * names (vu_msg_ring_index()), checked to exist. */
+typedef VuResult VuRingHandler(VuServer *s, VuQueue *q, VuMsg *msg,
+                               VuMsg *reply);
+
 /* ------------------------------------------------------------------------ */
 /* Helpers                                                                   */
 
@@ -106,16 +115,6 @@ static int vu_msg_take_fd(VuMsg *msg, unsigned i)
 
     msg->fds[i] = -1;
     return fd;
-}
-
-static VuQueue *vu_queue_at(VuServer *s, const VuMsg *msg, uint32_t index)
-{
-    if (index >= s->num_queues) {
-        vu_fail(s, "%s for ring %" PRIu32 ", but there are only %u",
-                vu_request_name(msg->hdr.request), index, s->num_queues);
-        return NULL;
-    }
-    return &s->queues[index];
 }
 
 static VuResult vu_reply_u64(VuMsg *reply, uint64_t val)
@@ -352,29 +351,12 @@ static VuResult vu_rem_mem_reg(VuServer *s, VuMsg *msg, VuMsg *reply)
 /* ------------------------------------------------------------------------ */
 /* Rings                                                                     */
 
-/* Ring set-up that is only valid while the ring is stopped. */
-static VuQueue *vu_stopped_queue(VuServer *s, VuMsg *msg, uint32_t index)
-{
-    VuQueue *q = vu_queue_at(s, msg, index);
-
-    if (q && q->started) {
-        vu_fail(s, "%s for ring %" PRIu32 " while it is running",
-                vu_request_name(msg->hdr.request), index);
-        return NULL;
-    }
-    return q;
-}
-
-static VuResult vu_set_vring_num(VuServer *s, VuMsg *msg, VuMsg *reply)
+static VuResult vu_set_vring_num(VuServer *s, VuQueue *q, VuMsg *msg,
+                                 VuMsg *reply)
 {
     const VhostUserVringState *st = &msg->payload.state;
-    VuQueue *q = vu_stopped_queue(s, msg, st->index);
-    uint32_t num;
+    uint32_t num = st->num;
 
-    if (!q) {
-        return VU_FAILED;
-    }
-    num = st->num;
     if (num == 0 || (num & (num - 1)) || num > s->max_queue_size ||
         virtqueue_set_num(q->vq, num) < 0) {
         return vu_fail(s, "SET_VRING_NUM %" PRIu32 " for ring %" PRIu32
@@ -385,37 +367,30 @@ static VuResult vu_set_vring_num(VuServer *s, VuMsg *msg, VuMsg *reply)
     return VU_DONE;
 }
 
-static VuResult vu_set_vring_addr(VuServer *s, VuMsg *msg, VuMsg *reply)
+static VuResult vu_set_vring_addr(VuServer *s, VuQueue *q, VuMsg *msg,
+                                  VuMsg *reply)
 {
     const VhostUserVringAddr *a = &msg->payload.addr;
-    VuQueue *q = vu_stopped_queue(s, msg, a->index);
-    VirtQueueAddrs addrs;
-
-    if (!q) {
-        return VU_FAILED;
-    }
     /* Checked against guest memory when the ring starts. */
-    addrs = (VirtQueueAddrs) {
+    VirtQueueAddrs addrs = {
         .desc_qva = a->desc_user_addr,
         .avail_qva = a->avail_user_addr,
         .used_qva = a->used_user_addr,
         .log_gpa = a->log_guest_addr,
         .flags = a->flags,
     };
+
     virtqueue_set_addrs(q->vq, &addrs);
     q->start_failed = false;
     vu_queues_update(s);
     return VU_DONE;
 }
 
-static VuResult vu_set_vring_base(VuServer *s, VuMsg *msg, VuMsg *reply)
+static VuResult vu_set_vring_base(VuServer *s, VuQueue *q, VuMsg *msg,
+                                  VuMsg *reply)
 {
     const VhostUserVringState *st = &msg->payload.state;
-    VuQueue *q = vu_stopped_queue(s, msg, st->index);
 
-    if (!q) {
-        return VU_FAILED;
-    }
     if (st->num > UINT16_MAX) {
         return vu_fail(s, "SET_VRING_BASE %" PRIu32 " for ring %" PRIu32
                        ": more than 16 bits", st->num, st->index);
@@ -425,14 +400,11 @@ static VuResult vu_set_vring_base(VuServer *s, VuMsg *msg, VuMsg *reply)
     return VU_DONE;
 }
 
-static VuResult vu_get_vring_base(VuServer *s, VuMsg *msg, VuMsg *reply)
+static VuResult vu_get_vring_base(VuServer *s, VuQueue *q, VuMsg *msg,
+                                  VuMsg *reply)
 {
     const VhostUserVringState *st = &msg->payload.state;
-    VuQueue *q = vu_queue_at(s, msg, st->index);
 
-    if (!q) {
-        return VU_FAILED;
-    }
     vu_queue_stop(s, q);
     /* Stopped for good: only a new SET_VRING_KICK starts it again. */
     virtqueue_set_kick_fd(q->vq, -1);
@@ -444,15 +416,11 @@ static VuResult vu_get_vring_base(VuServer *s, VuMsg *msg, VuMsg *reply)
 }
 
 /* SET_VRING_KICK / CALL / ERR: u64 with the index and the "no fd" flag. */
-static VuResult vu_set_vring_fd(VuServer *s, VuMsg *msg, VuSetFd *set_fd)
+static VuResult vu_set_vring_fd(VuServer *s, VuQueue *q, VuMsg *msg,
+                                VuSetFd *set_fd)
 {
-    VuQueue *q = vu_queue_at(s, msg,
-                             msg->payload.u64 & VHOST_USER_VRING_INDEX_MASK);
     int fd = -1;
 
-    if (!q) {
-        return VU_FAILED;
-    }
     if (!vu_msg_vring_nofd(msg)) {
         fd = vu_msg_take_fd(msg, 0);
     }
@@ -469,19 +437,22 @@ static VuResult vu_set_vring_fd(VuServer *s, VuMsg *msg, VuSetFd *set_fd)
     return VU_DONE;
 }
 
-static VuResult vu_set_vring_kick(VuServer *s, VuMsg *msg, VuMsg *reply)
+static VuResult vu_set_vring_kick(VuServer *s, VuQueue *q, VuMsg *msg,
+                                  VuMsg *reply)
 {
-    return vu_set_vring_fd(s, msg, virtqueue_set_kick_fd);
+    return vu_set_vring_fd(s, q, msg, virtqueue_set_kick_fd);
 }
 
-static VuResult vu_set_vring_call(VuServer *s, VuMsg *msg, VuMsg *reply)
+static VuResult vu_set_vring_call(VuServer *s, VuQueue *q, VuMsg *msg,
+                                  VuMsg *reply)
 {
-    return vu_set_vring_fd(s, msg, virtqueue_set_call_fd);
+    return vu_set_vring_fd(s, q, msg, virtqueue_set_call_fd);
 }
 
-static VuResult vu_set_vring_err(VuServer *s, VuMsg *msg, VuMsg *reply)
+static VuResult vu_set_vring_err(VuServer *s, VuQueue *q, VuMsg *msg,
+                                  VuMsg *reply)
 {
-    return vu_set_vring_fd(s, msg, virtqueue_set_err_fd);
+    return vu_set_vring_fd(s, q, msg, virtqueue_set_err_fd);
 }
 
 static VuResult vu_get_queue_num(VuServer *s, VuMsg *msg, VuMsg *reply)
@@ -489,14 +460,11 @@ static VuResult vu_get_queue_num(VuServer *s, VuMsg *msg, VuMsg *reply)
     return vu_reply_u64(reply, s->num_queues);
 }
 
-static VuResult vu_set_vring_enable(VuServer *s, VuMsg *msg, VuMsg *reply)
+static VuResult vu_set_vring_enable(VuServer *s, VuQueue *q, VuMsg *msg,
+                                    VuMsg *reply)
 {
     const VhostUserVringState *st = &msg->payload.state;
-    VuQueue *q = vu_queue_at(s, msg, st->index);
 
-    if (!q) {
-        return VU_FAILED;
-    }
     if (st->num > 1) {
         return vu_fail(s, "SET_VRING_ENABLE %" PRIu32 " for ring %" PRIu32
                        ": expected 0 or 1", st->num, st->index);
@@ -573,45 +541,82 @@ static VuResult vu_set_log(VuServer *s, VuMsg *msg, VuMsg *reply)
 /* ------------------------------------------------------------------------ */
 /* Dispatch                                                                  */
 
+/* A request's handler, and for one about a ring, what the ring must be. */
+typedef struct VuHandlerInfo {
+    VuHandler *fn;              /* a request about the connection ... */
+    VuRingHandler *ring_fn;     /* ... or about the ring it names */
+    bool stopped;               /* ring_fn: only while the ring is stopped */
+} VuHandlerInfo;
+
 /* One handler for every request vhost-user-msg.c knows. */
-static VuHandler *const vu_handlers[] = {
-    [VHOST_USER_GET_FEATURES] = vu_get_features,
-    [VHOST_USER_SET_FEATURES] = vu_set_features,
-    [VHOST_USER_GET_PROTOCOL_FEATURES] = vu_get_protocol_features,
-    [VHOST_USER_SET_PROTOCOL_FEATURES] = vu_set_protocol_features,
-    [VHOST_USER_SET_OWNER] = vu_set_owner,
-    [VHOST_USER_RESET_OWNER] = vu_reset_owner,
-    [VHOST_USER_RESET_DEVICE] = vu_reset_device,
-    [VHOST_USER_SET_MEM_TABLE] = vu_set_mem_table,
-    [VHOST_USER_GET_MAX_MEM_SLOTS] = vu_get_max_mem_slots,
-    [VHOST_USER_ADD_MEM_REG] = vu_add_mem_reg,
-    [VHOST_USER_REM_MEM_REG] = vu_rem_mem_reg,
-    [VHOST_USER_SET_VRING_NUM] = vu_set_vring_num,
-    [VHOST_USER_SET_VRING_ADDR] = vu_set_vring_addr,
-    [VHOST_USER_SET_VRING_BASE] = vu_set_vring_base,
-    [VHOST_USER_GET_VRING_BASE] = vu_get_vring_base,
-    [VHOST_USER_SET_VRING_KICK] = vu_set_vring_kick,
-    [VHOST_USER_SET_VRING_CALL] = vu_set_vring_call,
-    [VHOST_USER_SET_VRING_ERR] = vu_set_vring_err,
-    [VHOST_USER_GET_QUEUE_NUM] = vu_get_queue_num,
-    [VHOST_USER_SET_VRING_ENABLE] = vu_set_vring_enable,
-    [VHOST_USER_GET_CONFIG] = vu_get_config,
-    [VHOST_USER_SET_CONFIG] = vu_set_config,
-    [VHOST_USER_SET_LOG_BASE] = vu_set_log,
-    [VHOST_USER_SET_LOG_FD] = vu_set_log,
-    [VHOST_USER_SET_SLAVE_REQ_FD] = vu_set_slave_req_fd,
+static const VuHandlerInfo vu_handlers[] = {
+    [VHOST_USER_GET_FEATURES] = { .fn = vu_get_features },
+    [VHOST_USER_SET_FEATURES] = { .fn = vu_set_features },
+    [VHOST_USER_GET_PROTOCOL_FEATURES] = { .fn = vu_get_protocol_features },
+    [VHOST_USER_SET_PROTOCOL_FEATURES] = { .fn = vu_set_protocol_features },
+    [VHOST_USER_SET_OWNER] = { .fn = vu_set_owner },
+    [VHOST_USER_RESET_OWNER] = { .fn = vu_reset_owner },
+    [VHOST_USER_RESET_DEVICE] = { .fn = vu_reset_device },
+    [VHOST_USER_SET_MEM_TABLE] = { .fn = vu_set_mem_table },
+    [VHOST_USER_GET_MAX_MEM_SLOTS] = { .fn = vu_get_max_mem_slots },
+    [VHOST_USER_ADD_MEM_REG] = { .fn = vu_add_mem_reg },
+    [VHOST_USER_REM_MEM_REG] = { .fn = vu_rem_mem_reg },
+    [VHOST_USER_SET_VRING_NUM] = { .ring_fn = vu_set_vring_num,
+                                   .stopped = true },
+    [VHOST_USER_SET_VRING_ADDR] = { .ring_fn = vu_set_vring_addr,
+                                    .stopped = true },
+    [VHOST_USER_SET_VRING_BASE] = { .ring_fn = vu_set_vring_base,
+                                    .stopped = true },
+    [VHOST_USER_GET_VRING_BASE] = { .ring_fn = vu_get_vring_base },
+    [VHOST_USER_SET_VRING_KICK] = { .ring_fn = vu_set_vring_kick },
+    [VHOST_USER_SET_VRING_CALL] = { .ring_fn = vu_set_vring_call },
+    [VHOST_USER_SET_VRING_ERR] = { .ring_fn = vu_set_vring_err },
+    [VHOST_USER_GET_QUEUE_NUM] = { .fn = vu_get_queue_num },
+    [VHOST_USER_SET_VRING_ENABLE] = { .ring_fn = vu_set_vring_enable },
+    [VHOST_USER_GET_CONFIG] = { .fn = vu_get_config },
+    [VHOST_USER_SET_CONFIG] = { .fn = vu_set_config },
+    [VHOST_USER_SET_LOG_BASE] = { .fn = vu_set_log },
+    [VHOST_USER_SET_LOG_FD] = { .fn = vu_set_log },
+    [VHOST_USER_SET_SLAVE_REQ_FD] = { .fn = vu_set_slave_req_fd },
 };
+
+/* The ring a request names, if it exists (and is stopped if it must be). */
+static VuQueue *vu_request_ring(VuServer *s, const VuMsg *msg, bool stopped)
+{
+    uint32_t index = vu_msg_ring_index(msg);
+    const char *name = vu_request_name(msg->hdr.request);
+
+    if (index >= s->num_queues) {
+        vu_fail(s, "%s for ring %" PRIu32 ", but there are only %u",
+                name, index, s->num_queues);
+        return NULL;
+    }
+    if (stopped && s->queues[index].started) {
+        vu_fail(s, "%s for ring %" PRIu32 " while it is running", name,
+                index);
+        return NULL;
+    }
+    return &s->queues[index];
+}
 
 static VuResult vu_dispatch(VuServer *s, VuMsg *msg, VuMsg *reply)
 {
     uint32_t req = msg->hdr.request;
+    const VuHandlerInfo *h;
+    VuQueue *q;
 
     if (!vu_msg_validate(msg, s->why, sizeof(s->why))) {
         return VU_FAILED;
     }
     /* A request the decoder knows has a handler: our invariant. */
-    g_assert(req < G_N_ELEMENTS(vu_handlers) && vu_handlers[req]);
-    return vu_handlers[req](s, msg, reply);
+    g_assert(req < G_N_ELEMENTS(vu_handlers));
+    h = &vu_handlers[req];
+    if (h->fn) {
+        return h->fn(s, msg, reply);
+    }
+    g_assert(h->ring_fn);
+    q = vu_request_ring(s, msg, h->stopped);
+    return q ? h->ring_fn(s, q, msg, reply) : VU_FAILED;
 }
 
 /* Fill in reply's header as the answer to msg. */

@@ -63,8 +63,11 @@ typedef struct VuRequestInfo {
     VuFdsRule fds_rule;
 } VuRequestInfo;
 
+/* Payload sizes, short enough for one table row each. */
 #define VU_U64 sizeof(uint64_t)
 #define VU_STATE sizeof(VhostUserVringState)
+#define VU_ADDR sizeof(VhostUserVringAddr)
+#define VU_MEMREG sizeof(VhostUserMemRegMsg)
 
 static const VuRequestInfo vu_requests[] = {
     [VHOST_USER_GET_FEATURES] =
@@ -84,8 +87,7 @@ static const VuRequestInfo vu_requests[] = {
     [VHOST_USER_SET_VRING_NUM] =
         { "SET_VRING_NUM", false, VU_SIZE_EXACT, VU_STATE, VU_FDS_NONE },
     [VHOST_USER_SET_VRING_ADDR] =
-        { "SET_VRING_ADDR", false, VU_SIZE_EXACT, sizeof(VhostUserVringAddr),
-          VU_FDS_NONE },
+        { "SET_VRING_ADDR", false, VU_SIZE_EXACT, VU_ADDR, VU_FDS_NONE },
     [VHOST_USER_SET_VRING_BASE] =
         { "SET_VRING_BASE", false, VU_SIZE_EXACT, VU_STATE, VU_FDS_NONE },
     [VHOST_USER_GET_VRING_BASE] =
@@ -99,8 +101,7 @@ static const VuRequestInfo vu_requests[] = {
     [VHOST_USER_GET_PROTOCOL_FEATURES] =
         { "GET_PROTOCOL_FEATURES", true, VU_SIZE_EXACT, 0, VU_FDS_NONE },
     [VHOST_USER_SET_PROTOCOL_FEATURES] =
-        { "SET_PROTOCOL_FEATURES", false, VU_SIZE_EXACT, VU_U64,
-          VU_FDS_NONE },
+        { "SET_PROTOCOL_FEATURES", false, VU_SIZE_EXACT, VU_U64, VU_FDS_NONE },
     [VHOST_USER_GET_QUEUE_NUM] =
         { "GET_QUEUE_NUM", true, VU_SIZE_EXACT, 0, VU_FDS_NONE },
     [VHOST_USER_SET_VRING_ENABLE] =
@@ -116,11 +117,9 @@ static const VuRequestInfo vu_requests[] = {
     [VHOST_USER_GET_MAX_MEM_SLOTS] =
         { "GET_MAX_MEM_SLOTS", true, VU_SIZE_EXACT, 0, VU_FDS_NONE },
     [VHOST_USER_ADD_MEM_REG] =
-        { "ADD_MEM_REG", false, VU_SIZE_EXACT, sizeof(VhostUserMemRegMsg),
-          VU_FDS_ONE },
+        { "ADD_MEM_REG", false, VU_SIZE_EXACT, VU_MEMREG, VU_FDS_ONE },
     [VHOST_USER_REM_MEM_REG] =
-        { "REM_MEM_REG", false, VU_SIZE_EXACT, sizeof(VhostUserMemRegMsg),
-          VU_FDS_AT_MOST_ONE },
+        { "REM_MEM_REG", false, VU_SIZE_EXACT, VU_MEMREG, VU_FDS_AT_MOST_ONE },
 };
 
 /* The entry of req, or NULL if the server does not know it. */
@@ -297,6 +296,21 @@ bool vu_msg_validate(const VuMsg *msg, char *why, size_t why_len)
     }
     return vu_check_payload(msg, info, why, why_len) &&
            vu_check_fds(msg, info, why, why_len);
+}
+
+uint32_t vu_msg_ring_index(const VuMsg *msg)
+{
+    switch (msg->hdr.request) {
+    case VHOST_USER_SET_VRING_ADDR:
+        return msg->payload.addr.index;
+    case VHOST_USER_SET_VRING_KICK:
+    case VHOST_USER_SET_VRING_CALL:
+    case VHOST_USER_SET_VRING_ERR:
+        return msg->payload.u64 & VHOST_USER_VRING_INDEX_MASK;
+    default:
+        /* SET_VRING_NUM, SET_VRING_BASE, GET_VRING_BASE, SET_VRING_ENABLE */
+        return msg->payload.state.index;
+    }
 }
 
 bool vu_msg_vring_nofd(const VuMsg *msg)

@@ -87,6 +87,12 @@ bool vu_request_has_reply(uint32_t req);
  */
 bool vu_msg_validate(const VuMsg *msg, char *why, size_t why_len);
 
+/*
+ * The ring a valid request about one ring names (SET_VRING_*,
+ * GET_VRING_BASE): its index, not checked against the server's rings.
+ */
+uint32_t vu_msg_ring_index(const VuMsg *msg);
+
 /* SET_VRING_KICK/CALL/ERR: whether the front-end sent no fd (polling). */
 bool vu_msg_vring_nofd(const VuMsg *msg);
 

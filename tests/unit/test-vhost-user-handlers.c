@@ -19,7 +19,7 @@
 #include <fcntl.h>
 #include <string.h>
 #include <sys/eventfd.h>
-#include <sys/mman.h>
+#include <sys/mman.h>   /* memfd_create() */
 #include <sys/socket.h>
 #include <unistd.h>
 #include <glib.h>
@@ -244,25 +244,14 @@ static void negotiate(VuServer *s)
 /* ------------------------------------------------------------------------ */
 /* Guest memory and rings                                                    */
 
-typedef struct Guest {
-    int memfd;
-    uint8_t *host;
-} Guest;
-
-static void guest_init(Guest *g)
+/* The guest's RAM: a memfd the server maps; the test never touches it. */
+static int guest_ram_new(void)
 {
-    g->memfd = memfd_create("handlers-ram", MFD_CLOEXEC);
-    g_assert_cmpint(g->memfd, >=, 0);
-    g_assert_cmpint(ftruncate(g->memfd, MEM_SIZE), ==, 0);
-    g->host = mmap(NULL, MEM_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED,
-                   g->memfd, 0);
-    g_assert(g->host != MAP_FAILED);
-}
+    int fd = memfd_create("handlers-ram", MFD_CLOEXEC);
 
-static void guest_cleanup(Guest *g)
-{
-    munmap(g->host, MEM_SIZE);
-    close(g->memfd);
+    g_assert_cmpint(fd, >=, 0);
+    g_assert_cmpint(ftruncate(fd, MEM_SIZE), ==, 0);
+    return fd;
 }
 
 static VhostUserMemRegion guest_region(void)
@@ -277,10 +266,10 @@ static VhostUserMemRegion guest_region(void)
 
 /* SET_MEM_TABLE with the whole memfd as one region (the fd is dup'ed:
  * the server closes what it receives). */
-static void set_mem_table(VuServer *s, Guest *g)
+static void set_mem_table(VuServer *s, int ram)
 {
     VhostUserMemory table = { .nregions = 1 };
-    int fd = dup(g->memfd);
+    int fd = dup(ram);
 
     table.regions[0] = guest_region();
     send_ok(s, VHOST_USER_SET_MEM_TABLE, &table,
@@ -379,13 +368,12 @@ static void test_rings(void)
     VuServer *s = server_new(&d);
     VhostUserVringState st = { .index = 0 };
     VirtQueueStats stats;
+    int ram = guest_ram_new();
     int kick, call, call2;
-    Guest g;
     VuMsg reply;
 
-    guest_init(&g);
     negotiate(s);
-    set_mem_table(s, &g);
+    set_mem_table(s, ram);
     setup_ring(s, 0);
     g_assert_false(ring_started(s, 0));
     call = set_vring_fd(s, VHOST_USER_SET_VRING_CALL, 0);
@@ -445,7 +433,7 @@ static void test_rings(void)
     g_assert_false(fd_is_open(kick));
     g_assert_false(fd_is_open(call2));
     vu_server_free(s);
-    guest_cleanup(&g);
+    close(ram);
 }
 
 static void test_mem_regions(void)
@@ -454,22 +442,21 @@ static void test_mem_regions(void)
     VuServer *s = server_new(&d);
     VhostUserMemRegMsg reg = { .region = guest_region() };
     int fd;
-    Guest g;
+    int ram = guest_ram_new();
 
-    guest_init(&g);
     negotiate(s);
-    fd = dup(g.memfd);
+    fd = dup(ram);
     send_ok(s, VHOST_USER_ADD_MEM_REG, &reg, sizeof(reg), &fd, 1);
     g_assert_false(fd_is_open(fd));
     g_assert_nonnull(s->mem);
     g_assert_cmpuint(s->mem->nregions, ==, 1);
     /* Old front-ends send an fd with REM_MEM_REG: closed unused. */
-    fd = dup(g.memfd);
+    fd = dup(ram);
     send_ok(s, VHOST_USER_REM_MEM_REG, &reg, sizeof(reg), &fd, 1);
     g_assert_false(fd_is_open(fd));
     g_assert_cmpuint(s->mem->nregions, ==, 0);
     vu_server_free(s);
-    guest_cleanup(&g);
+    close(ram);
 }
 
 static void test_config(void)
@@ -609,18 +596,18 @@ static const BadCase bad_cases[] = {
       "SET_MEM_TABLE with 0 regions, expected 1 to 8" },
     { VHOST_USER_SET_MEM_TABLE, &table_9, 8, 0,
       "SET_MEM_TABLE with 9 regions, expected 1 to 8" },
-    { VHOST_USER_SET_MEM_TABLE, &table_2, 8 + 32, 2,
+    { VHOST_USER_SET_MEM_TABLE, &table_2, 40, 2,
       "SET_MEM_TABLE with 2 regions and a payload of 40 bytes" },
     { VHOST_USER_GET_CONFIG, &config_4, 8, 0,
       "GET_CONFIG with a payload of 8 bytes, too short" },
     { VHOST_USER_SET_CONFIG, &config_big, 12, 0,
       "SET_CONFIG of 300 bytes, at most 256" },
-    { VHOST_USER_SET_CONFIG, &config_4, 12 + 8, 0,
+    { VHOST_USER_SET_CONFIG, &config_4, 20, 0,
       "SET_CONFIG with a payload of 20 bytes, expected 16" },
     /* fd counts */
     { VHOST_USER_SET_OWNER, NULL, 0, 1,
       "SET_OWNER with 1 file descriptors, expected 0" },
-    { VHOST_USER_SET_MEM_TABLE, &table_2, 8 + 2 * 32, 1,
+    { VHOST_USER_SET_MEM_TABLE, &table_2, 72, 1,
       "SET_MEM_TABLE with 1 file descriptors, expected 2" },
     { VHOST_USER_SET_VRING_KICK, &vring_index_0, 8, 0,
       "SET_VRING_KICK with 0 file descriptors, expected 1" },
@@ -628,9 +615,9 @@ static const BadCase bad_cases[] = {
       "SET_VRING_CALL with 1 file descriptors, expected 0" },
     { VHOST_USER_SET_VRING_ERR, &vring_unknown_bits, 8, 1,
       "SET_VRING_ERR with unknown bits in 0x10000" },
-    { VHOST_USER_ADD_MEM_REG, &reg_zero, sizeof(reg_zero), 0,
+    { VHOST_USER_ADD_MEM_REG, &reg_zero, 40, 0,
       "ADD_MEM_REG with 0 file descriptors, expected 1" },
-    { VHOST_USER_REM_MEM_REG, &reg_zero, sizeof(reg_zero), 2,
+    { VHOST_USER_REM_MEM_REG, &reg_zero, 40, 2,
       "REM_MEM_REG with 2 file descriptors" },
     { VHOST_USER_SET_SLAVE_REQ_FD, NULL, 0, 0,
       "SET_SLAVE_REQ_FD with 0 file descriptors, expected 1" },
@@ -653,9 +640,9 @@ static const BadCase bad_cases[] = {
     { VHOST_USER_SET_PROTOCOL_FEATURES, &feature_bit_40, 8, 0,
       "SET_PROTOCOL_FEATURES with bits 0x10000000000 that were not "
       "offered" },
-    { VHOST_USER_REM_MEM_REG, &reg_zero, sizeof(reg_zero), 0,
+    { VHOST_USER_REM_MEM_REG, &reg_zero, 40, 0,
       "REM_MEM_REG without a memory table" },
-    { VHOST_USER_SET_CONFIG, &config_beyond, 12 + 4, 0,
+    { VHOST_USER_SET_CONFIG, &config_beyond, 16, 0,
       "SET_CONFIG of 4 bytes at offset 254: outside the config space" },
 };
 
@@ -791,11 +778,10 @@ static void test_ring_outside_memory(void)
     };
     VhostUserVringState st = { .index = 1, .num = RING_NUM };
     uint64_t features = 1ull << VIRTIO_F_VERSION_1;
-    Guest g;
+    int ram = guest_ram_new();
 
-    guest_init(&g);
     send_u64(s, VHOST_USER_SET_FEATURES, features);
-    set_mem_table(s, &g);
+    set_mem_table(s, ram);
     send_ok(s, VHOST_USER_SET_VRING_NUM, &st, sizeof(st), NULL, 0);
     send_ok(s, VHOST_USER_SET_VRING_ADDR, &addr, sizeof(addr), NULL, 0);
     g_test_expect_message(NULL, G_LOG_LEVEL_WARNING,
@@ -812,7 +798,7 @@ static void test_ring_outside_memory(void)
     g_assert_true(ring_started(s, 1));
     g_assert_cmpint(d.started, ==, 1);
     vu_server_free(s);
-    guest_cleanup(&g);
+    close(ram);
 }
 
 /* ------------------------------------------------------------------------ */
