@@ -296,49 +296,53 @@ void scsi_disk_cmd_service_action_in(ScsiRequest *req)
 /* ------------------------------------------------------------------------ */
 /* Mode pages                                                                */
 
-static size_t scsi_mode_page_caching(ScsiDisk *d, unsigned pc, uint8_t *p)
+/* Zero the len bytes of mode page `page` at p and fill in its header. */
+static void scsi_mode_page_init(uint8_t *p, uint8_t page, size_t len)
 {
-    bool wce;
+    memset(p, 0, len);
+    p[0] = page;
+    p[1] = len - 2;
+}
 
-    memset(p, 0, SCSI_MODE_CACHING_LEN);
-    p[0] = SCSI_MODE_PAGE_CACHING;
-    p[1] = SCSI_MODE_CACHING_LEN - 2;
+/*
+ * A bit the driver may change (WCE, D_SENSE), as page control pc asks
+ * for it: set in the changeable mask, else its default or current value.
+ */
+static bool scsi_mode_bit(unsigned pc, bool dflt, bool current)
+{
     switch (pc) {
     case SCSI_PC_CHANGEABLE:
-        wce = true;
-        break;
+        return true;
     case SCSI_PC_DEFAULT:
-        wce = d->default_wce;
-        break;
+        return dflt;
     default:
-        wce = atomic_load_explicit(&d->wce, memory_order_relaxed);
-        break;
+        return current;
     }
+}
+
+static size_t scsi_mode_page_caching(ScsiDisk *d, unsigned pc, uint8_t *p)
+{
+    bool wce = scsi_mode_bit(pc, d->default_wce,
+                             atomic_load_explicit(&d->wce,
+                                                  memory_order_relaxed));
+
+    scsi_mode_page_init(p, SCSI_MODE_PAGE_CACHING, SCSI_MODE_CACHING_LEN);
     p[2] = wce ? SCSI_MODE_CACHING_WCE : 0;
     return SCSI_MODE_CACHING_LEN;
 }
 
 static size_t scsi_mode_page_control(ScsiDisk *d, unsigned pc, uint8_t *p)
 {
-    bool d_sense;
+    bool d_sense = scsi_mode_bit(pc, false,
+                                 atomic_load_explicit(&d->d_sense,
+                                                      memory_order_relaxed));
 
-    memset(p, 0, SCSI_MODE_CONTROL_LEN);
-    p[0] = SCSI_MODE_PAGE_CONTROL;
-    p[1] = SCSI_MODE_CONTROL_LEN - 2;
-    switch (pc) {
-    case SCSI_PC_CHANGEABLE:
-        p[2] = SCSI_MODE_CONTROL_D_SENSE;
-        return SCSI_MODE_CONTROL_LEN;
-    case SCSI_PC_DEFAULT:
-        d_sense = false;
-        break;
-    default:
-        d_sense = atomic_load_explicit(&d->d_sense, memory_order_relaxed);
-        break;
-    }
+    scsi_mode_page_init(p, SCSI_MODE_PAGE_CONTROL, SCSI_MODE_CONTROL_LEN);
     p[2] = d_sense ? SCSI_MODE_CONTROL_D_SENSE : 0;
-    /* Commands may complete in any order (they do, across queues). */
-    p[3] = SCSI_MODE_CONTROL_QAM_UNRESTRICTED;
+    if (pc != SCSI_PC_CHANGEABLE) {
+        /* Commands may complete in any order (they do, across queues). */
+        p[3] = SCSI_MODE_CONTROL_QAM_UNRESTRICTED;
+    }
     return SCSI_MODE_CONTROL_LEN;
 }
 
@@ -559,12 +563,8 @@ void scsi_disk_cmd_mode_select(ScsiRequest *req)
         scsi_req_invalid_cdb(req);
         return;
     }
-    if (req->out_len < plen) {
-        scsi_req_xfer_fail(req, SCSI_XFER_OVERRUN);
-        return;
-    }
-    if (plen == 0) {
-        scsi_req_complete(req);     /* SPC: no data is not an error */
+    /* SPC: no data is not an error. */
+    if (!scsi_req_want_data_out(req, plen)) {
         return;
     }
     if (!(cdb[1] & SCSI_MODE_SELECT_PF)) {

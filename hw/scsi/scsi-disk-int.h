@@ -143,6 +143,14 @@ void scsi_req_param_length_error(ScsiRequest *req);
 void scsi_req_xfer_fail(ScsiRequest *req, ScsiXferError err);
 
 /*
+ * For a command that takes len bytes of data-out (a parameter list, data
+ * to compare): true if it goes on; false if req is finished, with
+ * SCSI_XFER_OVERRUN when the driver's buffer is shorter, or with GOOD when
+ * len is 0 (no data is no error for the commands that call this).
+ */
+bool scsi_req_want_data_out(ScsiRequest *req, uint64_t len);
+
+/*
  * Finish req with GOOD and an allocation-length answer: the first
  * min(len, alloc, in_len) bytes of buf go to the data-in buffer.
  */

@@ -314,6 +314,19 @@ void scsi_req_xfer_fail(ScsiRequest *req, ScsiXferError err)
     scsi_req_complete(req);
 }
 
+bool scsi_req_want_data_out(ScsiRequest *req, uint64_t len)
+{
+    if (req->out_len < len) {
+        scsi_req_xfer_fail(req, SCSI_XFER_OVERRUN);
+        return false;
+    }
+    if (len == 0) {
+        scsi_req_complete(req);
+        return false;
+    }
+    return true;
+}
+
 void scsi_req_reply(ScsiRequest *req, const uint8_t *buf, size_t len,
                     size_t alloc)
 {
@@ -718,12 +731,7 @@ static void scsi_disk_cmd_verify(ScsiRequest *req)
         }
         return;
     }
-    if (req->out_len < bytes) {
-        scsi_req_xfer_fail(req, SCSI_XFER_OVERRUN);
-        return;
-    }
-    if (count == 0) {
-        scsi_req_complete(req);
+    if (!scsi_req_want_data_out(req, bytes)) {
         return;
     }
     r->kind = SCSI_IO_VERIFY;
@@ -889,15 +897,9 @@ static void scsi_disk_cmd_unmap(ScsiRequest *req)
         scsi_req_write_protected(req);
         return;
     }
-    if (req->out_len < plen) {
-        scsi_req_xfer_fail(req, SCSI_XFER_OVERRUN);
-        return;
-    }
-    if (plen == 0) {
-        scsi_req_complete(req);     /* SBC: an empty list is not an error */
-        return;
-    }
-    if (!scsi_disk_unmap_parse(req, plen)) {
+    /* SBC: an empty list is not an error. */
+    if (!scsi_req_want_data_out(req, plen) ||
+        !scsi_disk_unmap_parse(req, plen)) {
         return;
     }
     r->kind = SCSI_IO_UNMAP;

@@ -346,6 +346,27 @@ static void virtio_blk_handle_read(VirtioBlkReq *req, uint64_t sector,
     virtio_blk_submit_rw(req, BLOCK_OP_READ, sector, in_niov, bytes, 0);
 }
 
+/*
+ * Whether a request that changes the node may go on: it has no
+ * device-writable data before the status byte (else it is malformed:
+ * logged as bad_data says) and the node is writable.  False when req was
+ * finished with IOERR.
+ */
+static bool virtio_blk_may_write(VirtioBlkReq *req, unsigned in_niov,
+                                 const char *bad_data)
+{
+    if (in_niov) {
+        virtio_blk_log_bad_request(req->vb, req->vq, bad_data);
+        virtio_blk_req_finish(req, VIRTIO_BLK_S_IOERR);
+        return false;
+    }
+    if (!req->vb->writable) {
+        virtio_blk_req_finish(req, VIRTIO_BLK_S_IOERR);
+        return false;
+    }
+    return true;
+}
+
 static void virtio_blk_handle_write(VirtioBlkReq *req, uint64_t sector,
                                     unsigned in_niov)
 {
@@ -354,14 +375,8 @@ static void virtio_blk_handle_write(VirtioBlkReq *req, uint64_t sector,
     uint64_t bytes;
 
     req->in_len = 1;
-    if (in_niov) {
-        virtio_blk_log_bad_request(vb, req->vq, "write with device-writable "
-                                   "data before the status byte");
-        virtio_blk_req_finish(req, VIRTIO_BLK_S_IOERR);
-        return;
-    }
-    if (!vb->writable) {
-        virtio_blk_req_finish(req, VIRTIO_BLK_S_IOERR);
+    if (!virtio_blk_may_write(req, in_niov, "write with device-writable "
+                              "data before the status byte")) {
         return;
     }
     niov = virtio_blk_out_data(req);
@@ -498,14 +513,8 @@ static void virtio_blk_handle_dwz(VirtioBlkReq *req, unsigned in_niov)
         virtio_blk_req_finish(req, VIRTIO_BLK_S_UNSUPP);
         return;
     }
-    if (in_niov) {
-        virtio_blk_log_bad_request(vb, req->vq, "discard or write-zeroes with "
-                                   "device-writable data");
-        virtio_blk_req_finish(req, VIRTIO_BLK_S_IOERR);
-        return;
-    }
-    if (!vb->writable) {
-        virtio_blk_req_finish(req, VIRTIO_BLK_S_IOERR);
+    if (!virtio_blk_may_write(req, in_niov, "discard or write-zeroes with "
+                              "device-writable data")) {
         return;
     }
     status = virtio_blk_dwz_parse(req, out_bytes - VIRTIO_BLK_HDR_SIZE);
@@ -576,10 +585,12 @@ static void virtio_blk_handle_request(VirtioBlkReq *req)
     }
 }
 
+/* vq's queue state; only vq's home thread uses it (asserted). */
 static VirtioBlkQueue *virtio_blk_queue(VirtioBlk *vb, VirtQueue *vq)
 {
     unsigned index = virtqueue_index(vq);
 
+    g_assert(aio_context_in_home_thread(virtqueue_get_aio_context(vq)));
     /* The server never creates more queues than we asked for. */
     g_assert(index < vb->num_queues);
     return &vb->queues[index];
@@ -588,10 +599,8 @@ static VirtioBlkQueue *virtio_blk_queue(VirtioBlk *vb, VirtQueue *vq)
 static void virtio_blk_handle_queue(VirtQueue *vq, void *opaque)
 {
     VirtioBlk *vb = opaque;
-    VirtioBlkQueue *q;
+    VirtioBlkQueue *q = virtio_blk_queue(vb, vq);
 
-    g_assert(aio_context_in_home_thread(virtqueue_get_aio_context(vq)));
-    q = virtio_blk_queue(vb, vq);
     block_queue_io_plug(q->bq);
     for (;;) {
         VirtioBlkReq *req = virtio_blk_req_alloc(q);
@@ -736,12 +745,9 @@ static int virtio_blk_set_config(void *dev, const uint8_t *buf,
 static void virtio_blk_queue_started(void *dev, VirtQueue *vq)
 {
     VirtioBlk *vb = dev;
-
+    VirtioBlkQueue *q = virtio_blk_queue(vb, vq);
     AioContext *ctx = virtqueue_get_aio_context(vq);
-    VirtioBlkQueue *q;
 
-    g_assert(aio_context_in_home_thread(ctx));
-    q = virtio_blk_queue(vb, vq);
     /* The node's requests complete where the queue runs: through a
      * BlockQueue of this context, made here and freed by queue_drain. */
     if (!q->bq) {
@@ -754,11 +760,9 @@ static void virtio_blk_queue_started(void *dev, VirtQueue *vq)
 static void virtio_blk_queue_drain(void *dev, VirtQueue *vq)
 {
     VirtioBlk *vb = dev;
+    VirtioBlkQueue *q = virtio_blk_queue(vb, vq);
     AioContext *ctx = virtqueue_get_aio_context(vq);
-    VirtioBlkQueue *q;
 
-    g_assert(aio_context_in_home_thread(ctx));
-    q = virtio_blk_queue(vb, vq);
     while (q->in_flight > 0) {
         aio_poll(ctx, true);
     }
