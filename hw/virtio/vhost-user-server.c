@@ -192,6 +192,7 @@ static VuServer *vu_server_alloc(const VuServerConfig *cfg,
                                  AioContext *main_ctx)
 {
     VuServer *s = g_malloc0(sizeof(*s) + cfg->num_queues * sizeof(VuQueue));
+
     s->name = g_strdup(cfg->name ? cfg->name : "");
     s->main_ctx = main_ctx;
     s->ops = cfg->ops;

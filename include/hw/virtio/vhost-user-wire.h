@@ -8,10 +8,10 @@
  * header followed by `size` bytes of payload, in the host's byte order;
  * file descriptors travel as SCM_RIGHTS ancillary data with the message.
  *
- * Shared by the back-end (hw/virtio/vhost-user-server.c and
- * vhost-user-socket.c, through hw/virtio/vhost-user-protocol.h) and the
- * guest-less front-end (tools/frontend/), so both sides agree on one
- * layout.  Plain data definitions only.
+ * Shared by the back-end (hw/virtio/vhost-user-*.c, through
+ * hw/virtio/vhost-user-protocol.h) and the guest-less front-end
+ * (tools/frontend/), so both sides agree on one layout.  Plain data
+ * definitions only.
  */
 #ifndef SPINDLE_HW_VIRTIO_VHOST_USER_WIRE_H
 #define SPINDLE_HW_VIRTIO_VHOST_USER_WIRE_H
