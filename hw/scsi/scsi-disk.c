@@ -1087,9 +1087,8 @@ size_t scsi_build_report_luns(const uint16_t *luns, unsigned n, uint8_t *buf,
 /* ------------------------------------------------------------------------ */
 /* Creation                                                                  */
 
-/* An INQUIRY string: printable ASCII, at most max bytes. */
-static bool scsi_disk_string_ok(const char *name, const char *value,
-                                size_t max, Error **errp)
+bool scsi_disk_check_string(const char *name, const char *value, size_t max,
+                            Error **errp)
 {
     size_t len = strlen(value);
 
@@ -1098,11 +1097,10 @@ static bool scsi_disk_string_ok(const char *name, const char *value,
                    "are allowed", name, len, max);
         return false;
     }
-    for (size_t i = 0; i < len; i++) {
-        if (value[i] < 0x20 || value[i] > 0x7e) {
-            error_setg(errp, "Parameter '%s' expects printable ASCII "
-                       "characters, got byte 0x%02x at position %zu", name,
-                       (unsigned char)value[i], i);
+    for (const char *p = value; *p; p++) {
+        if (*p < 0x20 || *p > 0x7e) {
+            error_setg(errp, "Parameter '%s' must be printable ASCII "
+                       "(SCSI strings are ASCII); '%s' is not", name, value);
             return false;
         }
     }
@@ -1114,17 +1112,18 @@ static bool scsi_disk_conf_valid(const ScsiDiskConf *conf, BlockNode *bs,
 {
     int64_t length = block_node_get_length(bs);
 
-    if ((conf->vendor && !scsi_disk_string_ok("vendor", conf->vendor,
-                                              SCSI_INQUIRY_VENDOR_LEN,
-                                              errp)) ||
-        (conf->product && !scsi_disk_string_ok("product", conf->product,
-                                               SCSI_INQUIRY_PRODUCT_LEN,
-                                               errp)) ||
-        (conf->revision && !scsi_disk_string_ok("revision", conf->revision,
-                                                SCSI_INQUIRY_REVISION_LEN,
-                                                errp)) ||
-        (conf->serial && !scsi_disk_string_ok("serial", conf->serial,
-                                              SCSI_DISK_SERIAL_MAX, errp))) {
+    if ((conf->vendor &&
+         !scsi_disk_check_string("vendor", conf->vendor,
+                                 SCSI_INQUIRY_VENDOR_LEN, errp)) ||
+        (conf->product &&
+         !scsi_disk_check_string("product", conf->product,
+                                 SCSI_INQUIRY_PRODUCT_LEN, errp)) ||
+        (conf->revision &&
+         !scsi_disk_check_string("revision", conf->revision,
+                                 SCSI_INQUIRY_REVISION_LEN, errp)) ||
+        (conf->serial &&
+         !scsi_disk_check_string("serial", conf->serial,
+                                 SCSI_DISK_SERIAL_MAX, errp))) {
         return false;
     }
     if (lbs != 512 && lbs != 4096) {

@@ -86,6 +86,15 @@ typedef struct ScsiDiskConf {
  */
 ScsiDisk *scsi_disk_new(const ScsiDiskConf *conf, BlockNode *bs,
                         Error **errp);
+
+/*
+ * Check an INQUIRY or VPD string (vendor, product, revision, serial):
+ * printable ASCII (SPC-4 4.3.1), at most max characters.  name is the
+ * option's name for the message.  Returns false with errp set otherwise.
+ * Any thread.
+ */
+bool scsi_disk_check_string(const char *name, const char *value, size_t max,
+                            Error **errp);
 void scsi_disk_free(ScsiDisk *d);
 
 BlockNode *scsi_disk_get_node(const ScsiDisk *d);
