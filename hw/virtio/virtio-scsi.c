@@ -455,53 +455,59 @@ static void virtio_scsi_request_sense_no_disk(VirtioScsiReq *req,
     virtio_scsi_req_data(req, sense, MIN(n, (unsigned)cdb[4]));
 }
 
-/* A command to a LUN of target 0 that does not exist. */
-static void virtio_scsi_cmd_no_lun(VirtioScsi *vs, VirtioScsiReq *req)
-{
-    switch (req->cdb[0]) {
-    case SCSI_OP_INQUIRY:
-        virtio_scsi_inquiry_no_disk(req, SCSI_INQUIRY_NO_LUN);
-        break;
-    case SCSI_OP_REPORT_LUNS:
-        virtio_scsi_report_luns(vs, req);
-        break;
-    case SCSI_OP_REQUEST_SENSE:
-        virtio_scsi_request_sense_no_disk(req, SCSI_SENSE_ILLEGAL_REQUEST,
-                                          SCSI_ASC_LUN_NOT_SUPPORTED,
-                                          SCSI_ASCQ_LUN_NOT_SUPPORTED);
-        break;
-    default:
-        virtio_scsi_req_check(req, SCSI_SENSE_ILLEGAL_REQUEST,
-                              SCSI_ASC_LUN_NOT_SUPPORTED,
-                              SCSI_ASCQ_LUN_NOT_SUPPORTED);
-        break;
-    }
-}
+/*
+ * How an address of target 0 without a disk behind it answers: INQUIRY
+ * (with its peripheral type), REPORT LUNS, REQUEST SENSE (with its sense
+ * data), TEST UNIT READY if it is ready, and every other command with
+ * ILLEGAL REQUEST and its own additional sense.
+ */
+typedef struct VirtioScsiNoDisk {
+    uint8_t pdt;                /* INQUIRY peripheral byte */
+    bool ready;                 /* TEST UNIT READY is GOOD */
+    uint8_t sense[3];           /* REQUEST SENSE: key, asc, ascq */
+    uint8_t other[2];           /* the other commands: asc, ascq */
+} VirtioScsiNoDisk;
 
-/* A command to the REPORT LUNS well-known LUN (SPC-4 8.2). */
-static void virtio_scsi_cmd_wlun(VirtioScsi *vs, VirtioScsiReq *req)
+/* A LUN of target 0 that does not exist. */
+static const VirtioScsiNoDisk virtio_scsi_no_lun = {
+    .pdt = SCSI_INQUIRY_NO_LUN,
+    .sense = { SCSI_SENSE_ILLEGAL_REQUEST, SCSI_ASC_LUN_NOT_SUPPORTED,
+               SCSI_ASCQ_LUN_NOT_SUPPORTED },
+    .other = { SCSI_ASC_LUN_NOT_SUPPORTED, SCSI_ASCQ_LUN_NOT_SUPPORTED },
+};
+
+/* The REPORT LUNS well-known LUN (SPC-4 8.2). */
+static const VirtioScsiNoDisk virtio_scsi_wlun = {
+    .pdt = VIRTIO_SCSI_PDT_WLUN,
+    .ready = true,
+    .sense = { SCSI_SENSE_NO_SENSE, SCSI_ASC_NO_ADDITIONAL_SENSE,
+               SCSI_ASCQ_NO_ADDITIONAL_SENSE },
+    .other = { SCSI_ASC_INVALID_OPCODE, SCSI_ASCQ_INVALID_OPCODE },
+};
+
+static void virtio_scsi_cmd_no_disk(VirtioScsi *vs, VirtioScsiReq *req,
+                                    const VirtioScsiNoDisk *nd)
 {
     switch (req->cdb[0]) {
     case SCSI_OP_INQUIRY:
-        virtio_scsi_inquiry_no_disk(req, VIRTIO_SCSI_PDT_WLUN);
-        break;
+        virtio_scsi_inquiry_no_disk(req, nd->pdt);
+        return;
     case SCSI_OP_REPORT_LUNS:
         virtio_scsi_report_luns(vs, req);
-        break;
+        return;
     case SCSI_OP_REQUEST_SENSE:
-        virtio_scsi_request_sense_no_disk(req, SCSI_SENSE_NO_SENSE,
-                                          SCSI_ASC_NO_ADDITIONAL_SENSE,
-                                          SCSI_ASCQ_NO_ADDITIONAL_SENSE);
-        break;
+        virtio_scsi_request_sense_no_disk(req, nd->sense[0], nd->sense[1],
+                                          nd->sense[2]);
+        return;
     case SCSI_OP_TEST_UNIT_READY:
-        virtio_scsi_req_data(req, NULL, 0);
-        break;
-    default:
-        virtio_scsi_req_check(req, SCSI_SENSE_ILLEGAL_REQUEST,
-                              SCSI_ASC_INVALID_OPCODE,
-                              SCSI_ASCQ_INVALID_OPCODE);
+        if (nd->ready) {
+            virtio_scsi_req_data(req, NULL, 0);
+            return;
+        }
         break;
     }
+    virtio_scsi_req_check(req, SCSI_SENSE_ILLEGAL_REQUEST, nd->other[0],
+                          nd->other[1]);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -730,17 +736,17 @@ static void virtio_scsi_handle_cmd(VirtioScsi *vs, VirtioScsiReq *req)
         virtio_scsi_req_fail(req, VIRTIO_SCSI_S_BAD_TARGET);
         return;
     case VIRTIO_SCSI_ADDR_WLUN_REPORT_LUNS:
-        virtio_scsi_cmd_wlun(vs, req);
+        virtio_scsi_cmd_no_disk(vs, req, &virtio_scsi_wlun);
         return;
     case VIRTIO_SCSI_ADDR_NO_LUN:
-        virtio_scsi_cmd_no_lun(vs, req);
+        virtio_scsi_cmd_no_disk(vs, req, &virtio_scsi_no_lun);
         return;
     case VIRTIO_SCSI_ADDR_LUN:
         break;
     }
     slot = virtio_scsi_lun_find(req->q->luns, req->q->nluns, lun);
     if (slot < 0) {
-        virtio_scsi_cmd_no_lun(vs, req);
+        virtio_scsi_cmd_no_disk(vs, req, &virtio_scsi_no_lun);
     } else if (req->cdb[0] == SCSI_OP_REPORT_LUNS) {
         virtio_scsi_report_luns(vs, req);
     } else {
