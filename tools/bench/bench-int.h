@@ -1,11 +1,13 @@
 /*
- * spindle-bench: what bench-main.c, bench-opts.c and bench-report.c share.
+ * spindle-bench: what bench-main.c, bench-queue.c, bench-opts.c and
+ * bench-report.c share.
  *
  * Private to the spindle-bench executable; bench.h stays the contract of
  * the histogram, --verify and CPU modules, which the unit tests link too.
  * bench-opts.c turns the command line into a BenchOpts; bench-main.c
  * connects, runs one thread per BenchQueue and leaves each queue's results
- * in it; bench-report.c merges those into a Summary and prints it.  What
+ * in it (bench-queue.c is the queue threads' part of it); bench-report.c
+ * merges those into a Summary and prints it.  What
  * differs between virtio-blk and virtio-scsi (finding the disk's size,
  * building, sending and judging a request) is a BenchDevOps table, one
  * per device: bench-blk.c and bench-scsi.c.
@@ -14,8 +16,10 @@
 #define SPINDLE_TOOLS_BENCH_INT_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <time.h>
 
 #include <glib.h>
 
@@ -48,6 +52,12 @@ extern const char *const rw_names[];
 static inline bool rw_reads(BenchRw rw)
 {
     return rw == RW_RANDREAD || rw == RW_READ || rw == RW_RANDRW;
+}
+
+/* Does the mode write at all? */
+static inline bool rw_writes(BenchRw rw)
+{
+    return rw == RW_RANDWRITE || rw == RW_WRITE || rw == RW_RANDRW;
 }
 
 /* What a --phase does: a closed loop, an open loop, or nothing. */
@@ -135,9 +145,32 @@ bool bench_parse_command_line(int argc, char **argv, BenchOpts *o,
 void bench_opts_free(BenchOpts *o);
 
 /* ------------------------------------------------------------------------ */
-/* The run (bench-main.c)                                                    */
+/* The run (bench-main.c, bench-queue.c)                                     */
 
-/* One request and what it was for (bench-main.c's alone). */
+/* CLOCK_MONOTONIC now, in ns: every time of the run is on this clock. */
+static inline uint64_t now_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * NS_PER_S + ts.tv_nsec;
+}
+
+static inline struct timespec ns_to_timespec(uint64_t ns)
+{
+    return (struct timespec) {
+        .tv_sec = ns / NS_PER_S,
+        .tv_nsec = ns % NS_PER_S,
+    };
+}
+
+/*
+ * Set by SIGINT/SIGTERM (bench-main.c): end the window now and report.
+ * Read by the queue threads; relaxed, as each only needs to see it soon.
+ */
+extern atomic_bool bench_stop_requested;
+
+/* One request and what it was for (bench-queue.c's alone). */
 typedef struct Slot Slot;
 
 typedef struct Bench Bench;
@@ -299,6 +332,24 @@ struct Bench {
     pthread_cond_t cond;
     unsigned closed;
 };
+
+/*
+ * Allocate queue i's requests (b->depth of them, in guest memory), its
+ * histograms and its --verify state, and set its slice, CPU and seed.
+ * Main thread, at setup (b->depth, b->slice and b->fe known).  False with
+ * errp set when guest memory runs out; bench_queue_fini() frees what was
+ * allocated either way.
+ */
+bool bench_queue_init(Bench *b, BenchQueue *bq, unsigned i, Error **errp);
+void bench_queue_fini(Bench *b, BenchQueue *bq);
+
+/*
+ * The thread of one queue (opaque: its BenchQueue): waits at b's start
+ * gate, runs the load, drains, and with --verify of a write-only mode
+ * reads back what it wrote.  Its results stay in the BenchQueue for the
+ * main thread to read after join.
+ */
+void *bench_queue_thread(void *opaque);
 
 /* The back-end's CPU snapshots at the window's edges; NULL when not taken
  * (no --backend-pid, a failure, a stop request). */

@@ -9,11 +9,12 @@
  *
  * Files:
  *   bench-main.c    connection, threads, the run, exit status
+ *   bench-queue.c   one queue's thread: requests, the loop, the window
  *   bench-blk.c     the virtio-blk device (requests, geometry)
  *   bench-scsi.c    the virtio-scsi device (READ/WRITE CDBs, geometry)
  *   bench-opts.c    the command line
  *   bench-report.c  the text and JSON reports
- *   bench-int.h     what those five share
+ *   bench-int.h     what those six share
  *   bench-hist.c    latency histogram (log-linear buckets, percentiles, CDF)
  *   bench-verify.c  self-checking block contents for --verify
  *   bench-cpu.c     CPU time of another process's threads (/proc)
