@@ -12,6 +12,7 @@
 #include <glib.h>
 
 #include "bench.h"
+#include "util/bswap.h"
 #include "util/cutils.h"
 
 #define OFF_MAGIC       0
@@ -20,41 +21,13 @@
 #define OFF_CSUM        16
 #define OFF_PAYLOAD     24
 
-static uint64_t get_le64(const uint8_t *p)
-{
-    uint64_t v;
-
-    memcpy(&v, p, sizeof(v));
-    return GUINT64_FROM_LE(v);
-}
-
-static uint32_t get_le32(const uint8_t *p)
-{
-    uint32_t v;
-
-    memcpy(&v, p, sizeof(v));
-    return GUINT32_FROM_LE(v);
-}
-
-static void put_le64(uint8_t *p, uint64_t v)
-{
-    v = GUINT64_TO_LE(v);
-    memcpy(p, &v, sizeof(v));
-}
-
-static void put_le32(uint8_t *p, uint32_t v)
-{
-    v = GUINT32_TO_LE(v);
-    memcpy(p, &v, sizeof(v));
-}
-
 /* Checksum of a sector, its checksum field taken as zero. */
 static uint64_t sector_csum(const uint8_t *s)
 {
     uint64_t h = UINT64_C(0x5350494e444c45);            /* "SPINDLE" */
 
     for (unsigned i = 0; i < VERIFY_SECTOR; i += 8) {
-        uint64_t w = i == OFF_CSUM ? 0 : get_le64(s + i);
+        uint64_t w = i == OFF_CSUM ? 0 : ld_le64(s + i);
 
         h = splitmix64(h ^ w);
     }
@@ -71,15 +44,15 @@ void verify_fill(void *buf, uint64_t off, size_t len, uint32_t gen)
         uint64_t sector = (off + done) / VERIFY_SECTOR;
         uint64_t state = sector * UINT64_C(0x100000001b3) ^ gen;
 
-        put_le32(s + OFF_MAGIC, VERIFY_MAGIC);
-        put_le32(s + OFF_GEN, gen);
-        put_le64(s + OFF_SECTOR, sector);
-        put_le64(s + OFF_CSUM, 0);
+        st_le32(s + OFF_MAGIC, VERIFY_MAGIC);
+        st_le32(s + OFF_GEN, gen);
+        st_le64(s + OFF_SECTOR, sector);
+        st_le64(s + OFF_CSUM, 0);
         for (unsigned i = OFF_PAYLOAD; i < VERIFY_SECTOR; i += 8) {
             state = splitmix64(state);
-            put_le64(s + i, state);
+            st_le64(s + i, state);
         }
-        put_le64(s + OFF_CSUM, sector_csum(s));
+        st_le64(s + OFF_CSUM, sector_csum(s));
     }
 }
 
@@ -104,16 +77,16 @@ const char *verify_problem_name(VerifyProblem p)
 static VerifyProblem check_sector(const uint8_t *s, uint64_t sector,
                                   uint32_t expected_gen)
 {
-    if (get_le32(s + OFF_MAGIC) != VERIFY_MAGIC) {
+    if (ld_le32(s + OFF_MAGIC) != VERIFY_MAGIC) {
         return expected_gen ? VERIFY_NO_HEADER : VERIFY_OK;
     }
-    if (get_le64(s + OFF_CSUM) != sector_csum(s)) {
+    if (ld_le64(s + OFF_CSUM) != sector_csum(s)) {
         return VERIFY_BAD_CHECKSUM;
     }
-    if (get_le64(s + OFF_SECTOR) != sector) {
+    if (ld_le64(s + OFF_SECTOR) != sector) {
         return VERIFY_WRONG_SECTOR;
     }
-    if (expected_gen && get_le32(s + OFF_GEN) != expected_gen) {
+    if (expected_gen && ld_le32(s + OFF_GEN) != expected_gen) {
         return VERIFY_WRONG_GENERATION;
     }
     return VERIFY_OK;
@@ -139,8 +112,8 @@ unsigned verify_check(const void *buf, uint64_t off, size_t len,
             *first = (VerifyMismatch) {
                 .offset = off + done,
                 .problem = p,
-                .found_sector = header ? get_le64(s + OFF_SECTOR) : 0,
-                .found_gen = header ? get_le32(s + OFF_GEN) : 0,
+                .found_sector = header ? ld_le64(s + OFF_SECTOR) : 0,
+                .found_gen = header ? ld_le32(s + OFF_GEN) : 0,
                 .expected_gen = expected_gen,
             };
         }
