@@ -4,8 +4,10 @@
  * GOption reads every option as a string into a RawOpts; convert_opts()
  * then converts and checks each one into the BenchOpts that the rest of
  * the tool reads, so that every message names the option, says what it
- * accepts and shows what was given.  Sizes take k, M and G suffixes
- * (powers of 1024).  --phase (repeatable) replaces --runtime, --iodepth,
+ * accepts and shows what was given.  The values themselves are read by
+ * util/cli-parse.h and util/cpu-list.h, as in the other tools; sizes take
+ * k, M, G and T suffixes (powers of 1024).  The integer options are one
+ * table (uint_opts).  --phase (repeatable) replaces --runtime, --iodepth,
  * --rate and --count, and needs one queue; its specs are parsed by
  * bench_parse_phase(), which the unit tests call directly.  What the
  * command line alone decides is checked here (and --cpus against our
@@ -14,9 +16,8 @@
  * --iodepth against the queue), and whether the --backend-pid process
  * exists, bench-main.c checks.
  */
-#include <errno.h>
 #include <inttypes.h>
-#include <sched.h>
+#include <limits.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -24,6 +25,8 @@
 #include <glib.h>
 
 #include "bench-int.h"
+#include "util/cli-parse.h"
+#include "util/cpu-list.h"
 
 #define BS_MAX              (1ull << 30)
 
@@ -62,142 +65,18 @@ static void raw_opts_free(RawOpts *r)
     r->phases = NULL;
 }
 
-/* A byte count: decimal, optional suffix k/K, m/M, g/G (powers of 1024). */
-static bool parse_size(const char *what, const char *str, uint64_t *out,
-                       Error **errp)
-{
-    uint64_t v, mult = 1;
-    char *end;
-
-    errno = 0;
-    if (!*str || !g_ascii_isdigit(*str)) {
-        goto bad;
-    }
-    v = g_ascii_strtoull(str, &end, 10);
-    if (errno || end == str) {
-        goto bad;
-    }
-    switch (*end) {
-    case '\0':
-        break;
-    case 'k': case 'K':
-        mult = 1ull << 10;
-        end++;
-        break;
-    case 'm': case 'M':
-        mult = 1ull << 20;
-        end++;
-        break;
-    case 'g': case 'G':
-        mult = 1ull << 30;
-        end++;
-        break;
-    default:
-        goto bad;
-    }
-    if (*end || __builtin_mul_overflow(v, mult, out)) {
-        goto bad;
-    }
-    return true;
-bad:
-    error_setg(errp, "%s: expected a byte count such as 4096, 64k or 1G, "
-               "got '%s'", what, str);
-    return false;
-}
-
-static bool parse_uint(const char *what, const char *str, uint64_t min,
-                       uint64_t max, uint64_t *out, Error **errp)
-{
-    uint64_t v;
-    char *end;
-
-    errno = 0;
-    if (!*str || !g_ascii_isdigit(*str)) {
-        goto bad;
-    }
-    v = g_ascii_strtoull(str, &end, 10);
-    if (errno || *end || v < min || v > max) {
-        goto bad;
-    }
-    *out = v;
-    return true;
-bad:
-    error_setg(errp, "%s: expected an integer from %" PRIu64 " to %" PRIu64
-               ", got '%s'", what, min, max, str);
-    return false;
-}
-
-/* A non-negative number of seconds (or IOPS) up to max. */
-static bool parse_float(const char *what, const char *str, double max,
-                        double *out, Error **errp)
-{
-    char *end;
-    double v = g_ascii_strtod(str, &end);
-
-    if (end == str || *end || !(v >= 0) || v > max) {
-        error_setg(errp, "%s: expected a number from 0 to %g, got '%s'",
-                   what, max, str);
-        return false;
-    }
-    *out = v;
-    return true;
-}
-
 /* "0-3,8" -> the CPUs in the order given, each checked against our
  * affinity mask (pinning to a CPU we may not use would fail later). */
 static bool parse_cpus(const char *str, BenchOpts *o, Error **errp)
 {
-    g_auto(GStrv) parts = g_strsplit(str, ",", -1);
-    g_autoptr(GArray) cpus = g_array_new(FALSE, FALSE, sizeof(int));
-    cpu_set_t allowed;
-    char **p;
-    guint i;
+    unsigned n;
+    g_autofree int *cpus = cpu_list_parse("--cpus", str, &n, errp);
 
-    if (sched_getaffinity(0, sizeof(allowed), &allowed) < 0) {
-        error_setg_errno(errp, errno, "--cpus: cannot read this process's "
-                         "CPU affinity");
+    if (!cpus || !cpu_list_check_allowed("--cpus", cpus, n, errp)) {
         return false;
     }
-    for (p = parts; *p; p++) {
-        uint64_t lo, hi, c;
-        char *dash = strchr(*p, '-');
-
-        if (dash) {
-            *dash = '\0';
-        }
-        if (!parse_uint("--cpus", *p, 0, CPU_SETSIZE - 1, &lo, NULL) ||
-            !parse_uint("--cpus", dash ? dash + 1 : *p, lo, CPU_SETSIZE - 1,
-                        &hi, NULL)) {
-            error_setg(errp, "--cpus: expected CPU numbers and ranges such "
-                       "as 0,2 or 0-3, got '%s'", str);
-            return false;
-        }
-        for (c = lo; c <= hi; c++) {
-            int cpu = c;
-
-            g_array_append_val(cpus, cpu);
-        }
-    }
-    for (i = 0; i < cpus->len; i++) {
-        int cpu = g_array_index(cpus, int, i);
-
-        if (!CPU_ISSET(cpu, &allowed)) {
-            g_autoptr(GString) list = g_string_new(NULL);
-            int c;
-
-            for (c = 0; c < CPU_SETSIZE; c++) {
-                if (CPU_ISSET(c, &allowed)) {
-                    g_string_append_printf(list, "%s%d", list->len ? "," : "",
-                                           c);
-                }
-            }
-            error_setg(errp, "--cpus: CPU %d is not in this process's "
-                       "affinity mask (allowed: %s)", cpu, list->str);
-            return false;
-        }
-    }
-    o->ncpus = cpus->len;
-    o->cpus = (int *)g_array_free(g_steal_pointer(&cpus), FALSE);
+    o->ncpus = n;
+    o->cpus = g_steal_pointer(&cpus);
     return true;
 }
 
@@ -226,25 +105,29 @@ static bool parse_features(const char *str, VufDeviceType dev,
     return true;
 }
 
-static bool parse_rw(const char *str, BenchRw *rw, Error **errp)
-{
-    size_t i;
+/* --device and --completion, indexed by their enums (NULL: not offered). */
+static const char *const device_names[] = {
+    [VUF_DEVICE_BLK] = "blk",
+    [VUF_DEVICE_SCSI] = "scsi",
+};
 
-    for (i = 0; i < G_N_ELEMENTS(rw_names); i++) {
-        if (!strcmp(str, rw_names[i])) {
-            *rw = i;
-            return true;
-        }
-    }
-    error_setg(errp, "--rw: expected randread, randwrite, read, write or "
-               "randrw, got '%s'", str);
-    return false;
+static const char *const completion_names[] = {
+    [VUF_COMPLETION_POLL] = "poll",
+    [VUF_COMPLETION_INTERRUPT] = "interrupt",
+};
+
+/* An option naming one of names[0..n) (if given) into the enum at *out. */
+static bool parse_enum(const char *name, const char *str,
+                       const char *const *names, size_t n, int *out,
+                       Error **errp)
+{
+    return !str || cli_parse_choice(name, str, names, n, out, errp);
 }
 
 static bool convert_sizes(const RawOpts *r, BenchOpts *o, Error **errp)
 {
     if (r->bs) {
-        if (!parse_size("--bs", r->bs, &o->bs, errp)) {
+        if (!cli_parse_size("--bs", r->bs, &o->bs, errp)) {
             return false;
         }
         if (o->bs == 0 || o->bs % SECTOR || o->bs > BS_MAX) {
@@ -254,7 +137,7 @@ static bool convert_sizes(const RawOpts *r, BenchOpts *o, Error **errp)
         }
     }
     if (r->size) {
-        if (!parse_size("--size", r->size, &o->size, errp)) {
+        if (!cli_parse_size("--size", r->size, &o->size, errp)) {
             return false;
         }
         if (o->size == 0) {
@@ -264,7 +147,7 @@ static bool convert_sizes(const RawOpts *r, BenchOpts *o, Error **errp)
         o->have_size = true;
     }
     if (r->offset) {
-        if (!parse_size("--offset", r->offset, &o->offset, errp)) {
+        if (!cli_parse_size("--offset", r->offset, &o->offset, errp)) {
             return false;
         }
         if (o->offset % SECTOR) {
@@ -276,73 +159,82 @@ static bool convert_sizes(const RawOpts *r, BenchOpts *o, Error **errp)
     return true;
 }
 
+/*
+ * The integer options: their range, and the BenchOpts field each goes to
+ * (an unsigned or int, or a uint64_t).
+ */
+static const struct {
+    const char *name;
+    size_t raw;                 /* offsetof(RawOpts, ...) */
+    uint64_t min, max;
+    size_t out;                 /* offsetof(BenchOpts, ...) */
+    bool wide;                  /* the field is a uint64_t */
+} uint_opts[] = {
+    { "--queues", offsetof(RawOpts, queues), 1, VUF_QUEUES_MAX,
+      offsetof(BenchOpts, queues), false },
+    { "--rwmixread", offsetof(RawOpts, rwmixread), 0, 100,
+      offsetof(BenchOpts, rwmixread), false },
+    { "--iodepth", offsetof(RawOpts, iodepth), 1, VUF_QUEUE_SIZE_MAX,
+      offsetof(BenchOpts, iodepth), false },
+    { "--count", offsetof(RawOpts, count), 1, UINT64_MAX,
+      offsetof(BenchOpts, count), true },
+    { "--queue-size", offsetof(RawOpts, queue_size), 1, VUF_QUEUE_SIZE_MAX,
+      offsetof(BenchOpts, queue_size), false },
+    { "--backend-pid", offsetof(RawOpts, backend_pid), 1, INT_MAX,
+      offsetof(BenchOpts, backend_pid), false },
+    { "--connect-timeout", offsetof(RawOpts, connect_timeout), 0, INT_MAX,
+      offsetof(BenchOpts, connect_timeout_ms), false },
+    { "--seed", offsetof(RawOpts, seed), 0, UINT64_MAX,
+      offsetof(BenchOpts, seed), true },
+};
+
+/* The int fields above are stored through an unsigned pointer. */
+G_STATIC_ASSERT(sizeof(((BenchOpts *)NULL)->backend_pid) == sizeof(unsigned));
+G_STATIC_ASSERT(sizeof(((BenchOpts *)NULL)->connect_timeout_ms) ==
+                sizeof(unsigned));
+
 static bool convert_numbers(const RawOpts *r, BenchOpts *o, Error **errp)
 {
-    uint64_t v;
+    size_t i;
 
-    if (r->queues) {
-        if (!parse_uint("--queues", r->queues, 1, VUF_QUEUES_MAX, &v, errp)) {
+    for (i = 0; i < G_N_ELEMENTS(uint_opts); i++) {
+        const char *str = *(char *const *)((const char *)r + uint_opts[i].raw);
+        void *field = (char *)o + uint_opts[i].out;
+        uint64_t v;
+
+        if (!str) {
+            continue;
+        }
+        if (!cli_parse_uint(uint_opts[i].name, str, uint_opts[i].min,
+                            uint_opts[i].max, &v, errp)) {
             return false;
         }
-        o->queues = v;
-    }
-    if (r->rwmixread) {
-        if (!parse_uint("--rwmixread", r->rwmixread, 0, 100, &v, errp)) {
-            return false;
+        /* The narrow fields are unsigned or int, of one size; the range
+         * above keeps v in both. */
+        if (uint_opts[i].wide) {
+            *(uint64_t *)field = v;
+        } else {
+            *(unsigned *)field = v;
         }
-        o->rwmixread = v;
     }
-    if (r->iodepth) {
-        if (!parse_uint("--iodepth", r->iodepth, 1, VUF_QUEUE_SIZE_MAX, &v,
-                        errp)) {
-            return false;
-        }
-        o->iodepth = v;
-    }
-    if (r->count &&
-        !parse_uint("--count", r->count, 1, UINT64_MAX, &o->count, errp)) {
+    if (o->queue_size & (o->queue_size - 1)) {
+        error_setg(errp, "--queue-size: expected a power of 2, got '%s'",
+                   r->queue_size);
         return false;
     }
-    if (r->queue_size) {
-        if (!parse_uint("--queue-size", r->queue_size, 1, VUF_QUEUE_SIZE_MAX,
-                        &v, errp)) {
-            return false;
-        }
-        if (v & (v - 1)) {
-            error_setg(errp, "--queue-size: expected a power of 2, got '%s'",
-                       r->queue_size);
-            return false;
-        }
-        o->queue_size = v;
-    }
-    if (r->backend_pid) {
-        if (!parse_uint("--backend-pid", r->backend_pid, 1, INT_MAX, &v,
-                        errp)) {
-            return false;
-        }
-        o->backend_pid = v;
-    }
-    if (r->connect_timeout) {
-        if (!parse_uint("--connect-timeout", r->connect_timeout, 0, INT_MAX,
-                        &v, errp)) {
-            return false;
-        }
-        o->connect_timeout_ms = v;
-    }
-    return !r->seed ||
-           parse_uint("--seed", r->seed, 0, UINT64_MAX, &o->seed, errp);
+    return true;
 }
 
 static bool convert_times(const RawOpts *r, BenchOpts *o, Error **errp)
 {
-    if (r->rate && !parse_float("--rate", r->rate, 1e9, &o->rate, errp)) {
+    if (r->rate && !cli_parse_number("--rate", r->rate, 1e9, &o->rate, errp)) {
         return false;
     }
-    if (r->ramp && !parse_float("--ramp", r->ramp, 1e6, &o->ramp, errp)) {
+    if (r->ramp && !cli_parse_seconds("--ramp", r->ramp, 1e6, &o->ramp, errp)) {
         return false;
     }
     if (r->runtime) {
-        if (!parse_float("--runtime", r->runtime, 1e6, &o->runtime, errp)) {
+        if (!cli_parse_seconds("--runtime", r->runtime, 1e6, &o->runtime, errp)) {
             return false;
         }
         if (o->runtime <= 0) {
@@ -372,7 +264,7 @@ bool bench_parse_phase(const char *str, BenchPhase *p, Error **errp)
     secs = g_strndup(str, colon - str);
     load = colon + 1;
     *p = (BenchPhase) { 0 };
-    if (!parse_float("--phase", secs, 1e6, &p->seconds, NULL) ||
+    if (!cli_parse_seconds("--phase", secs, 1e6, &p->seconds, NULL) ||
         p->seconds <= 0) {
         error_setg(errp, "--phase: expected a positive number of seconds "
                    "before ':', got '%s'", str);
@@ -383,7 +275,7 @@ bool bench_parse_phase(const char *str, BenchPhase *p, Error **errp)
         return true;
     }
     if (g_str_has_prefix(load, "qd")) {
-        if (!parse_uint("--phase", load + 2, 1, VUF_QUEUE_SIZE_MAX, &v,
+        if (!cli_parse_uint("--phase", load + 2, 1, VUF_QUEUE_SIZE_MAX, &v,
                         NULL)) {
             error_setg(errp, "--phase: qdN takes a queue depth from 1 to %u, "
                        "got '%s'", VUF_QUEUE_SIZE_MAX, str);
@@ -394,7 +286,7 @@ bool bench_parse_phase(const char *str, BenchPhase *p, Error **errp)
         return true;
     }
     if (g_str_has_prefix(load, "rate=")) {
-        if (!parse_float("--phase", load + 5, 1e9, &p->rate, NULL) ||
+        if (!cli_parse_number("--phase", load + 5, 1e9, &p->rate, NULL) ||
             p->rate <= 0) {
             error_setg(errp, "--phase: rate=IOPS takes a positive number of "
                        "arrivals per second, got '%s'", str);
@@ -479,26 +371,21 @@ static bool convert_phases(const RawOpts *r, BenchOpts *o, Error **errp)
 /* --device and --lun: which device, and for virtio-scsi which LUN. */
 static bool convert_device(const RawOpts *r, BenchOpts *o, Error **errp)
 {
+    int dev = o->device;
     uint64_t v;
 
-    if (r->device) {
-        if (!strcmp(r->device, "blk")) {
-            o->device = VUF_DEVICE_BLK;
-        } else if (!strcmp(r->device, "scsi")) {
-            o->device = VUF_DEVICE_SCSI;
-        } else {
-            error_setg(errp, "--device: expected blk or scsi, got '%s'",
-                       r->device);
-            return false;
-        }
+    if (!parse_enum("--device", r->device, device_names,
+                    G_N_ELEMENTS(device_names), &dev, errp)) {
+        return false;
     }
+    o->device = dev;
     if (r->lun) {
         if (o->device != VUF_DEVICE_SCSI) {
             error_setg(errp, "--lun: only with --device=scsi");
             return false;
         }
         /* The LUNs the virtio-scsi address format can carry. */
-        if (!parse_uint("--lun", r->lun, 0, 16383, &v, errp)) {
+        if (!cli_parse_uint("--lun", r->lun, 0, 16383, &v, errp)) {
             return false;
         }
         o->lun = v;
@@ -508,6 +395,8 @@ static bool convert_device(const RawOpts *r, BenchOpts *o, Error **errp)
 
 static bool convert_opts(const RawOpts *r, BenchOpts *o, Error **errp)
 {
+    int rw = o->rw, completion = o->completion;
+
     if (!r->socket) {
         error_setg(errp, "--socket PATH is required");
         return false;
@@ -520,20 +409,13 @@ static bool convert_opts(const RawOpts *r, BenchOpts *o, Error **errp)
     o->json = r->json;
     o->no_event_idx = r->no_event_idx;
     o->no_indirect = r->no_indirect;
-    if (r->rw && !parse_rw(r->rw, &o->rw, errp)) {
+    if (!parse_enum("--rw", r->rw, rw_names, RW_RANDRW + 1, &rw, errp) ||
+        !parse_enum("--completion", r->completion, completion_names,
+                    G_N_ELEMENTS(completion_names), &completion, errp)) {
         return false;
     }
-    if (r->completion) {
-        if (!strcmp(r->completion, "poll")) {
-            o->completion = VUF_COMPLETION_POLL;
-        } else if (!strcmp(r->completion, "interrupt")) {
-            o->completion = VUF_COMPLETION_INTERRUPT;
-        } else {
-            error_setg(errp, "--completion: expected poll or interrupt, got "
-                       "'%s'", r->completion);
-            return false;
-        }
-    }
+    o->rw = rw;
+    o->completion = completion;
     if (!convert_sizes(r, o, errp) || !convert_numbers(r, o, errp) ||
         !convert_times(r, o, errp) || !convert_phases(r, o, errp)) {
         return false;
@@ -618,16 +500,11 @@ bool bench_parse_command_line(int argc, char **argv, BenchOpts *o,
         "driver and\nreport IOPS, latency, kicks and interrupts per I/O and "
         "CPU per I/O.");
     g_option_context_set_description(ctx,
-        "Sizes take k, M, G suffixes (powers of 1024).  See docs/bench.md.\n"
+        "Sizes take k, M, G, T suffixes (powers of 1024).  See docs/bench.md.\n"
         "Exit status: 0 ok, 1 the run failed (I/O error, verify mismatch, "
         "the\nback-end hung up), 2 bad options or setup.");
     g_option_context_add_main_entries(ctx, entries, NULL);
-    ok = g_option_context_parse(ctx, &argc, &argv, errp);
-    if (ok && argc > 1) {
-        error_setg(errp, "unexpected argument '%s'", argv[1]);
-        ok = false;
-    }
-    ok = ok && convert_opts(&r, o, errp);
+    ok = cli_parse_argv(ctx, argc, argv, errp) && convert_opts(&r, o, errp);
     raw_opts_free(&r);
     return ok;
 }
