@@ -79,13 +79,6 @@
 
 #define CACHELINE BENCH_CACHELINE
 
-/* A message without an answer for this long means a lost wakeup. */
-#define RESPONSE_TIMEOUT_NS (10LL * 1000 * 1000 * 1000)
-/* Spins between two looks at the clock while waiting for a response. */
-#define SPINS_PER_CLOCK_CHECK 1024
-
-#define COUNT_MAX 100000000     /* 800 MB of samples */
-#define REPEAT_MAX 1000
 #define GAP_NS_MAX 1000000000   /* 1 s */
 
 /* ------------------------------------------------------------------------ */
@@ -284,26 +277,23 @@ typedef struct ClientRun {
     BenchServerSample start, end;   /* around the recorded messages */
 } ClientRun;
 
-/* No answer within RESPONSE_TIMEOUT_NS: say what we saw and give up. */
+/* No answer within BENCH_RESPONSE_TIMEOUT_NS: say what we saw, give up. */
 static void G_GNUC_NORETURN client_report_stall(const ClientRun *run,
                                                 uint64_t seq)
 {
+    g_autofree char *loop = NULL;
     AioPollStats st;
 
     bench_probe_loop_stats(run->probe, &st);
+    loop = bench_loop_stats_string(&st);
     fprintf(stderr,
             "bench-aio: %s: no response to message %" PRIu64 " after %lld s "
             "(req=%" PRIu64 " resp=%" PRIu64 " no_notify=%d); "
-            "server loop: turns=%" PRIu64 " wakeups=%" PRIu64
-            " poll_hits=%" PRIu64 " poll_misses=%" PRIu64
-            " dispatches=%" PRIu64 " poll_ns=%" PRId64
-            ": lost wakeup or stuck loop?\n",
+            "server loop: %s: lost wakeup or stuck loop?\n",
             mode_names[run->mode], seq,
-            RESPONSE_TIMEOUT_NS / 1000000000LL,
+            BENCH_RESPONSE_TIMEOUT_NS / 1000000000LL,
             atomic_load(&run->pp->req), atomic_load(&run->pp->resp),
-            atomic_load(&run->pp->kick.no_notify),
-            st.turns, st.wakeups, st.poll_hits, st.poll_misses,
-            st.dispatches, st.poll_ns);
+            atomic_load(&run->pp->kick.no_notify), loop);
     fflush(stderr);
     /* Other threads may be wedged: do not run exit handlers. */
     _exit(EXIT_FAILURE);
@@ -324,12 +314,8 @@ static void client_wait(const ClientRun *run, uint64_t seq, int64_t t0)
 
     /* Pairs with the server's release store of resp. */
     while (atomic_load_explicit(&run->pp->resp, memory_order_acquire) != seq) {
-        cpu_relax();
-        if (++spins == SPINS_PER_CLOCK_CHECK) {
-            spins = 0;
-            if (clock_now_ns() - t0 > RESPONSE_TIMEOUT_NS) {
-                client_report_stall(run, seq);
-            }
+        if (bench_spin_timed_out(&spins, t0)) {
+            client_report_stall(run, seq);
         }
     }
 }
@@ -534,34 +520,7 @@ static bool run_mode(BenchMode mode, const BenchOpts *opts, RunStats *rs,
 }
 
 /* ------------------------------------------------------------------------ */
-/* Medians over repeats                                                      */
-
-static void median_run_stats(const RunStats *runs, size_t n, RunStats *out)
-{
-    g_autofree double *col = g_new(double, n);
-    size_t i;
-    int s;
-
-    for (s = 0; s < STAT_COUNT; s++) {
-        for (i = 0; i < n; i++) {
-            col[i] = runs[i].v[s];
-        }
-        out->v[s] = bench_median_double(col, n);
-    }
-}
-
-/* ------------------------------------------------------------------------ */
 /* Output                                                                    */
-
-static void json_add_stat(JsonBuilder *b, StatId s, double value)
-{
-    json_builder_set_member_name(b, stat_info[s].json_name);
-    if (stat_info[s].is_integer) {
-        json_builder_add_int_value(b, (gint64)(value + 0.5));
-    } else {
-        json_builder_add_double_value(b, value);
-    }
-}
 
 static void json_add_mode(JsonBuilder *b, BenchMode mode, const RunStats *rs)
 {
@@ -573,45 +532,29 @@ static void json_add_mode(JsonBuilder *b, BenchMode mode, const RunStats *rs)
         if (stat_info[s].iothread_only && !mode_uses_iothread(mode)) {
             continue;
         }
-        json_add_stat(b, s, rs->v[s]);
+        bench_json_add_stat(b, stat_info[s].json_name,
+                            stat_info[s].is_integer, rs->v[s]);
     }
     json_builder_end_object(b);
 }
 
 static void json_add_config(JsonBuilder *b, const BenchOpts *opts)
 {
-    g_autofree char *model = bench_cpu_model();
-
     json_builder_set_member_name(b, "config");
     json_builder_begin_object(b);
-    json_builder_set_member_name(b, "count");
-    json_builder_add_int_value(b, opts->count);
-    json_builder_set_member_name(b, "warmup");
-    json_builder_add_int_value(b, opts->warmup);
-    json_builder_set_member_name(b, "repeat");
-    json_builder_add_int_value(b, opts->repeat);
-    json_builder_set_member_name(b, "cpus");
-    json_builder_begin_array(b);
-    json_builder_add_int_value(b, opts->client_cpu);
-    json_builder_add_int_value(b, opts->server_cpu);
-    json_builder_end_array(b);
-    json_builder_set_member_name(b, "poll_max_ns");
-    json_builder_add_int_value(b, opts->poll_max_ns);
-    json_builder_set_member_name(b, "gap_ns");
-    json_builder_add_int_value(b, opts->gap_ns);
-    json_builder_set_member_name(b, "nproc");
-    json_builder_add_int_value(b, bench_online_cpus());
-    json_builder_set_member_name(b, "cpu_model");
-    json_builder_add_string_value(b, model);
+    bench_json_add_int(b, "count", opts->count);
+    bench_json_add_int(b, "warmup", opts->warmup);
+    bench_json_add_int(b, "repeat", opts->repeat);
+    bench_json_add_cpus(b, opts->client_cpu, opts->server_cpu);
+    bench_json_add_int(b, "poll_max_ns", opts->poll_max_ns);
+    bench_json_add_int(b, "gap_ns", opts->gap_ns);
+    bench_json_add_machine(b);
     json_builder_end_object(b);
 }
 
 static void print_json(const BenchOpts *opts, const RunStats *results)
 {
     g_autoptr(JsonBuilder) b = json_builder_new();
-    g_autoptr(JsonGenerator) gen = json_generator_new();
-    g_autoptr(JsonNode) root = NULL;
-    g_autofree char *text = NULL;
     int m;
 
     json_builder_begin_object(b);
@@ -622,12 +565,7 @@ static void print_json(const BenchOpts *opts, const RunStats *results)
     }
     json_add_config(b, opts);
     json_builder_end_object(b);
-
-    root = json_builder_get_root(b);
-    json_generator_set_root(gen, root);
-    json_generator_set_pretty(gen, TRUE);
-    text = json_generator_to_data(gen, NULL);
-    printf("%s\n", text);
+    bench_json_print(b);
 }
 
 static void print_table_header(const BenchOpts *opts)
@@ -737,60 +675,22 @@ static void raw_opts_free(RawOpts *raw)
     g_free(raw->repeat);
 }
 
-static bool parse_modes(const char *str, BenchOpts *opts, Error **errp)
-{
-    g_auto(GStrv) words = NULL;
-    char **w;
-    int m;
-
-    if (!str || !strcmp(str, "all")) {
-        for (m = 0; m < MODE_COUNT; m++) {
-            opts->modes[m] = true;
-        }
-        return true;
-    }
-    if (!*str) {
-        error_setg(errp, "--mode: expected eventfd, polled, cacheline or all, "
-                   "got an empty string");
-        return false;
-    }
-    words = g_strsplit(str, ",", -1);
-    for (w = words; *w; w++) {
-        for (m = 0; m < MODE_COUNT; m++) {
-            if (!strcmp(*w, mode_names[m])) {
-                opts->modes[m] = true;
-                break;
-            }
-        }
-        if (m == MODE_COUNT) {
-            error_setg(errp, "--mode: unknown mode '%s'; expected eventfd, "
-                       "polled, cacheline or all (or a comma-separated "
-                       "list of modes)", *w);
-            return false;
-        }
-    }
-    return true;
-}
-
-static bool parse_cpus(const char *str, BenchOpts *opts, Error **errp)
-{
-    return bench_parse_cpus(str, &opts->client_cpu, &opts->server_cpu, errp);
-}
-
 static bool convert_opts(const RawOpts *raw, BenchOpts *opts, Error **errp)
 {
-    return bench_parse_optional_int("--count", raw->count, 1, COUNT_MAX,
+    return bench_parse_optional_int("--count", raw->count, 1, BENCH_COUNT_MAX,
                                     &opts->count, errp) &&
-           bench_parse_optional_int("--warmup", raw->warmup, 0, COUNT_MAX,
+           bench_parse_optional_int("--warmup", raw->warmup, 0, BENCH_COUNT_MAX,
                                     &opts->warmup, errp) &&
-           bench_parse_optional_int("--repeat", raw->repeat, 1, REPEAT_MAX,
+           bench_parse_optional_int("--repeat", raw->repeat, 1, BENCH_REPEAT_MAX,
                                     &opts->repeat, errp) &&
            bench_parse_optional_int("--poll-max-ns", raw->poll_max_ns, 1,
                                     INT64_MAX, &opts->poll_max_ns, errp) &&
            bench_parse_optional_int("--gap-ns", raw->gap_ns, 0, GAP_NS_MAX,
                                     &opts->gap_ns, errp) &&
-           parse_cpus(raw->cpus, opts, errp) &&
-           parse_modes(raw->mode, opts, errp);
+           bench_parse_cpus(raw->cpus, &opts->client_cpu,
+                            &opts->server_cpu, errp) &&
+           bench_parse_name_set("--mode", "mode", raw->mode, mode_names,
+                                MODE_COUNT, opts->modes, errp);
 }
 
 static bool parse_command_line(int argc, char **argv, BenchOpts *opts,
@@ -818,20 +718,13 @@ static bool parse_command_line(int argc, char **argv, BenchOpts *opts,
           "Print one JSON object instead of a table", NULL },
         { NULL }
     };
-    g_autoptr(GOptionContext) ctx =
-        g_option_context_new("- event-loop round-trip micro-benchmark");
     bool ok;
 
-    g_option_context_set_summary(ctx,
+    ok = bench_parse_argv(argc, argv, entries,
+        "- event-loop round-trip micro-benchmark",
         "Ping-pongs messages between two pinned threads through an IOThread\n"
         "woken by eventfd (eventfd), the same with the adaptive poll window\n"
-        "(polled), and a bare cache-line echo (cacheline).");
-    g_option_context_add_main_entries(ctx, entries, NULL);
-    ok = g_option_context_parse(ctx, &argc, &argv, errp);
-    if (ok && argc > 1) {
-        error_setg(errp, "unexpected argument '%s'", argv[1]);
-        ok = false;
-    }
+        "(polled), and a bare cache-line echo (cacheline).", errp);
     if (ok) {
         opts->json = raw.json;
         ok = convert_opts(&raw, opts, errp);
@@ -859,8 +752,8 @@ static bool run_all(const BenchOpts *opts, RunStats *results, Error **errp)
     }
     for (m = 0; m < MODE_COUNT; m++) {
         if (opts->modes[m]) {
-            median_run_stats(&runs[m * opts->repeat], opts->repeat,
-                             &results[m]);
+            bench_median_stats(&runs[m * opts->repeat], sizeof(RunStats),
+                               opts->repeat, STAT_COUNT, results[m].v);
         }
     }
     return true;
@@ -880,14 +773,10 @@ int main(int argc, char **argv)
     Error *err = NULL;
 
     if (!parse_command_line(argc, argv, &opts, &err)) {
-        fprintf(stderr, "bench-aio: %s\n", err->message);
-        error_free(err);
-        return BENCH_EXIT_USAGE;
+        return bench_fail("bench-aio", err, BENCH_EXIT_USAGE);
     }
     if (!run_all(&opts, results, &err)) {
-        fprintf(stderr, "bench-aio: %s\n", err->message);
-        error_free(err);
-        return EXIT_FAILURE;
+        return bench_fail("bench-aio", err, EXIT_FAILURE);
     }
     if (opts.json) {
         print_json(&opts, results);

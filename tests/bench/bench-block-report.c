@@ -37,17 +37,6 @@ static const Cell *bench_find_cell(const Bench *b, EngineId e, int64_t qd,
     return NULL;
 }
 
-static void json_add_stat(JsonBuilder *jb, StatId s, double value)
-{
-    json_builder_set_member_name(jb, stat_info[s].json_name);
-    if (stat_info[s].is_integer) {
-        json_builder_add_int_value(jb, (gint64)(value + (value < 0 ? -0.5 :
-                                                                0.5)));
-    } else {
-        json_builder_add_double_value(jb, value);
-    }
-}
-
 static void json_add_cell(JsonBuilder *jb, const Bench *b, const Cell *c)
 {
     int s;
@@ -60,28 +49,19 @@ static void json_add_cell(JsonBuilder *jb, const Bench *b, const Cell *c)
                                   "null-co");
     json_builder_set_member_name(jb, "direct");
     json_builder_add_boolean_value(jb, c->direct);
-    json_builder_set_member_name(jb, "qd");
-    json_builder_add_int_value(jb, c->qd);
+    bench_json_add_int(jb, "qd", c->qd);
     json_builder_set_member_name(jb, "poll");
     json_builder_add_string_value(jb, poll_names[c->poll]);
-    json_builder_set_member_name(jb, "poll_max_ns");
-    json_builder_add_int_value(jb, c->poll == POLL_ADAPTIVE ?
-                               b->opts->poll_max_ns : 0);
-    json_builder_set_member_name(jb, "count");
-    json_builder_add_int_value(jb, b->opts->count);
+    bench_json_add_int(jb, "poll_max_ns", c->poll == POLL_ADAPTIVE ?
+                       b->opts->poll_max_ns : 0);
+    bench_json_add_int(jb, "count", b->opts->count);
     json_builder_set_member_name(jb, "engine_stats");
     json_builder_add_boolean_value(jb, engine_is_file(c->engine));
     for (s = 0; s < STAT_COUNT; s++) {
-        json_add_stat(jb, s, c->result.v[s]);
+        bench_json_add_stat(jb, stat_info[s].json_name,
+                            stat_info[s].is_integer, c->result.v[s]);
     }
     json_builder_end_object(jb);
-}
-
-static void json_add_int_member(JsonBuilder *jb, const char *name,
-                                int64_t value)
-{
-    json_builder_set_member_name(jb, name);
-    json_builder_add_int_value(jb, value);
 }
 
 static void json_add_file(JsonBuilder *jb, const BenchTestFile *tf)
@@ -110,25 +90,20 @@ static void json_add_file(JsonBuilder *jb, const BenchTestFile *tf)
 static void json_add_config(JsonBuilder *jb, const Bench *b)
 {
     const BenchOpts *opts = b->opts;
-    g_autofree char *model = bench_cpu_model();
     int i;
 
     json_builder_set_member_name(jb, "config");
     json_builder_begin_object(jb);
-    json_add_int_member(jb, "count", opts->count);
-    json_add_int_member(jb, "warmup", opts->warmup);
-    json_add_int_member(jb, "repeat", opts->repeat);
-    json_add_int_member(jb, "block_size", BLOCK_SIZE);
-    json_add_int_member(jb, "file_size", opts->file_size);
-    json_add_int_member(jb, "poll_max_ns", opts->poll_max_ns);
-    json_add_int_member(jb, "null_latency_ns", opts->null_latency_ns);
+    bench_json_add_int(jb, "count", opts->count);
+    bench_json_add_int(jb, "warmup", opts->warmup);
+    bench_json_add_int(jb, "repeat", opts->repeat);
+    bench_json_add_int(jb, "block_size", BLOCK_SIZE);
+    bench_json_add_int(jb, "file_size", opts->file_size);
+    bench_json_add_int(jb, "poll_max_ns", opts->poll_max_ns);
+    bench_json_add_int(jb, "null_latency_ns", opts->null_latency_ns);
     json_builder_set_member_name(jb, "direct_mode");
     json_builder_add_string_value(jb, bench_direct_mode_names[opts->direct]);
-    json_builder_set_member_name(jb, "cpus");
-    json_builder_begin_array(jb);
-    json_builder_add_int_value(jb, opts->client_cpu);
-    json_builder_add_int_value(jb, opts->server_cpu);
-    json_builder_end_array(jb);
+    bench_json_add_cpus(jb, opts->client_cpu, opts->server_cpu);
     json_builder_set_member_name(jb, "qd");
     json_builder_begin_array(jb);
     for (i = 0; i < opts->nqd; i++) {
@@ -157,18 +132,13 @@ static void json_add_config(JsonBuilder *jb, const Bench *b)
     }
     json_builder_end_array(jb);
     json_add_file(jb, &b->file);
-    json_add_int_member(jb, "nproc", bench_online_cpus());
-    json_builder_set_member_name(jb, "cpu_model");
-    json_builder_add_string_value(jb, model);
+    bench_json_add_machine(jb);
     json_builder_end_object(jb);
 }
 
 void bench_block_print_json(const Bench *b)
 {
     g_autoptr(JsonBuilder) jb = json_builder_new();
-    g_autoptr(JsonGenerator) gen = json_generator_new();
-    g_autoptr(JsonNode) root = NULL;
-    g_autofree char *text = NULL;
     size_t i;
 
     json_builder_begin_object(jb);
@@ -182,12 +152,7 @@ void bench_block_print_json(const Bench *b)
     }
     json_builder_end_array(jb);
     json_builder_end_object(jb);
-
-    root = json_builder_get_root(jb);
-    json_generator_set_root(gen, root);
-    json_generator_set_pretty(gen, TRUE);
-    text = json_generator_to_data(gen, NULL);
-    printf("%s\n", text);
+    bench_json_print(jb);
 }
 
 static void print_table_header(const Bench *b)

@@ -68,6 +68,7 @@
 #include "block/block.h"
 #include "util/aio.h"
 #include "util/clock.h"
+#include "util/cli-parse.h"
 #include "util/cutils.h"
 #include "util/error.h"
 #include "util/event-notifier.h"
@@ -83,13 +84,6 @@
 #define RING_SIZE 256
 #define RING_MASK (RING_SIZE - 1)
 
-/* No completion for this long means a lost wakeup or a stuck request. */
-#define RESPONSE_TIMEOUT_NS (10LL * 1000 * 1000 * 1000)
-/* Spins between two looks at the clock while waiting for a completion. */
-#define SPINS_PER_CLOCK_CHECK 1024
-
-#define COUNT_MAX 100000000     /* 800 MB of samples */
-#define REPEAT_MAX 1000
 #define NULL_LATENCY_NS_MAX 1000000000    /* 1 s */
 #define FILE_SIZE_MIN (1LL << 20)
 #define FILE_SIZE_MAX (64LL << 30)
@@ -351,25 +345,24 @@ static int64_t process_cpu_ns(void)
     return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
-/* No completion within RESPONSE_TIMEOUT_NS: say what we saw and give up. */
+/* No completion within BENCH_RESPONSE_TIMEOUT_NS: say what we saw, give
+ * up. */
 static void G_GNUC_NORETURN client_report_stall(const ClientRun *run)
 {
+    g_autofree char *loop = NULL;
     AioPollStats st;
 
     aio_context_get_stats(iothread_get_aio_context(run->iot), &st);
+    loop = bench_loop_stats_string(&st);
     fprintf(stderr,
             "bench-block: %s: no completion for %lld s "
             "(avail_idx=%" PRIu32 " used_idx=%" PRIu32 " seen=%" PRIu32
-            " no_notify=%d); IOThread loop: turns=%" PRIu64 " wakeups=%"
-            PRIu64 " poll_hits=%" PRIu64 " poll_misses=%" PRIu64
-            " dispatches=%" PRIu64 " poll_ns=%" PRId64
-            ": lost wakeup or stuck request?\n",
-            run->label, RESPONSE_TIMEOUT_NS / 1000000000LL,
+            " no_notify=%d); IOThread loop: %s: lost wakeup or stuck "
+            "request?\n",
+            run->label, BENCH_RESPONSE_TIMEOUT_NS / 1000000000LL,
             atomic_load(&run->ring->avail_idx),
             atomic_load(&run->ring->used_idx), run->used_seen,
-            atomic_load(&run->ring->kick.no_notify),
-            st.turns, st.wakeups, st.poll_hits, st.poll_misses,
-            st.dispatches, st.poll_ns);
+            atomic_load(&run->ring->kick.no_notify), loop);
     fflush(stderr);
     if (stall_unlink_path) {
         unlink(stall_unlink_path);
@@ -421,12 +414,8 @@ static int64_t client_reap(ClientRun *run, uint64_t *samples)
     /* Pairs with the IOThread's release store of used_idx. */
     while ((used = atomic_load_explicit(&r->used_idx, memory_order_acquire))
            == run->used_seen) {
-        cpu_relax();
-        if (++spins == SPINS_PER_CLOCK_CHECK) {
-            spins = 0;
-            if (clock_now_ns() - t0 > RESPONSE_TIMEOUT_NS) {
-                client_report_stall(run);
-            }
+        if (bench_spin_timed_out(&spins, t0)) {
+            client_report_stall(run);
         }
     }
     now = clock_now_ns();
@@ -855,17 +844,10 @@ static bool bench_run_all(Bench *b, Error **errp)
     }
     for (i = 0; i < b->ncells; i++) {
         Cell *c = &b->cells[i];
-        g_autofree double *col = g_new(double, opts->repeat);
-        int s;
 
-        if (b->skipped[c->engine]) {
-            continue;
-        }
-        for (s = 0; s < STAT_COUNT; s++) {
-            for (r = 0; r < opts->repeat; r++) {
-                col[r] = c->runs[r].v[s];
-            }
-            c->result.v[s] = bench_median_double(col, opts->repeat);
+        if (!b->skipped[c->engine]) {
+            bench_median_stats(c->runs, sizeof(RunStats), opts->repeat,
+                               STAT_COUNT, c->result.v);
         }
     }
     return true;
@@ -918,41 +900,6 @@ static void raw_opts_free(RawOpts *raw)
     g_free(raw->direct);
 }
 
-static bool parse_engines(const char *str, BenchOpts *opts, Error **errp)
-{
-    g_auto(GStrv) words = NULL;
-    char **w;
-    int e;
-
-    if (!str || !strcmp(str, "all")) {
-        for (e = 0; e < ENGINE_COUNT; e++) {
-            opts->engines[e] = true;
-        }
-        return true;
-    }
-    words = g_strsplit(str, ",", -1);
-    if (!*str) {
-        error_setg(errp, "--engines: expected null-co, native, io_uring, "
-                   "threads or all, got an empty string");
-        return false;
-    }
-    for (w = words; *w; w++) {
-        for (e = 0; e < ENGINE_COUNT; e++) {
-            if (!strcmp(*w, engine_names[e])) {
-                opts->engines[e] = true;
-                break;
-            }
-        }
-        if (e == ENGINE_COUNT) {
-            error_setg(errp, "--engines: unknown engine '%s'; expected "
-                       "null-co, native, io_uring, threads or all (or a "
-                       "comma-separated list of engines)", *w);
-            return false;
-        }
-    }
-    return true;
-}
-
 static bool parse_qds(const char *str, BenchOpts *opts, Error **errp)
 {
     g_auto(GStrv) words = NULL;
@@ -976,7 +923,8 @@ static bool parse_qds(const char *str, BenchOpts *opts, Error **errp)
     for (i = 0; words[i]; i++) {
         int64_t qd;
 
-        if (!parse_int64_in_range("--qd", words[i], 1, QD_MAX, &qd, errp)) {
+        if (!bench_parse_optional_int("--qd", words[i], 1, QD_MAX, &qd,
+                                      errp)) {
             return false;
         }
         for (j = 0; j < opts->nqd; j++) {
@@ -991,35 +939,22 @@ static bool parse_qds(const char *str, BenchOpts *opts, Error **errp)
     return true;
 }
 
-/* A byte count with an optional k/K, M or G suffix (powers of 1024). */
+/* A byte count with an optional k, M, G or T suffix (powers of 1024). */
 static bool parse_file_size(const char *str, BenchOpts *opts, Error **errp)
 {
-    g_autofree char *digits = NULL;
-    int64_t value, shift = 0;
-    size_t len;
+    uint64_t value;
 
     if (!str) {
         return true;
     }
-    len = strlen(str);
-    if (len > 1) {
-        switch (str[len - 1]) {
-        case 'k': case 'K': shift = 10; break;
-        case 'M': shift = 20; break;
-        case 'G': shift = 30; break;
-        }
-    }
-    digits = g_strndup(str, shift ? len - 1 : len);
-    if (!parse_int64_in_range("--file-size", digits, 1, INT64_MAX, &value,
-                              errp)) {
+    if (!cli_parse_size("--file-size", str, &value, errp)) {
         return false;
     }
-    if (value > (FILE_SIZE_MAX >> shift)) {
+    if (value > FILE_SIZE_MAX) {
         error_setg(errp, "--file-size: '%s' is larger than %lld GiB", str,
                    FILE_SIZE_MAX >> 30);
         return false;
     }
-    value <<= shift;
     if (value < FILE_SIZE_MIN || value % BLOCK_SIZE) {
         error_setg(errp, "--file-size: '%s' must be a multiple of %d bytes "
                    "and at least 1M", str, BLOCK_SIZE);
@@ -1031,28 +966,26 @@ static bool parse_file_size(const char *str, BenchOpts *opts, Error **errp)
 
 static bool parse_direct(const char *str, BenchOpts *opts, Error **errp)
 {
-    size_t i;
+    int mode;
 
     if (!str) {
         return true;
     }
-    for (i = 0; i < BENCH_DIRECT_COUNT; i++) {
-        if (!strcmp(str, bench_direct_mode_names[i])) {
-            opts->direct = i;
-            return true;
-        }
+    if (!cli_parse_choice("--direct", str, bench_direct_mode_names,
+                          BENCH_DIRECT_COUNT, &mode, errp)) {
+        return false;
     }
-    error_setg(errp, "--direct: expected auto, on or off, got '%s'", str);
-    return false;
+    opts->direct = mode;
+    return true;
 }
 
 static bool convert_opts(const RawOpts *raw, BenchOpts *opts, Error **errp)
 {
-    return bench_parse_optional_int("--count", raw->count, 1, COUNT_MAX,
+    return bench_parse_optional_int("--count", raw->count, 1, BENCH_COUNT_MAX,
                                     &opts->count, errp) &&
-           bench_parse_optional_int("--warmup", raw->warmup, 0, COUNT_MAX,
+           bench_parse_optional_int("--warmup", raw->warmup, 0, BENCH_COUNT_MAX,
                                     &opts->warmup, errp) &&
-           bench_parse_optional_int("--repeat", raw->repeat, 1, REPEAT_MAX,
+           bench_parse_optional_int("--repeat", raw->repeat, 1, BENCH_REPEAT_MAX,
                                     &opts->repeat, errp) &&
            bench_parse_optional_int("--poll-max-ns", raw->poll_max_ns, 1,
                                     INT64_MAX, &opts->poll_max_ns, errp) &&
@@ -1062,7 +995,9 @@ static bool convert_opts(const RawOpts *raw, BenchOpts *opts, Error **errp)
            parse_file_size(raw->file_size, opts, errp) &&
            bench_parse_cpus(raw->cpus, &opts->client_cpu, &opts->server_cpu,
                             errp) &&
-           parse_engines(raw->engines, opts, errp) &&
+           bench_parse_name_set("--engines", "engine", raw->engines,
+                                engine_names, ENGINE_COUNT, opts->engines,
+                                errp) &&
            parse_qds(raw->qd, opts, errp) &&
            parse_direct(raw->direct, opts, errp);
 }
@@ -1101,21 +1036,14 @@ static bool parse_command_line(int argc, char **argv, BenchOpts *opts,
           "Print one JSON object instead of a table", NULL },
         { NULL }
     };
-    g_autoptr(GOptionContext) ctx =
-        g_option_context_new("- block layer random-read micro-benchmark");
     bool ok;
 
-    g_option_context_set_summary(ctx,
+    ok = bench_parse_argv(argc, argv, entries,
+        "- block layer random-read micro-benchmark",
         "4 KiB random reads at fixed queue depths through an IOThread that\n"
         "owns a block node (null-co, or file with aio=native, io_uring or\n"
         "threads on a temporary file), with poll-max-ns=0 and with the\n"
-        "adaptive poll window: latency percentiles, IOPS, CPU per I/O.");
-    g_option_context_add_main_entries(ctx, entries, NULL);
-    ok = g_option_context_parse(ctx, &argc, &argv, errp);
-    if (ok && argc > 1) {
-        error_setg(errp, "unexpected argument '%s'", argv[1]);
-        ok = false;
-    }
+        "adaptive poll window: latency percentiles, IOPS, CPU per I/O.", errp);
     if (ok) {
         opts->json = raw.json;
         ok = convert_opts(&raw, opts, errp);
@@ -1144,9 +1072,7 @@ int main(int argc, char **argv)
     int status = EXIT_FAILURE;
 
     if (!parse_command_line(argc, argv, &opts, &err)) {
-        fprintf(stderr, "bench-block: %s\n", err->message);
-        error_free(err);
-        return BENCH_EXIT_USAGE;
+        return bench_fail("bench-block", err, BENCH_EXIT_USAGE);
     }
     bench_check_engines(&b);
     if (bench_has_file_engine(&b) && !test_file_create(&b.file, &opts, &err)) {
@@ -1168,8 +1094,7 @@ int main(int argc, char **argv)
     status = EXIT_SUCCESS;
 out:
     if (err) {
-        fprintf(stderr, "bench-block: %s\n", err->message);
-        error_free(err);
+        bench_fail("bench-block", err, status);
     }
     bench_free(&b);
     return status;

@@ -4,20 +4,22 @@
  * Theory of operation: nothing here keeps state.  Percentiles are
  * nearest-rank on sorted samples (no interpolation, so a reported latency
  * is always one that was measured), medians are taken over repeats, and
- * option parsing produces an Error that names the option, which the
- * benchmarks print before exiting with BENCH_EXIT_USAGE.
+ * option parsing (util/cli-parse.h and util/cpu-list.h underneath)
+ * produces an Error that names the option, which the benchmarks print
+ * with bench_fail() before exiting with BENCH_EXIT_USAGE.
  */
 
 #include <inttypes.h>
-#include <limits.h>
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include <glib.h>
 
-#include "util/cutils.h"
+#include "util/cli-parse.h"
+#include "util/cpu-list.h"
 #include "bench-common.h"
 
 bool bench_start_pinned_thread(pthread_t *thread, const char *name, int cpu,
@@ -98,6 +100,22 @@ double bench_median_double(double *v, size_t n)
     return (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
+void bench_median_stats(const void *runs, size_t stride, size_t nruns,
+                        size_t nstats, double *out)
+{
+    g_autofree double *col = g_new(double, nruns);
+    size_t r, s;
+
+    for (s = 0; s < nstats; s++) {
+        for (r = 0; r < nruns; r++) {
+            const double *v = (const void *)((const char *)runs + r * stride);
+
+            col[r] = v[s];
+        }
+        out[s] = bench_median_double(col, nruns);
+    }
+}
+
 /* ------------------------------------------------------------------------ */
 /* Machine description                                                       */
 
@@ -150,55 +168,154 @@ bool bench_parse_optional_int(const char *name, const char *str,
                               int64_t min, int64_t max, int64_t *out,
                               Error **errp)
 {
+    uint64_t v;
+
     if (!str) {
         return true;         /* keep the default */
     }
-    return parse_int64_in_range(name, str, min, max, out, errp);
-}
-
-static bool cpu_is_usable(int64_t cpu)
-{
-    cpu_set_t set;
-
-    if (cpu >= CPU_SETSIZE || sched_getaffinity(0, sizeof(set), &set) != 0) {
+    g_assert(min >= 0);
+    if (!cli_parse_uint(name, str, min, max, &v, errp)) {
         return false;
     }
-    return CPU_ISSET(cpu, &set);
+    *out = v;
+    return true;
 }
 
 bool bench_parse_cpus(const char *str, int *client_cpu, int *server_cpu,
                       Error **errp)
 {
-    g_auto(GStrv) parts = NULL;
-    int64_t a, b;
+    g_autofree int *cpus = NULL;
+    unsigned n;
 
     if (!str) {
         str = "0,1";
     }
-    parts = g_strsplit(str, ",", -1);
-    if (g_strv_length(parts) != 2) {
+    cpus = cpu_list_parse("--cpus", str, &n, errp);
+    if (!cpus) {
+        return false;
+    }
+    if (n != 2) {
         error_setg(errp, "--cpus: expected two CPU numbers 'CLIENT,SERVER' "
                    "(e.g. 0,1), got '%s'", str);
         return false;
     }
-    if (!parse_int64_in_range("--cpus", parts[0], 0, INT_MAX, &a,
-                              errp) ||
-        !parse_int64_in_range("--cpus", parts[1], 0, INT_MAX, &b,
-                              errp)) {
-        return false;
-    }
-    if (a == b) {
+    if (cpus[0] == cpus[1]) {
         error_setg(errp, "--cpus: the client and server CPUs must differ "
-                   "(both threads spin), got %" PRId64 " twice", a);
+                   "(both threads spin), got %d twice", cpus[0]);
         return false;
     }
-    if (!cpu_is_usable(a) || !cpu_is_usable(b)) {
-        error_setg(errp, "--cpus: CPU %" PRId64 " does not exist or is not "
-                   "available to this process (%ld CPUs online)",
-                   cpu_is_usable(a) ? b : a, bench_online_cpus());
+    if (!cpu_list_check_allowed("--cpus", cpus, n, errp)) {
         return false;
     }
-    *client_cpu = a;
-    *server_cpu = b;
+    *client_cpu = cpus[0];
+    *server_cpu = cpus[1];
     return true;
+}
+
+bool bench_parse_name_set(const char *name, const char *noun,
+                          const char *str, const char *const *names,
+                          size_t n, bool *set, Error **errp)
+{
+    g_autoptr(GString) expected = g_string_new(NULL);
+    g_auto(GStrv) words = NULL;
+    size_t i;
+
+    for (i = 0; i < n; i++) {
+        g_string_append_printf(expected, "%s, ", names[i]);
+    }
+    g_string_truncate(expected, expected->len - 2);
+    g_string_append(expected, " or all");
+    if (!str || !strcmp(str, "all")) {
+        for (i = 0; i < n; i++) {
+            set[i] = true;
+        }
+        return true;
+    }
+    if (!*str) {
+        error_setg(errp, "%s: expected %s, got an empty string", name,
+                   expected->str);
+        return false;
+    }
+    words = g_strsplit(str, ",", -1);
+    for (char **w = words; *w; w++) {
+        int k;
+
+        if (!cli_parse_choice(name, *w, names, n, &k, NULL)) {
+            error_setg(errp, "%s: unknown %s '%s'; expected %s (or a "
+                       "comma-separated list of %ss)", name, noun, *w,
+                       expected->str, noun);
+            return false;
+        }
+        set[k] = true;
+    }
+    return true;
+}
+
+bool bench_parse_argv(int argc, char **argv, const GOptionEntry *entries,
+                      const char *parameter, const char *summary,
+                      Error **errp)
+{
+    g_autoptr(GOptionContext) ctx = g_option_context_new(parameter);
+
+    g_option_context_set_summary(ctx, summary);
+    g_option_context_add_main_entries(ctx, entries, NULL);
+    return cli_parse_argv(ctx, argc, argv, errp);
+}
+
+int bench_fail(const char *prog, Error *err, int status)
+{
+    fprintf(stderr, "%s: %s\n", prog, error_get_pretty(err));
+    error_free(err);
+    return status;
+}
+
+/* ------------------------------------------------------------------------ */
+/* JSON reports                                                              */
+
+void bench_json_print(JsonBuilder *b)
+{
+    g_autoptr(JsonGenerator) gen = json_generator_new();
+    g_autoptr(JsonNode) root = json_builder_get_root(b);
+    g_autofree char *text = NULL;
+
+    json_generator_set_root(gen, root);
+    json_generator_set_pretty(gen, TRUE);
+    text = json_generator_to_data(gen, NULL);
+    printf("%s\n", text);
+}
+
+void bench_json_add_stat(JsonBuilder *b, const char *name, bool is_integer,
+                         double value)
+{
+    json_builder_set_member_name(b, name);
+    if (is_integer) {
+        json_builder_add_int_value(b, (gint64)(value + (value < 0 ? -0.5 :
+                                                                0.5)));
+    } else {
+        json_builder_add_double_value(b, value);
+    }
+}
+
+void bench_json_add_int(JsonBuilder *b, const char *name, int64_t value)
+{
+    json_builder_set_member_name(b, name);
+    json_builder_add_int_value(b, value);
+}
+
+void bench_json_add_cpus(JsonBuilder *b, int client_cpu, int server_cpu)
+{
+    json_builder_set_member_name(b, "cpus");
+    json_builder_begin_array(b);
+    json_builder_add_int_value(b, client_cpu);
+    json_builder_add_int_value(b, server_cpu);
+    json_builder_end_array(b);
+}
+
+void bench_json_add_machine(JsonBuilder *b)
+{
+    g_autofree char *model = bench_cpu_model();
+
+    bench_json_add_int(b, "nproc", bench_online_cpus());
+    json_builder_set_member_name(b, "cpu_model");
+    json_builder_add_string_value(b, model);
 }

@@ -2,8 +2,9 @@
  * Helpers shared by the micro-benchmarks in tests/bench.
  *
  * Pinned threads, nearest-rank percentiles and medians, the machine
- * description printed in every report, and the parsing of the options that
- * all benchmarks take (integers in a range, --cpus).  Every function may be
+ * description printed in every report, the parsing of the options that
+ * all benchmarks take (integers in a range, --cpus, lists of names, the
+ * command line itself) and the pieces of their JSON reports.  Every function may be
  * called from any thread unless it says otherwise; none keeps state.
  */
 #ifndef SPINDLE_TESTS_BENCH_COMMON_H
@@ -15,12 +16,41 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include <glib.h>
+#include <json-glib/json-glib.h>
+
+#include "util/clock.h"
 #include "util/error.h"
 
 #define BENCH_CACHELINE 64
 
 /* Exit status for bad command-line values. */
 #define BENCH_EXIT_USAGE 2
+
+/* No answer from the server for this long means a lost wakeup or a stuck
+ * request: the client reports what it saw and gives up. */
+#define BENCH_RESPONSE_TIMEOUT_NS (10LL * 1000 * 1000 * 1000)
+/* Spins between two looks at the clock while the client waits. */
+#define BENCH_SPINS_PER_CLOCK_CHECK 1024
+
+/* Limits of the options every benchmark takes. */
+#define BENCH_COUNT_MAX 100000000     /* 800 MB of samples */
+#define BENCH_REPEAT_MAX 1000
+
+/*
+ * One spin of a client's wait that began at t0 (clock_now_ns()): every
+ * BENCH_SPINS_PER_CLOCK_CHECK calls look at the clock.  True once the wait
+ * has lasted BENCH_RESPONSE_TIMEOUT_NS.  *spins starts at 0.
+ */
+static inline bool bench_spin_timed_out(unsigned *spins, int64_t t0)
+{
+    cpu_relax();
+    if (++*spins < BENCH_SPINS_PER_CLOCK_CHECK) {
+        return false;
+    }
+    *spins = 0;
+    return clock_now_ns() - t0 > BENCH_RESPONSE_TIMEOUT_NS;
+}
 
 /*
  * Start fn(opaque) in a new thread pinned to cpu and named name.  Returns
@@ -47,6 +77,14 @@ double bench_mean_u64(const uint64_t *v, size_t n);
  * even. */
 double bench_median_double(double *v, size_t n);
 
+/*
+ * The medians over repeats: runs holds nruns records of stride bytes, each
+ * starting with nstats doubles (a RunStats); out[s] is the median of
+ * statistic s over the records.
+ */
+void bench_median_stats(const void *runs, size_t stride, size_t nruns,
+                        size_t nstats, double *out);
+
 /* The CPU's model name from /proc/cpuinfo, or "unknown".  Caller frees. */
 char *bench_cpu_model(void);
 
@@ -60,16 +98,56 @@ long bench_online_cpus(void);
 int64_t bench_thread_sleeps(pid_t tid);
 
 /*
- * Parse str as an integer in [min, max] into *out, naming the option name
- * in errors.  A NULL str (option not given) leaves *out alone and succeeds.
+ * Parse str as an integer in [min, max] (0 <= min) into *out, naming the
+ * option name in errors (util/cli-parse.h).  A NULL str (option not given)
+ * leaves *out alone and succeeds.
  */
 bool bench_parse_optional_int(const char *name, const char *str,
                               int64_t min, int64_t max, int64_t *out,
                               Error **errp);
 
 /*
- * Parse the --cpus value "CLIENT,SERVER" (NULL means "0,1"): two different
- * CPUs that this process may run on.  Errors name --cpus.
+ * Parse --NAME's value: "all" (or NULL, not given), or a comma-separated
+ * list of names[0..n) (what they are: noun, e.g. "mode"), into set[0..n).
+ */
+bool bench_parse_name_set(const char *name, const char *noun,
+                          const char *str, const char *const *names,
+                          size_t n, bool *set, Error **errp);
+
+/*
+ * The command line: GOption with entries, under summary, then no stray
+ * argument (util/cli-parse.h).  --help prints the usage and exits.
+ */
+bool bench_parse_argv(int argc, char **argv, const GOptionEntry *entries,
+                      const char *parameter, const char *summary,
+                      Error **errp);
+
+/* Print "PROG: message" for err on stderr, free it, and return status. */
+int bench_fail(const char *prog, Error *err, int status);
+
+/* ------------------------------------------------------------------------ */
+/* JSON reports                                                              */
+
+/* Print b's root as one pretty-printed JSON object on stdout. */
+void bench_json_print(JsonBuilder *b);
+
+/* "name": value, rounded to the nearest integer if is_integer. */
+void bench_json_add_stat(JsonBuilder *b, const char *name, bool is_integer,
+                         double value);
+
+/* "name": value */
+void bench_json_add_int(JsonBuilder *b, const char *name, int64_t value);
+
+/* "cpus": [client, server] */
+void bench_json_add_cpus(JsonBuilder *b, int client_cpu, int server_cpu);
+
+/* "nproc" and "cpu_model": the machine, as every report gives it. */
+void bench_json_add_machine(JsonBuilder *b);
+
+/*
+ * Parse the --cpus value "CLIENT,SERVER" (NULL means "0,1"), a CPU list
+ * (util/cpu-list.h) of two different CPUs that this process may run on.
+ * Errors name --cpus.
  */
 bool bench_parse_cpus(const char *str, int *client_cpu, int *server_cpu,
                       Error **errp);

@@ -15,6 +15,7 @@
  * loop's AioPollStats; nothing here keeps state.
  */
 
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -230,6 +231,15 @@ void bench_loop_stats_delta(const AioPollStats *a, const AioPollStats *b,
     out->dispatches = b->dispatches - a->dispatches;
     out->bhs = b->bhs - a->bhs;
     out->timers = b->timers - a->timers;
+}
+
+char *bench_loop_stats_string(const AioPollStats *st)
+{
+    return g_strdup_printf("turns=%" PRIu64 " wakeups=%" PRIu64
+                           " poll_hits=%" PRIu64 " poll_misses=%" PRIu64
+                           " dispatches=%" PRIu64 " poll_ns=%" PRId64,
+                           st->turns, st->wakeups, st->poll_hits,
+                           st->poll_misses, st->dispatches, st->poll_ns);
 }
 
 /* ------------------------------------------------------------------------ */

@@ -133,6 +133,12 @@ double bench_sleeps_per(const BenchServerSample *a,
 void bench_loop_stats_delta(const AioPollStats *a, const AioPollStats *b,
                             AioPollStats *out);
 
+/*
+ * "turns=N wakeups=N poll_hits=N poll_misses=N dispatches=N poll_ns=N":
+ * a loop's state for a stall report.  Caller frees.
+ */
+char *bench_loop_stats_string(const AioPollStats *st);
+
 /* ------------------------------------------------------------------------ */
 /* Latency statistics                                                        */
 
