@@ -98,40 +98,23 @@ static const char *const mode_names[MODE_COUNT] = {
 };
 
 typedef struct BenchOpts {
-    int64_t count;
-    int64_t warmup;
-    int64_t repeat;
-    int64_t poll_max_ns;     /* for the polled mode */
+    BenchCommonOpts common;  /* poll_max_ns: for the polled mode */
     int64_t gap_ns;          /* client idle time between messages */
-    int client_cpu;
-    int server_cpu;
     bool modes[MODE_COUNT];
-    bool json;
 } BenchOpts;
 
 /* ------------------------------------------------------------------------ */
 /* Statistics of one run                                                     */
 
+/*
+ * After bench-ring.h's latency and loop statistics (the loop's only for
+ * the IOThread modes).  p50_ns, p99_ns, p999_ns and cpu_ns_per_msg every
+ * mode must report, with these JSON names; the rest are extras.
+ */
 typedef enum {
-    /* The four that every mode must report, with these JSON names. */
-    STAT_P50,
-    STAT_P99,
-    STAT_P999,
-    STAT_CPU_PER_MSG,
-    /* Extras. */
-    STAT_MEAN,
-    STAT_MIN,
-    STAT_MAX,
+    STAT_CPU_PER_MSG = BENCH_STAT_SHARED,
     STAT_KICKS_PER_MSG,
     STAT_SLEEPS_PER_MSG,     /* the server thread's voluntary switches */
-    /* AioContext counters over the recorded messages (IOThread modes). */
-    STAT_POLL_HITS,
-    STAT_POLL_MISSES,
-    STAT_WAKEUPS,
-    STAT_DISPATCHES,
-    STAT_POLL_TIME,
-    STAT_BLOCK_TIME,
-    STAT_POLL_NS,            /* the context's window at the end */
     STAT_HANDLER_WINDOW,     /* the kick handler's window at the end */
     STAT_COUNT,
 } StatId;
@@ -146,10 +129,10 @@ static const StatInfo stat_info[STAT_COUNT] = {
     [STAT_P50] = { "p50_ns", true, false },
     [STAT_P99] = { "p99_ns", true, false },
     [STAT_P999] = { "p999_ns", true, false },
-    [STAT_CPU_PER_MSG] = { "cpu_ns_per_msg", true, false },
     [STAT_MEAN] = { "mean_ns", true, false },
     [STAT_MIN] = { "min_ns", true, false },
     [STAT_MAX] = { "max_ns", true, false },
+    [STAT_CPU_PER_MSG] = { "cpu_ns_per_msg", true, false },
     [STAT_KICKS_PER_MSG] = { "kicks_per_msg", false, false },
     [STAT_SLEEPS_PER_MSG] = { "sleeps_per_msg", false, false },
     [STAT_POLL_HITS] = { "poll_hits", true, true },
@@ -272,7 +255,7 @@ typedef struct ClientRun {
     BenchMode mode;
     bool use_kick;
     /* Outputs. */
-    uint64_t *samples;       /* opts->count round trips, in ns */
+    uint64_t *samples;       /* opts->common.count round trips, in ns */
     uint64_t kicks;          /* over the recorded messages */
     BenchServerSample start, end;   /* around the recorded messages */
 } ClientRun;
@@ -354,14 +337,14 @@ static void *client_thread_fn(void *opaque)
     int64_t i;
     bool kicked;
 
-    for (i = 0; i < run->opts->warmup; i++) {
+    for (i = 0; i < run->opts->common.warmup; i++) {
         client_round_trip(run, ++seq, &kicked);
     }
 
     run->start.sleeps = bench_probe_sleeps(run->probe);
     run->start.cpu_ns = bench_probe_cpu_ns(run->probe);
     bench_probe_loop_stats(run->probe, &run->start.stats);
-    for (i = 0; i < run->opts->count; i++) {
+    for (i = 0; i < run->opts->common.count; i++) {
         run->samples[i] = client_round_trip(run, ++seq, &kicked);
         run->kicks += kicked;
     }
@@ -376,29 +359,14 @@ static void *client_thread_fn(void *opaque)
 
 static void fill_run_stats(RunStats *rs, ClientRun *run)
 {
-    double n = (double)run->opts->count;
-    BenchLatency lat;
-    AioPollStats loop;
+    double n = (double)run->opts->common.count;
 
     memset(rs, 0, sizeof(*rs));
-    bench_latency_stats(run->samples, run->opts->count, &lat);
-    rs->v[STAT_P50] = lat.p50;
-    rs->v[STAT_P99] = lat.p99;
-    rs->v[STAT_P999] = lat.p999;
-    rs->v[STAT_MEAN] = lat.mean;
-    rs->v[STAT_MIN] = lat.min;
-    rs->v[STAT_MAX] = lat.max;
+    bench_latency_stats(run->samples, run->opts->common.count, rs->v);
     rs->v[STAT_CPU_PER_MSG] = (run->end.cpu_ns - run->start.cpu_ns) / n;
     rs->v[STAT_KICKS_PER_MSG] = run->kicks / n;
     rs->v[STAT_SLEEPS_PER_MSG] = bench_sleeps_per(&run->start, &run->end, n);
-    bench_loop_stats_delta(&run->start.stats, &run->end.stats, &loop);
-    rs->v[STAT_POLL_HITS] = loop.poll_hits;
-    rs->v[STAT_POLL_MISSES] = loop.poll_misses;
-    rs->v[STAT_WAKEUPS] = loop.wakeups;
-    rs->v[STAT_DISPATCHES] = loop.dispatches;
-    rs->v[STAT_POLL_TIME] = loop.poll_time_ns;
-    rs->v[STAT_BLOCK_TIME] = loop.block_time_ns;
-    rs->v[STAT_POLL_NS] = loop.poll_ns;
+    bench_loop_stats_store(&run->start.stats, &run->end.stats, rs->v);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -418,9 +386,10 @@ static bool run_client(PingPong *pp, const BenchOpts *opts, BenchMode mode,
     };
     pthread_t thread;
 
-    run.samples = g_new(uint64_t, opts->count);
-    if (!bench_start_pinned_thread(&thread, "bench-client", opts->client_cpu,
-                                   client_thread_fn, &run, errp)) {
+    run.samples = g_new(uint64_t, opts->common.count);
+    if (!bench_start_pinned_thread(&thread, "bench-client",
+                                   opts->common.client_cpu, client_thread_fn,
+                                   &run, errp)) {
         g_free(run.samples);
         return false;
     }
@@ -434,11 +403,12 @@ static IOThread *create_server_iothread(BenchMode mode, const BenchOpts *opts,
                                         Error **errp)
 {
     g_autofree char *optstr = NULL;
-    int64_t poll_max_ns = mode == MODE_POLLED ? opts->poll_max_ns : 0;
+    int64_t poll_max_ns = mode == MODE_POLLED ? opts->common.poll_max_ns : 0;
 
     optstr = g_strdup_printf("iothread,id=bench-%s,poll-max-ns=%" PRId64
                              ",cpu-affinity=%d",
-                             mode_names[mode], poll_max_ns, opts->server_cpu);
+                             mode_names[mode], poll_max_ns,
+                             opts->common.server_cpu);
     return iothread_create_from_string(optstr, errp);
 }
 
@@ -492,7 +462,7 @@ static bool run_cacheline_mode(const BenchOpts *opts, RunStats *rs,
     bool ok = false;
     int ret;
 
-    if (!bench_start_pinned_thread(&echo, "bench-echo", opts->server_cpu,
+    if (!bench_start_pinned_thread(&echo, "bench-echo", opts->common.server_cpu,
                                    echo_thread_fn, pp, errp)) {
         goto out_free;
     }
@@ -542,11 +512,7 @@ static void json_add_config(JsonBuilder *b, const BenchOpts *opts)
 {
     json_builder_set_member_name(b, "config");
     json_builder_begin_object(b);
-    bench_json_add_int(b, "count", opts->count);
-    bench_json_add_int(b, "warmup", opts->warmup);
-    bench_json_add_int(b, "repeat", opts->repeat);
-    bench_json_add_cpus(b, opts->client_cpu, opts->server_cpu);
-    bench_json_add_int(b, "poll_max_ns", opts->poll_max_ns);
+    bench_json_add_common(b, &opts->common);
     bench_json_add_int(b, "gap_ns", opts->gap_ns);
     bench_json_add_machine(b);
     json_builder_end_object(b);
@@ -570,14 +536,15 @@ static void print_json(const BenchOpts *opts, const RunStats *results)
 
 static void print_table_header(const BenchOpts *opts)
 {
+    const BenchCommonOpts *c = &opts->common;
     g_autofree char *model = bench_cpu_model();
 
     printf("bench-aio: ping-pong of %" PRId64 " messages (%" PRId64
            " warm-up), client CPU %d, server CPU %d, polled poll-max-ns %"
            PRId64 ", gap %" PRId64 " ns, repeat %" PRId64 "%s\n",
-           opts->count, opts->warmup, opts->client_cpu, opts->server_cpu,
-           opts->poll_max_ns, opts->gap_ns, opts->repeat,
-           opts->repeat > 1 ? " (medians)" : "");
+           c->count, c->warmup, c->client_cpu, c->server_cpu,
+           c->poll_max_ns, opts->gap_ns, c->repeat,
+           c->repeat > 1 ? " (medians)" : "");
     printf("machine: %ld CPUs online, %s\n\n", bench_online_cpus(), model);
     printf("%-10s %10s %10s %10s %10s %12s %10s %11s\n", "mode", "p50(ns)",
            "p99(ns)", "p99.9(ns)", "mean(ns)", "cpu/msg(ns)", "kicks/msg",
@@ -635,7 +602,7 @@ static void print_table(const BenchOpts *opts, const RunStats *results)
     printf("\n");
     for (m = 0; m < MODE_COUNT; m++) {
         if (opts->modes[m] && mode_uses_iothread(m)) {
-            print_loop_details(m, &results[m], opts->count);
+            print_loop_details(m, &results[m], opts->common.count);
         }
     }
     print_eventfd_note(opts, results);
@@ -653,98 +620,53 @@ static void print_table(const BenchOpts *opts, const RunStats *results)
 /* ------------------------------------------------------------------------ */
 /* Command line                                                              */
 
-typedef struct RawOpts {
-    char *count;
-    char *warmup;
-    char *cpus;
-    char *poll_max_ns;
-    char *gap_ns;
-    char *mode;
-    char *repeat;
-    gboolean json;
-} RawOpts;
-
-static void raw_opts_free(RawOpts *raw)
-{
-    g_free(raw->count);
-    g_free(raw->warmup);
-    g_free(raw->cpus);
-    g_free(raw->poll_max_ns);
-    g_free(raw->gap_ns);
-    g_free(raw->mode);
-    g_free(raw->repeat);
-}
-
-static bool convert_opts(const RawOpts *raw, BenchOpts *opts, Error **errp)
-{
-    return bench_parse_optional_int("--count", raw->count, 1, BENCH_COUNT_MAX,
-                                    &opts->count, errp) &&
-           bench_parse_optional_int("--warmup", raw->warmup, 0, BENCH_COUNT_MAX,
-                                    &opts->warmup, errp) &&
-           bench_parse_optional_int("--repeat", raw->repeat, 1, BENCH_REPEAT_MAX,
-                                    &opts->repeat, errp) &&
-           bench_parse_optional_int("--poll-max-ns", raw->poll_max_ns, 1,
-                                    INT64_MAX, &opts->poll_max_ns, errp) &&
-           bench_parse_optional_int("--gap-ns", raw->gap_ns, 0, GAP_NS_MAX,
-                                    &opts->gap_ns, errp) &&
-           bench_parse_cpus(raw->cpus, &opts->client_cpu,
-                            &opts->server_cpu, errp) &&
-           bench_parse_name_set("--mode", "mode", raw->mode, mode_names,
-                                MODE_COUNT, opts->modes, errp);
-}
+/* What --help says, and how it words the common options. */
+static const BenchCommonHelp help = {
+    .parameter = "- event-loop round-trip micro-benchmark",
+    .summary =
+        "Ping-pongs messages between two pinned threads through an IOThread\n"
+        "woken by eventfd (eventfd), the same with the adaptive poll window\n"
+        "(polled), and a bare cache-line echo (cacheline).",
+    .items = "messages",
+    .unit = "mode",
+    .server = "server",
+    .polled = "polled mode",
+};
 
 static bool parse_command_line(int argc, char **argv, BenchOpts *opts,
                                Error **errp)
 {
-    RawOpts raw = { 0 };
-    GOptionEntry entries[] = {
-        { "count", 'n', 0, G_OPTION_ARG_STRING, &raw.count,
-          "Recorded messages per mode (default 100000)", "N" },
-        { "warmup", 0, 0, G_OPTION_ARG_STRING, &raw.warmup,
-          "Unrecorded warm-up messages per mode (default 1000)", "N" },
-        { "cpus", 0, 0, G_OPTION_ARG_STRING, &raw.cpus,
-          "Client and server CPUs (default 0,1)", "A,B" },
-        { "poll-max-ns", 0, 0, G_OPTION_ARG_STRING, &raw.poll_max_ns,
-          "poll-max-ns of the polled mode (default 32768)", "N" },
-        { "gap-ns", 0, 0, G_OPTION_ARG_STRING, &raw.gap_ns,
+    g_autofree char *gap_ns = NULL;
+    g_autofree char *mode = NULL;
+    const GOptionEntry entries[] = {
+        { "gap-ns", 0, 0, G_OPTION_ARG_STRING, &gap_ns,
           "Client idle time between a response and the next request "
           "(default 0: back to back)", "N" },
-        { "mode", 0, 0, G_OPTION_ARG_STRING, &raw.mode,
+        { "mode", 0, 0, G_OPTION_ARG_STRING, &mode,
           "eventfd, polled, cacheline or all (default all)", "MODE" },
-        { "repeat", 0, 0, G_OPTION_ARG_STRING, &raw.repeat,
-          "Run the modes R times alternating, report medians (default 1)",
-          "R" },
-        { "json", 0, 0, G_OPTION_ARG_NONE, &raw.json,
-          "Print one JSON object instead of a table", NULL },
         { NULL }
     };
-    bool ok;
 
-    ok = bench_parse_argv(argc, argv, entries,
-        "- event-loop round-trip micro-benchmark",
-        "Ping-pongs messages between two pinned threads through an IOThread\n"
-        "woken by eventfd (eventfd), the same with the adaptive poll window\n"
-        "(polled), and a bare cache-line echo (cacheline).", errp);
-    if (ok) {
-        opts->json = raw.json;
-        ok = convert_opts(&raw, opts, errp);
-    }
-    raw_opts_free(&raw);
-    return ok;
+    return bench_parse_command_line(argc, argv, &help, entries,
+        &opts->common, errp) &&
+        bench_parse_optional_int("--gap-ns", gap_ns, 0, GAP_NS_MAX,
+                                 &opts->gap_ns, errp) &&
+        bench_parse_name_set("--mode", "mode", mode, mode_names, MODE_COUNT,
+                             opts->modes, errp);
 }
 
 /* ------------------------------------------------------------------------ */
 
 static bool run_all(const BenchOpts *opts, RunStats *results, Error **errp)
 {
-    g_autofree RunStats *runs = g_new0(RunStats, MODE_COUNT * opts->repeat);
-    int64_t r;
+    int64_t repeat = opts->common.repeat, r;
+    g_autofree RunStats *runs = g_new0(RunStats, MODE_COUNT * repeat);
     int m;
 
-    for (r = 0; r < opts->repeat; r++) {
+    for (r = 0; r < repeat; r++) {
         for (m = 0; m < MODE_COUNT; m++) {
             if (opts->modes[m] &&
-                !run_mode(m, opts, &runs[m * opts->repeat + r], errp)) {
+                !run_mode(m, opts, &runs[m * repeat + r], errp)) {
                 error_prepend(errp, "%s: ", mode_names[m]);
                 return false;
             }
@@ -752,8 +674,8 @@ static bool run_all(const BenchOpts *opts, RunStats *results, Error **errp)
     }
     for (m = 0; m < MODE_COUNT; m++) {
         if (opts->modes[m]) {
-            bench_median_stats(&runs[m * opts->repeat], sizeof(RunStats),
-                               opts->repeat, STAT_COUNT, results[m].v);
+            bench_median_stats(&runs[m * repeat], sizeof(RunStats), repeat,
+                               STAT_COUNT, results[m].v);
         }
     }
     return true;
@@ -761,24 +683,18 @@ static bool run_all(const BenchOpts *opts, RunStats *results, Error **errp)
 
 int main(int argc, char **argv)
 {
-    BenchOpts opts = {
-        .count = 100000,
-        .warmup = 1000,
-        .repeat = 1,
-        .poll_max_ns = AIO_POLL_MAX_NS_DEFAULT,
-        .client_cpu = 0,
-        .server_cpu = 1,
-    };
+    BenchOpts opts = { 0 };
     RunStats results[MODE_COUNT] = { 0 };
     Error *err = NULL;
 
+    bench_common_init(&opts.common, 100000);
     if (!parse_command_line(argc, argv, &opts, &err)) {
         return bench_fail("bench-aio", err, BENCH_EXIT_USAGE);
     }
     if (!run_all(&opts, results, &err)) {
         return bench_fail("bench-aio", err, EXIT_FAILURE);
     }
-    if (opts.json) {
+    if (opts.common.json) {
         print_json(&opts, results);
     } else {
         print_table(&opts, results);

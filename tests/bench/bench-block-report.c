@@ -53,8 +53,8 @@ static void json_add_cell(JsonBuilder *jb, const Bench *b, const Cell *c)
     json_builder_set_member_name(jb, "poll");
     json_builder_add_string_value(jb, poll_names[c->poll]);
     bench_json_add_int(jb, "poll_max_ns", c->poll == POLL_ADAPTIVE ?
-                       b->opts->poll_max_ns : 0);
-    bench_json_add_int(jb, "count", b->opts->count);
+                       b->opts->common.poll_max_ns : 0);
+    bench_json_add_int(jb, "count", b->opts->common.count);
     json_builder_set_member_name(jb, "engine_stats");
     json_builder_add_boolean_value(jb, engine_is_file(c->engine));
     for (s = 0; s < STAT_COUNT; s++) {
@@ -94,16 +94,12 @@ static void json_add_config(JsonBuilder *jb, const Bench *b)
 
     json_builder_set_member_name(jb, "config");
     json_builder_begin_object(jb);
-    bench_json_add_int(jb, "count", opts->count);
-    bench_json_add_int(jb, "warmup", opts->warmup);
-    bench_json_add_int(jb, "repeat", opts->repeat);
+    bench_json_add_common(jb, &opts->common);
     bench_json_add_int(jb, "block_size", BLOCK_SIZE);
     bench_json_add_int(jb, "file_size", opts->file_size);
-    bench_json_add_int(jb, "poll_max_ns", opts->poll_max_ns);
     bench_json_add_int(jb, "null_latency_ns", opts->null_latency_ns);
     json_builder_set_member_name(jb, "direct_mode");
     json_builder_add_string_value(jb, bench_direct_mode_names[opts->direct]);
-    bench_json_add_cpus(jb, opts->client_cpu, opts->server_cpu);
     json_builder_set_member_name(jb, "qd");
     json_builder_begin_array(jb);
     for (i = 0; i < opts->nqd; i++) {
@@ -158,15 +154,15 @@ void bench_block_print_json(const Bench *b)
 static void print_table_header(const Bench *b)
 {
     const BenchOpts *opts = b->opts;
+    const BenchCommonOpts *c = &opts->common;
     g_autofree char *model = bench_cpu_model();
     int e;
 
     printf("bench-block: 4 KiB random reads, %" PRId64 " per cell (%" PRId64
            " warm-up), client CPU %d, IOThread CPU %d, adaptive poll-max-ns %"
            PRId64 ", repeat %" PRId64 "%s\n",
-           opts->count, opts->warmup, opts->client_cpu, opts->server_cpu,
-           opts->poll_max_ns, opts->repeat,
-           opts->repeat > 1 ? " (medians)" : "");
+           c->count, c->warmup, c->client_cpu, c->server_cpu,
+           c->poll_max_ns, c->repeat, c->repeat > 1 ? " (medians)" : "");
     printf("machine: %ld CPUs online, %s\n", bench_online_cpus(), model);
     if (opts->engines[ENGINE_NULL_CO] && !b->skipped[ENGINE_NULL_CO]) {
         printf("null-co: latency-ns=%" PRId64 ", size %" PRId64 " MiB\n",
@@ -214,7 +210,7 @@ static void print_table_row(const Cell *c)
 static void print_loop_row(const Bench *b, const Cell *c)
 {
     const RunStats *rs = &c->result;
-    double n = (double)b->opts->count;
+    double n = (double)b->opts->common.count;
 
     printf("%-9s %4" PRId64 " %-8s %12.3f %11.3f %11.0f %10.0f %11.0f %14.3f\n",
            engine_names[c->engine], c->qd, poll_names[c->poll],

@@ -128,10 +128,10 @@ const StatInfo stat_info[STAT_COUNT] = {
     [STAT_POLL_MISSES] = { "poll_misses", true },
     [STAT_WAKEUPS] = { "wakeups", true },
     [STAT_DISPATCHES] = { "dispatches", true },
-    [STAT_BHS] = { "bhs", true },
     [STAT_POLL_TIME] = { "poll_time_ns", true },
     [STAT_BLOCK_TIME] = { "block_time_ns", true },
     [STAT_POLL_NS] = { "poll_ns", true },
+    [STAT_BHS] = { "bhs", true },
     [STAT_KICK_WINDOW] = { "kick_window_ns", true },
     [STAT_ELAPSED] = { "elapsed_ns", true },
 };
@@ -322,7 +322,7 @@ typedef struct ClientRun {
     uint16_t free_ids[QD_MAX];
     int64_t post_ns[QD_MAX];
     /* Outputs. */
-    uint64_t *samples;       /* opts->count latencies, in ns */
+    uint64_t *samples;       /* opts->common.count latencies, in ns */
     uint64_t kicks;          /* over the recorded requests */
     int64_t start_ns, end_ns;
     BenchServerSample server_start, server_end;   /* the IOThread */
@@ -483,44 +483,15 @@ static void *client_thread_fn(void *opaque)
     for (i = 0; i < run->qd; i++) {
         run->free_ids[run->nfree++] = run->qd - 1 - i;
     }
-    client_phase(run, run->opts->warmup, NULL, &warmup_kicks);
+    client_phase(run, run->opts->common.warmup, NULL, &warmup_kicks);
     client_sample(run, false);
-    client_phase(run, run->opts->count, run->samples, &run->kicks);
+    client_phase(run, run->opts->common.count, run->samples, &run->kicks);
     client_sample(run, true);
     return NULL;
 }
 
 /* ------------------------------------------------------------------------ */
 /* Turning samples into statistics                                           */
-
-static void fill_latency_stats(RunStats *rs, uint64_t *samples, size_t n)
-{
-    BenchLatency lat;
-
-    bench_latency_stats(samples, n, &lat);
-    rs->v[STAT_P50] = lat.p50;
-    rs->v[STAT_P99] = lat.p99;
-    rs->v[STAT_P999] = lat.p999;
-    rs->v[STAT_MEAN] = lat.mean;
-    rs->v[STAT_MIN] = lat.min;
-    rs->v[STAT_MAX] = lat.max;
-}
-
-static void fill_loop_stats(RunStats *rs, const AioPollStats *a,
-                            const AioPollStats *b)
-{
-    AioPollStats d;
-
-    bench_loop_stats_delta(a, b, &d);
-    rs->v[STAT_POLL_HITS] = d.poll_hits;
-    rs->v[STAT_POLL_MISSES] = d.poll_misses;
-    rs->v[STAT_WAKEUPS] = d.wakeups;
-    rs->v[STAT_DISPATCHES] = d.dispatches;
-    rs->v[STAT_BHS] = d.bhs;
-    rs->v[STAT_POLL_TIME] = d.poll_time_ns;
-    rs->v[STAT_BLOCK_TIME] = d.block_time_ns;
-    rs->v[STAT_POLL_NS] = d.poll_ns;
-}
 
 /*
  * The engine's counters over the recorded requests.  null-co has no engine:
@@ -533,7 +504,7 @@ static void fill_engine_stats(RunStats *rs, const ClientRun *run)
     double completions, polled;
 
     if (!run->engine_ops) {
-        rs->v[STAT_COMPLETIONS] = (double)run->opts->count;
+        rs->v[STAT_COMPLETIONS] = (double)run->opts->common.count;
         return;              /* polled, submissions, resubmits: 0 */
     }
     completions = (double)(b->completions - a->completions);
@@ -547,13 +518,13 @@ static void fill_engine_stats(RunStats *rs, const ClientRun *run)
 
 static void fill_run_stats(RunStats *rs, ClientRun *run)
 {
-    double n = (double)run->opts->count;
+    double n = (double)run->opts->common.count;
     double elapsed = (double)(run->end_ns - run->start_ns);
     double all_cpu = (double)(run->proc_cpu_end_ns - run->proc_cpu_start_ns) -
                      (double)(run->self_cpu_end_ns - run->self_cpu_start_ns);
 
     memset(rs, 0, sizeof(*rs));
-    fill_latency_stats(rs, run->samples, run->opts->count);
+    bench_latency_stats(run->samples, run->opts->common.count, rs->v);
     rs->v[STAT_ELAPSED] = elapsed;
     rs->v[STAT_IOPS] = elapsed > 0 ? n * 1e9 / elapsed : 0;
     rs->v[STAT_CPU_PER_IO] =
@@ -563,7 +534,9 @@ static void fill_run_stats(RunStats *rs, ClientRun *run)
     rs->v[STAT_SLEEPS_PER_IO] =
         bench_sleeps_per(&run->server_start, &run->server_end, n);
     fill_engine_stats(rs, run);
-    fill_loop_stats(rs, &run->server_start.stats, &run->server_end.stats);
+    bench_loop_stats_store(&run->server_start.stats, &run->server_end.stats,
+                           rs->v);
+    rs->v[STAT_BHS] = run->server_end.stats.bhs - run->server_start.stats.bhs;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -598,11 +571,12 @@ static IOThread *create_iothread(const Cell *cell, const BenchOpts *opts,
                                  Error **errp)
 {
     g_autofree char *optstr = NULL;
-    int64_t poll_max_ns = cell->poll == POLL_ADAPTIVE ? opts->poll_max_ns : 0;
+    int64_t poll_max_ns = cell->poll == POLL_ADAPTIVE ?
+                          opts->common.poll_max_ns : 0;
 
     optstr = g_strdup_printf("iothread,id=bench-block,poll-max-ns=%" PRId64
                              ",cpu-affinity=%d", poll_max_ns,
-                             opts->server_cpu);
+                             opts->common.server_cpu);
     return iothread_create_from_string(optstr, errp);
 }
 
@@ -633,9 +607,10 @@ static bool run_client(BenchRing *r, const BenchOpts *opts, const Cell *cell,
     run->qd = cell->qd;
     run->nblocks = opts->file_size / BLOCK_SIZE;
     run->rng = 0x9E3779B97F4A7C15ULL;
-    run->samples = g_new(uint64_t, opts->count);
-    if (bench_start_pinned_thread(&thread, "bench-client", opts->client_cpu,
-                                  client_thread_fn, run, errp)) {
+    run->samples = g_new(uint64_t, opts->common.count);
+    if (bench_start_pinned_thread(&thread, "bench-client",
+                                  opts->common.client_cpu, client_thread_fn,
+                                  run, errp)) {
         pthread_join(thread, NULL);
         /* Ordered by the client's acquire loads of used_idx. */
         if (r->errors) {
@@ -799,7 +774,7 @@ static void bench_make_cells(Bench *b)
                 c->qd = opts->qds[q];
                 c->poll = p;
                 c->direct = engine_is_file(e) && b->file.direct;
-                c->runs = g_new0(RunStats, opts->repeat);
+                c->runs = g_new0(RunStats, opts->common.repeat);
             }
         }
     }
@@ -812,7 +787,7 @@ static bool bench_run_all(Bench *b, Error **errp)
     int64_t r;
     size_t i;
 
-    for (r = 0; r < opts->repeat; r++) {
+    for (r = 0; r < opts->common.repeat; r++) {
         for (i = 0; i < b->ncells; i++) {
             Cell *c = &b->cells[i];
             Error *err = NULL;
@@ -846,7 +821,7 @@ static bool bench_run_all(Bench *b, Error **errp)
         Cell *c = &b->cells[i];
 
         if (!b->skipped[c->engine]) {
-            bench_median_stats(c->runs, sizeof(RunStats), opts->repeat,
+            bench_median_stats(c->runs, sizeof(RunStats), opts->common.repeat,
                                STAT_COUNT, c->result.v);
         }
     }
@@ -871,34 +846,6 @@ static void bench_free(Bench *b)
 
 /* ------------------------------------------------------------------------ */
 /* Command line                                                              */
-
-typedef struct RawOpts {
-    char *count;
-    char *warmup;
-    char *repeat;
-    char *cpus;
-    char *engines;
-    char *qd;
-    char *poll_max_ns;
-    char *null_latency_ns;
-    char *file_size;
-    char *direct;
-    gboolean json;
-} RawOpts;
-
-static void raw_opts_free(RawOpts *raw)
-{
-    g_free(raw->count);
-    g_free(raw->warmup);
-    g_free(raw->repeat);
-    g_free(raw->cpus);
-    g_free(raw->engines);
-    g_free(raw->qd);
-    g_free(raw->poll_max_ns);
-    g_free(raw->null_latency_ns);
-    g_free(raw->file_size);
-    g_free(raw->direct);
-}
 
 static bool parse_qds(const char *str, BenchOpts *opts, Error **errp)
 {
@@ -979,77 +926,56 @@ static bool parse_direct(const char *str, BenchOpts *opts, Error **errp)
     return true;
 }
 
-static bool convert_opts(const RawOpts *raw, BenchOpts *opts, Error **errp)
-{
-    return bench_parse_optional_int("--count", raw->count, 1, BENCH_COUNT_MAX,
-                                    &opts->count, errp) &&
-           bench_parse_optional_int("--warmup", raw->warmup, 0, BENCH_COUNT_MAX,
-                                    &opts->warmup, errp) &&
-           bench_parse_optional_int("--repeat", raw->repeat, 1, BENCH_REPEAT_MAX,
-                                    &opts->repeat, errp) &&
-           bench_parse_optional_int("--poll-max-ns", raw->poll_max_ns, 1,
-                                    INT64_MAX, &opts->poll_max_ns, errp) &&
-           bench_parse_optional_int("--null-latency-ns", raw->null_latency_ns,
-                                    0, NULL_LATENCY_NS_MAX,
-                                    &opts->null_latency_ns, errp) &&
-           parse_file_size(raw->file_size, opts, errp) &&
-           bench_parse_cpus(raw->cpus, &opts->client_cpu, &opts->server_cpu,
-                            errp) &&
-           bench_parse_name_set("--engines", "engine", raw->engines,
-                                engine_names, ENGINE_COUNT, opts->engines,
-                                errp) &&
-           parse_qds(raw->qd, opts, errp) &&
-           parse_direct(raw->direct, opts, errp);
-}
+/* What --help says, and how it words the common options. */
+static const BenchCommonHelp help = {
+    .parameter = "- block layer random-read micro-benchmark",
+    .summary =
+        "4 KiB random reads at fixed queue depths through an IOThread that\n"
+        "owns a block node (null-co, or file with aio=native, io_uring or\n"
+        "threads on a temporary file), with poll-max-ns=0 and with the\n"
+        "adaptive poll window: latency percentiles, IOPS, CPU per I/O.",
+    .items = "requests",
+    .unit = "cell",
+    .server = "IOThread",
+    .polled = "adaptive mode",
+};
 
 static bool parse_command_line(int argc, char **argv, BenchOpts *opts,
                                Error **errp)
 {
-    RawOpts raw = { 0 };
-    GOptionEntry entries[] = {
-        { "count", 'n', 0, G_OPTION_ARG_STRING, &raw.count,
-          "Recorded requests per cell (default 20000)", "N" },
-        { "warmup", 0, 0, G_OPTION_ARG_STRING, &raw.warmup,
-          "Unrecorded warm-up requests per cell (default 1000)", "N" },
-        { "repeat", 0, 0, G_OPTION_ARG_STRING, &raw.repeat,
-          "Run the cells R times alternating, report medians (default 1)",
-          "R" },
-        { "cpus", 0, 0, G_OPTION_ARG_STRING, &raw.cpus,
-          "Client and IOThread CPUs (default 0,1)", "A,B" },
-        { "engines", 0, 0, G_OPTION_ARG_STRING, &raw.engines,
+    g_autofree char *engines = NULL;
+    g_autofree char *qd = NULL;
+    g_autofree char *null_latency_ns = NULL;
+    g_autofree char *file_size = NULL;
+    g_autofree char *direct = NULL;
+    const GOptionEntry entries[] = {
+        { "engines", 0, 0, G_OPTION_ARG_STRING, &engines,
           "null-co, native, io_uring, threads, a comma-separated list, or "
           "all (default all)", "LIST" },
-        { "qd", 0, 0, G_OPTION_ARG_STRING, &raw.qd,
+        { "qd", 0, 0, G_OPTION_ARG_STRING, &qd,
           "Queue depths, comma-separated (default 1,32; at most 256)",
           "LIST" },
-        { "poll-max-ns", 0, 0, G_OPTION_ARG_STRING, &raw.poll_max_ns,
-          "poll-max-ns of the adaptive mode (default 32768)", "N" },
-        { "null-latency-ns", 0, 0, G_OPTION_ARG_STRING, &raw.null_latency_ns,
+        { "null-latency-ns", 0, 0, G_OPTION_ARG_STRING, &null_latency_ns,
           "latency-ns of the null-co node (default 0)", "N" },
-        { "file-size", 0, 0, G_OPTION_ARG_STRING, &raw.file_size,
+        { "file-size", 0, 0, G_OPTION_ARG_STRING, &file_size,
           "Size of the test file and of the null-co node (default 64M)",
           "SIZE" },
-        { "direct", 0, 0, G_OPTION_ARG_STRING, &raw.direct,
+        { "direct", 0, 0, G_OPTION_ARG_STRING, &direct,
           "cache.direct of the file engines: auto (O_DIRECT where the "
           "file system allows it), on or off (default auto)", "MODE" },
-        { "json", 0, 0, G_OPTION_ARG_NONE, &raw.json,
-          "Print one JSON object instead of a table", NULL },
         { NULL }
     };
-    bool ok;
 
-    ok = bench_parse_argv(argc, argv, entries,
-        "- block layer random-read micro-benchmark",
-        "4 KiB random reads at fixed queue depths through an IOThread that\n"
-        "owns a block node (null-co, or file with aio=native, io_uring or\n"
-        "threads on a temporary file), with poll-max-ns=0 and with the\n"
-        "adaptive poll window: latency percentiles, IOPS, CPU per I/O.", errp);
-    if (ok) {
-        opts->json = raw.json;
-        ok = convert_opts(&raw, opts, errp);
-    }
-    raw_opts_free(&raw);
-    return ok;
+    return bench_parse_command_line(argc, argv, &help, entries,
+        &opts->common, errp) &&
+        bench_parse_optional_int("--null-latency-ns", null_latency_ns, 0,
+                                 NULL_LATENCY_NS_MAX, &opts->null_latency_ns,
+                                 errp) &&
+        parse_file_size(file_size, opts, errp) &&
+        bench_parse_name_set("--engines", "engine", engines, engine_names,
+                             ENGINE_COUNT, opts->engines, errp) &&
+        parse_qds(qd, opts, errp) &&
+        parse_direct(direct, opts, errp);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1057,20 +983,15 @@ static bool parse_command_line(int argc, char **argv, BenchOpts *opts,
 int main(int argc, char **argv)
 {
     BenchOpts opts = {
-        .count = 20000,
-        .warmup = 1000,
-        .repeat = 1,
-        .poll_max_ns = AIO_POLL_MAX_NS_DEFAULT,
         .null_latency_ns = 0,
         .file_size = FILE_SIZE_DEFAULT,
-        .client_cpu = 0,
-        .server_cpu = 1,
         .direct = BENCH_DIRECT_AUTO,
     };
     Bench b = { .opts = &opts };
     Error *err = NULL;
     int status = EXIT_FAILURE;
 
+    bench_common_init(&opts.common, 20000);
     if (!parse_command_line(argc, argv, &opts, &err)) {
         return bench_fail("bench-block", err, BENCH_EXIT_USAGE);
     }
@@ -1086,7 +1007,7 @@ int main(int argc, char **argv)
         error_setg(&err, "no engine could run on this machine");
         goto out;
     }
-    if (opts.json) {
+    if (opts.common.json) {
         bench_block_print_json(&b);
     } else {
         bench_block_print_table(&b);

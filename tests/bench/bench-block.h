@@ -11,7 +11,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "bench-common.h"
 #include "bench-file.h"
+#include "bench-ring.h"
 
 #define BLOCK_SIZE 4096
 #define QD_MAX 256
@@ -35,32 +37,21 @@ typedef enum {
 } PollMode;
 
 typedef struct BenchOpts {
-    int64_t count;
-    int64_t warmup;
-    int64_t repeat;
-    int64_t poll_max_ns;       /* of the adaptive mode */
+    BenchCommonOpts common;    /* poll_max_ns: of the adaptive mode */
     int64_t null_latency_ns;
     int64_t file_size;
-    int client_cpu;
-    int server_cpu;
     bool engines[ENGINE_COUNT];
     int64_t qds[QD_LIST_MAX];
     int nqd;
     BenchDirectMode direct;
-    bool json;
 } BenchOpts;
 
 /* ------------------------------------------------------------------------ */
 /* Statistics of one run of one cell                                         */
 
+/* After bench-ring.h's latency and loop statistics. */
 typedef enum {
-    STAT_P50,
-    STAT_P99,
-    STAT_P999,
-    STAT_MEAN,
-    STAT_MIN,
-    STAT_MAX,
-    STAT_IOPS,
+    STAT_IOPS = BENCH_STAT_SHARED,
     STAT_CPU_PER_IO,         /* the IOThread */
     STAT_ALL_CPU_PER_IO,     /* every thread but the client */
     STAT_KICKS_PER_IO,
@@ -71,15 +62,7 @@ typedef enum {
     STAT_POLLED_FRACTION,
     STAT_SUBMISSIONS,
     STAT_RESUBMITS,
-    /* AioContext counters over the recorded requests. */
-    STAT_POLL_HITS,
-    STAT_POLL_MISSES,
-    STAT_WAKEUPS,
-    STAT_DISPATCHES,
-    STAT_BHS,
-    STAT_POLL_TIME,
-    STAT_BLOCK_TIME,
-    STAT_POLL_NS,            /* the context's window at the end */
+    STAT_BHS,                /* the loop's bottom halves */
     STAT_KICK_WINDOW,        /* the kick handler's window at the end */
     STAT_ELAPSED,
     STAT_COUNT,

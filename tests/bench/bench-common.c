@@ -20,6 +20,7 @@
 
 #include "util/cli-parse.h"
 #include "util/cpu-list.h"
+#include "util/poll-policy.h"
 #include "bench-common.h"
 
 bool bench_start_pinned_thread(pthread_t *thread, const char *name, int cpu,
@@ -251,15 +252,85 @@ bool bench_parse_name_set(const char *name, const char *noun,
     return true;
 }
 
-bool bench_parse_argv(int argc, char **argv, const GOptionEntry *entries,
-                      const char *parameter, const char *summary,
-                      Error **errp)
+void bench_common_init(BenchCommonOpts *o, int64_t count)
 {
-    g_autoptr(GOptionContext) ctx = g_option_context_new(parameter);
+    *o = (BenchCommonOpts) {
+        .count = count,
+        .warmup = 1000,
+        .repeat = 1,
+        .poll_max_ns = AIO_POLL_MAX_NS_DEFAULT,
+        .client_cpu = 0,
+        .server_cpu = 1,
+    };
+}
 
-    g_option_context_set_summary(ctx, summary);
+/* The common options, as GOption read them. */
+typedef struct BenchCommonRaw {
+    char *count;
+    char *warmup;
+    char *repeat;
+    char *cpus;
+    char *poll_max_ns;
+    gboolean json;
+} BenchCommonRaw;
+
+static bool bench_common_convert(const BenchCommonRaw *raw,
+                                 BenchCommonOpts *o, Error **errp)
+{
+    o->json = raw->json;
+    return bench_parse_optional_int("--count", raw->count, 1,
+                                    BENCH_COUNT_MAX, &o->count, errp) &&
+           bench_parse_optional_int("--warmup", raw->warmup, 0,
+                                    BENCH_COUNT_MAX, &o->warmup, errp) &&
+           bench_parse_optional_int("--repeat", raw->repeat, 1,
+                                    BENCH_REPEAT_MAX, &o->repeat, errp) &&
+           bench_parse_optional_int("--poll-max-ns", raw->poll_max_ns, 1,
+                                    INT64_MAX, &o->poll_max_ns, errp) &&
+           bench_parse_cpus(raw->cpus, &o->client_cpu, &o->server_cpu,
+                            errp);
+}
+
+bool bench_parse_command_line(int argc, char **argv,
+                              const BenchCommonHelp *help,
+                              const GOptionEntry *entries,
+                              BenchCommonOpts *common, Error **errp)
+{
+    BenchCommonRaw raw = { 0 };
+    g_autofree char *count = g_strdup_printf("Recorded %s per %s (default "
+        "%" PRId64 ")", help->items, help->unit, common->count);
+    g_autofree char *warmup = g_strdup_printf("Unrecorded warm-up %s per %s "
+        "(default %" PRId64 ")", help->items, help->unit, common->warmup);
+    g_autofree char *repeat = g_strdup_printf("Run the %ss R times "
+        "alternating, report medians (default 1)", help->unit);
+    g_autofree char *cpus = g_strdup_printf("Client and %s CPUs (default "
+        "0,1)", help->server);
+    g_autofree char *poll = g_strdup_printf("poll-max-ns of the %s (default "
+        "%d)", help->polled, AIO_POLL_MAX_NS_DEFAULT);
+    const GOptionEntry common_entries[] = {
+        { "count", 'n', 0, G_OPTION_ARG_STRING, &raw.count, count, "N" },
+        { "warmup", 0, 0, G_OPTION_ARG_STRING, &raw.warmup, warmup, "N" },
+        { "repeat", 0, 0, G_OPTION_ARG_STRING, &raw.repeat, repeat, "R" },
+        { "cpus", 0, 0, G_OPTION_ARG_STRING, &raw.cpus, cpus, "A,B" },
+        { "poll-max-ns", 0, 0, G_OPTION_ARG_STRING, &raw.poll_max_ns, poll,
+          "N" },
+        { "json", 0, 0, G_OPTION_ARG_NONE, &raw.json,
+          "Print one JSON object instead of a table", NULL },
+        { NULL }
+    };
+    g_autoptr(GOptionContext) ctx = g_option_context_new(help->parameter);
+    bool ok;
+
+    g_option_context_set_summary(ctx, help->summary);
+    g_option_context_add_main_entries(ctx, common_entries, NULL);
     g_option_context_add_main_entries(ctx, entries, NULL);
-    return cli_parse_argv(ctx, argc, argv, errp);
+    ok = cli_parse_argv(ctx, argc, argv, errp) &&
+         bench_common_convert(&raw, common, errp);
+    g_free(raw.count);
+    g_free(raw.warmup);
+    g_free(raw.repeat);
+    g_free(raw.cpus);
+    g_free(raw.poll_max_ns);
+    return ok;
 }
 
 int bench_fail(const char *prog, Error *err, int status)
@@ -302,13 +373,17 @@ void bench_json_add_int(JsonBuilder *b, const char *name, int64_t value)
     json_builder_add_int_value(b, value);
 }
 
-void bench_json_add_cpus(JsonBuilder *b, int client_cpu, int server_cpu)
+void bench_json_add_common(JsonBuilder *b, const BenchCommonOpts *o)
 {
+    bench_json_add_int(b, "count", o->count);
+    bench_json_add_int(b, "warmup", o->warmup);
+    bench_json_add_int(b, "repeat", o->repeat);
     json_builder_set_member_name(b, "cpus");
     json_builder_begin_array(b);
-    json_builder_add_int_value(b, client_cpu);
-    json_builder_add_int_value(b, server_cpu);
+    json_builder_add_int_value(b, o->client_cpu);
+    json_builder_add_int_value(b, o->server_cpu);
     json_builder_end_array(b);
+    bench_json_add_int(b, "poll_max_ns", o->poll_max_ns);
 }
 
 void bench_json_add_machine(JsonBuilder *b)

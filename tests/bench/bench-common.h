@@ -2,10 +2,12 @@
  * Helpers shared by the micro-benchmarks in tests/bench.
  *
  * Pinned threads, nearest-rank percentiles and medians, the machine
- * description printed in every report, the parsing of the options that
- * all benchmarks take (integers in a range, --cpus, lists of names, the
- * command line itself) and the pieces of their JSON reports.  Every function may be
- * called from any thread unless it says otherwise; none keeps state.
+ * description printed in every report, the options that all benchmarks
+ * take (BenchCommonOpts: --count, --warmup, --repeat, --cpus,
+ * --poll-max-ns, --json) and the parsing of the command line and of the
+ * values in it, the client's timed spin, and the pieces of the JSON
+ * reports.  Every function may be called from any thread unless it says
+ * otherwise; none keeps state.
  */
 #ifndef SPINDLE_TESTS_BENCH_COMMON_H
 #define SPINDLE_TESTS_BENCH_COMMON_H
@@ -114,13 +116,49 @@ bool bench_parse_name_set(const char *name, const char *noun,
                           const char *str, const char *const *names,
                           size_t n, bool *set, Error **errp);
 
+/* ------------------------------------------------------------------------ */
+/* The options every benchmark takes                                         */
+
 /*
- * The command line: GOption with entries, under summary, then no stray
- * argument (util/cli-parse.h).  --help prints the usage and exits.
+ * --count, --warmup, --repeat, --cpus, --poll-max-ns and --json, converted
+ * and checked.  Each benchmark's BenchOpts holds one as its member common.
  */
-bool bench_parse_argv(int argc, char **argv, const GOptionEntry *entries,
-                      const char *parameter, const char *summary,
-                      Error **errp);
+typedef struct BenchCommonOpts {
+    int64_t count;           /* recorded requests per run */
+    int64_t warmup;          /* unrecorded ones before them */
+    int64_t repeat;          /* runs of everything, alternating */
+    int64_t poll_max_ns;     /* of the configuration that polls */
+    int client_cpu;
+    int server_cpu;
+    bool json;
+} BenchCommonOpts;
+
+/* What a benchmark's --help says, and how it words the common options. */
+typedef struct BenchCommonHelp {
+    const char *parameter;   /* after the usage line: "- what it is" */
+    const char *summary;     /* a paragraph under it */
+    const char *items;       /* what is counted: "messages" */
+    const char *unit;        /* what runs and repeats: "mode" */
+    const char *server;      /* the thread that serves: "server" */
+    const char *polled;      /* the configuration that polls: "polled mode" */
+} BenchCommonHelp;
+
+/*
+ * The defaults: count recorded requests, 1000 warm-up ones, one repeat,
+ * CPUs 0 and 1, the default poll window, a table.
+ */
+void bench_common_init(BenchCommonOpts *o, int64_t count);
+
+/*
+ * Parse the command line: the common options into *common, the
+ * benchmark's own entries (NULL-terminated; they read strings that the
+ * caller converts afterwards), then no stray argument.  --help (worded by
+ * help) prints the usage and exits.  Main thread.
+ */
+bool bench_parse_command_line(int argc, char **argv,
+                              const BenchCommonHelp *help,
+                              const GOptionEntry *entries,
+                              BenchCommonOpts *common, Error **errp);
 
 /* Print "PROG: message" for err on stderr, free it, and return status. */
 int bench_fail(const char *prog, Error *err, int status);
@@ -138,8 +176,8 @@ void bench_json_add_stat(JsonBuilder *b, const char *name, bool is_integer,
 /* "name": value */
 void bench_json_add_int(JsonBuilder *b, const char *name, int64_t value);
 
-/* "cpus": [client, server] */
-void bench_json_add_cpus(JsonBuilder *b, int client_cpu, int server_cpu);
+/* "count", "warmup", "repeat", "cpus" ([client, server]), "poll_max_ns" */
+void bench_json_add_common(JsonBuilder *b, const BenchCommonOpts *o);
 
 /* "nproc" and "cpu_model": the machine, as every report gives it. */
 void bench_json_add_machine(JsonBuilder *b);

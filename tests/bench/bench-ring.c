@@ -216,21 +216,16 @@ double bench_sleeps_per(const BenchServerSample *a,
     return (b->sleeps - a->sleeps) / n;
 }
 
-void bench_loop_stats_delta(const AioPollStats *a, const AioPollStats *b,
-                            AioPollStats *out)
+void bench_loop_stats_store(const AioPollStats *a, const AioPollStats *b,
+                            double *v)
 {
-    out->turns = b->turns - a->turns;
-    out->poll_ns = b->poll_ns;
-    out->poll_hits = b->poll_hits - a->poll_hits;
-    out->poll_misses = b->poll_misses - a->poll_misses;
-    out->wakeups = b->wakeups - a->wakeups;
-    out->poll_time_ns = b->poll_time_ns - a->poll_time_ns;
-    out->block_time_ns = b->block_time_ns - a->block_time_ns;
-    out->grows = b->grows - a->grows;
-    out->shrinks = b->shrinks - a->shrinks;
-    out->dispatches = b->dispatches - a->dispatches;
-    out->bhs = b->bhs - a->bhs;
-    out->timers = b->timers - a->timers;
+    v[STAT_POLL_HITS] = b->poll_hits - a->poll_hits;
+    v[STAT_POLL_MISSES] = b->poll_misses - a->poll_misses;
+    v[STAT_WAKEUPS] = b->wakeups - a->wakeups;
+    v[STAT_DISPATCHES] = b->dispatches - a->dispatches;
+    v[STAT_POLL_TIME] = b->poll_time_ns - a->poll_time_ns;
+    v[STAT_BLOCK_TIME] = b->block_time_ns - a->block_time_ns;
+    v[STAT_POLL_NS] = b->poll_ns;
 }
 
 char *bench_loop_stats_string(const AioPollStats *st)
@@ -245,13 +240,13 @@ char *bench_loop_stats_string(const AioPollStats *st)
 /* ------------------------------------------------------------------------ */
 /* Latency statistics                                                        */
 
-void bench_latency_stats(uint64_t *samples, size_t n, BenchLatency *out)
+void bench_latency_stats(uint64_t *samples, size_t n, double *v)
 {
     bench_sort_u64(samples, n);
-    out->p50 = bench_percentile_sorted(samples, n, 500);
-    out->p99 = bench_percentile_sorted(samples, n, 990);
-    out->p999 = bench_percentile_sorted(samples, n, 999);
-    out->min = samples[0];
-    out->max = samples[n - 1];
-    out->mean = bench_mean_u64(samples, n);
+    v[STAT_P50] = bench_percentile_sorted(samples, n, 500);
+    v[STAT_P99] = bench_percentile_sorted(samples, n, 990);
+    v[STAT_P999] = bench_percentile_sorted(samples, n, 999);
+    v[STAT_MEAN] = bench_mean_u64(samples, n);
+    v[STAT_MIN] = samples[0];
+    v[STAT_MAX] = samples[n - 1];
 }

@@ -127,26 +127,48 @@ double bench_sleeps_per(const BenchServerSample *a,
                         const BenchServerSample *b, double n);
 
 /*
- * The loop counters of b minus those of a; poll_ns is b's (the window at
- * the end).
- */
-void bench_loop_stats_delta(const AioPollStats *a, const AioPollStats *b,
-                            AioPollStats *out);
-
-/*
  * "turns=N wakeups=N poll_hits=N poll_misses=N dispatches=N poll_ns=N":
  * a loop's state for a stall report.  Caller frees.
  */
 char *bench_loop_stats_string(const AioPollStats *st);
 
 /* ------------------------------------------------------------------------ */
-/* Latency statistics                                                        */
+/* The statistics every benchmark reports                                    */
 
-typedef struct BenchLatency {
-    double p50, p99, p999, mean, min, max;   /* ns */
-} BenchLatency;
+/*
+ * The first entries of every benchmark's array of statistics of a run (a
+ * RunStats): the latency of the recorded requests, in ns, and the server
+ * loop's counters over them.  A benchmark's own StatIds go on from
+ * BENCH_STAT_SHARED.
+ */
+enum {
+    STAT_P50,
+    STAT_P99,
+    STAT_P999,
+    STAT_MEAN,
+    STAT_MIN,
+    STAT_MAX,
+    STAT_POLL_HITS,
+    STAT_POLL_MISSES,
+    STAT_WAKEUPS,
+    STAT_DISPATCHES,
+    STAT_POLL_TIME,
+    STAT_BLOCK_TIME,
+    STAT_POLL_NS,            /* the context's window at the end */
+    BENCH_STAT_SHARED,
+};
 
-/* Sort samples[0..n) (n >= 1) and compute its nearest-rank statistics. */
-void bench_latency_stats(uint64_t *samples, size_t n, BenchLatency *out);
+/*
+ * Sort samples[0..n) (n >= 1) and store their nearest-rank statistics in
+ * v[STAT_P50] .. v[STAT_MAX].
+ */
+void bench_latency_stats(uint64_t *samples, size_t n, double *v);
+
+/*
+ * The loop counters of b minus those of a into v[STAT_POLL_HITS] ..
+ * v[STAT_POLL_NS] (poll_ns: b's, the window at the end).
+ */
+void bench_loop_stats_store(const AioPollStats *a, const AioPollStats *b,
+                            double *v);
 
 #endif
