@@ -115,6 +115,46 @@ static uint64_t *sorted_copy(const uint64_t *v, size_t n)
 }
 
 /*
+ * 100k samples drawn log-uniformly from 1 ns to 1 s (a fixed seed), a
+ * sorted copy for the exact answers, and their histogram: where the tests
+ * of a whole distribution start.  After changing v, wide_redo() makes
+ * sorted and h anew.
+ */
+typedef struct Wide {
+    size_t n;
+    uint64_t *v;
+    uint64_t *sorted;
+    LatHist *h;
+} Wide;
+
+static void wide_redo(Wide *w)
+{
+    g_free(w->sorted);
+    if (w->h) {
+        lat_hist_free(w->h);
+    }
+    w->sorted = sorted_copy(w->v, w->n);
+    w->h = hist_of(w->v, w->n);
+}
+
+static void wide_init(Wide *w)
+{
+    *w = (Wide) { .n = 100000 };
+    w->v = log_uniform_samples(w->n, 20240611);
+    wide_redo(w);
+    /* The draw does span 1 ns .. 1 s (else the tests would prove less). */
+    g_assert_cmpuint(w->sorted[0], <, 64);
+    g_assert_cmpuint(w->sorted[w->n - 1], >, 900000000);
+}
+
+static void wide_fini(Wide *w)
+{
+    lat_hist_free(w->h);
+    g_free(w->sorted);
+    g_free(w->v);
+}
+
+/*
  * Assert that every checked percentile of h is the exact one of sorted, or
  * above it by at most 1.6% (the histogram's promise), and never above max.
  */
@@ -217,9 +257,9 @@ static size_t distinct_buckets(const uint64_t *sorted, size_t n)
 /* ------------------------------------------------------------------------ */
 /* Histogram                                                                 */
 
-static void test_hist_empty(void)
+/* An empty histogram answers 0 to everything, and has no CDF. */
+static void assert_hist_empty(const LatHist *h)
 {
-    LatHist *h = lat_hist_new();
     double ns[4], frac[4];
 
     g_assert_cmpuint(lat_hist_count(h), ==, 0);
@@ -227,8 +267,16 @@ static void test_hist_empty(void)
     g_assert_cmpuint(lat_hist_max(h), ==, 0);
     g_assert_cmpfloat(lat_hist_mean(h), ==, 0.0);
     g_assert_cmpuint(lat_hist_percentile(h, 50), ==, 0);
+    g_assert_cmpuint(lat_hist_percentile(h, 99), ==, 0);
     g_assert_cmpuint(lat_hist_percentile(h, 100), ==, 0);
     g_assert_cmpuint(lat_hist_cdf(h, ns, frac, G_N_ELEMENTS(ns)), ==, 0);
+}
+
+static void test_hist_empty(void)
+{
+    LatHist *h = lat_hist_new();
+
+    assert_hist_empty(h);
     lat_hist_free(h);
 }
 
@@ -278,33 +326,24 @@ static void test_hist_exact_small(void)
 
 static void test_hist_percentile_random(void)
 {
-    const size_t n = 100000;
-    g_autofree uint64_t *v = log_uniform_samples(n, 20240611);
-    g_autofree uint64_t *sorted = sorted_copy(v, n);
-    LatHist *h = hist_of(v, n);
+    Wide w;
 
-    /* The draw does span 1 ns .. 1 s (else the test would prove less). */
-    g_assert_cmpuint(sorted[0], <, 64);
-    g_assert_cmpuint(sorted[n - 1], >, 900000000);
-
-    g_assert_cmpuint(lat_hist_count(h), ==, n);
-    g_assert_cmpuint(lat_hist_min(h), ==, sorted[0]);
-    g_assert_cmpuint(lat_hist_max(h), ==, sorted[n - 1]);
-    g_assert_cmpfloat(lat_hist_mean(h), ==, sum_of(v, n) / n);
-    assert_percentiles_close(h, sorted, n);
-    lat_hist_free(h);
+    wide_init(&w);
+    g_assert_cmpuint(lat_hist_count(w.h), ==, w.n);
+    g_assert_cmpuint(lat_hist_min(w.h), ==, w.sorted[0]);
+    g_assert_cmpuint(lat_hist_max(w.h), ==, w.sorted[w.n - 1]);
+    g_assert_cmpfloat(lat_hist_mean(w.h), ==, sum_of(w.v, w.n) / w.n);
+    assert_percentiles_close(w.h, w.sorted, w.n);
 
     /* The same from a narrow band well above 64 ns (1.0 us .. 1.1 us),
      * where several samples share each bucket. */
-    for (size_t i = 0; i < n; i++) {
-        v[i] = 1000 + v[i] % 100;
+    for (size_t i = 0; i < w.n; i++) {
+        w.v[i] = 1000 + w.v[i] % 100;
     }
-    g_free(sorted);
-    sorted = sorted_copy(v, n);
-    h = hist_of(v, n);
-    assert_percentiles_close(h, sorted, n);
-    g_assert_cmpfloat(lat_hist_mean(h), ==, sum_of(v, n) / n);
-    lat_hist_free(h);
+    wide_redo(&w);
+    assert_percentiles_close(w.h, w.sorted, w.n);
+    g_assert_cmpfloat(lat_hist_mean(w.h), ==, sum_of(w.v, w.n) / w.n);
+    wide_fini(&w);
 }
 
 /*
@@ -439,12 +478,7 @@ static void test_hist_reset(void)
     lat_hist_add(h, 5000);
     lat_hist_add(h, 7000000);
     lat_hist_reset(h);
-    g_assert_cmpuint(lat_hist_count(h), ==, 0);
-    g_assert_cmpuint(lat_hist_min(h), ==, 0);
-    g_assert_cmpuint(lat_hist_max(h), ==, 0);
-    g_assert_cmpfloat(lat_hist_mean(h), ==, 0.0);
-    g_assert_cmpuint(lat_hist_percentile(h, 99), ==, 0);
-    g_assert_cmpuint(lat_hist_cdf(h, ns, frac, G_N_ELEMENTS(ns)), ==, 0);
+    assert_hist_empty(h);
 
     /* Nothing of before survives: not the min, max, sum or buckets. */
     lat_hist_add(h, 4000);
@@ -503,58 +537,51 @@ static void test_hist_cdf_few_buckets(void)
 /* More non-empty buckets than points: points spread evenly in log(ns). */
 static void test_hist_cdf_many_buckets(void)
 {
-    const size_t n = 100000;
-    g_autofree uint64_t *v = log_uniform_samples(n, 20240611);
-    g_autofree uint64_t *sorted = sorted_copy(v, n);
-    LatHist *h = hist_of(v, n);
-    size_t buckets = distinct_buckets(sorted, n);
     double ns[50], frac[50];
-    size_t got;
+    size_t buckets, got;
+    Wide w;
 
+    wide_init(&w);
+    buckets = distinct_buckets(w.sorted, w.n);
     g_assert_cmpuint(buckets, >, 1000);
-    got = check_cdf(h, sorted, n, buckets - 1);
+    got = check_cdf(w.h, w.sorted, w.n, buckets - 1);
     g_assert_cmpuint(got, >, (buckets - 1) / 2);
-    check_cdf(h, sorted, n, 2);
-    g_assert_cmpuint(check_cdf(h, sorted, n, 1), ==, 1);
+    check_cdf(w.h, w.sorted, w.n, 2);
+    g_assert_cmpuint(check_cdf(w.h, w.sorted, w.n, 1), ==, 1);
 
     /*
      * 50 points over 1 ns .. 1 s: a step of 1e9^(1/49) (x1.53).  Integer
      * truncation near 1 ns may merge points, so allow some to be missing
      * and each step to be up to twice the ideal.
      */
-    got = check_cdf(h, sorted, n, 50);
+    got = check_cdf(w.h, w.sorted, w.n, 50);
     g_assert_cmpuint(got, >=, 40);
-    got = lat_hist_cdf(h, ns, frac, 50);
+    got = lat_hist_cdf(w.h, ns, frac, 50);
     for (size_t i = 1; i < got; i++) {
-        double step = pow((double)sorted[n - 1] / (double)sorted[0], 1 / 49.0);
+        double step = pow((double)w.sorted[w.n - 1] / (double)w.sorted[0],
+                          1 / 49.0);
 
         g_assert_cmpfloat(ns[i] / ns[i - 1], <=, 2 * step);
     }
-    lat_hist_free(h);
 
     /*
      * A min above 64 ns that is not a bucket's upper edge (1000 ns is in
      * 1000..1007): the first point, at the min, still has a fraction > 0.
      */
-    for (size_t i = 0; i < n; i++) {
-        v[i] = 1001 + v[i] % 1000000;
+    for (size_t i = 0; i < w.n; i++) {
+        w.v[i] = 1001 + w.v[i] % 1000000;
     }
-    v[0] = 1000;
-    g_free(sorted);
-    sorted = sorted_copy(v, n);
-    g_assert_cmpuint(sorted[0], ==, 1000);
-    h = hist_of(v, n);
-    check_cdf(h, sorted, n, 50);
-    check_cdf(h, sorted, n, 3);
-    lat_hist_free(h);
+    w.v[0] = 1000;
+    wide_redo(&w);
+    g_assert_cmpuint(w.sorted[0], ==, 1000);
+    check_cdf(w.h, w.sorted, w.n, 50);
+    check_cdf(w.h, w.sorted, w.n, 3);
 
     /* A min of 0. */
-    v[0] = 0;
-    g_free(sorted);
-    sorted = sorted_copy(v, n);
-    h = hist_of(v, n);
-    check_cdf(h, sorted, n, 50);
-    lat_hist_free(h);
+    w.v[0] = 0;
+    wide_redo(&w);
+    check_cdf(w.h, w.sorted, w.n, 50);
+    wide_fini(&w);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -584,6 +611,18 @@ static VerifyMismatch check_bad(const void *buf, uint64_t off, size_t len,
     g_assert_cmpuint(verify_check(buf, off, len, expected_gen, NULL), ==,
                      bad);
     return first;
+}
+
+/* m describes exactly this mismatch. */
+static void assert_mismatch(const VerifyMismatch *m, VerifyProblem problem,
+                            uint64_t offset, uint64_t found_sector,
+                            uint32_t found_gen, uint32_t expected_gen)
+{
+    g_assert_cmpint(m->problem, ==, problem);
+    g_assert_cmpuint(m->offset, ==, offset);
+    g_assert_cmpuint(m->found_sector, ==, found_sector);
+    g_assert_cmpuint(m->found_gen, ==, found_gen);
+    g_assert_cmpuint(m->expected_gen, ==, expected_gen);
 }
 
 static void test_verify_roundtrip(void)
@@ -708,11 +747,7 @@ static void test_verify_wrong_sector(void)
     VerifyMismatch m;
 
     m = check_bad(buf, b, len, 2, 4);
-    g_assert_cmpint(m.problem, ==, VERIFY_WRONG_SECTOR);
-    g_assert_cmpuint(m.offset, ==, b);
-    g_assert_cmpuint(m.found_sector, ==, a / SECTOR);
-    g_assert_cmpuint(m.found_gen, ==, 2);
-    g_assert_cmpuint(m.expected_gen, ==, 2);
+    assert_mismatch(&m, VERIFY_WRONG_SECTOR, b, a / SECTOR, 2, 2);
     m = check_bad(buf, b, len, 0, 4);
     g_assert_cmpint(m.problem, ==, VERIFY_WRONG_SECTOR);
 
@@ -738,11 +773,7 @@ static void test_verify_stale_generation(void)
     VerifyMismatch m;
 
     m = check_bad(buf, off, len, 4, 3);
-    g_assert_cmpint(m.problem, ==, VERIFY_WRONG_GENERATION);
-    g_assert_cmpuint(m.offset, ==, off);
-    g_assert_cmpuint(m.found_gen, ==, 3);
-    g_assert_cmpuint(m.expected_gen, ==, 4);
-    g_assert_cmpuint(m.found_sector, ==, off / SECTOR);
+    assert_mismatch(&m, VERIFY_WRONG_GENERATION, off, off / SECTOR, 3, 4);
 
     m = check_bad(buf, off, len, 2, 3);     /* newer is wrong too */
     g_assert_cmpint(m.problem, ==, VERIFY_WRONG_GENERATION);
@@ -757,11 +788,7 @@ static void test_verify_zero(void)
     VerifyMismatch m;
 
     m = check_bad(buf, off, sizeof(buf), 1, 4);
-    g_assert_cmpint(m.problem, ==, VERIFY_NO_HEADER);
-    g_assert_cmpuint(m.offset, ==, off);
-    g_assert_cmpuint(m.found_sector, ==, 0);
-    g_assert_cmpuint(m.found_gen, ==, 0);
-    g_assert_cmpuint(m.expected_gen, ==, 1);
+    assert_mismatch(&m, VERIFY_NO_HEADER, off, 0, 0, 1);
     check_bad(buf, off, sizeof(buf), 0, 0);
 }
 
