@@ -159,17 +159,21 @@ static bool mode_uses_iothread(BenchMode mode)
 
 typedef struct PingPong {
     /* Written by the client. */
-    _Alignas(CACHELINE) _Atomic uint64_t req;
+    _Alignas(CACHELINE) _Atomic uint32_t req;
     /* Written by the server. */
-    _Alignas(CACHELINE) _Atomic uint64_t resp;
+    _Alignas(CACHELINE) _Atomic uint32_t resp;
     /* no_notify (written by the server's poll hooks) and the eventfd. */
     BenchKick kick;
     /* Written by main to stop the cache-line echo thread. */
     _Alignas(CACHELINE) _Atomic bool stop;
     /* Server-private. */
-    _Alignas(CACHELINE) uint64_t last_seen;
+    _Alignas(CACHELINE) uint32_t last_seen;
     _Atomic pid_t echo_tid;      /* the cache-line echo thread, once started */
 } PingPong;
+
+/* The sequence numbers of a run (warm-up and recorded messages) fit req's
+ * 32 bits, as a ring's index does: they never wrap. */
+G_STATIC_ASSERT(2 * (uint64_t)BENCH_COUNT_MAX < UINT32_MAX);
 
 static PingPong *pingpong_new(void)
 {
@@ -190,22 +194,12 @@ static void pingpong_free(PingPong *pp)
 /* ------------------------------------------------------------------------ */
 /* Server: the kick handler in an IOThread (see bench-ring.h)                */
 
-/* Is there a request not echoed yet?  IOThread (io_poll). */
-static bool server_has_work(void *opaque)
-{
-    PingPong *pp = opaque;
-
-    /* Pairs with the client's release store of req. */
-    return atomic_load_explicit(&pp->req, memory_order_acquire) !=
-           pp->last_seen;
-}
-
 /* Echo the newest request, if there is one.  IOThread. */
 static void server_process(void *opaque)
 {
     PingPong *pp = opaque;
     /* Pairs with the client's release store of req. */
-    uint64_t r = atomic_load_explicit(&pp->req, memory_order_acquire);
+    uint32_t r = atomic_load_explicit(&pp->req, memory_order_acquire);
 
     if (r == pp->last_seen) {
         return;
@@ -215,8 +209,8 @@ static void server_process(void *opaque)
     atomic_store_explicit(&pp->resp, r, memory_order_release);
 }
 
+/* The kick channel's io_poll sees req move past last_seen. */
 static const BenchKickOps server_kick_ops = {
-    .has_work = server_has_work,
     .process = server_process,
 };
 
@@ -226,12 +220,12 @@ static const BenchKickOps server_kick_ops = {
 static void *echo_thread_fn(void *opaque)
 {
     PingPong *pp = opaque;
-    uint64_t last = 0;
+    uint32_t last = 0;
 
     atomic_store(&pp->echo_tid, gettid());
     while (!atomic_load_explicit(&pp->stop, memory_order_relaxed)) {
         /* Pairs with the client's release store of req. */
-        uint64_t r = atomic_load_explicit(&pp->req, memory_order_acquire);
+        uint32_t r = atomic_load_explicit(&pp->req, memory_order_acquire);
 
         if (r != last) {
             last = r;
@@ -262,7 +256,7 @@ typedef struct ClientRun {
 
 /* No answer within BENCH_RESPONSE_TIMEOUT_NS: say what we saw, give up. */
 static void G_GNUC_NORETURN client_report_stall(const ClientRun *run,
-                                                uint64_t seq)
+                                                uint32_t seq)
 {
     g_autofree char *loop = NULL;
     AioPollStats st;
@@ -270,8 +264,8 @@ static void G_GNUC_NORETURN client_report_stall(const ClientRun *run,
     bench_probe_loop_stats(run->probe, &st);
     loop = bench_loop_stats_string(&st);
     fprintf(stderr,
-            "bench-aio: %s: no response to message %" PRIu64 " after %lld s "
-            "(req=%" PRIu64 " resp=%" PRIu64 " no_notify=%d); "
+            "bench-aio: %s: no response to message %" PRIu32 " after %lld s "
+            "(req=%" PRIu32 " resp=%" PRIu32 " no_notify=%d); "
             "server loop: %s: lost wakeup or stuck loop?\n",
             mode_names[run->mode], seq,
             BENCH_RESPONSE_TIMEOUT_NS / 1000000000LL,
@@ -283,7 +277,7 @@ static void G_GNUC_NORETURN client_report_stall(const ClientRun *run,
 }
 
 /* Publish request seq and kick the server if it is not polling. */
-static bool client_send(PingPong *pp, uint64_t seq, bool use_kick)
+static bool client_send(PingPong *pp, uint32_t seq, bool use_kick)
 {
     /* Pairs with the server's acquire load of req. */
     atomic_store_explicit(&pp->req, seq, memory_order_release);
@@ -291,7 +285,7 @@ static bool client_send(PingPong *pp, uint64_t seq, bool use_kick)
 }
 
 /* Spin until the server has echoed seq. */
-static void client_wait(const ClientRun *run, uint64_t seq, int64_t t0)
+static void client_wait(const ClientRun *run, uint32_t seq, int64_t t0)
 {
     unsigned spins = 0;
 
@@ -316,7 +310,7 @@ static void client_idle_until(int64_t until)
  * then stays quiet for that long (not counted), like a guest that does
  * something else before its next request.
  */
-static uint64_t client_round_trip(ClientRun *run, uint64_t seq, bool *kicked)
+static uint64_t client_round_trip(ClientRun *run, uint32_t seq, bool *kicked)
 {
     int64_t t0 = clock_now_ns();
     int64_t t1;
@@ -333,7 +327,7 @@ static uint64_t client_round_trip(ClientRun *run, uint64_t seq, bool *kicked)
 static void *client_thread_fn(void *opaque)
 {
     ClientRun *run = opaque;
-    uint64_t seq = 0;
+    uint32_t seq = 0;
     int64_t i;
     bool kicked;
 
@@ -419,7 +413,8 @@ static bool run_iothread_mode(BenchMode mode, const BenchOpts *opts,
     BenchServerProbe probe = { 0 };
     bool ok = false;
 
-    if (!bench_kick_init(&pp->kick, &server_kick_ops, pp, errp)) {
+    if (!bench_kick_init(&pp->kick, &pp->req, &pp->last_seen,
+                         &server_kick_ops, pp, errp)) {
         goto out_free;
     }
     probe.iot = create_server_iothread(mode, opts, errp);

@@ -242,16 +242,6 @@ static void server_submit(BenchRing *r, uint16_t id)
     block_node_submit(r->node, &s->req);
 }
 
-/* Has the client posted a slot not submitted yet?  IOThread (io_poll). */
-static bool server_has_work(void *opaque)
-{
-    BenchRing *r = opaque;
-
-    /* Pairs with the client's release store of avail_idx. */
-    return atomic_load_explicit(&r->avail_idx, memory_order_acquire) !=
-           r->last_avail;
-}
-
 /* Submit every slot posted since the last look.  IOThread. */
 static void server_process(void *opaque)
 {
@@ -269,8 +259,8 @@ static void server_process(void *opaque)
     }
 }
 
+/* The kick channel's io_poll sees avail_idx move past last_avail. */
 static const BenchKickOps server_kick_ops = {
-    .has_work = server_has_work,
     .process = server_process,
 };
 
@@ -654,7 +644,8 @@ static bool run_cell(Cell *cell, const BenchOpts *opts,
         goto out_iothread;
     }
     r = ring_new(cell->qd, node);
-    if (!bench_kick_init(&r->kick, &server_kick_ops, r, errp)) {
+    if (!bench_kick_init(&r->kick, &r->avail_idx, &r->last_avail,
+                         &server_kick_ops, r, errp)) {
         goto out_ring;
     }
     bench_kick_attach(&r->kick, ctx);

@@ -6,9 +6,10 @@
  * no_notify, io_poll_end clears it, and the loop then issues a full barrier
  * and calls io_poll once more.  That is a Dekker pair: either the client
  * sees 0 and kicks, or the loop's last poll sees the new index, so no kick
- * is lost.  The handler itself knows nothing of the ring's layout: it asks
- * the benchmark's BenchKickOps whether work is visible (io_poll) and to
- * take it (after a kick, or when io_poll said yes).
+ * is lost.  The handler knows nothing of the ring's layout but its two
+ * indexes: io_poll compares the client's published index with how far the
+ * server has taken it, and the benchmark's BenchKickOps takes the work
+ * (after a kick, or when io_poll said yes).
  *
  * The sampling helpers read a server thread's CPU clock, its voluntary
  * context switches (from /proc: how often it really went to sleep) and its
@@ -42,11 +43,14 @@ static BenchKick *kick_from_notifier(EventNotifier *e)
     return (BenchKick *)((char *)e - offsetof(BenchKick, notifier));
 }
 
+/* Is there published work not taken yet?  No side effects. */
 static bool kick_io_poll(EventNotifier *e)
 {
     BenchKick *k = kick_from_notifier(e);
 
-    return k->ops->has_work(k->opaque);
+    /* Pairs with the client's release store of its index. */
+    return atomic_load_explicit(k->published, memory_order_acquire) !=
+           *k->taken;
 }
 
 static void kick_io_read(EventNotifier *e)
@@ -110,13 +114,16 @@ static void kick_detach_in_iothread(void *opaque)
     aio_set_event_notifier(k->ctx, &k->notifier, NULL, NULL, NULL);
 }
 
-bool bench_kick_init(BenchKick *k, const BenchKickOps *ops, void *opaque,
-                     Error **errp)
+bool bench_kick_init(BenchKick *k, const _Atomic uint32_t *published,
+                     const uint32_t *taken, const BenchKickOps *ops,
+                     void *opaque, Error **errp)
 {
     int ret;
 
     atomic_init(&k->no_notify, 0);
     k->ctx = NULL;
+    k->published = published;
+    k->taken = taken;
     k->ops = ops;
     k->opaque = opaque;
     ret = event_notifier_init(&k->notifier, false);

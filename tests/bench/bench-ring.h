@@ -6,7 +6,8 @@
  * a full fence and, unless the server is busy-polling, a write to the kick
  * eventfd.  The server is a handler in an IOThread registered by
  * bench_kick_attach(): the eventfd's read handler, an io_poll callback that
- * asks the benchmark whether new work is visible, and io_poll_begin/end
+ * sees whether the client's published index moved past what the server
+ * took, and io_poll_begin/end
  * hooks that set and clear no_notify (VRING_USED_F_NO_NOTIFY).
  *
  * Also here: zeroed cache-line-aligned allocation for the shared layouts,
@@ -30,13 +31,12 @@
 #include "bench-common.h"
 
 /*
- * What the kick handler does with the benchmark's ring.  Both run in the
+ * What the kick handler does with the benchmark's ring.  Runs in the
  * IOThread with the opaque given to bench_kick_init().
  */
 typedef struct BenchKickOps {
-    /* io_poll: is there published work not taken yet?  No side effects. */
-    bool (*has_work)(void *opaque);
-    /* Take every piece of work published so far. */
+    /* Take every piece of work published so far (after a kick, or when
+     * io_poll saw the index move). */
     void (*process)(void *opaque);
 } BenchKickOps;
 
@@ -46,6 +46,11 @@ typedef struct BenchKick {
     /* Set up by main; read-only while the handler is attached. */
     _Alignas(BENCH_CACHELINE) EventNotifier notifier;
     AioContext *ctx;         /* while attached */
+    /* The index the client publishes (release) and how far the server
+     * has taken it (server-private): io_poll sees work while they
+     * differ. */
+    const _Atomic uint32_t *published;
+    const uint32_t *taken;
     const BenchKickOps *ops;
     void *opaque;
 } BenchKick;
@@ -57,12 +62,13 @@ typedef struct BenchKick {
 void *bench_alloc_aligned(size_t align, size_t size);
 
 /*
- * Create k's eventfd and remember ops and opaque.  Main thread.  Returns
- * false with errp set if the eventfd cannot be created; k needs no cleanup
- * then.
+ * Create k's eventfd and remember the ring's published and taken indexes,
+ * ops and opaque.  Main thread.  Returns false with errp set if the
+ * eventfd cannot be created; k needs no cleanup then.
  */
-bool bench_kick_init(BenchKick *k, const BenchKickOps *ops, void *opaque,
-                     Error **errp);
+bool bench_kick_init(BenchKick *k, const _Atomic uint32_t *published,
+                     const uint32_t *taken, const BenchKickOps *ops,
+                     void *opaque, Error **errp);
 
 /* Close k's eventfd.  Main thread; k must be detached. */
 void bench_kick_cleanup(BenchKick *k);
