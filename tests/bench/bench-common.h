@@ -116,6 +116,14 @@ bool bench_parse_name_set(const char *name, const char *noun,
                           const char *str, const char *const *names,
                           size_t n, bool *set, Error **errp);
 
+/*
+ * Parse the --cpus value "CLIENT,SERVER" (NULL means "0,1"), a CPU list
+ * (util/cpu-list.h) of two different CPUs that this process may run on.
+ * Errors name --cpus.
+ */
+bool bench_parse_cpus(const char *str, int *client_cpu, int *server_cpu,
+                      Error **errp);
+
 /* ------------------------------------------------------------------------ */
 /* The options every benchmark takes                                         */
 
@@ -181,13 +189,5 @@ void bench_json_add_common(JsonBuilder *b, const BenchCommonOpts *o);
 
 /* "nproc" and "cpu_model": the machine, as every report gives it. */
 void bench_json_add_machine(JsonBuilder *b);
-
-/*
- * Parse the --cpus value "CLIENT,SERVER" (NULL means "0,1"), a CPU list
- * (util/cpu-list.h) of two different CPUs that this process may run on.
- * Errors name --cpus.
- */
-bool bench_parse_cpus(const char *str, int *client_cpu, int *server_cpu,
-                      Error **errp);
 
 #endif
