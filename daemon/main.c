@@ -36,7 +36,7 @@
  * SIGUSR1 (and the shutdown) prints one line of loop statistics per
  * IOThread on stderr.
  *
- * The nodes --blockdev creates are the user's (daemon/blockdev.c): QMP
+ * The nodes --blockdev creates are the user's (export/blockdev.c): QMP
  * blockdev-add and blockdev-del add to and take from the same list.
  *
  * --chardev only records a socket's options; each --monitor starts a QMP
@@ -73,8 +73,8 @@
 #include <json-glib/json-glib.h>
 
 #include "block/block.h"
-#include "daemon/blockdev.h"
-#include "daemon/export.h"
+#include "export/blockdev.h"
+#include "export/export.h"
 #include "monitor/qmp.h"
 #include "util/aio.h"
 #include "util/error.h"

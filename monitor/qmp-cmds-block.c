@@ -60,8 +60,8 @@
 #include <json-glib/json-glib.h>
 
 #include "block/block.h"
-#include "daemon/blockdev.h"
-#include "daemon/export.h"
+#include "export/blockdev.h"
+#include "export/export.h"
 #include "monitor/qmp-int.h"
 #include "monitor/qmp.h"
 #include "util/iothread.h"

@@ -42,7 +42,7 @@
 #include <glib.h>
 #include <json-glib/json-glib.h>
 
-#include "daemon/export.h"
+#include "export/export.h"
 #include "monitor/qmp-int.h"
 #include "monitor/qmp.h"
 #include "util/opts.h"

@@ -35,7 +35,7 @@
 #include <json-glib/json-glib.h>
 
 #include "block/block.h"
-#include "daemon/export.h"
+#include "export/export.h"
 #include "monitor/qmp-int.h"
 #include "monitor/qmp.h"
 #include "util/iothread.h"

@@ -15,8 +15,8 @@
  */
 #include <glib.h>
 
-#include "daemon/blockdev.h"
-#include "daemon/export.h"
+#include "export/blockdev.h"
+#include "export/export.h"
 
 static GPtrArray *blockdev_nodes;   /* BlockNode *, one reference each */
 static AioContext *blockdev_ctx;    /* the main loop's, from the first add */

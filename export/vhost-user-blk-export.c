@@ -11,11 +11,11 @@
  *   logical-block-size=N            512..64k, a power of two, default 512
  *   serial=S                        GET_ID's answer, at most 20 bytes
  * and checks what can be checked without side effects (an inherited fd must
- * be an open, listening UNIX stream socket: vhost-user-addr.c).  start() creates the VirtioBlk
- * over the export's node and a VuServer whose queues run in the export's
- * contexts (exp->ctxs, queue i in ctxs[i % nctx]); the server listens on a duplicate of an
- * inherited fd, so the original is closed once it runs.  free() frees the
- * server first -- it
+ * be an open, listening UNIX stream socket: vhost-user-export.c).
+ * start() creates the VirtioBlk over the export's node and a VuServer whose
+ * queues run in the export's contexts (exp->ctxs, queue i in
+ * ctxs[i % nctx]); the server listens on a duplicate of an inherited fd, so
+ * the original is closed once it runs.  free() frees the server first -- it
  * drains the queues, disconnects the front-end and removes the socket file
  * it created -- and then the device.
  *
@@ -31,7 +31,7 @@
 #include <stddef.h>
 #include <glib.h>
 
-#include "daemon/export-int.h"
+#include "export/export-int.h"
 #include "hw/virtio/virtio-blk.h"
 #include "hw/virtio/virtqueue.h"
 #include "util/cutils.h"

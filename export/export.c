@@ -57,7 +57,7 @@
 #include <glib.h>
 #include <json-glib/json-glib.h>
 
-#include "daemon/export-int.h"
+#include "export/export-int.h"
 #include "util/iothread.h"
 
 static const ExportDriver *const export_drivers[] = {

@@ -1,6 +1,7 @@
 /*
- * What the vhost-user export types (vhost-user-blk, vhost-user-scsi) share:
- * their address and the server on it.
+ * The vhost-user export base: what the vhost-user export types
+ * (vhost-user-blk, vhost-user-scsi) share, their address and the server on
+ * it.
  *
  * The address is qemu-storage-daemon's SocketAddress restricted to what
  * vhost-user can use: addr.type=unix,addr.path=PATH (a socket the server
@@ -18,7 +19,7 @@
 #include <unistd.h>
 #include <glib.h>
 
-#include "daemon/export-int.h"
+#include "export/export-int.h"
 #include "util/cutils.h"
 
 /* An inherited fd must be an open, listening UNIX stream socket. */

@@ -1,13 +1,13 @@
 /*
  * Export internals: the export types' interface.  Included only by the
- * files in daemon/ that implement exports.
+ * files in export/ that implement exports.
  */
-#ifndef SPINDLE_DAEMON_EXPORT_INT_H
-#define SPINDLE_DAEMON_EXPORT_INT_H
+#ifndef SPINDLE_EXPORT_EXPORT_INT_H
+#define SPINDLE_EXPORT_EXPORT_INT_H
 
 #include <stdbool.h>
 #include "block/block.h"
-#include "daemon/export.h"
+#include "export/export.h"
 #include "hw/virtio/vhost-user-server.h"
 #include "hw/virtio/virtqueue.h"
 #include "util/iothread.h"
@@ -142,7 +142,7 @@ void export_unbind_node(Export *exp, BlockNode *bs);
 /*
  * What every vhost-user export type's state starts with (its first
  * member): the address it listens on and, once started, its server.
- * vhost-user-addr.c has the functions below.  Main thread.
+ * vhost-user-export.c has the functions below.  Main thread.
  */
 typedef struct VhostUserExport {
     char *path;                  /* addr.type=unix */

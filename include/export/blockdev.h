@@ -4,8 +4,8 @@
  * opened inline as children of these are not in the list (they live as
  * long as their parent).  Main thread.
  */
-#ifndef SPINDLE_DAEMON_BLOCKDEV_H
-#define SPINDLE_DAEMON_BLOCKDEV_H
+#ifndef SPINDLE_EXPORT_BLOCKDEV_H
+#define SPINDLE_EXPORT_BLOCKDEV_H
 
 #include <stdbool.h>
 #include "block/block.h"

@@ -59,7 +59,7 @@
 #include <string.h>
 #include <glib.h>
 
-#include "daemon/export-int.h"
+#include "export/export-int.h"
 #include "hw/scsi/scsi-disk.h"
 #include "hw/virtio/virtio-scsi.h"
 #include "hw/virtio/virtqueue.h"

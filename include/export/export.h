@@ -3,8 +3,8 @@
  * options (qemu-storage-daemon syntax, key=value or JSON), kept in a
  * registry by id.  Main thread.
  */
-#ifndef SPINDLE_DAEMON_EXPORT_H
-#define SPINDLE_DAEMON_EXPORT_H
+#ifndef SPINDLE_EXPORT_EXPORT_H
+#define SPINDLE_EXPORT_EXPORT_H
 
 #include <stdbool.h>
 #include <stdint.h>
