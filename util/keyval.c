@@ -7,13 +7,22 @@
 #include <string.h>
 #include "util/keyval.h"
 
-static void keyval_pair_free(gpointer p)
+void keyval_pair_free(gpointer p)
 {
     KeyvalPair *kv = p;
 
     g_free(kv->key);
     g_free(kv->value);
     g_free(kv);
+}
+
+void keyval_append(GPtrArray *opts, const char *key, char *value)
+{
+    KeyvalPair *kv = g_new(KeyvalPair, 1);
+
+    kv->key = g_strdup(key);
+    kv->value = value;
+    g_ptr_array_add(opts, kv);
 }
 
 /* Copy the next element of *pos into a new string, undoubling ",,". */

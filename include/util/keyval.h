@@ -27,4 +27,12 @@ GPtrArray *keyval_parse(const char *str, const char *implied_key, Error **errp);
 /* The value of key, or NULL.  Borrowed from opts. */
 const char *keyval_lookup(GPtrArray *opts, const char *key);
 
+/*
+ * For a list built by hand: the free function of its elements (make it
+ * with g_ptr_array_new_with_free_func(keyval_pair_free)), and appending
+ * key (copied) = value (taken: a g_malloc'd string the list frees).
+ */
+void keyval_pair_free(gpointer p);
+void keyval_append(GPtrArray *opts, const char *key, char *value);
+
 #endif
