@@ -79,7 +79,6 @@
 #include "util/aio.h"
 #include "util/error.h"
 #include "util/iothread.h"
-#include "util/keyval.h"
 #include "util/opts.h"
 
 enum {
@@ -200,27 +199,6 @@ static void daemon_print_version(void)
     printf("spindle %s\n", SPINDLE_VERSION);
 }
 
-static void daemon_print_object_help(const char *arg)
-{
-    if (!strcmp(arg, "help")) {
-        printf("Available object types:\n  iothread\n");
-        return;
-    }
-    printf(
-"iothread options:\n"
-"  id=<identifier>        required\n"
-"  poll-max-ns=<int>      longest busy-poll window, ns (default 32768; 0: off)\n"
-"  poll-grow=<int>        qemu-*: window growth factor (default 0: double)\n"
-"  poll-shrink=<int>      qemu-*: shrink divisor (default 0: qemu-classic\n"
-"                         drops to 0, qemu-weighted halves)\n"
-"  poll-weight=<int>      qemu-weighted: averaging shift 0-63 (0: 3)\n"
-"  aio-max-batch=<int>    requests submitted at once (default 0: engine's)\n"
-"  cpu-affinity=<cpus>    CPUs the thread may run on, e.g. 2-3:6\n"
-"  poll-policy=<name>     predictive (default), fixed (spin poll-max-ns\n"
-"                         every turn), qemu-classic (\"adaptive\"),\n"
-"                         qemu-weighted (docs/iothreads.md)\n");
-}
-
 /* ------------------------------------------------------------------------ */
 /* First pass: collect the options                                           */
 
@@ -258,12 +236,6 @@ static G_NORETURN void daemon_usage_error(const char *fmt, ...)
     exit(1);
 }
 
-static bool daemon_is_object_help(const char *arg)
-{
-    return !strcmp(arg, "help") || !strcmp(arg, "iothread,help") ||
-           !strcmp(arg, "qom-type=iothread,help");
-}
-
 /*
  * Collect the options that act when they are processed, in order, into
  * out; set the flags; handle --help and friends.  Exits on a usage error.
@@ -271,6 +243,7 @@ static bool daemon_is_object_help(const char *arg)
 static void daemon_collect_options(int argc, char **argv, Daemon *d,
                                    GArray *out)
 {
+    g_autofree char *help = NULL;
     int opt;
 
     opterr = 0;
@@ -301,8 +274,9 @@ static void daemon_collect_options(int argc, char **argv, Daemon *d,
             d->daemonize = true;
             break;
         case OPT_OBJECT:
-            if (daemon_is_object_help(optarg)) {
-                daemon_print_object_help(optarg);
+            help = iothread_option_help(optarg);
+            if (help) {
+                fputs(help, stdout);
                 exit(0);
             }
             /* fall through */
@@ -335,122 +309,10 @@ static void daemon_collect_options(int argc, char **argv, Daemon *d,
 /* ------------------------------------------------------------------------ */
 /* --object                                                                  */
 
-static void keyval_pair_free(gpointer p)
-{
-    KeyvalPair *kv = p;
-
-    g_free(kv->key);
-    g_free(kv->value);
-    g_free(kv);
-}
-
-/* A JSON member's value as the string a key=value option would give. */
-static char *daemon_json_scalar(const char *name, JsonNode *node,
-                                Error **errp)
-{
-    if (JSON_NODE_HOLDS_VALUE(node)) {
-        GType t = json_node_get_value_type(node);
-
-        if (t == G_TYPE_STRING) {
-            return g_strdup(json_node_get_string(node));
-        }
-        if (t == G_TYPE_INT64) {
-            return g_strdup_printf("%" PRId64, json_node_get_int(node));
-        }
-        if (t == G_TYPE_BOOLEAN) {
-            return g_strdup(json_node_get_boolean(node) ? "on" : "off");
-        }
-    }
-    error_setg(errp, "Parameter '%s' expects a string, an integer or a "
-               "boolean", name);
-    return NULL;
-}
-
-/* --object '{"qom-type": "iothread", "id": "iot0", ...}' */
-static bool daemon_object_json(const char *arg, Error **errp)
-{
-    g_autoptr(Opts) check = opts_parse_json(arg, errp);
-    g_autoptr(JsonParser) parser = NULL;
-    g_autoptr(GPtrArray) props = NULL;
-    g_autofree char *type = NULL;
-    g_autofree char *id = NULL;
-    JsonObjectIter iter;
-    const char *name;
-    JsonNode *node;
-
-    if (!check) {
-        return false;
-    }
-    parser = json_parser_new();
-    if (!json_parser_load_from_data(parser, arg, -1, NULL)) {
-        error_setg(errp, "Invalid JSON");
-        return false;
-    }
-    props = g_ptr_array_new_with_free_func(keyval_pair_free);
-    json_object_iter_init_ordered(&iter,
-                                  json_node_get_object(
-                                      json_parser_get_root(parser)));
-    while (json_object_iter_next_ordered(&iter, &name, &node)) {
-        char *value = daemon_json_scalar(name, node, errp);
-        KeyvalPair *kv;
-
-        if (!value) {
-            return false;
-        }
-        if (!strcmp(name, "qom-type")) {
-            g_free(type);
-            type = value;
-        } else if (!strcmp(name, "id")) {
-            g_free(id);
-            id = value;
-        } else {
-            kv = g_new(KeyvalPair, 1);
-            kv->key = g_strdup(name);
-            kv->value = value;
-            g_ptr_array_add(props, kv);
-        }
-    }
-    if (!type) {
-        error_setg(errp, "Parameter 'qom-type' is missing (the object type: "
-                   "iothread)");
-        return false;
-    }
-    if (strcmp(type, "iothread")) {
-        error_setg(errp, "Object type '%s' is not supported (Spindle has: "
-                   "iothread)", type);
-        return false;
-    }
-    return iothread_create(id, props, errp) != NULL;
-}
-
+/* iothread,id=ID,... or its JSON form (util/iothread.c reads both). */
 static bool daemon_add_object(Daemon *d, const char *arg, Error **errp)
 {
-    g_autoptr(GPtrArray) kv = NULL;
-    const char *type;
-    const char *p = arg;
-
-    while (g_ascii_isspace(*p)) {
-        p++;
-    }
-    if (*p == '{') {
-        return daemon_object_json(arg, errp);
-    }
-    kv = keyval_parse(arg, "qom-type", errp);
-    if (!kv) {
-        return false;
-    }
-    type = keyval_lookup(kv, "qom-type");
-    if (!type) {
-        error_setg(errp, "Parameter 'qom-type' is missing: the option "
-                   "starts with the object type (iothread,id=...)");
-        return false;
-    }
-    if (strcmp(type, "iothread")) {
-        error_setg(errp, "Object type '%s' is not supported (Spindle has: "
-                   "iothread)", type);
-        return false;
-    }
-    return iothread_create_from_string(arg, errp) != NULL;
+    return iothread_create_from_option(arg, errp) != NULL;
 }
 
 /* ------------------------------------------------------------------------ */

@@ -16,13 +16,16 @@
  *                    export or a block node still runs in the thread;
  *   qom-set/qom-get  {"path": "/objects/ID" or "ID", "property": NAME
  *                    [, "value": V]} -> iothread_set_property_int() /
- *                    iothread_set_property() / iothread_get_property().
+ *                    iothread_set_property() / iothread_get_property_int()
+ *                    / iothread_get_property().
  *                    The running thread picks a change up at its next loop
  *                    turn (iothread.c);
  *   query-iothreads  QEMU's IOThreadInfo members, plus "spindle-poll": the
  *                    context's poll statistics (aio_context_get_stats()),
  *                    the thread's CPU time and its poll policy.
  *
+ * The properties, their types (JSON integer or string) and which are
+ * read-only come from util/iothread.c's table, iothread_properties[].
  * Every handler rejects members it does not know (qmp_args_check()).
  *
  * Threads: main thread only (QMP handlers run there).
@@ -41,82 +44,40 @@
 #include "util/iothread.h"
 #include "util/keyval.h"
 
-/* The only --object type Spindle has. */
-#define IOTHREAD_TYPE "iothread"
-
 /* Where QEMU puts user-created objects in the QOM tree. */
 #define QOM_OBJECTS_PREFIX "/objects/"
-
-/* The IOThread properties, by the JSON type QMP gives them. */
-#define iothread_int_props iothread_int_property_names
-#define iothread_str_props iothread_str_property_names
-
-/* Read-only properties qom-get also answers. */
-#define IOTHREAD_PROP_THREAD_ID "thread-id"
-
-static bool prop_is_int(const char *name)
-{
-    return g_strv_contains(iothread_int_props, name);
-}
-
-static bool prop_is_str(const char *name)
-{
-    return g_strv_contains(iothread_str_props, name);
-}
 
 /* ------------------------------------------------------------------------ */
 /* object-add / object-del                                                   */
 
-static void keyval_pair_free(gpointer p)
-{
-    KeyvalPair *kv = p;
-
-    g_free(kv->key);
-    g_free(kv->value);
-    g_free(kv);
-}
-
-static void props_add(GPtrArray *props, const char *key, char *value)
-{
-    KeyvalPair *kv = g_new(KeyvalPair, 1);
-
-    kv->key = g_strdup(key);
-    kv->value = value;          /* taken */
-    g_ptr_array_add(props, kv);
-}
-
 /*
  * The properties of an object-add as the key=value list iothread_create()
- * takes, type-checked the QMP way.  NULL with errp set on a bad member.
+ * takes, type-checked the QMP way (util/iothread.c's table gives each
+ * property's type).  NULL with errp set on a bad member.
  */
 static GPtrArray *object_add_props(JsonObject *args, Error **errp)
 {
     g_autoptr(GPtrArray) props = g_ptr_array_new_with_free_func(
         keyval_pair_free);
 
-    for (int i = 0; iothread_int_props[i]; i++) {
-        const char *name = iothread_int_props[i];
-        int64_t v;
+    for (const IOThreadProperty *p = iothread_properties; p->name; p++) {
+        int64_t i;
+        const char *str;
 
-        if (!json_object_has_member(args, name)) {
+        if (!p->set || !json_object_has_member(args, p->name)) {
             continue;
         }
-        if (!qmp_arg_int(args, name, false, 0, INT64_MAX, &v, errp)) {
-            return NULL;
+        if (p->type == IOTHREAD_PROP_INT) {
+            if (!qmp_arg_int(args, p->name, false, 0, INT64_MAX, &i, errp)) {
+                return NULL;
+            }
+            keyval_append(props, p->name, g_strdup_printf("%" PRId64, i));
+        } else {
+            if (!qmp_arg_str(args, p->name, false, &str, errp)) {
+                return NULL;
+            }
+            keyval_append(props, p->name, g_strdup(str));
         }
-        props_add(props, name, g_strdup_printf("%" PRId64, v));
-    }
-    for (int i = 0; iothread_str_props[i]; i++) {
-        const char *name = iothread_str_props[i];
-        const char *v;
-
-        if (!json_object_has_member(args, name)) {
-            continue;
-        }
-        if (!qmp_arg_str(args, name, false, &v, errp)) {
-            return NULL;
-        }
-        props_add(props, name, g_strdup(v));
     }
     return g_steal_pointer(&props);
 }
@@ -130,22 +91,15 @@ static JsonNode *qmp_object_add(JsonObject *args, Error **errp)
     g_assert(qmp_in_main_thread());
     g_ptr_array_add(allowed, (gpointer)"qom-type");
     g_ptr_array_add(allowed, (gpointer)"id");
-    for (int i = 0; iothread_int_props[i]; i++) {
-        g_ptr_array_add(allowed, (gpointer)iothread_int_props[i]);
-    }
-    for (int i = 0; iothread_str_props[i]; i++) {
-        g_ptr_array_add(allowed, (gpointer)iothread_str_props[i]);
+    for (const IOThreadProperty *p = iothread_properties; p->name; p++) {
+        if (p->set) {
+            g_ptr_array_add(allowed, (gpointer)p->name);
+        }
     }
     g_ptr_array_add(allowed, NULL);
-    if (!qmp_arg_str(args, "qom-type", true, &type, errp)) {
-        return NULL;
-    }
-    if (strcmp(type, IOTHREAD_TYPE)) {
-        error_setg(errp, "Object type '%s' is not supported (Spindle has: "
-                   IOTHREAD_TYPE ")", type);
-        return NULL;
-    }
-    if (!qmp_arg_str(args, "id", true, &id, errp) ||
+    if (!qmp_arg_str(args, "qom-type", true, &type, errp) ||
+        !iothread_check_type(type, errp) ||
+        !qmp_arg_str(args, "id", true, &id, errp) ||
         !qmp_args_check(args, (const char *const *)allowed->pdata, errp)) {
         return NULL;
     }
@@ -236,27 +190,22 @@ static IOThread *qom_resolve(const char *path, Error **errp)
     return iot;
 }
 
-static void qom_property_not_found(Error **errp, const char *name)
-{
-    error_setg(errp, "Property '" IOTHREAD_TYPE ".%s' not found", name);
-}
-
 /* The path and property of qom-get / qom-set. */
 static IOThread *qom_args(JsonObject *args, const char *const *allowed,
-                          const char **property, Error **errp)
+                          const IOThreadProperty **prop, Error **errp)
 {
-    const char *path;
+    const char *path, *name;
     IOThread *iot;
 
     if (!qmp_arg_str(args, "path", true, &path, errp) ||
-        !qmp_arg_str(args, "property", true, property, errp) ||
+        !qmp_arg_str(args, "property", true, &name, errp) ||
         !qmp_args_check(args, allowed, errp)) {
         return NULL;
     }
     iot = qom_resolve(path, errp);
-    if (iot && !prop_is_int(*property) && !prop_is_str(*property) &&
-        strcmp(*property, IOTHREAD_PROP_THREAD_ID)) {
-        qom_property_not_found(errp, *property);
+    *prop = iothread_property_find(name);
+    if (iot && !*prop) {
+        error_setg(errp, "Property 'iothread.%s' not found", name);
         return NULL;
     }
     return iot;
@@ -267,12 +216,12 @@ static JsonNode *qmp_qom_set(JsonObject *args, Error **errp)
     static const char *const allowed[] = {
         "path", "property", "value", NULL,
     };
-    const char *name;
+    const IOThreadProperty *prop;
     IOThread *iot;
     bool ok;
 
     g_assert(qmp_in_main_thread());
-    iot = qom_args(args, allowed, &name, errp);
+    iot = qom_args(args, allowed, &prop, errp);
     if (!iot) {
         return NULL;
     }
@@ -280,78 +229,46 @@ static JsonNode *qmp_qom_set(JsonObject *args, Error **errp)
         error_setg(errp, "Parameter 'value' is missing");
         return NULL;
     }
-    if (!strcmp(name, IOTHREAD_PROP_THREAD_ID)) {
-        error_setg(errp, "Property '" IOTHREAD_TYPE ".%s' is read-only",
-                   name);
+    if (!prop->set) {
+        error_setg(errp, "Property 'iothread.%s' is read-only", prop->name);
         return NULL;
     }
-    if (prop_is_int(name)) {
+    if (prop->type == IOTHREAD_PROP_INT) {
         int64_t v;
 
         if (!qmp_arg_int(args, "value", true, 0, INT64_MAX, &v, errp)) {
-            error_prepend(errp, "Property '" IOTHREAD_TYPE ".%s': ", name);
+            error_prepend(errp, "Property 'iothread.%s': ", prop->name);
             return NULL;
         }
-        ok = iothread_set_property_int(iot, name, v, errp);
+        ok = iothread_set_property_int(iot, prop->name, v, errp);
     } else {
         const char *v;
 
         ok = qmp_arg_str(args, "value", true, &v, errp) &&
-             iothread_set_property(iot, name, v, errp);
+             iothread_set_property(iot, prop->name, v, errp);
     }
     return ok ? qmp_return_empty() : NULL;
-}
-
-/* An integer property's value (they are kept as decimal strings). */
-static bool iothread_get_int(IOThread *iot, const char *name, int64_t *out,
-                             Error **errp)
-{
-    g_autofree char *str = iothread_get_property(iot, name, errp);
-    char *end;
-
-    if (!str) {
-        return false;
-    }
-    errno = 0;
-    *out = g_ascii_strtoll(str, &end, 10);
-    /* Our own invariant: iothread.c stores what it validated as integer. */
-    g_assert(!errno && end != str && !*end);
-    return true;
 }
 
 static JsonNode *qmp_qom_get(JsonObject *args, Error **errp)
 {
     static const char *const allowed[] = { "path", "property", NULL };
-    JsonNode *ret;
-    const char *name;
+    const IOThreadProperty *prop;
+    g_autofree char *str = NULL;
     IOThread *iot;
+    int64_t v;
 
     g_assert(qmp_in_main_thread());
-    iot = qom_args(args, allowed, &name, errp);
+    iot = qom_args(args, allowed, &prop, errp);
     if (!iot) {
         return NULL;
     }
-    ret = json_node_alloc();
-    if (!strcmp(name, IOTHREAD_PROP_THREAD_ID)) {
-        json_node_init_int(ret, iothread_get_thread_id(iot));
-    } else if (prop_is_int(name)) {
-        int64_t v;
-
-        if (!iothread_get_int(iot, name, &v, errp)) {
-            json_node_unref(ret);
-            return NULL;
-        }
-        json_node_init_int(ret, v);
-    } else {
-        g_autofree char *v = iothread_get_property(iot, name, errp);
-
-        if (!v) {
-            json_node_unref(ret);
-            return NULL;
-        }
-        json_node_init_string(ret, v);
+    if (prop->type == IOTHREAD_PROP_INT) {
+        return iothread_get_property_int(iot, prop->name, &v, errp) ?
+               json_node_init_int(json_node_alloc(), v) : NULL;
     }
-    return ret;
+    str = iothread_get_property(iot, prop->name, errp);
+    return str ? json_node_init_string(json_node_alloc(), str) : NULL;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -434,14 +351,17 @@ static JsonObject *iothread_info(IOThread *iot, Error **errp)
     JsonObject *poll;
 
     json_object_set_string_member(o, "id", iothread_get_id(iot));
-    json_object_set_int_member(o, "thread-id", iothread_get_thread_id(iot));
-    for (int i = 0; iothread_int_props[i]; i++) {
+    /* thread-id, then the integer properties (QEMU's IOThreadInfo). */
+    for (const IOThreadProperty *p = iothread_properties; p->name; p++) {
         int64_t v;
 
-        if (!iothread_get_int(iot, iothread_int_props[i], &v, errp)) {
+        if (p->type != IOTHREAD_PROP_INT) {
+            continue;
+        }
+        if (!iothread_get_property_int(iot, p->name, &v, errp)) {
             return NULL;
         }
-        json_object_set_int_member(o, iothread_int_props[i], v);
+        json_object_set_int_member(o, p->name, v);
     }
     poll = iothread_poll_info(iot, errp);
     if (!poll) {

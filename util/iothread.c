@@ -7,28 +7,46 @@
  * moment, so a request handed to it just before the stop is not dropped
  * (and a BH that keeps rescheduling itself cannot keep the thread alive).
  *
+ * The properties are described once, in the table iothread_properties[]:
+ * name, type, help text and three hooks, set (validate a string and store
+ * it in the configuration), get, and apply (push the stored value into the
+ * running thread).  The command line (--object, its help), the QMP
+ * commands (object-add, qom-set, qom-get, query-iothreads) and the
+ * functions below all go by the table.
+ *
  * Properties are owned by the main thread, which validates them and pushes
  * them into the running thread without sharing a writable field:
  *  - poll-max-ns, poll-grow, poll-shrink, poll-weight, aio-max-batch:
- *    atomic stores into
- *    the context, read by the loop once per turn;
+ *    atomic stores into the context, read by the loop once per turn;
  *  - cpu-affinity: pthread_setaffinity_np() on the running thread (or the
  *    creation attribute, so the thread never runs on a wrong CPU);
  *  - poll-policy: switched inside the thread through aio_run_sync().
+ * A failed set or apply restores the previous configuration.
+ *
+ * --object (iothread_create_from_option()) takes key=value or JSON text,
+ * turns either into one key=value list and creates from that.
  */
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
+#include <glib.h>
+#include <json-glib/json-glib.h>
+
 #include "util/cutils.h"
 #include "util/iothread.h"
 #include "util/keyval.h"
+#include "util/opts.h"
+
+/* The one object type --object and object-add know. */
+#define IOTHREAD_TYPE "iothread"
 
 typedef struct IOThreadConfig {
     AioPollParams poll;
@@ -87,18 +105,6 @@ GPtrArray *iothread_list(void)
     }
     return list;
 }
-
-const char *const iothread_int_property_names[] = {
-    "poll-max-ns", "poll-grow", "poll-shrink", "poll-weight", "aio-max-batch",
-    NULL,
-};
-const char *const iothread_str_property_names[] = {
-    "cpu-affinity", "poll-policy", NULL,
-};
-static const char *const iothread_property_names[] = {
-    "poll-max-ns", "poll-grow", "poll-shrink", "poll-weight", "aio-max-batch",
-    "cpu-affinity", "poll-policy", NULL,
-};
 
 /* ------------------------------------------------------------------------ */
 /* CPU lists                                                                 */
@@ -175,67 +181,96 @@ static bool cpulist_parse(const char *list, cpu_set_t *set, Error **errp)
 /* ------------------------------------------------------------------------ */
 /* Properties                                                                */
 
-static int64_t *iothread_config_int(IOThreadConfig *cfg, const char *name)
+/* An integer property's field in cfg. */
+static int64_t *iothread_int_field(IOThreadConfig *cfg,
+                                   const IOThreadProperty *prop)
 {
-    if (!strcmp(name, "poll-max-ns")) {
-        return &cfg->poll.max_ns;
-    } else if (!strcmp(name, "poll-grow")) {
-        return &cfg->poll.grow;
-    } else if (!strcmp(name, "poll-shrink")) {
-        return &cfg->poll.shrink;
-    } else if (!strcmp(name, "poll-weight")) {
-        return &cfg->poll.weight;
-    } else if (!strcmp(name, "aio-max-batch")) {
-        return &cfg->aio_max_batch;
-    }
-    return NULL;
+    return (int64_t *)((char *)cfg + prop->offset);
 }
 
-static void iothread_unknown_property(Error **errp, const char *name)
+static bool iothread_set_int(IOThread *iot, const IOThreadProperty *prop,
+                             const char *value, Error **errp)
 {
-    g_autofree char *valid = g_strjoinv(", ", (char **)iothread_property_names);
+    int64_t v;
 
-    error_setg(errp, "Property '%s' not found (iothread properties: %s)",
-               name, valid);
+    if (!parse_int64_in_range(prop->name, value, 0, prop->max, &v, errp)) {
+        return false;
+    }
+    *iothread_int_field(&iot->cfg, prop) = v;
+    return true;
 }
 
-/* Validate name=value and store it in cfg.  cfg is untouched on error. */
-static bool iothread_config_set(IOThreadConfig *cfg, const char *name,
-                                const char *value, Error **errp)
+static int64_t iothread_get_int(const IOThread *iot,
+                                const IOThreadProperty *prop)
 {
-    int64_t *field = iothread_config_int(cfg, name);
+    return *(const int64_t *)((const char *)&iot->cfg + prop->offset);
+}
 
-    if (field) {
-        /* poll-weight is a shift: QEMU's range, 0 meaning the default. */
-        int64_t max = field == &cfg->poll.weight ? AIO_POLL_WEIGHT_MAX
-                                                 : INT64_MAX;
+static bool iothread_apply_poll_params(IOThread *iot, Error **errp)
+{
+    aio_context_set_poll_params(iot->ctx, &iot->cfg.poll);
+    return true;
+}
 
-        return parse_int64_in_range(name, value, 0, max, field, errp);
+static bool iothread_apply_aio_max_batch(IOThread *iot, Error **errp)
+{
+    aio_context_set_aio_max_batch(iot->ctx, iot->cfg.aio_max_batch);
+    return true;
+}
+
+static bool iothread_set_cpu_affinity(IOThread *iot,
+                                      const IOThreadProperty *prop,
+                                      const char *value, Error **errp)
+{
+    cpu_set_t set;
+
+    if (!cpulist_parse(value, &set, errp)) {
+        return false;
     }
-    if (!strcmp(name, "cpu-affinity")) {
-        cpu_set_t set;
+    iot->cfg.cpus = set;
+    g_free(iot->cfg.cpu_affinity);
+    iot->cfg.cpu_affinity = g_strdup(value);
+    return true;
+}
 
-        if (!cpulist_parse(value, &set, errp)) {
-            return false;
-        }
-        cfg->cpus = set;
-        g_free(cfg->cpu_affinity);
-        cfg->cpu_affinity = g_strdup(value);
-        return true;
-    }
-    if (!strcmp(name, "poll-policy")) {
-        const AioPollPolicyOps *ops = aio_poll_policy_find(value);
+static char *iothread_get_cpu_affinity(const IOThread *iot,
+                                       const IOThreadProperty *prop)
+{
+    return g_strdup(iot->cfg.cpu_affinity ? iot->cfg.cpu_affinity : "");
+}
 
-        if (!ops) {
-            error_setg(errp, "Parameter 'poll-policy': unknown policy '%s' "
-                       "(available: %s)", value, aio_poll_policy_names());
-            return false;
-        }
-        cfg->policy = ops;
-        return true;
+static bool iothread_apply_cpu_affinity(IOThread *iot, Error **errp)
+{
+    int r = pthread_setaffinity_np(iot->thread, sizeof(iot->cfg.cpus),
+                                   &iot->cfg.cpus);
+
+    if (r) {
+        error_setg_errno(errp, r, "Parameter 'cpu-affinity': cannot run "
+                         "on CPUs '%s'", iot->cfg.cpu_affinity);
+        return false;
     }
-    iothread_unknown_property(errp, name);
-    return false;
+    return true;
+}
+
+static bool iothread_set_poll_policy(IOThread *iot,
+                                     const IOThreadProperty *prop,
+                                     const char *value, Error **errp)
+{
+    const AioPollPolicyOps *ops = aio_poll_policy_find(value);
+
+    if (!ops) {
+        error_setg(errp, "Parameter 'poll-policy': unknown policy '%s' "
+                   "(available: %s)", value, aio_poll_policy_names());
+        return false;
+    }
+    iot->cfg.policy = ops;
+    return true;
+}
+
+static char *iothread_get_poll_policy(const IOThread *iot,
+                                      const IOThreadProperty *prop)
+{
+    return g_strdup(iot->cfg.policy->name);
 }
 
 static void iothread_set_policy_bh(void *opaque)
@@ -245,35 +280,126 @@ static void iothread_set_policy_bh(void *opaque)
     aio_context_set_poll_policy(iot->ctx, iot->cfg.policy);
 }
 
-/* Push the property name of iot->cfg into the running thread. */
-static bool iothread_apply(IOThread *iot, const char *name, Error **errp)
+static bool iothread_apply_poll_policy(IOThread *iot, Error **errp)
 {
-    if (g_str_has_prefix(name, "poll-") && strcmp(name, "poll-policy")) {
-        aio_context_set_poll_params(iot->ctx, &iot->cfg.poll);
-    } else if (!strcmp(name, "aio-max-batch")) {
-        aio_context_set_aio_max_batch(iot->ctx, iot->cfg.aio_max_batch);
-    } else if (!strcmp(name, "poll-policy")) {
-        aio_run_sync(iot->ctx, iothread_set_policy_bh, iot);
-    } else if (!strcmp(name, "cpu-affinity")) {
-        int r = pthread_setaffinity_np(iot->thread, sizeof(iot->cfg.cpus),
-                                       &iot->cfg.cpus);
-        if (r) {
-            error_setg_errno(errp, r, "Parameter 'cpu-affinity': cannot run "
-                             "on CPUs '%s'", iot->cfg.cpu_affinity);
-            return false;
+    aio_run_sync(iot->ctx, iothread_set_policy_bh, iot);
+    return true;
+}
+
+static int64_t iothread_get_tid(const IOThread *iot,
+                                const IOThreadProperty *prop)
+{
+    return iot->tid;
+}
+
+/*
+ * The one description of the properties: the command line (--object and
+ * its help), object-add, qom-set/qom-get and query-iothreads all go by it.
+ * The order is that of query-iothreads' members and of the help.  An
+ * integer property is a field of IOThreadConfig (offset) from 0 to max.
+ */
+const IOThreadProperty iothread_properties[] = {
+    {
+        .name = "thread-id", .type = IOTHREAD_PROP_INT,
+        .doc = "the kernel's id of the thread (read-only)",
+        .get_int = iothread_get_tid,
+    }, {
+        .name = "poll-max-ns", .type = IOTHREAD_PROP_INT, .arg = "<int>",
+        .doc = "longest busy-poll window, ns (default 32768; 0: off)",
+        .set = iothread_set_int, .get_int = iothread_get_int,
+        .apply = iothread_apply_poll_params,
+        .offset = offsetof(IOThreadConfig, poll.max_ns), .max = INT64_MAX,
+    }, {
+        .name = "poll-grow", .type = IOTHREAD_PROP_INT, .arg = "<int>",
+        .doc = "qemu-*: window growth factor (default 0: double)",
+        .set = iothread_set_int, .get_int = iothread_get_int,
+        .apply = iothread_apply_poll_params,
+        .offset = offsetof(IOThreadConfig, poll.grow), .max = INT64_MAX,
+    }, {
+        .name = "poll-shrink", .type = IOTHREAD_PROP_INT, .arg = "<int>",
+        .doc = "qemu-*: shrink divisor (default 0: qemu-classic\n"
+               "drops to 0, qemu-weighted halves)",
+        .set = iothread_set_int, .get_int = iothread_get_int,
+        .apply = iothread_apply_poll_params,
+        .offset = offsetof(IOThreadConfig, poll.shrink), .max = INT64_MAX,
+    }, {
+        /* A shift: QEMU's range, 0 meaning the default. */
+        .name = "poll-weight", .type = IOTHREAD_PROP_INT, .arg = "<int>",
+        .doc = "qemu-weighted: averaging shift 0-63 (0: 3)",
+        .set = iothread_set_int, .get_int = iothread_get_int,
+        .apply = iothread_apply_poll_params,
+        .offset = offsetof(IOThreadConfig, poll.weight),
+        .max = AIO_POLL_WEIGHT_MAX,
+    }, {
+        .name = "aio-max-batch", .type = IOTHREAD_PROP_INT, .arg = "<int>",
+        .doc = "requests submitted at once (default 0: engine's)",
+        .set = iothread_set_int, .get_int = iothread_get_int,
+        .apply = iothread_apply_aio_max_batch,
+        .offset = offsetof(IOThreadConfig, aio_max_batch), .max = INT64_MAX,
+    }, {
+        .name = "cpu-affinity", .type = IOTHREAD_PROP_STR, .arg = "<cpus>",
+        .doc = "CPUs the thread may run on, e.g. 2-3:6",
+        .set = iothread_set_cpu_affinity,
+        .get_str = iothread_get_cpu_affinity,
+        .apply = iothread_apply_cpu_affinity,
+    }, {
+        .name = "poll-policy", .type = IOTHREAD_PROP_STR, .arg = "<name>",
+        .doc = "predictive (default), fixed (spin poll-max-ns\n"
+               "every turn), qemu-classic (\"adaptive\"),\n"
+               "qemu-weighted (docs/iothreads.md)",
+        .set = iothread_set_poll_policy,
+        .get_str = iothread_get_poll_policy,
+        .apply = iothread_apply_poll_policy,
+    },
+    { .name = NULL },
+};
+
+const IOThreadProperty *iothread_property_find(const char *name)
+{
+    for (const IOThreadProperty *p = iothread_properties; p->name; p++) {
+        if (!strcmp(p->name, name)) {
+            return p;
         }
     }
-    return true;
+    return NULL;
+}
+
+static void iothread_unknown_property(Error **errp, const char *name)
+{
+    g_autoptr(GString) valid = g_string_new(NULL);
+
+    for (const IOThreadProperty *p = iothread_properties; p->name; p++) {
+        if (p->set) {
+            g_string_append_printf(valid, "%s%s", valid->len ? ", " : "",
+                                   p->name);
+        }
+    }
+    error_setg(errp, "Property '%s' not found (iothread properties: %s)",
+               name, valid->str);
+}
+
+/* The property name that may be set, or NULL with errp set. */
+static const IOThreadProperty *iothread_settable(const char *name,
+                                                 Error **errp)
+{
+    const IOThreadProperty *prop = iothread_property_find(name);
+
+    if (!prop || !prop->set) {
+        iothread_unknown_property(errp, name);
+        return NULL;
+    }
+    return prop;
 }
 
 bool iothread_set_property(IOThread *iot, const char *name, const char *value,
                            Error **errp)
 {
+    const IOThreadProperty *prop = iothread_settable(name, errp);
     IOThreadConfig old = iot->cfg;
     char *old_affinity = g_strdup(old.cpu_affinity);
 
-    if (!iothread_config_set(&iot->cfg, name, value, errp) ||
-        !iothread_apply(iot, name, errp)) {
+    if (!prop || !prop->set(iot, prop, value, errp) ||
+        !prop->apply(iot, errp)) {
         g_free(iot->cfg.cpu_affinity);
         iot->cfg = old;
         iot->cfg.cpu_affinity = old_affinity;
@@ -287,36 +413,61 @@ bool iothread_set_property(IOThread *iot, const char *name, const char *value,
 bool iothread_set_property_int(IOThread *iot, const char *name, int64_t value,
                                Error **errp)
 {
+    const IOThreadProperty *prop = iothread_settable(name, errp);
     g_autofree char *str = g_strdup_printf("%" PRId64, value);
 
-    if (!iothread_config_int(&iot->cfg, name)) {
-        if (!g_strv_contains(iothread_property_names, name)) {
-            iothread_unknown_property(errp, name);
-        } else {
-            error_setg(errp, "Parameter '%s' is not an integer property", name);
-        }
+    if (prop && prop->type != IOTHREAD_PROP_INT) {
+        error_setg(errp, "Parameter '%s' is not an integer property", name);
+    }
+    if (!prop || prop->type != IOTHREAD_PROP_INT) {
         error_prepend(errp, "iothread '%s': ", iot->id);
         return false;
     }
     return iothread_set_property(iot, name, str, errp);
 }
 
+/* The property name, or NULL with errp set (naming iot). */
+static const IOThreadProperty *iothread_readable(IOThread *iot,
+                                                 const char *name,
+                                                 Error **errp)
+{
+    const IOThreadProperty *prop = iothread_property_find(name);
+
+    if (!prop) {
+        iothread_unknown_property(errp, name);
+        error_prepend(errp, "iothread '%s': ", iot->id);
+    }
+    return prop;
+}
+
 char *iothread_get_property(IOThread *iot, const char *name, Error **errp)
 {
-    int64_t *field = iothread_config_int(&iot->cfg, name);
+    const IOThreadProperty *prop = iothread_readable(iot, name, errp);
 
-    if (field) {
-        return g_strdup_printf("%" PRId64, *field);
+    if (!prop) {
+        return NULL;
     }
-    if (!strcmp(name, "cpu-affinity")) {
-        return g_strdup(iot->cfg.cpu_affinity ? iot->cfg.cpu_affinity : "");
+    if (prop->type == IOTHREAD_PROP_INT) {
+        return g_strdup_printf("%" PRId64, prop->get_int(iot, prop));
     }
-    if (!strcmp(name, "poll-policy")) {
-        return g_strdup(iot->cfg.policy->name);
+    return prop->get_str(iot, prop);
+}
+
+bool iothread_get_property_int(IOThread *iot, const char *name, int64_t *out,
+                               Error **errp)
+{
+    const IOThreadProperty *prop = iothread_readable(iot, name, errp);
+
+    if (prop && prop->type != IOTHREAD_PROP_INT) {
+        error_setg(errp, "iothread '%s': Parameter '%s' is not an integer "
+                   "property", iot->id, name);
+        return false;
     }
-    iothread_unknown_property(errp, name);
-    error_prepend(errp, "iothread '%s': ", iot->id);
-    return NULL;
+    if (!prop) {
+        return false;
+    }
+    *out = prop->get_int(iot, prop);
+    return true;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -422,8 +573,9 @@ IOThread *iothread_create(const char *id, GPtrArray *props, Error **errp)
     }
     for (guint i = 0; props && i < props->len; i++) {
         KeyvalPair *kv = g_ptr_array_index(props, i);
+        const IOThreadProperty *prop = iothread_settable(kv->key, errp);
 
-        if (!iothread_config_set(&iot->cfg, kv->key, kv->value, errp)) {
+        if (!prop || !prop->set(iot, prop, kv->value, errp)) {
             error_prepend(errp, "iothread '%s': ", id);
             iothread_free(iot);
             return NULL;
@@ -442,33 +594,158 @@ IOThread *iothread_create(const char *id, GPtrArray *props, Error **errp)
     return iot;
 }
 
-IOThread *iothread_create_from_string(const char *optstr, Error **errp)
+/* ------------------------------------------------------------------------ */
+/* --object                                                                  */
+
+bool iothread_check_type(const char *type, Error **errp)
 {
-    g_autoptr(GPtrArray) opts = keyval_parse(optstr, "qom-type", errp);
-    g_autoptr(GPtrArray) props = NULL;
-    const char *type, *id;
+    if (strcmp(type, IOTHREAD_TYPE)) {
+        error_setg(errp, "Object type '%s' is not supported (Spindle has: "
+                   IOTHREAD_TYPE ")", type);
+        return false;
+    }
+    return true;
+}
 
-    if (!opts) {
-        return NULL;
-    }
-    type = keyval_lookup(opts, "qom-type");
-    if (type && strcmp(type, "iothread")) {
-        error_setg(errp, "Object type '%s' is not an iothread", type);
-        return NULL;
-    }
-    id = keyval_lookup(opts, "id");
-    if (!iothread_valid_id(id, errp)) {
-        return NULL;
-    }
-    props = g_ptr_array_new();
-    for (guint i = 0; i < opts->len; i++) {
-        KeyvalPair *kv = g_ptr_array_index(opts, i);
+char *iothread_option_help(const char *arg)
+{
+    GString *out;
 
-        if (strcmp(kv->key, "qom-type") && strcmp(kv->key, "id")) {
-            g_ptr_array_add(props, kv);     /* borrowed from opts */
+    if (!strcmp(arg, "help")) {
+        return g_strdup("Available object types:\n  " IOTHREAD_TYPE "\n");
+    }
+    if (strcmp(arg, IOTHREAD_TYPE ",help") &&
+        strcmp(arg, "qom-type=" IOTHREAD_TYPE ",help")) {
+        return NULL;
+    }
+    out = g_string_new(IOTHREAD_TYPE " options:\n"
+                       "  id=<identifier>        required\n");
+    for (const IOThreadProperty *p = iothread_properties; p->name; p++) {
+        g_autofree char *key = g_strdup_printf("%s=%s", p->name, p->arg);
+        g_auto(GStrv) lines = g_strsplit(p->doc, "\n", -1);
+
+        if (!p->set) {
+            continue;
+        }
+        /* The text in a column of its own, from the 26th character. */
+        g_string_append_printf(out, "  %-23s%s\n", key, lines[0]);
+        for (int i = 1; lines[i]; i++) {
+            g_string_append_printf(out, "%25s%s\n", "", lines[i]);
         }
     }
-    return iothread_create(id, props, errp);
+    return g_string_free(out, FALSE);
+}
+
+/* A JSON member's value as the string a key=value option would give. */
+static char *iothread_json_scalar(const char *name, JsonNode *node,
+                                  Error **errp)
+{
+    if (JSON_NODE_HOLDS_VALUE(node)) {
+        GType t = json_node_get_value_type(node);
+
+        if (t == G_TYPE_STRING) {
+            return g_strdup(json_node_get_string(node));
+        }
+        if (t == G_TYPE_INT64) {
+            return g_strdup_printf("%" PRId64, json_node_get_int(node));
+        }
+        if (t == G_TYPE_BOOLEAN) {
+            return g_strdup(json_node_get_boolean(node) ? "on" : "off");
+        }
+    }
+    error_setg(errp, "Parameter '%s' expects a string, an integer or a "
+               "boolean", name);
+    return NULL;
+}
+
+/*
+ * The members of a JSON object, {"qom-type": "iothread", "id": "iot0",
+ * ...}, as the key=value list the other form gives, in order.
+ */
+static GPtrArray *iothread_json_to_keyval(const char *json, Error **errp)
+{
+    /* The common parser, for its messages about malformed text. */
+    g_autoptr(Opts) check = opts_parse_json(json, errp);
+    g_autoptr(JsonParser) parser = NULL;
+    g_autoptr(GPtrArray) pairs = NULL;
+    JsonObjectIter iter;
+    const char *name;
+    JsonNode *node;
+
+    if (!check) {
+        return NULL;
+    }
+    parser = json_parser_new();
+    if (!json_parser_load_from_data(parser, json, -1, NULL)) {
+        error_setg(errp, "Invalid JSON");
+        return NULL;
+    }
+    pairs = g_ptr_array_new_with_free_func(keyval_pair_free);
+    json_object_iter_init_ordered(&iter,
+                                  json_node_get_object(
+                                      json_parser_get_root(parser)));
+    while (json_object_iter_next_ordered(&iter, &name, &node)) {
+        char *value = iothread_json_scalar(name, node, errp);
+
+        if (!value) {
+            return NULL;
+        }
+        keyval_append(pairs, name, value);
+    }
+    return g_steal_pointer(&pairs);
+}
+
+static bool iothread_text_is_json(const char *text)
+{
+    while (g_ascii_isspace(*text)) {
+        text++;
+    }
+    return *text == '{';
+}
+
+/* From key=value or JSON text; the type may be left out unless required. */
+static IOThread *iothread_create_from_text(const char *text,
+                                           bool type_required, Error **errp)
+{
+    bool json = iothread_text_is_json(text);
+    g_autoptr(GPtrArray) pairs = json ? iothread_json_to_keyval(text, errp)
+                                      : keyval_parse(text, "qom-type", errp);
+    g_autoptr(GPtrArray) props = g_ptr_array_new();
+    const char *type;
+
+    if (!pairs) {
+        return NULL;
+    }
+    type = keyval_lookup(pairs, "qom-type");
+    if (!type && type_required) {
+        error_setg(errp, "%s", json ?
+                   "Parameter 'qom-type' is missing (the object type: "
+                   IOTHREAD_TYPE ")" :
+                   "Parameter 'qom-type' is missing: the option starts "
+                   "with the object type (" IOTHREAD_TYPE ",id=...)");
+        return NULL;
+    }
+    if (type && !iothread_check_type(type, errp)) {
+        return NULL;
+    }
+    for (guint i = 0; i < pairs->len; i++) {
+        KeyvalPair *kv = g_ptr_array_index(pairs, i);
+
+        if (strcmp(kv->key, "qom-type") && strcmp(kv->key, "id")) {
+            g_ptr_array_add(props, kv);     /* borrowed from pairs */
+        }
+    }
+    return iothread_create(keyval_lookup(pairs, "id"), props, errp);
+}
+
+IOThread *iothread_create_from_option(const char *arg, Error **errp)
+{
+    return iothread_create_from_text(arg, true, errp);
+}
+
+IOThread *iothread_create_from_string(const char *optstr, Error **errp)
+{
+    return iothread_create_from_text(optstr, false, errp);
 }
 
 void iothread_destroy(IOThread *iot)
