@@ -227,12 +227,9 @@ static G_NORETURN void daemon_usage_error(const char *fmt, ...)
 {
     va_list ap;
 
-    /* The format of error_report(), without an allocation left behind. */
-    fputs("spindle: ", stderr);
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    error_vreport(fmt, ap);
     va_end(ap);
-    fputc('\n', stderr);
     exit(1);
 }
 

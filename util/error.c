@@ -80,15 +80,20 @@ const char *error_get_pretty(const Error *err)
     return err->message;
 }
 
+void error_vreport(const char *fmt, va_list ap)
+{
+    fputs("spindle: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+}
+
 void error_report(const char *fmt, ...)
 {
     va_list ap;
 
-    fputs("spindle: ", stderr);
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    error_vreport(fmt, ap);
     va_end(ap);
-    fputc('\n', stderr);
 }
 
 void error_report_err(Error *err)

@@ -18,6 +18,7 @@
 #define SPINDLE_UTIL_ERROR_H
 
 #include <glib.h>
+#include <stdarg.h>
 #include <stdbool.h>
 
 typedef GError Error;
@@ -46,6 +47,8 @@ void error_report_err(Error *err);
 
 /* Print "spindle: <formatted message>" on stderr. */
 void error_report(const char *fmt, ...) G_GNUC_PRINTF(1, 2);
+/* The same with a va_list (for a variadic caller of its own). */
+void error_vreport(const char *fmt, va_list ap) G_GNUC_PRINTF(1, 0);
 
 void error_free(Error *err);
 
