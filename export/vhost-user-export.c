@@ -22,35 +22,36 @@
 #include "export/export-int.h"
 #include "util/cutils.h"
 
+/* What an inherited fd must be, socket option by socket option. */
+static const struct {
+    int option;                  /* SOL_SOCKET level */
+    int value;                   /* what it must read */
+    const char *what;            /* "fd N is not ..." */
+} vhost_user_fd_checks[] = {
+    { SO_DOMAIN, AF_UNIX, "a UNIX domain socket" },
+    { SO_TYPE, SOCK_STREAM, "a stream socket" },
+    { SO_ACCEPTCONN, 1, "listening (call listen() on it before starting "
+      "spindle)" },
+};
+
 /* An inherited fd must be an open, listening UNIX stream socket. */
 static bool vhost_user_check_fd(int fd, Error **errp)
 {
-    int val;
-    socklen_t len = sizeof(val);
-
     if (fcntl(fd, F_GETFD) < 0) {
         error_setg(errp, "Parameter 'addr.str': fd %d is not open (the "
                    "parent must pass it to spindle)", fd);
         return false;
     }
-    if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &val, &len) < 0 ||
-        val != AF_UNIX) {
-        error_setg(errp, "Parameter 'addr.str': fd %d is not a UNIX domain "
-                   "socket", fd);
-        return false;
-    }
-    len = sizeof(val);
-    if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &val, &len) < 0 ||
-        val != SOCK_STREAM) {
-        error_setg(errp, "Parameter 'addr.str': fd %d is not a stream "
-                   "socket", fd);
-        return false;
-    }
-    len = sizeof(val);
-    if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &val, &len) < 0 || !val) {
-        error_setg(errp, "Parameter 'addr.str': fd %d is not listening "
-                   "(call listen() on it before starting spindle)", fd);
-        return false;
+    for (size_t i = 0; i < G_N_ELEMENTS(vhost_user_fd_checks); i++) {
+        int val;
+        socklen_t len = sizeof(val);
+
+        if (getsockopt(fd, SOL_SOCKET, vhost_user_fd_checks[i].option, &val,
+                       &len) < 0 || val != vhost_user_fd_checks[i].value) {
+            error_setg(errp, "Parameter 'addr.str': fd %d is not %s", fd,
+                       vhost_user_fd_checks[i].what);
+            return false;
+        }
     }
     return true;
 }
