@@ -775,39 +775,39 @@ void export_refresh_sizes(void)
     }
 }
 
-/* The error for an export type without LUNs. */
-static void export_no_luns_error(const Export *exp, Error **errp)
+/* Whether exp's type has LUNs (add_lun and del_lun); an error if not. */
+static bool export_check_has_luns(const Export *exp, Error **errp)
 {
-    error_setg(errp, "export '%s' is a %s export: only vhost-user-scsi "
-               "exports have LUNs", exp->id, exp->drv->type);
+    g_assert(aio_context_in_home_thread(exp->main_ctx));
+    if (!exp->drv->add_lun) {
+        error_setg(errp, "export '%s' is a %s export: only vhost-user-scsi "
+                   "exports have LUNs", exp->id, exp->drv->type);
+        return false;
+    }
+    return true;
+}
+
+/* What the type's add_lun or del_lun returned; its error names exp. */
+static bool export_lun_done(const Export *exp, bool ok, Error **errp)
+{
+    if (!ok) {
+        error_prepend(errp, "export '%s': ", exp->id);
+    }
+    return ok;
 }
 
 bool export_add_lun(Export *exp, Opts *opts, Error **errp)
 {
-    g_assert(aio_context_in_home_thread(exp->main_ctx));
-    if (!exp->drv->add_lun) {
-        export_no_luns_error(exp, errp);
-        return false;
-    }
-    if (!exp->drv->add_lun(exp, exp->state, opts, errp)) {
-        error_prepend(errp, "export '%s': ", exp->id);
-        return false;
-    }
-    return true;
+    return export_check_has_luns(exp, errp) &&
+           export_lun_done(exp, exp->drv->add_lun(exp, exp->state, opts,
+                                                  errp), errp);
 }
 
 bool export_del_lun(Export *exp, unsigned lun, Error **errp)
 {
-    g_assert(aio_context_in_home_thread(exp->main_ctx));
-    if (!exp->drv->del_lun) {
-        export_no_luns_error(exp, errp);
-        return false;
-    }
-    if (!exp->drv->del_lun(exp, exp->state, lun, errp)) {
-        error_prepend(errp, "export '%s': ", exp->id);
-        return false;
-    }
-    return true;
+    return export_check_has_luns(exp, errp) &&
+           export_lun_done(exp, exp->drv->del_lun(exp, exp->state, lun,
+                                                  errp), errp);
 }
 
 void export_delete_all(void)
