@@ -192,14 +192,12 @@ static JsonObject *node_info(BlockNode *bs)
 
 static JsonNode *qmp_query_named_block_nodes(JsonObject *args, Error **errp)
 {
-    static const char *const allowed[] = { "flat", NULL };
     g_autoptr(GPtrArray) nodes = NULL;
     bool flat = false;
     JsonArray *arr;
 
     g_assert(qmp_in_main_thread());
-    if (!qmp_arg_bool(args, "flat", false, &flat, errp) ||
-        !qmp_args_check(args, allowed, errp)) {
+    if (!qmp_args_only_bool(args, "flat", &flat, errp)) {
         return NULL;
     }
     nodes = block_node_list();
@@ -361,13 +359,11 @@ static JsonObject *node_stats_entry(BlockNode *bs)
 
 static JsonNode *qmp_query_blockstats(JsonObject *args, Error **errp)
 {
-    static const char *const allowed[] = { "query-nodes", NULL };
     bool query_nodes = false;
     JsonArray *arr;
 
     g_assert(qmp_in_main_thread());
-    if (!qmp_arg_bool(args, "query-nodes", false, &query_nodes, errp) ||
-        !qmp_args_check(args, allowed, errp)) {
+    if (!qmp_args_only_bool(args, "query-nodes", &query_nodes, errp)) {
         return NULL;
     }
     arr = json_array_new();

@@ -30,8 +30,8 @@
  *
  * Threads: main thread only (QMP handlers run there).
  */
-#include <errno.h>
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <glib.h>
@@ -312,6 +312,46 @@ static JsonArray *iothread_handlers_info(AioContext *ctx)
     return arr;
 }
 
+/* A counter of AioPollStats as a member of "spindle-poll". */
+typedef struct PollStatMember {
+    const char *name;
+    size_t offset;               /* of an int64_t or uint64_t */
+} PollStatMember;
+
+/* The counters before "cpu-ns" and "policy" in "spindle-poll" ... */
+static const PollStatMember poll_stats_head[] = {
+    { "window-ns", offsetof(AioPollStats, poll_ns) },
+    { "turns", offsetof(AioPollStats, turns) },
+    { "poll-hits", offsetof(AioPollStats, poll_hits) },
+    { "poll-misses", offsetof(AioPollStats, poll_misses) },
+    { "wakeups", offsetof(AioPollStats, wakeups) },
+    { "poll-time-ns", offsetof(AioPollStats, poll_time_ns) },
+    { "block-time-ns", offsetof(AioPollStats, block_time_ns) },
+    { "grows", offsetof(AioPollStats, grows) },
+    { "shrinks", offsetof(AioPollStats, shrinks) },
+    { "dispatches", offsetof(AioPollStats, dispatches) },
+    { "bhs", offsetof(AioPollStats, bhs) },
+    { "timers", offsetof(AioPollStats, timers) },
+};
+
+/* ... and after them (the member order is part of the output). */
+static const PollStatMember poll_stats_tail[] = {
+    { "block-cpu-ns", offsetof(AioPollStats, block_cpu_ns) },
+    { "wake-late-ns", offsetof(AioPollStats, wake_late_ns) },
+    { "budget-ns", offsetof(AioPollStats, budget_ns) },
+};
+
+static void poll_stats_add(JsonObject *o, const AioPollStats *st,
+                           const PollStatMember *m, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        /* int64_t may read a uint64_t: its signed counterpart. */
+        const int64_t *v = (const int64_t *)((const char *)st + m[i].offset);
+
+        json_object_set_int_member(o, m[i].name, *v);
+    }
+}
+
 static JsonObject *iothread_poll_info(IOThread *iot, Error **errp)
 {
     g_autofree char *policy = iothread_get_property(iot, "poll-policy", errp);
@@ -324,23 +364,10 @@ static JsonObject *iothread_poll_info(IOThread *iot, Error **errp)
     }
     aio_context_get_stats(ctx, &st);
     o = json_object_new();
-    json_object_set_int_member(o, "window-ns", st.poll_ns);
-    json_object_set_int_member(o, "turns", st.turns);
-    json_object_set_int_member(o, "poll-hits", st.poll_hits);
-    json_object_set_int_member(o, "poll-misses", st.poll_misses);
-    json_object_set_int_member(o, "wakeups", st.wakeups);
-    json_object_set_int_member(o, "poll-time-ns", st.poll_time_ns);
-    json_object_set_int_member(o, "block-time-ns", st.block_time_ns);
-    json_object_set_int_member(o, "grows", st.grows);
-    json_object_set_int_member(o, "shrinks", st.shrinks);
-    json_object_set_int_member(o, "dispatches", st.dispatches);
-    json_object_set_int_member(o, "bhs", st.bhs);
-    json_object_set_int_member(o, "timers", st.timers);
+    poll_stats_add(o, &st, poll_stats_head, G_N_ELEMENTS(poll_stats_head));
     json_object_set_int_member(o, "cpu-ns", iothread_get_cpu_ns(iot));
     json_object_set_string_member(o, "policy", policy);
-    json_object_set_int_member(o, "block-cpu-ns", st.block_cpu_ns);
-    json_object_set_int_member(o, "wake-late-ns", st.wake_late_ns);
-    json_object_set_int_member(o, "budget-ns", st.budget_ns);
+    poll_stats_add(o, &st, poll_stats_tail, G_N_ELEMENTS(poll_stats_tail));
     json_object_set_array_member(o, "handlers", iothread_handlers_info(ctx));
     return o;
 }

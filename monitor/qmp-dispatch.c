@@ -210,65 +210,60 @@ AioContext *qmp_get_main_context(void)
 /* Arguments                                                                 */
 
 /*
- * The member key of args, or NULL.  Missing and required: an error;
- * missing and optional: *ok stays true.
+ * The member key of args in *node, checked to be of type (a JSON value's
+ * GType, or JSON_TYPE_OBJECT for an object; type_name for the message).
+ * Missing: *node = NULL, and an error if required.
  */
-static JsonNode *qmp_arg_node(JsonObject *args, const char *key,
-                              bool required, bool *ok, Error **errp)
+static bool qmp_arg_typed(JsonObject *args, const char *key, bool required,
+                          GType type, const char *type_name, JsonNode **node,
+                          Error **errp)
 {
-    JsonNode *node = args ? json_object_get_member(args, key) : NULL;
-
-    *ok = true;
-    if (!node && required) {
-        error_setg(errp, "Parameter '%s' is missing", key);
-        *ok = false;
+    *node = args ? json_object_get_member(args, key) : NULL;
+    if (!*node) {
+        if (required) {
+            error_setg(errp, "Parameter '%s' is missing", key);
+            return false;
+        }
+        return true;
     }
-    return node;
-}
-
-static bool qmp_arg_type_error(const char *key, const char *expected,
-                               Error **errp)
-{
-    error_setg(errp, "Invalid parameter type for '%s', expected: %s", key,
-               expected);
-    return false;
-}
-
-static bool qmp_node_holds(JsonNode *node, GType type)
-{
-    return JSON_NODE_HOLDS_VALUE(node) &&
-           json_node_get_value_type(node) == type;
+    if (type == JSON_TYPE_OBJECT ? !JSON_NODE_HOLDS_OBJECT(*node) :
+        (!JSON_NODE_HOLDS_VALUE(*node) ||
+         json_node_get_value_type(*node) != type)) {
+        error_setg(errp, "Invalid parameter type for '%s', expected: %s", key,
+                   type_name);
+        return false;
+    }
+    return true;
 }
 
 bool qmp_arg_str(JsonObject *args, const char *key, bool required,
                  const char **out, Error **errp)
 {
-    bool ok;
-    JsonNode *node = qmp_arg_node(args, key, required, &ok, errp);
+    JsonNode *node;
 
-    if (!node) {
-        return ok;
+    if (!qmp_arg_typed(args, key, required, G_TYPE_STRING, "string", &node,
+                       errp)) {
+        return false;
     }
-    if (!qmp_node_holds(node, G_TYPE_STRING)) {
-        return qmp_arg_type_error(key, "string", errp);
+    if (node) {
+        *out = json_node_get_string(node);
     }
-    *out = json_node_get_string(node);
     return true;
 }
 
 bool qmp_arg_int(JsonObject *args, const char *key, bool required,
                  int64_t min, int64_t max, int64_t *out, Error **errp)
 {
-    bool ok;
-    JsonNode *node = qmp_arg_node(args, key, required, &ok, errp);
+    JsonNode *node;
     int64_t val;
 
-    if (!node) {
-        return ok;
-    }
     /* json-glib keeps integers as G_TYPE_INT64 and 1.0 as a double. */
-    if (!qmp_node_holds(node, G_TYPE_INT64)) {
-        return qmp_arg_type_error(key, "integer", errp);
+    if (!qmp_arg_typed(args, key, required, G_TYPE_INT64, "integer", &node,
+                       errp)) {
+        return false;
+    }
+    if (!node) {
+        return true;
     }
     val = json_node_get_int(node);
     if (val < min || val > max) {
@@ -283,33 +278,40 @@ bool qmp_arg_int(JsonObject *args, const char *key, bool required,
 bool qmp_arg_bool(JsonObject *args, const char *key, bool required,
                   bool *out, Error **errp)
 {
-    bool ok;
-    JsonNode *node = qmp_arg_node(args, key, required, &ok, errp);
+    JsonNode *node;
 
-    if (!node) {
-        return ok;
+    if (!qmp_arg_typed(args, key, required, G_TYPE_BOOLEAN, "boolean", &node,
+                       errp)) {
+        return false;
     }
-    if (!qmp_node_holds(node, G_TYPE_BOOLEAN)) {
-        return qmp_arg_type_error(key, "boolean", errp);
+    if (node) {
+        *out = json_node_get_boolean(node);
     }
-    *out = json_node_get_boolean(node);
     return true;
 }
 
 bool qmp_arg_object(JsonObject *args, const char *key, bool required,
                     JsonObject **out, Error **errp)
 {
-    bool ok;
-    JsonNode *node = qmp_arg_node(args, key, required, &ok, errp);
+    JsonNode *node;
 
-    if (!node) {
-        return ok;
+    if (!qmp_arg_typed(args, key, required, JSON_TYPE_OBJECT, "object",
+                       &node, errp)) {
+        return false;
     }
-    if (!JSON_NODE_HOLDS_OBJECT(node)) {
-        return qmp_arg_type_error(key, "object", errp);
+    if (node) {
+        *out = json_node_get_object(node);
     }
-    *out = json_node_get_object(node);
     return true;
+}
+
+bool qmp_args_only_bool(JsonObject *args, const char *key, bool *out,
+                        Error **errp)
+{
+    const char *const allowed[] = { key, NULL };
+
+    return qmp_arg_bool(args, key, false, out, errp) &&
+           qmp_args_check(args, allowed, errp);
 }
 
 bool qmp_args_check(JsonObject *args, const char *const *allowed,

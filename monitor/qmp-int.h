@@ -36,6 +36,14 @@ JsonNode *qmp_return_object(JsonObject *obj);
 JsonNode *qmp_return_array(JsonArray *arr);
 JsonNode *qmp_return_empty(void);
 
+/*
+ * For a command whose one member is the optional boolean key: read it
+ * into *out (untouched if absent) and reject any other member, as
+ * qmp_arg_bool() and qmp_args_check() do.
+ */
+bool qmp_args_only_bool(JsonObject *args, const char *key, bool *out,
+                        Error **errp);
+
 /* The "class" of an error reply for err: "GenericError", ... (static). */
 const char *qmp_error_class_name(const Error *err);
 

@@ -727,24 +727,23 @@ static void qmp_client_feed(QmpClient *c, const char *data, size_t len)
         }
         switch (ev) {
         case QMP_SCAN_NONE:
-            break;
+            continue;
         case QMP_SCAN_MESSAGE:
             qmp_client_handle(c, c->scan.buf->str, c->scan.buf->len);
-            qmp_scan_reset_buf(&c->scan);
             break;
         case QMP_SCAN_TOO_LARGE:
             qmp_client_send_generic(c, NULL, "JSON parse error, message too "
                                     "large (more than %u bytes)",
                                     QMP_MAX_MESSAGE);
-            qmp_scan_reset_buf(&c->scan);
             break;
         case QMP_SCAN_TOO_DEEP:
             qmp_client_send_generic(c, NULL, "JSON parse error, nesting too "
                                     "deep (more than %u levels)",
                                     QMP_MAX_NESTING);
-            qmp_scan_reset_buf(&c->scan);
             break;
         }
+        /* A message ended (or was dropped): the next starts afresh. */
+        qmp_scan_reset_buf(&c->scan);
     }
 }
 
