@@ -114,28 +114,23 @@ typedef struct CliOption {
     const char *arg;             /* borrowed from argv; NULL if none */
 } CliOption;
 
-/* A --chardev: a socket for a QMP monitor. */
+/* A --chardev: a socket for a QMP monitor, and the --monitor on it. */
 typedef struct ChardevConf {
     char *id;
     char *path;                  /* or NULL with fd >= 0 */
     int fd;                      /* -1 once a monitor has taken it */
     bool server;
     bool wait;
+    QmpServer *monitor;          /* its --monitor's server; NULL: none */
+    char *where;                 /* with a monitor: the socket, for
+                                  * messages */
 } ChardevConf;
-
-/* A --monitor: a QMP server on a chardev. */
-typedef struct MonitorConf {
-    char *chardev;
-    bool pretty;
-    bool wait;                   /* the chardev's wait=on */
-    char *where;                 /* the socket, for messages */
-    QmpServer *server;
-} MonitorConf;
 
 typedef struct Daemon {
     AioContext *ctx;             /* the main loop's */
     GPtrArray *chardevs;         /* ChardevConf * */
-    GPtrArray *monitors;         /* MonitorConf * */
+    GPtrArray *monitors;         /* ChardevConf * with a monitor, in
+                                  * --monitor order (borrowed) */
 
     const char *pidfile;         /* NULL: none */
     int pidfile_fd;              /* open and locked while we run */
@@ -334,19 +329,11 @@ static void chardev_conf_free(gpointer p)
 {
     ChardevConf *c = p;
 
+    qmp_server_free(c->monitor);
     g_free(c->id);
     g_free(c->path);
+    g_free(c->where);
     g_free(c);
-}
-
-static void monitor_conf_free(gpointer p)
-{
-    MonitorConf *m = p;
-
-    qmp_server_free(m->server);
-    g_free(m->chardev);
-    g_free(m->where);
-    g_free(m);
 }
 
 static ChardevConf *daemon_find_chardev(Daemon *d, const char *id)
@@ -431,8 +418,6 @@ static bool daemon_add_monitor(Daemon *d, const char *arg, Error **errp)
     int mode;
     ChardevConf *c;
     QmpServerConfig cfg = { .listen_fd = -1 };
-    QmpServer *server;
-    MonitorConf *m;
 
     if (!opts ||
         !opts_get_str(opts, "chardev", NULL, &chardev, errp) ||
@@ -456,31 +441,22 @@ static bool daemon_add_monitor(Daemon *d, const char *arg, Error **errp)
                    "(define it with an earlier --chardev)", chardev);
         return false;
     }
-    for (guint i = 0; i < d->monitors->len; i++) {
-        MonitorConf *other = g_ptr_array_index(d->monitors, i);
-
-        if (!strcmp(other->chardev, chardev)) {
-            error_setg(errp, "Parameter 'chardev': chardev '%s' is already "
-                       "used by another --monitor (define one --chardev "
-                       "per monitor)", chardev);
-            return false;
-        }
+    if (c->monitor) {
+        error_setg(errp, "Parameter 'chardev': chardev '%s' is already "
+                   "used by another --monitor (define one --chardev "
+                   "per monitor)", chardev);
+        return false;
     }
     cfg.path = c->path;
     cfg.listen_fd = c->fd;
     cfg.pretty = pretty;
     cfg.name = c->id;
-    server = qmp_server_new(&cfg, d->ctx, errp);
-    if (!server) {
+    c->monitor = qmp_server_new(&cfg, d->ctx, errp);
+    if (!c->monitor) {
         return false;
     }
-    m = g_new0(MonitorConf, 1);
-    m->chardev = g_strdup(chardev);
-    m->pretty = pretty;
-    m->wait = c->wait;
-    m->where = c->path ? g_strdup(c->path) : g_strdup_printf("fd %d", c->fd);
-    m->server = server;
-    g_ptr_array_add(d->monitors, m);
+    c->where = c->path ? g_strdup(c->path) : g_strdup_printf("fd %d", c->fd);
+    g_ptr_array_add(d->monitors, c);
     c->fd = -1;                  /* the server has it now */
     return true;
 }
@@ -749,6 +725,14 @@ static void daemon_setup_signals(Daemon *d)
 /* ------------------------------------------------------------------------ */
 /* Start-up and shutdown                                                     */
 
+/* Stop chardev p's monitor (flushing its last output). */
+static void daemon_close_monitor(gpointer p, gpointer unused)
+{
+    ChardevConf *c = p;
+
+    g_clear_pointer(&c->monitor, qmp_server_free);
+}
+
 /* Delete everything created, newest first. */
 static void daemon_teardown(Daemon *d)
 {
@@ -758,6 +742,7 @@ static void daemon_teardown(Daemon *d)
     blockdev_del_all();
     /* After the exports and nodes: events from their teardown still have
      * somewhere to go. */
+    g_ptr_array_foreach(d->monitors, daemon_close_monitor, NULL);
     g_ptr_array_set_size(d->monitors, 0);
     qmp_set_quit_handler(NULL, NULL);
     iothreads = iothread_list();
@@ -802,9 +787,9 @@ static void daemon_qmp_quit(void *opaque)
 static bool daemon_monitors_waiting(Daemon *d)
 {
     for (guint i = 0; i < d->monitors->len; i++) {
-        MonitorConf *m = g_ptr_array_index(d->monitors, i);
+        ChardevConf *c = g_ptr_array_index(d->monitors, i);
 
-        if (m->wait && qmp_server_num_accepted(m->server) == 0) {
+        if (c->wait && qmp_server_num_accepted(c->monitor) == 0) {
             return true;
         }
     }
@@ -821,10 +806,10 @@ static void daemon_wait_for_monitors(Daemon *d)
         return;
     }
     for (guint i = 0; i < d->monitors->len; i++) {
-        MonitorConf *m = g_ptr_array_index(d->monitors, i);
+        ChardevConf *c = g_ptr_array_index(d->monitors, i);
 
-        if (m->wait) {
-            error_report("waiting for a QMP client on %s", m->where);
+        if (c->wait) {
+            error_report("waiting for a QMP client on %s", c->where);
         }
     }
     while (!d->quit && daemon_monitors_waiting(d)) {
@@ -862,7 +847,7 @@ int main(int argc, char **argv)
         exit(1);
     }
     d.chardevs = g_ptr_array_new_with_free_func(chardev_conf_free);
-    d.monitors = g_ptr_array_new_with_free_func(monitor_conf_free);
+    d.monitors = g_ptr_array_new();
     aio_set_fd_handler(d.ctx, d.sigfd, daemon_signal_read, NULL, NULL, NULL,
                        &d);
     aio_set_fd_handler_name(d.ctx, d.sigfd, "signals");
