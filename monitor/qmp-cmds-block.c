@@ -190,23 +190,29 @@ static JsonObject *node_info(BlockNode *bs)
     return o;
 }
 
+/* A new array of entry(node) for every node, in the block layer's order. */
+static JsonArray *node_entries(JsonObject *(*entry)(BlockNode *bs))
+{
+    g_autoptr(GPtrArray) nodes = block_node_list();
+    JsonArray *arr = json_array_new();
+
+    for (guint i = 0; i < nodes->len; i++) {
+        json_array_add_object_element(arr,
+                                      entry(g_ptr_array_index(nodes, i)));
+    }
+    return arr;
+}
+
 static JsonNode *qmp_query_named_block_nodes(JsonObject *args, Error **errp)
 {
-    g_autoptr(GPtrArray) nodes = NULL;
     bool flat = false;
-    JsonArray *arr;
 
     g_assert(qmp_in_main_thread());
+    /* Accepted as QEMU does; the list is the same either way. */
     if (!qmp_args_only_bool(args, "flat", &flat, errp)) {
         return NULL;
     }
-    nodes = block_node_list();
-    arr = json_array_new();
-    for (guint i = 0; i < nodes->len; i++) {
-        json_array_add_object_element(arr,
-                                      node_info(g_ptr_array_index(nodes, i)));
-    }
-    return qmp_return_array(arr);
+    return qmp_return_array(node_entries(node_info));
 }
 
 /* ------------------------------------------------------------------------ */
@@ -366,17 +372,11 @@ static JsonNode *qmp_query_blockstats(JsonObject *args, Error **errp)
     if (!qmp_args_only_bool(args, "query-nodes", &query_nodes, errp)) {
         return NULL;
     }
-    arr = json_array_new();
     if (query_nodes) {
-        g_autoptr(GPtrArray) nodes = block_node_list();
-
-        for (guint i = 0; i < nodes->len; i++) {
-            json_array_add_object_element(
-                arr, node_stats_entry(g_ptr_array_index(nodes, i)));
-        }
-    } else {
-        export_foreach(export_stats_entries, arr);
+        return qmp_return_array(node_entries(node_stats_entry));
     }
+    arr = json_array_new();
+    export_foreach(export_stats_entries, arr);
     return qmp_return_array(arr);
 }
 
