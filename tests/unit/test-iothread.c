@@ -1225,9 +1225,100 @@ static void test_registry(void)
     g_ptr_array_unref(list);
 }
 
+/* --object's argument: key=value or JSON, the type required; its help. */
+static void test_create_from_option(void)
+{
+    static const char *const refused[][2] = {
+        { "id=x", "qom-type" },
+        { "{\"id\": \"x\"}", "qom-type" },
+        { "memory-backend-ram,id=x", "not supported" },
+        { "{\"qom-type\": \"iothread\", \"id\": [1]}", "'id'" },
+        { "{\"qom-type\": \"iothread\", \"id\": \"x\", \"poll-grow\": -1}",
+          "poll-grow" },
+        { "iothread,id=x,thread-id=7", "thread-id" },
+    };
+    g_autofree char *help = NULL;
+    Error *err = NULL;
+    IOThread *iot;
+
+    iot = iothread_create_from_option(
+        " {\"qom-type\": \"iothread\", \"id\": \"j\", \"poll-max-ns\": 0, "
+        "\"poll-policy\": \"fixed\"}", &err);
+    g_assert_no_error(err);
+    g_assert_cmpstr(iothread_get_id(iot), ==, "j");
+    assert_prop(iot, "poll-max-ns", "0");
+    assert_prop(iot, "poll-policy", "fixed");
+    iothread_destroy(iot);
+
+    iot = iothread_create_from_option("iothread,id=k,aio-max-batch=4", &err);
+    g_assert_no_error(err);
+    assert_prop(iot, "aio-max-batch", "4");
+    iothread_destroy(iot);
+
+    for (size_t i = 0; i < G_N_ELEMENTS(refused); i++) {
+        g_assert_null(iothread_create_from_option(refused[i][0], &err));
+        g_assert_nonnull(err);
+        g_test_message("%s: %s", refused[i][0], error_get_pretty(err));
+        g_assert_nonnull(strstr(error_get_pretty(err), refused[i][1]));
+        g_clear_error(&err);
+    }
+
+    g_assert_null(iothread_option_help("iothread,id=x"));
+    help = iothread_option_help("help");
+    g_assert_nonnull(strstr(help, "iothread"));
+    g_free(help);
+    help = iothread_option_help("iothread,help");
+    /* Every property that may be set, and nothing read-only. */
+    for (const IOThreadProperty *p = iothread_properties; p->name; p++) {
+        g_autofree char *key = g_strdup_printf("  %s=", p->name);
+
+        g_assert_true((strstr(help, key) != NULL) == (p->set != NULL));
+    }
+}
+
+/* The property table: every entry reads back; thread-id is read-only. */
+static void test_properties_table(void)
+{
+    IOThread *iot = iot_new("table", NULL);
+    Error *err = NULL;
+    int64_t v;
+
+    for (const IOThreadProperty *p = iothread_properties; p->name; p++) {
+        g_autofree char *str = get_prop(iot, p->name);
+
+        g_assert_true(iothread_property_find(p->name) == p);
+        if (p->type == IOTHREAD_PROP_INT) {
+            g_autofree char *again = NULL;
+
+            g_assert_true(iothread_get_property_int(iot, p->name, &v,
+                                                    &err));
+            g_assert_no_error(err);
+            again = g_strdup_printf("%" PRId64, v);
+            g_assert_cmpstr(str, ==, again);
+        } else {
+            g_assert_false(iothread_get_property_int(iot, p->name, &v,
+                                                     &err));
+            g_assert_nonnull(err);
+            g_clear_error(&err);
+        }
+    }
+    g_assert_null(iothread_property_find("no-such-prop"));
+    g_assert_false(iothread_get_property_int(iot, "no-such-prop", &v, &err));
+    g_assert_nonnull(strstr(error_get_pretty(err), "no-such-prop"));
+    g_clear_error(&err);
+
+    g_assert_true(iothread_get_property_int(iot, "thread-id", &v, &err));
+    g_assert_cmpint(v, ==, iothread_get_thread_id(iot));
+    g_assert_null(iothread_property_find("thread-id")->set);
+    set_prop_bad(iot, "thread-id", "1", "not found");
+    g_assert_false(iothread_set_property_int(iot, "thread-id", 1, NULL));
+    iothread_destroy(iot);
+}
+
 static const TestCase tests[] = {
     { "/iothread/create-destroy", test_create_destroy },
     { "/iothread/create-from-string", test_create_from_string },
+    { "/iothread/create-from-option", test_create_from_option },
     { "/iothread/create-errors", test_create_errors },
     { "/iothread/thread-name", test_thread_name },
     { "/iothread/timer-slack", test_timer_slack },
@@ -1235,6 +1326,7 @@ static const TestCase tests[] = {
     { "/iothread/destroy-runs-pending-bhs", test_destroy_runs_pending_bhs },
     { "/iothread/properties/defaults-and-readback", test_properties_defaults },
     { "/iothread/properties/bad-values", test_properties_bad_values },
+    { "/iothread/properties/table", test_properties_table },
     { "/iothread/properties/change-under-load", test_properties_live },
     { "/iothread/cpu-affinity/set", test_cpu_affinity },
     { "/iothread/cpu-affinity/bad-lists", test_cpu_affinity_bad },
