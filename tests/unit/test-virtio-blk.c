@@ -5,13 +5,13 @@
  *
  * Theory of operation: a TBlk is a small virtio-blk driver plus the device
  * under test, driven through its VuDevOps callbacks (no vhost-user
- * socket).  Guest memory and the rings are virtio-test-driver.h's: the
- * VirtQueues are real ones over a GuestMemory made from a memfd, their
- * rings at fixed guest addresses.  A request is three descriptors: the
- * 16-byte header, the data (if any) and the status byte.  Queue 0 runs in the test thread's
- * AioContext, queue 1 in an IOThread, and the node (null-co, which keeps
- * nothing but whose length can change) lives in the test thread's
- * context, which plays the main loop.
+ * socket).  The driver is the front-end library's, in-process
+ * (local-virtio.h): the VirtQueues are real ones over the library's guest
+ * memory and rings.  A request is three descriptors: the 16-byte header,
+ * the data (if any) and the status byte.  Queue 0 runs in the test
+ * thread's AioContext, queue 1 in an IOThread, and the node (null-co,
+ * which keeps nothing but whose length can change) lives in the test
+ * thread's context, which plays the main loop.
  */
 #include <endian.h>
 #include <stdint.h>
@@ -28,31 +28,30 @@
 #include "util/event-notifier.h"
 #include "util/iothread.h"
 #include "test-helpers.h"
-#include "virtio-test-driver.h"
+#include "local-virtio.h"
 
 #define MEM_SIZE        (1u << 20)
 #define QVA_BASE        0x7f2000000000ull
-#define RINGS_GPA       0x10000
-#define RING_STRIDE     0x1000
-#define DATA_GPA        0x40000
+#define DATA_SIZE       (512u << 10)
 #define NUM_QUEUES      2
 #define WAIT_NS         (10 * NS_PER_SEC)
 
 #define NODE_1M         "driver=null-co,size=1M,read-zeroes=on"
 
 typedef struct TBlk {
-    DrvMem m;
+    LocalMem m;
     AioContext *ctx;             /* the test thread's: the main loop */
     IOThread *iot;
     BlockNode *bs;
     VirtioBlk *vb;
-    DrvQueue q[NUM_QUEUES];
+    LocalQueue q[NUM_QUEUES];
+    uint64_t data_gpa;           /* DATA_SIZE bytes for requests */
     uint64_t data_next;
 } TBlk;
 
 static void *gptr(TBlk *t, uint64_t gpa)
 {
-    return drvmem_ptr(&t->m, gpa);
+    return lmem_ptr(&t->m, gpa);
 }
 
 /* len bytes of guest memory (recycled: requests here run one at a time). */
@@ -60,8 +59,8 @@ static uint64_t galloc(TBlk *t, size_t len)
 {
     uint64_t gpa;
 
-    if (t->data_next + len > MEM_SIZE) {
-        t->data_next = DATA_GPA;
+    if (t->data_next + len > t->data_gpa + DATA_SIZE) {
+        t->data_next = t->data_gpa;
     }
     gpa = t->data_next;
     t->data_next = (t->data_next + len + 63) & ~63ull;
@@ -80,9 +79,6 @@ static void tblk_new(TBlk *t, uint32_t lbs)
     uint64_t features;
 
     memset(t, 0, sizeof(*t));
-    drvmem_init(&t->m, "test-virtio-blk", MEM_SIZE, QVA_BASE);
-    t->data_next = DATA_GPA;
-
     t->ctx = ctx_new();
     aio_context_set_poll_params(t->ctx, &no_polling);
     t->iot = iot_new("vblk-iot", "poll-max-ns=0");
@@ -94,32 +90,34 @@ static void tblk_new(TBlk *t, uint32_t lbs)
     features = virtio_blk_vu_ops.get_features(t->vb) |
                (1ull << VIRTIO_F_VERSION_1);
     virtio_blk_vu_ops.set_features(t->vb, features);
+    lmem_init(&t->m, MEM_SIZE, NUM_QUEUES, QVA_BASE, features);
+    t->data_gpa = t->data_next = lmem_alloc(&t->m, DATA_SIZE);
     for (unsigned i = 0; i < NUM_QUEUES; i++) {
         /* Queue 0 in the main loop, queue 1 in the IOThread. */
         AioContext *ctx = i ? iothread_get_aio_context(t->iot) : t->ctx;
 
-        drvq_init(&t->q[i], &t->m, i, RINGS_GPA + (uint64_t)i * RING_STRIDE,
-                  ctx, features, &virtio_blk_vu_ops, t->vb);
-        drvq_start(&t->q[i]);
+        lq_init(&t->q[i], &t->m, i, ctx, features, &virtio_blk_vu_ops,
+                t->vb);
+        lq_start(&t->q[i]);
     }
 }
 
 static void tblk_cleanup(TBlk *t)
 {
     for (unsigned i = 0; i < NUM_QUEUES; i++) {
-        drvq_stop(&t->q[i]);
+        lq_stop(&t->q[i]);
     }
     virtio_blk_free(t->vb);
     block_node_unref(t->bs);
     for (unsigned i = 0; i < NUM_QUEUES; i++) {
-        drvq_cleanup(&t->q[i]);
+        lq_cleanup(&t->q[i]);
     }
     iothread_destroy(t->iot);
     while (aio_poll(t->ctx, false)) {
         /* leftover BHs */
     }
     aio_context_unref(t->ctx);
-    drvmem_cleanup(&t->m);
+    lmem_cleanup(&t->m);
 }
 
 /* The capacity the config space shows, in sectors. */
@@ -141,7 +139,7 @@ static uint64_t config_capacity(TBlk *t)
 static uint8_t blk_req(TBlk *t, unsigned qi, uint32_t type, uint64_t sector,
                        uint32_t len)
 {
-    DrvQueue *q = &t->q[qi];
+    LocalQueue *q = &t->q[qi];
     VirtioBlkOutHdr hdr = { htole32(type), 0, htole64(sector) };
     uint64_t hdr_gpa = galloc(t, sizeof(hdr));
     uint64_t status_gpa = galloc(t, 1);
@@ -149,29 +147,29 @@ static uint8_t blk_req(TBlk *t, unsigned qi, uint32_t type, uint64_t sector,
     bool data_in = type == VIRTIO_BLK_T_IN || type == VIRTIO_BLK_T_GET_ID;
     bool dwz = type == VIRTIO_BLK_T_DISCARD ||
                type == VIRTIO_BLK_T_WRITE_ZEROES;
-    DrvBuf b[3];
+    VufSeg b[3];
     int64_t deadline = clock_now_ns() + WAIT_NS;
     unsigned n = 0;
 
     memcpy(gptr(t, hdr_gpa), &hdr, sizeof(hdr));
-    b[n++] = (DrvBuf) { hdr_gpa, sizeof(hdr), false };
+    b[n++] = (VufSeg) { hdr_gpa, sizeof(hdr), false };
     if (dwz) {
         VirtioBlkSeg seg = { htole64(sector), htole32(len / 512), 0 };
 
         data_gpa = galloc(t, sizeof(seg));
         memcpy(gptr(t, data_gpa), &seg, sizeof(seg));
-        b[n++] = (DrvBuf) { data_gpa, sizeof(seg), false };
+        b[n++] = (VufSeg) { data_gpa, sizeof(seg), false };
     } else if (len) {
         data_gpa = galloc(t, len);
         memset(gptr(t, data_gpa), 0x5a, len);
-        b[n++] = (DrvBuf) { data_gpa, len, data_in };
+        b[n++] = (VufSeg) { data_gpa, len, data_in };
     }
     *(uint8_t *)gptr(t, status_gpa) = 0xff;
-    b[n++] = (DrvBuf) { status_gpa, 1, true };
+    b[n++] = (VufSeg) { status_gpa, 1, true };
 
-    drvq_publish(q, drvq_add_chain(q, b, n), true);
+    lq_publish(q, lq_add_chain(q, b, n), true);
 
-    while (!drvq_next_used(q, NULL, NULL)) {
+    while (!lq_next_used(q, NULL, NULL)) {
         g_assert_cmpint(clock_now_ns(), <, deadline);
         aio_poll(t->ctx, false);
         g_usleep(50);
@@ -303,8 +301,8 @@ static void test_acct(void)
     assert_op(&t, BLOCK_OP_WRITE_ZEROES, 1, 512);
     g_assert_cmpuint(op_stats(&t, BLOCK_OP_READ).total_time_ns, >, 0);
 
-    drvq_stop(&t.q[1]);
-    drvq_start(&t.q[1]);
+    lq_stop(&t.q[1]);
+    lq_start(&t.q[1]);
     g_assert_cmpuint(blk_req(&t, 1, VIRTIO_BLK_T_IN, 0, 512), ==,
                      VIRTIO_BLK_S_OK);
     assert_op(&t, BLOCK_OP_READ, 3, 5632);

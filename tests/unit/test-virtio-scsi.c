@@ -2,18 +2,17 @@
  * Unit tests for the virtio-scsi device (hw/virtio/virtio-scsi.c and
  * hw/virtio/virtio-scsi-ctrl.c).
  *
- * Theory of operation: a TDev is a small virtio-scsi driver written for
- * these tests plus the device under test, driven directly through its
- * VuDevOps callbacks (no vhost-user socket: the server has its own tests).
- * Guest memory and the rings are virtio-test-driver.h's: the VirtQueues
- * (control, event, N request queues) are real ones over a GuestMemory made
- * from a memfd, with their rings at fixed guest addresses.  The driver
- * writes descriptor chains (the request header, CDB, data-out; the
- * response header, sense, data-in; split across descriptors where a test
- * wants it), publishes them, kicks, and reads the used ring, recording
- * for each head the length pushed and the order in which it was pushed
- * (so a test can check that a TMF completed after the commands it
- * affected).
+ * Theory of operation: a TDev is a small virtio-scsi driver for these
+ * tests plus the device under test, driven directly through its VuDevOps
+ * callbacks (no vhost-user socket: the server has its own tests).  The
+ * rings are driven by the front-end library's driver, in-process
+ * (local-virtio.h): the VirtQueues (control, event, N request queues) are
+ * real ones over the library's guest memory and rings.  The test adds
+ * descriptor chains (the request header, CDB, data-out; the response
+ * header, sense, data-in; split across descriptors where a test wants
+ * it), publishes them, kicks, and reads the used ring, recording for each
+ * head the length pushed and the order in which it was pushed (so a test
+ * can check that a TMF completed after the commands it affected).
  *
  * The control and event queues run in the test thread's AioContext; the
  * request queues run there too, or in an IOThread (or alternately in two)
@@ -42,13 +41,11 @@
 #include "util/event-notifier.h"
 #include "util/iothread.h"
 #include "test-helpers.h"
-#include "virtio-test-driver.h"
+#include "local-virtio.h"
 
 #define MEM_SIZE        (4u << 20)
 #define QVA_BASE        0x7f1000000000ull
-#define RINGS_GPA       0x10000
-#define RING_STRIDE     0x1000
-#define DATA_GPA        0x100000
+#define DATA_SIZE       (3u << 20)
 #define MAX_VQS         6
 #define WAIT_NS         (10 * NS_PER_SEC)
 
@@ -65,11 +62,11 @@
 typedef struct TDev TDev;
 
 typedef struct TQueue {
-    DrvQueue d;                  /* the ring and the device's VirtQueue */
+    LocalQueue d;                  /* the ring and the device's VirtQueue */
     TDev *t;
     unsigned index;
-    uint32_t used_len[DRV_RING_NUM];  /* by head; NOT_USED until pushed */
-    uint64_t used_seq[DRV_RING_NUM];  /* the pass of tdev_reap() that saw it */
+    uint32_t used_len[LOCAL_RING_NUM];  /* by head; NOT_USED until pushed */
+    uint64_t used_seq[LOCAL_RING_NUM];  /* the tdev_reap() pass that saw it */
 } TQueue;
 
 typedef struct TLun {
@@ -88,12 +85,13 @@ typedef struct TConf {
 } TConf;
 
 struct TDev {
-    DrvMem m;
+    LocalMem m;
     AioContext *ctx;             /* the test thread's */
     IOThread *iot, *iot2;
     VirtioScsi *vs;
     unsigned nvqs;
     TQueue q[MAX_VQS];
+    uint64_t data_gpa;           /* DATA_SIZE bytes for commands */
     uint64_t data_next;
     uint64_t used_seq;           /* tdev_reap() passes */
     uint32_t sense_size;         /* the layout the driver builds */
@@ -120,7 +118,7 @@ typedef struct TCmd {
 
 static void *gptr(TDev *t, uint64_t gpa)
 {
-    return drvmem_ptr(&t->m, gpa);
+    return lmem_ptr(&t->m, gpa);
 }
 
 static uint64_t galloc(TDev *t, size_t len)
@@ -128,7 +126,7 @@ static uint64_t galloc(TDev *t, size_t len)
     uint64_t gpa = t->data_next;
 
     t->data_next = (t->data_next + len + 63) & ~63ull;
-    g_assert_cmpuint(t->data_next, <=, MEM_SIZE);
+    g_assert_cmpuint(t->data_next, <=, t->data_gpa + DATA_SIZE);
     return gpa;
 }
 
@@ -152,15 +150,15 @@ static uint64_t gbuf(TDev *t, const void *data, size_t len)
 static void tq_publish(TQueue *q, uint16_t head, bool kick)
 {
     q->used_len[head] = NOT_USED;
-    drvq_publish(&q->d, head, kick);
+    lq_publish(&q->d, head, kick);
 }
 
 static void tq_reap(TQueue *q)
 {
     uint32_t id, len;
 
-    while (drvq_next_used(&q->d, &id, &len)) {
-        g_assert_cmpuint(id, <, DRV_RING_NUM);
+    while (lq_next_used(&q->d, &id, &len)) {
+        g_assert_cmpuint(id, <, LOCAL_RING_NUM);
         q->used_len[id] = len;
         q->used_seq[id] = q->t->used_seq;
     }
@@ -216,7 +214,7 @@ static void tq_assert_pending(TQueue *q, uint16_t head, unsigned ms)
 
 static void tq_start(TQueue *q)
 {
-    drvq_start(&q->d);
+    lq_start(&q->d);
     while (aio_poll(q->t->ctx, false)) {
         /* the start-up BHs */
     }
@@ -229,8 +227,7 @@ static void tq_init(TDev *t, TQueue *q, unsigned index, AioContext *ctx,
     q->t = t;
     q->index = index;
     memset(q->used_len, 0xff, sizeof(q->used_len));
-    drvq_init(&q->d, &t->m, index, RINGS_GPA + (uint64_t)index * RING_STRIDE,
-              ctx, features, &virtio_scsi_vu_ops, t->vs);
+    lq_init(&q->d, &t->m, index, ctx, features, &virtio_scsi_vu_ops, t->vs);
 }
 
 /* A disk over a node opened from options node. */
@@ -275,8 +272,6 @@ static void tdev_init(TDev *t, const TConf *c)
     uint64_t features;
 
     memset(t, 0, sizeof(*t));
-    drvmem_init(&t->m, "test-virtio-scsi", MEM_SIZE, QVA_BASE);
-    t->data_next = DATA_GPA;
     t->sense_size = VIRTIO_SCSI_SENSE_DEFAULT_SIZE;
     t->cdb_size = VIRTIO_SCSI_CDB_DEFAULT_SIZE;
 
@@ -305,6 +300,8 @@ static void tdev_init(TDev *t, const TConf *c)
     t->nvqs = virtio_scsi_num_virtqueues(t->vs);
     g_assert_cmpuint(t->nvqs, ==, c->num_queues + 2);
     g_assert_cmpuint(t->nvqs, <=, MAX_VQS);
+    lmem_init(&t->m, MEM_SIZE, t->nvqs, QVA_BASE, features);
+    t->data_gpa = t->data_next = lmem_alloc(&t->m, DATA_SIZE);
     for (unsigned i = 0; i < t->nvqs; i++) {
         AioContext *ctx = t->ctx;
 
@@ -358,11 +355,11 @@ static void tdev_new_slow(TDev *t, unsigned num_queues, unsigned nluns,
 static void tdev_cleanup(TDev *t)
 {
     for (unsigned i = 0; i < t->nvqs; i++) {
-        drvq_stop(&t->q[i].d);
+        lq_stop(&t->q[i].d);
     }
     virtio_scsi_free(t->vs);
     for (unsigned i = 0; i < t->nvqs; i++) {
-        drvq_cleanup(&t->q[i].d);
+        lq_cleanup(&t->q[i].d);
     }
     if (t->iot) {
         iothread_destroy(t->iot);
@@ -374,7 +371,7 @@ static void tdev_cleanup(TDev *t)
         /* leftover BHs */
     }
     aio_context_unref(t->ctx);
-    drvmem_cleanup(&t->m);
+    lmem_cleanup(&t->m);
 }
 
 static TQueue *reqq(TDev *t, unsigned i)
@@ -420,7 +417,7 @@ static uint64_t cmd_head(TDev *t, const uint8_t *lun, uint64_t tag,
 
 /* Publish the chain b[0..n) as command c on q; resp_gpa/in_gpa say where
  * the response and the data-in went. */
-static void cmd_publish(TCmd *c, TQueue *q, const DrvBuf *b, unsigned n,
+static void cmd_publish(TCmd *c, TQueue *q, const VufSeg *b, unsigned n,
                         uint64_t resp_gpa, uint64_t in_gpa, uint32_t in_len,
                         bool kick)
 {
@@ -429,7 +426,7 @@ static void cmd_publish(TCmd *c, TQueue *q, const DrvBuf *b, unsigned n,
     c->resp_gpa = resp_gpa;
     c->in_gpa = in_gpa;
     c->in_len = in_len;
-    c->head = drvq_add_chain(&q->d, b, n);
+    c->head = lq_add_chain(&q->d, b, n);
     tq_publish(q, c->head, kick);
 }
 
@@ -443,20 +440,20 @@ static void cmd_send_ex(TDev *t, TCmd *c, unsigned qi, const uint8_t *lun,
                         const void *out, size_t out_len, size_t in_len,
                         bool kick)
 {
-    DrvBuf b[4];
+    VufSeg b[4];
     unsigned n = 0;
     uint64_t resp, in = 0;
 
-    b[n++] = (DrvBuf){ cmd_head(t, lun, tag, cdb, cdb_len),
+    b[n++] = (VufSeg){ cmd_head(t, lun, tag, cdb, cdb_len),
                      REQ_HDR + t->cdb_size, false };
     if (out_len) {
-        b[n++] = (DrvBuf){ gbuf(t, out, out_len), out_len, false };
+        b[n++] = (VufSeg){ gbuf(t, out, out_len), out_len, false };
     }
     resp = gbuf(t, NULL, RESP_HDR + t->sense_size);
-    b[n++] = (DrvBuf){ resp, RESP_HDR + t->sense_size, true };
+    b[n++] = (VufSeg){ resp, RESP_HDR + t->sense_size, true };
     if (in_len) {
         in = gbuf(t, NULL, in_len);
-        b[n++] = (DrvBuf){ in, in_len, true };
+        b[n++] = (VufSeg){ in, in_len, true };
     }
     cmd_publish(c, reqq(t, qi), b, n, resp, in, in_len, kick);
 }
@@ -564,17 +561,17 @@ static void tmf_send(TDev *t, TTmf *m, uint32_t subtype, const uint8_t *lun,
                      uint64_t tag)
 {
     VirtioScsiCtrlTmfReq req;
-    DrvBuf b[2];
+    VufSeg b[2];
 
     memset(&req, 0, sizeof(req));
     req.type = htole32(VIRTIO_SCSI_T_TMF);
     req.subtype = htole32(subtype);
     memcpy(req.lun, lun, VIRTIO_SCSI_LUN_BYTES);
     req.tag = htole64(tag);
-    b[0] = (DrvBuf){ gbuf(t, &req, sizeof(req)), sizeof(req), false };
+    b[0] = (VufSeg){ gbuf(t, &req, sizeof(req)), sizeof(req), false };
     m->resp_gpa = gbuf(t, NULL, 1);
-    b[1] = (DrvBuf){ m->resp_gpa, 1, true };
-    m->head = drvq_add_chain(&ctrlq(t)->d, b, 2);
+    b[1] = (VufSeg){ m->resp_gpa, 1, true };
+    m->head = lq_add_chain(&ctrlq(t)->d, b, 2);
     tq_publish(ctrlq(t), m->head, true);
 }
 
@@ -597,8 +594,8 @@ static uint8_t tmf_run(TDev *t, uint32_t subtype, const uint8_t *lun,
 /* Give the device an event buffer of len bytes; returns its head. */
 static uint16_t event_buf_post(TDev *t, uint32_t len, uint64_t *gpa)
 {
-    DrvBuf b = { gbuf(t, NULL, len), len, true };
-    uint16_t head = drvq_add_chain(&eventq(t)->d, &b, 1);
+    VufSeg b = { gbuf(t, NULL, len), len, true };
+    uint16_t head = lq_add_chain(&eventq(t)->d, &b, 1);
 
     *gpa = b.gpa;
     tq_publish(eventq(t), head, true);
@@ -914,7 +911,7 @@ static void test_read_write(void)
     TConf c = { .num_queues = 2, .luns = luns, .nluns = 1 };
     uint8_t lun[8], cdb[10], *data = g_malloc(4096), *back = g_malloc(4096);
     uint64_t resp, in_a, in_b;
-    DrvBuf b[6];
+    VufSeg b[6];
     TCmd cmd;
     TDev t;
 
@@ -928,12 +925,12 @@ static void test_read_write(void)
 
     /* WRITE(10) of 8 blocks at LBA 10, the data in three descriptors. */
     cdb_rw10(cdb, SCSI_OP_WRITE_10, 10, 8);
-    b[0] = (DrvBuf){ cmd_head(&t, lun, 1, cdb, 10), REQ_HDR + 32, false };
-    b[1] = (DrvBuf){ gbuf(&t, data, 1000), 1000, false };
-    b[2] = (DrvBuf){ gbuf(&t, data + 1000, 2000), 2000, false };
-    b[3] = (DrvBuf){ gbuf(&t, data + 3000, 1096), 1096, false };
+    b[0] = (VufSeg){ cmd_head(&t, lun, 1, cdb, 10), REQ_HDR + 32, false };
+    b[1] = (VufSeg){ gbuf(&t, data, 1000), 1000, false };
+    b[2] = (VufSeg){ gbuf(&t, data + 1000, 2000), 2000, false };
+    b[3] = (VufSeg){ gbuf(&t, data + 3000, 1096), 1096, false };
     resp = gbuf(&t, NULL, RESP_HDR + SENSE_DEFAULT);
-    b[4] = (DrvBuf){ resp, RESP_HDR + SENSE_DEFAULT, true };
+    b[4] = (VufSeg){ resp, RESP_HDR + SENSE_DEFAULT, true };
     cmd_publish(&cmd, reqq(&t, 1), b, 5, resp, 0, 0, true);
     cmd_wait(&t, &cmd);
     assert_good(&cmd);
@@ -945,11 +942,11 @@ static void test_read_write(void)
     /* READ(10) back: response, sense and the first 100 bytes of data in
      * one descriptor, the rest in another. */
     cdb_rw10(cdb, SCSI_OP_READ_10, 10, 8);
-    b[0] = (DrvBuf){ cmd_head(&t, lun, 2, cdb, 10), REQ_HDR + 32, false };
+    b[0] = (VufSeg){ cmd_head(&t, lun, 2, cdb, 10), REQ_HDR + 32, false };
     in_a = gbuf(&t, NULL, RESP_HDR + SENSE_DEFAULT + 100);
     in_b = gbuf(&t, NULL, 4096 - 100);
-    b[1] = (DrvBuf){ in_a, RESP_HDR + SENSE_DEFAULT + 100, true };
-    b[2] = (DrvBuf){ in_b, 4096 - 100, true };
+    b[1] = (VufSeg){ in_a, RESP_HDR + SENSE_DEFAULT + 100, true };
+    b[2] = (VufSeg){ in_b, 4096 - 100, true };
     cmd_publish(&cmd, reqq(&t, 0), b, 3, in_a, 0, 0, true);
     cmd_wait(&t, &cmd);
     assert_good(&cmd);
@@ -1006,7 +1003,7 @@ static void test_malformed(void)
     uint8_t lun[8], cdb[10], data[512] = { 0 };
     uint64_t head, resp, cdb_a, cdb_b;
     uint8_t raw[REQ_HDR + 32];
-    DrvBuf b[4];
+    VufSeg b[4];
     TCmd cmd;
     TDev t;
 
@@ -1014,13 +1011,13 @@ static void test_malformed(void)
     lun_addr(lun, 0, 0);
 
     /* No device-writable part at all: handed back untouched. */
-    b[0] = (DrvBuf){ cmd_head(&t, lun, 1, cdb_tur, 6), REQ_HDR + 32, false };
+    b[0] = (VufSeg){ cmd_head(&t, lun, 1, cdb_tur, 6), REQ_HDR + 32, false };
     cmd_publish(&cmd, reqq(&t, 0), b, 1, 0, 0, 0, true);
     g_assert_cmpuint(tq_wait(cmd.q, cmd.head), ==, 0);
 
     /* A writable part smaller than the response header: the same. */
     resp = gbuf(&t, NULL, 8);
-    b[1] = (DrvBuf){ resp, 8, true };
+    b[1] = (VufSeg){ resp, 8, true };
     cmd_publish(&cmd, reqq(&t, 0), b, 2, resp, 0, 0, true);
     g_assert_cmpuint(tq_wait(cmd.q, cmd.head), ==, 0);
     g_assert_cmphex(*(uint8_t *)gptr(&t, resp), ==, 0xee);
@@ -1028,7 +1025,7 @@ static void test_malformed(void)
     /* A request shorter than header + CDB: FAILURE. */
     b[0].len = REQ_HDR + 16;
     resp = gbuf(&t, NULL, RESP_HDR + SENSE_DEFAULT);
-    b[1] = (DrvBuf){ resp, RESP_HDR + SENSE_DEFAULT, true };
+    b[1] = (VufSeg){ resp, RESP_HDR + SENSE_DEFAULT, true };
     cmd_publish(&cmd, reqq(&t, 0), b, 2, resp, 0, 0, true);
     cmd_wait(&t, &cmd);
     g_assert_cmpuint(cmd.response, ==, VIRTIO_SCSI_S_FAILURE);
@@ -1038,7 +1035,7 @@ static void test_malformed(void)
      * header and as much of the (empty) sense area as fits. */
     b[0].len = REQ_HDR + 32;
     resp = gbuf(&t, NULL, RESP_HDR + 10);
-    b[1] = (DrvBuf){ resp, RESP_HDR + 10, true };
+    b[1] = (VufSeg){ resp, RESP_HDR + 10, true };
     cmd_publish(&cmd, reqq(&t, 0), b, 2, resp, 0, 0, true);
     cmd_wait(&t, &cmd);
     g_assert_cmpuint(cmd.response, ==, VIRTIO_SCSI_S_FAILURE);
@@ -1068,11 +1065,11 @@ static void test_malformed(void)
     head = gbuf(&t, raw, REQ_HDR);
     cdb_a = gbuf(&t, raw + REQ_HDR, 3);
     cdb_b = gbuf(&t, raw + REQ_HDR + 3, 29);
-    b[0] = (DrvBuf){ head, REQ_HDR, false };
-    b[1] = (DrvBuf){ cdb_a, 3, false };
-    b[2] = (DrvBuf){ cdb_b, 29, false };
+    b[0] = (VufSeg){ head, REQ_HDR, false };
+    b[1] = (VufSeg){ cdb_a, 3, false };
+    b[2] = (VufSeg){ cdb_b, 29, false };
     resp = gbuf(&t, NULL, RESP_HDR + SENSE_DEFAULT + 96);
-    b[3] = (DrvBuf){ resp, RESP_HDR + SENSE_DEFAULT + 96, true };
+    b[3] = (VufSeg){ resp, RESP_HDR + SENSE_DEFAULT + 96, true };
     cmd_publish(&cmd, reqq(&t, 0), b, 4, resp, resp + RESP_HDR +
                 SENSE_DEFAULT, 96, true);
     cmd_wait(&t, &cmd);
@@ -1329,7 +1326,7 @@ static void test_tmf_drain(void)
     while (aio_poll(t.ctx, false)) {
         /* nothing */
     }
-    drvq_stop(&ctrlq(&t)->d);
+    lq_stop(&ctrlq(&t)->d);
     tdev_reap(&t);
     g_assert_cmpuint(ctrlq(&t)->used_len[m.head], ==, 1);
     cmd_wait(&t, &a);
@@ -1343,16 +1340,16 @@ static void test_tmf_drain(void)
 static uint32_t ctrl_raw(TDev *t, const void *req, size_t req_len,
                          size_t resp_len, uint64_t *resp_gpa)
 {
-    DrvBuf b[2];
+    VufSeg b[2];
     unsigned n = 0;
     uint16_t head;
 
-    b[n++] = (DrvBuf){ gbuf(t, req, req_len), req_len, false };
+    b[n++] = (VufSeg){ gbuf(t, req, req_len), req_len, false };
     *resp_gpa = gbuf(t, NULL, MAX(resp_len, 1u));
     if (resp_len) {
-        b[n++] = (DrvBuf){ *resp_gpa, resp_len, true };
+        b[n++] = (VufSeg){ *resp_gpa, resp_len, true };
     }
-    head = drvq_add_chain(&ctrlq(t)->d, b, n);
+    head = lq_add_chain(&ctrlq(t)->d, b, n);
     tq_publish(ctrlq(t), head, true);
     return tq_wait(ctrlq(t), head);
 }
@@ -1495,7 +1492,7 @@ static void test_event_not_negotiated(void)
     assert_sense(&cmd, SCSI_SENSE_UNIT_ATTENTION, SCSI_ASC_PARAMETERS_CHANGED,
                  SCSI_ASCQ_CAPACITY_DATA_CHANGED);
     /* Stopping hands the buffer back, unused. */
-    drvq_stop(&eventq(&t)->d);
+    lq_stop(&eventq(&t)->d);
     tdev_reap(&t);
     g_assert_cmpuint(eventq(&t)->used_len[head], ==, 0);
     tdev_cleanup(&t);
@@ -1765,11 +1762,11 @@ static void test_hotplug_restart(void)
     TDev t;
 
     tdev_new_lun0(&t);
-    drvq_stop(&reqq(&t, 0)->d);
+    lq_stop(&reqq(&t, 0)->d);
     tdev_add_lun(&t, 1, FAST_NODE);
     tq_start(reqq(&t, 0));
     g_assert_cmphex(inquiry_pdt(&t, 0, 1), ==, SCSI_PDT_DIRECT_ACCESS);
-    drvq_stop(&reqq(&t, 0)->d);
+    lq_stop(&reqq(&t, 0)->d);
     scsi_disk_free(virtio_scsi_remove_lun(t.vs, 1));
     tq_start(reqq(&t, 0));
     assert_lun_absent(&t, 0, 1);
@@ -1788,7 +1785,7 @@ static void test_drain(void)
     cdb_rw10(cdb, SCSI_OP_READ_10, 0, 1);
     cmd_send(&t, &a, lun, 5, cdb, 10, NULL, 0, 512);
     tq_assert_pending(a.q, a.head, 20);
-    drvq_stop(&a.q->d);
+    lq_stop(&a.q->d);
     tdev_reap(&t);
     g_assert_cmpuint(a.q->used_len[a.head], !=, NOT_USED);
     cmd_wait(&t, &a);
@@ -1870,7 +1867,7 @@ static void test_lun_stats(void)
     g_assert_cmpuint(lun_op_stats(&t, 1, BLOCK_OP_READ).total_time_ns, >, 0);
 
     /* A queue's BlockQueues are remade at its restart: the counts stay. */
-    drvq_stop(&reqq(&t, 0)->d);
+    lq_stop(&reqq(&t, 0)->d);
     tq_start(reqq(&t, 0));
     rw_q(&t, &cmd, 0, 1, false, 0, 1);
     assert_good(&cmd);
