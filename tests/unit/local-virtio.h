@@ -30,7 +30,7 @@
 #include "hw/virtio/virtqueue.h"
 #include "util/aio.h"
 #include "vu-frontend.h"
-#include "vu-ring-raw.h"
+#include "vu-raw.h"
 
 /* Entries of every ring. */
 #define LOCAL_RING_NUM      64

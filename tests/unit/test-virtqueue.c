@@ -3,7 +3,7 @@
  *
  * Theory of operation: a Drv pairs the guest driver of the front-end
  * library (tools/frontend, the one spindle-bench and spindle-vu-client
- * use), in a local session with no socket (vu-ring-raw.h), with the
+ * use), in a local session with no socket (vu-raw.h), with the
  * VirtQueue under test, started in an AioContext whose home thread is the
  * test's thread.  The library owns the guest memory and lays out the
  * rings; the device sees that memory as two regions that are adjacent in
