@@ -4,9 +4,11 @@
  * Set-up: the server runs in an IOThread of its own ("vu-main"), which plays
  * the daemon's main loop: every server function is called there through
  * aio_run_sync().  The rings run in two more IOThreads.  The test thread is
- * the front-end: it talks to the server over a real UNIX socket with
- * blocking sendmsg()/recv(), passes fds with SCM_RIGHTS, and acts as the
- * guest driver on a memfd it shares with the server (split rings, eventfds).
+ * the front-end, using the front-end library (tools/frontend): it talks to
+ * the server over a real UNIX socket one raw message at a time, so that it
+ * sees every reply and can send what a front-end must not, and drives the
+ * rings with the library's split-ring driver on the library's guest memory
+ * (a memfd it shares with the server) once it has set them up by hand.
  *
  * The device is a dummy whose ops count their calls and whose queue handler
  * echoes each request: it copies the driver's out buffers into the in
@@ -24,7 +26,6 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/eventfd.h>
-#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -36,6 +37,8 @@
 #include "util/clock.h"
 #include "util/iov.h"
 #include "test-helpers.h"
+#include "vu-frontend.h"
+#include "vu-raw.h"
 
 #define NUM_QUEUES 2
 #define MAX_QUEUE_SIZE 256
@@ -342,17 +345,22 @@ static int count_fds(void)
     return n;
 }
 
-/* Mappings whose description contains name (memfd names show there). */
-static int count_maps(const char *name)
+/* Mappings of the file behind fd (by inode: the fifth field). */
+static int count_maps(int fd)
 {
+    struct stat st;
     char *maps = NULL;
     char **lines;
     int n = 0;
 
+    g_assert_cmpint(fstat(fd, &st), ==, 0);
     g_assert_true(g_file_get_contents("/proc/self/maps", &maps, NULL, NULL));
     lines = g_strsplit(maps, "\n", -1);
     for (char **l = lines; *l; l++) {
-        n += strstr(*l, name) != NULL;
+        unsigned long long ino;
+
+        n += sscanf(*l, "%*s %*s %*s %*s %llu", &ino) == 1 &&
+             ino == (unsigned long long)st.st_ino;
     }
     g_strfreev(lines);
     g_free(maps);
@@ -362,303 +370,302 @@ static int count_maps(const char *name)
 /* ------------------------------------------------------------------------ */
 /* The front-end side                                                        */
 
-static int fe_connect(const char *path)
+/*
+ * The front-end is the library's (tools/frontend), connected with
+ * vuf_connect_socket() alone: the test speaks the protocol message by
+ * message (vuf_send_raw(), vuf_recv_raw()), so that it checks every reply
+ * and can send what a front-end must not.  Its guest memory, a memfd of
+ * MEM_SIZE bytes at guest address 0, and the rings of its NUM_QUEUES
+ * queues are the library's too; once the test has set a ring up by hand
+ * (fe_setup_ring()), the library's split-ring driver drives it.
+ */
+static VuFrontend *fe_new(const char *path)
 {
-    struct sockaddr_un sun = { .sun_family = AF_UNIX };
-    struct timeval tv = { .tv_sec = RECV_TIMEOUT_S };
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    VufOptions opts;
+    Error *err = NULL;
+    VuFrontend *fe;
 
-    g_assert_cmpint(fd, >=, 0);
-    g_strlcpy(sun.sun_path, path, sizeof(sun.sun_path));
-    g_assert_cmpint(connect(fd, (struct sockaddr *)&sun, sizeof(sun)), ==, 0);
-    g_assert_cmpint(setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)),
-                    ==, 0);
-    return fd;
+    vuf_options_init_device(&opts, VUF_DEVICE_GENERIC);
+    opts.socket_path = path;
+    opts.mem_size = MEM_SIZE;
+    opts.num_queues = NUM_QUEUES;
+    opts.queue_size = RING_NUM;
+    opts.features_wanted = 0;          /* no indirect tables */
+    opts.completion = VUF_COMPLETION_INTERRUPT;
+    fe = vuf_new(&opts, &err);
+    g_assert_no_error(err);
+    return fe;
 }
 
-static void fe_send_raw(int fd, const void *buf, size_t len, const int *fds,
-                        unsigned nfds)
+/* (Re)connect fe's socket; nothing is sent. */
+static void fe_open(VuFrontend *fe)
 {
-    union {
-        char buf[CMSG_SPACE(16 * sizeof(int))];
-        struct cmsghdr align;
-    } ctl;
-    struct iovec iov = { (void *)buf, len };
-    struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+    Error *err = NULL;
 
-    g_assert_cmpuint(nfds, <=, 16);
-    if (nfds) {
-        struct cmsghdr *c;
+    vuf_connect_socket(fe, &err);
+    g_assert_no_error(err);
+}
 
-        memset(&ctl, 0, sizeof(ctl));
-        mh.msg_control = ctl.buf;
-        mh.msg_controllen = CMSG_SPACE(nfds * sizeof(int));
-        c = CMSG_FIRSTHDR(&mh);
-        c->cmsg_level = SOL_SOCKET;
-        c->cmsg_type = SCM_RIGHTS;
-        c->cmsg_len = CMSG_LEN(nfds * sizeof(int));
-        memcpy(CMSG_DATA(c), fds, nfds * sizeof(int));
-    }
-    g_assert_cmpint(sendmsg(fd, &mh, MSG_NOSIGNAL), ==, (ssize_t)len);
+static VuFrontend *fe_connect(const char *path)
+{
+    VuFrontend *fe = fe_new(path);
+
+    fe_open(fe);
+    return fe;
 }
 
 /* Send one message (header + payload in one sendmsg, fds attached). */
-static void fe_send(int fd, uint32_t req, uint32_t flags, const void *payload,
-                    uint32_t size, const int *fds, unsigned nfds)
+static void fe_send(VuFrontend *fe, uint32_t req, uint32_t flags,
+                    const void *payload, uint32_t size, const int *fds,
+                    unsigned nfds)
 {
-    uint8_t buf[sizeof(VhostUserHeader) + VHOST_USER_MAX_PAYLOAD + 64];
     VhostUserHeader h = { .request = req, .flags = flags, .size = size };
+    g_autofree uint8_t *buf = NULL;
+    Error *err = NULL;
 
-    g_assert_cmpuint(size, <=, sizeof(buf) - sizeof(h));
-    memcpy(buf, &h, sizeof(h));
-    if (size) {
+    if (nfds <= VHOST_USER_MAX_FDS) {
+        vuf_send_raw(fe, req, flags, payload, size, fds, nfds, &err);
+    } else {
+        /* More fds than a message may carry: the bytes as they are. */
+        buf = g_malloc(sizeof(h) + size);
+        memcpy(buf, &h, sizeof(h));
         memcpy(buf + sizeof(h), payload, size);
+        vuf_send_bytes(fe, buf, sizeof(h) + size, fds, nfds, &err);
     }
-    fe_send_raw(fd, buf, sizeof(h) + size, fds, nfds);
+    g_assert_no_error(err);
+}
+
+/* Send a header whose size says size_field, then len payload bytes. */
+static void fe_send_header(VuFrontend *fe, uint32_t req, uint32_t size_field,
+                           const void *payload, size_t len)
+{
+    Error *err = NULL;
+
+    vuf_send_raw_header(fe, req, VHOST_USER_VERSION, size_field, payload,
+                        len, NULL, 0, &err);
+    g_assert_no_error(err);
+}
+
+/* Wait for the next message (or the end of the connection). */
+static VufRecvResult fe_recv_any(VuFrontend *fe, int timeout_ms,
+                                 VhostUserHeader *h, void *payload,
+                                 size_t cap)
+{
+    VufRecvResult res = VUF_RECV_TIMEOUT;
+    Error *err = NULL;
+    size_t len;
+
+    vuf_recv_raw(fe, timeout_ms, h, payload, cap, &len, &res, &err);
+    g_assert_no_error(err);
+    return res;
 }
 
 /* Receive a reply to req; returns its payload size. */
-static uint32_t fe_recv(int fd, uint32_t req, void *payload, size_t cap)
+static uint32_t fe_recv(VuFrontend *fe, uint32_t req, void *payload,
+                        size_t cap)
 {
     VhostUserHeader h;
 
-    g_assert_cmpint(recv(fd, &h, sizeof(h), MSG_WAITALL), ==, sizeof(h));
+    g_assert_cmpint(fe_recv_any(fe, RECV_TIMEOUT_S * 1000, &h, payload, cap),
+                    ==, VUF_RECV_MESSAGE);
     g_assert_cmpuint(h.request, ==, req);
     g_assert_cmpuint(h.flags, ==, REPLY_FLAGS);
     g_assert_cmpuint(h.size, <=, cap);
-    if (h.size) {
-        g_assert_cmpint(recv(fd, payload, h.size, MSG_WAITALL), ==, h.size);
-    }
     return h.size;
 }
 
-static uint64_t fe_get_u64(int fd, uint32_t req)
+static uint64_t fe_get_u64(VuFrontend *fe, uint32_t req)
 {
     uint64_t v = 0;
 
-    fe_send(fd, req, VHOST_USER_VERSION, NULL, 0, NULL, 0);
-    g_assert_cmpuint(fe_recv(fd, req, &v, sizeof(v)), ==, sizeof(v));
+    fe_send(fe, req, VHOST_USER_VERSION, NULL, 0, NULL, 0);
+    g_assert_cmpuint(fe_recv(fe, req, &v, sizeof(v)), ==, sizeof(v));
     return v;
 }
 
 /* Send with need_reply and return the REPLY_ACK status. */
-static uint64_t fe_call(int fd, uint32_t req, const void *payload,
+static uint64_t fe_call(VuFrontend *fe, uint32_t req, const void *payload,
                         uint32_t size, const int *fds, unsigned nfds)
 {
     uint64_t status = 0xdead;
 
-    fe_send(fd, req, NEED_REPLY, payload, size, fds, nfds);
-    g_assert_cmpuint(fe_recv(fd, req, &status, sizeof(status)), ==,
+    fe_send(fe, req, NEED_REPLY, payload, size, fds, nfds);
+    g_assert_cmpuint(fe_recv(fe, req, &status, sizeof(status)), ==,
                      sizeof(status));
     return status;
 }
 
-static void fe_ok(int fd, uint32_t req, const void *payload, uint32_t size,
-                  const int *fds, unsigned nfds)
+static void fe_ok(VuFrontend *fe, uint32_t req, const void *payload,
+                  uint32_t size, const int *fds, unsigned nfds)
 {
-    g_assert_cmpuint(fe_call(fd, req, payload, size, fds, nfds), ==, 0);
+    g_assert_cmpuint(fe_call(fe, req, payload, size, fds, nfds), ==, 0);
 }
 
-static void fe_fails(int fd, uint32_t req, const void *payload,
+static void fe_fails(VuFrontend *fe, uint32_t req, const void *payload,
                      uint32_t size, const int *fds, unsigned nfds)
 {
-    g_assert_cmpuint(fe_call(fd, req, payload, size, fds, nfds), !=, 0);
+    g_assert_cmpuint(fe_call(fe, req, payload, size, fds, nfds), !=, 0);
 }
 
-static void fe_ok_u64(int fd, uint32_t req, uint64_t val)
+static void fe_ok_u64(VuFrontend *fe, uint32_t req, uint64_t val)
 {
-    fe_ok(fd, req, &val, sizeof(val), NULL, 0);
+    fe_ok(fe, req, &val, sizeof(val), NULL, 0);
 }
 
-static void fe_ok_state(int fd, uint32_t req, uint32_t index, uint32_t num)
+static void fe_ok_state(VuFrontend *fe, uint32_t req, uint32_t index,
+                        uint32_t num)
 {
     VhostUserVringState st = { .index = index, .num = num };
 
-    fe_ok(fd, req, &st, sizeof(st), NULL, 0);
+    fe_ok(fe, req, &st, sizeof(st), NULL, 0);
 }
 
 /* The server closes the connection: EOF (or a reset) within the time-out. */
-static void fe_expect_closed(int fd)
+static void fe_expect_closed(VuFrontend *fe)
 {
-    char c;
-    ssize_t n = recv(fd, &c, 1, 0);
+    VhostUserHeader h;
+    uint8_t payload[64];
 
-    g_assert_true(n == 0 || (n < 0 && errno == ECONNRESET));
+    g_assert_cmpint(fe_recv_any(fe, RECV_TIMEOUT_S * 1000, &h, payload,
+                                sizeof(payload)), ==, VUF_RECV_CLOSED);
 }
 
-/* Features and protocol features, REPLY_ACK on, SET_OWNER. */
-static void fe_negotiate(int fd)
+/* Features and protocol features, REPLY_ACK on, SET_OWNER; then the
+ * library's queues start (their rings are set up by hand later). */
+static void fe_negotiate(VuFrontend *fe)
 {
-    uint64_t f = fe_get_u64(fd, VHOST_USER_GET_FEATURES);
+    const uint64_t features = (1ull << VIRTIO_F_VERSION_1) |
+                              (1ull << VHOST_USER_F_PROTOCOL_FEATURES) |
+                              (1ull << DUMMY_FEATURE_BIT);
+    uint64_t f = fe_get_u64(fe, VHOST_USER_GET_FEATURES);
+    Error *err = NULL;
     uint64_t pf;
 
     g_assert_cmphex(f, ==, transport_features | (1ull << DUMMY_FEATURE_BIT));
-    pf = fe_get_u64(fd, VHOST_USER_GET_PROTOCOL_FEATURES);
+    pf = fe_get_u64(fe, VHOST_USER_GET_PROTOCOL_FEATURES);
     g_assert_cmphex(pf, ==, expected_protocol_features);
-    fe_send(fd, VHOST_USER_SET_PROTOCOL_FEATURES, VHOST_USER_VERSION, &pf,
+    fe_send(fe, VHOST_USER_SET_PROTOCOL_FEATURES, VHOST_USER_VERSION, &pf,
             sizeof(pf), NULL, 0);
-    fe_ok(fd, VHOST_USER_SET_OWNER, NULL, 0, NULL, 0);
-    fe_ok_u64(fd, VHOST_USER_SET_FEATURES,
-              (1ull << VIRTIO_F_VERSION_1) |
-              (1ull << VHOST_USER_F_PROTOCOL_FEATURES) |
-              (1ull << DUMMY_FEATURE_BIT));
+    fe_ok(fe, VHOST_USER_SET_OWNER, NULL, 0, NULL, 0);
+    fe_ok_u64(fe, VHOST_USER_SET_FEATURES, features);
+    vuf_start_local(fe, features, &err);
+    g_assert_no_error(err);
 }
 
 /* ------------------------------------------------------------------------ */
 /* Guest memory and the driver side of split rings                           */
 
-typedef struct Guest {
-    int memfd;
-    uint8_t *host;
-} Guest;
-
-static void guest_init(Guest *g)
+static uint64_t guest_qva(VuFrontend *fe, uint64_t off)
 {
-    g->memfd = memfd_create("guest-ram", MFD_CLOEXEC);
-    g_assert_cmpint(g->memfd, >=, 0);
-    g_assert_cmpint(ftruncate(g->memfd, MEM_SIZE), ==, 0);
-    g->host = mmap(NULL, MEM_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED,
-                   g->memfd, 0);
-    g_assert_true(g->host != MAP_FAILED);
+    return (uint64_t)(uintptr_t)vuf_mem_base(fe) + off;
 }
 
-static void guest_cleanup(Guest *g)
-{
-    munmap(g->host, MEM_SIZE);
-    close(g->memfd);
-}
-
-static uint64_t guest_qva(const Guest *g, uint64_t off)
-{
-    return (uint64_t)(uintptr_t)g->host + off;
-}
-
-static uint64_t guest_gpa(uint64_t off)
-{
-    return GPA_BASE + off;
-}
-
-static VhostUserMemRegion guest_region(const Guest *g, uint64_t off,
-                                       uint64_t size)
+/* size bytes of the memfd from off, at guest address gpa. */
+static VhostUserMemRegion guest_region(VuFrontend *fe, uint64_t gpa,
+                                       uint64_t off, uint64_t size)
 {
     return (VhostUserMemRegion) {
-        .guest_phys_addr = guest_gpa(off),
+        .guest_phys_addr = gpa,
         .memory_size = size,
-        .userspace_addr = guest_qva(g, off),
+        .userspace_addr = guest_qva(fe, off),
         .mmap_offset = off,
     };
 }
 
-/* SET_MEM_TABLE with the whole memfd as one region. */
-static void fe_set_mem_table(int fd, const Guest *g)
+/* SET_MEM_TABLE with the whole memfd as one region, as the library lays
+ * it out (guest address 0). */
+static void fe_set_mem_table(VuFrontend *fe)
 {
     VhostUserMemory m = { .nregions = 1 };
+    int memfd = vuf_mem_fd(fe);
 
-    m.regions[0] = guest_region(g, 0, MEM_SIZE);
-    fe_ok(fd, VHOST_USER_SET_MEM_TABLE, &m,
+    m.regions[0] = guest_region(fe, 0, 0, MEM_SIZE);
+    fe_ok(fe, VHOST_USER_SET_MEM_TABLE, &m,
           offsetof(VhostUserMemory, regions) + sizeof(m.regions[0]),
-          &g->memfd, 1);
+          &memfd, 1);
 }
 
-typedef struct DrvDesc {
-    uint64_t addr;
-    uint32_t len;
-    uint16_t flags;
-    uint16_t next;
-} DrvDesc;
-
-typedef struct DrvUsedElem {
-    uint32_t id;
-    uint32_t len;
-} DrvUsedElem;
-
-/* One ring as the guest driver sees it, laid out at off in guest memory. */
-typedef struct Drv {
-    Guest *g;
+/* One ring: the library's queue index, and the buffers of its requests. */
+typedef struct Ring {
+    VuFrontend *fe;
+    VufQueue *q;
     unsigned index;
-    uint64_t off;
-    DrvDesc *desc;
-    uint16_t *avail;         /* flags, idx, ring[RING_NUM], used_event */
-    uint16_t *used;          /* flags, idx, then DrvUsedElem[RING_NUM] */
-    uint16_t avail_idx;
-    uint16_t used_idx;
-    int kick;
-    int call;
-} Drv;
+    uint64_t out_gpa, in_gpa;
+    uint16_t head;           /* of the last request posted */
+} Ring;
 
-#define DRV_AVAIL 0x1000
-#define DRV_USED  0x2000
-#define DRV_OUT   0x4000
-#define DRV_IN    0x5000
-#define DRV_IN_LEN 256
+#define RING_OUT_LEN 256
+#define RING_IN_LEN  256
 
-static void drv_init(Drv *d, Guest *g, unsigned index)
+static void ring_init(Ring *r, VuFrontend *fe, unsigned index)
 {
-    *d = (Drv) { .g = g, .index = index, .off = 0x10000 * (index + 1) };
-    memset(g->host + d->off, 0, 0x10000);
-    d->desc = (DrvDesc *)(g->host + d->off);
-    d->avail = (uint16_t *)(g->host + d->off + DRV_AVAIL);
-    d->used = (uint16_t *)(g->host + d->off + DRV_USED);
-    d->kick = eventfd(0, EFD_CLOEXEC);
-    d->call = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    g_assert_cmpint(d->kick, >=, 0);
-    g_assert_cmpint(d->call, >=, 0);
+    *r = (Ring) { .fe = fe, .q = vuf_queue(fe, index), .index = index };
+    g_assert_nonnull(vuf_mem_alloc(fe, RING_OUT_LEN, 0, &r->out_gpa));
+    g_assert_nonnull(vuf_mem_alloc(fe, RING_IN_LEN, 0, &r->in_gpa));
 }
 
-static void drv_cleanup(Drv *d)
+static VhostUserVringAddr ring_addr(const Ring *r)
 {
-    close(d->kick);
-    close(d->call);
-}
+    uint64_t desc, avail, used;
 
-static VhostUserVringAddr drv_addr(const Drv *d)
-{
+    vufq_ring_gpas(r->q, &desc, &avail, &used);
     return (VhostUserVringAddr) {
-        .index = d->index,
-        .desc_user_addr = guest_qva(d->g, d->off),
-        .avail_user_addr = guest_qva(d->g, d->off + DRV_AVAIL),
-        .used_user_addr = guest_qva(d->g, d->off + DRV_USED),
+        .index = r->index,
+        .desc_user_addr = guest_qva(r->fe, desc),
+        .avail_user_addr = guest_qva(r->fe, avail),
+        .used_user_addr = guest_qva(r->fe, used),
     };
 }
 
-static void fe_set_vring_fd(int fd, uint32_t req, unsigned index, int efd)
+static void fe_set_vring_fd(VuFrontend *fe, uint32_t req, unsigned index,
+                            int efd)
 {
     uint64_t v = index;
 
-    fe_ok(fd, req, &v, sizeof(v), &efd, 1);
+    fe_ok(fe, req, &v, sizeof(v), &efd, 1);
 }
 
 /* Size, base, addresses, call and kick fds, then enable: the ring runs. */
-static void fe_setup_ring(int fd, Drv *d, uint16_t base)
+static void fe_setup_ring(VuFrontend *fe, Ring *r, uint16_t base)
 {
-    VhostUserVringAddr a = drv_addr(d);
+    VhostUserVringAddr a = ring_addr(r);
 
-    d->avail_idx = d->used_idx = base;
-    fe_ok_state(fd, VHOST_USER_SET_VRING_NUM, d->index, RING_NUM);
-    fe_ok_state(fd, VHOST_USER_SET_VRING_BASE, d->index, base);
-    fe_ok(fd, VHOST_USER_SET_VRING_ADDR, &a, sizeof(a), NULL, 0);
-    fe_set_vring_fd(fd, VHOST_USER_SET_VRING_CALL, d->index, d->call);
-    fe_set_vring_fd(fd, VHOST_USER_SET_VRING_KICK, d->index, d->kick);
-    fe_ok_state(fd, VHOST_USER_SET_VRING_ENABLE, d->index, 1);
+    g_assert_cmpint(vufq_set_base(r->q, base), ==, 0);
+    fe_ok_state(fe, VHOST_USER_SET_VRING_NUM, r->index, RING_NUM);
+    fe_ok_state(fe, VHOST_USER_SET_VRING_BASE, r->index, base);
+    fe_ok(fe, VHOST_USER_SET_VRING_ADDR, &a, sizeof(a), NULL, 0);
+    fe_set_vring_fd(fe, VHOST_USER_SET_VRING_CALL, r->index,
+                    vufq_call_fd(r->q));
+    fe_set_vring_fd(fe, VHOST_USER_SET_VRING_KICK, r->index,
+                    vufq_kick_fd(r->q));
+    fe_ok_state(fe, VHOST_USER_SET_VRING_ENABLE, r->index, 1);
 }
 
-/* Make a two-descriptor request (text out, DRV_IN_LEN in) available. */
-static void drv_post(Drv *d, const char *text, uint64_t out_gpa)
+/* The used index the server last published. */
+static uint16_t ring_used_idx(Ring *r)
 {
-    uint8_t *out = d->g->host + d->off + DRV_OUT;
-    uint64_t one = 1;
+    return atomic_load_explicit(&vufq_used(r->q)->idx, memory_order_acquire);
+}
 
-    strcpy((char *)out, text);
-    memset(d->g->host + d->off + DRV_IN, 0, DRV_IN_LEN);
-    d->desc[0] = (DrvDesc) { out_gpa, strlen(text) + 1, 1 /* NEXT */, 1 };
-    d->desc[1] = (DrvDesc) { guest_gpa(d->off + DRV_IN), DRV_IN_LEN,
-                             2 /* WRITE */, 0 };
-    d->avail[2 + d->avail_idx % RING_NUM] = 0;
-    d->avail_idx++;
-    /* Release: the descriptors and ring entry before the index. */
-    __atomic_store_n(&d->avail[1], d->avail_idx, __ATOMIC_RELEASE);
-    __atomic_thread_fence(__ATOMIC_SEQ_CST);
-    g_assert_cmpint(write(d->kick, &one, sizeof(one)), ==, sizeof(one));
+/*
+ * Make a two-descriptor request available (text out, RING_IN_LEN in) and
+ * kick: text is copied to the ring's out buffer, but the descriptor says
+ * out_gpa (a test may point it elsewhere).
+ */
+static void drv_post(Ring *r, const char *text, uint64_t out_gpa)
+{
+    VufSeg segs[2] = {
+        { out_gpa, strlen(text) + 1, false },
+        { r->in_gpa, RING_IN_LEN, true },
+    };
+    int head;
+
+    strcpy(vuf_hva(r->fe, r->out_gpa, RING_OUT_LEN), text);
+    memset(vuf_hva(r->fe, r->in_gpa, RING_IN_LEN), 0, RING_IN_LEN);
+    head = vufq_add(r->q, segs, 2, 0, r);
+    g_assert_cmpint(head, >=, 0);
+    r->head = head;
+    g_assert_cmpint(vufq_kick_always(r->q), ==, 1);
 }
 
 /*
@@ -667,37 +674,40 @@ static void drv_post(Drv *d, const char *text, uint64_t out_gpa)
  * for what it may have pushed while it had none): as a driver does, look
  * at the used ring after each one and wait again if it has not moved.
  */
-static void drv_complete(Drv *d, const char *text)
+static void drv_complete(Ring *r, const char *text)
 {
-    struct pollfd pfd = { .fd = d->call, .events = POLLIN };
-    const DrvUsedElem *ue;
-    uint64_t v;
+    struct pollfd pfd = { .fd = vufq_call_fd(r->q), .events = POLLIN };
+    uint16_t head;
+    uint32_t len;
+    void *token;
+    int got;
 
-    d->used_idx++;
     do {
         g_assert_cmpint(poll(&pfd, 1, CALL_WAIT_MS), ==, 1);
-        g_assert_cmpint(read(d->call, &v, sizeof(v)), ==, sizeof(v));
-    } while (__atomic_load_n(&d->used[1], __ATOMIC_ACQUIRE) != d->used_idx);
-    ue = (const DrvUsedElem *)(d->used + 2) + (d->used_idx - 1) % RING_NUM;
-    g_assert_cmpuint(ue->id, ==, 0);
-    g_assert_cmpuint(ue->len, ==, strlen(text) + 1);
-    g_assert_cmpstr((const char *)d->g->host + d->off + DRV_IN, ==, text);
+        g_assert_cmpuint(vufq_collect_interrupts(r->q), >, 0);
+        got = vufq_get_used_head(r->q, &head, &token, &len);
+        g_assert_cmpint(got, >=, 0);
+    } while (!got);
+    g_assert_true(token == r);
+    g_assert_cmpuint(head, ==, r->head);
+    g_assert_cmpuint(len, ==, strlen(text) + 1);
+    g_assert_cmpstr(vuf_hva(r->fe, r->in_gpa, RING_IN_LEN), ==, text);
 }
 
 /* One request processed end to end by the echo device. */
-static void drv_echo(Drv *d, const char *text)
+static void drv_echo(Ring *r, const char *text)
 {
-    drv_post(d, text, guest_gpa(d->off + DRV_OUT));
-    drv_complete(d, text);
+    drv_post(r, text, r->out_gpa);
+    drv_complete(r, text);
 }
 
-static uint32_t fe_get_vring_base(int fd, unsigned index)
+static uint32_t fe_get_vring_base(VuFrontend *fe, unsigned index)
 {
     VhostUserVringState st = { .index = index };
 
-    fe_send(fd, VHOST_USER_GET_VRING_BASE, VHOST_USER_VERSION, &st,
+    fe_send(fe, VHOST_USER_GET_VRING_BASE, VHOST_USER_VERSION, &st,
             sizeof(st), NULL, 0);
-    g_assert_cmpuint(fe_recv(fd, VHOST_USER_GET_VRING_BASE, &st, sizeof(st)),
+    g_assert_cmpuint(fe_recv(fe, VHOST_USER_GET_VRING_BASE, &st, sizeof(st)),
                      ==, sizeof(st));
     g_assert_cmpuint(st.index, ==, index);
     return st.num;
@@ -706,11 +716,11 @@ static uint32_t fe_get_vring_base(int fd, unsigned index)
 /* A new connection to path works: features read back. */
 static void check_server_alive(const char *path)
 {
-    int fd = fe_connect(path);
+    VuFrontend *fe = fe_connect(path);
 
-    g_assert_cmphex(fe_get_u64(fd, VHOST_USER_GET_FEATURES), ==,
+    g_assert_cmphex(fe_get_u64(fe, VHOST_USER_GET_FEATURES), ==,
                     transport_features | (1ull << DUMMY_FEATURE_BIT));
-    close(fd);
+    vuf_free(fe);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -724,32 +734,32 @@ static void test_negotiate(void)
     VhostUserConfig cfg = { 0 };
     uint8_t payload[VHOST_USER_CONFIG_HDR_SIZE + 8];
     uint32_t n;
-    int fd = fe_connect(path);
+    VuFrontend *fe = fe_connect(path);
 
-    fe_negotiate(fd);
+    fe_negotiate(fe);
     g_assert_cmpint(atomic_load(&d->set_features_calls), ==, 1);
     /* The vhost-user bit is not a device feature. */
     g_assert_cmphex(atomic_load(&d->features), ==,
                     (1ull << VIRTIO_F_VERSION_1) |
                     (1ull << DUMMY_FEATURE_BIT));
-    g_assert_cmpuint(fe_get_u64(fd, VHOST_USER_GET_QUEUE_NUM), ==,
+    g_assert_cmpuint(fe_get_u64(fe, VHOST_USER_GET_QUEUE_NUM), ==,
                      NUM_QUEUES);
-    g_assert_cmpuint(fe_get_u64(fd, VHOST_USER_GET_MAX_MEM_SLOTS), ==,
+    g_assert_cmpuint(fe_get_u64(fe, VHOST_USER_GET_MAX_MEM_SLOTS), ==,
                      GUEST_MEMORY_MAX_SLOTS);
     g_assert_true(server_has_client(s));
 
     /* The whole config space, then a slice. */
     cfg.size = DUMMY_CONFIG_LEN;
-    fe_send(fd, VHOST_USER_GET_CONFIG, VHOST_USER_VERSION, &cfg,
+    fe_send(fe, VHOST_USER_GET_CONFIG, VHOST_USER_VERSION, &cfg,
             VHOST_USER_CONFIG_HDR_SIZE + cfg.size, NULL, 0);
-    n = fe_recv(fd, VHOST_USER_GET_CONFIG, &cfg, sizeof(cfg));
+    n = fe_recv(fe, VHOST_USER_GET_CONFIG, &cfg, sizeof(cfg));
     g_assert_cmpuint(n, ==, VHOST_USER_CONFIG_HDR_SIZE + DUMMY_CONFIG_LEN);
     g_assert_cmpmem(cfg.region, DUMMY_CONFIG_LEN, "spindle-dummy-01",
                     DUMMY_CONFIG_LEN);
     cfg = (VhostUserConfig) { .offset = 8, .size = 4 };
-    fe_send(fd, VHOST_USER_GET_CONFIG, VHOST_USER_VERSION, &cfg,
+    fe_send(fe, VHOST_USER_GET_CONFIG, VHOST_USER_VERSION, &cfg,
             VHOST_USER_CONFIG_HDR_SIZE + cfg.size, NULL, 0);
-    n = fe_recv(fd, VHOST_USER_GET_CONFIG, &cfg, sizeof(cfg));
+    n = fe_recv(fe, VHOST_USER_GET_CONFIG, &cfg, sizeof(cfg));
     g_assert_cmpuint(n, ==, VHOST_USER_CONFIG_HDR_SIZE + 4);
     g_assert_cmpuint(cfg.offset, ==, 8);
     g_assert_cmpmem(cfg.region, 4, "dumm", 4);
@@ -758,9 +768,9 @@ static void test_negotiate(void)
     memset(&cfg, 0xff, sizeof(cfg));
     cfg.offset = 0;
     cfg.size = 40;
-    fe_send(fd, VHOST_USER_GET_CONFIG, VHOST_USER_VERSION, &cfg,
+    fe_send(fe, VHOST_USER_GET_CONFIG, VHOST_USER_VERSION, &cfg,
             VHOST_USER_CONFIG_HDR_SIZE + cfg.size, NULL, 0);
-    n = fe_recv(fd, VHOST_USER_GET_CONFIG, &cfg, sizeof(cfg));
+    n = fe_recv(fe, VHOST_USER_GET_CONFIG, &cfg, sizeof(cfg));
     g_assert_cmpuint(n, ==, VHOST_USER_CONFIG_HDR_SIZE + 40);
     for (unsigned i = DUMMY_CONFIG_LEN; i < 40; i++) {
         g_assert_cmpuint(cfg.region[i], ==, 0);
@@ -768,41 +778,41 @@ static void test_negotiate(void)
 
     /* Beyond 256 bytes: an empty reply says "failed". */
     cfg = (VhostUserConfig) { .offset = 250, .size = 10 };
-    fe_send(fd, VHOST_USER_GET_CONFIG, VHOST_USER_VERSION, &cfg,
+    fe_send(fe, VHOST_USER_GET_CONFIG, VHOST_USER_VERSION, &cfg,
             VHOST_USER_CONFIG_HDR_SIZE + cfg.size, NULL, 0);
-    g_assert_cmpuint(fe_recv(fd, VHOST_USER_GET_CONFIG, &cfg, sizeof(cfg)),
+    g_assert_cmpuint(fe_recv(fe, VHOST_USER_GET_CONFIG, &cfg, sizeof(cfg)),
                      ==, 0);
 
     /* A config write the device accepts, one it refuses. */
     memcpy(payload, &(VhostUserConfig) { .offset = 0, .size = 4 },
            VHOST_USER_CONFIG_HDR_SIZE);
     memcpy(payload + VHOST_USER_CONFIG_HDR_SIZE, "SPIN", 4);
-    fe_ok(fd, VHOST_USER_SET_CONFIG, payload, VHOST_USER_CONFIG_HDR_SIZE + 4,
+    fe_ok(fe, VHOST_USER_SET_CONFIG, payload, VHOST_USER_CONFIG_HDR_SIZE + 4,
           NULL, 0);
     g_assert_cmpint(atomic_load(&d->set_config_calls), ==, 1);
     memcpy(payload, &(VhostUserConfig) { .offset = 6, .size = 8 },
            VHOST_USER_CONFIG_HDR_SIZE);
-    fe_fails(fd, VHOST_USER_SET_CONFIG, payload,
+    fe_fails(fe, VHOST_USER_SET_CONFIG, payload,
              VHOST_USER_CONFIG_HDR_SIZE + 8, NULL, 0);
     cfg = (VhostUserConfig) { .offset = 0, .size = 8 };
-    fe_send(fd, VHOST_USER_GET_CONFIG, VHOST_USER_VERSION, &cfg,
+    fe_send(fe, VHOST_USER_GET_CONFIG, VHOST_USER_VERSION, &cfg,
             VHOST_USER_CONFIG_HDR_SIZE + cfg.size, NULL, 0);
-    fe_recv(fd, VHOST_USER_GET_CONFIG, &cfg, sizeof(cfg));
+    fe_recv(fe, VHOST_USER_GET_CONFIG, &cfg, sizeof(cfg));
     g_assert_cmpmem(cfg.region, 8, "SPINdle-", 8);
 
     /* Features that were not offered are refused. */
-    fe_fails(fd, VHOST_USER_SET_FEATURES, &(uint64_t) { 1ull << 40 }, 8,
+    fe_fails(fe, VHOST_USER_SET_FEATURES, &(uint64_t) { 1ull << 40 }, 8,
              NULL, 0);
-    fe_fails(fd, VHOST_USER_SET_PROTOCOL_FEATURES,
+    fe_fails(fe, VHOST_USER_SET_PROTOCOL_FEATURES,
              &(uint64_t) { 1ull << VHOST_USER_PROTOCOL_F_LOG_SHMFD }, 8,
              NULL, 0);
     /* RESET_DEVICE forgets the features, keeps the connection. */
-    fe_ok(fd, VHOST_USER_RESET_DEVICE, NULL, 0, NULL, 0);
+    fe_ok(fe, VHOST_USER_RESET_DEVICE, NULL, 0, NULL, 0);
     g_assert_cmpint(atomic_load(&d->set_features_calls), ==, 1);
-    g_assert_cmpuint(fe_get_u64(fd, VHOST_USER_GET_QUEUE_NUM), ==,
+    g_assert_cmpuint(fe_get_u64(fe, VHOST_USER_GET_QUEUE_NUM), ==,
                      NUM_QUEUES);
 
-    close(fd);
+    vuf_free(fe);
     server_wait_no_client(s);
     server_free(s);
     g_assert_false(g_file_test(path, G_FILE_TEST_EXISTS));
@@ -816,29 +826,29 @@ static void test_reply_ack(void)
     char *path = sock_path("reply-ack.sock");
     Dummy *d = dummy_new();
     VuServer *s = server_new(path, d);
-    int fd = fe_connect(path);
+    VuFrontend *fe = fe_connect(path);
     uint64_t pf = 1ull << VHOST_USER_PROTOCOL_F_REPLY_ACK;
 
-    fe_send(fd, VHOST_USER_SET_OWNER, NEED_REPLY, NULL, 0, NULL, 0);
+    fe_send(fe, VHOST_USER_SET_OWNER, NEED_REPLY, NULL, 0, NULL, 0);
     /* The next reply is GET_FEATURES', not an ack. */
-    g_assert_cmphex(fe_get_u64(fd, VHOST_USER_GET_FEATURES), ==,
+    g_assert_cmphex(fe_get_u64(fe, VHOST_USER_GET_FEATURES), ==,
                     transport_features | (1ull << DUMMY_FEATURE_BIT));
-    fe_send(fd, VHOST_USER_SET_PROTOCOL_FEATURES, VHOST_USER_VERSION, &pf,
+    fe_send(fe, VHOST_USER_SET_PROTOCOL_FEATURES, VHOST_USER_VERSION, &pf,
             sizeof(pf), NULL, 0);
     /* Success and failure statuses. */
-    fe_ok(fd, VHOST_USER_SET_OWNER, NULL, 0, NULL, 0);
-    fe_fails(fd, VHOST_USER_SET_VRING_NUM,
+    fe_ok(fe, VHOST_USER_SET_OWNER, NULL, 0, NULL, 0);
+    fe_fails(fe, VHOST_USER_SET_VRING_NUM,
              &(VhostUserVringState) { .index = 0, .num = 3 }, 8, NULL, 0);
-    fe_ok_state(fd, VHOST_USER_SET_VRING_NUM, 0, 16);
+    fe_ok_state(fe, VHOST_USER_SET_VRING_NUM, 0, 16);
     /* Dirty logging is not offered: refused, connection kept. */
-    fe_fails(fd, VHOST_USER_SET_LOG_BASE, &(uint64_t) { 0 }, 8, NULL, 0);
+    fe_fails(fe, VHOST_USER_SET_LOG_BASE, &(uint64_t) { 0 }, 8, NULL, 0);
     /* A request with its own reply answers with it, not with an ack. */
-    fe_send(fd, VHOST_USER_GET_QUEUE_NUM, NEED_REPLY, NULL, 0, NULL, 0);
-    g_assert_cmpuint(fe_recv(fd, VHOST_USER_GET_QUEUE_NUM, &pf, sizeof(pf)),
+    fe_send(fe, VHOST_USER_GET_QUEUE_NUM, NEED_REPLY, NULL, 0, NULL, 0);
+    g_assert_cmpuint(fe_recv(fe, VHOST_USER_GET_QUEUE_NUM, &pf, sizeof(pf)),
                      ==, sizeof(pf));
     g_assert_cmpuint(pf, ==, NUM_QUEUES);
 
-    close(fd);
+    vuf_free(fe);
     server_wait_no_client(s);
     server_free(s);
     dummy_free(d);
@@ -851,55 +861,57 @@ static void test_mem_table(void)
     Dummy *d = dummy_new();
     VuServer *s = server_new(path, d);
     int fds0 = count_fds();
-    int fd = fe_connect(path);
+    VuFrontend *fe = fe_connect(path);
     VhostUserMemory m = { .nregions = 2 };
     VhostUserMemRegMsg reg = { 0 };
     const uint32_t two = offsetof(VhostUserMemory, regions) +
                          2 * sizeof(VhostUserMemRegion);
-    Guest g;
-    int fds[2];
+    int memfd = vuf_mem_fd(fe);
+    int fds[2] = { memfd, memfd };
 
-    guest_init(&g);
-    fe_negotiate(fd);
-    fds[0] = fds[1] = g.memfd;
-    m.regions[0] = guest_region(&g, 0, MEM_SIZE / 4);
-    m.regions[1] = guest_region(&g, MEM_SIZE / 2, MEM_SIZE / 4);
-    fe_ok(fd, VHOST_USER_SET_MEM_TABLE, &m, two, fds, 2);
+    fe_negotiate(fe);
+    /* Guest addresses from GPA_BASE, so that they differ from the file
+     * offsets. */
+    m.regions[0] = guest_region(fe, GPA_BASE, 0, MEM_SIZE / 4);
+    m.regions[1] = guest_region(fe, GPA_BASE + MEM_SIZE / 2, MEM_SIZE / 2,
+                                MEM_SIZE / 4);
+    fe_ok(fe, VHOST_USER_SET_MEM_TABLE, &m, two, fds, 2);
 
     /* Hot-add the quarter in between, remove it again. */
-    reg.region = guest_region(&g, MEM_SIZE / 4, MEM_SIZE / 4);
-    fe_ok(fd, VHOST_USER_ADD_MEM_REG, &reg, sizeof(reg), &g.memfd, 1);
+    reg.region = guest_region(fe, GPA_BASE + MEM_SIZE / 4, MEM_SIZE / 4,
+                              MEM_SIZE / 4);
+    fe_ok(fe, VHOST_USER_ADD_MEM_REG, &reg, sizeof(reg), &memfd, 1);
     /* Overlapping an existing region. */
-    fe_fails(fd, VHOST_USER_ADD_MEM_REG, &reg, sizeof(reg), &g.memfd, 1);
-    fe_ok(fd, VHOST_USER_REM_MEM_REG, &reg, sizeof(reg), NULL, 0);
-    fe_fails(fd, VHOST_USER_REM_MEM_REG, &reg, sizeof(reg), NULL, 0);
+    fe_fails(fe, VHOST_USER_ADD_MEM_REG, &reg, sizeof(reg), &memfd, 1);
+    fe_ok(fe, VHOST_USER_REM_MEM_REG, &reg, sizeof(reg), NULL, 0);
+    fe_fails(fe, VHOST_USER_REM_MEM_REG, &reg, sizeof(reg), NULL, 0);
     /* An fd with REM_MEM_REG is tolerated (and closed). */
-    fe_ok(fd, VHOST_USER_ADD_MEM_REG, &reg, sizeof(reg), &g.memfd, 1);
-    fe_ok(fd, VHOST_USER_REM_MEM_REG, &reg, sizeof(reg), &g.memfd, 1);
+    fe_ok(fe, VHOST_USER_ADD_MEM_REG, &reg, sizeof(reg), &memfd, 1);
+    fe_ok(fe, VHOST_USER_REM_MEM_REG, &reg, sizeof(reg), &memfd, 1);
 
     /* Wrong fd counts, region counts and sizes: refused, nothing kept. */
-    fe_fails(fd, VHOST_USER_SET_MEM_TABLE, &m, two, fds, 1);
-    fe_fails(fd, VHOST_USER_SET_MEM_TABLE, &m, two, NULL, 0);
-    fe_fails(fd, VHOST_USER_SET_MEM_TABLE, &m, two - 8, fds, 2);
-    fe_fails(fd, VHOST_USER_ADD_MEM_REG, &reg, sizeof(reg), NULL, 0);
-    fe_fails(fd, VHOST_USER_ADD_MEM_REG, &reg, sizeof(reg), fds, 2);
+    fe_fails(fe, VHOST_USER_SET_MEM_TABLE, &m, two, fds, 1);
+    fe_fails(fe, VHOST_USER_SET_MEM_TABLE, &m, two, NULL, 0);
+    fe_fails(fe, VHOST_USER_SET_MEM_TABLE, &m, two - 8, fds, 2);
+    fe_fails(fe, VHOST_USER_ADD_MEM_REG, &reg, sizeof(reg), NULL, 0);
+    fe_fails(fe, VHOST_USER_ADD_MEM_REG, &reg, sizeof(reg), fds, 2);
     m.nregions = 9;
-    fe_fails(fd, VHOST_USER_SET_MEM_TABLE, &m, two, fds, 2);
+    fe_fails(fe, VHOST_USER_SET_MEM_TABLE, &m, two, fds, 2);
     m.nregions = 0;
-    fe_fails(fd, VHOST_USER_SET_MEM_TABLE, &m, 8, NULL, 0);
+    fe_fails(fe, VHOST_USER_SET_MEM_TABLE, &m, 8, NULL, 0);
     /* A region of size 0. */
     m.nregions = 1;
     m.regions[0].memory_size = 0;
-    fe_fails(fd, VHOST_USER_SET_MEM_TABLE, &m,
+    fe_fails(fe, VHOST_USER_SET_MEM_TABLE, &m,
              offsetof(VhostUserMemory, regions) + sizeof(m.regions[0]),
              fds, 1);
 
     /* The mappings and received fds are gone after the client. */
-    g_assert_cmpint(count_maps("guest-ram"), >, 1);
-    close(fd);
+    g_assert_cmpint(count_maps(memfd), >, 1);
+    vuf_disconnect(fe);
     server_wait_no_client(s);
-    g_assert_cmpint(count_maps("guest-ram"), ==, 1);
-    guest_cleanup(&g);
+    g_assert_cmpint(count_maps(memfd), ==, 1);
+    vuf_free(fe);
     g_assert_cmpint(count_fds(), ==, fds0);
     server_free(s);
     dummy_free(d);
@@ -911,20 +923,17 @@ static void test_ring_io(void)
     char *path = sock_path("ring-io.sock");
     Dummy *d = dummy_new();
     VuServer *s = server_new(path, d);
-    int fd = fe_connect(path);
+    VuFrontend *fe = fe_connect(path);
     VhostUserMemRegMsg reg = { 0 };
     VirtQueueStats st;
-    Guest g;
-    Drv r0, r1;
-    int new_call, new_kick;
+    Ring r0, r1;
 
-    guest_init(&g);
-    drv_init(&r0, &g, 0);
-    drv_init(&r1, &g, 1);
-    fe_negotiate(fd);
-    fe_set_mem_table(fd, &g);
-    fe_setup_ring(fd, &r0, 0);
-    fe_setup_ring(fd, &r1, 0);
+    ring_init(&r0, fe, 0);
+    ring_init(&r1, fe, 1);
+    fe_negotiate(fe);
+    fe_set_mem_table(fe);
+    fe_setup_ring(fe, &r0, 0);
+    fe_setup_ring(fe, &r1, 0);
     g_assert_cmpint(atomic_load(&d->started), ==, 2);
     g_assert_true(virtqueue_get_aio_context(server_queue(s, 0)) ==
                   queue_ctxs[0]);
@@ -945,76 +954,68 @@ static void test_ring_io(void)
     g_assert_cmpuint(st.requests, ==, 5);
 
     /* New memory tables reach running rings without stopping them. */
-    fe_set_mem_table(fd, &g);
+    fe_set_mem_table(fe);
     drv_echo(&r0, "after SET_MEM_TABLE");
-    reg.region = guest_region(&g, 0, MEM_SIZE);
-    reg.region.guest_phys_addr = GPA_BASE + 2 * MEM_SIZE;
+    reg.region = guest_region(fe, GPA_BASE + 2 * MEM_SIZE, 0, MEM_SIZE);
     reg.region.userspace_addr = 0x1000000000ull;
-    fe_ok(fd, VHOST_USER_ADD_MEM_REG, &reg, sizeof(reg), &g.memfd, 1);
+    fe_ok(fe, VHOST_USER_ADD_MEM_REG, &reg, sizeof(reg),
+          &(int) { vuf_mem_fd(fe) }, 1);
     drv_echo(&r1, "after ADD_MEM_REG");
-    fe_ok(fd, VHOST_USER_REM_MEM_REG, &reg, sizeof(reg), NULL, 0);
+    fe_ok(fe, VHOST_USER_REM_MEM_REG, &reg, sizeof(reg), NULL, 0);
     drv_echo(&r0, "after REM_MEM_REG");
     g_assert_cmpint(atomic_load(&d->started), ==, 2);
     g_assert_cmpint(atomic_load(&d->drained), ==, 0);
 
     /* A new call fd on a running ring takes effect at once. */
-    new_call = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    fe_set_vring_fd(fd, VHOST_USER_SET_VRING_CALL, 1, new_call);
-    close(r1.call);
-    r1.call = new_call;
+    fe_set_vring_fd(fe, VHOST_USER_SET_VRING_CALL, 1,
+                    vufq_renew_call_fd(r1.q));
     drv_echo(&r1, "after the call fd changed");
     g_assert_cmpint(atomic_load(&d->drained), ==, 0);
 
     /* Stop: the index of the next request to process. */
-    g_assert_cmpuint(fe_get_vring_base(fd, 0), ==, 7);
-    g_assert_cmpuint(fe_get_vring_base(fd, 1), ==, 5);
+    g_assert_cmpuint(fe_get_vring_base(fe, 0), ==, 7);
+    g_assert_cmpuint(fe_get_vring_base(fe, 1), ==, 5);
     g_assert_cmpint(atomic_load(&d->drained), ==, 2);
     g_assert_false(virtqueue_is_started(server_queue(s, 0)));
 
     /* A stopped ring does not process; it restarts with a new kick fd. */
-    drv_post(&r0, "while stopped", guest_gpa(r0.off + DRV_OUT));
+    drv_post(&r0, "while stopped", r0.out_gpa);
     sleep_ns(50 * NS_PER_MS);
-    g_assert_cmpuint(__atomic_load_n(&r0.used[1], __ATOMIC_ACQUIRE), ==, 7);
-    fe_ok_state(fd, VHOST_USER_SET_VRING_ENABLE, 0, 1);
+    g_assert_cmpuint(ring_used_idx(&r0), ==, 7);
+    fe_ok_state(fe, VHOST_USER_SET_VRING_ENABLE, 0, 1);
     g_assert_false(virtqueue_is_started(server_queue(s, 0)));
-    new_kick = eventfd(0, EFD_CLOEXEC);
-    fe_ok_state(fd, VHOST_USER_SET_VRING_BASE, 0, 7);
-    fe_set_vring_fd(fd, VHOST_USER_SET_VRING_KICK, 0, new_kick);
-    close(r0.kick);
-    r0.kick = new_kick;
+    fe_ok_state(fe, VHOST_USER_SET_VRING_BASE, 0, 7);
+    fe_set_vring_fd(fe, VHOST_USER_SET_VRING_KICK, 0,
+                    vufq_renew_kick_fd(r0.q));
     /* The request posted while stopped is found at start. */
     drv_complete(&r0, "while stopped");
     drv_echo(&r0, "after restart");
-    g_assert_cmpuint(fe_get_vring_base(fd, 0), ==, 9);
+    g_assert_cmpuint(fe_get_vring_base(fe, 0), ==, 9);
 
     /* SET_VRING_ENABLE 0 stops a running ring, 1 restarts it. */
-    fe_ok_state(fd, VHOST_USER_SET_VRING_BASE, 1, 5);
-    new_kick = eventfd(0, EFD_CLOEXEC);
-    fe_set_vring_fd(fd, VHOST_USER_SET_VRING_KICK, 1, new_kick);
-    close(r1.kick);
-    r1.kick = new_kick;
+    fe_ok_state(fe, VHOST_USER_SET_VRING_BASE, 1, 5);
+    fe_set_vring_fd(fe, VHOST_USER_SET_VRING_KICK, 1,
+                    vufq_renew_kick_fd(r1.q));
     drv_echo(&r1, "ring 1 again");
-    fe_ok_state(fd, VHOST_USER_SET_VRING_ENABLE, 1, 0);
+    fe_ok_state(fe, VHOST_USER_SET_VRING_ENABLE, 1, 0);
     g_assert_false(virtqueue_is_started(server_queue(s, 1)));
-    fe_ok_state(fd, VHOST_USER_SET_VRING_ENABLE, 1, 1);
+    fe_ok_state(fe, VHOST_USER_SET_VRING_ENABLE, 1, 1);
     g_assert_true(virtqueue_is_started(server_queue(s, 1)));
     drv_echo(&r1, "re-enabled");
 
     /* Ring set-up on a running ring is refused. */
-    fe_fails(fd, VHOST_USER_SET_VRING_NUM,
+    fe_fails(fe, VHOST_USER_SET_VRING_NUM,
              &(VhostUserVringState) { .index = 1, .num = 16 }, 8, NULL, 0);
-    fe_fails(fd, VHOST_USER_SET_VRING_BASE,
+    fe_fails(fe, VHOST_USER_SET_VRING_BASE,
              &(VhostUserVringState) { .index = 1, .num = 0 }, 8, NULL, 0);
 
     g_assert_cmpint(atomic_load(&d->pop_errors), ==, 0);
-    close(fd);
+    vuf_disconnect(fe);
     server_wait_no_client(s);
     /* The disconnect stopped and drained the running ring. */
     g_assert_cmpint(atomic_load(&d->drained), ==, 5);
     server_free(s);
-    drv_cleanup(&r0);
-    drv_cleanup(&r1);
-    guest_cleanup(&g);
+    vuf_free(fe);
     dummy_free(d);
     g_free(path);
 }
@@ -1026,39 +1027,36 @@ static void test_reconnect(void)
     Dummy *d = dummy_new();
     VuServer *s = server_new(path, d);
     int fds0 = count_fds();
-    int fd = fe_connect(path);
-    Guest g;
-    Drv r0;
+    VuFrontend *fe = fe_connect(path);
+    uint16_t base;
+    Ring r0;
 
-    guest_init(&g);
-    drv_init(&r0, &g, 0);
-    fe_negotiate(fd);
-    fe_set_mem_table(fd, &g);
-    fe_setup_ring(fd, &r0, 0);
+    ring_init(&r0, fe, 0);
+    fe_negotiate(fe);
+    fe_set_mem_table(fe);
+    fe_setup_ring(fe, &r0, 0);
     drv_echo(&r0, "first connection 1");
     drv_echo(&r0, "first connection 2");
     drv_echo(&r0, "first connection 3");
-    close(fd);
+    vuf_disconnect(fe);
     server_wait_no_client(s);
     g_assert_cmpint(atomic_load(&d->drained), ==, 1);
-    g_assert_cmpint(count_maps("guest-ram"), ==, 1);
+    g_assert_cmpint(count_maps(vuf_mem_fd(fe)), ==, 1);
 
-    /* Like QEMU: the base is the used index found in guest memory. */
-    fd = fe_connect(path);
-    fe_negotiate(fd);
-    fe_set_mem_table(fd, &g);
-    drv_cleanup(&r0);
-    r0.kick = eventfd(0, EFD_CLOEXEC);
-    r0.call = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    fe_setup_ring(fd, &r0, r0.used[1]);
+    /* Like QEMU: the base is the used index found in guest memory (read
+     * before the new session resets the rings; new eventfds too). */
+    base = ring_used_idx(&r0);
+    fe_open(fe);
+    fe_negotiate(fe);
+    fe_set_mem_table(fe);
+    fe_setup_ring(fe, &r0, base);
     drv_echo(&r0, "second connection");
-    g_assert_cmpuint(fe_get_vring_base(fd, 0), ==, 4);
+    g_assert_cmpuint(fe_get_vring_base(fe, 0), ==, 4);
     g_assert_cmpint(atomic_load(&d->started), ==, 2);
-    close(fd);
+    vuf_disconnect(fe);
     server_wait_no_client(s);
 
-    drv_cleanup(&r0);
-    guest_cleanup(&g);
+    vuf_free(fe);
     /* Every fd the server received is closed, every region unmapped. */
     g_assert_cmpint(count_fds(), ==, fds0);
     server_free(s);
@@ -1072,25 +1070,26 @@ static void test_second_client_waits(void)
     char *path = sock_path("second.sock");
     Dummy *d = dummy_new();
     VuServer *s = server_new(path, d);
-    int fd1 = fe_connect(path);
-    int fd2;
-    struct pollfd pfd;
+    VuFrontend *fe1 = fe_connect(path);
+    VuFrontend *fe2;
+    VhostUserHeader h;
+    uint64_t v;
 
-    fe_negotiate(fd1);
-    fd2 = fe_connect(path);
-    fe_send(fd2, VHOST_USER_GET_QUEUE_NUM, VHOST_USER_VERSION, NULL, 0,
+    fe_negotiate(fe1);
+    fe2 = fe_connect(path);
+    fe_send(fe2, VHOST_USER_GET_QUEUE_NUM, VHOST_USER_VERSION, NULL, 0,
             NULL, 0);
-    pfd = (struct pollfd) { .fd = fd2, .events = POLLIN };
-    g_assert_cmpint(poll(&pfd, 1, 200), ==, 0);
+    g_assert_cmpint(fe_recv_any(fe2, 200, &h, &v, sizeof(v)), ==,
+                    VUF_RECV_TIMEOUT);
     /* The first client is still served. */
-    g_assert_cmpuint(fe_get_u64(fd1, VHOST_USER_GET_QUEUE_NUM), ==,
+    g_assert_cmpuint(fe_get_u64(fe1, VHOST_USER_GET_QUEUE_NUM), ==,
                      NUM_QUEUES);
-    close(fd1);
+    vuf_free(fe1);
     /* Now the second is accepted and its request answered. */
-    g_assert_cmpuint(fe_recv(fd2, VHOST_USER_GET_QUEUE_NUM,
+    g_assert_cmpuint(fe_recv(fe2, VHOST_USER_GET_QUEUE_NUM,
                              &(uint64_t) { 0 }, 8), ==, 8);
-    fe_negotiate(fd2);
-    close(fd2);
+    fe_negotiate(fe2);
+    vuf_free(fe2);
     server_wait_no_client(s);
     server_free(s);
     dummy_free(d);
@@ -1098,7 +1097,7 @@ static void test_second_client_waits(void)
 }
 
 /* Bad requests the front-end asked an ack for: refused, connection kept. */
-static void check_refused_with_ack(int fd, int efd)
+static void check_refused_with_ack(VuFrontend *fe, int efd)
 {
     VhostUserVringState st = { .index = 0, .num = 100 };
     uint8_t zeros[16] = { 0 };
@@ -1106,51 +1105,51 @@ static void check_refused_with_ack(int fd, int efd)
     int nine[9];
 
     /* Unknown request, wrong payload sizes. */
-    fe_fails(fd, 99, NULL, 0, NULL, 0);
-    fe_fails(fd, VHOST_USER_SET_FEATURES, zeros, 4, NULL, 0);
-    fe_fails(fd, VHOST_USER_SET_VRING_NUM, zeros, 12, NULL, 0);
+    fe_fails(fe, 99, NULL, 0, NULL, 0);
+    fe_fails(fe, VHOST_USER_SET_FEATURES, zeros, 4, NULL, 0);
+    fe_fails(fe, VHOST_USER_SET_VRING_NUM, zeros, 12, NULL, 0);
     /* Ring sizes: not a power of two, zero, above the maximum. */
-    fe_fails(fd, VHOST_USER_SET_VRING_NUM, &st, sizeof(st), NULL, 0);
+    fe_fails(fe, VHOST_USER_SET_VRING_NUM, &st, sizeof(st), NULL, 0);
     st.num = 0;
-    fe_fails(fd, VHOST_USER_SET_VRING_NUM, &st, sizeof(st), NULL, 0);
+    fe_fails(fe, VHOST_USER_SET_VRING_NUM, &st, sizeof(st), NULL, 0);
     st.num = 2 * MAX_QUEUE_SIZE;
-    fe_fails(fd, VHOST_USER_SET_VRING_NUM, &st, sizeof(st), NULL, 0);
+    fe_fails(fe, VHOST_USER_SET_VRING_NUM, &st, sizeof(st), NULL, 0);
     /* Ring index out of range. */
     st = (VhostUserVringState) { .index = NUM_QUEUES, .num = 8 };
-    fe_fails(fd, VHOST_USER_SET_VRING_NUM, &st, sizeof(st), NULL, 0);
-    fe_fails(fd, VHOST_USER_SET_VRING_ENABLE, &st, sizeof(st), NULL, 0);
+    fe_fails(fe, VHOST_USER_SET_VRING_NUM, &st, sizeof(st), NULL, 0);
+    fe_fails(fe, VHOST_USER_SET_VRING_ENABLE, &st, sizeof(st), NULL, 0);
     v = NUM_QUEUES;
-    fe_fails(fd, VHOST_USER_SET_VRING_KICK, &v, sizeof(v), &efd, 1);
+    fe_fails(fe, VHOST_USER_SET_VRING_KICK, &v, sizeof(v), &efd, 1);
     /* Base beyond 16 bits, enable not 0/1. */
     st = (VhostUserVringState) { .index = 0, .num = 0x10000 };
-    fe_fails(fd, VHOST_USER_SET_VRING_BASE, &st, sizeof(st), NULL, 0);
+    fe_fails(fe, VHOST_USER_SET_VRING_BASE, &st, sizeof(st), NULL, 0);
     st.num = 2;
-    fe_fails(fd, VHOST_USER_SET_VRING_ENABLE, &st, sizeof(st), NULL, 0);
+    fe_fails(fe, VHOST_USER_SET_VRING_ENABLE, &st, sizeof(st), NULL, 0);
     /* Missing fd; fd with the no-fd flag; unknown bits. */
     v = 0;
-    fe_fails(fd, VHOST_USER_SET_VRING_KICK, &v, sizeof(v), NULL, 0);
-    fe_fails(fd, VHOST_USER_SET_VRING_CALL, &v, sizeof(v), NULL, 0);
+    fe_fails(fe, VHOST_USER_SET_VRING_KICK, &v, sizeof(v), NULL, 0);
+    fe_fails(fe, VHOST_USER_SET_VRING_CALL, &v, sizeof(v), NULL, 0);
     v = VHOST_USER_VRING_NOFD_MASK;
-    fe_fails(fd, VHOST_USER_SET_VRING_CALL, &v, sizeof(v), &efd, 1);
+    fe_fails(fe, VHOST_USER_SET_VRING_CALL, &v, sizeof(v), &efd, 1);
     v = 1ull << 9;
-    fe_fails(fd, VHOST_USER_SET_VRING_CALL, &v, sizeof(v), &efd, 1);
+    fe_fails(fe, VHOST_USER_SET_VRING_CALL, &v, sizeof(v), &efd, 1);
     /* An fd with a request that takes none. */
-    fe_fails(fd, VHOST_USER_SET_OWNER, NULL, 0, &efd, 1);
+    fe_fails(fe, VHOST_USER_SET_OWNER, NULL, 0, &efd, 1);
     /* Too many fds: the kernel drops the ninth, the server the others. */
     for (int i = 0; i < 9; i++) {
         nine[i] = efd;
     }
     v = 0;
-    fe_fails(fd, VHOST_USER_SET_VRING_CALL, &v, sizeof(v), nine, 9);
+    fe_fails(fe, VHOST_USER_SET_VRING_CALL, &v, sizeof(v), nine, 9);
     /* Config accesses with inconsistent sizes. */
-    fe_fails(fd, VHOST_USER_SET_CONFIG,
+    fe_fails(fe, VHOST_USER_SET_CONFIG,
              &(VhostUserConfig) { .offset = 0, .size = 8 },
              VHOST_USER_CONFIG_HDR_SIZE + 4, NULL, 0);
-    fe_fails(fd, VHOST_USER_SET_CONFIG,
+    fe_fails(fe, VHOST_USER_SET_CONFIG,
              &(VhostUserConfig) { .offset = 0, .size = 300 },
              VHOST_USER_CONFIG_HDR_SIZE, NULL, 0);
     /* Still fine. */
-    fe_ok(fd, VHOST_USER_SET_OWNER, NULL, 0, NULL, 0);
+    fe_ok(fe, VHOST_USER_SET_OWNER, NULL, 0, NULL, 0);
 }
 
 /* Open a connection, negotiate, send one bad message: it must be closed. */
@@ -1158,12 +1157,12 @@ static void check_closes(const char *path, uint32_t req, uint32_t flags,
                          const void *payload, uint32_t size, const int *fds,
                          unsigned nfds)
 {
-    int fd = fe_connect(path);
+    VuFrontend *fe = fe_connect(path);
 
-    fe_negotiate(fd);
-    fe_send(fd, req, flags, payload, size, fds, nfds);
-    fe_expect_closed(fd);
-    close(fd);
+    fe_negotiate(fe);
+    fe_send(fe, req, flags, payload, size, fds, nfds);
+    fe_expect_closed(fe);
+    vuf_free(fe);
 }
 
 static void test_malformed(void)
@@ -1175,13 +1174,12 @@ static void test_malformed(void)
     int efd = eventfd(0, EFD_CLOEXEC);
     VhostUserVringState st = { .index = NUM_QUEUES };
     uint8_t big[VHOST_USER_MAX_PAYLOAD + 8] = { 0 };
-    VhostUserHeader h;
-    int fd;
+    VuFrontend *fe;
 
-    fd = fe_connect(path);
-    fe_negotiate(fd);
-    check_refused_with_ack(fd, efd);
-    close(fd);
+    fe = fe_connect(path);
+    fe_negotiate(fe);
+    check_refused_with_ack(fe, efd);
+    vuf_free(fe);
     server_wait_no_client(s);
 
     /* Without need_reply a bad request closes the connection. */
@@ -1203,12 +1201,10 @@ static void test_malformed(void)
     check_closes(path, VHOST_USER_SET_CONFIG, VHOST_USER_VERSION, big,
                  sizeof(big), &efd, 1);
     /* A header announcing more than the server accepts, then silence. */
-    fd = fe_connect(path);
-    h = (VhostUserHeader) { VHOST_USER_SET_OWNER, VHOST_USER_VERSION,
-                            0x7fffffff };
-    fe_send_raw(fd, &h, sizeof(h), NULL, 0);
-    fe_expect_closed(fd);
-    close(fd);
+    fe = fe_connect(path);
+    fe_send_header(fe, VHOST_USER_SET_OWNER, 0x7fffffff, NULL, 0);
+    fe_expect_closed(fe);
+    vuf_free(fe);
     server_wait_no_client(s);
 
     close(efd);
@@ -1266,70 +1262,62 @@ static void test_ring_outside_memory(void)
     Dummy *d1 = dummy_new(), *d2 = dummy_new();
     VuServer *s1 = server_new(path1, d1);
     VuServer *s2 = server_new(path2, d2);
-    int fd1 = fe_connect(path1);
-    int fd2 = fe_connect(path2);
+    VuFrontend *fe1 = fe_connect(path1);
+    VuFrontend *fe2 = fe_connect(path2);
     int warnings = atomic_load(&broken_warnings);
     VhostUserVringAddr a;
-    Guest g1, g2;
-    Drv r0, r1, q0;
+    Ring r0, r1, q0;
 
     /* GLib resets this for every test case. */
     g_test_log_set_fatal_handler(fatal_log_filter, NULL);
-    guest_init(&g1);
-    guest_init(&g2);
-    drv_init(&r0, &g1, 0);
-    drv_init(&r1, &g1, 1);
-    drv_init(&q0, &g2, 0);
-    fe_negotiate(fd1);
-    fe_negotiate(fd2);
-    fe_set_mem_table(fd1, &g1);
-    fe_set_mem_table(fd2, &g2);
+    ring_init(&r0, fe1, 0);
+    ring_init(&r1, fe1, 1);
+    ring_init(&q0, fe2, 0);
+    fe_negotiate(fe1);
+    fe_negotiate(fe2);
+    fe_set_mem_table(fe1);
+    fe_set_mem_table(fe2);
 
     /* Ring 0's used ring lies past the end of guest memory. */
-    a = drv_addr(&r0);
-    a.used_user_addr = guest_qva(&g1, MEM_SIZE - 16);
-    fe_ok_state(fd1, VHOST_USER_SET_VRING_NUM, 0, RING_NUM);
-    fe_ok(fd1, VHOST_USER_SET_VRING_ADDR, &a, sizeof(a), NULL, 0);
-    fe_set_vring_fd(fd1, VHOST_USER_SET_VRING_KICK, 0, r0.kick);
-    fe_ok_state(fd1, VHOST_USER_SET_VRING_ENABLE, 0, 1);
+    a = ring_addr(&r0);
+    a.used_user_addr = guest_qva(fe1, MEM_SIZE - 16);
+    fe_ok_state(fe1, VHOST_USER_SET_VRING_NUM, 0, RING_NUM);
+    fe_ok(fe1, VHOST_USER_SET_VRING_ADDR, &a, sizeof(a), NULL, 0);
+    fe_set_vring_fd(fe1, VHOST_USER_SET_VRING_KICK, 0, vufq_kick_fd(r0.q));
+    fe_ok_state(fe1, VHOST_USER_SET_VRING_ENABLE, 0, 1);
     g_assert_false(virtqueue_is_started(server_queue(s1, 0)));
     g_assert_true(virtqueue_is_broken(server_queue(s1, 0)));
     g_assert_cmpint(atomic_load(&broken_warnings), ==, warnings + 1);
 
     /* Ring 1 of the same export and the other export work. */
-    fe_setup_ring(fd1, &r1, 0);
-    fe_setup_ring(fd2, &q0, 0);
+    fe_setup_ring(fe1, &r1, 0);
+    fe_setup_ring(fe2, &q0, 0);
     drv_echo(&r1, "ring 1 is fine");
     drv_echo(&q0, "the other export is fine");
 
     /* A descriptor outside guest memory breaks a running ring. */
-    drv_post(&r1, "bad buffer", GPA_BASE + MEM_SIZE);
+    drv_post(&r1, "bad buffer", MEM_SIZE);
     wait_broken(server_queue(s1, 1));
     /* The handler sees -EIO once the queue is marked and the warning out. */
     while (atomic_load(&d1->pop_errors) == 0) {
         sleep_ns(NS_PER_MS);
     }
-    g_assert_true(poll(&(struct pollfd) { .fd = r1.call, .events = POLLIN },
-                       1, 0) == 0);
+    g_assert_true(poll(&(struct pollfd) { .fd = vufq_call_fd(r1.q),
+                                          .events = POLLIN }, 1, 0) == 0);
     g_assert_cmpint(atomic_load(&d1->pop_errors), ==, 1);
     g_assert_cmpint(atomic_load(&broken_warnings), ==, warnings + 2);
     drv_echo(&q0, "the other export is still fine");
     /* The broken ring can still be stopped; the connection works. */
-    g_assert_cmpuint(fe_get_vring_base(fd1, 1), ==, 1);
-    g_assert_cmpuint(fe_get_u64(fd1, VHOST_USER_GET_QUEUE_NUM), ==,
+    g_assert_cmpuint(fe_get_vring_base(fe1, 1), ==, 1);
+    g_assert_cmpuint(fe_get_u64(fe1, VHOST_USER_GET_QUEUE_NUM), ==,
                      NUM_QUEUES);
 
-    close(fd1);
-    close(fd2);
+    vuf_free(fe1);
+    vuf_free(fe2);
     server_wait_no_client(s1);
     server_wait_no_client(s2);
     server_free(s1);
     server_free(s2);
-    drv_cleanup(&r0);
-    drv_cleanup(&r1);
-    drv_cleanup(&q0);
-    guest_cleanup(&g1);
-    guest_cleanup(&g2);
     dummy_free(d1);
     dummy_free(d2);
     g_free(path1);
@@ -1345,25 +1333,26 @@ static void test_half_message(void)
     VuServer *s1 = server_new(path1, d1);
     VuServer *s2 = server_new(path2, d2);
     VhostUserHeader h = { VHOST_USER_SET_FEATURES, VHOST_USER_VERSION, 8 };
-    uint8_t buf[sizeof(h) + 4] = { 0 };
-    int fd = fe_connect(path1);
+    uint8_t half[4] = { 0 };
+    VuFrontend *fe = fe_connect(path1);
+    Error *err = NULL;
     int64_t t0;
 
-    fe_negotiate(fd);
+    fe_negotiate(fe);
     /* Header and half of the payload. */
-    memcpy(buf, &h, sizeof(h));
     t0 = clock_now_ns();
-    fe_send_raw(fd, buf, sizeof(buf), NULL, 0);
-    fe_expect_closed(fd);
+    fe_send_header(fe, h.request, h.size, half, sizeof(half));
+    fe_expect_closed(fe);
     g_assert_cmpint(clock_now_ns() - t0, <, 3 * NS_PER_SEC);
-    close(fd);
+    vuf_free(fe);
     server_wait_no_client(s1);
 
     /* Half of a header. */
-    fd = fe_connect(path1);
-    fe_send_raw(fd, &h, 6, NULL, 0);
-    fe_expect_closed(fd);
-    close(fd);
+    fe = fe_connect(path1);
+    vuf_send_bytes(fe, &h, 6, NULL, 0, &err);
+    g_assert_no_error(err);
+    fe_expect_closed(fe);
+    vuf_free(fe);
     server_wait_no_client(s1);
 
     /* Both servers still serve. */
@@ -1528,24 +1517,25 @@ static void test_backend_channel(void)
     Dummy *d = dummy_new();
     VuServer *s = server_new(path, d);
     int fds0 = count_fds();
-    int fd, sv1[2], sv2[2];
+    VuFrontend *fe;
+    int sv1[2], sv2[2];
     uint64_t junk = 0;
 
     /* No front-end, then one without a channel: nothing is sent. */
     g_assert_false(server_config_changed(s));
-    fd = fe_connect(path);
-    fe_negotiate(fd);
+    fe = fe_connect(path);
+    fe_negotiate(fe);
     g_assert_false(server_config_changed(s));
 
     /* Malformed SET_SLAVE_REQ_FD: no fd, or a payload.  Refused. */
     channel_pair(sv1);
-    fe_fails(fd, VHOST_USER_SET_SLAVE_REQ_FD, NULL, 0, NULL, 0);
-    fe_fails(fd, VHOST_USER_SET_SLAVE_REQ_FD, &junk, sizeof(junk), &sv1[1],
+    fe_fails(fe, VHOST_USER_SET_SLAVE_REQ_FD, NULL, 0, NULL, 0);
+    fe_fails(fe, VHOST_USER_SET_SLAVE_REQ_FD, &junk, sizeof(junk), &sv1[1],
              1);
     g_assert_false(server_config_changed(s));
 
     /* The channel: one header-only message per change. */
-    fe_ok(fd, VHOST_USER_SET_SLAVE_REQ_FD, NULL, 0, &sv1[1], 1);
+    fe_ok(fe, VHOST_USER_SET_SLAVE_REQ_FD, NULL, 0, &sv1[1], 1);
     close(sv1[1]);
     g_assert_true(server_config_changed(s));
     expect_config_change_msg(sv1[0]);
@@ -1554,7 +1544,7 @@ static void test_backend_channel(void)
 
     /* A second channel replaces the first, whose fd the server closes. */
     channel_pair(sv2);
-    fe_ok(fd, VHOST_USER_SET_SLAVE_REQ_FD, NULL, 0, &sv2[1], 1);
+    fe_ok(fe, VHOST_USER_SET_SLAVE_REQ_FD, NULL, 0, &sv2[1], 1);
     close(sv2[1]);
     expect_channel_closed(sv1[0]);
     close(sv1[0]);
@@ -1563,23 +1553,23 @@ static void test_backend_channel(void)
 
     /* RESET_DEVICE keeps it (QEMU sets it up once per connection);
      * RESET_OWNER drops it. */
-    fe_ok(fd, VHOST_USER_RESET_DEVICE, NULL, 0, NULL, 0);
+    fe_ok(fe, VHOST_USER_RESET_DEVICE, NULL, 0, NULL, 0);
     g_assert_true(server_config_changed(s));
     expect_config_change_msg(sv2[0]);
-    fe_ok(fd, VHOST_USER_RESET_OWNER, NULL, 0, NULL, 0);
+    fe_ok(fe, VHOST_USER_RESET_OWNER, NULL, 0, NULL, 0);
     expect_channel_closed(sv2[0]);
     g_assert_false(server_config_changed(s));
     close(sv2[0]);
 
     /* The connection still works. */
-    g_assert_cmphex(fe_get_u64(fd, VHOST_USER_GET_FEATURES), ==,
+    g_assert_cmphex(fe_get_u64(fe, VHOST_USER_GET_FEATURES), ==,
                     transport_features | (1ull << DUMMY_FEATURE_BIT));
 
     /* Disconnecting closes the channel too. */
     channel_pair(sv1);
-    fe_ok(fd, VHOST_USER_SET_SLAVE_REQ_FD, NULL, 0, &sv1[1], 1);
+    fe_ok(fe, VHOST_USER_SET_SLAVE_REQ_FD, NULL, 0, &sv1[1], 1);
     close(sv1[1]);
-    close(fd);
+    vuf_free(fe);
     server_wait_no_client(s);
     expect_channel_closed(sv1[0]);
     close(sv1[0]);
@@ -1598,11 +1588,11 @@ static void test_backend_channel_full(void)
     char *path = sock_path("channel-full.sock");
     Dummy *d = dummy_new();
     VuServer *s = server_new(path, d);
-    int fd = fe_connect(path);
+    VuFrontend *fe = fe_connect(path);
     int sv[2], small = 1, sent = 0;
     VhostUserHeader h;
 
-    fe_negotiate(fd);
+    fe_negotiate(fe);
     channel_pair(sv);
     /* The smallest buffers the kernel allows, on the socket the server
      * gets a duplicate of. */
@@ -1610,7 +1600,7 @@ static void test_backend_channel_full(void)
                                sizeof(small)), ==, 0);
     g_assert_cmpint(setsockopt(sv[0], SOL_SOCKET, SO_RCVBUF, &small,
                                sizeof(small)), ==, 0);
-    fe_ok(fd, VHOST_USER_SET_SLAVE_REQ_FD, NULL, 0, &sv[1], 1);
+    fe_ok(fe, VHOST_USER_SET_SLAVE_REQ_FD, NULL, 0, &sv[1], 1);
     close(sv[1]);
     while (server_config_changed(s)) {
         sent++;
@@ -1619,7 +1609,7 @@ static void test_backend_channel_full(void)
     g_assert_cmpint(sent, >, 0);
     /* The server is responsive and the channel still in step: every
      * message that was sent arrives whole, and once read, more fit. */
-    g_assert_cmphex(fe_get_u64(fd, VHOST_USER_GET_FEATURES), ==,
+    g_assert_cmphex(fe_get_u64(fe, VHOST_USER_GET_FEATURES), ==,
                     transport_features | (1ull << DUMMY_FEATURE_BIT));
     for (int i = 0; i < sent; i++) {
         g_assert_cmpint(recv(sv[0], &h, sizeof(h), MSG_WAITALL), ==,
@@ -1631,7 +1621,7 @@ static void test_backend_channel_full(void)
     expect_config_change_msg(sv[0]);
 
     close(sv[0]);
-    close(fd);
+    vuf_free(fe);
     server_wait_no_client(s);
     server_free(s);
     dummy_free(d);
