@@ -272,33 +272,43 @@ static void assert_op(TBlk *t, BlockOp op, uint64_t ops, uint64_t bytes)
  */
 static void test_acct(void)
 {
+    /* Queue, type, sector, length, and the status the device gives. */
+    static const struct {
+        unsigned q;
+        uint32_t type;
+        uint64_t sector;
+        uint32_t len;
+        uint8_t status;
+    } reqs[] = {
+        { 0, VIRTIO_BLK_T_IN, 0, 4096, VIRTIO_BLK_S_OK },
+        { 1, VIRTIO_BLK_T_IN, 8, 1024, VIRTIO_BLK_S_OK },
+        { 1, VIRTIO_BLK_T_OUT, 16, 2048, VIRTIO_BLK_S_OK },
+        { 0, VIRTIO_BLK_T_FLUSH, 0, 0, VIRTIO_BLK_S_OK },
+        { 1, VIRTIO_BLK_T_DISCARD, 64, 8192, VIRTIO_BLK_S_OK },
+        { 0, VIRTIO_BLK_T_WRITE_ZEROES, 128, 512, VIRTIO_BLK_S_OK },
+        /* Refused by the device: never reach the node. */
+        { 0, VIRTIO_BLK_T_IN, 4096, 512, VIRTIO_BLK_S_IOERR },
+        { 1, VIRTIO_BLK_T_GET_ID, 0, 20, VIRTIO_BLK_S_OK },
+    };
+    /* What the node saw: operations and bytes per kind. */
+    static const uint64_t counted[][3] = {
+        { BLOCK_OP_READ, 2, 5120 },
+        { BLOCK_OP_WRITE, 1, 2048 },
+        { BLOCK_OP_FLUSH, 1, 0 },
+        { BLOCK_OP_DISCARD, 1, 8192 },
+        { BLOCK_OP_WRITE_ZEROES, 1, 512 },
+    };
     TBlk t;
 
     tblk_new(&t, 512);
     assert_op(&t, BLOCK_OP_READ, 0, 0);
-    g_assert_cmpuint(blk_req(&t, 0, VIRTIO_BLK_T_IN, 0, 4096), ==,
-                     VIRTIO_BLK_S_OK);
-    g_assert_cmpuint(blk_req(&t, 1, VIRTIO_BLK_T_IN, 8, 1024), ==,
-                     VIRTIO_BLK_S_OK);
-    g_assert_cmpuint(blk_req(&t, 1, VIRTIO_BLK_T_OUT, 16, 2048), ==,
-                     VIRTIO_BLK_S_OK);
-    g_assert_cmpuint(blk_req(&t, 0, VIRTIO_BLK_T_FLUSH, 0, 0), ==,
-                     VIRTIO_BLK_S_OK);
-    g_assert_cmpuint(blk_req(&t, 1, VIRTIO_BLK_T_DISCARD, 64, 8192), ==,
-                     VIRTIO_BLK_S_OK);
-    g_assert_cmpuint(blk_req(&t, 0, VIRTIO_BLK_T_WRITE_ZEROES, 128, 512), ==,
-                     VIRTIO_BLK_S_OK);
-    /* Refused by the device: never reach the node. */
-    g_assert_cmpuint(blk_req(&t, 0, VIRTIO_BLK_T_IN, 4096, 512), ==,
-                     VIRTIO_BLK_S_IOERR);
-    g_assert_cmpuint(blk_req(&t, 1, VIRTIO_BLK_T_GET_ID, 0, 20), ==,
-                     VIRTIO_BLK_S_OK);
-
-    assert_op(&t, BLOCK_OP_READ, 2, 5120);
-    assert_op(&t, BLOCK_OP_WRITE, 1, 2048);
-    assert_op(&t, BLOCK_OP_FLUSH, 1, 0);
-    assert_op(&t, BLOCK_OP_DISCARD, 1, 8192);
-    assert_op(&t, BLOCK_OP_WRITE_ZEROES, 1, 512);
+    for (unsigned i = 0; i < G_N_ELEMENTS(reqs); i++) {
+        g_assert_cmpuint(blk_req(&t, reqs[i].q, reqs[i].type, reqs[i].sector,
+                                 reqs[i].len), ==, reqs[i].status);
+    }
+    for (unsigned i = 0; i < G_N_ELEMENTS(counted); i++) {
+        assert_op(&t, counted[i][0], counted[i][1], counted[i][2]);
+    }
     g_assert_cmpuint(op_stats(&t, BLOCK_OP_READ).total_time_ns, >, 0);
 
     lq_stop(&t.q[1]);

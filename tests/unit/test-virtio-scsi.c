@@ -329,12 +329,19 @@ static void tdev_new(TDev *t, const TConf *c)
 }
 
 /* The usual device: one request queue, LUN 0 on a fast null node. */
-static void tdev_new_lun0(TDev *t)
+/* LUN 0 on a fast null node; the rest of the configuration from c. */
+static void tdev_new_lun0_conf(TDev *t, TConf c)
 {
     static const TLun luns[] = { { 0, FAST_NODE } };
-    TConf c = { .num_queues = 1, .luns = luns, .nluns = 1 };
 
+    c.luns = luns;
+    c.nluns = 1;
     tdev_new(t, &c);
+}
+
+static void tdev_new_lun0(TDev *t)
+{
+    tdev_new_lun0_conf(t, (TConf) { .num_queues = 1 });
 }
 
 /*
@@ -526,6 +533,20 @@ static void cdb_rw10(uint8_t *cdb, uint8_t op, uint32_t lba, uint16_t blocks)
     cdb[5] = lba;
     cdb[7] = blocks >> 8;
     cdb[8] = blocks;
+}
+
+/*
+ * What the tests on a slow device send: the addresses of LUN 0 and LUN 1
+ * (lun1 may be NULL) and a one-block READ(10) at LBA 0.
+ */
+static void slow_read_addrs(uint8_t lun0[8], uint8_t lun1[8],
+                            uint8_t cdb[10])
+{
+    lun_addr(lun0, 0, 0);
+    if (lun1) {
+        lun_addr(lun1, 0, 1);
+    }
+    cdb_rw10(cdb, SCSI_OP_READ_10, 0, 1);
 }
 
 static void cdb_report_luns(uint8_t *cdb, uint8_t select, uint32_t alloc)
@@ -1132,9 +1153,7 @@ static void run_abort_task(bool iothread, bool kick_cmd)
     TDev t;
 
     tdev_new_slow(&t, 2, 2, iothread);
-    lun_addr(lun0, 0, 0);
-    lun_addr(lun1, 0, 1);
-    cdb_rw10(cdb, SCSI_OP_READ_10, 0, 1);
+    slow_read_addrs(lun0, lun1, cdb);
     /* Without a kick the command is still in the ring when the TMF
      * arrives: the device must find it there. */
     cmd_send_ex(&t, &victim, 1, lun0, 0x1234, cdb, 10, NULL, 0, 512,
@@ -1194,9 +1213,7 @@ static void run_lun_reset(bool iothread, uint32_t subtype)
     TDev t;
 
     tdev_new_slow(&t, 2, 2, iothread);
-    lun_addr(lun0, 0, 0);
-    lun_addr(lun1, 0, 1);
-    cdb_rw10(cdb, SCSI_OP_READ_10, 0, 1);
+    slow_read_addrs(lun0, lun1, cdb);
     cmd_send_ex(&t, &a, 0, lun0, 1, cdb, 10, NULL, 0, 512, true);
     cmd_send_ex(&t, &b, 1, lun0, 2, cdb, 10, NULL, 0, 512, true);
     cmd_send_ex(&t, &other, 1, lun1, 3, cdb, 10, NULL, 0, 512, true);
@@ -1255,11 +1272,9 @@ static void run_query_and_sets(bool iothread)
     TDev t;
 
     tdev_new_slow(&t, 2, 2, iothread);
-    lun_addr(lun0, 0, 0);
-    lun_addr(lun1, 0, 1);
+    slow_read_addrs(lun0, lun1, cdb);
     lun_addr(lun5, 0, 5);
     lun_addr(bad, 2, 0);
-    cdb_rw10(cdb, SCSI_OP_READ_10, 0, 1);
     cmd_send_ex(&t, &a, 0, lun0, 7, cdb, 10, NULL, 0, 512, true);
     cmd_send_ex(&t, &b, 1, lun0, 8, cdb, 10, NULL, 0, 512, true);
 
@@ -1318,8 +1333,7 @@ static void test_tmf_drain(void)
     TDev t;
 
     tdev_new_slow(&t, 1, 1, true);
-    lun_addr(lun0, 0, 0);
-    cdb_rw10(cdb, SCSI_OP_READ_10, 0, 1);
+    slow_read_addrs(lun0, NULL, cdb);
     cmd_send(&t, &a, lun0, 5, cdb, 10, NULL, 0, 512);
     tmf_send(&t, &m, VIRTIO_SCSI_T_TMF_ABORT_TASK, lun0, 5);
     /* Let the control queue pop it. */
@@ -1401,6 +1415,38 @@ static void read_event(TDev *t, uint64_t gpa, VirtioScsiEvent *ev)
     ev->reason = le32toh(ev->reason);
 }
 
+static void assert_event(TDev *t, uint16_t head, uint64_t gpa,
+                         uint32_t event, const uint8_t *lun, uint32_t reason)
+{
+    VirtioScsiEvent ev;
+
+    g_assert_cmpuint(tq_wait(eventq(t), head), ==, 16);
+    read_event(t, gpa, &ev);
+    g_assert_cmphex(ev.event, ==, event);
+    g_assert_cmpmem(ev.lun, 8, lun, 8);
+    g_assert_cmphex(ev.reason, ==, reason);
+}
+
+/*
+ * Post an event buffer after an event was missed: it comes back at once,
+ * saying EVENTS_MISSED.  The flag is taken: post the next buffer, which
+ * waits for the next event; returns its head (guest address in *gpa).
+ */
+static uint16_t event_missed_then_post(TDev *t, uint64_t *gpa)
+{
+    VirtioScsiEvent ev;
+    uint64_t missed_gpa;
+    uint16_t head = event_buf_post(t, 16, &missed_gpa);
+
+    g_assert_cmpuint(tq_wait(eventq(t), head), ==, 16);
+    read_event(t, missed_gpa, &ev);
+    g_assert_cmphex(ev.event, ==,
+                    VIRTIO_SCSI_T_NO_EVENT | VIRTIO_SCSI_T_EVENTS_MISSED);
+    head = event_buf_post(t, 16, gpa);
+    g_assert_false(tq_check(eventq(t), head));
+    return head;
+}
+
 static void test_event_param_change(void)
 {
     static const TLun luns[] = { { 0, FAST_NODE }, { 300, FAST_NODE } };
@@ -1410,7 +1456,6 @@ static void test_event_param_change(void)
     static const uint8_t lun0[8] = { 1, 0, 0, 0, 0, 0, 0, 0 };
     uint64_t gpa[3];
     uint16_t head[3];
-    VirtioScsiEvent ev;
     uint8_t lun[8];
     TCmd cmd;
     TDev t;
@@ -1423,19 +1468,16 @@ static void test_event_param_change(void)
     g_assert_cmpuint(tq_wait(eventq(&t), head[2]), ==, 0);
     g_assert_false(tq_check(eventq(&t), head[0]));
 
+    /* PARAM_CHANGE, the LUN, and CAPACITY DATA HAS CHANGED (ASC 0x2a,
+     * ASCQ 0x09) as the reason. */
     virtio_scsi_capacity_changed(t.vs, 300);
-    g_assert_cmpuint(tq_wait(eventq(&t), head[0]), ==, 16);
-    read_event(&t, gpa[0], &ev);
-    g_assert_cmphex(ev.event, ==, VIRTIO_SCSI_T_PARAM_CHANGE);
-    g_assert_cmpmem(ev.lun, 8, lun300, 8);
-    g_assert_cmphex(ev.reason, ==, 0x2a | 0x09 << 8);
+    assert_event(&t, head[0], gpa[0], VIRTIO_SCSI_T_PARAM_CHANGE, lun300,
+                 0x2a | 0x09 << 8);
     g_assert_false(tq_check(eventq(&t), head[1]));
 
     virtio_scsi_capacity_changed(t.vs, 0);
-    g_assert_cmpuint(tq_wait(eventq(&t), head[1]), ==, 16);
-    read_event(&t, gpa[1], &ev);
-    g_assert_cmphex(ev.event, ==, VIRTIO_SCSI_T_PARAM_CHANGE);
-    g_assert_cmpmem(ev.lun, 8, lun0, 8);
+    assert_event(&t, head[1], gpa[1], VIRTIO_SCSI_T_PARAM_CHANGE, lun0,
+                 0x2a | 0x09 << 8);
 
     /* And the LUN has the unit attention. */
     lun_addr(lun, 0, 300);
@@ -1447,26 +1489,19 @@ static void test_event_param_change(void)
 
 static void test_event_missed(void)
 {
-    uint64_t gpa[2];
-    uint16_t head[2];
     VirtioScsiEvent ev;
+    uint64_t gpa;
+    uint16_t head;
     TDev t;
 
     tdev_new_lun0(&t);
-    /* No buffer: missed; the next buffer says so at once. */
+    /* No buffer: missed; the next buffer says so at once.  Then events
+     * are whole again. */
     virtio_scsi_capacity_changed(t.vs, 0);
-    head[0] = event_buf_post(&t, 16, &gpa[0]);
-    g_assert_cmpuint(tq_wait(eventq(&t), head[0]), ==, 16);
-    read_event(&t, gpa[0], &ev);
-    g_assert_cmphex(ev.event, ==,
-                    VIRTIO_SCSI_T_NO_EVENT | VIRTIO_SCSI_T_EVENTS_MISSED);
-
-    /* Then events are whole again. */
-    head[1] = event_buf_post(&t, 16, &gpa[1]);
-    g_assert_false(tq_check(eventq(&t), head[1]));
+    head = event_missed_then_post(&t, &gpa);
     virtio_scsi_capacity_changed(t.vs, 0);
-    g_assert_cmpuint(tq_wait(eventq(&t), head[1]), ==, 16);
-    read_event(&t, gpa[1], &ev);
+    g_assert_cmpuint(tq_wait(eventq(&t), head), ==, 16);
+    read_event(&t, gpa, &ev);
     g_assert_cmphex(ev.event, ==, VIRTIO_SCSI_T_PARAM_CHANGE);
     tdev_cleanup(&t);
 }
@@ -1474,16 +1509,13 @@ static void test_event_missed(void)
 /* Without VIRTIO_SCSI_F_CHANGE only the unit attention. */
 static void test_event_not_negotiated(void)
 {
-    static const TLun luns[] = { { 0, FAST_NODE } };
-    TConf c = { .num_queues = 1, .no_change = true, .luns = luns,
-                .nluns = 1 };
     uint8_t lun[8];
     uint64_t gpa;
     uint16_t head;
     TCmd cmd;
     TDev t;
 
-    tdev_new(&t, &c);
+    tdev_new_lun0_conf(&t, (TConf) { .num_queues = 1, .no_change = true });
     head = event_buf_post(&t, 16, &gpa);
     virtio_scsi_capacity_changed(t.vs, 0);
     tq_assert_pending(eventq(&t), head, 20);
@@ -1506,18 +1538,6 @@ static const uint8_t ev_lun1[8] = { 1, 0, 0, 1, 0, 0, 0, 0 };
 static const uint8_t ev_lun300[8] = { 1, 0, 0x41, 0x2c, 0, 0, 0, 0 };
 
 /* Wait for the event buffer head at gpa; check what it says. */
-static void assert_event(TDev *t, uint16_t head, uint64_t gpa,
-                         uint32_t event, const uint8_t *lun, uint32_t reason)
-{
-    VirtioScsiEvent ev;
-
-    g_assert_cmpuint(tq_wait(eventq(t), head), ==, 16);
-    read_event(t, gpa, &ev);
-    g_assert_cmphex(ev.event, ==, event);
-    g_assert_cmpmem(ev.lun, 8, lun, 8);
-    g_assert_cmphex(ev.reason, ==, reason);
-}
-
 static void cmd_run_q(TDev *t, TCmd *c, unsigned qi, const uint8_t *lun,
                       const uint8_t *cdb, size_t cdb_len, size_t in_len)
 {
@@ -1567,9 +1587,6 @@ static void assert_lun_absent(TDev *t, unsigned qi, unsigned n)
 /* LUNs added while the queues run: RESCAN events, then the LUNs work. */
 static void test_hotplug_add(void)
 {
-    static const TLun luns[] = { { 0, FAST_NODE } };
-    TConf c = { .num_queues = 1, .iothread = true, .luns = luns,
-                .nluns = 1 };
     uint8_t lun1[8], cdb[10];
     unsigned got[4];
     uint64_t gpa[2];
@@ -1578,7 +1595,7 @@ static void test_hotplug_add(void)
     TCmd cmd;
     TDev t;
 
-    tdev_new(&t, &c);
+    tdev_new_lun0_conf(&t, (TConf) { .num_queues = 1, .iothread = true });
     assert_lun_absent(&t, 0, 1);
     head[0] = event_buf_post(&t, 16, &gpa[0]);
     head[1] = event_buf_post(&t, 16, &gpa[1]);
@@ -1668,14 +1685,11 @@ static void test_hotplug_remove_iothread(void)
 /* Without VIRTIO_SCSI_F_HOTPLUG the LUNs change, but no event. */
 static void test_hotplug_not_negotiated(void)
 {
-    static const TLun luns[] = { { 0, FAST_NODE } };
-    TConf c = { .num_queues = 1, .no_hotplug = true, .luns = luns,
-                .nluns = 1 };
     uint64_t gpa;
     uint16_t head;
     TDev t;
 
-    tdev_new(&t, &c);
+    tdev_new_lun0_conf(&t, (TConf) { .num_queues = 1, .no_hotplug = true });
     head = event_buf_post(&t, 16, &gpa);
     tdev_add_lun(&t, 1, FAST_NODE);
     g_assert_cmphex(inquiry_pdt(&t, 0, 1), ==, SCSI_PDT_DIRECT_ACCESS);
@@ -1689,24 +1703,16 @@ static void test_hotplug_not_negotiated(void)
 /* An add with no event buffer: the next buffer says EVENTS_MISSED. */
 static void test_hotplug_missed(void)
 {
-    uint64_t gpa[2];
-    uint16_t head[2];
-    VirtioScsiEvent ev;
+    uint64_t gpa;
+    uint16_t head;
     TDev t;
 
     tdev_new_lun0(&t);
     tdev_add_lun(&t, 1, FAST_NODE);
-    head[0] = event_buf_post(&t, 16, &gpa[0]);
-    g_assert_cmpuint(tq_wait(eventq(&t), head[0]), ==, 16);
-    read_event(&t, gpa[0], &ev);
-    g_assert_cmphex(ev.event, ==,
-                    VIRTIO_SCSI_T_NO_EVENT | VIRTIO_SCSI_T_EVENTS_MISSED);
-
     /* The flag is taken: the removal's event comes whole. */
-    head[1] = event_buf_post(&t, 16, &gpa[1]);
-    g_assert_false(tq_check(eventq(&t), head[1]));
+    head = event_missed_then_post(&t, &gpa);
     scsi_disk_free(virtio_scsi_remove_lun(t.vs, 1));
-    assert_event(&t, head[1], gpa[1], VIRTIO_SCSI_T_TRANSPORT_RESET, ev_lun1,
+    assert_event(&t, head, gpa, VIRTIO_SCSI_T_TRANSPORT_RESET, ev_lun1,
                  VIRTIO_SCSI_EVT_RESET_REMOVED);
     tdev_cleanup(&t);
 }
@@ -1715,9 +1721,6 @@ static void test_hotplug_missed(void)
  * the removal waits for the commands of both. */
 static void test_hotplug_two_iothreads(void)
 {
-    static const TLun luns[] = { { 0, FAST_NODE } };
-    TConf c = { .num_queues = 2, .two_iothreads = true, .luns = luns,
-                .nluns = 1 };
     uint8_t lun1[8], cdb[10];
     unsigned got[4];
     uint64_t gpa;
@@ -1725,7 +1728,7 @@ static void test_hotplug_two_iothreads(void)
     TCmd a[2];
     TDev t;
 
-    tdev_new(&t, &c);
+    tdev_new_lun0_conf(&t, (TConf) { .num_queues = 2, .two_iothreads = true });
     g_assert_true(reqq(&t, 0)->d.ctx != reqq(&t, 1)->d.ctx);
     head = event_buf_post(&t, 16, &gpa);
     tdev_add_lun(&t, 1, SLOW_NODE);
@@ -1781,8 +1784,7 @@ static void test_drain(void)
     TDev t;
 
     tdev_new_slow(&t, 1, 1, true);
-    lun_addr(lun, 0, 0);
-    cdb_rw10(cdb, SCSI_OP_READ_10, 0, 1);
+    slow_read_addrs(lun, NULL, cdb);
     cmd_send(&t, &a, lun, 5, cdb, 10, NULL, 0, 512);
     tq_assert_pending(a.q, a.head, 20);
     lq_stop(&a.q->d);
@@ -1913,16 +1915,13 @@ static uint32_t read_capacity_last_lba(TDev *t, unsigned n)
  */
 static void test_capacity_resize(void)
 {
-    static const TLun luns[] = { { 0, FAST_NODE } };
-    TConf c = { .num_queues = 1, .iothread = true, .luns = luns,
-                .nluns = 1 };
     BlockNode *bs;
     Error *err = NULL;
     uint8_t lun[8];
     TCmd cmd;
     TDev t;
 
-    tdev_new(&t, &c);
+    tdev_new_lun0_conf(&t, (TConf) { .num_queues = 1, .iothread = true });
     bs = scsi_disk_get_node(virtio_scsi_get_lun(t.vs, 0));
     g_assert_cmpuint(read_capacity_last_lba(&t, 0), ==, 2047);
     rw_q(&t, &cmd, 0, 0, false, 2048, 1);
