@@ -13,29 +13,49 @@
 /* ------------------------------------------------------------------------ */
 /* Guest memory                                                              */
 
+VuFrontend *local_frontend_new(VufOptions *opts, uint64_t features)
+{
+    Error *err = NULL;
+    VuFrontend *fe;
+
+    opts->socket_path = "(local)";
+    fe = vuf_new(opts, &err);
+    g_assert_no_error(err);
+    vuf_start_local(fe, features, &err);
+    g_assert_no_error(err);
+    return fe;
+}
+
+GuestMemory *local_guest_memory(VuFrontend *fe, const GuestMemRegionDesc *r,
+                                unsigned n)
+{
+    GuestMemory *mem = guest_memory_new_empty(), *next;
+    Error *err = NULL;
+
+    for (unsigned i = 0; i < n; i++) {
+        next = guest_memory_add(mem, &r[i], vuf_mem_fd(fe), &err);
+        g_assert_no_error(err);
+        guest_memory_unref(mem);
+        mem = next;
+    }
+    return mem;
+}
+
 void lmem_init(LocalMem *m, uint64_t size, unsigned nqueues, uint64_t qva,
                uint64_t features)
 {
-    VufOptions opts;
     GuestMemRegionDesc r = { 0, size, qva, 0 };
-    GuestMemory *empty = guest_memory_new_empty();
-    Error *err = NULL;
+    VufOptions opts;
 
     memset(m, 0, sizeof(*m));
     vuf_options_init_device(&opts, VUF_DEVICE_GENERIC);
-    opts.socket_path = "(local)";       /* never connected */
     opts.mem_size = size;
     opts.num_queues = nqueues;
     opts.queue_size = LOCAL_RING_NUM;
     opts.features_wanted = features;
-    m->fe = vuf_new(&opts, &err);
-    g_assert_no_error(err);
-    g_assert_true(vuf_start_local(m->fe, features, &err));
-    g_assert_no_error(err);
+    m->fe = local_frontend_new(&opts, features);
     m->qva = qva;
-    m->mem = guest_memory_add(empty, &r, vuf_mem_fd(m->fe), &err);
-    g_assert_no_error(err);
-    guest_memory_unref(empty);
+    m->mem = local_guest_memory(m->fe, &r, 1);
 }
 
 void lmem_cleanup(LocalMem *m)

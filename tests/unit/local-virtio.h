@@ -45,6 +45,20 @@ typedef struct LocalMem {
 } LocalMem;
 
 /*
+ * A front-end with opts' guest memory and queues, in a local session with
+ * features negotiated (opts->socket_path is set here: it is never
+ * connected).  Free with vuf_free().
+ */
+VuFrontend *local_frontend_new(VufOptions *opts, uint64_t features);
+
+/*
+ * The device's view of fe's guest memory: the regions r[0..n) of its
+ * memfd (each mmap_offset a file offset).  The caller owns the reference.
+ */
+GuestMemory *local_guest_memory(VuFrontend *fe, const GuestMemRegionDesc *r,
+                                unsigned n);
+
+/*
  * A front-end with size bytes of guest memory (a multiple of 4096, at
  * least 1 MiB) and nqueues queues of LOCAL_RING_NUM entries, in a local
  * session with features negotiated; and the device's view of its memory,

@@ -240,24 +240,13 @@ static uint64_t drv_calls(Drv *d)
 
 static GuestMemory *drv_build_table(Drv *d, bool with_a, bool with_b)
 {
-    GuestMemRegionDesc ra = { 0, d->size_a, QVA_A, 0 };
-    GuestMemRegionDesc rb = { d->size_a, d->size_b, QVA_B, d->size_a };
-    GuestMemory *mem = guest_memory_new_empty(), *next;
-    Error *err = NULL;
+    GuestMemRegionDesc r[2] = {
+        { 0, d->size_a, QVA_A, 0 },
+        { d->size_a, d->size_b, QVA_B, d->size_a },
+    };
 
-    if (with_a) {
-        next = guest_memory_add(mem, &ra, vuf_mem_fd(d->fe), &err);
-        g_assert_no_error(err);
-        guest_memory_unref(mem);
-        mem = next;
-    }
-    if (with_b) {
-        next = guest_memory_add(mem, &rb, vuf_mem_fd(d->fe), &err);
-        g_assert_no_error(err);
-        guest_memory_unref(mem);
-        mem = next;
-    }
-    return mem;
+    /* A, B or both: the regions wanted are consecutive in r. */
+    return local_guest_memory(d->fe, r + !with_a, with_a + with_b);
 }
 
 static void drv_setup_sized(Drv *d, unsigned num, uint64_t features,
@@ -265,7 +254,6 @@ static void drv_setup_sized(Drv *d, unsigned num, uint64_t features,
 {
     AioPollParams no_polling = { .max_ns = 0 };
     VufOptions opts;
-    Error *err = NULL;
 
     memset(d, 0, sizeof(*d));
     features |= 1ULL << VIRTIO_F_VERSION_1;
@@ -275,14 +263,11 @@ static void drv_setup_sized(Drv *d, unsigned num, uint64_t features,
     d->size_b = mem_size - size_a;
 
     vuf_options_init_device(&opts, VUF_DEVICE_GENERIC);
-    opts.socket_path = "(local)";       /* never connected */
     opts.mem_size = mem_size;
     opts.queue_size = num;
     opts.indirect_max = VIRTQUEUE_MAX_SEGS + 1;
     opts.features_wanted = features;
-    d->fe = vuf_new(&opts, &err);
-    g_assert_no_error(err);
-    g_assert_true(vuf_start_local(d->fe, features, &err));
+    d->fe = local_frontend_new(&opts, features);
     d->q = vuf_queue(d->fe, 0);
     /* Ask for every interrupt, as the tests expect the device to send
      * them: no NO_INTERRUPT flag, used_event at the next entry. */
