@@ -332,6 +332,31 @@ static char *sock_path(const char *name)
     return g_build_filename(tmp_dir, name, NULL);
 }
 
+/* What most tests start with: a server on socket name (in tmp_dir) with
+ * its own dummy device. */
+typedef struct Export {
+    char *path;
+    Dummy *d;
+    VuServer *s;
+} Export;
+
+static Export export_new(const char *name)
+{
+    Export e = { .path = sock_path(name), .d = dummy_new() };
+
+    e.s = server_new(e.path, e.d);
+    return e;
+}
+
+/* Once its client is gone: free the server, its device and path. */
+static void export_free(Export *e)
+{
+    server_wait_no_client(e->s);
+    server_free(e->s);
+    dummy_free(e->d);
+    g_free(e->path);
+}
+
 static int count_fds(void)
 {
     GDir *dir = g_dir_open("/proc/self/fd", 0, NULL);
@@ -823,10 +848,8 @@ static void test_negotiate(void)
 /* need_reply means nothing until REPLY_ACK is negotiated. */
 static void test_reply_ack(void)
 {
-    char *path = sock_path("reply-ack.sock");
-    Dummy *d = dummy_new();
-    VuServer *s = server_new(path, d);
-    VuFrontend *fe = fe_connect(path);
+    Export e = export_new("reply-ack.sock");
+    VuFrontend *fe = fe_connect(e.path);
     uint64_t pf = 1ull << VHOST_USER_PROTOCOL_F_REPLY_ACK;
 
     fe_send(fe, VHOST_USER_SET_OWNER, NEED_REPLY, NULL, 0, NULL, 0);
@@ -849,19 +872,14 @@ static void test_reply_ack(void)
     g_assert_cmpuint(pf, ==, NUM_QUEUES);
 
     vuf_free(fe);
-    server_wait_no_client(s);
-    server_free(s);
-    dummy_free(d);
-    g_free(path);
+    export_free(&e);
 }
 
 static void test_mem_table(void)
 {
-    char *path = sock_path("mem-table.sock");
-    Dummy *d = dummy_new();
-    VuServer *s = server_new(path, d);
+    Export e = export_new("mem-table.sock");
     int fds0 = count_fds();
-    VuFrontend *fe = fe_connect(path);
+    VuFrontend *fe = fe_connect(e.path);
     VhostUserMemory m = { .nregions = 2 };
     VhostUserMemRegMsg reg = { 0 };
     const uint32_t two = offsetof(VhostUserMemory, regions) +
@@ -909,13 +927,11 @@ static void test_mem_table(void)
     /* The mappings and received fds are gone after the client. */
     g_assert_cmpint(count_maps(memfd), >, 1);
     vuf_disconnect(fe);
-    server_wait_no_client(s);
+    server_wait_no_client(e.s);
     g_assert_cmpint(count_maps(memfd), ==, 1);
     vuf_free(fe);
     g_assert_cmpint(count_fds(), ==, fds0);
-    server_free(s);
-    dummy_free(d);
-    g_free(path);
+    export_free(&e);
 }
 
 static void test_ring_io(void)
@@ -1023,11 +1039,9 @@ static void test_ring_io(void)
 /* The front-end goes away with rings running; the next one starts over. */
 static void test_reconnect(void)
 {
-    char *path = sock_path("reconnect.sock");
-    Dummy *d = dummy_new();
-    VuServer *s = server_new(path, d);
+    Export e = export_new("reconnect.sock");
     int fds0 = count_fds();
-    VuFrontend *fe = fe_connect(path);
+    VuFrontend *fe = fe_connect(e.path);
     uint16_t base;
     Ring r0;
 
@@ -1039,8 +1053,8 @@ static void test_reconnect(void)
     drv_echo(&r0, "first connection 2");
     drv_echo(&r0, "first connection 3");
     vuf_disconnect(fe);
-    server_wait_no_client(s);
-    g_assert_cmpint(atomic_load(&d->drained), ==, 1);
+    server_wait_no_client(e.s);
+    g_assert_cmpint(atomic_load(&e.d->drained), ==, 1);
     g_assert_cmpint(count_maps(vuf_mem_fd(fe)), ==, 1);
 
     /* Like QEMU: the base is the used index found in guest memory (read
@@ -1052,31 +1066,27 @@ static void test_reconnect(void)
     fe_setup_ring(fe, &r0, base);
     drv_echo(&r0, "second connection");
     g_assert_cmpuint(fe_get_vring_base(fe, 0), ==, 4);
-    g_assert_cmpint(atomic_load(&d->started), ==, 2);
+    g_assert_cmpint(atomic_load(&e.d->started), ==, 2);
     vuf_disconnect(fe);
-    server_wait_no_client(s);
+    server_wait_no_client(e.s);
 
     vuf_free(fe);
     /* Every fd the server received is closed, every region unmapped. */
     g_assert_cmpint(count_fds(), ==, fds0);
-    server_free(s);
-    dummy_free(d);
-    g_free(path);
+    export_free(&e);
 }
 
 /* A second front-end waits until the first one is gone. */
 static void test_second_client_waits(void)
 {
-    char *path = sock_path("second.sock");
-    Dummy *d = dummy_new();
-    VuServer *s = server_new(path, d);
-    VuFrontend *fe1 = fe_connect(path);
+    Export e = export_new("second.sock");
+    VuFrontend *fe1 = fe_connect(e.path);
     VuFrontend *fe2;
     VhostUserHeader h;
     uint64_t v;
 
     fe_negotiate(fe1);
-    fe2 = fe_connect(path);
+    fe2 = fe_connect(e.path);
     fe_send(fe2, VHOST_USER_GET_QUEUE_NUM, VHOST_USER_VERSION, NULL, 0,
             NULL, 0);
     g_assert_cmpint(fe_recv_any(fe2, 200, &h, &v, sizeof(v)), ==,
@@ -1090,10 +1100,7 @@ static void test_second_client_waits(void)
                              &(uint64_t) { 0 }, 8), ==, 8);
     fe_negotiate(fe2);
     vuf_free(fe2);
-    server_wait_no_client(s);
-    server_free(s);
-    dummy_free(d);
-    g_free(path);
+    export_free(&e);
 }
 
 /* Bad requests the front-end asked an ack for: refused, connection kept. */
@@ -1167,55 +1174,50 @@ static void check_closes(const char *path, uint32_t req, uint32_t flags,
 
 static void test_malformed(void)
 {
-    char *path = sock_path("malformed.sock");
-    Dummy *d = dummy_new();
-    VuServer *s = server_new(path, d);
+    Export e = export_new("malformed.sock");
     int fds0 = count_fds();
     int efd = eventfd(0, EFD_CLOEXEC);
     VhostUserVringState st = { .index = NUM_QUEUES };
     uint8_t big[VHOST_USER_MAX_PAYLOAD + 8] = { 0 };
     VuFrontend *fe;
 
-    fe = fe_connect(path);
+    fe = fe_connect(e.path);
     fe_negotiate(fe);
     check_refused_with_ack(fe, efd);
     vuf_free(fe);
-    server_wait_no_client(s);
+    server_wait_no_client(e.s);
 
     /* Without need_reply a bad request closes the connection. */
-    check_closes(path, 99, VHOST_USER_VERSION, NULL, 0, NULL, 0);
-    check_closes(path, VHOST_USER_SET_VRING_NUM, VHOST_USER_VERSION,
+    check_closes(e.path, 99, VHOST_USER_VERSION, NULL, 0, NULL, 0);
+    check_closes(e.path, VHOST_USER_SET_VRING_NUM, VHOST_USER_VERSION,
                  &(VhostUserVringState) { .index = 0, .num = 3 }, 8,
                  NULL, 0);
-    check_closes(path, VHOST_USER_SET_VRING_KICK, VHOST_USER_VERSION,
+    check_closes(e.path, VHOST_USER_SET_VRING_KICK, VHOST_USER_VERSION,
                  &(uint64_t) { 0 }, 8, NULL, 0);
     /* Requests with their own reply cannot carry an error ack. */
-    check_closes(path, VHOST_USER_GET_VRING_BASE, NEED_REPLY, &st,
+    check_closes(e.path, VHOST_USER_GET_VRING_BASE, NEED_REPLY, &st,
                  sizeof(st), NULL, 0);
-    check_closes(path, VHOST_USER_GET_FEATURES, NEED_REPLY, big, 8, NULL, 0);
+    check_closes(e.path, VHOST_USER_GET_FEATURES, NEED_REPLY, big, 8, NULL, 0);
     /* Framing: version, reply flag, oversized payload. */
-    check_closes(path, VHOST_USER_SET_OWNER, 0x2, NULL, 0, NULL, 0);
-    check_closes(path, VHOST_USER_SET_OWNER,
+    check_closes(e.path, VHOST_USER_SET_OWNER, 0x2, NULL, 0, NULL, 0);
+    check_closes(e.path, VHOST_USER_SET_OWNER,
                  VHOST_USER_VERSION | VHOST_USER_REPLY_MASK, NULL, 0,
                  NULL, 0);
-    check_closes(path, VHOST_USER_SET_CONFIG, VHOST_USER_VERSION, big,
+    check_closes(e.path, VHOST_USER_SET_CONFIG, VHOST_USER_VERSION, big,
                  sizeof(big), &efd, 1);
     /* A header announcing more than the server accepts, then silence. */
-    fe = fe_connect(path);
+    fe = fe_connect(e.path);
     fe_send_header(fe, VHOST_USER_SET_OWNER, 0x7fffffff, NULL, 0);
     fe_expect_closed(fe);
     vuf_free(fe);
-    server_wait_no_client(s);
+    server_wait_no_client(e.s);
 
     close(efd);
     /* Every fd that came with a bad message was closed. */
     g_assert_cmpint(count_fds(), ==, fds0);
-    check_server_alive(path);
-    g_assert_cmpint(atomic_load(&d->started), ==, 0);
-    server_wait_no_client(s);
-    server_free(s);
-    dummy_free(d);
-    g_free(path);
+    check_server_alive(e.path);
+    g_assert_cmpint(atomic_load(&e.d->started), ==, 0);
+    export_free(&e);
 }
 
 /*
@@ -1257,13 +1259,10 @@ static void wait_broken(VirtQueue *vq)
 /* Rings outside guest memory break that ring only. */
 static void test_ring_outside_memory(void)
 {
-    char *path1 = sock_path("outside-1.sock");
-    char *path2 = sock_path("outside-2.sock");
-    Dummy *d1 = dummy_new(), *d2 = dummy_new();
-    VuServer *s1 = server_new(path1, d1);
-    VuServer *s2 = server_new(path2, d2);
-    VuFrontend *fe1 = fe_connect(path1);
-    VuFrontend *fe2 = fe_connect(path2);
+    Export e1 = export_new("outside-1.sock");
+    Export e2 = export_new("outside-2.sock");
+    VuFrontend *fe1 = fe_connect(e1.path);
+    VuFrontend *fe2 = fe_connect(e2.path);
     int warnings = atomic_load(&broken_warnings);
     VhostUserVringAddr a;
     Ring r0, r1, q0;
@@ -1285,8 +1284,8 @@ static void test_ring_outside_memory(void)
     fe_ok(fe1, VHOST_USER_SET_VRING_ADDR, &a, sizeof(a), NULL, 0);
     fe_set_vring_fd(fe1, VHOST_USER_SET_VRING_KICK, 0, vufq_kick_fd(r0.q));
     fe_ok_state(fe1, VHOST_USER_SET_VRING_ENABLE, 0, 1);
-    g_assert_false(virtqueue_is_started(server_queue(s1, 0)));
-    g_assert_true(virtqueue_is_broken(server_queue(s1, 0)));
+    g_assert_false(virtqueue_is_started(server_queue(e1.s, 0)));
+    g_assert_true(virtqueue_is_broken(server_queue(e1.s, 0)));
     g_assert_cmpint(atomic_load(&broken_warnings), ==, warnings + 1);
 
     /* Ring 1 of the same export and the other export work. */
@@ -1297,14 +1296,14 @@ static void test_ring_outside_memory(void)
 
     /* A descriptor outside guest memory breaks a running ring. */
     drv_post(&r1, "bad buffer", MEM_SIZE);
-    wait_broken(server_queue(s1, 1));
+    wait_broken(server_queue(e1.s, 1));
     /* The handler sees -EIO once the queue is marked and the warning out. */
-    while (atomic_load(&d1->pop_errors) == 0) {
+    while (atomic_load(&e1.d->pop_errors) == 0) {
         sleep_ns(NS_PER_MS);
     }
     g_assert_true(poll(&(struct pollfd) { .fd = vufq_call_fd(r1.q),
                                           .events = POLLIN }, 1, 0) == 0);
-    g_assert_cmpint(atomic_load(&d1->pop_errors), ==, 1);
+    g_assert_cmpint(atomic_load(&e1.d->pop_errors), ==, 1);
     g_assert_cmpint(atomic_load(&broken_warnings), ==, warnings + 2);
     drv_echo(&q0, "the other export is still fine");
     /* The broken ring can still be stopped; the connection works. */
@@ -1314,27 +1313,18 @@ static void test_ring_outside_memory(void)
 
     vuf_free(fe1);
     vuf_free(fe2);
-    server_wait_no_client(s1);
-    server_wait_no_client(s2);
-    server_free(s1);
-    server_free(s2);
-    dummy_free(d1);
-    dummy_free(d2);
-    g_free(path1);
-    g_free(path2);
+    export_free(&e1);
+    export_free(&e2);
 }
 
 /* A front-end that stops in the middle of a message is dropped. */
 static void test_half_message(void)
 {
-    char *path1 = sock_path("half-1.sock");
-    char *path2 = sock_path("half-2.sock");
-    Dummy *d1 = dummy_new(), *d2 = dummy_new();
-    VuServer *s1 = server_new(path1, d1);
-    VuServer *s2 = server_new(path2, d2);
+    Export e1 = export_new("half-1.sock");
+    Export e2 = export_new("half-2.sock");
     VhostUserHeader h = { VHOST_USER_SET_FEATURES, VHOST_USER_VERSION, 8 };
     uint8_t half[4] = { 0 };
-    VuFrontend *fe = fe_connect(path1);
+    VuFrontend *fe = fe_connect(e1.path);
     Error *err = NULL;
     int64_t t0;
 
@@ -1345,27 +1335,21 @@ static void test_half_message(void)
     fe_expect_closed(fe);
     g_assert_cmpint(clock_now_ns() - t0, <, 3 * NS_PER_SEC);
     vuf_free(fe);
-    server_wait_no_client(s1);
+    server_wait_no_client(e1.s);
 
     /* Half of a header. */
-    fe = fe_connect(path1);
+    fe = fe_connect(e1.path);
     vuf_send_bytes(fe, &h, 6, NULL, 0, &err);
     g_assert_no_error(err);
     fe_expect_closed(fe);
     vuf_free(fe);
-    server_wait_no_client(s1);
+    server_wait_no_client(e1.s);
 
     /* Both servers still serve. */
-    check_server_alive(path1);
-    check_server_alive(path2);
-    server_wait_no_client(s1);
-    server_wait_no_client(s2);
-    server_free(s1);
-    server_free(s2);
-    dummy_free(d1);
-    dummy_free(d2);
-    g_free(path1);
-    g_free(path2);
+    check_server_alive(e1.path);
+    check_server_alive(e2.path);
+    export_free(&e1);
+    export_free(&e2);
 }
 
 static void test_socket_path(void)
@@ -1513,33 +1497,31 @@ static void expect_channel_closed(int fd)
 
 static void test_backend_channel(void)
 {
-    char *path = sock_path("channel.sock");
-    Dummy *d = dummy_new();
-    VuServer *s = server_new(path, d);
+    Export e = export_new("channel.sock");
     int fds0 = count_fds();
     VuFrontend *fe;
     int sv1[2], sv2[2];
     uint64_t junk = 0;
 
     /* No front-end, then one without a channel: nothing is sent. */
-    g_assert_false(server_config_changed(s));
-    fe = fe_connect(path);
+    g_assert_false(server_config_changed(e.s));
+    fe = fe_connect(e.path);
     fe_negotiate(fe);
-    g_assert_false(server_config_changed(s));
+    g_assert_false(server_config_changed(e.s));
 
     /* Malformed SET_SLAVE_REQ_FD: no fd, or a payload.  Refused. */
     channel_pair(sv1);
     fe_fails(fe, VHOST_USER_SET_SLAVE_REQ_FD, NULL, 0, NULL, 0);
     fe_fails(fe, VHOST_USER_SET_SLAVE_REQ_FD, &junk, sizeof(junk), &sv1[1],
              1);
-    g_assert_false(server_config_changed(s));
+    g_assert_false(server_config_changed(e.s));
 
     /* The channel: one header-only message per change. */
     fe_ok(fe, VHOST_USER_SET_SLAVE_REQ_FD, NULL, 0, &sv1[1], 1);
     close(sv1[1]);
-    g_assert_true(server_config_changed(s));
+    g_assert_true(server_config_changed(e.s));
     expect_config_change_msg(sv1[0]);
-    g_assert_true(server_config_changed(s));
+    g_assert_true(server_config_changed(e.s));
     expect_config_change_msg(sv1[0]);
 
     /* A second channel replaces the first, whose fd the server closes. */
@@ -1548,17 +1530,17 @@ static void test_backend_channel(void)
     close(sv2[1]);
     expect_channel_closed(sv1[0]);
     close(sv1[0]);
-    g_assert_true(server_config_changed(s));
+    g_assert_true(server_config_changed(e.s));
     expect_config_change_msg(sv2[0]);
 
     /* RESET_DEVICE keeps it (QEMU sets it up once per connection);
      * RESET_OWNER drops it. */
     fe_ok(fe, VHOST_USER_RESET_DEVICE, NULL, 0, NULL, 0);
-    g_assert_true(server_config_changed(s));
+    g_assert_true(server_config_changed(e.s));
     expect_config_change_msg(sv2[0]);
     fe_ok(fe, VHOST_USER_RESET_OWNER, NULL, 0, NULL, 0);
     expect_channel_closed(sv2[0]);
-    g_assert_false(server_config_changed(s));
+    g_assert_false(server_config_changed(e.s));
     close(sv2[0]);
 
     /* The connection still works. */
@@ -1570,25 +1552,21 @@ static void test_backend_channel(void)
     fe_ok(fe, VHOST_USER_SET_SLAVE_REQ_FD, NULL, 0, &sv1[1], 1);
     close(sv1[1]);
     vuf_free(fe);
-    server_wait_no_client(s);
+    server_wait_no_client(e.s);
     expect_channel_closed(sv1[0]);
     close(sv1[0]);
-    g_assert_false(server_config_changed(s));
+    g_assert_false(server_config_changed(e.s));
 
     /* Every fd the server received is closed. */
     g_assert_cmpint(count_fds(), ==, fds0);
-    server_free(s);
-    dummy_free(d);
-    g_free(path);
+    export_free(&e);
 }
 
 /* A front-end that does not read its channel never blocks the server. */
 static void test_backend_channel_full(void)
 {
-    char *path = sock_path("channel-full.sock");
-    Dummy *d = dummy_new();
-    VuServer *s = server_new(path, d);
-    VuFrontend *fe = fe_connect(path);
+    Export e = export_new("channel-full.sock");
+    VuFrontend *fe = fe_connect(e.path);
     int sv[2], small = 1, sent = 0;
     VhostUserHeader h;
 
@@ -1602,7 +1580,7 @@ static void test_backend_channel_full(void)
                                sizeof(small)), ==, 0);
     fe_ok(fe, VHOST_USER_SET_SLAVE_REQ_FD, NULL, 0, &sv[1], 1);
     close(sv[1]);
-    while (server_config_changed(s)) {
+    while (server_config_changed(e.s)) {
         sent++;
         g_assert_cmpint(sent, <, 100000);
     }
@@ -1617,15 +1595,12 @@ static void test_backend_channel_full(void)
         g_assert_cmpuint(h.request, ==, VHOST_USER_SLAVE_CONFIG_CHANGE_MSG);
         g_assert_cmpuint(h.size, ==, 0);
     }
-    g_assert_true(server_config_changed(s));
+    g_assert_true(server_config_changed(e.s));
     expect_config_change_msg(sv[0]);
 
     close(sv[0]);
     vuf_free(fe);
-    server_wait_no_client(s);
-    server_free(s);
-    dummy_free(d);
-    g_free(path);
+    export_free(&e);
 }
 
 /* ------------------------------------------------------------------------ */
