@@ -6,29 +6,53 @@ environment variable (`make check-functional` sets it); without it they use
 build/ at the top of the tree.
 
 Fixtures:
-    repo_root   the top of the source tree (pathlib.Path)
-    build_dir   the meson build directory; the test is skipped if it is missing
-    binary      binary("name") -> path of a built program; skips if not built
+    repo_root       the top of the source tree (pathlib.Path)
+    build_dir       the meson build directory; the test is skipped if it is
+                    missing
+    binary          binary("name") -> path of a built program; skips if not
+                    built
+    spindle         the path of the built daemon
+    client          the path of spindle-vu-client (tools/frontend)
+    workdir         a fresh directory with a short path (UNIX socket paths
+                    are limited to 107 bytes), removed afterwards
+    spindle_daemon  factory: spindle_daemon(args, exports=..., iothreads=N,
+                    ready=[paths]) -> a started daemon; every daemon it
+                    started is stopped at the end of the test
 
 find_binary(build_dir, name) is the plain function behind `binary`, for
 code that wants None instead of a skip.
 
+The launcher and the wait helper live in spindle_daemon.py (Daemon,
+launch, wait_for); the export command line in tests/e2e/daemons.py
+(Export, ScsiExport, ScsiLun).
+
 Helpers tests import (`from conftest import wait_for`):
     wait_for        poll for a condition while watching a daemon
+                    (spindle_daemon.wait_for)
     make_image      a sparse (or filled) image file
     vu, vu_ok       run spindle-vu-client --json (tools/frontend) and read
                     its document; vu_argv builds its command line
 """
 
+import itertools
 import json
 import os
+import shutil
 import subprocess
-import time
+import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
+from spindle_daemon import DaemonError, launch, wait_for  # noqa: F401
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO_ROOT / "tests" / "e2e"))
+
+import daemons  # noqa: E402
+
+CLIENT = "tools/frontend/spindle-vu-client"
 
 # Where built programs live inside a build directory, most likely first.
 # A name can also be given as a path relative to the build directory.
@@ -94,21 +118,64 @@ def binary(build_dir):
     return lookup
 
 
-def wait_for(predicate, what, timeout=15.0, proc=None, stderr=None):
-    """Poll predicate() until it is true; fail the test if time runs out.
+@pytest.fixture
+def spindle(binary):
+    """The built daemon's path."""
+    return binary("spindle")
 
-    With proc (a subprocess.Popen), also fail as soon as it exits, naming
-    its exit status and, if stderr is given, what stderr() returns.
+
+@pytest.fixture
+def client(binary):
+    """spindle-vu-client's path."""
+    return binary(CLIENT)
+
+
+@pytest.fixture
+def workdir():
+    # UNIX socket paths are limited to 107 bytes: keep them short.
+    path = Path(tempfile.mkdtemp(prefix="vu-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def spindle_daemon(spindle, tmp_path, tmp_path_factory):
+    """Factory: start a daemon; each one started is stopped (SIGTERM, then
+    SIGKILL) when the test ends, whatever happened.
+
+        spindle_daemon(args=(), *, exports=(), iothreads=0, ready=(),
+                       workdir=tmp_path, program=spindle, flavour="spindle",
+                       start=True, **kw) -> daemons.Daemon
+
+    args: more command-line arguments, after those of the exports.
+    exports: daemons.Export / daemons.ScsiExport; their sockets are waited
+    for.  iothreads: a number N (IOThreads iot0 .. iotN-1) or a list of
+    ids, created besides those the exports name.  ready: more paths to wait
+    for (a socket listening, a pid file existing).  The daemon runs in
+    workdir; its output goes to a log file of its own, outside tmp_path (a
+    test may check what is left there).
+    program and flavour: another back-end (qemu-storage-daemon, "qsd").
+    start=False returns it unstarted.  The rest goes to daemons.Daemon
+    (iothread_props, env, pass_fds).
     """
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if proc is not None and proc.poll() is not None:
-            extra = f": {stderr()}" if stderr is not None else ""
-            pytest.fail(f"spindle exited with {proc.returncode} while "
-                        f"waiting for {what}{extra}")
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.01)
+    started = []
+    count = itertools.count()
+    logs = tmp_path_factory.mktemp("logs")
+
+    def start(args=(), *, exports=(), iothreads=0, ready=(), workdir=None,
+              program=None, flavour="spindle", start=True, **kw):
+        if isinstance(iothreads, int):
+            iothreads = [f"iot{i}" for i in range(iothreads)]
+        d = daemons.Daemon(
+            program or spindle, exports, flavour, workdir or tmp_path,
+            extra_args=args, extra_sockets=ready, iothreads=iothreads,
+            log_path=logs / f"{flavour}-{next(count)}.log", **kw)
+        started.append(d)
+        return d.start() if start else d
+
+    yield start
+    for d in started:
+        d.stop()
 
 
 def make_image(path, size, fill=None):

@@ -44,11 +44,6 @@ VIRTIO_F_VERSION_1 = 32
 
 
 @pytest.fixture
-def spindle(binary):
-    return str(binary("spindle"))
-
-
-@pytest.fixture
 def image(tmp_path):
     path = tmp_path / "disk.img"
     with open(path, "wb") as f:
@@ -77,50 +72,6 @@ def pid_alive(pid):
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except FileNotFoundError:
         return False
-
-
-class Daemon:
-    """A spindle started in the foreground; always stopped at the end."""
-
-    def __init__(self, spindle, args, cwd=None, pass_fds=()):
-        self.proc = subprocess.Popen([spindle, *args], cwd=cwd,
-                                     stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True,
-                                     pass_fds=pass_fds)
-
-    def wait_ready(self, path):
-        wait_for(lambda: Path(path).exists(), f"{path} to appear",
-                 proc=self.proc, stderr=self.proc.stderr.read)
-
-    def stop(self, sig=signal.SIGTERM):
-        self.proc.send_signal(sig)
-        try:
-            _, err = self.proc.communicate(timeout=TIMEOUT)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.communicate()
-            pytest.fail(f"spindle did not exit within {TIMEOUT} s of {sig!r}")
-        return self.proc.returncode, err
-
-    def kill(self):
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.communicate()
-
-
-@pytest.fixture
-def daemons():
-    started = []
-
-    def start(spindle, args, **kw):
-        d = Daemon(spindle, args, **kw)
-        started.append(d)
-        return d
-
-    yield start
-    for d in started:
-        d.kill()
 
 
 def vhost_user_get_features(path):
@@ -345,10 +296,10 @@ def test_socket_file_in_the_way(spindle, image, tmp_path):
     assert sock.read_text() == "not a socket"
 
 
-def test_socket_in_use(spindle, tmp_path, daemons):
+def test_socket_in_use(spindle, tmp_path, spindle_daemon):
     sock = tmp_path / "vm.sock"
-    first = daemons(spindle, ["--blockdev", "driver=null-co,node-name=n0",
-                              *export(sock, node="n0")])
+    first = spindle_daemon(["--blockdev", "driver=null-co,node-name=n0",
+                            *export(sock, node="n0")])
     first.wait_ready(sock)
     proc = run(spindle, ["--blockdev", "driver=null-co,node-name=n0",
                          *export(sock, node="n0")])
@@ -356,21 +307,21 @@ def test_socket_in_use(spindle, tmp_path, daemons):
     assert proc.stderr.startswith("spindle: --export: ")
     assert "in use" in proc.stderr
     assert sock.exists()                     # the first daemon's, untouched
-    rc, err = first.stop()
+    rc, err = first.stop(), first.stderr()
     assert rc == 0, err
 
 
-def test_stale_socket_is_replaced(spindle, tmp_path, daemons):
+def test_stale_socket_is_replaced(spindle, tmp_path, spindle_daemon):
     sock = tmp_path / "vm.sock"
     stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     stale.bind(str(sock))
     stale.close()                            # the file stays, nobody listens
-    d = daemons(spindle, ["--blockdev", "driver=null-co,node-name=n0",
-                          *export(sock, node="n0"),
-                          "--pidfile", str(tmp_path / "pid")])
+    d = spindle_daemon(["--blockdev", "driver=null-co,node-name=n0",
+                        *export(sock, node="n0"),
+                        "--pidfile", str(tmp_path / "pid")])
     d.wait_ready(tmp_path / "pid")
     assert vhost_user_get_features(sock) & (1 << VIRTIO_F_VERSION_1)
-    rc, err = d.stop()
+    rc, err = d.stop(), d.stderr()
     assert rc == 0, err
     assert not sock.exists()
 
@@ -381,14 +332,14 @@ def test_stale_socket_is_replaced(spindle, tmp_path, daemons):
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP],
                          ids=["SIGTERM", "SIGINT", "SIGHUP"])
-def test_start_and_stop(spindle, image, tmp_path, daemons, sig):
+def test_start_and_stop(spindle, image, tmp_path, spindle_daemon, sig):
     sock = tmp_path / "vm.sock"
     pidfile = tmp_path / "spindle.pid"
-    d = daemons(spindle, ["--object", "iothread,id=iot0,poll-max-ns=16384",
-                          *blockdev(image, extra=",cache.direct=off,aio=threads"),
-                          *export(sock, extra=",writable=on,num-queues=2,"
-                                              "iothread=iot0,serial=abc"),
-                          "--pidfile", str(pidfile)])
+    d = spindle_daemon(["--object", "iothread,id=iot0,poll-max-ns=16384",
+                        *blockdev(image, extra=",cache.direct=off,aio=threads"),
+                        *export(sock, extra=",writable=on,num-queues=2,"
+                                            "iothread=iot0,serial=abc"),
+                        "--pidfile", str(pidfile)])
     d.wait_ready(pidfile)
     # The pid file comes last: by then the socket exists.
     assert stat.S_ISSOCK(sock.stat().st_mode)
@@ -398,54 +349,54 @@ def test_start_and_stop(spindle, image, tmp_path, daemons, sig):
                for t in Path(f"/proc/{d.proc.pid}/task").iterdir()}
     assert "iot-iot0" in threads
 
-    rc, err = d.stop(sig)
+    rc, err = d.stop(sig), d.stderr()
     assert rc == 0, err
     assert not sock.exists()
     assert not pidfile.exists()
     assert "iothread iot0 stats: turns=" in err
 
 
-def test_sigusr1_prints_stats(spindle, tmp_path, daemons):
+def test_sigusr1_prints_stats(spindle, tmp_path, spindle_daemon):
     sock = tmp_path / "vm.sock"
-    d = daemons(spindle, ["--object", "iothread,id=iot0",
-                          "--blockdev", "driver=null-co,node-name=n0",
-                          *export(sock, node="n0", extra=",iothread=iot0")])
+    d = spindle_daemon(["--object", "iothread,id=iot0",
+                        "--blockdev", "driver=null-co,node-name=n0",
+                        *export(sock, node="n0", extra=",iothread=iot0")])
     d.wait_ready(sock)
     d.proc.send_signal(signal.SIGUSR1)
-    line = d.proc.stderr.readline()
+    line = wait_for(d.stats_lines, "the statistics line", daemon=d)[0]
     assert line.startswith("spindle: iothread iot0 stats: turns=")
     assert d.proc.poll() is None          # still running
-    rc, _ = d.stop()
+    rc = d.stop()
     assert rc == 0
 
 
-def test_relative_paths(spindle, tmp_path, daemons):
+def test_relative_paths(spindle, tmp_path, spindle_daemon):
     (tmp_path / "vm1.img").write_bytes(b"\0" * MiB)
-    d = daemons(spindle, ["--blockdev", "driver=file,node-name=d0,filename=vm1.img",
-                          "--export", "vhost-user-blk,id=e0,node-name=d0,"
-                                      "addr.type=unix,addr.path=vm1.sock",
-                          "--pidfile", "vm1.pid"], cwd=tmp_path)
+    d = spindle_daemon(["--blockdev", "driver=file,node-name=d0,filename=vm1.img",
+                        "--export", "vhost-user-blk,id=e0,node-name=d0,"
+                                    "addr.type=unix,addr.path=vm1.sock",
+                        "--pidfile", "vm1.pid"], workdir=tmp_path)
     d.wait_ready(tmp_path / "vm1.pid")
     assert (tmp_path / "vm1.sock").exists()
-    rc, err = d.stop()
+    rc, err = d.stop(), d.stderr()
     assert rc == 0, err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["vm1.img"]
 
 
-def test_json_options(spindle, image, tmp_path, daemons):
+def test_json_options(spindle, image, tmp_path, spindle_daemon):
     sock = tmp_path / "vm.sock"
-    d = daemons(spindle, [
-        "--object", '{"qom-type": "iothread", "id": "iot0", "poll-max-ns": 0}',
-        "--blockdev", f'{{"driver": "file", "node-name": "disk0", '
-                      f'"filename": "{image}", "cache": {{"direct": false}}}}',
-        "--export", f'{{"type": "vhost-user-blk", "id": "exp0", '
-                    f'"node-name": "disk0", "writable": true, "num-queues": 2, '
-                    f'"logical-block-size": 4096, "iothread": ["iot0"], '
-                    f'"addr": {{"type": "unix", "path": "{sock}"}}}}'])
+    d = spindle_daemon([
+      "--object", '{"qom-type": "iothread", "id": "iot0", "poll-max-ns": 0}',
+      "--blockdev", f'{{"driver": "file", "node-name": "disk0", '
+                    f'"filename": "{image}", "cache": {{"direct": false}}}}',
+      "--export", f'{{"type": "vhost-user-blk", "id": "exp0", '
+                  f'"node-name": "disk0", "writable": true, "num-queues": 2, '
+                  f'"logical-block-size": 4096, "iothread": ["iot0"], '
+                  f'"addr": {{"type": "unix", "path": "{sock}"}}}}'])
     d.wait_ready(sock)
     features = vhost_user_get_features(sock)
     assert has_bit(features, VIRTIO_BLK_F_MQ)
-    rc, err = d.stop()
+    rc, err = d.stop(), d.stderr()
     assert rc == 0, err
     assert not sock.exists()
 
@@ -459,24 +410,25 @@ def test_json_export_errors_name_keys(spindle, image, tmp_path):
     assert "num-queues" in proc.stderr
 
 
-def test_iothread_list_of_one(spindle, tmp_path, daemons):
+def test_iothread_list_of_one(spindle, tmp_path, spindle_daemon):
     sock = tmp_path / "vm.sock"
-    d = daemons(spindle, ["--object", "iothread,id=iot0",
-                          "--blockdev", "driver=null-co,node-name=n0",
-                          *export(sock, node="n0", extra=",iothread.0=iot0")])
+    d = spindle_daemon(["--object", "iothread,id=iot0",
+                        "--blockdev", "driver=null-co,node-name=n0",
+                        *export(sock, node="n0", extra=",iothread.0=iot0")])
     d.wait_ready(sock)
-    rc, err = d.stop()
+    rc, err = d.stop(), d.stderr()
     assert rc == 0, err
 
 
 @pytest.mark.parametrize("writable,queues", [(False, 1), (True, 4)],
                          ids=["read-only", "writable-4-queues"])
-def test_features_follow_options(spindle, tmp_path, daemons, writable, queues):
+def test_features_follow_options(spindle, tmp_path, spindle_daemon, writable,
+                                 queues):
     sock = tmp_path / "vm.sock"
-    d = daemons(spindle, ["--blockdev", "driver=null-co,node-name=n0,size=64M",
-                          *export(sock, node="n0",
-                                  extra=f",writable={'on' if writable else 'off'},"
-                                        f"num-queues={queues}")])
+    d = spindle_daemon(["--blockdev", "driver=null-co,node-name=n0,size=64M",
+                        *export(sock, node="n0",
+                                extra=f",writable={'on' if writable else 'off'},"
+                                      f"num-queues={queues}")])
     d.wait_ready(sock)
     f = vhost_user_get_features(sock)
     assert has_bit(f, VIRTIO_F_VERSION_1)
@@ -485,24 +437,25 @@ def test_features_follow_options(spindle, tmp_path, daemons, writable, queues):
     assert has_bit(f, VIRTIO_BLK_F_DISCARD) == writable
     assert has_bit(f, VIRTIO_BLK_F_WRITE_ZEROES) == writable
     assert has_bit(f, VIRTIO_BLK_F_MQ) == (queues > 1)
-    rc, err = d.stop()
+    rc, err = d.stop(), d.stderr()
     assert rc == 0, err
 
 
-def test_read_only_node_shared_by_two_exports(spindle, image, tmp_path, daemons):
+def test_read_only_node_shared_by_two_exports(spindle, image, tmp_path,
+                                             spindle_daemon):
     a, b = tmp_path / "a.sock", tmp_path / "b.sock"
-    d = daemons(spindle, ["--object", "iothread,id=iot0",
-                          *blockdev(image, extra=",read-only=on"),
-                          *export(a, exp_id="ea", extra=",iothread=iot0"),
-                          *export(b, exp_id="eb", extra=",iothread=iot0")])
+    d = spindle_daemon(["--object", "iothread,id=iot0",
+                        *blockdev(image, extra=",read-only=on"),
+                        *export(a, exp_id="ea", extra=",iothread=iot0"),
+                        *export(b, exp_id="eb", extra=",iothread=iot0")])
     d.wait_ready(b)
     assert a.exists()
-    rc, err = d.stop()
+    rc, err = d.stop(), d.stderr()
     assert rc == 0, err
     assert not a.exists() and not b.exists()
 
 
-def test_inherited_listening_socket(spindle, image, tmp_path, daemons):
+def test_inherited_listening_socket(spindle, image, tmp_path, spindle_daemon):
     sock_path = tmp_path / "vm.sock"
     pidfile = tmp_path / "spindle.pid"
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -510,35 +463,35 @@ def test_inherited_listening_socket(spindle, image, tmp_path, daemons):
     listener.listen()
     fd = listener.fileno()
     try:
-        d = daemons(spindle, [*blockdev(image),
-                              "--export", f"type=vhost-user-blk,id=exp0,"
-                                          f"node-name=disk0,addr.type=fd,"
-                                          f"addr.str={fd},writable=on",
-                              "--pidfile", str(pidfile)], pass_fds=[fd])
+        d = spindle_daemon([*blockdev(image),
+                            "--export", f"type=vhost-user-blk,id=exp0,"
+                                        f"node-name=disk0,addr.type=fd,"
+                                        f"addr.str={fd},writable=on",
+                            "--pidfile", str(pidfile)], pass_fds=[fd])
     finally:
         listener.close()     # only the daemon holds it now
     d.wait_ready(pidfile)
     features = vhost_user_get_features(sock_path)
     assert has_bit(features, VIRTIO_F_VERSION_1)
     assert not has_bit(features, VIRTIO_BLK_F_RO)
-    rc, err = d.stop()
+    rc, err = d.stop(), d.stderr()
     assert rc == 0, err
     # The daemon did not create the socket file, so it leaves it alone.
     assert sock_path.exists()
     assert not pidfile.exists()
 
 
-def test_monitor_serves_qmp(spindle, tmp_path, daemons):
+def test_monitor_serves_qmp(spindle, tmp_path, spindle_daemon):
     # The protocol itself: test_qmp_protocol.py.
     sock = tmp_path / "vm.sock"
     qmp = tmp_path / "qmp.sock"
     pidfile = tmp_path / "spindle.pid"
-    d = daemons(spindle, ["--chardev", f"socket,id=mon0,path={qmp},server=on,"
-                                       "wait=off",
-                          "--monitor", "chardev=mon0",
-                          "--blockdev", "driver=null-co,node-name=n0",
-                          *export(sock, node="n0"),
-                          "--pidfile", str(pidfile)])
+    d = spindle_daemon(["--chardev", f"socket,id=mon0,path={qmp},server=on,"
+                                     "wait=off",
+                        "--monitor", "chardev=mon0",
+                        "--blockdev", "driver=null-co,node-name=n0",
+                        *export(sock, node="n0"),
+                        "--pidfile", str(pidfile)])
     d.wait_ready(pidfile)
     assert stat.S_ISSOCK(qmp.stat().st_mode)
     assert stat.S_IMODE(qmp.stat().st_mode) == 0o600
@@ -546,17 +499,17 @@ def test_monitor_serves_qmp(spindle, tmp_path, daemons):
         c.settimeout(TIMEOUT)
         c.connect(str(qmp))
         assert c.recv(4096).startswith(b'{"QMP":')
-    rc, err = d.stop()
+    rc, err = d.stop(), d.stderr()
     assert rc == 0, err
     assert "warning" not in err
     assert not qmp.exists()
 
 
-def test_pidfile_is_locked(spindle, tmp_path, daemons):
+def test_pidfile_is_locked(spindle, tmp_path, spindle_daemon):
     pidfile = tmp_path / "spindle.pid"
-    first = daemons(spindle, ["--blockdev", "driver=null-co,node-name=n0",
-                              *export(tmp_path / "a.sock", node="n0"),
-                              "--pidfile", str(pidfile)])
+    first = spindle_daemon(["--blockdev", "driver=null-co,node-name=n0",
+                            *export(tmp_path / "a.sock", node="n0"),
+                            "--pidfile", str(pidfile)])
     first.wait_ready(pidfile)
     proc = run(spindle, ["--blockdev", "driver=null-co,node-name=n0",
                          *export(tmp_path / "b.sock", node="n0"),
@@ -566,7 +519,7 @@ def test_pidfile_is_locked(spindle, tmp_path, daemons):
     assert "lock" in proc.stderr
     assert not (tmp_path / "b.sock").exists()
     assert pidfile.read_text() == f"{first.proc.pid}\n"
-    rc, err = first.stop()
+    rc, err = first.stop(), first.stderr()
     assert rc == 0, err
 
 

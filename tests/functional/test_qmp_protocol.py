@@ -42,11 +42,6 @@ qmp_mod = pytest.importorskip("qemu.qmp")
 QMPClient = qmp_mod.QMPClient
 
 
-@pytest.fixture
-def spindle(binary):
-    return str(binary("spindle"))
-
-
 def version_triple(spindle):
     out = subprocess.run([spindle, "--version"], capture_output=True,
                          text=True, timeout=TIMEOUT).stdout.split()
@@ -59,60 +54,6 @@ def monitor_args(path, chardev="m0", wait="off", pretty=None):
     wait_opt = f",wait={wait}" if wait is not None else ""
     return ["--chardev", f"socket,id={chardev},path={path},server=on{wait_opt}",
             "--monitor", mon]
-
-
-class Daemon:
-    """spindle in the foreground; stderr goes to a file."""
-
-    def __init__(self, spindle, args, workdir, pass_fds=()):
-        self.errpath = Path(workdir) / f"stderr.{time.monotonic_ns()}"
-        self.errfile = open(self.errpath, "wb")
-        self.proc = subprocess.Popen([spindle, *map(str, args)],
-                                     stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.DEVNULL,
-                                     stderr=self.errfile, pass_fds=pass_fds)
-
-    def stderr(self):
-        return self.errpath.read_text(errors="replace")
-
-    def alive(self):
-        return self.proc.poll() is None
-
-    def wait_socket(self, path):
-        wait_for(lambda: Path(path).exists(), f"{path}", proc=self.proc)
-
-    def wait(self, timeout=TIMEOUT):
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-            pytest.fail(f"spindle did not exit within {timeout} s")
-
-    def stop(self, sig=signal.SIGTERM):
-        if self.alive():
-            self.proc.send_signal(sig)
-        return self.wait()
-
-    def kill(self):
-        if self.alive():
-            self.proc.kill()
-            self.proc.wait()
-        self.errfile.close()
-
-
-@pytest.fixture
-def daemons(spindle, tmp_path):
-    started = []
-
-    def start(args, pass_fds=()):
-        d = Daemon(spindle, args, tmp_path, pass_fds=pass_fds)
-        started.append(d)
-        return d
-
-    yield start
-    for d in started:
-        d.kill()
 
 
 class Raw:
@@ -188,10 +129,9 @@ class Raw:
         self.sock.close()
 
 
-def start_with_monitor(daemons, tmp_path, extra=(), **kw):
+def start_with_monitor(spindle_daemon, tmp_path, extra=(), **kw):
     qmp = tmp_path / "qmp.sock"
-    d = daemons([*extra, *monitor_args(qmp, **kw)])
-    d.wait_socket(qmp)
+    d = spindle_daemon([*extra, *monitor_args(qmp, **kw)], ready=[qmp])
     return d, qmp
 
 
@@ -206,9 +146,9 @@ def err(cls, desc, id_=None):
 # Raw sockets: greeting, negotiation, framing, malformed input
 
 
-def test_greeting_and_negotiation(spindle, daemons, tmp_path):
+def test_greeting_and_negotiation(spindle, spindle_daemon, tmp_path):
     version, (major, minor, micro) = version_triple(spindle)
-    d, qmp = start_with_monitor(daemons, tmp_path)
+    d, qmp = start_with_monitor(spindle_daemon, tmp_path)
     st = qmp.stat()
     assert stat.S_ISSOCK(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o600
     c = Raw(qmp)
@@ -236,8 +176,8 @@ def test_greeting_and_negotiation(spindle, daemons, tmp_path):
     assert d.stop() == 0
 
 
-def test_framing(daemons, tmp_path):
-    d, qmp = start_with_monitor(daemons, tmp_path)
+def test_framing(spindle_daemon, tmp_path):
+    d, qmp = start_with_monitor(spindle_daemon, tmp_path)
     c = Raw(qmp)
     c.negotiate()
     c.send('{"execute": "query-version"}')
@@ -318,8 +258,8 @@ BAD_INPUTS = [
 ]
 
 
-def test_malformed_input_keeps_the_connection(daemons, tmp_path):
-    d, qmp = start_with_monitor(daemons, tmp_path)
+def test_malformed_input_keeps_the_connection(spindle_daemon, tmp_path):
+    d, qmp = start_with_monitor(spindle_daemon, tmp_path)
     c = Raw(qmp)
     c.negotiate()
     for name, data, want in BAD_INPUTS:
@@ -352,8 +292,8 @@ def test_malformed_input_keeps_the_connection(daemons, tmp_path):
     assert d.stop() == 0
 
 
-def test_clients_that_vanish(daemons, tmp_path):
-    d, qmp = start_with_monitor(daemons, tmp_path)
+def test_clients_that_vanish(spindle_daemon, tmp_path):
+    d, qmp = start_with_monitor(spindle_daemon, tmp_path)
     # Half a message, then gone.
     c = Raw(qmp)
     c.negotiate()
@@ -377,8 +317,8 @@ def test_clients_that_vanish(daemons, tmp_path):
     assert d.stop() == 0
 
 
-def test_sigterm_sends_shutdown_event(daemons, tmp_path):
-    d, qmp = start_with_monitor(daemons, tmp_path)
+def test_sigterm_sends_shutdown_event(spindle_daemon, tmp_path):
+    d, qmp = start_with_monitor(spindle_daemon, tmp_path)
     negotiated = Raw(qmp)
     negotiated.negotiate()
     silent = Raw(qmp)                    # never negotiates: no events
@@ -421,16 +361,16 @@ async def qmp_close(client):
         pass
 
 
-def test_qemu_qmp_session_and_quit(spindle, daemons, tmp_path):
+def test_qemu_qmp_session_and_quit(spindle, spindle_daemon, tmp_path):
     version, (major, minor, micro) = version_triple(spindle)
     vu = tmp_path / "vm.sock"
     pidfile = tmp_path / "spindle.pid"
-    d, qmp = start_with_monitor(daemons, tmp_path, extra=[
+    d, qmp = start_with_monitor(spindle_daemon, tmp_path, extra=[
         "--blockdev", "driver=null-co,node-name=n0",
         "--export", f"type=vhost-user-blk,id=e0,node-name=n0,addr.type=unix,"
                     f"addr.path={vu}",
         "--pidfile", pidfile])
-    wait_for(pidfile.exists, "the pid file", proc=d.proc)
+    wait_for(pidfile.exists, "the pid file", daemon=d)
 
     async def session():
         client = await qmp_connect(qmp)
@@ -463,15 +403,14 @@ def test_qemu_qmp_session_and_quit(spindle, daemons, tmp_path):
     assert not pidfile.exists()
 
 
-def test_two_monitors_and_two_clients(daemons, tmp_path):
+def test_two_monitors_and_two_clients(spindle_daemon, tmp_path):
     qa, qb = tmp_path / "a.sock", tmp_path / "b.sock"
-    d = daemons([*monitor_args(qa, chardev="ma"),
-                 *monitor_args(qb, chardev="mb"),
-                 # A chardev no monitor uses is fine (and not created).
-                 "--chardev", f"socket,id=spare,path={tmp_path / 'spare'},"
-                              "server=on,wait=off"])
-    d.wait_socket(qa)
-    d.wait_socket(qb)
+    d = spindle_daemon([*monitor_args(qa, chardev="ma"),
+                        *monitor_args(qb, chardev="mb"),
+                        # A chardev no monitor uses is fine (and not created).
+                        "--chardev",
+                        f"socket,id=spare,path={tmp_path / 'spare'},"
+                        "server=on,wait=off"], ready=[qa, qb])
     assert not (tmp_path / "spare").exists()
 
     async def session():
@@ -493,8 +432,8 @@ def test_two_monitors_and_two_clients(daemons, tmp_path):
     assert not qa.exists() and not qb.exists()
 
 
-def test_pretty_output(daemons, tmp_path):
-    d, qmp = start_with_monitor(daemons, tmp_path, pretty="on")
+def test_pretty_output(spindle_daemon, tmp_path):
+    d, qmp = start_with_monitor(spindle_daemon, tmp_path, pretty="on")
     c = Raw(qmp)
     text = c.pretty_msg()
     assert text.startswith('{\n    "QMP" : {\n        "version" : {\n')
@@ -510,15 +449,16 @@ def test_pretty_output(daemons, tmp_path):
     assert d.stop() == 0
 
 
-def test_inherited_listening_socket(daemons, tmp_path):
+def test_inherited_listening_socket(spindle_daemon, tmp_path):
     path = tmp_path / "inherited.sock"
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(str(path))
     listener.listen(4)
     fd = listener.fileno()
     try:
-        d = daemons(["--chardev", f"socket,id=m0,fd={fd},server=on,wait=off",
-                     "--monitor", "chardev=m0"], pass_fds=[fd])
+        d = spindle_daemon(["--chardev",
+                            f"socket,id=m0,fd={fd},server=on,wait=off",
+                            "--monitor", "chardev=m0"], pass_fds=[fd])
     finally:
         listener.close()
 
@@ -537,20 +477,20 @@ def test_inherited_listening_socket(daemons, tmp_path):
 # wait=on
 
 
-def test_wait_on_holds_start_until_a_client(daemons, tmp_path):
+def test_wait_on_holds_start_until_a_client(spindle_daemon, tmp_path):
     qmp = tmp_path / "qmp.sock"
     pidfile = tmp_path / "spindle.pid"
     # wait=on is the default for server=on, as in QEMU.
-    d = daemons([*monitor_args(qmp, wait=None), "--pidfile", pidfile])
-    d.wait_socket(qmp)
+    d = spindle_daemon([*monitor_args(qmp, wait=None), "--pidfile", pidfile])
+    d.wait_ready(qmp)
     wait_for(lambda: "waiting" in d.stderr(), "the waiting message",
-             proc=d.proc)
+             daemon=d)
     assert d.stderr() == f"spindle: waiting for a QMP client on {qmp}\n"
     time.sleep(0.2)
     assert not pidfile.exists()      # not started yet
     c = Raw(qmp)
     c.negotiate()
-    wait_for(pidfile.exists, "the pid file", proc=d.proc)
+    wait_for(pidfile.exists, "the pid file", daemon=d)
     c.send('{"execute": "query-version", "id": 1}')
     assert c.msg()["id"] == 1
     c.close()
@@ -558,24 +498,24 @@ def test_wait_on_holds_start_until_a_client(daemons, tmp_path):
     assert not pidfile.exists()
 
 
-def test_wait_on_sigterm_stops_waiting(daemons, tmp_path):
+def test_wait_on_sigterm_stops_waiting(spindle_daemon, tmp_path):
     qmp = tmp_path / "qmp.sock"
     pidfile = tmp_path / "spindle.pid"
-    d = daemons([*monitor_args(qmp, wait="on"), "--pidfile", pidfile])
+    d = spindle_daemon([*monitor_args(qmp, wait="on"), "--pidfile", pidfile])
     wait_for(lambda: "waiting" in d.stderr(), "the waiting message",
-             proc=d.proc)
+             daemon=d)
     assert d.stop() == 0
     assert not qmp.exists() and not pidfile.exists()
 
 
-def test_wait_on_every_monitor(daemons, tmp_path):
+def test_wait_on_every_monitor(spindle_daemon, tmp_path):
     qa, qb = tmp_path / "a.sock", tmp_path / "b.sock"
     pidfile = tmp_path / "spindle.pid"
-    d = daemons([*monitor_args(qa, chardev="ma", wait="on"),
-                 *monitor_args(qb, chardev="mb", wait="on"),
-                 "--pidfile", pidfile])
+    d = spindle_daemon([*monitor_args(qa, chardev="ma", wait="on"),
+                        *monitor_args(qb, chardev="mb", wait="on"),
+                        "--pidfile", pidfile])
     wait_for(lambda: d.stderr().count("waiting") == 2, "two messages",
-             proc=d.proc)
+             daemon=d)
     a = Raw(qa)
     a.negotiate()
     time.sleep(0.2)
@@ -583,27 +523,24 @@ def test_wait_on_every_monitor(daemons, tmp_path):
     b = Raw(qb)
     b.msg()
     b.close()                        # connecting is enough
-    wait_for(pidfile.exists, "the pid file", proc=d.proc)
+    wait_for(pidfile.exists, "the pid file", daemon=d)
     a.close()
     assert d.stop() == 0
 
 
-def test_wait_on_with_daemonize(spindle, tmp_path):
+def test_wait_on_with_daemonize(spindle_daemon, tmp_path):
     qmp = tmp_path / "qmp.sock"
     pidfile = tmp_path / "spindle.pid"
-    parent = subprocess.Popen([spindle, *map(str, monitor_args(qmp, wait="on")),
-                               "--pidfile", pidfile, "--daemonize"],
-                              stdin=subprocess.DEVNULL,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    parent = spindle_daemon([*monitor_args(qmp, wait="on"),
+                             "--pidfile", pidfile, "--daemonize"],
+                            ready=[qmp])
     try:
-        wait_for(qmp.exists, "the monitor socket", proc=parent)
         time.sleep(0.2)
-        assert parent.poll() is None     # still waiting for a client
+        assert parent.alive()            # still waiting for a client
         c = Raw(qmp)
         c.negotiate()
-        out, errout = parent.communicate(timeout=TIMEOUT)
-        assert parent.returncode == 0
-        assert errout.decode() == (f"spindle: waiting for a QMP client on "
+        assert parent.wait(TIMEOUT) == 0
+        assert parent.stderr() == (f"spindle: waiting for a QMP client on "
                                    f"{qmp}\n")
         wait_for(pidfile.exists, "the pid file")
         pid = int(pidfile.read_text())
@@ -616,9 +553,6 @@ def test_wait_on_with_daemonize(spindle, tmp_path):
         while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
             time.sleep(0.01)
     finally:
-        if parent.poll() is None:
-            parent.kill()
-            parent.communicate()
         if pidfile.exists():
             try:
                 os.kill(int(pidfile.read_text()), signal.SIGKILL)
@@ -687,8 +621,8 @@ def test_bad_options(spindle, tmp_path, case):
     assert (work / "file").read_text() == "not a socket"
 
 
-def test_monitor_socket_in_use(daemons, tmp_path, spindle):
-    d, qmp = start_with_monitor(daemons, tmp_path)
+def test_monitor_socket_in_use(spindle_daemon, tmp_path, spindle):
+    d, qmp = start_with_monitor(spindle_daemon, tmp_path)
     proc = subprocess.run([spindle, *map(str, monitor_args(qmp))],
                           capture_output=True, text=True, timeout=TIMEOUT)
     assert proc.returncode == 1
@@ -701,12 +635,12 @@ def test_monitor_socket_in_use(daemons, tmp_path, spindle):
     assert d.stop() == 0
 
 
-def test_stale_socket_is_replaced(daemons, tmp_path):
+def test_stale_socket_is_replaced(spindle_daemon, tmp_path):
     qmp = tmp_path / "qmp.sock"
     stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     stale.bind(str(qmp))
     stale.close()                    # the file stays, nobody listens
-    d = daemons(monitor_args(qmp))
+    d = spindle_daemon(monitor_args(qmp))
     c = Raw(qmp)                     # retries while the file is stale
     c.negotiate()
     c.close()
