@@ -38,6 +38,7 @@ import itertools
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -176,6 +177,19 @@ def spindle_daemon(spindle, tmp_path, tmp_path_factory):
     yield start
     for d in started:
         d.stop()
+
+
+def start_on_listening_socket(spindle_daemon, path, args_for_fd, **kw):
+    """Start a daemon that inherits a socket listening at path: the
+    arguments are args_for_fd(fd).  The test keeps no copy of the socket."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    listener.listen()
+    fd = listener.fileno()
+    try:
+        return spindle_daemon(args_for_fd(fd), pass_fds=[fd], **kw)
+    finally:
+        listener.close()     # only the daemon holds it now
 
 
 def make_image(path, size, fill=None):

@@ -19,23 +19,16 @@ start (resent, as a guest does), and a LUN that does not exist (exit 2).
 import json
 import os
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
-from test_frontend import workdir  # noqa: F401
-
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tests" / "e2e"))
-
-import daemons  # noqa: E402
+import daemons  # tests/e2e, on sys.path through conftest
+from conftest import make_image
 
 BENCH = "tools/bench/spindle-bench"
 IMAGE_SIZE = 64 << 20
 RUN_TIMEOUT_S = 60
-CLIENT = "tools/frontend/spindle-vu-client"
 
 
 @pytest.fixture
@@ -43,17 +36,18 @@ def bench(binary):
     return binary(BENCH)
 
 
-def start_spindle(binary, workdir, blockdev=None, queues=2, image=None):
-    """A spindle with one export (a file, or `blockdev`); returns the Daemon."""
-    if image is None and blockdev is None:
-        image = workdir / "disk.img"
-        with open(image, "wb") as f:
-            f.truncate(IMAGE_SIZE)
-    exp = daemons.Export(str(image) if image else "", str(workdir / "vu.sock"),
-                         num_queues=queues, blockdev=blockdev)
-    d = daemons.Daemon(binary("spindle"), [exp], "spindle", workdir)
-    d.start()
-    return d
+@pytest.fixture
+def start_spindle(spindle_daemon, workdir):
+    """Factory: start_spindle(blockdev=None, queues=2, image=None) -> a
+    spindle with one export (a file, or `blockdev`)."""
+    def start(blockdev=None, queues=2, image=None):
+        if image is None and blockdev is None:
+            image = make_image(workdir / "disk.img", IMAGE_SIZE)
+        exp = daemons.Export(str(image) if image else "",
+                             str(workdir / "vu.sock"), num_queues=queues,
+                             blockdev=blockdev)
+        return spindle_daemon(exports=[exp], workdir=workdir)
+    return start
 
 
 def run_bench(bench, socket, *args, expect=0):
@@ -95,9 +89,23 @@ def check_consistent(r):
     assert r["errors"] == 0 and r["first_error"] is None
 
 
+def check_completion(r, completion):
+    """The interrupts a completion mode gives, and a back-end CPU time."""
+    if completion == "poll":
+        # The bench asked for no interrupts and spun on the used ring.
+        assert r["interrupts_per_io"] < 0.05, r
+    else:
+        # It blocked on the call eventfd: interrupts came, fewer than I/Os
+        # at most by batching, never more than one per I/O plus spurious.
+        assert 0 < r["interrupts"] <= r["ios"] + r["queues"], r
+    assert r["backend_cpu_us_per_io"] is not None
+    assert r["backend_cpu_us_per_io"] > 0
+
+
 @pytest.mark.parametrize("completion", ["poll", "interrupt"])
-def test_closed_loop_both_completion_modes(binary, bench, workdir, completion):
-    d = start_spindle(binary, workdir)
+def test_closed_loop_both_completion_modes(start_spindle, bench,
+                                           completion):
+    d = start_spindle()
     try:
         r, _ = run_json(bench, d.exports[0].socket, "--rw=randread",
                         "--iodepth=4", "--runtime=0.3",
@@ -109,22 +117,14 @@ def test_closed_loop_both_completion_modes(binary, bench, workdir, completion):
     assert r["device"] == "virtio-blk" and r["lun"] is None
     assert r["completion"] == completion and r["iodepth"] == 4
     assert r["rw"] == "randread" and r["writes"] == 0
-    if completion == "poll":
-        # The bench asked for no interrupts and spun on the used ring.
-        assert r["interrupts_per_io"] < 0.05, r
-    else:
-        # It blocked on the call eventfd: interrupts came, fewer than I/Os
-        # at most by batching, never more than one per I/O plus spurious.
-        assert 0 < r["interrupts"] <= r["ios"] + r["queues"], r
+    check_completion(r, completion)
     # The back-end's CPU was sampled over the window.
     assert r["backend_pid"] == d.pid
     assert r["backend_cpu_s"] is not None and r["backend_cpu_s"] >= 0
-    assert r["backend_cpu_us_per_io"] is not None
-    assert r["backend_cpu_us_per_io"] > 0
 
 
-def test_count_stops_each_queue(binary, bench, workdir):
-    d = start_spindle(binary, workdir, queues=2)
+def test_count_stops_each_queue(start_spindle, bench, workdir):
+    d = start_spindle(queues=2)
     try:
         r, _ = run_json(bench, d.exports[0].socket, "--queues=2",
                         "--count=500", "--rw=randwrite", "--iodepth=8")
@@ -135,9 +135,9 @@ def test_count_stops_each_queue(binary, bench, workdir):
     assert [q["ios"] for q in r["per_queue"]] == [500, 500]
 
 
-def test_multi_queue_pinned(binary, bench, workdir):
+def test_multi_queue_pinned(start_spindle, bench, workdir):
     cpus = sorted(os.sched_getaffinity(0))[:2]
-    d = start_spindle(binary, workdir, queues=2)
+    d = start_spindle(queues=2)
     try:
         r, _ = run_json(bench, d.exports[0].socket, "--queues=2",
                         f"--cpus={','.join(map(str, cpus))}",
@@ -155,8 +155,8 @@ def test_multi_queue_pinned(binary, bench, workdir):
     assert 0.5 < r["reads"] / r["ios"] < 0.9, r
 
 
-def test_open_loop_rate(binary, bench, workdir):
-    d = start_spindle(binary, workdir, blockdev="driver=null-co,size=1G")
+def test_open_loop_rate(start_spindle, bench, workdir):
+    d = start_spindle(blockdev="driver=null-co,size=1G")
     try:
         r, _ = run_json(bench, d.exports[0].socket, "--rate=2000",
                         "--runtime=0.5", "--ramp=0.1")
@@ -170,9 +170,9 @@ def test_open_loop_rate(binary, bench, workdir):
     assert r["iops"] == pytest.approx(2000, rel=0.3)
 
 
-def test_phases_on_one_connection(binary, bench, workdir):
+def test_phases_on_one_connection(start_spindle, bench, workdir):
     """--phase: a closed loop, an idle pause, an open loop, back to back."""
-    d = start_spindle(binary, workdir, blockdev="driver=null-co,size=1G",
+    d = start_spindle(blockdev="driver=null-co,size=1G",
                       queues=1)
     before = time.monotonic_ns()
     try:
@@ -229,8 +229,8 @@ def test_phase_bad_spec(bench, workdir):
     assert "--phase" in proc.stderr and "1:fast" in proc.stderr
 
 
-def test_verify_passes_on_a_good_disk(binary, bench, workdir):
-    d = start_spindle(binary, workdir)
+def test_verify_passes_on_a_good_disk(start_spindle, bench, workdir):
+    d = start_spindle()
     try:
         r, _ = run_json(bench, d.exports[0].socket, "--verify", "--rw=randrw",
                         "--queues=2", "--iodepth=8", "--size=4M",
@@ -245,11 +245,10 @@ def test_verify_passes_on_a_good_disk(binary, bench, workdir):
     assert v["sectors_checked"] >= 8 * r["reads"] // 2 > 0
 
 
-def test_verify_catches_lost_writes(binary, bench, workdir):
+def test_verify_catches_lost_writes(start_spindle, bench, workdir):
     """null-co drops every write and reads back zeroes: a written block
     that reads back without its header is a lost write."""
-    d = start_spindle(binary, workdir,
-                      blockdev="driver=null-co,size=64M,read-zeroes=on")
+    d = start_spindle(blockdev="driver=null-co,size=64M,read-zeroes=on")
     try:
         r, proc = run_json(bench, d.exports[0].socket, "--verify",
                            "--rw=randrw", "--size=1M", "--count=2000",
@@ -265,13 +264,14 @@ def test_verify_catches_lost_writes(binary, bench, workdir):
     assert "verify" in proc.stderr and "no header" in proc.stderr
 
 
-def test_verify_catches_a_changed_byte_in_the_image(binary, bench, workdir):
+def test_verify_catches_a_changed_byte_in_the_image(start_spindle, bench,
+                                                    workdir):
     """Write the region, change one byte of the image behind the daemon's
     back, read it all back: the checksum names the sector."""
     image = workdir / "disk.img"
     with open(image, "wb") as f:
         f.truncate(IMAGE_SIZE)
-    d = start_spindle(binary, workdir, image=image)
+    d = start_spindle(image=image)
     try:
         sock = d.exports[0].socket
         r, _ = run_json(bench, sock, "--verify", "--rw=write", "--size=2M",
@@ -296,8 +296,8 @@ def test_verify_catches_a_changed_byte_in_the_image(binary, bench, workdir):
     assert str(bad // 512 * 512) in proc.stderr
 
 
-def test_human_report(binary, bench, workdir):
-    d = start_spindle(binary, workdir, blockdev="driver=null-co,size=1G")
+def test_human_report(start_spindle, bench, workdir):
+    d = start_spindle(blockdev="driver=null-co,size=1G")
     try:
         proc = run_bench(bench, d.exports[0].socket, "--runtime=0.2")
     finally:
@@ -314,8 +314,8 @@ def test_unreachable_socket(bench, workdir):
     assert "nothing.sock" in lines[0]
 
 
-def test_size_beyond_the_disk(binary, bench, workdir):
-    d = start_spindle(binary, workdir, blockdev="driver=null-co,size=16M")
+def test_size_beyond_the_disk(start_spindle, bench, workdir):
+    d = start_spindle(blockdev="driver=null-co,size=16M")
     try:
         proc = run_bench(bench, d.exports[0].socket, "--size=32M",
                          "--runtime=0.1", expect=2)
@@ -325,8 +325,8 @@ def test_size_beyond_the_disk(binary, bench, workdir):
     assert len(lines) == 1 and "--size" in lines[0], lines
 
 
-def test_feature_the_back_end_does_not_offer(binary, bench, workdir):
-    d = start_spindle(binary, workdir, blockdev="driver=null-co,size=16M")
+def test_feature_the_back_end_does_not_offer(start_spindle, bench, workdir):
+    d = start_spindle(blockdev="driver=null-co,size=16M")
     try:
         proc = run_bench(bench, d.exports[0].socket, "--require=ring-packed",
                          "--runtime=0.1", expect=2)
@@ -339,8 +339,8 @@ def test_feature_the_back_end_does_not_offer(binary, bench, workdir):
     check_consistent(r)
 
 
-def test_more_queues_than_the_export_has(binary, bench, workdir):
-    d = start_spindle(binary, workdir, blockdev="driver=null-co,size=16M",
+def test_more_queues_than_the_export_has(start_spindle, bench, workdir):
+    d = start_spindle(blockdev="driver=null-co,size=16M",
                       queues=1)
     try:
         proc = run_bench(bench, d.exports[0].socket, "--queues=4",
@@ -359,19 +359,19 @@ def test_lun_needs_device_scsi(bench, workdir):
 # --------------------------------------------------------------------------
 # --device=scsi
 
-def start_spindle_scsi(binary, workdir, luns, queues=2):
-    """A spindle with one vhost-user-scsi export of `luns` (ScsiLun)."""
-    exp = daemons.ScsiExport(luns=luns, socket=str(workdir / "scsi.sock"),
-                             num_queues=queues)
-    d = daemons.Daemon(binary("spindle"), [exp], "spindle", workdir)
-    d.start()
-    return d
+@pytest.fixture
+def start_spindle_scsi(spindle_daemon, workdir):
+    """Factory: start_spindle_scsi(luns, queues=2) -> a spindle with one
+    vhost-user-scsi export of `luns` (ScsiLun)."""
+    def start(luns, queues=2):
+        exp = daemons.ScsiExport(luns=luns, socket=str(workdir / "scsi.sock"),
+                                 num_queues=queues)
+        return spindle_daemon(exports=[exp], workdir=workdir)
+    return start
 
 
 def file_lun(workdir, name="lun0.img", size=IMAGE_SIZE, **kw):
-    image = workdir / name
-    with open(image, "wb") as f:
-        f.truncate(size)
+    image = make_image(workdir / name, size)
     return daemons.ScsiLun(image=str(image), **kw)
 
 
@@ -381,9 +381,9 @@ def run_scsi(bench, d, *args, expect=0):
 
 
 @pytest.mark.parametrize("completion", ["poll", "interrupt"])
-def test_scsi_both_completion_modes(binary, bench, workdir, completion):
-    d = start_spindle_scsi(binary, workdir,
-                           [file_lun(workdir, writable=True)])
+def test_scsi_both_completion_modes(start_spindle_scsi, bench, workdir,
+                                    completion):
+    d = start_spindle_scsi([file_lun(workdir, writable=True)])
     try:
         r, _ = run_scsi(bench, d, "--queues=2", "--rw=randrw",
                         "--iodepth=4", "--runtime=0.3",
@@ -397,17 +397,11 @@ def test_scsi_both_completion_modes(binary, bench, workdir, completion):
     assert r["reads"] > 0 and r["writes"] > 0
     # Both request queues (virtqueues 2 and 3) did work.
     assert all(q["ios"] > 0 for q in r["per_queue"]), r["per_queue"]
-    if completion == "poll":
-        assert r["interrupts_per_io"] < 0.05, r
-    else:
-        assert 0 < r["interrupts"] <= r["ios"] + r["queues"], r
-    assert r["backend_cpu_us_per_io"] is not None
-    assert r["backend_cpu_us_per_io"] > 0
+    check_completion(r, completion)
 
 
-def test_scsi_verify_passes_on_a_file_lun(binary, bench, workdir):
-    d = start_spindle_scsi(binary, workdir,
-                           [file_lun(workdir, writable=True)])
+def test_scsi_verify_passes_on_a_file_lun(start_spindle_scsi, bench, workdir):
+    d = start_spindle_scsi([file_lun(workdir, writable=True)])
     try:
         r, _ = run_scsi(bench, d, "--verify", "--rw=randrw", "--queues=2",
                         "--iodepth=8", "--size=4M", "--count=3000")
@@ -419,11 +413,11 @@ def test_scsi_verify_passes_on_a_file_lun(binary, bench, workdir):
     assert v["sectors_checked"] >= 8 * r["reads"] // 2 > 0
 
 
-def test_scsi_verify_catches_lost_writes(binary, bench, workdir):
+def test_scsi_verify_catches_lost_writes(start_spindle_scsi, bench, workdir):
     """A null-co LUN drops writes and reads back zeroes."""
     lun = daemons.ScsiLun(image="", writable=True,
                           blockdev="driver=null-co,size=64M,read-zeroes=on")
-    d = start_spindle_scsi(binary, workdir, [lun])
+    d = start_spindle_scsi([lun])
     try:
         r, proc = run_scsi(bench, d, "--verify", "--rw=randrw", "--size=1M",
                            "--count=2000", expect=1)
@@ -437,11 +431,11 @@ def test_scsi_verify_catches_lost_writes(binary, bench, workdir):
     assert "verify" in proc.stderr and "no header" in proc.stderr
 
 
-def test_scsi_16_byte_cdbs_past_2_tib(binary, bench, workdir):
+def test_scsi_16_byte_cdbs_past_2_tib(start_spindle_scsi, bench, workdir):
     """LBAs beyond 2^32 blocks need READ/WRITE (16): the data must land at
     the offset asked for, not at a truncated LBA."""
     lun = file_lun(workdir, name="big.img", size=3 << 40, writable=True)
-    d = start_spindle_scsi(binary, workdir, [lun], queues=1)
+    d = start_spindle_scsi([lun], queues=1)
     offset = (5 << 39) + (1 << 20)          # 2.5 TiB + 1 MiB
     try:
         r, _ = run_scsi(bench, d, "--verify", "--rw=write", "--bs=64k",
@@ -458,12 +452,12 @@ def test_scsi_16_byte_cdbs_past_2_tib(binary, bench, workdir):
         assert f.read(4) == bytes(4)
 
 
-def test_scsi_read_only_lun_fails_writes(binary, bench, workdir):
+def test_scsi_read_only_lun_fails_writes(start_spindle_scsi, bench, workdir):
     luns = [file_lun(workdir, writable=True),
             file_lun(workdir, name="ro.img", size=16 << 20,
                      node_opts=",read-only=on",
                      props={"logical-block-size": 4096})]
-    d = start_spindle_scsi(binary, workdir, luns)
+    d = start_spindle_scsi(luns)
     try:
         r, proc = run_scsi(bench, d, "--lun=1", "--rw=randwrite",
                            "--count=100", expect=1)
@@ -485,14 +479,14 @@ def test_scsi_read_only_lun_fails_writes(binary, bench, workdir):
     assert "4096" in small.stderr and len(small.stderr.splitlines()) == 1
 
 
-def test_scsi_unit_attention_at_start_is_resent(binary, bench, workdir):
+def test_scsi_unit_attention_at_start_is_resent(client, start_spindle_scsi,
+                                                bench, workdir):
     """After a LUN reset the next command gets UNIT ATTENTION; the bench
     sends READ CAPACITY again, as a guest does, and the run is clean."""
-    d = start_spindle_scsi(binary, workdir,
-                           [file_lun(workdir, writable=True)])
+    d = start_spindle_scsi([file_lun(workdir, writable=True)])
     try:
         sock = d.exports[0].socket
-        subprocess.run([str(binary(CLIENT)), "--socket", sock, "--json",
+        subprocess.run([str(client), "--socket", sock, "--json",
                         "scsi-tmf", "logical-unit-reset", "--lun", "0"],
                        check=True, capture_output=True, timeout=30)
         r, _ = run_scsi(bench, d, "--rw=randrw", "--count=200")
@@ -502,9 +496,8 @@ def test_scsi_unit_attention_at_start_is_resent(binary, bench, workdir):
     assert r["ios"] == 200
 
 
-def test_scsi_missing_lun(binary, bench, workdir):
-    d = start_spindle_scsi(binary, workdir,
-                           [file_lun(workdir, writable=True)])
+def test_scsi_missing_lun(start_spindle_scsi, bench, workdir):
+    d = start_spindle_scsi([file_lun(workdir, writable=True)])
     try:
         proc = run_bench(bench, d.exports[0].socket, "--device=scsi",
                          "--lun=3", "--runtime=0.1", expect=2)

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import wait_for
+from conftest import start_on_listening_socket, wait_for
 
 MiB = 1 << 20
 TIMEOUT = 15
@@ -458,18 +458,11 @@ def test_read_only_node_shared_by_two_exports(spindle, image, tmp_path,
 def test_inherited_listening_socket(spindle, image, tmp_path, spindle_daemon):
     sock_path = tmp_path / "vm.sock"
     pidfile = tmp_path / "spindle.pid"
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(str(sock_path))
-    listener.listen()
-    fd = listener.fileno()
-    try:
-        d = spindle_daemon([*blockdev(image),
-                            "--export", f"type=vhost-user-blk,id=exp0,"
-                                        f"node-name=disk0,addr.type=fd,"
-                                        f"addr.str={fd},writable=on",
-                            "--pidfile", str(pidfile)], pass_fds=[fd])
-    finally:
-        listener.close()     # only the daemon holds it now
+    d = start_on_listening_socket(spindle_daemon, sock_path, lambda fd: [
+        *blockdev(image),
+        "--export", f"type=vhost-user-blk,id=exp0,node-name=disk0,"
+                    f"addr.type=fd,addr.str={fd},writable=on",
+        "--pidfile", str(pidfile)])
     d.wait_ready(pidfile)
     features = vhost_user_get_features(sock_path)
     assert has_bit(features, VIRTIO_F_VERSION_1)

@@ -16,18 +16,15 @@ A back-end that is not installed or built is skipped with the reason.
 """
 
 import json
-import os
 import shutil
-import signal
 import struct
 import subprocess
-import tempfile
-import time
 from pathlib import Path
 
 import pytest
 
-CLIENT = "tools/frontend/spindle-vu-client"
+import daemons  # tests/e2e, on sys.path through conftest
+from conftest import CLIENT, make_image
 IMAGE_SIZE = 64 << 20
 NUM_QUEUES = 4
 START_TIMEOUT_S = 10
@@ -80,94 +77,8 @@ def test_pattern_matches_documented_values():
 # --------------------------------------------------------------------------
 # Daemons
 
-class Daemon:
-    """A back-end process serving one or more vhost-user-blk exports."""
-
-    def __init__(self, kind, program, workdir, exports, iothread=True):
-        self.kind = kind
-        self.program = str(program)
-        self.workdir = Path(workdir)
-        self.exports = exports
-        self.iothread = iothread
-        self.proc = None
-        self.log_path = self.workdir / f"{kind}.log"
-
-    def argv(self):
-        args = [self.program]
-        if self.iothread:
-            args += ["--object", "iothread,id=iot0"]
-        for i, e in enumerate(self.exports):
-            args += ["--blockdev",
-                     f"driver=file,node-name=d{i},filename={e['image']}"]
-            export = (f"type=vhost-user-blk,id=e{i},node-name=d{i},"
-                      f"addr.type=unix,addr.path={e['socket']},"
-                      f"writable={'on' if e.get('writable', True) else 'off'},"
-                      f"num-queues={e.get('queues', NUM_QUEUES)}")
-            if e.get("serial") is not None:
-                export += f",serial={e['serial']}"
-            if self.iothread:
-                export += ",iothread=iot0"
-            args += ["--export", export]
-        return args
-
-    def log(self):
-        try:
-            return self.log_path.read_text(errors="replace")[-2000:]
-        except OSError:
-            return ""
-
-    def start(self):
-        """Start and wait for every socket; None if it does not serve."""
-        for e in self.exports:
-            Path(e["socket"]).unlink(missing_ok=True)
-        with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(self.argv(), stdout=log, stderr=log,
-                                         stdin=subprocess.DEVNULL,
-                                         cwd=self.workdir)
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                return (f"{self.kind} exited with status "
-                        f"{self.proc.returncode} at start: {self.log()}")
-            if all(Path(e["socket"]).exists() for e in self.exports):
-                return None
-            time.sleep(0.05)
-        return f"{self.kind} created no socket in {START_TIMEOUT_S} s"
-
-    def alive(self):
-        return self.proc is not None and self.proc.poll() is None
-
-    def stop(self):
-        """SIGTERM, wait, return the exit status (None if it had to be
-        killed)."""
-        if self.proc is None:
-            return None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-                return None
-        return self.proc.returncode
-
-
 def qsd_program():
     return shutil.which("qemu-storage-daemon")
-
-
-@pytest.fixture
-def workdir():
-    # UNIX socket paths are limited to 107 bytes: keep them short.
-    path = Path(tempfile.mkdtemp(prefix="vu-", dir="/tmp"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
-@pytest.fixture
-def client(binary):
-    return binary(CLIENT)
 
 
 @pytest.fixture(params=["spindle", "qsd"])
@@ -176,43 +87,36 @@ def backend_kind(request):
 
 
 @pytest.fixture
-def make_daemon(request, build_dir, workdir):
-    """Factory: make_daemon(kind, exports=[...]) -> a started Daemon.
+def make_daemon(spindle_daemon, workdir):
+    """Factory: make_daemon(kind, exports=[...]) -> a started daemon
+    (daemons.Daemon; kind is its flavour), serving each export in IOThread
+    iot0.
 
     Each export is a dict: image, socket, writable (True), queues (4),
     serial (absent).  Images are created (sparse, 64 MiB) if missing.
-    Skips when the back-end is missing or does not serve yet.
+    Skips when qemu-storage-daemon is asked for and not installed.
     """
-    daemons = []
-
-    def make(kind, exports=None, iothread=True):
-        if kind == "spindle":
-            program = request.getfixturevalue("binary")("spindle")
-        else:
+    def make(kind, exports=None):
+        program = None
+        if kind == "qsd":
             program = qsd_program()
             if not program:
                 pytest.skip("qemu-storage-daemon is not installed "
                             "(apt-get install qemu-system-common)")
-        if exports is None:
-            exports = [{}]
-        for i, e in enumerate(exports):
-            e.setdefault("image", str(workdir / f"{kind}-{i}.img"))
-            e.setdefault("socket", str(workdir / f"{kind}-{i}.sock"))
-            if not Path(e["image"]).exists():
-                with open(e["image"], "wb") as f:
-                    f.truncate(IMAGE_SIZE)
-        d = Daemon(kind, program, workdir, exports, iothread)
-        daemons.append(d)
-        problem = d.start()
-        if problem:
-            d.stop()
-            pytest.skip(f"{kind} does not serve vhost-user-blk yet: "
-                        f"{problem}")
-        return d
+        specs = []
+        for i, e in enumerate(exports or [{}]):
+            image = e.get("image", str(workdir / f"{kind}-{i}.img"))
+            socket = e.get("socket", str(workdir / f"{kind}-{i}.sock"))
+            if not Path(image).exists():
+                make_image(image, IMAGE_SIZE)
+            Path(socket).unlink(missing_ok=True)
+            specs.append(daemons.Export(
+                image=image, socket=socket, writable=e.get("writable", True),
+                num_queues=e.get("queues", NUM_QUEUES), serial=e.get("serial")))
+        return spindle_daemon(exports=specs, program=program, flavour=kind,
+                              workdir=workdir)
 
-    yield make
-    for d in daemons:
-        d.stop()
+    return make
 
 
 @pytest.fixture
@@ -260,7 +164,7 @@ def run_client(client, socket, *args, json_out=True, check=True,
 
 
 def sock(d, i=0):
-    return d.exports[i]["socket"]
+    return d.exports[i].socket
 
 
 # --------------------------------------------------------------------------
@@ -443,7 +347,7 @@ def test_without_event_idx_and_reply_ack(client, daemon):
 def test_memory_shared_with_add_mem_reg(client, daemon):
     info = run_client(client, sock(daemon), "info").result("info")
     if "CONFIGURE_MEM_SLOTS" not in info["protocol_features"]:
-        pytest.skip(f"{daemon.kind} does not offer CONFIGURE_MEM_SLOTS")
+        pytest.skip(f"{daemon.flavour} does not offer CONFIGURE_MEM_SLOTS")
     assert info["max_mem_slots"] >= 8
     run_client(client, sock(daemon), "--mem-slots",
                "write", "0", "128k", "--pattern", "31",
@@ -479,8 +383,8 @@ def test_data_is_in_the_image_after_exit(client, daemon):
                "write-zeroes", "20M", "4k",
                "flush")
     status = daemon.stop()
-    assert status == 0, f"{daemon.kind} exit status {status}: {daemon.log()}"
-    with open(daemon.exports[0]["image"], "rb") as f:
+    assert status == 0, f"{daemon.flavour} exit status {status}: {daemon.stderr()}"
+    with open(daemon.exports[0].image, "rb") as f:
         def at(offset, length):
             f.seek(offset)
             return f.read(length)
@@ -522,7 +426,7 @@ def two_exports(make_daemon, kind):
 
 
 def check_still_serving(client, d, kind):
-    assert d.alive(), f"{d.kind} died after {kind}: {d.log()}"
+    assert d.alive(), f"{d.flavour} died after {kind}: {d.stderr()}"
     # The other export is untouched ...
     run_client(client, sock(d, 1), "--queues", "2",
                "write", "0", "64k", "--pattern", "71", "--queue", "1",
@@ -530,7 +434,7 @@ def check_still_serving(client, d, kind):
     # ... and the attacked one takes a new session.
     run_client(client, sock(d, 0), "write", "0", "4k", "--pattern", "72",
                "read", "0", "4k", "--verify", "72")
-    assert d.alive(), f"{d.kind} died after {kind}: {d.log()}"
+    assert d.alive(), f"{d.flavour} died after {kind}: {d.stderr()}"
 
 
 @pytest.mark.parametrize("kind", MESSAGE_KINDS + RING_KINDS)

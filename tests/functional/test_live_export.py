@@ -13,44 +13,20 @@ driven over QMP and tested with the monitor.
 
 import json
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
+import daemons  # tests/e2e, on sys.path through conftest
 from conftest import make_image, vu, vu_argv, vu_ok
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tests" / "e2e"))
-
-import daemons  # noqa: E402
-
-CLIENT = "tools/frontend/spindle-vu-client"
 BLK_SIZE = 64 << 20
 LUN_SIZE = 16 << 20
 RUN_TIMEOUT_S = 20
 
 
 @pytest.fixture
-def spindle(binary):
-    return binary("spindle")
-
-
-@pytest.fixture
-def client(binary):
-    return binary(CLIENT)
-
-
-@pytest.fixture
-def workdir(tmp_path):
-    d = tmp_path / "work"
-    d.mkdir()
-    return d
-
-
-@pytest.fixture
-def daemon(spindle, workdir):
+def daemon(spindle_daemon, workdir):
     """spindle with a vhost-user-blk export (e0, two queues) and a
     vhost-user-scsi one (e1, two LUNs, two request queues) over sparse
     image files."""
@@ -65,8 +41,7 @@ def daemon(spindle, workdir):
                                                        LUN_SIZE)))],
             socket=str(workdir / "scsi.sock"), num_queues=2),
     ]
-    d = daemons.Daemon(spindle, exports, "spindle", workdir)
-    d.start()
+    d = spindle_daemon(exports=exports, workdir=workdir)
     yield d
     assert d.stop() == 0, d.stderr()
 

@@ -10,13 +10,12 @@ node's read-modify-write lock not once.
 """
 import os
 import re
-import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
-from test_frontend import CLIENT, run_client, workdir  # noqa: F401
+from conftest import make_image
+from test_frontend import run_client
 
 NUM_QUEUES = 4
 
@@ -55,12 +54,11 @@ def o_direct_works(directory):
 
 @pytest.mark.parametrize("form,cache", [("keyval", ""), ("json", ""),
                                         ("keyval", ",cache.direct=on")])
-def test_queues_over_two_iothreads(binary, workdir, form, cache):  # noqa: F811
+def test_queues_over_two_iothreads(client, spindle_daemon, workdir, form,
+                                   cache):
     if cache and not o_direct_works(workdir):
         pytest.skip(f"{workdir} does not support O_DIRECT (tmpfs?)")
-    image = workdir / "disk.img"
-    with open(image, "wb") as f:
-        f.truncate(16 << 20)
+    image = make_image(workdir / "disk.img", 16 << 20)
     socket = workdir / "vu.sock"
     if form == "keyval":
         export = ["--export",
@@ -73,40 +71,26 @@ def test_queues_over_two_iothreads(binary, workdir, form, cache):  # noqa: F811
                   ' "addr": {"type": "unix", "path": "%s"}, "writable": true,'
                   ' "num-queues": %d, "iothread": ["iota", "iotb"]}'
                   % (socket, NUM_QUEUES)]
-    argv = [str(binary("spindle")),
-            "--object", "iothread,id=iota", "--object", "iothread,id=iotb",
-            "--blockdev", f"driver=file,node-name=d0,filename={image}{cache}"
-            ] + export
-    log = open(workdir / "spindle.log", "wb")
-    proc = subprocess.Popen(argv, stdout=log, stderr=log,
-                            stdin=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 10
-        while not socket.exists():
-            assert proc.poll() is None, (workdir / "spindle.log").read_text()
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
-        before = thread_cpu_ticks(proc.pid)
-        res = run_client(binary(CLIENT), socket, "verify-run",
-                         "--size", "8M", "--count", "3000",
-                         "--queues", NUM_QUEUES, "--iodepth", "16")
-        run = res.result("verify-run")
-        assert run["queues"] == NUM_QUEUES
-        assert run["writes"] == 3000 * NUM_QUEUES
-        assert all(q["writes"] == 3000 for q in run["per_queue"])
-        after = thread_cpu_ticks(proc.pid)
-        iot = {n: after.get(n, 0) - before.get(n, 0)
-               for n in after if "iota" in n or "iotb" in n}
-        assert len(iot) == 2, after
-        assert all(t > 0 for t in iot.values()), iot
-        print("IOThread CPU ns:", iot)
-        assert proc.poll() is None
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-        log.close()
-    text = (workdir / "spindle.log").read_text()
-    assert proc.returncode == 0, text
+    d = spindle_daemon(["--blockdev",
+                        f"driver=file,node-name=d0,filename={image}{cache}",
+                        *export], iothreads=["iota", "iotb"], ready=[socket])
+    before = thread_cpu_ticks(d.pid)
+    res = run_client(client, socket, "verify-run",
+                     "--size", "8M", "--count", "3000",
+                     "--queues", NUM_QUEUES, "--iodepth", "16")
+    run = res.result("verify-run")
+    assert run["queues"] == NUM_QUEUES
+    assert run["writes"] == 3000 * NUM_QUEUES
+    assert all(q["writes"] == 3000 for q in run["per_queue"])
+    after = thread_cpu_ticks(d.pid)
+    iot = {n: after.get(n, 0) - before.get(n, 0)
+           for n in after if "iota" in n or "iotb" in n}
+    assert len(iot) == 2, after
+    assert all(t > 0 for t in iot.values()), iot
+    print("IOThread CPU ns:", iot)
+    assert d.alive()
+    assert d.stop() == 0, d.stderr()
+    text = d.stderr()
     # Queue i ran in IOThread i % 2 and took at least its 3000 writes from
     # its ring (and the reads that verified them).
     queues = {int(m[1]): (m[2], int(m[3])) for m in QUEUE_STATS.finditer(text)}

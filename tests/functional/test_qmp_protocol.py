@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import wait_for
+from conftest import start_on_listening_socket, wait_for
 
 TIMEOUT = 15
 MAX_MESSAGE = 1 << 20      # QMP_MAX_MESSAGE
@@ -451,16 +451,9 @@ def test_pretty_output(spindle_daemon, tmp_path):
 
 def test_inherited_listening_socket(spindle_daemon, tmp_path):
     path = tmp_path / "inherited.sock"
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(str(path))
-    listener.listen(4)
-    fd = listener.fileno()
-    try:
-        d = spindle_daemon(["--chardev",
-                            f"socket,id=m0,fd={fd},server=on,wait=off",
-                            "--monitor", "chardev=m0"], pass_fds=[fd])
-    finally:
-        listener.close()
+    d = start_on_listening_socket(spindle_daemon, path, lambda fd: [
+        "--chardev", f"socket,id=m0,fd={fd},server=on,wait=off",
+        "--monitor", "chardev=m0"])
 
     async def session():
         client = await qmp_connect(path)

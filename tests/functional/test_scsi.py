@@ -14,22 +14,15 @@ of the export.
 
 import json
 import os
-import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import make_image, vu, vu_ok
+import daemons  # tests/e2e, on sys.path through conftest
+from conftest import make_image, start_on_listening_socket, vu, vu_ok
 from test_frontend import pattern
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tests" / "e2e"))
-
-import daemons  # noqa: E402
-
-CLIENT = "tools/frontend/spindle-vu-client"
 IMAGE_SIZE = 64 << 20
 RO_IMAGE_SIZE = 16 << 20
 MiB = 1 << 20
@@ -49,16 +42,6 @@ ASC_INVALID_OPCODE = 0x20
 
 # --------------------------------------------------------------------------
 # Fixtures and helpers
-
-@pytest.fixture
-def spindle(binary):
-    return binary("spindle")
-
-
-@pytest.fixture
-def client(binary):
-    return binary(CLIENT)
-
 
 def revision_of(spindle):
     """The INQUIRY revision Spindle reports: the version's first two parts."""
@@ -83,19 +66,9 @@ def scsi_exports(work, luns_extra=None, num_queues=1, iothread="iot0"):
 
 
 @pytest.fixture
-def workdir(tmp_path):
-    d = tmp_path / "work"
-    d.mkdir()
-    return d
-
-
-@pytest.fixture
-def scsi_daemon(spindle, workdir):
-    d = daemons.Daemon(spindle, [scsi_exports(workdir, num_queues=2)],
-                       "spindle", workdir)
-    d.start()
-    yield d
-    d.stop()
+def scsi_daemon(spindle_daemon, workdir):
+    return spindle_daemon(exports=[scsi_exports(workdir, num_queues=2)],
+                          workdir=workdir)
 
 
 def sock_of(d):
@@ -176,8 +149,8 @@ def test_read_capacity(client, scsi_daemon):
 # --------------------------------------------------------------------------
 # Data
 
-def test_write_read_verify_and_image_file(client, spindle, workdir):
-    d = daemons.Daemon(spindle, [scsi_exports(workdir)], "spindle", workdir)
+def test_write_read_verify_and_image_file(client, spindle_daemon, workdir):
+    d = spindle_daemon(exports=[scsi_exports(workdir)], workdir=workdir)
     with d:
         sock = sock_of(d)
         res = vu_ok(client, sock,
@@ -206,8 +179,8 @@ def test_write_read_verify_and_image_file(client, spindle, workdir):
     assert len(data) == IMAGE_SIZE
 
 
-def test_read_only_lun_refuses_writes(client, spindle, workdir):
-    d = daemons.Daemon(spindle, [scsi_exports(workdir)], "spindle", workdir)
+def test_read_only_lun_refuses_writes(client, spindle_daemon, workdir):
+    d = spindle_daemon(exports=[scsi_exports(workdir)], workdir=workdir)
     with d:
         sock = sock_of(d)
         w, w10, u, lbp, r = vu_ok(
@@ -252,8 +225,9 @@ def _punch_hole_works(directory):
     return ok and after < before
 
 
-def test_unmap_deallocates_and_reads_zeroes(client, spindle, workdir):
-    d = daemons.Daemon(spindle, [scsi_exports(workdir)], "spindle", workdir)
+def test_unmap_deallocates_and_reads_zeroes(client, spindle_daemon,
+                                            workdir):
+    d = spindle_daemon(exports=[scsi_exports(workdir)], workdir=workdir)
     img = workdir / "lun0.img"
     with d:
         sock = sock_of(d)
@@ -332,9 +306,9 @@ def test_abort_and_query_of_a_finished_task(client, scsi_daemon):
 # --------------------------------------------------------------------------
 # Several queues
 
-def test_request_queues_in_parallel(client, spindle, workdir):
+def test_request_queues_in_parallel(client, spindle_daemon, workdir):
     exp = scsi_exports(workdir, num_queues=2, iothread=["iot0", "iot1"])
-    d = daemons.Daemon(spindle, [exp], "spindle", workdir)
+    d = spindle_daemon(exports=[exp], workdir=workdir)
     with d:
         info, run = vu_ok(client, sock_of(d), "--queues", 2, "info",
                           "scsi-verify-run", "--queues", 2, "--size", "8M",
@@ -397,11 +371,11 @@ RING_FAULTS = ("head-out-of-range", "desc-loop", "addr-out-of-range",
                "next-out-of-range", "indirect-loop", "avail-idx-jump")
 
 
-def test_malformed_requests_do_not_stop_the_daemon(client, spindle, workdir):
+def test_malformed_requests_do_not_stop_the_daemon(client, spindle_daemon,
+                                                   workdir):
     blk_img = make_image(workdir / "blk.img", 16 * MiB)
     blk = daemons.Export(image=str(blk_img), socket=str(workdir / "blk.sock"))
-    d = daemons.Daemon(spindle, [scsi_exports(workdir), blk], "spindle",
-                       workdir)
+    d = spindle_daemon(exports=[scsi_exports(workdir), blk], workdir=workdir)
     with d:
         sock = sock_of(d)
         for kind, want in BAD_REQUESTS.items():
@@ -539,7 +513,7 @@ def test_help_lists_the_scsi_export(spindle):
     assert "vhost-user-scsi" in proc.stderr
 
 
-def test_json_lun_list_and_shorthand(client, spindle, workdir):
+def test_json_lun_list_and_shorthand(client, spindle_daemon, workdir):
     a = make_image(workdir / "a.img", 8 * MiB)
     b = make_image(workdir / "b.img", 4 * MiB)
     sock = workdir / "j.sock"
@@ -548,54 +522,31 @@ def test_json_lun_list_and_shorthand(client, spindle, workdir):
            "num-queues": 1,
            "lun": [{"node-name": "da", "serial": "JSON-A", "writable": True},
                    "db"]}
-    proc = subprocess.Popen(
-        [str(spindle), "--blockdev", f"driver=file,node-name=da,filename={a}",
-         "--blockdev", f"driver=file,node-name=db,filename={b}",
-         "--export", json.dumps(exp)],
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True,
-        preexec_fn=daemons.die_with_parent())
-    try:
-        luns, serial, cap, w, rw = vu_ok(
-            client, sock, "scsi-report-luns", "scsi-inquiry", "--evpd", 0x80,
-            "scsi-read-capacity", "--lun", 1,
-            "scsi-write", 0, "4k", "--lun", 1, "--expect-sense",
-            "DATA_PROTECT", "scsi-write", 0, "4k", "--lun", 0)
-        assert luns["luns"] == [0, 1]
-        assert serial["serial"] == "JSON-A"
-        assert cap["bytes"] == 4 * MiB
-    finally:
-        proc.terminate()
-        _, err = proc.communicate(timeout=30)
-    assert proc.returncode == 0, err
+    d = spindle_daemon(["--blockdev", f"driver=file,node-name=da,filename={a}",
+                        "--blockdev", f"driver=file,node-name=db,filename={b}",
+                        "--export", json.dumps(exp)], ready=[sock])
+    luns, serial, cap, w, rw = vu_ok(
+        client, sock, "scsi-report-luns", "scsi-inquiry", "--evpd", 0x80,
+        "scsi-read-capacity", "--lun", 1,
+        "scsi-write", 0, "4k", "--lun", 1, "--expect-sense",
+        "DATA_PROTECT", "scsi-write", 0, "4k", "--lun", 0)
+    assert luns["luns"] == [0, 1]
+    assert serial["serial"] == "JSON-A"
+    assert cap["bytes"] == 4 * MiB
+    assert d.stop() == 0, d.stderr()
 
 
-def test_inherited_listening_socket(client, spindle, workdir):
+def test_inherited_listening_socket(client, spindle_daemon, workdir):
     img = make_image(workdir / "fd.img", 4 * MiB)
     path = workdir / "fd.sock"
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(str(path))
-    listener.listen()
-    fd = listener.fileno()
-    try:
-        proc = subprocess.Popen(
-            [str(spindle), "--blockdev",
-             f"driver=file,node-name=d,filename={img}",
-             "--export", f"vhost-user-scsi,id=f0,addr.type=fd,addr.str={fd},"
-                         "lun.0.node-name=d,lun.0.writable=on"],
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, text=True, pass_fds=[fd],
-            preexec_fn=daemons.die_with_parent())
-    finally:
-        listener.close()
-    try:
-        res = vu_ok(client, path, "scsi-write", 0, "8k", "--pattern", 9,
-                    "scsi-read", 0, "8k", "--verify", 9)
-        assert res[1]["verified"] == "pattern"
-    finally:
-        proc.terminate()
-        _, err = proc.communicate(timeout=30)
-    assert proc.returncode == 0, err
+    d = start_on_listening_socket(spindle_daemon, path, lambda fd: [
+        "--blockdev", f"driver=file,node-name=d,filename={img}",
+        "--export", f"vhost-user-scsi,id=f0,addr.type=fd,addr.str={fd},"
+                    "lun.0.node-name=d,lun.0.writable=on"])
+    res = vu_ok(client, path, "scsi-write", 0, "8k", "--pattern", 9,
+                "scsi-read", 0, "8k", "--verify", 9)
+    assert res[1]["verified"] == "pattern"
+    assert d.stop() == 0, d.stderr()
     assert path.exists()        # not ours to remove
 
 

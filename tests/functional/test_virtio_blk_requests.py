@@ -28,8 +28,7 @@ Spindle's answer is the one asserted.
 import pytest
 
 from test_frontend import (  # noqa: F401  (fixtures used by name)
-    IMAGE_SIZE, backend_kind, client, make_daemon, pattern, run_client, sock,
-    workdir)
+    IMAGE_SIZE, backend_kind, make_daemon, pattern, run_client, sock)
 
 KiB = 1 << 10
 MiB = 1 << 20
@@ -174,8 +173,8 @@ def check_clean_exit(d):
     """Stop d: exit status 0, and no sanitizer report in its log (with
     build-san: leaks, overflows, undefined behaviour)."""
     status = d.stop()
-    log = d.log_path.read_text(errors="replace")
-    assert status == 0, f"{d.kind} exit status {status}: {log[-3000:]}"
+    log = d.stderr()
+    assert status == 0, f"{d.flavour} exit status {status}: {log[-3000:]}"
     for word in ("Sanitizer", "runtime error"):
         assert word not in log, log[-3000:]
 
@@ -217,7 +216,7 @@ def test_bad_request(client, make_daemon, backend_kind, kind):
     assert res.doc is not None, res.describe()
     outcome = res.result("bad-request")
     assert res.returncode == 0, res.describe()
-    assert d.alive(), f"{d.kind} died after {kind}: {d.log()}"
+    assert d.alive(), f"{d.flavour} died after {kind}: {d.stderr()}"
     check_request(kind, outcome, expect)
 
     # A new session sees the same disk, and both queues serve.
@@ -231,7 +230,7 @@ def test_bad_request(client, make_daemon, backend_kind, kind):
     # The daemon's other export never noticed.
     run_client(client, sock(d, 1), "write", 0, "64k", "--pattern", base,
                "read", 0, "64k", "--verify", base)
-    assert d.alive(), f"{d.kind} died after {kind}: {d.log()}"
+    assert d.alive(), f"{d.flavour} died after {kind}: {d.stderr()}"
     check_clean_exit(d)
 
 
