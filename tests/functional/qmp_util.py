@@ -5,11 +5,12 @@
         cls, desc = d.qmp.error("object-del", {"id": "nope"})
         ev = d.qmp.event("BLOCK_EXPORT_DELETED")        # -> the event message
 
-SpindleQmp starts the daemon with its monitor on a UNIX socket in workdir
-(`--chardev socket,id=m0,path=...,server=on,wait=off --monitor chardev=m0`
-after the given arguments) and connects a QmpSync to it.  stop() (or leaving
-the `with`) closes the client, sends SIGTERM and waits; the exit status is
-in .returncode and what the daemon wrote on stderr in .stderr().
+SpindleQmp is the tests' launcher (spindle_daemon.Daemon) with the daemon's
+monitor on a UNIX socket in workdir (`--chardev socket,id=m0,path=...,
+server=on,wait=off --monitor chardev=m0` after the given arguments): start()
+waits for the monitor to listen and connects a QmpSync to it.  stop() (or
+leaving the `with`) closes the client, sends SIGTERM and waits; the exit
+status is in .returncode and what the daemon wrote on stderr in .stderr().
 
 QmpSync wraps qemu.qmp's asyncio QMPClient in an event loop of its own, so
 tests stay plain functions.  Events are buffered by the client's default
@@ -18,27 +19,19 @@ so an event sent before or with a command's reply is never lost.
 """
 
 import asyncio
-import os
 import signal
-import subprocess
 import time
 from pathlib import Path
 
 from qemu.qmp import QMPClient
 from qemu.qmp.qmp_client import ExecuteError
 
+from spindle_daemon import Daemon, DaemonError
+
 MONITOR_SOCKET = "qmp.sock"
 CONNECT_TIMEOUT_S = 10.0
 REPLY_TIMEOUT_S = 10.0
 STOP_TIMEOUT_S = 20.0
-
-
-def _die_with_parent():
-    """preexec_fn: the daemon gets SIGTERM if the test process dies."""
-    import ctypes
-    libc = ctypes.CDLL(None, use_errno=True)
-    PR_SET_PDEATHSIG = 1
-    libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
 
 
 class QmpSync:
@@ -100,68 +93,35 @@ class QmpSync:
         self.loop.close()
 
 
-class SpindleQmp:
+class SpindleQmp(Daemon):
     """spindle with a monitor; .qmp is the connected client."""
 
     def __init__(self, program, workdir, args, env=None):
         self.workdir = Path(workdir)
         self.monitor = self.workdir / MONITOR_SOCKET
-        self.args = [str(program), *map(str, args),
-                     "--chardev", f"socket,id=m0,path={self.monitor},"
-                                  "server=on,wait=off",
-                     "--monitor", "chardev=m0"]
-        self.env = env
-        self.proc = None
+        monitor = ["--chardev",
+                   f"socket,id=m0,path={self.monitor},server=on,wait=off",
+                   "--monitor", "chardev=m0"]
+        super().__init__(program, [*args, *monitor],
+                         log_path=self.workdir / "spindle.stderr", env=env,
+                         ready=[self.monitor])
         self.qmp = None
-        self.returncode = None
-        self._stderr_path = self.workdir / "spindle.stderr"
 
-    def start(self):
-        self._stderr = open(self._stderr_path, "wb")
-        self.proc = subprocess.Popen(self.args, stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.DEVNULL,
-                                     stderr=self._stderr, env=self.env,
-                                     preexec_fn=_die_with_parent)
+    def start(self, timeout=CONNECT_TIMEOUT_S):
+        super().start(timeout)
         try:
-            self.qmp = QmpSync(self.monitor,
-                               alive=lambda: self.proc.poll() is None)
+            self.qmp = QmpSync(self.monitor, alive=self.alive)
         except Exception as e:
             self.stop()
-            raise RuntimeError(f"cannot talk to spindle's monitor ({e!r}); "
-                               f"exit {self.returncode}; stderr:\n"
-                               f"{self.stderr()}") from e
+            raise DaemonError(f"cannot talk to spindle's monitor ({e!r})"
+                              f"{self.describe()}") from e
         return self
 
-    @property
-    def pid(self):
-        return self.proc.pid
-
-    def stderr(self):
-        try:
-            return self._stderr_path.read_text(errors="replace")
-        except OSError:
-            return ""
-
-    def stop(self):
+    def stop(self, sig=signal.SIGTERM, timeout=STOP_TIMEOUT_S):
         if self.qmp:
             self.qmp.close()
             self.qmp = None
-        if self.proc and self.returncode is None:
-            if self.proc.poll() is None:
-                self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.returncode = self.proc.wait(STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.returncode = self.proc.wait()
-            self._stderr.close()
-        return self.returncode
-
-    def __enter__(self):
-        return self.start()
-
-    def __exit__(self, *exc):
-        self.stop()
+        return super().stop(sig, timeout)
 
 
 def thread_comm(pid, tid):
@@ -178,28 +138,3 @@ def thread_cpus(pid, tid):
         if line.startswith("Cpus_allowed_list:"):
             return line.split(":", 1)[1].strip()
     raise AssertionError("no Cpus_allowed_list")
-
-
-def wait_until(pred, timeout=5.0, what="condition"):
-    """Poll pred() until it returns a true value; return that value."""
-    deadline = time.monotonic() + timeout
-    while True:
-        v = pred()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
-
-
-def is_listening(path):
-    """Whether a UNIX socket listens at path (from /proc/net/unix)."""
-    path = os.fspath(path)
-    with open("/proc/net/unix") as f:
-        next(f, None)
-        for line in f:
-            parts = line.split()
-            if len(parts) >= 8 and parts[7] == path and \
-                    int(parts[3], 16) & 0x10000:      # __SO_ACCEPTCON
-                return True
-    return False

@@ -18,17 +18,16 @@ a front-end is connected to).  After a refused command nothing changed.
 
 import json
 import os
-import re
 import subprocess
 import time
 
 import pytest
 
-from qmp_util import (SpindleQmp, is_listening, thread_comm, thread_cpus,
-                      wait_until)
+from conftest import make_image
+from qmp_util import SpindleQmp, thread_comm, thread_cpus
+from spindle_daemon import is_listening, wait_for
 from test_frontend import pattern
 
-CLIENT = "tools/frontend/spindle-vu-client"
 KiB = 1 << 10
 MiB = 1 << 20
 IMAGE_SIZE = 64 * MiB
@@ -68,34 +67,6 @@ SCSI_EVT_RESET_REMOVED = 2
 
 # --------------------------------------------------------------------------
 # Fixtures and helpers
-
-@pytest.fixture
-def spindle(binary):
-    path = binary("spindle")
-    out = subprocess.run([str(path), "--help"], capture_output=True,
-                         text=True, timeout=10)
-    text = out.stdout + out.stderr
-    if "--monitor" not in text or re.search(r"monitor.*not implemented",
-                                            text):
-        pytest.skip(f"{path} has no QMP monitor yet (`spindle --help`)")
-    return path
-
-
-@pytest.fixture
-def client(binary):
-    return binary(CLIENT)
-
-
-@pytest.fixture
-def workdir(tmp_path):
-    return tmp_path
-
-
-def make_image(path, size):
-    with open(path, "wb") as f:
-        f.truncate(size)
-    return path
-
 
 def blk_args(workdir, num_queues=2):
     """iot0; node d0 (a 64 MiB file, discard=unmap) exported as e0 in iot0."""
@@ -236,7 +207,7 @@ def test_query_iothreads_names_each_queue_and_its_window(daemon, client):
                   _poll_stats(daemon)["handlers"]}
             return all(hs.get(f"e0/vq{i}", {}).get("events", 0) > 200
                        for i in range(2)) and hs
-        hs = wait_until(queues_busy, what="both queues to see requests")
+        hs = wait_for(queues_busy, what="both queues to see requests")
     finally:
         proc.kill()
         vu_wait(proc)
@@ -275,8 +246,8 @@ def test_object_add_and_del_an_iothread(daemon):
 
     assert daemon.qmp.cmd("object-del", {"id": "iot1"}) == {}
     assert list(iothreads(daemon)) == ["iot0"]
-    wait_until(lambda: thread_comm(daemon.pid, tid) is None,
-               what="the IOThread's thread to exit")
+    wait_for(lambda: thread_comm(daemon.pid, tid) is None,
+             what="the IOThread's thread to exit")
     # The id is free again.
     daemon.qmp.cmd("object-add", {"qom-type": "iothread", "id": "iot1"})
     assert iothreads(daemon)["iot1"]["poll-max-ns"] == 32768
@@ -571,13 +542,13 @@ def test_query_block_exports(daemon, client):
     proc = vu_start(client, daemon.workdir / "e0.sock", "verify-run",
                     "--size", "1M", "--count", 10000000)
     try:
-        wait_until(lambda: client_connected(daemon, "e0"),
-                   what="the client to connect")
+        wait_for(lambda: client_connected(daemon, "e0"),
+                 what="the client to connect")
     finally:
         proc.kill()
         vu_wait(proc)
-    wait_until(lambda: not client_connected(daemon, "e0"),
-               what="the client to be gone")
+    wait_for(lambda: not client_connected(daemon, "e0"),
+             what="the client to be gone")
     assert daemon.qmp.error("query-block-exports", {"id": "e0"}) == \
         (GENERIC, "Parameter 'id' is unexpected")
 
@@ -703,8 +674,8 @@ def test_block_export_del_refuses_while_connected_then_hard(daemon, client):
     proc = vu_start(client, sock, "verify-run", "--size", "4M", "--count",
                     10000000, "--iodepth", 4)
     try:
-        wait_until(lambda: client_connected(daemon, "e0"),
-                   what="the client to connect")
+        wait_for(lambda: client_connected(daemon, "e0"),
+                 what="the client to connect")
         for args in ({"id": "e0"}, {"id": "e0", "mode": "safe"}):
             assert q.error("block-export-del", args) == \
                 (GENERIC, "export 'e0' still in use (use mode=hard to "
@@ -830,9 +801,9 @@ def test_block_resize_grows_what_the_front_end_sees(daemon, client):
                     "read", "90M", "64k", "--verify", 5)
     try:
         # Past "info" and the write: the session is set up.
-        wait_until(lambda: sum(x["requests"] for x in
-                               exports(daemon)["e0"]["spindle-queues"]) >= 1,
-                   what="the client's first write")
+        wait_for(lambda: sum(x["requests"] for x in
+                             exports(daemon)["e0"]["spindle-queues"]) >= 1,
+                 what="the client's first write")
         assert q.cmd("block_resize", {"node-name": "d0",
                                       "size": new_size}) == {}
         run = vu_wait(proc, timeout=20)
@@ -936,8 +907,8 @@ def test_lun_hot_add_and_remove(scsi_daemon, client):
                     "ILLEGAL_REQUEST")
     try:
         # Past the first REPORT LUNS: now waiting for an event.
-        wait_until(lambda: _scsi_request_count(d) >= 1,
-                   what="the first REPORT LUNS")
+        wait_for(lambda: _scsi_request_count(d) >= 1,
+                 what="the first REPORT LUNS")
         assert q.cmd("block-export-lun-add", {
             "id": "s0", "lun": 5, "node-name": "hot", "writable": True,
             "serial": "HOT-5"}) == {}
@@ -952,7 +923,7 @@ def test_lun_hot_add_and_remove(scsi_daemon, client):
         def lun5_read():
             s = blockstats(d, "s0", lun=5)["stats"]
             return s if s["rd_operations"] >= 1 else None
-        st = wait_until(lun5_read, what="the read on LUN 5")
+        st = wait_for(lun5_read, what="the read on LUN 5")
         assert (st["wr_operations"], st["wr_bytes"]) == (1, 64 * KiB)
         assert (st["rd_operations"], st["rd_bytes"]) == (1, 64 * KiB)
         assert blockstats(d, "s0", lun=0)["stats"]["wr_operations"] == 0

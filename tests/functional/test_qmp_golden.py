@@ -44,20 +44,16 @@ import re
 import select
 import shlex
 import shutil
-import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
-from conftest import REPO_ROOT, _build_dir_path, find_binary
-
-sys.path.insert(0, str(REPO_ROOT / "tests" / "e2e"))
-from daemons import die_with_parent  # noqa: E402
+from conftest import _build_dir_path, find_binary
+from spindle_daemon import launch
 
 GOLDEN_DIR = Path(__file__).resolve().parent / "qmp-golden"
 UPDATE = os.environ.get("SPINDLE_GOLDEN_UPDATE") == "1"
@@ -225,10 +221,9 @@ class Run:
 
     def __init__(self, program, tmp):
         self.program, self.tmp = program, Path(tmp)
-        self.proc = None
+        self.daemon = None
         self.conn = None
         self.out = []
-        self.stderr_path = self.tmp / "spindle.stderr"
 
     def expand(self, text):
         return text.replace("$TMP", str(self.tmp))
@@ -257,18 +252,15 @@ class Run:
     def command(self, line, expected):
         argv = shlex.split(self.expand(line[2:]))
         if argv[0] == "spindle":
-            assert self.proc is None, "one `$ spindle` per transcript"
-            self.stderr = open(self.stderr_path, "w")
-            self.proc = subprocess.Popen(
-                [str(self.program), *argv[1:]], cwd=self.tmp,
-                stdin=subprocess.DEVNULL, stdout=self.stderr,
-                stderr=self.stderr, preexec_fn=die_with_parent())
+            assert self.daemon is None, "one `$ spindle` per transcript"
+            self.daemon = launch(self.program, argv[1:], cwd=self.tmp,
+                                 log_path=self.tmp / "spindle.stderr")
             try:
                 self.conn = Connection(self.tmp / MONITOR_SOCKET)
             except OSError as e:
                 pytest.fail(f"cannot connect to the monitor: {e}; spindle "
-                            f"exited {self.proc.poll()}; stderr:\n"
-                            f"{self.daemon_stderr()}")
+                            f"exited {self.daemon.proc.poll()}"
+                            f"{self.daemon.describe()}")
             self.read(expected)
         else:
             subprocess.run(argv, cwd=self.tmp, check=True, timeout=30)
@@ -282,29 +274,19 @@ class Run:
                     break
                 self.record(msg)
             self.conn.close()
-        if self.proc is not None:
+        if self.daemon is not None:
             try:
-                status = self.proc.wait(timeout=5 if self.conn.eof else 0.1)
+                self.daemon.proc.wait(timeout=5 if self.conn.eof else 0.1)
             except subprocess.TimeoutExpired:
-                self.proc.send_signal(signal.SIGTERM)
-                try:
-                    status = self.proc.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    self.proc.kill()
-                    status = self.proc.wait()
-            self.stderr.close()
-            self.out.append(f"exit {status}")
+                pass        # not gone by itself: stop() sends SIGTERM
+            self.out.append(f"exit {self.daemon.stop()}")
 
     def daemon_stderr(self):
-        try:
-            return self.stderr_path.read_text(errors="replace")
-        except OSError:
-            return ""
+        return self.daemon.stderr() if self.daemon is not None else ""
 
     def kill(self):
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
+        if self.daemon is not None:
+            self.daemon.kill()
 
 
 def replay(program, text):
