@@ -1,9 +1,13 @@
 """What the benchmark drivers (bench-compare, poll-frontier) share on their
-command line: stopping cleanly on a signal, and the workload, machine and
-program options that mean the same in both."""
+command line: stopping cleanly on a signal, the workload, machine and
+program options that mean the same in both, and how a run starts (output
+directory, plan, dry run) and ends (table.txt and where everything went)."""
 
 import signal
+import sys
 from pathlib import Path
+
+from .machine import SetupError
 
 
 class Interrupted(Exception):
@@ -70,3 +74,51 @@ def add_program_args(g, out_default):
                    help="spindle-bench (default <build>/tools/bench/spindle-bench)")
     g.add_argument("--skip-deps", action="store_true",
                    help="do not run scripts/install-deps.sh")
+
+
+def say(text=""):
+    print(text, flush=True)
+
+
+def fmt_duration(s):
+    return f"{s:.0f} s" if s < 120 else f"{s / 60:.1f} min"
+
+
+def begin(name, args, out_default, prepare, print_plan, print_dry_run):
+    """How both drivers start: the stop signals caught, the output directory
+    (--out, else bench-results/OUT_DEFAULT), prepare(args, out_dir) ->
+    (programs, facts, warning), the plan printed, and with --dry-run what
+    would run.  Returns (programs, facts, out_dir) to go on with, or the
+    exit status to end with at once."""
+    catch_stop_signals()
+    out_dir = (args.out or Path("bench-results") / out_default).resolve()
+    try:
+        programs, facts, warning = prepare(args, out_dir)
+    except SetupError as e:
+        print(f"{name}: {e}", file=sys.stderr)
+        return 2
+    except (KeyboardInterrupt, Interrupted):
+        return 130
+    print_plan(args, facts, warning)
+    if args.dry_run:
+        print_dry_run(args, programs)
+        return 0
+    out_dir.mkdir(parents=True, exist_ok=True)
+    say(f"output: {out_dir}")
+    return programs, facts, out_dir
+
+
+def write_table_and_say_where(out_dir, table_lines, wall, json_path, plots,
+                              logs, wall_note=""):
+    """Write OUT_DIR/table.txt; say the wall time and where the raw
+    results, the table, the plots and the daemon logs (`logs`, the words
+    after the label) are."""
+    table_path = out_dir / "table.txt"
+    table_path.write_text("\n".join(table_lines) + "\n")
+    say(f"\nwall time {wall:.0f} s" + (f" ({wall / 60:.1f} min)" if wall >= 120 else "")
+        + wall_note)
+    say(f"raw results: {json_path}")
+    say(f"table:       {table_path}")
+    for p in plots:
+        say(f"plot:        {p}")
+    say(logs)

@@ -12,8 +12,7 @@ from pathlib import Path
 from . import cli, image, machine, matrix as mx, report, runner
 from .backends import (DISPLAY, FLAVOURS, Backend, BackendError, daemon_args,
                        measure_idle, die_with_parent)
-from .cli import Interrupted, SystematicFailure
-from .machine import SetupError
+from .cli import Interrupted, SystematicFailure, fmt_duration, say
 
 # Per-run overhead beyond --ramp + --runtime (connect, set-up, report), for
 # the time estimate only.
@@ -179,19 +178,11 @@ def parse_args(argv):
     return args
 
 
-def say(text=""):
-    print(text, flush=True)
-
-
 def estimate_s(args):
     m = args.matrix
     per_run = args.ramp + args.runtime + RUN_OVERHEAD_S
     per_pair = SETTLE_S + 2 * args.idle + 0.5
     return m.runs() * per_run + len(m.pairs()) * per_pair
-
-
-def _fmt_duration(s):
-    return f"{s:.0f} s" if s < 120 else f"{s / 60:.1f} min"
 
 
 class Session:
@@ -226,7 +217,7 @@ class Session:
                 self.image_facts = image.describe(self.image)
             for i, pair in enumerate(self.args.matrix.pairs()):
                 say(f"\n== {i + 1}/{len(self.args.matrix.pairs())}: {pair.label} "
-                    f"({_fmt_duration(time.monotonic() - self.t0)} so far)")
+                    f"({fmt_duration(time.monotonic() - self.t0)} so far)")
                 self.run_pair(i, pair)
                 self.write_json(complete=False)
         finally:
@@ -413,7 +404,7 @@ def print_plan(args, facts, warning):
         f"{m.repeats} repeats; {args.rw} {args.bs}, completion={args.completion}, "
         f"ramp {args.ramp:g} s + runtime {args.runtime:g} s")
     say(f"{len(m.cells())} cells x {m.repeats} repeats x 2 daemons = {m.runs()} runs, "
-        f"about {_fmt_duration(estimate_s(args))}")
+        f"about {fmt_duration(estimate_s(args))}")
 
 
 def print_dry_run(args, programs):
@@ -471,15 +462,9 @@ def finish(session, args):
             say(f"bench-compare: drawing the plots failed: {e!r}")
     json_path = session.write_json(complete=True, summary=summary, goals=goals,
                                    plots=plots)
-    table_path = session.out_dir / "table.txt"
-    table_path.write_text("\n".join(header + [""] + table + [""] + goal_lines) + "\n")
-
-    say(f"\nwall time {wall:.0f} s" + (f" ({wall / 60:.1f} min)" if wall >= 120 else ""))
-    say(f"raw results: {json_path}")
-    say(f"table:       {table_path}")
-    for p in plots:
-        say(f"plot:        {p}")
-    say(f"daemon logs: {session.log_dir}/")
+    cli.write_table_and_say_where(
+        session.out_dir, header + [""] + table + [""] + goal_lines, wall,
+        json_path, plots, f"daemon logs: {session.log_dir}/")
     failed = [k for k, e in summary.items() if any(e[f]["ok"] == 0 for f in FLAVOURS)]
     if failed:
         say(f"cells that failed on a daemon in every repeat: {', '.join(failed)}")
@@ -489,23 +474,12 @@ def finish(session, args):
 
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    cli.catch_stop_signals()
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    out_dir = (args.out or Path("bench-results") / stamp).resolve()
-    try:
-        programs, facts, warning = prepare(args, out_dir)
-    except SetupError as e:
-        print(f"bench-compare: {e}", file=sys.stderr)
-        return 2
-    except (KeyboardInterrupt, Interrupted):
-        return 130
-    print_plan(args, facts, warning)
-    if args.dry_run:
-        print_dry_run(args, programs)
-        return 0
-    out_dir.mkdir(parents=True, exist_ok=True)
-    say(f"output: {out_dir}")
-
+    started = cli.begin("bench-compare", args, stamp, prepare, print_plan,
+                        print_dry_run)
+    if isinstance(started, int):
+        return started
+    programs, facts, out_dir = started
     session = Session(args, programs, facts, out_dir)
     try:
         session.run_matrix()

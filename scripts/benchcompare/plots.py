@@ -80,24 +80,42 @@ def _finish(plt, fig, title, note, path):
     plt.close(fig)
 
 
-def plot_cdfs(summary, media, polls, note, path):
-    """Latency CDFs of the median run of each QD1 cell."""
-    plt = _pyplot()
+def _series_panels(plt, media, polls, draw_series, empty_text):
+    """A figure of one panel a medium, drawing draw_series(ax, service,
+    flavour, poll) (true if it drew anything) for each daemon and poll
+    setting.  A panel with nothing drawn says empty_text.  Returns the
+    figure and a list of (ax, title, drawn) to finish the panels with."""
     fig, axes = _panels(plt, len(media))
+    panels = []
     for ax, (service, title) in zip(axes, media):
         drawn = False
         for flavour in FLAVOURS:
             for poll in polls:
-                entry = _entry(summary, service, poll, "QD1")
-                cdf = entry[flavour]["median_run_cdf"] if entry else None
-                if not cdf:
-                    continue
-                xs = [p[0] / 1000 for p in cdf if p[0] > 0]
-                ys = [p[1] for p in cdf if p[0] > 0]
-                ax.step(xs, ys, where="post", color=COLORS[flavour],
-                        linestyle=_style(poll, polls),
-                        label=f"{DISPLAY[flavour]}, poll {poll}")
-                drawn = True
+                drawn = draw_series(ax, service, flavour, poll) or drawn
+        if not drawn:
+            ax.text(0.5, 0.5, empty_text, ha="center", transform=ax.transAxes)
+        panels.append((ax, title, drawn))
+    return fig, panels
+
+
+def plot_cdfs(summary, media, polls, note, path):
+    """Latency CDFs of the median run of each QD1 cell."""
+    plt = _pyplot()
+
+    def series(ax, service, flavour, poll):
+        entry = _entry(summary, service, poll, "QD1")
+        cdf = entry[flavour]["median_run_cdf"] if entry else None
+        if not cdf:
+            return False
+        xs = [p[0] / 1000 for p in cdf if p[0] > 0]
+        ys = [p[1] for p in cdf if p[0] > 0]
+        ax.step(xs, ys, where="post", color=COLORS[flavour],
+                linestyle=_style(poll, polls),
+                label=f"{DISPLAY[flavour]}, poll {poll}")
+        return True
+
+    fig, panels = _series_panels(plt, media, polls, series, "no QD1 results")
+    for ax, title, drawn in panels:
         ax.set_title(f"{title}, QD1")
         ax.set_xlabel("latency (µs, log scale)")
         ax.set_ylabel("fraction of I/Os ≤ latency")
@@ -106,35 +124,34 @@ def plot_cdfs(summary, media, polls, note, path):
         if drawn:
             ax.set_xscale("log")
             ax.legend(fontsize=8, loc="lower right")
-        else:
-            ax.text(0.5, 0.5, "no QD1 results", ha="center", transform=ax.transAxes)
     _finish(plt, fig, "Latency CDF at queue depth 1", note, path)
 
 
 def plot_cpu_per_io(summary, media, polls, note, path):
     """Daemon CPU µs per I/O against achieved IOPS (open-loop cells)."""
     plt = _pyplot()
-    fig, axes = _panels(plt, len(media))
-    for ax, (service, title) in zip(axes, media):
-        drawn = False
-        for flavour in FLAVOURS:
-            for poll in polls:
-                pts = []
-                for entry in summary.values():
-                    med = entry[flavour]["median"]
-                    if (entry["medium"] == service and entry["poll"] == poll
-                            and entry["rate_iops"] and med
-                            and med["iops"] and med["cpu_us_per_io"] is not None):
-                        pts.append((med["iops"], med["cpu_us_per_io"]))
-                if not pts:
-                    continue
-                pts.sort()
-                ax.plot([p[0] for p in pts], [p[1] for p in pts],
-                        marker=_marker(poll, polls), markerfacecolor="none"
-                        if poll != "default" else COLORS[flavour],
-                        color=COLORS[flavour], linestyle=_style(poll, polls),
-                        label=f"{DISPLAY[flavour]}, poll {poll}")
-                drawn = True
+
+    def series(ax, service, flavour, poll):
+        pts = []
+        for entry in summary.values():
+            med = entry[flavour]["median"]
+            if (entry["medium"] == service and entry["poll"] == poll
+                    and entry["rate_iops"] and med
+                    and med["iops"] and med["cpu_us_per_io"] is not None):
+                pts.append((med["iops"], med["cpu_us_per_io"]))
+        if not pts:
+            return False
+        pts.sort()
+        ax.plot([p[0] for p in pts], [p[1] for p in pts],
+                marker=_marker(poll, polls), markerfacecolor="none"
+                if poll != "default" else COLORS[flavour],
+                color=COLORS[flavour], linestyle=_style(poll, polls),
+                label=f"{DISPLAY[flavour]}, poll {poll}")
+        return True
+
+    fig, panels = _series_panels(plt, media, polls, series,
+                                 "no open-loop results")
+    for ax, title, drawn in panels:
         ax.set_title(f"{title}, open loop")
         ax.set_xlabel("achieved IOPS (log scale)")
         ax.set_ylabel("daemon CPU per I/O (µs)")
@@ -148,8 +165,6 @@ def plot_cpu_per_io(summary, media, polls, note, path):
             ax.xaxis.set_minor_formatter(plt.NullFormatter())
             ax.set_ylim(top=ax.get_ylim()[1] * 1.35)    # room for the legend
             ax.legend(fontsize=8, loc="upper left", ncol=2)
-        else:
-            ax.text(0.5, 0.5, "no open-loop results", ha="center", transform=ax.transAxes)
     _finish(plt, fig, "Daemon CPU time per I/O against arrival rate", note, path)
 
 

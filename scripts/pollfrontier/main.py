@@ -15,7 +15,7 @@ from types import SimpleNamespace
 from benchcompare import cli, image as img, machine, runner
 from benchcompare.backends import BackendError, die_with_parent, thread_affinities, \
     thread_cpu_ns
-from benchcompare.cli import Interrupted, SystematicFailure
+from benchcompare.cli import Interrupted, SystematicFailure, fmt_duration, say
 from benchcompare.machine import SetupError
 from benchcompare.matrix import Load as BaseLoad, parse_services, parse_size
 from benchcompare.report import median_metrics, metrics, si, sig3
@@ -202,14 +202,6 @@ def parse_args(argv):
     args.daemon_services = ([0] if 0 not in args.service_list else []) + args.service_list
     args.completion = "poll"       # benchcompare.runner's default; loads override it
     return args
-
-
-def say(text=""):
-    print(text, flush=True)
-
-
-def _fmt_duration(s):
-    return f"{s:.0f} s" if s < 120 else f"{s / 60:.1f} min"
 
 
 def run_count(args):
@@ -439,7 +431,7 @@ class Session:
         configs = args.configs
         for i, cell in enumerate(args.cells):
             say(f"\n== cell {i + 1}/{len(args.cells)}: {cell.label()} "
-                f"({_fmt_duration(time.monotonic() - self.t0)} so far)")
+                f"({fmt_duration(time.monotonic() - self.t0)} so far)")
             socket = self.layout.socket(cell.service_ns)
             for rep in range(args.repeats):
                 k = rep % len(configs)
@@ -778,7 +770,7 @@ def print_plan(args, facts, warning):
         f"{args.policy_max_ns}); judged: {args.default_policy}")
     say(f"{len(args.cells)} cells x {len(args.configs)} configs x {args.repeats} repeats "
         f"= {run_count(args)} runs of {args.ramp:g} s ramp + {args.runtime:g} s, "
-        f"about {_fmt_duration(estimate_s(args))} in all")
+        f"about {fmt_duration(estimate_s(args))} in all")
 
 
 def print_dry_run(args, programs):
@@ -864,15 +856,10 @@ def finish(session, args, wall):
             say(f"poll-frontier: drawing the plot failed: {e!r}")
     json_path = session.write_json(complete=True, summary=verdict_summary, plots=plots,
                                    wall=wall)
-    table_path = session.out_dir / "table.txt"
-    table_path.write_text("\n".join(header + [""] + body + [""] + lines) + "\n")
-    say(f"\nwall time {wall:.0f} s" + (f" ({wall / 60:.1f} min)" if wall >= 120 else "")
-        + " (after dependencies and build)")
-    say(f"raw results: {json_path}")
-    say(f"table:       {table_path}")
-    for p in plots:
-        say(f"plot:        {p}")
-    say(f"daemon log:  {session.log_dir}/spindle.log")
+    cli.write_table_and_say_where(
+        session.out_dir, header + [""] + body + [""] + lines, wall, json_path,
+        plots, f"daemon log:  {session.log_dir}/spindle.log",
+        wall_note=" (after dependencies and build)")
     failed = [f"{k} {c}" for k, s in session.cell_summaries.items()
               for c, e in s.items() if e["ok"] == 0]
     if failed:
@@ -883,23 +870,12 @@ def finish(session, args, wall):
 
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    cli.catch_stop_signals()
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    out_dir = (args.out or Path("bench-results") / f"poll-frontier-{stamp}").resolve()
-    try:
-        programs, facts, warning = prepare(args, out_dir)
-    except SetupError as e:
-        print(f"poll-frontier: {e}", file=sys.stderr)
-        return 2
-    except (KeyboardInterrupt, Interrupted):
-        return 130
-    print_plan(args, facts, warning)
-    if args.dry_run:
-        print_dry_run(args, programs)
-        return 0
-    out_dir.mkdir(parents=True, exist_ok=True)
-    say(f"output: {out_dir}")
-
+    started = cli.begin("poll-frontier", args, f"poll-frontier-{stamp}",
+                        prepare, print_plan, print_dry_run)
+    if isinstance(started, int):
+        return started
+    programs, facts, out_dir = started
     session = Session(args, programs, facts, out_dir)
     # A short directory: a UNIX socket path has at most 107 bytes.
     sock_dir = tempfile.mkdtemp(prefix="spf.", dir="/tmp")
