@@ -28,6 +28,7 @@ SPINDLE_E2E_KEEP=1 keeps each boot's directory (console log, images, the
 daemon's stderr) and prints where it is.
 """
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -110,6 +111,52 @@ def _spindle_or_skip():
     return path
 
 
+@contextlib.contextmanager
+def boot_dir(what):
+    """A fresh directory for one boot, with a short path (UNIX socket paths
+    are limited to 107 bytes); removed afterwards, or kept and named with
+    SPINDLE_E2E_KEEP=1."""
+    workdir = Path(tempfile.mkdtemp(prefix="spindle-e2e-"))
+    try:
+        yield workdir
+    finally:
+        if os.environ.get("SPINDLE_E2E_KEEP"):
+            print(f"\nkept the {what} boot (console, images, stderr): "
+                  f"{workdir}")
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+def skip_without_guest():
+    reasons = guest.missing_prerequisites()
+    if reasons:
+        pytest.skip("cannot boot a guest: " + "; ".join(reasons))
+
+
+def run_guest_on(daemon, disks, script, workdir, context=lambda: "", **kw):
+    """Boot a guest on disks of the started `daemon` (edd=off, console in
+    WORKDIR/console.log) and run script; then stop the daemon.  Returns
+    (the guest.GuestRun, the daemon's exit status).  A failed boot (or an
+    exception from kw's on_line) fails the test with its reason, context(),
+    the console's tail and the daemon's output."""
+    try:
+        run = guest.run_guest(disks, script,
+                              console_log=workdir / "console.log",
+                              append_extra=guest.NO_FIRMWARE_DISK_PROBE, **kw)
+    except Exception as e:
+        try:
+            console = (workdir / "console.log").read_text(errors="replace")
+        except OSError:
+            console = ""
+        daemon.stop()
+        pytest.fail(f"{type(e).__name__}: {e}\n{context()}console tail:\n"
+                    f"{guest.tail(console)}\n{daemon.name} stderr:\n"
+                    f"{daemon.stderr()[-3000:]}", pytrace=False)
+    finally:
+        status = daemon.stop()
+    return run, status
+
+
 def _program(backend):
     if backend == "spindle":
         return _spindle_or_skip(), "spindle"
@@ -145,9 +192,7 @@ def _make_images(workdir):
 
 
 def _boot(backend):
-    reasons = guest.missing_prerequisites()
-    if reasons:
-        pytest.skip("cannot boot a guest: " + "; ".join(reasons))
+    skip_without_guest()
     program, flavour = _program(backend)
     # A short directory: UNIX socket paths are limited to 107 bytes.
     workdir = Path(tempfile.mkdtemp(prefix="spindle-e2e-"))
@@ -161,17 +206,12 @@ def _boot(backend):
                            logical_block_size=VDB_BLOCK),
         ]
         script, files = _workload()
-        daemon = daemons.Daemon(program, exports, flavour, workdir)
-        daemon.start()
-        try:
-            run = guest.run_guest(
-                [guest.Disk(exports[0].socket, num_queues=VDA_QUEUES),
-                 guest.Disk(exports[1].socket, num_queues=1)],
-                script, files=files, smp=GUEST_SMP, timeout=GUEST_TIMEOUT_S,
-                console_log=workdir / "console.log",
-                append_extra=guest.NO_FIRMWARE_DISK_PROBE)
-        finally:
-            status = daemon.stop()
+        daemon = daemons.Daemon(program, exports, flavour, workdir).start()
+        run, status = run_guest_on(
+            daemon, [guest.Disk(exports[0].socket, num_queues=VDA_QUEUES),
+                     guest.Disk(exports[1].socket, num_queues=1)],
+            script, workdir, files=files, smp=GUEST_SMP,
+            timeout=GUEST_TIMEOUT_S)
         return Boot(backend, run, status, daemon.stderr(), vda_img, vdb_img,
                     workdir)
     except BaseException:
@@ -310,12 +350,9 @@ def test_firmware_reads_the_disk(backend):
     read never completes, or completes in a way SeaBIOS retries forever, the
     boot stops at "Probing EDD" and this test times out.
     """
-    reasons = guest.missing_prerequisites()
-    if reasons:
-        pytest.skip("cannot boot a guest: " + "; ".join(reasons))
+    skip_without_guest()
     program, flavour = _program(backend)
-    workdir = Path(tempfile.mkdtemp(prefix="spindle-e2e-"))
-    try:
+    with boot_dir(f"{backend} firmware") as workdir:
         img = workdir / "boot.img"
         mbr = guest.pattern_bytes(512, seed=0xb007)
         with open(img, "wb") as f:
@@ -337,5 +374,3 @@ def test_firmware_reads_the_disk(backend):
                         pytrace=False)
         run.check()
         assert run.results.get("mbr_md5") == guest.md5(mbr)
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)

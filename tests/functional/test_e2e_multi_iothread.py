@@ -15,13 +15,12 @@ QEMU, a kernel or busybox is missing, or the directory has no O_DIRECT.
 """
 
 import re
-import shutil
-import tempfile
-from pathlib import Path
 
 import pytest
 
-from test_e2e_blk import _spindle_or_skip, daemons, guest
+from conftest import make_image
+from test_e2e_blk import (_spindle_or_skip, boot_dir, daemons, guest,
+                          run_guest_on, skip_without_guest)
 from test_multi_iothread import QUEUE_STATS, WRITE_STATS, o_direct_works
 
 MiB = 1 << 20
@@ -64,34 +63,21 @@ done
 
 @pytest.fixture(scope="module")
 def run():
-    reasons = guest.missing_prerequisites()
-    if reasons:
-        pytest.skip("cannot boot a guest: " + "; ".join(reasons))
+    skip_without_guest()
     program = _spindle_or_skip()
-    workdir = Path(tempfile.mkdtemp(prefix="spindle-e2e-"))
-    try:
+    with boot_dir("multi-IOThread") as workdir:
         if not o_direct_works(workdir):
             pytest.skip(f"{workdir} does not support O_DIRECT (tmpfs?)")
-        image = workdir / "disk.img"
-        with open(image, "wb") as f:
-            f.truncate(DISK_SIZE)
+        image = make_image(workdir / "disk.img", DISK_SIZE)
         exp = daemons.Export(str(image), str(workdir / "vda.sock"),
                              num_queues=QUEUES, iothread=IOTHREADS,
                              node_opts=",cache.direct=on")
         files = {f"/p{c}.bin": PATTERNS[c] for c in range(QUEUES)}
-        daemon = daemons.Daemon(program, [exp], "spindle", workdir)
-        daemon.start()
-        try:
-            result = guest.run_guest(
-                [guest.Disk(exp.socket, num_queues=QUEUES)], _script(),
-                files=files, smp=QUEUES, timeout=GUEST_TIMEOUT_S,
-                console_log=workdir / "console.log",
-                append_extra=guest.NO_FIRMWARE_DISK_PROBE)
-        finally:
-            status = daemon.stop()
+        daemon = daemons.Daemon(program, [exp], "spindle", workdir).start()
+        result, status = run_guest_on(
+            daemon, [guest.Disk(exp.socket, num_queues=QUEUES)], _script(),
+            workdir, files=files, smp=QUEUES, timeout=GUEST_TIMEOUT_S)
         yield result, status, daemon.stderr(), image.read_bytes()
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def test_guest_writes_from_four_cpus_and_verifies(run):

@@ -33,16 +33,14 @@ spindle binary has no QMP monitor yet.  SPINDLE_E2E_KEEP=1 keeps the boot's
 directory (console log, images, spindle's stderr).
 """
 
-import os
 import re
-import shutil
 import subprocess
-import tempfile
-from pathlib import Path
 
 import pytest
 
-from test_e2e_blk import GuestResults, _spindle_or_skip, daemons, guest
+from conftest import make_image
+from test_e2e_blk import (GuestResults, _spindle_or_skip, boot_dir, daemons,
+                          guest, run_guest_on, skip_without_guest)
 
 MiB = 1 << 20
 KiB = 1 << 10
@@ -185,21 +183,16 @@ class Boot(GuestResults):
 
 @pytest.fixture(scope="module")
 def boot():
-    reasons = guest.missing_prerequisites()
-    if reasons:
-        pytest.skip("cannot boot a guest: " + "; ".join(reasons))
+    skip_without_guest()
     legacy = pytest.importorskip("qemu.qmp.legacy",
                                  reason="qemu.qmp is not installed (pip install qemu.qmp)")
     program = _spindle_with_monitor_or_skip()
-    # A short directory: UNIX socket paths are limited to 107 bytes.
-    workdir = Path(tempfile.mkdtemp(prefix="spindle-e2e-"))
-    try:
+    with boot_dir("qmp") as workdir:
         images = {"vda": workdir / "vda.img", "lun0": workdir / "lun0.img",
                   "lun1": workdir / "lun1.img"}
         for name, size in (("vda", VDA_OLD), ("lun0", LUN0_SIZE),
                            ("lun1", LUN1_SIZE)):
-            with open(images[name], "wb") as f:
-                f.truncate(size)
+            make_image(images[name], size)
         qmp_sock = workdir / "qmp.sock"
         exports = [
             daemons.Export(str(images["vda"]), str(workdir / "vda.sock")),
@@ -210,42 +203,23 @@ def boot():
             program, exports, "spindle", workdir,
             extra_args=("--chardev", f"socket,id=m0,path={qmp_sock},server=on,wait=off",
                         "--monitor", "chardev=m0"),
-            extra_sockets=(qmp_sock,))
-        daemon.start()
+            extra_sockets=(qmp_sock,)).start()
         qmp = legacy.QEMUMonitorProtocol(str(qmp_sock))
         try:
             qmp.connect()
             qmp.settimeout(20)
             actions = Actions(qmp, images["lun1"])
             script, files = _script()
-            try:
-                run = guest.run_guest(
-                    [guest.Disk(exports[0].socket),
-                     guest.Disk(exports[1].socket, kind="scsi")],
-                    script, files=files, smp=GUEST_SMP, timeout=GUEST_TIMEOUT_S,
-                    console_log=workdir / "console.log",
-                    append_extra=guest.NO_FIRMWARE_DISK_PROBE,
-                    on_line=actions.on_line)
-            except Exception as e:       # a guest or QMP failure
-                console = ""
-                try:
-                    console = (workdir / "console.log").read_text(errors="replace")
-                except OSError:
-                    pass
-                daemon.stop()
-                pytest.fail(f"{type(e).__name__}: {e}\nQMP done: {actions.done}\n"
-                            f"console tail:\n{guest.tail(console)}\n"
-                            f"spindle stderr:\n{daemon.stderr()[-3000:]}",
-                            pytrace=False)
+            run, status = run_guest_on(
+                daemon, [guest.Disk(exports[0].socket),
+                         guest.Disk(exports[1].socket, kind="scsi")],
+                script, workdir, files=files, smp=GUEST_SMP,
+                timeout=GUEST_TIMEOUT_S, on_line=actions.on_line,
+                context=lambda: f"QMP done: {actions.done}\n")
         finally:
             qmp.close()
-            status = daemon.stop()
+            daemon.stop()
         yield Boot(run, actions, status, daemon.stderr(), workdir, images)
-    finally:
-        if os.environ.get("SPINDLE_E2E_KEEP"):
-            print(f"\nkept the qmp boot (console, images, stderr): {workdir}")
-        else:
-            shutil.rmtree(workdir, ignore_errors=True)
 
 
 def test_guest_finishes_and_qmp_commands_succeeded(boot):

@@ -33,16 +33,13 @@ the spindle binary has no vhost-user-scsi export yet.  SPINDLE_E2E_KEEP=1
 keeps the boot's directory (console log, images, spindle's stderr).
 """
 
-import os
 import re
-import shutil
 import subprocess
-import tempfile
-from pathlib import Path
 
 import pytest
 
-from test_e2e_blk import GuestResults, _spindle_or_skip, daemons, guest
+from test_e2e_blk import (GuestResults, _spindle_or_skip, boot_dir, daemons,
+                          guest, run_guest_on, skip_without_guest)
 
 MiB = 1 << 20
 KiB = 1 << 10
@@ -198,13 +195,9 @@ class Boot(GuestResults):
 
 @pytest.fixture(scope="module")
 def boot():
-    reasons = guest.missing_prerequisites()
-    if reasons:
-        pytest.skip("cannot boot a guest: " + "; ".join(reasons))
+    skip_without_guest()
     program = _spindle_scsi_or_skip()
-    # A short directory: UNIX socket paths are limited to 107 bytes.
-    workdir = Path(tempfile.mkdtemp(prefix="spindle-e2e-"))
-    try:
+    with boot_dir("scsi") as workdir:
         for lun in LUNS.values():
             lun.make_image(workdir)
         exports = []
@@ -216,27 +209,13 @@ def boot():
                 [l.scsi_lun() for l in luns], str(workdir / f"s{e}.sock"),
                 num_queues=queues))
         script, files = _script()
-        daemon = daemons.Daemon(program, exports, "spindle", workdir)
-        daemon.start()
-        try:
-            run = guest.run_guest(
-                [guest.Disk(exp.socket, num_queues=exp.num_queues, kind="scsi")
-                 for exp in exports],
-                script, files=files, smp=GUEST_SMP, timeout=GUEST_TIMEOUT_S,
-                console_log=workdir / "console.log",
-                append_extra=guest.NO_FIRMWARE_DISK_PROBE)
-        except guest.GuestError as e:
-            daemon.stop()
-            pytest.fail(f"{e}\nspindle stderr:\n{daemon.stderr()[-3000:]}",
-                        pytrace=False)
-        finally:
-            status = daemon.stop()
+        daemon = daemons.Daemon(program, exports, "spindle", workdir).start()
+        run, status = run_guest_on(
+            daemon, [guest.Disk(exp.socket, num_queues=exp.num_queues,
+                                kind="scsi") for exp in exports],
+            script, workdir, files=files, smp=GUEST_SMP,
+            timeout=GUEST_TIMEOUT_S)
         yield Boot(run, status, daemon.stderr(), workdir)
-    finally:
-        if os.environ.get("SPINDLE_E2E_KEEP"):
-            print(f"\nkept the scsi boot (console, images, stderr): {workdir}")
-        else:
-            shutil.rmtree(workdir, ignore_errors=True)
 
 
 def test_guest_boots_and_finishes(boot):
