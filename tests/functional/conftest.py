@@ -29,7 +29,12 @@ launch, wait_for); the export command line in tests/e2e/daemons.py
 Helpers tests import (`from conftest import wait_for`):
     wait_for        poll for a condition while watching a daemon
                     (spindle_daemon.wait_for)
+    start_on_listening_socket
+                    start a daemon that inherits a listening socket
     make_image      a sparse (or filled) image file
+    pids_of         the pids of the processes whose command line matches
+    skip_without_two_cpus
+                    skip a benchmark driver's test on a one-CPU machine
     vu, vu_ok       run spindle-vu-client --json (tools/frontend) and read
                     its document; vu_argv builds its command line
 """
@@ -190,6 +195,19 @@ def start_on_listening_socket(spindle_daemon, path, args_for_fd, **kw):
         return spindle_daemon(args_for_fd(fd), pass_fds=[fd], **kw)
     finally:
         listener.close()     # only the daemon holds it now
+
+
+def pids_of(pattern):
+    """The pids whose command line matches pattern (pgrep -f)."""
+    out = subprocess.run(["pgrep", "-f", pattern], capture_output=True,
+                         text=True).stdout.split()
+    return {int(p) for p in out}
+
+
+def skip_without_two_cpus(what):
+    """The benchmark drivers pin the daemon(s) and the bench to two CPUs."""
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip(f"{what} pins its daemons and the bench to two CPUs")
 
 
 def make_image(path, size, fill=None):

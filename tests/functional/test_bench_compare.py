@@ -18,14 +18,10 @@ from pathlib import Path
 
 import pytest
 
+from conftest import pids_of, skip_without_two_cpus
+
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "bench-compare"
-
-
-def _pids_of(program):
-    out = subprocess.run(["pgrep", "-f", program], capture_output=True,
-                         text=True).stdout.split()
-    return {int(p) for p in out}
 
 
 def _need_daemons(binary):
@@ -34,15 +30,14 @@ def _need_daemons(binary):
     binary("tools/bench/spindle-bench")
     if not shutil.which("qemu-storage-daemon"):
         pytest.skip("qemu-storage-daemon not found: install qemu-system-common")
-    if len(os.sched_getaffinity(0)) < 2:
-        pytest.skip("bench-compare pins the daemons and the bench to two CPUs")
+    skip_without_two_cpus("bench-compare")
 
 
 def test_one_cell(binary, tmp_path):
     _need_daemons(binary)
     pytest.importorskip("matplotlib")
     out = tmp_path / "results"
-    before = _pids_of("qemu-storage-daemon") | _pids_of("daemon/spindle")
+    before = pids_of("qemu-storage-daemon") | pids_of("daemon/spindle")
     env = dict(os.environ)
     proc = subprocess.run(
         [sys.executable, str(SCRIPT), "--skip-deps", "--no-build",
@@ -55,7 +50,7 @@ def test_one_cell(binary, tmp_path):
     assert "spindle/qsd" in text and "qemu-storage-daemon" in text, text
     assert "Goals" in text, text
     # The daemons are gone.
-    after = _pids_of("qemu-storage-daemon") | _pids_of("daemon/spindle")
+    after = pids_of("qemu-storage-daemon") | pids_of("daemon/spindle")
     assert after <= before, after - before
 
     results = json.loads((out / "results.json").read_text())

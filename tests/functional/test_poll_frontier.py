@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import pids_of, skip_without_two_cpus
+
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "poll-frontier"
 
@@ -26,24 +28,17 @@ CONFIGS = ["W0", "W8", "qemu-classic", "qemu-weighted", "predictive"]
 CELLS = ["0/QD1", "0/10k"]
 
 
-def _pids_of(pattern):
-    out = subprocess.run(["pgrep", "-f", pattern], capture_output=True,
-                         text=True).stdout.split()
-    return {int(p) for p in out}
-
-
 def test_tiny_matrix(binary, build_dir, tmp_path):
     binary("spindle")
     binary("tools/bench/spindle-bench")
     if not shutil.which("taskset"):
         pytest.skip("taskset is not installed (util-linux)")
-    if len(os.sched_getaffinity(0)) < 2:
-        pytest.skip("poll-frontier pins the daemon and the bench to two CPUs")
+    skip_without_two_cpus("poll-frontier")
     pytest.importorskip("matplotlib", reason="poll-frontier draws its plot with "
                                              "matplotlib")
     out = tmp_path / "results"
     mine = str(build_dir / "daemon" / "spindle")
-    before = _pids_of(mine)
+    before = pids_of(mine)
     env = dict(os.environ, SPINDLE_BUILD=str(build_dir))
     proc = subprocess.run(
         [sys.executable, str(SCRIPT), "--skip-deps", "--skip-build",
@@ -56,7 +51,7 @@ def test_tiny_matrix(binary, build_dir, tmp_path):
     assert "verdicts for predictive" in text, text
     assert "predictive: " in text and "cells pass" in text, text
     assert "idle: " in text, text
-    after = _pids_of(mine)
+    after = pids_of(mine)
     assert after <= before, f"daemons left behind: {after - before}"
 
     results = json.loads((out / "results.json").read_text())
@@ -115,8 +110,7 @@ def test_file_cells(binary, build_dir, tmp_path):
     IOThread, measured like the null-co cells; the images are removed."""
     binary("spindle")
     binary("tools/bench/spindle-bench")
-    if len(os.sched_getaffinity(0)) < 2:
-        pytest.skip("poll-frontier pins the daemon and the bench to two CPUs")
+    skip_without_two_cpus("poll-frontier")
     out, disk = tmp_path / "results", tmp_path / "disk"
     disk.mkdir()
     env = dict(os.environ, SPINDLE_BUILD=str(build_dir))

@@ -430,48 +430,44 @@ def cli_error_cases(work):
             "--blockdev", f"driver=file,node-name=disk1,filename={ro},"
                           "read-only=on"]
     base = "type=vhost-user-scsi,id=e0,addr.type=unix,addr.path=s.sock"
+
+    def scsi(opts):
+        """The two nodes and export e0 with `opts` (lun.N..., more keys)."""
+        return bdev + ["--export", f"{base},{opts}"]
+
+    # LUN 0 on disk0 with one more lun.0 key.
+    def lun0(key):
+        return scsi(f"lun.0.node-name=disk0,lun.0.{key}")
+
     return [
         ("no-lun", bdev + ["--export", base], "'lun' is missing"),
         ("no-lun-json", bdev + ["--export", json.dumps({
             "type": "vhost-user-scsi", "id": "e0",
             "addr": {"type": "unix", "path": "s.sock"}, "lun": []})],
          "'lun' is missing"),
-        ("unknown-node", bdev + ["--export", base + ",lun.0=disk0,lun.1=disk9"],
+        ("unknown-node", scsi("lun.0=disk0,lun.1=disk9"),
          "lun.1: there is no node 'disk9'"),
-        ("lun-given-twice", bdev + ["--export",
-                                    base + ",lun.0=disk0,lun.0=disk1"],
+        ("lun-given-twice", scsi("lun.0=disk0,lun.0=disk1"),
          "'lun.0' is given twice"),
-        ("node-in-two-luns", bdev + ["--export", base +
-                                     ",lun.0=disk1,lun.1.node-name=disk1"],
+        ("node-in-two-luns", scsi("lun.0=disk1,lun.1.node-name=disk1"),
          "lun.1: node 'disk1' is already served by lun.0"),
-        ("lun-gap", bdev + ["--export", base + ",lun.0=disk0,lun.2=disk1"],
-         "no element 1"),
-        ("bad-wwn", bdev + ["--export", base + ",lun.0.node-name=disk0,"
-                                             "lun.0.wwn=0xfoo"],
-         "'lun.0.wwn' expects 16 hex digits"),
-        ("wwn-not-naa", bdev + ["--export", base + ",lun.0.node-name=disk0,"
-                                                 "lun.0.wwn=0x1000c500a1b2c3d4"],
-         "NAA type"),
+        ("lun-gap", scsi("lun.0=disk0,lun.2=disk1"), "no element 1"),
+        ("bad-wwn", lun0("wwn=0xfoo"), "'lun.0.wwn' expects 16 hex digits"),
+        ("wwn-not-naa", lun0("wwn=0x1000c500a1b2c3d4"), "NAA type"),
         ("writable-read-only-node",
-         bdev + ["--export", base + ",lun.0.node-name=disk1,"
-                                    "lun.0.writable=on"],
+         scsi("lun.0.node-name=disk1,lun.0.writable=on"),
          "lun.0: writable=on, but node 'disk1' is read-only"),
-        ("no-node-name", bdev + ["--export", base + ",lun.0.serial=x"],
+        ("no-node-name", scsi("lun.0.serial=x"),
          "'lun.0.node-name' is missing"),
-        ("long-vendor", bdev + ["--export", base + ",lun.0.node-name=disk0,"
-                                                 "lun.0.vendor=VERYLONGV"],
+        ("long-vendor", lun0("vendor=VERYLONGV"),
          "'lun.0.vendor' is 9 characters long"),
-        ("bad-block-size", bdev + ["--export", base + ",lun.0.node-name=disk0,"
-                                                    "lun.0.logical-block-size=1k"],
+        ("bad-block-size", lun0("logical-block-size=1k"),
          "'lun.0.logical-block-size' expects 512 or 4096"),
-        ("unknown-lun-key", bdev + ["--export", base + ",lun.0.node-name=disk0,"
-                                                     "lun.0.sparkle=on"],
+        ("unknown-lun-key", lun0("sparkle=on"),
          "Invalid parameter 'lun.0.sparkle'"),
-        ("top-level-node-name", bdev + ["--export", base + ",lun.0=disk0,"
-                                                         "node-name=disk0"],
+        ("top-level-node-name", scsi("lun.0=disk0,node-name=disk0"),
          "Invalid parameter 'node-name'"),
-        ("too-many-queues", bdev + ["--export", base + ",lun.0=disk0,"
-                                                     "num-queues=63"],
+        ("too-many-queues", scsi("lun.0=disk0,num-queues=63"),
          "'num-queues' expects an integer from 1 to 62"),
         ("shared-with-writable-blk",
          bdev + ["--export", "vhost-user-blk,id=b0,node-name=disk0,"
