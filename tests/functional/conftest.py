@@ -31,6 +31,9 @@ Helpers tests import (`from conftest import wait_for`):
                     (spindle_daemon.wait_for)
     start_on_listening_socket
                     start a daemon that inherits a listening socket
+    run_spindle     run spindle to completion (--help, a bad command line)
+    check_one_line_error
+                    what spindle must do with a bad command line
     make_image      a sparse (or filled) image file
     pids_of         the pids of the processes whose command line matches
     skip_without_two_cpus
@@ -195,6 +198,27 @@ def start_on_listening_socket(spindle_daemon, path, args_for_fd, **kw):
         return spindle_daemon(args_for_fd(fd), pass_fds=[fd], **kw)
     finally:
         listener.close()     # only the daemon holds it now
+
+
+def run_spindle(spindle, args, cwd=None, timeout=30):
+    """Run spindle with a command line that makes it exit by itself
+    (--help, an error); returns the CompletedProcess, output as text."""
+    return subprocess.run([str(spindle), *map(str, args)], capture_output=True,
+                          text=True, timeout=timeout, cwd=cwd)
+
+
+def check_one_line_error(proc, option, text):
+    """spindle refused its command line as docs/cli.md promises: exit
+    status 1, nothing on stdout, one line on stderr that starts with
+    "spindle: OPTION: " (just "spindle: " when option is None) and
+    contains text."""
+    assert proc.returncode == 1, proc.stderr
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1, f"expected one line, got: {proc.stderr!r}"
+    prefix = f"spindle: {option}: " if option else "spindle: "
+    assert lines[0].startswith(prefix), lines[0]
+    assert text in lines[0], lines[0]
+    assert proc.stdout == ""
 
 
 def pids_of(pattern):

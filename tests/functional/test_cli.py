@@ -19,12 +19,12 @@ import signal
 import socket
 import stat
 import struct
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from conftest import start_on_listening_socket, wait_for
+from conftest import (check_one_line_error, run_spindle,
+                      start_on_listening_socket, wait_for)
 
 MiB = 1 << 20
 TIMEOUT = 15
@@ -58,11 +58,6 @@ def blockdev(image, node="disk0", extra=""):
 def export(sock, node="disk0", exp_id="exp0", extra=""):
     return ["--export", f"type=vhost-user-blk,id={exp_id},node-name={node},"
                         f"addr.type=unix,addr.path={sock}{extra}"]
-
-
-def run(spindle, args, cwd=None, **kw):
-    return subprocess.run([spindle, *args], capture_output=True, text=True,
-                          timeout=TIMEOUT, cwd=cwd, **kw)
 
 
 def pid_alive(pid):
@@ -102,7 +97,7 @@ def has_bit(features, bit):
 
 
 def test_help_lists_every_option(spindle):
-    proc = run(spindle, ["--help"])
+    proc = run_spindle(spindle, ["--help"])
     assert proc.returncode == 0
     assert proc.stderr == ""
     for opt in ("-h, --help", "-V, --version", "--object", "--blockdev",
@@ -112,12 +107,12 @@ def test_help_lists_every_option(spindle):
         assert opt in proc.stdout, f"--help does not mention {opt}"
     assert "QMP monitor" in proc.stdout
     assert "not implemented" not in proc.stdout
-    assert run(spindle, ["-h"]).stdout == proc.stdout
+    assert run_spindle(spindle, ["-h"]).stdout == proc.stdout
 
 
 def test_version(spindle):
     for opt in ("--version", "-V"):
-        proc = run(spindle, [opt])
+        proc = run_spindle(spindle, [opt])
         assert proc.returncode == 0
         words = proc.stdout.split()
         assert words[0] == "spindle"
@@ -125,9 +120,9 @@ def test_version(spindle):
 
 
 def test_object_help(spindle):
-    proc = run(spindle, ["--object", "help"])
+    proc = run_spindle(spindle, ["--object", "help"])
     assert proc.returncode == 0 and "iothread" in proc.stdout
-    proc = run(spindle, ["--object", "iothread,help"])
+    proc = run_spindle(spindle, ["--object", "iothread,help"])
     assert proc.returncode == 0 and "poll-max-ns" in proc.stdout
 
 
@@ -274,14 +269,7 @@ def test_error_names_option(spindle, image, tmp_path, case):
     work.mkdir()
     _, args, option, text = next(c for c in error_cases(image, work)
                                  if c[0] == case)
-    proc = run(spindle, args, cwd=work)
-    assert proc.returncode == 1, proc.stderr
-    lines = proc.stderr.splitlines()
-    assert len(lines) == 1, f"expected one line, got: {proc.stderr!r}"
-    prefix = f"spindle: {option}: " if option else "spindle: "
-    assert lines[0].startswith(prefix), lines[0]
-    assert text in lines[0]
-    assert proc.stdout == ""
+    check_one_line_error(run_spindle(spindle, args, cwd=work), option, text)
     # Nothing created on the way is left behind.
     leftovers = [p.name for p in work.iterdir()]
     assert leftovers == [], f"left behind: {leftovers}"
@@ -290,7 +278,7 @@ def test_error_names_option(spindle, image, tmp_path, case):
 def test_socket_file_in_the_way(spindle, image, tmp_path):
     sock = tmp_path / "vm.sock"
     sock.write_text("not a socket")
-    proc = run(spindle, blockdev(image) + export(sock))
+    proc = run_spindle(spindle, blockdev(image) + export(sock))
     assert proc.returncode == 1
     assert proc.stderr.startswith("spindle: --export: ")
     assert sock.read_text() == "not a socket"
@@ -301,7 +289,7 @@ def test_socket_in_use(spindle, tmp_path, spindle_daemon):
     first = spindle_daemon(["--blockdev", "driver=null-co,node-name=n0",
                             *export(sock, node="n0")])
     first.wait_ready(sock)
-    proc = run(spindle, ["--blockdev", "driver=null-co,node-name=n0",
+    proc = run_spindle(spindle, ["--blockdev", "driver=null-co,node-name=n0",
                          *export(sock, node="n0")])
     assert proc.returncode == 1
     assert proc.stderr.startswith("spindle: --export: ")
@@ -402,7 +390,7 @@ def test_json_options(spindle, image, tmp_path, spindle_daemon):
 
 
 def test_json_export_errors_name_keys(spindle, image, tmp_path):
-    proc = run(spindle, blockdev(image) + [
+    proc = run_spindle(spindle, blockdev(image) + [
         "--export", '{"type": "vhost-user-blk", "id": "e0", "node-name": "disk0",'
                     ' "num-queues": 0, "addr": {"type": "unix", "path": "x"}}'])
     assert proc.returncode == 1
@@ -504,7 +492,7 @@ def test_pidfile_is_locked(spindle, tmp_path, spindle_daemon):
                             *export(tmp_path / "a.sock", node="n0"),
                             "--pidfile", str(pidfile)])
     first.wait_ready(pidfile)
-    proc = run(spindle, ["--blockdev", "driver=null-co,node-name=n0",
+    proc = run_spindle(spindle, ["--blockdev", "driver=null-co,node-name=n0",
                          *export(tmp_path / "b.sock", node="n0"),
                          "--pidfile", str(pidfile)])
     assert proc.returncode == 1
@@ -523,7 +511,7 @@ def test_pidfile_is_locked(spindle, tmp_path, spindle_daemon):
 def test_daemonize(spindle, image, tmp_path):
     sock = tmp_path / "vm.sock"
     pidfile = tmp_path / "spindle.pid"
-    proc = run(spindle, ["--daemonize", "--object", "iothread,id=iot0",
+    proc = run_spindle(spindle, ["--daemonize", "--object", "iothread,id=iot0",
                          *blockdev(image),
                          *export(sock, extra=",writable=on,iothread=iot0"),
                          "--pidfile", str(pidfile)])
@@ -551,7 +539,7 @@ def test_daemonize(spindle, image, tmp_path):
 
 
 def test_daemonize_reports_start_up_errors(spindle, image, tmp_path):
-    proc = run(spindle, ["--daemonize", *blockdev(image),
+    proc = run_spindle(spindle, ["--daemonize", *blockdev(image),
                          *export(tmp_path / "vm.sock", extra=",num-queues=0")])
     assert proc.returncode == 1
     lines = proc.stderr.splitlines()

@@ -72,7 +72,8 @@ BACKENDS = ("spindle", "qemu-storage-daemon")
 
 
 class GuestResults:
-    """For a boot's record with a .run (a guest.GuestRun): r(key).
+    """For a boot's record with a .run (a guest.GuestRun): r(key) and
+    check_written(dev, pattern, tail).
 
     test_e2e_*.py's Boot classes share it."""
 
@@ -82,6 +83,15 @@ class GuestResults:
             pytest.fail(f"guest printed no {key}; console tail:\n"
                         f"{guest.tail(self.run.console)}")
         return self.run.results[key]
+
+    def check_written(self, dev, pattern, tail):
+        """The guest wrote blk_workload's pattern and tail on dev (the
+        name its results carry), read them back and found them intact."""
+        for part, data in (("pattern", pattern), ("tail", tail)):
+            assert self.r(f"{dev}.{part}_write_rc") == "0", (dev, part)
+            assert self.r(f"{dev}.{part}_read_rc") == "0", (dev, part)
+            assert self.r(f"{dev}.{part}_verify") == "ok", (dev, part)
+            assert self.r(f"{dev}.{part}_md5") == guest.md5(data), (dev, part)
 
 
 @dataclass
@@ -285,11 +295,7 @@ def test_num_queues_4_gives_4_hw_queues(boot):
 
 def test_guest_verifies_what_it_wrote(boot):
     assert boot.r("vda.direct") == "1", "busybox dd could not use O_DIRECT"
-    for name, data in (("pattern", PATTERN), ("tail", TAIL)):
-        assert boot.r(f"vda.{name}_write_rc") == "0"
-        assert boot.r(f"vda.{name}_read_rc") == "0"
-        assert boot.r(f"vda.{name}_verify") == "ok"
-        assert boot.r(f"vda.{name}_md5") == guest.md5(data)
+    boot.check_written("vda", PATTERN, TAIL)
 
 
 def test_guest_reads_what_the_host_wrote(boot):

@@ -147,6 +147,13 @@ def vu_wait(proc, timeout=CLIENT_TIMEOUT_S):
     return ClientRun(proc.returncode, out, err)
 
 
+def check_errors(q, command, cases):
+    """For each (arguments, desc) in cases, command fails: GenericError,
+    desc."""
+    for args, desc in cases:
+        assert q.error(command, args) == (GENERIC, desc), args
+
+
 def iothreads(d):
     return {t["id"]: t for t in d.qmp.cmd("query-iothreads")}
 
@@ -287,18 +294,14 @@ def test_object_add_errors(daemon, args, error):
 
 
 def test_object_del_errors(daemon):
-    q = daemon.qmp
-    assert q.error("object-del", {"id": "nope"}) == \
-        (GENERIC, "object 'nope' not found")
-    assert q.error("object-del", {}) == \
-        (GENERIC, "Parameter 'id' is missing")
-    assert q.error("object-del", {"id": "iot0", "force": True}) == \
-        (GENERIC, "Parameter 'force' is unexpected")
-    assert q.error("object-del", {"id": 0}) == \
-        (GENERIC, "Invalid parameter type for 'id', expected: string")
-    # e0 runs in iot0.
-    assert q.error("object-del", {"id": "iot0"}) == \
-        (GENERIC, "IOThread 'iot0' is in use by export 'e0'")
+    check_errors(daemon.qmp, "object-del", [
+        ({"id": "nope"}, "object 'nope' not found"),
+        ({}, "Parameter 'id' is missing"),
+        ({"id": "iot0", "force": True}, "Parameter 'force' is unexpected"),
+        ({"id": 0}, "Invalid parameter type for 'id', expected: string"),
+        # e0 runs in iot0.
+        ({"id": "iot0"}, "IOThread 'iot0' is in use by export 'e0'"),
+    ])
     assert list(iothreads(daemon)) == ["iot0"]
 
 
@@ -512,15 +515,13 @@ def test_blockdev_add_errors(daemon, args, error):
 
 
 def test_blockdev_del_errors(daemon):
-    q = daemon.qmp
-    assert q.error("blockdev-del", {"node-name": "nope"}) == \
-        (GENERIC, "Failed to find node with node-name='nope'")
-    assert q.error("blockdev-del", {"node-name": "d0"}) == \
-        (GENERIC, "Node 'd0' is busy: export 'e0' uses it")
-    assert q.error("blockdev-del", {}) == \
-        (GENERIC, "Parameter 'node-name' is missing")
-    assert q.error("blockdev-del", {"node-name": "d0", "force": True}) == \
-        (GENERIC, "Parameter 'force' is unexpected")
+    check_errors(daemon.qmp, "blockdev-del", [
+        ({"node-name": "nope"}, "Failed to find node with node-name='nope'"),
+        ({"node-name": "d0"}, "Node 'd0' is busy: export 'e0' uses it"),
+        ({}, "Parameter 'node-name' is missing"),
+        ({"node-name": "d0", "force": True},
+         "Parameter 'force' is unexpected"),
+    ])
     assert list(nodes(daemon)) == ["d0"]
 
 
@@ -660,15 +661,14 @@ def test_block_export_add_errors(daemon, args, error):
 def test_block_export_del_refuses_while_connected_then_hard(daemon, client):
     q = daemon.qmp
     sock = daemon.workdir / "e0.sock"
-    assert q.error("block-export-del", {"id": "nope"}) == \
-        (GENERIC, "Export 'nope' is not found")
-    assert q.error("block-export-del", {}) == \
-        (GENERIC, "Parameter 'id' is missing")
-    assert q.error("block-export-del", {"id": "e0", "mode": "gentle"}) == \
-        (GENERIC, "Parameter 'mode' does not accept value 'gentle' "
-                  "(expected: safe, hard)")
-    assert q.error("block-export-del", {"id": "e0", "now": True}) == \
-        (GENERIC, "Parameter 'now' is unexpected")
+    check_errors(q, "block-export-del", [
+        ({"id": "nope"}, "Export 'nope' is not found"),
+        ({}, "Parameter 'id' is missing"),
+        ({"id": "e0", "mode": "gentle"},
+         "Parameter 'mode' does not accept value 'gentle' "
+         "(expected: safe, hard)"),
+        ({"id": "e0", "now": True}, "Parameter 'now' is unexpected"),
+    ])
 
     # A front-end doing I/O that would go on for minutes.
     proc = vu_start(client, sock, "verify-run", "--size", "4M", "--count",

@@ -26,13 +26,13 @@ import os
 import signal
 import socket
 import stat
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from conftest import start_on_listening_socket, wait_for
+from conftest import (check_one_line_error, run_spindle,
+                      start_on_listening_socket, wait_for)
 
 TIMEOUT = 15
 MAX_MESSAGE = 1 << 20      # QMP_MAX_MESSAGE
@@ -43,8 +43,7 @@ QMPClient = qmp_mod.QMPClient
 
 
 def version_triple(spindle):
-    out = subprocess.run([spindle, "--version"], capture_output=True,
-                         text=True, timeout=TIMEOUT).stdout.split()
+    out = run_spindle(spindle, ["--version"]).stdout.split()
     assert out[0] == "spindle"
     return out[1], [int(x) for x in out[1].split(".")]
 
@@ -603,21 +602,14 @@ def test_bad_options(spindle, tmp_path, case):
     (work / "file").write_text("not a socket")
     name, args, option, word = next(c for c in bad_option_cases(work)
                                     if c[0] == case)
-    proc = subprocess.run([spindle, *map(str, args)], capture_output=True,
-                          text=True, timeout=TIMEOUT)
-    assert proc.returncode == 1, proc.stderr
-    lines = proc.stderr.splitlines()
-    assert len(lines) == 1, proc.stderr
-    assert lines[0].startswith(f"spindle: {option}: "), proc.stderr
-    assert word in lines[0]
+    check_one_line_error(run_spindle(spindle, args), option, word)
     assert sorted(p.name for p in work.iterdir()) == ["file"]
     assert (work / "file").read_text() == "not a socket"
 
 
 def test_monitor_socket_in_use(spindle_daemon, tmp_path, spindle):
     d, qmp = start_with_monitor(spindle_daemon, tmp_path)
-    proc = subprocess.run([spindle, *map(str, monitor_args(qmp))],
-                          capture_output=True, text=True, timeout=TIMEOUT)
+    proc = run_spindle(spindle, monitor_args(qmp))
     assert proc.returncode == 1
     assert proc.stderr.startswith("spindle: --monitor: ")
     assert "in use" in proc.stderr

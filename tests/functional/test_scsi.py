@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 import daemons  # tests/e2e, on sys.path through conftest
-from conftest import make_image, start_on_listening_socket, vu, vu_ok
+from conftest import (check_one_line_error, make_image, run_spindle,
+                      start_on_listening_socket, vu, vu_ok)
 from test_frontend import pattern
 
 IMAGE_SIZE = 64 << 20
@@ -45,8 +46,7 @@ ASC_INVALID_OPCODE = 0x20
 
 def revision_of(spindle):
     """The INQUIRY revision Spindle reports: the version's first two parts."""
-    out = subprocess.run([str(spindle), "--version"], capture_output=True,
-                         text=True, timeout=10).stdout.split()[1]
+    out = run_spindle(spindle, ["--version"]).stdout.split()[1]
     return ".".join(out.split(".")[:2])[:4]
 
 
@@ -418,11 +418,6 @@ def test_malformed_requests_do_not_stop_the_daemon(client, spindle_daemon,
 # --------------------------------------------------------------------------
 # Command line
 
-def run_spindle(spindle, args, cwd):
-    return subprocess.run([str(spindle), *args], capture_output=True,
-                          text=True, timeout=30, cwd=cwd)
-
-
 def cli_error_cases(work):
     img = work / "disk.img"
     ro = work / "ro.img"
@@ -488,13 +483,7 @@ def test_export_errors_are_one_clear_line(spindle, tmp_path, case):
               make_image(tmp_path / "ro.img", 4 * MiB))
     _, args, text = next(c for c in cli_error_cases(tmp_path)
                          if c[0] == case)
-    proc = run_spindle(spindle, args, work)
-    assert proc.returncode == 1, proc.stderr
-    lines = proc.stderr.splitlines()
-    assert len(lines) == 1, f"expected one line, got: {proc.stderr!r}"
-    assert lines[0].startswith("spindle: --export: "), lines[0]
-    assert text in lines[0], lines[0]
-    assert proc.stdout == ""
+    check_one_line_error(run_spindle(spindle, args, work), "--export", text)
     assert list(work.iterdir()) == [], "left behind"
     assert all(i.exists() for i in images)
 
