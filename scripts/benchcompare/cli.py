@@ -1,7 +1,8 @@
 """What the benchmark drivers (bench-compare, poll-frontier) share on their
 command line: stopping cleanly on a signal, the workload, machine and
 program options that mean the same in both, and how a run starts (output
-directory, plan, dry run) and ends (table.txt and where everything went)."""
+directory, plan, dry run) and ends (plots, results, table.txt, where
+everything went, what failed)."""
 
 import signal
 import sys
@@ -108,12 +109,22 @@ def begin(name, args, out_default, prepare, print_plan, print_dry_run):
     return programs, facts, out_dir
 
 
-def write_table_and_say_where(out_dir, table_lines, wall, json_path, plots,
-                              logs, wall_note=""):
-    """Write OUT_DIR/table.txt; say the wall time and where the raw
-    results, the table, the plots and the daemon logs (`logs`, the words
-    after the label) are."""
-    table_path = out_dir / "table.txt"
+def finish(name, args, session, draw, plots_what, json_extra, table_lines,
+           wall, logs, failed, failed_what, wall_note=""):
+    """How both drivers end: draw() the plots (unless --no-plots; a plot
+    that fails must not lose the results), session.write_json() the
+    results (complete, the plots and json_extra), write table.txt in
+    session.out_dir, say where everything is (`logs`: the daemon log line)
+    and name what failed.  Returns the exit status: 1 if anything is in
+    `failed` (described by failed_what), else 0."""
+    plots = []
+    if not args.no_plots:
+        try:
+            plots = draw()
+        except Exception as e:
+            say(f"{name}: drawing {plots_what} failed: {e!r}")
+    json_path = session.write_json(complete=True, **json_extra, plots=plots)
+    table_path = session.out_dir / "table.txt"
     table_path.write_text("\n".join(table_lines) + "\n")
     say(f"\nwall time {wall:.0f} s" + (f" ({wall / 60:.1f} min)" if wall >= 120 else "")
         + wall_note)
@@ -122,3 +133,7 @@ def write_table_and_say_where(out_dir, table_lines, wall, json_path, plots,
     for p in plots:
         say(f"plot:        {p}")
     say(logs)
+    if failed:
+        say(f"{failed_what}: {', '.join(failed)}")
+        return 1
+    return 0

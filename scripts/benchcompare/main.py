@@ -452,24 +452,17 @@ def finish(session, args):
     say("\n".join(table))
     say("\n" + "\n".join(goal_lines))
 
-    plots = []
-    if not args.no_plots:
+    def draw():
         from . import plots as plotting
-        try:
-            plots = plotting.draw_all(summary, session.runs, args.matrix,
-                                      f"{note}; {args.rw} {args.bs}", session.out_dir)
-        except Exception as e:     # a plot must not lose the results
-            say(f"bench-compare: drawing the plots failed: {e!r}")
-    json_path = session.write_json(complete=True, summary=summary, goals=goals,
-                                   plots=plots)
-    cli.write_table_and_say_where(
-        session.out_dir, header + [""] + table + [""] + goal_lines, wall,
-        json_path, plots, f"daemon logs: {session.log_dir}/")
+        return plotting.draw_all(summary, session.runs, args.matrix,
+                                 f"{note}; {args.rw} {args.bs}", session.out_dir)
+
     failed = [k for k, e in summary.items() if any(e[f]["ok"] == 0 for f in FLAVOURS)]
-    if failed:
-        say(f"cells that failed on a daemon in every repeat: {', '.join(failed)}")
-        return 1
-    return 0
+    return cli.finish("bench-compare", args, session, draw, "the plots",
+                      {"summary": summary, "goals": goals},
+                      header + [""] + table + [""] + goal_lines, wall,
+                      f"daemon logs: {session.log_dir}/", failed,
+                      "cells that failed on a daemon in every repeat")
 
 
 def main(argv=None):

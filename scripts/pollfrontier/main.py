@@ -846,26 +846,19 @@ def finish(session, args, wall):
     lines, verdict_summary = summary_lines(session)
     say("\n" + "\n".join(header))
     say("\n".join(lines))
-    plots = []
-    if not args.no_plots:
+    def draw():
         from . import plots as plotting
-        try:
-            plots = plotting.draw_frontier(session, f"{note}; {args.rw} {args.bs}",
-                                           session.out_dir / "frontier.png")
-        except Exception as e:      # a plot must not lose the results
-            say(f"poll-frontier: drawing the plot failed: {e!r}")
-    json_path = session.write_json(complete=True, summary=verdict_summary, plots=plots,
-                                   wall=wall)
-    cli.write_table_and_say_where(
-        session.out_dir, header + [""] + body + [""] + lines, wall, json_path,
-        plots, f"daemon log:  {session.log_dir}/spindle.log",
-        wall_note=" (after dependencies and build)")
+        return plotting.draw_frontier(session, f"{note}; {args.rw} {args.bs}",
+                                      session.out_dir / "frontier.png")
+
     failed = [f"{k} {c}" for k, s in session.cell_summaries.items()
               for c, e in s.items() if e["ok"] == 0]
-    if failed:
-        say(f"configurations that failed in every repeat: {', '.join(failed)}")
-        return 1
-    return 0
+    return cli.finish("poll-frontier", args, session, draw, "the plot",
+                      {"summary": verdict_summary, "wall": wall},
+                      header + [""] + body + [""] + lines, wall,
+                      f"daemon log:  {session.log_dir}/spindle.log", failed,
+                      "configurations that failed in every repeat",
+                      wall_note=" (after dependencies and build)")
 
 
 def main(argv=None):

@@ -113,21 +113,23 @@ def never_dominated(fixed, p, max_ns, pname="P"):
                              "is 10% better in both p50 and CPU/IO")
 
 
-def _w0(fixed):
-    """(W0's Point, None) or (None, the reason verdicts 2 and 3 are n/a)."""
+def _against_w0(n, fixed):
+    """What verdicts 2 and 3 (n) compare with W0: (W0's Point, the positive
+    windows, None), or (None, None, verdict n as n/a, saying why)."""
     if 0 not in fixed:
-        return None, _missing_text((), ["W0 (fixed window 0, no polling)"])
-    if fixed[0] is None:
-        return None, _missing_text(["W0"])
-    return fixed[0], None
+        why = _missing_text((), ["W0 (fixed window 0, no polling)"])
+    elif fixed[0] is None:
+        why = _missing_text(["W0"])
+    else:
+        return fixed[0], sorted(w for w in fixed if w > 0), None
+    return None, None, _verdict(n, NA, why)
 
 
 def no_useless_spinning(fixed, p, pname="P"):
     """Verdict 2."""
-    w0, why = _w0(fixed)
-    if w0 is None:
-        return _verdict(2, NA, why)
-    positive = sorted(w for w in fixed if w > 0)
+    w0, positive, not_applicable = _against_w0(2, fixed)
+    if not_applicable:
+        return not_applicable
     pays = [w for w in positive if fixed[w] is not None
             and _le(fixed[w].p50, POLL_PAYS * w0.p50)]
     if pays:
@@ -149,10 +151,9 @@ def no_useless_spinning(fixed, p, pname="P"):
 
 def latency_where_cheap(fixed, p, pname="P"):
     """Verdict 3."""
-    w0, why = _w0(fixed)
-    if w0 is None:
-        return _verdict(3, NA, why)
-    positive = sorted(w for w in fixed if w > 0)
+    w0, positive, not_applicable = _against_w0(3, fixed)
+    if not_applicable:
+        return not_applicable
     cheap = [w for w in positive if fixed[w] is not None
              and _le(fixed[w].p50, CHEAP_LATENCY * w0.p50)
              and _le(fixed[w].cpu, CHEAP_CPU * w0.cpu)]
