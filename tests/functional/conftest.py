@@ -35,7 +35,7 @@ Helpers tests import (`from conftest import wait_for`):
     check_one_line_error
                     what spindle must do with a bad command line
     make_image      a sparse (or filled) image file
-    pids_of         the pids of the processes whose command line matches
+    pids_of         the pids of the processes running a program
     skip_without_two_cpus
                     skip a benchmark driver's test on a one-CPU machine
     vu, vu_ok       run spindle-vu-client --json (tools/frontend) and read
@@ -221,11 +221,21 @@ def check_one_line_error(proc, option, text):
     assert proc.stdout == ""
 
 
-def pids_of(pattern):
-    """The pids whose command line matches pattern (pgrep -f)."""
-    out = subprocess.run(["pgrep", "-f", pattern], capture_output=True,
-                         text=True).stdout.split()
-    return {int(p) for p in out}
+def pids_of(program):
+    """The pids of the processes whose program (argv[0]) contains `program`
+    (not their arguments: a compiler building daemon/spindle.p/... is no
+    daemon)."""
+    pids = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv0 = (entry / "cmdline").read_bytes().split(b"\0", 1)[0]
+        except OSError:
+            continue                    # gone meanwhile
+        if program in argv0.decode(errors="replace"):
+            pids.add(int(entry.name))
+    return pids
 
 
 def skip_without_two_cpus(what):
