@@ -16,6 +16,7 @@ in use (a node an export serves, an IOThread an export runs in, an export
 a front-end is connected to).  After a refused command nothing changed.
 """
 
+import contextlib
 import json
 import os
 import subprocess
@@ -131,11 +132,19 @@ def vu(client, sock, *args, check=True):
     return run
 
 
-def vu_start(client, sock, *args):
-    """Start spindle-vu-client in the background; finish with vu_wait()."""
-    return subprocess.Popen(client_argv(client, sock, args),
+@contextlib.contextmanager
+def vu_running(client, sock, *args):
+    """spindle-vu-client in the background while the body runs (yields its
+    Popen; vu_wait() finishes it); killed if it still runs at the end."""
+    proc = subprocess.Popen(client_argv(client, sock, args),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            vu_wait(proc)
 
 
 def vu_wait(proc, timeout=CLIENT_TIMEOUT_S):
@@ -205,19 +214,15 @@ def test_query_iothreads_reports_qemu_members_and_poll_stats(daemon):
 def test_query_iothreads_names_each_queue_and_its_window(daemon, client):
     """While a front-end runs I/O, every queue of the export is a handler
     named EXPORT/vqN, with its own window and counters."""
-    proc = vu_start(client, daemon.workdir / "e0.sock", "verify-run",
+    with vu_running(client, daemon.workdir / "e0.sock", "verify-run",
                     "--size", "1M", "--count", 10000000, "--queues", 2,
-                    "--iodepth", 1)
-    try:
+                    "--iodepth", 1) as proc:
         def queues_busy():
             hs = {h["name"]: h for h in
                   _poll_stats(daemon)["handlers"]}
             return all(hs.get(f"e0/vq{i}", {}).get("events", 0) > 200
                        for i in range(2)) and hs
         hs = wait_for(queues_busy, what="both queues to see requests")
-    finally:
-        proc.kill()
-        vu_wait(proc)
     assert set(hs) == {"e0/vq0", "e0/vq1", "io_uring"}
     for name in ("e0/vq0", "e0/vq1"):
         h = hs[name]
@@ -540,14 +545,10 @@ def test_query_block_exports(daemon, client):
         assert set(queue) == {"iothread", "requests", "kicks", "polled",
                               "interrupts", "interrupts-suppressed"}
     # A front-end that stays connected (a long run) shows as connected.
-    proc = vu_start(client, daemon.workdir / "e0.sock", "verify-run",
-                    "--size", "1M", "--count", 10000000)
-    try:
+    with vu_running(client, daemon.workdir / "e0.sock", "verify-run",
+                    "--size", "1M", "--count", 10000000) as proc:
         wait_for(lambda: client_connected(daemon, "e0"),
                  what="the client to connect")
-    finally:
-        proc.kill()
-        vu_wait(proc)
     wait_for(lambda: not client_connected(daemon, "e0"),
              what="the client to be gone")
     assert daemon.qmp.error("query-block-exports", {"id": "e0"}) == \
@@ -671,9 +672,8 @@ def test_block_export_del_refuses_while_connected_then_hard(daemon, client):
     ])
 
     # A front-end doing I/O that would go on for minutes.
-    proc = vu_start(client, sock, "verify-run", "--size", "4M", "--count",
-                    10000000, "--iodepth", 4)
-    try:
+    with vu_running(client, sock, "verify-run", "--size", "4M", "--count",
+                    10000000, "--iodepth", 4) as proc:
         wait_for(lambda: client_connected(daemon, "e0"),
                  what="the client to connect")
         for args in ({"id": "e0"}, {"id": "e0", "mode": "safe"}):
@@ -686,10 +686,6 @@ def test_block_export_del_refuses_while_connected_then_hard(daemon, client):
         assert q.cmd("block-export-del", {"id": "e0", "mode": "hard"}) == {}
         assert q.event("BLOCK_EXPORT_DELETED")["data"] == {"id": "e0"}
         run = vu_wait(proc, timeout=10)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            vu_wait(proc)
     # The front-end was disconnected: its run failed, promptly.
     assert run.returncode == 1, run.describe()
     assert time.monotonic() - start < 10
@@ -795,11 +791,10 @@ def test_block_resize_grows_what_the_front_end_sees(daemon, client):
     new_size = 96 * MiB
     # A front-end connected during the resize is told: a config-change
     # message on the back-end channel, and the new capacity in the config.
-    proc = vu_start(client, sock, "info", "write", 0, "4k",
+    with vu_running(client, sock, "info", "write", 0, "4k",
                     "wait-config-change", "--timeout", 15, "get-config",
                     "write", "90M", "64k", "--pattern", 5,
-                    "read", "90M", "64k", "--verify", 5)
-    try:
+                    "read", "90M", "64k", "--verify", 5) as proc:
         # Past "info" and the write: the session is set up.
         wait_for(lambda: sum(x["requests"] for x in
                              exports(daemon)["e0"]["spindle-queues"]) >= 1,
@@ -807,10 +802,6 @@ def test_block_resize_grows_what_the_front_end_sees(daemon, client):
         assert q.cmd("block_resize", {"node-name": "d0",
                                       "size": new_size}) == {}
         run = vu_wait(proc, timeout=20)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            vu_wait(proc)
     assert run.ok, run.describe()
     assert run.result("info")["capacity_bytes"] == IMAGE_SIZE
     change = run.result("wait-config-change")
@@ -894,7 +885,7 @@ def test_lun_hot_add_and_remove(scsi_daemon, client):
 
     # The guest: list the LUNs, wait for an event, use the new LUN, wait
     # for the next event, list again.
-    proc = vu_start(client, d.workdir / "s0.sock", "--device", "scsi",
+    with vu_running(client, d.workdir / "s0.sock", "--device", "scsi",
                     "scsi-report-luns",
                     "scsi-events", "--wait", 15,
                     "scsi-report-luns",
@@ -904,8 +895,7 @@ def test_lun_hot_add_and_remove(scsi_daemon, client):
                     "scsi-events", "--wait", 15,
                     "scsi-report-luns",
                     "scsi-tur", "--lun", 5, "--expect-sense",
-                    "ILLEGAL_REQUEST")
-    try:
+                    "ILLEGAL_REQUEST") as proc:
         # Past the first REPORT LUNS: now waiting for an event.
         wait_for(lambda: _scsi_request_count(d) >= 1,
                  what="the first REPORT LUNS")
@@ -931,10 +921,6 @@ def test_lun_hot_add_and_remove(scsi_daemon, client):
 
         assert q.cmd("block-export-lun-del", {"id": "s0", "lun": 5}) == {}
         run = vu_wait(proc, timeout=20)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            vu_wait(proc)
     assert run.ok, run.describe()
     first, second = run.result("scsi-report-luns", 0), \
         run.result("scsi-report-luns", 1)

@@ -128,6 +128,13 @@ class Raw:
         self.sock.close()
 
 
+def raw_client(path):
+    """A Raw client past the greeting and qmp_capabilities."""
+    c = Raw(path)
+    c.negotiate()
+    return c
+
+
 def start_with_monitor(spindle_daemon, tmp_path, extra=(), **kw):
     qmp = tmp_path / "qmp.sock"
     d = spindle_daemon([*extra, *monitor_args(qmp, **kw)], ready=[qmp])
@@ -177,8 +184,7 @@ def test_greeting_and_negotiation(spindle, spindle_daemon, tmp_path):
 
 def test_framing(spindle_daemon, tmp_path):
     d, qmp = start_with_monitor(spindle_daemon, tmp_path)
-    c = Raw(qmp)
-    c.negotiate()
+    c = raw_client(qmp)
     c.send('{"execute": "query-version"}')
     version = c.msg()["return"]
     # No newline at all (qemu.qmp's way), two messages in one write.
@@ -259,8 +265,7 @@ BAD_INPUTS = [
 
 def test_malformed_input_keeps_the_connection(spindle_daemon, tmp_path):
     d, qmp = start_with_monitor(spindle_daemon, tmp_path)
-    c = Raw(qmp)
-    c.negotiate()
+    c = raw_client(qmp)
     for name, data, want in BAD_INPUTS:
         c.send(data)
         got = c.msg()
@@ -285,8 +290,7 @@ def test_malformed_input_keeps_the_connection(spindle_daemon, tmp_path):
     assert d.alive()
     c.close()
     # A new client is served as usual.
-    c2 = Raw(qmp)
-    c2.negotiate()
+    c2 = raw_client(qmp)
     c2.close()
     assert d.stop() == 0
 
@@ -294,8 +298,7 @@ def test_malformed_input_keeps_the_connection(spindle_daemon, tmp_path):
 def test_clients_that_vanish(spindle_daemon, tmp_path):
     d, qmp = start_with_monitor(spindle_daemon, tmp_path)
     # Half a message, then gone.
-    c = Raw(qmp)
-    c.negotiate()
+    c = raw_client(qmp)
     c.send('{"execute": "query-ver')
     c.close()
     # Commands sent, replies never read.
@@ -308,8 +311,7 @@ def test_clients_that_vanish(spindle_daemon, tmp_path):
     c.close()
     time.sleep(0.1)
     assert d.alive()
-    c = Raw(qmp)
-    c.negotiate()
+    c = raw_client(qmp)
     c.send('{"execute": "query-version"}')
     assert "return" in c.msg()
     c.close()
@@ -318,8 +320,7 @@ def test_clients_that_vanish(spindle_daemon, tmp_path):
 
 def test_sigterm_sends_shutdown_event(spindle_daemon, tmp_path):
     d, qmp = start_with_monitor(spindle_daemon, tmp_path)
-    negotiated = Raw(qmp)
-    negotiated.negotiate()
+    negotiated = raw_client(qmp)
     silent = Raw(qmp)                    # never negotiates: no events
     silent.msg()                         # the greeting
     before = time.time()
@@ -480,8 +481,7 @@ def test_wait_on_holds_start_until_a_client(spindle_daemon, tmp_path):
     assert d.stderr() == f"spindle: waiting for a QMP client on {qmp}\n"
     time.sleep(0.2)
     assert not pidfile.exists()      # not started yet
-    c = Raw(qmp)
-    c.negotiate()
+    c = raw_client(qmp)
     wait_for(pidfile.exists, "the pid file", daemon=d)
     c.send('{"execute": "query-version", "id": 1}')
     assert c.msg()["id"] == 1
@@ -508,8 +508,7 @@ def test_wait_on_every_monitor(spindle_daemon, tmp_path):
                         "--pidfile", pidfile])
     wait_for(lambda: d.stderr().count("waiting") == 2, "two messages",
              daemon=d)
-    a = Raw(qa)
-    a.negotiate()
+    a = raw_client(qa)
     time.sleep(0.2)
     assert not pidfile.exists()      # b has had no client yet
     b = Raw(qb)
@@ -529,8 +528,7 @@ def test_wait_on_with_daemonize(spindle_daemon, tmp_path):
     try:
         time.sleep(0.2)
         assert parent.alive()            # still waiting for a client
-        c = Raw(qmp)
-        c.negotiate()
+        c = raw_client(qmp)
         assert parent.wait(TIMEOUT) == 0
         assert parent.stderr() == (f"spindle: waiting for a QMP client on "
                                    f"{qmp}\n")
@@ -614,8 +612,7 @@ def test_monitor_socket_in_use(spindle_daemon, tmp_path, spindle):
     assert proc.stderr.startswith("spindle: --monitor: ")
     assert "in use" in proc.stderr
     # The first daemon's socket is untouched and still served.
-    c = Raw(qmp)
-    c.negotiate()
+    c = raw_client(qmp)
     c.close()
     assert d.stop() == 0
 
