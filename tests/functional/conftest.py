@@ -35,6 +35,8 @@ Helpers tests import (`from conftest import wait_for`):
     check_one_line_error
                     what spindle must do with a bad command line
     make_image      a sparse (or filled) image file
+    bad_options, check_bad_option
+                    a benchmark's bad options and what it must do with them
     pids_of         the pids of the processes running a program
     skip_without_two_cpus
                     skip a benchmark driver's test on a one-CPU machine
@@ -218,6 +220,21 @@ def check_one_line_error(proc, option, text):
     prefix = f"spindle: {option}: " if option else "spindle: "
     assert lines[0].startswith(prefix), lines[0]
     assert text in lines[0], lines[0]
+    assert proc.stdout == ""
+
+
+def bad_options(*cases):
+    """pytest.mark.parametrize("args, option", ...) values from cases
+    written "--option value": ((option, value), option) each."""
+    return [(tuple(c.split(" ", 1)), c.split(" ", 1)[0]) for c in cases]
+
+
+def check_bad_option(proc, option):
+    """A benchmark refused a bad option: exit status 2, one line on stderr
+    that names the option, nothing on stdout."""
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)
+    assert option in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert proc.stdout == ""
 
 

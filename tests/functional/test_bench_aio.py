@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import bad_options, check_bad_option
+
 REPO = Path(__file__).resolve().parents[2]
 MODES = ("eventfd", "polled", "cacheline")
 REQUIRED_FIELDS = ("p50_ns", "p99_ns", "p999_ns", "cpu_ns_per_msg")
@@ -123,23 +125,10 @@ def test_table_output_names_every_mode(bench_aio, cpus):
         assert word in proc.stdout
 
 
-@pytest.mark.parametrize("args, option", [
-    (("--count", "abc"), "--count"),
-    (("--count", "-5"), "--count"),
-    (("--count", "0"), "--count"),
-    (("--warmup", "-1"), "--warmup"),
-    (("--repeat", "0"), "--repeat"),
-    (("--poll-max-ns", "x"), "--poll-max-ns"),
-    (("--poll-max-ns", "0"), "--poll-max-ns"),
-    (("--gap-ns", "-1"), "--gap-ns"),
-    (("--cpus", "0,99999"), "--cpus"),
-    (("--cpus", "0"), "--cpus"),
-    (("--cpus", "1,1"), "--cpus"),
-    (("--mode", "bogus"), "--mode"),
-    (("--mode", ""), "--mode"),
-])
+@pytest.mark.parametrize("args, option", bad_options(
+    "--count abc", "--count -5", "--count 0", "--warmup -1", "--repeat 0",
+    "--poll-max-ns x", "--poll-max-ns 0", "--gap-ns -1", "--cpus 0,99999",
+    "--cpus 0", "--cpus 1,1", "--mode bogus", "--mode "))
 def test_bad_option_is_rejected_by_name(bench_aio, args, option):
     proc = run_bench(bench_aio, *args)
-    assert proc.returncode == 2, (proc.returncode, proc.stderr)
-    assert option in proc.stderr, proc.stderr
-    assert proc.stdout == ""
+    check_bad_option(proc, option)
