@@ -38,8 +38,8 @@ Helpers tests import (`from conftest import wait_for`):
     bad_options, check_bad_option
                     a benchmark's bad options and what it must do with them
     pids_of         the pids of the processes running a program
-    skip_without_two_cpus
-                    skip a benchmark driver's test on a one-CPU machine
+    two_cpus, skip_without_two_cpus
+                    two CPUs to pin to, or skip on a one-CPU machine
     vu, vu_ok       run spindle-vu-client --json (tools/frontend) and read
                     its document; vu_argv builds its command line
 """
@@ -238,27 +238,39 @@ def check_bad_option(proc, option):
     assert proc.stdout == ""
 
 
-def pids_of(program):
+def pids_of(program, orphans=False):
     """The pids of the processes whose program (argv[0]) contains `program`
     (not their arguments: a compiler building daemon/spindle.p/... is no
-    daemon)."""
+    daemon).  With orphans, only those whose parent died (now children of
+    init): what a driver that exited left behind, not the daemons of tests
+    running beside it."""
     pids = set()
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             argv0 = (entry / "cmdline").read_bytes().split(b"\0", 1)[0]
-        except OSError:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
             continue                    # gone meanwhile
-        if program in argv0.decode(errors="replace"):
+        if program in argv0.decode(errors="replace") and \
+                (not orphans or ppid == 1):
             pids.add(int(entry.name))
     return pids
 
 
+def two_cpus(reason):
+    """Two CPUs this process may use, as a --cpus value ("A,B"); skips
+    with reason (why two are needed) where there are fewer."""
+    allowed = sorted(os.sched_getaffinity(0))
+    if len(allowed) < 2:
+        pytest.skip(reason)
+    return f"{allowed[0]},{allowed[1]}"
+
+
 def skip_without_two_cpus(what):
     """The benchmark drivers pin the daemon(s) and the bench to two CPUs."""
-    if len(os.sched_getaffinity(0)) < 2:
-        pytest.skip(f"{what} pins its daemons and the bench to two CPUs")
+    two_cpus(f"{what} pins its daemons and the bench to two CPUs")
 
 
 def make_image(path, size, fill=None):

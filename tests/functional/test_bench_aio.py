@@ -8,15 +8,12 @@ checked by running the benchmark (DESIGN.md section 9), not here.
 
 import functools
 import json
-import os
 import subprocess
-from pathlib import Path
 
 import pytest
 
-from conftest import bad_options, check_bad_option
+from conftest import bad_options, check_bad_option, two_cpus
 
-REPO = Path(__file__).resolve().parents[2]
 MODES = ("eventfd", "polled", "cacheline")
 REQUIRED_FIELDS = ("p50_ns", "p99_ns", "p999_ns", "cpu_ns_per_msg")
 SMALL_RUN = ("--count", "3000", "--warmup", "200")
@@ -24,32 +21,16 @@ TIMEOUT_S = 60
 BENCH_PATH = "tests/bench/bench-aio"
 
 
-def _find_without_conftest():
-    build = Path(os.environ.get("SPINDLE_BUILD", REPO / "build"))
-    path = build / BENCH_PATH
-    if not (path.is_file() and os.access(path, os.X_OK)):
-        pytest.skip(f"{path} is not built (it needs json-glib); "
-                    f"run `ninja -C {build}` first")
-    return path
-
-
 @pytest.fixture
-def bench_aio(request):
+def bench_aio(binary):
     """Path of the bench-aio binary; skips if it has not been built."""
-    try:
-        lookup = request.getfixturevalue("binary")   # tests/functional/conftest.py
-    except pytest.FixtureLookupError:
-        return _find_without_conftest()
-    return lookup(BENCH_PATH)
+    return binary(BENCH_PATH)
 
 
 @pytest.fixture
 def cpus():
     """Two CPUs this process may use, as the --cpus value."""
-    allowed = sorted(os.sched_getaffinity(0))
-    if len(allowed) < 2:
-        pytest.skip("bench-aio needs two CPUs (both threads spin)")
-    return f"{allowed[0]},{allowed[1]}"
+    return two_cpus("bench-aio needs two CPUs (both threads spin)")
 
 
 def run_bench(binary, *args):

@@ -16,9 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import bad_options, check_bad_option
+from conftest import bad_options, check_bad_option, two_cpus
 
-REPO = Path(__file__).resolve().parents[2]
 BENCH_PATH = "tests/bench/bench-block"
 ENGINES = ("null-co", "native", "io_uring", "threads")
 FILE_ENGINES = ("native", "io_uring", "threads")
@@ -35,32 +34,16 @@ INT_FIELDS = ("qd", "poll_max_ns", "p50_ns", "p99_ns", "p999_ns", "mean_ns",
 NUMBER_FIELDS = ("iops", "kicks_per_io", "sleeps_per_io", "polled_fraction")
 
 
-def _find_without_conftest():
-    build = Path(os.environ.get("SPINDLE_BUILD", REPO / "build"))
-    path = build / BENCH_PATH
-    if not (path.is_file() and os.access(path, os.X_OK)):
-        pytest.skip(f"{path} is not built (it needs json-glib and the block "
-                    f"layer); run `ninja -C {build}` first")
-    return path
-
-
 @pytest.fixture(scope="module")
-def bench_block(request):
+def bench_block(binary):
     """Path of the bench-block binary; skips if it has not been built."""
-    try:
-        lookup = request.getfixturevalue("binary")   # conftest.py
-    except pytest.FixtureLookupError:
-        return _find_without_conftest()
-    return lookup(BENCH_PATH)
+    return binary(BENCH_PATH)
 
 
 @pytest.fixture(scope="module")
 def cpus():
     """Two CPUs this process may use, as the --cpus value."""
-    allowed = sorted(os.sched_getaffinity(0))
-    if len(allowed) < 2:
-        pytest.skip("bench-block needs two CPUs (both threads spin)")
-    return f"{allowed[0]},{allowed[1]}"
+    return two_cpus("bench-block needs two CPUs (both threads spin)")
 
 
 def run_bench(binary, *args, tmpdir=None):

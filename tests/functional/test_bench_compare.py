@@ -24,6 +24,11 @@ REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "bench-compare"
 
 
+def daemons_left():
+    return pids_of("qemu-storage-daemon", orphans=True) | \
+        pids_of("daemon/spindle", orphans=True)
+
+
 def _need_daemons(binary):
     """Both daemons and spindle-bench, and two CPUs to pin them to."""
     binary("spindle")
@@ -37,7 +42,7 @@ def test_one_cell(binary, tmp_path):
     _need_daemons(binary)
     pytest.importorskip("matplotlib")
     out = tmp_path / "results"
-    before = pids_of("qemu-storage-daemon") | pids_of("daemon/spindle")
+    before = daemons_left()
     env = dict(os.environ)
     proc = subprocess.run(
         [sys.executable, str(SCRIPT), "--skip-deps", "--no-build",
@@ -50,7 +55,7 @@ def test_one_cell(binary, tmp_path):
     assert "spindle/qsd" in text and "qemu-storage-daemon" in text, text
     assert "Goals" in text, text
     # The daemons are gone.
-    after = pids_of("qemu-storage-daemon") | pids_of("daemon/spindle")
+    after = daemons_left()
     assert after <= before, after - before
 
     results = json.loads((out / "results.json").read_text())

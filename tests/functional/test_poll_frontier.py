@@ -38,7 +38,7 @@ def test_tiny_matrix(binary, build_dir, tmp_path):
                                              "matplotlib")
     out = tmp_path / "results"
     mine = str(build_dir / "daemon" / "spindle")
-    before = pids_of(mine)
+    before = pids_of(mine, orphans=True)
     env = dict(os.environ, SPINDLE_BUILD=str(build_dir))
     proc = subprocess.run(
         [sys.executable, str(SCRIPT), "--skip-deps", "--skip-build",
@@ -51,7 +51,7 @@ def test_tiny_matrix(binary, build_dir, tmp_path):
     assert "verdicts for predictive" in text, text
     assert "predictive: " in text and "cells pass" in text, text
     assert "idle: " in text, text
-    after = pids_of(mine)
+    after = pids_of(mine, orphans=True)
     assert after <= before, f"daemons left behind: {after - before}"
 
     results = json.loads((out / "results.json").read_text())
