@@ -17,12 +17,13 @@ and the export has as many queues as the loads use most (num-queues=N).
 
 Each daemon runs under `taskset -c CPU`, so all of its threads (main loop,
 IOThread, QEMU's RCU and worker threads) share that one CPU; the affinity
-of every thread is checked once it is ready.  Readiness is the export
-socket listening in /proc/net/unix (tests/e2e/daemons.py), so nothing
-connects before the benchmark does.  Each daemon gets PR_SET_PDEATHSIG with
-SIGKILL, so a killed bench-compare does not leave it behind (SIGKILL, not
-SIGTERM: qemu-storage-daemon 7.2 was seen to hang in its SIGTERM shutdown
-after its front-end died in the middle of a run).
+of every thread is checked once it is ready.  A Backend is the functional
+tests' launcher (tests/functional/spindle_daemon.py): readiness is the
+export socket listening in /proc/net/unix, so nothing connects before the
+benchmark does.  Each daemon gets PR_SET_PDEATHSIG with SIGKILL, so a
+killed bench-compare does not leave it behind (SIGKILL, not SIGTERM:
+qemu-storage-daemon 7.2 was seen to hang in its SIGTERM shutdown after its
+front-end died in the middle of a run).
 """
 
 import os
@@ -33,8 +34,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests" / "e2e"))
-from daemons import die_with_parent, listening_unix_paths  # noqa: E402
+sys.path.insert(0, str(ROOT / "tests" / "functional"))
+from spindle_daemon import (  # noqa: E402,F401  (die_with_parent: re-exported)
+    Daemon, DaemonError, die_with_parent)
 
 FLAVOURS = ("spindle", "qsd")
 DISPLAY = {"spindle": "spindle", "qsd": "qemu-storage-daemon"}
@@ -114,7 +116,7 @@ def thread_affinities(pid):
     return out
 
 
-class Backend:
+class Backend(Daemon):
     """One daemon: spindle or qemu-storage-daemon, pinned to one CPU."""
 
     def __init__(self, flavour, program, socket, service_ns, poll, cpu,
@@ -123,62 +125,34 @@ class Backend:
         size_bytes are then unused); start() waits for `socket` and every
         one of `more_sockets` (more exports, a QMP monitor) to listen."""
         self.flavour = flavour
-        self.program = str(program)
         self.socket = str(socket)
         self.sockets = [self.socket, *map(str, more_sockets)]
         self.cpu = cpu
         self.args = (list(args) if args is not None
                      else daemon_args(self.socket, service_ns, poll, size_bytes))
-        self.command = ["taskset", "-c", str(cpu), self.program, *self.args]
-        self.log_path = Path(log_path)
-        self.proc = None
-        self.returncode = None
+        # taskset execs the daemon: the pid is the daemon's.
+        super().__init__("taskset", ["-c", str(cpu), str(program), *self.args],
+                         log_path=log_path, ready=self.sockets,
+                         name=DISPLAY[flavour], pdeathsig=signal.SIGKILL)
+        self.program = str(program)
         self.affinity = {}
         self.restarts = 0
-        self._log = None
 
-    @property
-    def name(self):
-        return DISPLAY[self.flavour]
-
-    @property
-    def pid(self):
-        return self.proc.pid if self.proc else None
+    def _open_log(self):
+        # Every start of the daemon goes to one log, after its command.
+        log = open(self.log_path, "a")
+        log.write(f"$ {' '.join(self.command)}\n")
+        log.flush()
+        return log
 
     def start(self, timeout=10.0):
         """Start the daemon and wait until its socket listens."""
-        self._log = open(self.log_path, "a")
-        self._log.write(f"$ {' '.join(self.command)}\n")
-        self._log.flush()
-        self.returncode = None
-        # taskset execs the daemon: the pid is the daemon's.
-        self.proc = subprocess.Popen(self.command, stdin=subprocess.DEVNULL,
-                                     stdout=self._log, stderr=self._log,
-                                     preexec_fn=die_with_parent(signal.SIGKILL))
-        deadline = time.monotonic() + timeout
-        while not set(self.sockets) <= listening_unix_paths():
-            if self.proc.poll() is not None:
-                self._finish()
-                raise BackendError(
-                    f"{self.name} exited with status {self.returncode} before "
-                    f"listening on {self._waited_for()}\n"
-                    f"  command: {' '.join(self.command)}\n"
-                    f"  output:\n{self._tail()}")
-            if time.monotonic() > deadline:
-                self.stop()
-                raise BackendError(
-                    f"{self.name} did not listen on {self._waited_for()} within "
-                    f"{timeout:g} s\n  output:\n{self._tail()}")
-            time.sleep(0.02)
+        try:
+            super().start(timeout)
+        except DaemonError as e:
+            raise BackendError(str(e)) from None
         self._check_pinning()
         return self
-
-    def _waited_for(self):
-        if len(self.sockets) == 1:
-            return self.socket
-        missing = set(self.sockets) - listening_unix_paths()
-        return (f"{len(self.sockets)} sockets ({len(missing)} not listening, "
-                f"e.g. {sorted(missing)[0] if missing else '-'})")
 
     def _check_pinning(self):
         """Every thread on self.cpu; re-pin with taskset -a -p if not."""
@@ -193,17 +167,14 @@ class Backend:
             raise BackendError(f"could not pin {self.name}'s threads to CPU {want}: "
                                f"{self.affinity}")
 
-    def alive(self):
-        return self.proc is not None and self.proc.poll() is None
-
     def ensure_running(self):
         """Restart the daemon if it died (after a crash in a run). True if it had to."""
         if self.alive():
             return False
-        self._finish()
-        self._log.write(f"bench-compare: {self.name} had exited with status "
-                        f"{self.returncode}; restarting it\n")
-        self._log.close()
+        status = self.wait()
+        with open(self.log_path, "a") as log:
+            log.write(f"bench-compare: {self.name} had exited with status "
+                      f"{status}; restarting it\n")
         self.restarts += 1
         self.start()
         return True
@@ -212,31 +183,13 @@ class Backend:
         """CPU time of the daemon's threads so far (ns), None if not running."""
         return thread_cpu_ns(self.pid) if self.alive() else None
 
-    def stop(self, timeout=5.0):
+    def stop(self, sig=signal.SIGTERM, timeout=5.0):
         """SIGTERM, wait (SIGKILL after `timeout`); return the exit status."""
-        if self.proc is None:
-            return None
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._finish()
-        return self.returncode
-
-    def _finish(self):
-        self.returncode = self.proc.returncode
-        if self._log and not self._log.closed:
-            self._log.flush()
+        return super().stop(sig, timeout)
 
     def output(self):
         """Everything the daemon printed (all its starts)."""
-        try:
-            return self.log_path.read_text(errors="replace")
-        except OSError:
-            return ""
+        return self.stderr()
 
     def stats_lines(self):
         """The statistics lines Spindle prints at exit (none from qsd)."""
@@ -248,8 +201,6 @@ class Backend:
 
     def close(self):
         self.stop()
-        if self._log and not self._log.closed:
-            self._log.close()
 
 
 def measure_idle(backends, seconds):

@@ -98,22 +98,24 @@ def wait_for(predicate, what, timeout=WAIT_TIMEOUT_S, daemon=None,
     """Poll predicate() until it returns a true value; return that value.
 
     Raises DaemonError if `timeout` seconds pass first, or, with `daemon`
-    (a Daemon), as soon as the daemon exits; the message names `what` and
-    quotes the daemon's output.
+    (a Daemon), as soon as the daemon exits; the message names `what` (a
+    string, or a function that says it then) and quotes the daemon's
+    output.
     """
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
         if value:
             return value
+        said = what() if callable(what) else what
         if daemon is not None and not daemon.alive():
             raise DaemonError(f"{daemon.name} exited with status "
                               f"{daemon.proc.returncode} while waiting for "
-                              f"{what}{daemon.describe()}")
+                              f"{said}{daemon.describe()}")
         if time.monotonic() > deadline:
             extra = daemon.describe() if daemon is not None else ""
             raise DaemonError(f"timed out after {timeout:g} s waiting for "
-                              f"{what}{extra}")
+                              f"{said}{extra}")
         time.sleep(interval)
 
 
@@ -121,7 +123,7 @@ class Daemon:
     """One daemon process.  Use as a context manager, or call stop()."""
 
     def __init__(self, program, args=(), *, log_path, ready=(), name=None,
-                 cwd=None, env=None, pass_fds=()):
+                 cwd=None, env=None, pass_fds=(), pdeathsig=signal.SIGTERM):
         program = str(program)
         # With cwd, a relative program path must not change meaning.
         if cwd is not None and "/" in program:
@@ -134,18 +136,21 @@ class Daemon:
         self.cwd = cwd
         self.env = env
         self.pass_fds = tuple(pass_fds)
+        self.pdeathsig = pdeathsig
         self.proc = None
         self.returncode = None
         self._log = None
 
     def start(self, timeout=START_TIMEOUT_S):
-        """Start the daemon; return self once every `ready` path is ready."""
-        self._log = open(self.log_path, "w")
+        """Start the daemon; return self once every `ready` path is ready.
+        A daemon that exited can be started again."""
+        self.returncode = None
+        self._log = self._open_log()
         self.proc = subprocess.Popen(self.command, stdin=subprocess.DEVNULL,
                                      stdout=self._log, stderr=self._log,
                                      cwd=self.cwd, env=self.env,
                                      pass_fds=self.pass_fds,
-                                     preexec_fn=die_with_parent())
+                                     preexec_fn=die_with_parent(self.pdeathsig))
         try:
             self.wait_ready(self.ready, timeout)
         except DaemonError:
@@ -153,12 +158,22 @@ class Daemon:
             raise
         return self
 
+    def _open_log(self):
+        return open(self.log_path, "w")
+
     def wait_ready(self, paths, timeout=START_TIMEOUT_S):
         paths = [str(p) for p in ([paths] if isinstance(paths, (str, Path))
                                   else paths)]
+
+        def waited_for():
+            if len(paths) <= 2:
+                return " and ".join(paths)
+            missing = [p for p in paths if not is_ready(p)]
+            return (f"{len(paths)} paths ({len(missing)} not ready, e.g. "
+                    f"{missing[0] if missing else '-'})")
         if paths:
-            wait_for(lambda: all(is_ready(p) for p in paths),
-                     " and ".join(paths), timeout, daemon=self)
+            wait_for(lambda: all(is_ready(p) for p in paths), waited_for,
+                     timeout, daemon=self)
 
     @property
     def pid(self):
