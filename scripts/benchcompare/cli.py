@@ -4,6 +4,7 @@ program options that mean the same in both, and how a run starts (output
 directory, plan, dry run) and ends (plots, results, table.txt, where
 everything went, what failed)."""
 
+import argparse
 import signal
 import sys
 from pathlib import Path
@@ -35,6 +36,19 @@ def catch_stop_signals():
     of being stopped goes through the clean-up."""
     for sig in STOP_SIGNALS:
         signal.signal(sig, _on_signal)
+
+
+def parser(prog, description, epilog, first_group, quick_minutes):
+    """The driver's argument parser, and its first group, which starts with
+    --quick (the reduced matrix, done in under quick_minutes)."""
+    p = argparse.ArgumentParser(prog=prog, description=description,
+                                epilog=epilog,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    g = p.add_argument_group(first_group)
+    g.add_argument("--quick", action="store_true",
+                   help=f"the reduced matrix (see below); under {quick_minutes} "
+                        "minutes")
+    return p, g
 
 
 def add_workload_args(g, seed_help, completion=False):

@@ -1,6 +1,5 @@
 """bench-compare's options and the order of events (see scripts/bench-compare)."""
 
-import argparse
 import datetime
 import os
 import shutil
@@ -86,12 +85,7 @@ example:
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(prog="bench-compare", description=DESCRIPTION,
-                                epilog=EPILOG,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    g = p.add_argument_group("matrix")
-    g.add_argument("--quick", action="store_true",
-                   help="the reduced matrix (see below); under 3 minutes")
+    p, g = cli.parser("bench-compare", DESCRIPTION, EPILOG, "matrix", 3)
     g.add_argument("--backend", choices=["null", "file"], default="null",
                    help="null-co with a service time, or a raw image on a disk "
                         "(default %(default)s)")

@@ -1,6 +1,5 @@
 """poll-frontier's options and the order of events (see scripts/poll-frontier)."""
 
-import argparse
 import datetime
 import os
 import shutil
@@ -106,12 +105,7 @@ examples:
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(prog="poll-frontier", description=DESCRIPTION,
-                                epilog=EPILOG,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    g = p.add_argument_group("what to compare")
-    g.add_argument("--quick", action="store_true",
-                   help="the reduced matrix (see below); under 4 minutes")
+    p, g = cli.parser("poll-frontier", DESCRIPTION, EPILOG, "what to compare", 4)
     g.add_argument("--services", metavar="LIST",
                    help=f"service times, null-co latency-ns (default {cl.FULL_SERVICES})")
     g.add_argument("--loads", metavar="LIST", help=f"loads (default {cl.FULL_LOADS})")
