@@ -14,7 +14,6 @@ guest's results and exits 0 only if everything checked out.
 import argparse
 import os
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -31,15 +30,6 @@ def parse_size(text):
     if text and text[-1] in units:
         return int(text[:-1]) * units[text[-1]]
     return int(text)
-
-
-def wait_listening(path, timeout):
-    deadline = time.monotonic() + timeout
-    while path not in daemons.listening_unix_paths():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
 
 
 def main(argv=None):
@@ -71,7 +61,10 @@ def main(argv=None):
     if reasons:
         print("boot_guest: cannot boot a guest: " + "; ".join(reasons), file=sys.stderr)
         return 2
-    if not wait_listening(os.path.abspath(args.socket), 15):
+    try:
+        daemons.wait_for(lambda: daemons.is_listening(os.path.abspath(args.socket)),
+                         f"{args.socket} to listen", 15)
+    except daemons.DaemonError:
         print(f"boot_guest: nothing listens on {args.socket}", file=sys.stderr)
         return 2
 

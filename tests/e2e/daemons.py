@@ -35,8 +35,8 @@ from pathlib import Path
 # The launcher is the functional tests' one (tests/functional/spindle_daemon.py).
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "functional"))
 from spindle_daemon import (  # noqa: E402,F401  (re-exported)
-    Daemon as _Launcher, DaemonError, die_with_parent,
-    listening_unix_paths)
+    Daemon as _Launcher, DaemonError, die_with_parent, is_listening,
+    listening_unix_paths, wait_for)
 
 QSD_NAME = "qemu-storage-daemon"
 
