@@ -1,6 +1,7 @@
 /*
  * The inside of an AioContext, shared by the files of util/ that implement
- * it (async.c, aio-posix.c, timer.c, fdmon-epoll.c, thread-pool.c).  Nothing
+ * it (async.c, aio-posix.c, aio-handlers.c, timer.c, fdmon-epoll.c,
+ * thread-pool.c).  Nothing
  * outside util/ includes this.
  *
  * Memory layout: fields written by other threads (bh_list, notified,
@@ -94,7 +95,7 @@ struct AioHandler {
     AioHandler *ready_next;   /* this turn's ready list */
 };
 
-/* Operations of an fd monitor (DESIGN.md: pluggable parts are ops tables). */
+/* Operations of an fd monitor (pluggable parts are ops tables: style.md). */
 typedef struct FDMonOps {
     /* Start, change (events != 0) or stop (events == 0) watching h->fd. */
     int (*update)(AioContext *ctx, AioHandler *h, uint32_t events);
@@ -201,15 +202,65 @@ void aio_bh_list_destroy(AioContext *ctx);
 int64_t aio_timers_next_deadline_ns(AioContext *ctx, int64_t now);
 bool aio_timers_run_expired(AioContext *ctx);
 
-/* aio-posix.c */
+/* aio-handlers.c */
 void aio_context_setup_notifier(AioContext *ctx);
 void aio_context_free_handlers(AioContext *ctx);
+/* Free the handlers marked deleted, once no aio_poll() is running. */
+void aio_handler_free_deleted(AioContext *ctx);
+
+/* aio-posix.c */
 void aio_source_sets_free(AioContext *ctx);
 /* Forget every handler's policy state and the context's (home thread). */
 void aio_context_reset_poll_state(AioContext *ctx);
 
 /* thread-pool.c */
 void thread_pool_free(ThreadPool *pool);
+
+/*
+ * Calling a handler's callbacks (aio-handlers.c and aio-posix.c).  Inline:
+ * aio_poll() calls them on every pass of a spin.
+ */
+static inline void aio_handler_call(AioHandler *h, AioHandlerCB cb)
+{
+    if (h->is_event_notifier) {
+        cb.en(h->opaque);
+    } else {
+        cb.fd(h->opaque);
+    }
+}
+
+static inline bool aio_handler_call_poll(AioHandler *h)
+{
+    if (h->is_event_notifier) {
+        return h->io_poll.en(h->opaque);
+    }
+    return h->io_poll.fd(h->opaque);
+}
+
+static inline bool aio_handler_is_pollable(const AioHandler *h)
+{
+    return h->io_poll.fd != NULL;
+}
+
+/* io_poll_begin for one handler, if it has the hook and has not had it. */
+static inline void aio_handler_poll_begin(AioHandler *h)
+{
+    if (h->io_poll_begin.fd && !h->poll_begun) {
+        h->poll_begun = true;
+        aio_handler_call(h, h->io_poll_begin);
+    }
+}
+
+/* io_poll_end for one handler, only if it had io_poll_begin. */
+static inline void aio_handler_poll_end(AioHandler *h)
+{
+    if (h->poll_begun) {
+        h->poll_begun = false;
+        if (h->io_poll_end.fd) {
+            aio_handler_call(h, h->io_poll_end);
+        }
+    }
+}
 
 /* Queue h for dispatch in this turn (once). */
 static inline void aio_handler_mark_ready(AioContext *ctx, AioHandler *h)
