@@ -25,8 +25,7 @@ void keyval_append(GPtrArray *opts, const char *key, char *value)
     g_ptr_array_add(opts, kv);
 }
 
-/* Copy the next element of *pos into a new string, undoubling ",,". */
-static char *keyval_next_element(const char **pos)
+char *keyval_next_element(const char **pos)
 {
     GString *out = g_string_new(NULL);
     const char *p = *pos;

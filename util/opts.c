@@ -35,6 +35,7 @@
 #include <json-glib/json-glib.h>
 
 #include "util/cutils.h"
+#include "util/keyval.h"
 #include "util/opts.h"
 
 enum {
@@ -76,26 +77,6 @@ void opts_free(Opts *opts)
 
 /* ------------------------------------------------------------------------ */
 /* key=value form                                                            */
-
-/* Copy the element at *pos into a new string, undoubling ",,". */
-static char *opts_keyval_next(const char **pos)
-{
-    GString *elem = g_string_new(NULL);
-    const char *p = *pos;
-
-    for (; *p; p++) {
-        if (*p == ',') {
-            if (p[1] != ',') {
-                p++;
-                break;
-            }
-            p++;            /* ",," stands for one literal comma */
-        }
-        g_string_append_c(elem, *p);
-    }
-    *pos = p;
-    return g_string_free(elem, FALSE);
-}
 
 /* Empty keys and empty dotted parts ("a..b", ".a", "a.") are errors. */
 static bool opts_keyval_key_valid(const char *key, const char *value,
@@ -203,7 +184,7 @@ Opts *opts_parse_keyval(const char *str, const char *implied_key, Error **errp)
     bool first = true;
 
     while (*pos) {
-        g_autofree char *elem = opts_keyval_next(&pos);
+        g_autofree char *elem = keyval_next_element(&pos);
         char *eq = strchr(elem, '=');
         bool ok;
 

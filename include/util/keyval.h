@@ -24,6 +24,13 @@ typedef struct KeyvalPair {
  */
 GPtrArray *keyval_parse(const char *str, const char *implied_key, Error **errp);
 
+/*
+ * The element of a key=value string at *pos, up to the next single comma,
+ * in a new string (the caller frees it) with ",," undoubled; *pos moves
+ * past that comma, or to the end of the string.
+ */
+char *keyval_next_element(const char **pos);
+
 /* The value of key, or NULL.  Borrowed from opts. */
 const char *keyval_lookup(GPtrArray *opts, const char *key);
 
