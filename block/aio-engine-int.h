@@ -1,6 +1,6 @@
 /*
  * What the I/O engines (aio-threads.c, linux-aio.c, io_uring.c) share:
- * their counters, a FIFO of requests, and how to find the part of a
+ * their counters, the batch limit, and how to find the part of a
  * request still to transfer.  Private to block/: only the engines and
  * aio-engine.c include it.
  *
@@ -73,19 +73,6 @@ void engine_counters_read(const EngineCounters *c, BlockEngineStats *out);
 
 /* The batch limit of ctx: aio-max-batch, or ENGINE_DEFAULT_MAX_BATCH. */
 unsigned engine_max_batch(AioContext *ctx);
-
-/* ------------------------------------------------------------------------ */
-/* A FIFO of requests, linked through block_req_int(req)->next               */
-
-typedef struct EngineQueue {
-    BlockRequest *head;
-    BlockRequest *tail;
-    unsigned len;
-} EngineQueue;
-
-void engine_queue_push(EngineQueue *q, BlockRequest *req);
-/* Take the first request off q; NULL if q is empty. */
-BlockRequest *engine_queue_pop(EngineQueue *q);
 
 /* ------------------------------------------------------------------------ */
 /* The rest of a READ or WRITE                                               */

@@ -8,10 +8,10 @@
  * block_engine_get_stats() finds the instance of any engine here.
  *
  * The helpers below are the parts of a request's life that do not depend
- * on the engine: a FIFO of requests waiting to be submitted, the batch
- * limit, and locating the part of a READ/WRITE that is still to transfer
+ * on the engine: the batch limit, and locating the part of a READ/WRITE that is still to transfer
  * after a short transfer, so that every engine resubmits the remainder the
- * same way and without allocating.
+ * same way and without allocating.  (Requests waiting to be submitted
+ * wait in a BlockReqFifo, block-int.h.)
  */
 #include "config-host.h"
 #include <limits.h>
@@ -77,37 +77,6 @@ unsigned engine_max_batch(AioContext *ctx)
         return ENGINE_DEFAULT_MAX_BATCH;
     }
     return max > UINT_MAX ? UINT_MAX : (unsigned)max;
-}
-
-/* ------------------------------------------------------------------------ */
-/* Request FIFO                                                              */
-
-void engine_queue_push(EngineQueue *q, BlockRequest *req)
-{
-    block_req_int(req)->next = NULL;
-    if (q->tail) {
-        block_req_int(q->tail)->next = req;
-    } else {
-        q->head = req;
-    }
-    q->tail = req;
-    q->len++;
-}
-
-BlockRequest *engine_queue_pop(EngineQueue *q)
-{
-    BlockRequest *req = q->head;
-
-    if (!req) {
-        return NULL;
-    }
-    q->head = block_req_int(req)->next;
-    if (!q->head) {
-        q->tail = NULL;
-    }
-    block_req_int(req)->next = NULL;
-    q->len--;
-    return req;
 }
 
 /* ------------------------------------------------------------------------ */

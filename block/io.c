@@ -68,17 +68,11 @@ typedef enum BlockBouncePhase {
 static void block_deferred_bh(void *opaque)
 {
     BlockQueue *q = opaque;
+    BlockRequest *req;
 
     block_acct_batch_begin();
-    while (q->deferred_head) {
-        BlockRequest *req = q->deferred_head;
-        BlockRequestInt *ri = block_req_int(req);
-
-        q->deferred_head = ri->next;
-        if (!q->deferred_head) {
-            q->deferred_tail = NULL;
-        }
-        block_request_complete(req, ri->ret);
+    while ((req = block_req_fifo_pop(&q->deferred))) {
+        block_request_complete(req, block_req_int(req)->ret);
     }
     block_acct_batch_end();
 }
@@ -90,7 +84,7 @@ void block_queue_deferred_init(BlockQueue *q)
 
 void block_queue_deferred_fini(BlockQueue *q)
 {
-    g_assert(!q->deferred_head);     /* drained: nothing can be pending */
+    g_assert(!q->deferred.head);     /* drained: nothing can be pending */
     aio_bh_delete(q->deferred_bh);
     q->deferred_bh = NULL;
 }
@@ -101,13 +95,7 @@ void block_request_complete_later(BlockRequest *req, int ret)
     BlockQueue *q = ri->queue;
 
     ri->ret = ret;
-    ri->next = NULL;
-    if (q->deferred_tail) {
-        block_req_int(q->deferred_tail)->next = req;
-    } else {
-        q->deferred_head = req;
-    }
-    q->deferred_tail = req;
+    block_req_fifo_push(&q->deferred, req);
     aio_bh_schedule(q->deferred_bh);
 }
 
@@ -291,28 +279,6 @@ static bool block_bounce_advance(BlockRequest *req, int ret)
 /* ------------------------------------------------------------------------ */
 /* Serialisation of read-modify-write                                        */
 
-static void block_wait_push(BlockNode *bs, BlockRequest *req)
-{
-    block_req_int(req)->next = NULL;
-    if (bs->wait_tail) {
-        block_req_int(bs->wait_tail)->next = req;
-    } else {
-        bs->wait_head = req;
-    }
-    bs->wait_tail = req;
-}
-
-static BlockRequest *block_wait_pop(BlockNode *bs)
-{
-    BlockRequest *req = bs->wait_head;
-
-    bs->wait_head = block_req_int(req)->next;
-    if (!bs->wait_head) {
-        bs->wait_tail = NULL;
-    }
-    return req;
-}
-
 /* Aligned writes in flight on the lock-free path, all queues.  rmw_lock
  * held, and the gate raised before (so the sum can only go down). */
 static unsigned block_fast_writes(BlockNode *bs)
@@ -341,7 +307,7 @@ static void block_gate_raise(BlockNode *bs)
 /* Lower the gate once no RMW runs or waits.  rmw_lock held. */
 static void block_gate_settle(BlockNode *bs)
 {
-    if (!bs->rmw_active && !bs->wait_head) {
+    if (!bs->rmw_active && !bs->wait.head) {
         atomic_store_explicit(&bs->rmw_gate, false, memory_order_release);
     }
 }
@@ -350,7 +316,7 @@ static void block_gate_settle(BlockNode *bs)
  * rmw_lock held; for an RMW, the gate raised. */
 static bool block_write_may_start(BlockNode *bs, bool rmw)
 {
-    if (bs->rmw_active || bs->wait_head) {
+    if (bs->rmw_active || bs->wait.head) {
         return false;            /* keep the order of waiting requests */
     }
     return !rmw || (bs->writes_in_flight == 0 && block_fast_writes(bs) == 0);
@@ -400,16 +366,15 @@ static void block_write_resume_bh(void *opaque)
 static BlockRequest **block_wait_release(BlockNode *bs, BlockRequest **tail)
 {
     /* Only write-like requests wait; the gate is up while any does. */
-    while (bs->wait_head && !bs->rmw_active) {
-        bool rmw = block_request_misaligned(bs, bs->wait_head);
+    while (bs->wait.head && !bs->rmw_active) {
+        bool rmw = block_request_misaligned(bs, bs->wait.head);
         BlockRequest *w;
 
         if (rmw && (bs->writes_in_flight > 0 || block_fast_writes(bs) > 0)) {
             break;
         }
-        w = block_wait_pop(bs);
+        w = block_req_fifo_pop(&bs->wait);          /* next: NULL */
         block_write_count(bs, w, rmw);
-        block_req_int(w)->next = NULL;
         *tail = w;
         tail = &block_req_int(w)->next;
     }
@@ -530,7 +495,8 @@ static void block_write_submit(BlockNode *bs, BlockRequest *req, bool rmw)
     if (go) {
         block_write_count(bs, req, rmw);
     } else {
-        block_wait_push(bs, req);        /* the gate is up: wait_head set */
+        /* The gate is up: wait.head set. */
+        block_req_fifo_push(&bs->wait, req);
     }
     block_gate_settle(bs);
     g_mutex_unlock(&bs->rmw_lock);

@@ -72,7 +72,7 @@ typedef struct UringEngine {
     EventNotifier notifier;      /* signalled by the kernel per CQE */
     QEMUBH *submit_bh;
     AioTimer retry_timer;
-    EngineQueue queue;           /* requests not yet in the SQ */
+    BlockReqFifo queue;           /* requests not yet in the SQ */
     unsigned plugged;
     unsigned in_flight;          /* SQEs prepared, CQEs not yet reaped */
     unsigned max_in_flight;      /* CQ entries */
@@ -162,7 +162,7 @@ static void uring_complete_later(UringEngine *e, BlockRequest *req, int ret)
 /* Queue req (again) and make sure the queue will be submitted. */
 static void uring_enqueue(UringEngine *e, BlockRequest *req)
 {
-    engine_queue_push(&e->queue, req);
+    block_req_fifo_push(&e->queue, req);
     if (e->queue.len >= engine_max_batch(e->ctx)) {
         uring_submit_queue(e);          /* full batch: plugged or not */
     } else if (!e->plugged) {
@@ -190,7 +190,7 @@ static void uring_fill_sq(UringEngine *e, unsigned max)
         if (!sqe) {
             return;                     /* SQ full: submit first */
         }
-        uring_prep(sqe, engine_queue_pop(&e->queue));
+        uring_prep(sqe, block_req_fifo_pop(&e->queue));
         e->in_flight++;
     }
 }

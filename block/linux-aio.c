@@ -105,7 +105,7 @@ typedef struct LaioEngine {
     EventNotifier notifier;      /* signalled by the kernel per completion */
     QEMUBH *submit_bh;
     AioTimer retry_timer;
-    EngineQueue queue;           /* prepared, not yet accepted by the kernel */
+    BlockReqFifo queue;           /* prepared, not yet accepted by the kernel */
     struct iocb **iocbs;         /* io_submit() argument */
     unsigned max_submit;         /* entries in iocbs */
     unsigned plugged;
@@ -207,7 +207,7 @@ static void laio_flush_with_threads(LaioEngine *e, int fd, BlockRequest *req)
 /* Queue req (again) and make sure the queue will be submitted. */
 static void laio_enqueue(LaioEngine *e, BlockRequest *req)
 {
-    engine_queue_push(&e->queue, req);
+    block_req_fifo_push(&e->queue, req);
     if (e->queue.len >= engine_max_batch(e->ctx)) {
         laio_submit_queue(e);          /* full batch: plugged or not */
     } else if (!e->plugged) {
@@ -222,7 +222,7 @@ static void laio_enqueue(LaioEngine *e, BlockRequest *req)
 static void laio_accepted(LaioEngine *e, int r)
 {
     for (int i = 0; i < r; i++) {
-        engine_queue_pop(&e->queue);
+        block_req_fifo_pop(&e->queue);
     }
     e->in_kernel += r;
     engine_stat_add(&e->stats.requests, r);
@@ -243,7 +243,7 @@ static void laio_refused(LaioEngine *e, unsigned n)
 /* io_submit() failed the first queued iocb with r. */
 static void laio_failed_head(LaioEngine *e, int r)
 {
-    BlockRequest *req = engine_queue_pop(&e->queue);
+    BlockRequest *req = block_req_fifo_pop(&e->queue);
 
     if (req->op == BLOCK_OP_FLUSH && r == -EINVAL) {
         laio_flush_with_threads(e, laio_iocb(req)->aio_fildes, req);

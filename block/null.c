@@ -15,10 +15,10 @@
  *
  * A request never completes inside submit (the block layer's contract), so
  * every request goes onto a queue: a singly linked FIFO threaded through
- * block_req_int(req)->next, one per BlockQueue (NullQueue, in q->opaque),
- * owned by that queue's home thread, so queues in several IOThreads share
- * nothing but the node's fixed options.  What
- * drains the queue depends on `latency-ns`:
+ * block_req_int(req)->next (BlockReqFifo), one per BlockQueue (NullQueue,
+ * in q->opaque), owned by that queue's home thread, so queues in several
+ * IOThreads share nothing but the node's fixed options.  What drains the
+ * queue depends on `latency-ns`:
  *
  *   - 0: one bottom half per queue.  Submitting schedules it (scheduling a
  *     pending BH is free), so all the requests submitted in one loop turn
@@ -66,41 +66,11 @@ typedef struct NullState {
 typedef struct NullQueue {
     const NullState *ns;
 
-    /* The queue of submitted requests. */
-    BlockRequest *head;
-    BlockRequest *tail;
-    unsigned queued;
+    BlockReqFifo queue;          /* the submitted requests */
 
     QEMUBH *bh;                  /* latency_ns == 0 */
     AioTimer timer;              /* latency_ns > 0 */
 } NullQueue;
-
-static void null_queue_push(NullQueue *s, BlockRequest *req)
-{
-    block_req_int(req)->next = NULL;
-    if (s->tail) {
-        block_req_int(s->tail)->next = req;
-    } else {
-        s->head = req;
-    }
-    s->tail = req;
-    s->queued++;
-}
-
-static BlockRequest *null_queue_pop(NullQueue *s)
-{
-    BlockRequest *req = s->head;
-
-    if (req) {
-        s->head = block_req_int(req)->next;
-        if (!s->head) {
-            s->tail = NULL;
-        }
-        block_req_int(req)->next = NULL;
-        s->queued--;
-    }
-    return req;
-}
 
 /* The deadline stored by null_submit() (latency > 0 only). */
 static int64_t null_deadline(BlockRequest *req)
@@ -129,7 +99,7 @@ static void null_complete(NullQueue *s, BlockRequest *req)
 static void null_bh_cb(void *opaque)
 {
     NullQueue *s = opaque;
-    unsigned n = s->queued;
+    unsigned n = s->queue.len;
     bool rescheduled = n > 1;
     BlockRequest *req;
 
@@ -141,11 +111,11 @@ static void null_bh_cb(void *opaque)
     }
     /* A nested loop may complete some of ours: pop, don't walk a list. */
     block_acct_batch_begin();
-    while (n-- > 0 && (req = null_queue_pop(s)) != NULL) {
+    while (n-- > 0 && (req = block_req_fifo_pop(&s->queue)) != NULL) {
         null_complete(s, req);
     }
     block_acct_batch_end();
-    if (rescheduled && !s->head) {
+    if (rescheduled && !s->queue.head) {
         aio_bh_cancel(s->bh);
     }
 }
@@ -153,8 +123,8 @@ static void null_bh_cb(void *opaque)
 /* Arm the timer for the queue's head, or disarm it if the queue is empty. */
 static void null_timer_update(NullQueue *s)
 {
-    if (s->head) {
-        aio_timer_mod(&s->timer, null_deadline(s->head));
+    if (s->queue.head) {
+        aio_timer_mod(&s->timer, null_deadline(s->queue.head));
     } else {
         aio_timer_del(&s->timer);
     }
@@ -169,8 +139,8 @@ static void null_timer_cb(void *opaque)
     /* Armed for the rest before calling out (see the top of the file). */
     null_timer_update(s);
     block_acct_batch_begin_at(now);
-    while (s->head && null_deadline(s->head) <= now) {
-        null_complete(s, null_queue_pop(s));
+    while (s->queue.head && null_deadline(s->queue.head) <= now) {
+        null_complete(s, block_req_fifo_pop(&s->queue));
     }
     block_acct_batch_end();
     null_timer_update(s);
@@ -184,7 +154,7 @@ static void null_submit(BlockNode *bs, BlockRequest *req)
         block_req_int(req)->submit_ns = add_sat_int64(clock_now_ns(),
                                                       s->ns->latency_ns);
     }
-    null_queue_push(s, req);
+    block_req_fifo_push(&s->queue, req);
     if (s->ns->latency_ns == 0) {
         aio_bh_schedule(s->bh);
     } else if (!aio_timer_pending(&s->timer)) {
@@ -216,7 +186,7 @@ static void null_detach_queue(BlockQueue *q)
 
     /* Drained: nothing queued, so the BH is not scheduled and the timer is
      * not armed. */
-    g_assert(!s->head);
+    g_assert(!s->queue.head);
     g_assert(!aio_timer_pending(&s->timer));
     aio_bh_delete(s->bh);
     g_free(s);

@@ -66,6 +66,48 @@ static inline BlockRequestInt *block_req_int(BlockRequest *req)
     return (BlockRequestInt *)req->priv.space;
 }
 
+/*
+ * A FIFO of requests linked through block_req_int(req)->next: an engine's
+ * requests waiting to be submitted, a null queue's requests waiting to
+ * complete, a queue's deferred completions, a node's writes waiting for an
+ * RMW.  A request is on at most one at a time.  The owner's thread (or
+ * lock) only; inline, as the drivers push and pop on every request.
+ */
+typedef struct BlockReqFifo {
+    BlockRequest *head;
+    BlockRequest *tail;
+    unsigned len;
+} BlockReqFifo;
+
+static inline void block_req_fifo_push(BlockReqFifo *q, BlockRequest *req)
+{
+    block_req_int(req)->next = NULL;
+    if (q->tail) {
+        block_req_int(q->tail)->next = req;
+    } else {
+        q->head = req;
+    }
+    q->tail = req;
+    q->len++;
+}
+
+/* Take the first request off q; NULL if q is empty. */
+static inline BlockRequest *block_req_fifo_pop(BlockReqFifo *q)
+{
+    BlockRequest *req = q->head;
+
+    if (!req) {
+        return NULL;
+    }
+    q->head = block_req_int(req)->next;
+    if (!q->head) {
+        q->tail = NULL;
+    }
+    block_req_int(req)->next = NULL;
+    q->len--;
+    return req;
+}
+
 struct BlockNode {
     char *node_name;
     const BlockDriver *drv;
@@ -107,7 +149,7 @@ struct BlockNode {
     BlockQueue *queues;          /* linked by node_next */
     unsigned writes_in_flight;
     bool rmw_active;
-    BlockRequest *wait_head, *wait_tail;
+    BlockReqFifo wait;           /* write-like requests waiting for their turn */
     uint64_t locked_writes;      /* write-like requests that took rmw_lock */
     uint64_t rmw_writes;         /* ... of which misaligned writes (RMW) */
 };
@@ -134,7 +176,7 @@ struct BlockQueue {
     BlockQueue *node_next;       /* bs->queues, under bs->rmw_lock */
     /* Requests finished at submission, completed from one BH (io.c). */
     QEMUBH *deferred_bh;
-    BlockRequest *deferred_head, *deferred_tail;
+    BlockReqFifo deferred;
     /* accounting.c: the slot this (top) queue counts into, or NULL. */
     BlockAcctStats *acct;
     BlockAcct *acct_owner;
