@@ -250,7 +250,6 @@ static void blkdebug_submit(BlockNode *bs, BlockRequest *req)
 }
 
 const BlockDriver block_driver_blkdebug = {
-    .format_name = "blkdebug",
     .instance_size = sizeof(BlkdebugState),
     .open = blkdebug_open,
     .close = blkdebug_close,

@@ -38,22 +38,35 @@ static GHashTable *block_nodes;          /* node-name -> BlockNode, main thread 
 static GPtrArray *block_node_order;      /* the same nodes, oldest first */
 static unsigned block_auto_name_counter;
 
-static const BlockDriver *const block_drivers[] = {
-    &block_driver_file,
-    &block_driver_null_co,
-    &block_driver_null_aio,
-    &block_driver_raw,
-    &block_driver_blkdebug,
+/* The drivers by name; a node reports the name it was opened with. */
+typedef struct BlockDriverName {
+    const char *name;
+    const BlockDriver *drv;
+} BlockDriverName;
+
+static const BlockDriverName block_drivers[] = {
+    { "file", &block_driver_file },
+    { "null-co", &block_driver_null },
+    { "null-aio", &block_driver_null },     /* QEMU's other name for it */
+    { "raw", &block_driver_raw },
+    { "blkdebug", &block_driver_blkdebug },
 };
 
-const BlockDriver *block_driver_find(const char *format_name)
+static const BlockDriverName *block_driver_lookup(const char *name)
 {
     for (size_t i = 0; i < G_N_ELEMENTS(block_drivers); i++) {
-        if (!strcmp(block_drivers[i]->format_name, format_name)) {
-            return block_drivers[i];
+        if (!strcmp(block_drivers[i].name, name)) {
+            return &block_drivers[i];
         }
     }
     return NULL;
+}
+
+const BlockDriver *block_driver_find(const char *name)
+{
+    const BlockDriverName *d = block_driver_lookup(name);
+
+    return d ? d->drv : NULL;
 }
 
 static void block_driver_unknown(const char *name, Error **errp)
@@ -62,7 +75,7 @@ static void block_driver_unknown(const char *name, Error **errp)
 
     for (size_t i = 0; i < G_N_ELEMENTS(block_drivers); i++) {
         g_string_append_printf(names, "%s%s", i ? ", " : "",
-                               block_drivers[i]->format_name);
+                               block_drivers[i].name);
     }
     error_setg(errp, "Unknown driver '%s' (available: %s)", name, names->str);
     g_string_free(names, TRUE);
@@ -258,7 +271,7 @@ static bool block_node_limits_valid(BlockNode *bs, Error **errp)
     if (l->request_alignment == 0 || (l->request_alignment & (l->request_alignment - 1)) ||
         l->mem_alignment == 0 || (l->mem_alignment & (l->mem_alignment - 1))) {
         error_setg(errp, "Driver '%s' reported invalid alignments (%u, %u)",
-                   bs->drv->format_name, l->request_alignment, l->mem_alignment);
+                   bs->driver_name, l->request_alignment, l->mem_alignment);
         return false;
     }
     return true;
@@ -281,7 +294,7 @@ static bool block_node_read_length(BlockNode *bs, Error **errp)
 static void block_node_open_error(BlockNode *bs, Error **errp)
 {
     if (bs->auto_name) {
-        error_prepend(errp, "blockdev (driver '%s'): ", bs->drv->format_name);
+        error_prepend(errp, "blockdev (driver '%s'): ", bs->driver_name);
     } else {
         error_prepend(errp, "node '%s': ", bs->node_name);
     }
@@ -302,6 +315,7 @@ static void block_node_free(BlockNode *bs)
 BlockNode *block_node_open(Opts *opts, AioContext *ctx, Error **errp)
 {
     const char *driver, *node_name;
+    const BlockDriverName *entry;
     const BlockDriver *drv;
     BlockNode *bs;
 
@@ -313,8 +327,8 @@ BlockNode *block_node_open(Opts *opts, AioContext *ctx, Error **errp)
         error_setg(errp, "Parameter 'driver' is missing");
         return NULL;
     }
-    drv = block_driver_find(driver);
-    if (!drv) {
+    entry = block_driver_lookup(driver);
+    if (!entry) {
         block_driver_unknown(driver, errp);
         return NULL;
     }
@@ -323,7 +337,9 @@ BlockNode *block_node_open(Opts *opts, AioContext *ctx, Error **errp)
     }
 
     bs = g_new0(BlockNode, 1);
+    drv = entry->drv;
     bs->drv = drv;
+    bs->driver_name = entry->name;
     bs->opaque = drv->instance_size ? g_malloc0(drv->instance_size) : NULL;
     bs->refcnt = 1;
     bs->ctx = ctx;
@@ -377,7 +393,7 @@ BlockNode *block_node_open_child(BlockNode *parent, Opts *opts,
         }
         if (!name) {
             error_setg(errp, "Parameter '%s' is missing (the node below '%s')",
-                       key, parent->drv->format_name);
+                       key, parent->driver_name);
             return NULL;
         }
         child = block_node_find(name);
@@ -431,7 +447,7 @@ const char *block_node_get_name(const BlockNode *bs)
 
 const char *block_node_get_driver_name(const BlockNode *bs)
 {
-    return bs->drv->format_name;
+    return bs->driver_name;
 }
 
 bool block_node_is_read_only(const BlockNode *bs)
@@ -489,7 +505,7 @@ bool block_driver_truncate(BlockNode *bs, int64_t size, Error **errp)
 {
     if (!bs->drv->truncate) {
         error_setg(errp, "Node '%s' (driver '%s') cannot be resized",
-                   bs->node_name, bs->drv->format_name);
+                   bs->node_name, bs->driver_name);
         return false;
     }
     return bs->drv->truncate(bs, size, errp);

@@ -1078,7 +1078,6 @@ static void file_attach_queue(BlockQueue *q)
 }
 
 const BlockDriver block_driver_file = {
-    .format_name = "file",
     .instance_size = sizeof(FilePosixState),
     .open = file_open,
     .close = file_close,

@@ -240,21 +240,8 @@ static bool null_truncate(BlockNode *bs, int64_t size, Error **errp)
     return true;
 }
 
-const BlockDriver block_driver_null_co = {
-    .format_name = "null-co",
-    .instance_size = sizeof(NullState),
-    .open = null_open,
-    .close = null_close,
-    .getlength = null_getlength,
-    .truncate = null_truncate,
-    .submit = null_submit,
-    .attach_queue = null_attach_queue,
-    .detach_queue = null_detach_queue,
-};
-
-/* The same driver under QEMU's other name (see the top of the file). */
-const BlockDriver block_driver_null_aio = {
-    .format_name = "null-aio",
+/* Registered as null-co and as null-aio (see the top of the file). */
+const BlockDriver block_driver_null = {
     .instance_size = sizeof(NullState),
     .open = null_open,
     .close = null_close,

@@ -137,7 +137,6 @@ static void raw_submit(BlockNode *bs, BlockRequest *req)
 }
 
 const BlockDriver block_driver_raw = {
-    .format_name = "raw",
     .instance_size = sizeof(RawState),
     .open = raw_open,
     .close = raw_close,

@@ -111,6 +111,7 @@ static inline BlockRequest *block_req_fifo_pop(BlockReqFifo *q)
 struct BlockNode {
     char *node_name;
     const BlockDriver *drv;
+    const char *driver_name;     /* the name drv was asked for (static) */
     void *opaque;                /* driver state, drv->instance_size bytes */
     int refcnt;
     AioContext *ctx;
@@ -296,7 +297,6 @@ static inline BlockQueue *block_req_queue(BlockNode *bs, BlockRequest *req)
  * truncate() runs in the main thread, requests possibly in flight.
  */
 struct BlockDriver {
-    const char *format_name;
     size_t instance_size;
 
     /*
@@ -344,8 +344,11 @@ struct BlockDriver {
     void (*io_unplug)(BlockQueue *q);
 };
 
-/* The driver called format_name, or NULL. */
-const BlockDriver *block_driver_find(const char *format_name);
+/*
+ * The driver called name (the registry in block.c names them; null-co is
+ * also null-aio), or NULL.
+ */
+const BlockDriver *block_driver_find(const char *name);
 
 /*
  * Open the child of parent from option key: an inline object (opened in
@@ -381,8 +384,7 @@ void block_driver_submit(BlockNode *bs, BlockRequest *req);
 const char *block_file_get_filename(const BlockNode *bs);
 
 extern const BlockDriver block_driver_file;
-extern const BlockDriver block_driver_null_co;
-extern const BlockDriver block_driver_null_aio;
+extern const BlockDriver block_driver_null;
 extern const BlockDriver block_driver_raw;
 extern const BlockDriver block_driver_blkdebug;
 
