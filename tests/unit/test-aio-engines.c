@@ -32,6 +32,7 @@
 #include "block/aio-engine.h"
 #include "block/block-int.h"
 #include "test-helpers.h"
+#include "test-main.h"
 
 #define FILE_SIZE       (4 * 1024 * 1024)
 #define ALIGN           4096            /* O_DIRECT offsets, lengths, buffers */
@@ -971,7 +972,6 @@ int main(int argc, char **argv)
         { "/aio-engines/threads/long-iovec", test_threads_long_iovec },
     };
 
-    g_test_init(&argc, &argv, NULL);
-    test_add_with_watchdog(tests, G_N_ELEMENTS(tests), 50);
-    return g_test_run();
+    /* Below the 60 s meson timeout, so that the watchdog reports first. */
+    return test_main(argc, argv, tests, G_N_ELEMENTS(tests), 50);
 }

@@ -28,6 +28,7 @@
 #include "util/clock.h"
 #include "util/iothread.h"
 #include "test-helpers.h"
+#include "test-main.h"
 
 #define KiB ((int64_t)1024)
 #define MiB (KiB * 1024)
@@ -1576,8 +1577,6 @@ static const TestCase tests[] = {
 
 int main(int argc, char **argv)
 {
-    g_test_init(&argc, &argv, NULL);
     /* Below the 60 s meson timeout, so that the watchdog reports first. */
-    test_add_with_watchdog(tests, G_N_ELEMENTS(tests), 50);
-    return g_test_run();
+    return test_main(argc, argv, tests, G_N_ELEMENTS(tests), 50);
 }

@@ -31,6 +31,7 @@
 #include "util/iothread.h"
 #include "block-test-helpers.h"
 #include "test-helpers.h"
+#include "test-main.h"
 
 #define IMAGE_SIZE      (8 * 1024 * 1024)
 #define SLOTS           8
@@ -1206,7 +1207,6 @@ int main(int argc, char **argv)
         { "/file-posix/unaligned-tail/io_uring", test_tail_uring },
     };
 
-    g_test_init(&argc, &argv, NULL);
-    test_add_with_watchdog(tests, G_N_ELEMENTS(tests), 50);
-    return g_test_run();
+    /* Below the 60 s meson timeout, so that the watchdog reports first. */
+    return test_main(argc, argv, tests, G_N_ELEMENTS(tests), 50);
 }

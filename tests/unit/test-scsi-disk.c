@@ -19,6 +19,7 @@
 #include "hw/scsi/scsi-disk.h"
 #include "scsi-test-helpers.h"
 #include "test-helpers.h"
+#include "test-main.h"
 
 /* ------------------------------------------------------------------------ */
 /* Creation                                                                  */
@@ -1128,8 +1129,6 @@ static const TestCase tests[] = {
 
 int main(int argc, char **argv)
 {
-    g_test_init(&argc, &argv, NULL);
     /* Below the 60 s meson timeout, so that the watchdog reports first. */
-    test_add_with_watchdog(tests, G_N_ELEMENTS(tests), 50);
-    return g_test_run();
+    return test_main(argc, argv, tests, G_N_ELEMENTS(tests), 50);
 }
