@@ -11,7 +11,10 @@
 #include <linux/loop.h>
 #include <glib.h>
 
+#include "util/clock.h"
 #include "block-test-helpers.h"
+
+static unsigned treq_completion_seq;
 
 void treq_cb(BlockRequest *req, int ret)
 {
@@ -20,6 +23,11 @@ void treq_cb(BlockRequest *req, int ret)
     g_assert_false(r->done);
     r->done = true;
     r->ret = ret;
+    r->done_ns = clock_now_ns();
+    r->seq = treq_completion_seq++;
+    if (r->drain_in_cb) {
+        block_node_drain(r->drain_in_cb);
+    }
 }
 
 void treq_init(TReq *r, BlockOp op, int64_t offset, void *buf,
@@ -36,6 +44,32 @@ void treq_init(TReq *r, BlockOp op, int64_t offset, void *buf,
     }
 }
 
+void treq_submit(BlockNode *bs, TReq *r)
+{
+    r->submit_ns = clock_now_ns();
+    block_node_submit(bs, &r->req);
+    g_assert_false(r->done);
+}
+
+int treq_run(BlockNode *bs, TReq *r)
+{
+    treq_submit(bs, r);
+    g_assert_cmpuint(block_node_in_flight(bs), >=, 1);
+    block_node_drain(bs);
+    g_assert_true(r->done);
+    g_assert_cmpuint(block_node_in_flight(bs), ==, 0);
+    return r->ret;
+}
+
+int run_op(BlockNode *bs, BlockOp op, int64_t offset, void *buf,
+           int64_t bytes)
+{
+    TReq r;
+
+    treq_init(&r, op, offset, buf, bytes);
+    return treq_run(bs, &r);
+}
+
 BlockNode *open_ok(const char *str, AioContext *ctx)
 {
     Error *err = NULL;
@@ -45,6 +79,24 @@ BlockNode *open_ok(const char *str, AioContext *ctx)
         g_error("opening '%s' failed: %s", str, err->message);
     }
     return bs;
+}
+
+void open_fails(const char *str, AioContext *ctx, const char *needle)
+{
+    Error *err = NULL;
+    BlockNode *bs = block_node_open_str(str, ctx, &err);
+
+    if (bs) {
+        g_error("opening '%s' succeeded, expected an error about %s", str,
+                needle);
+    }
+    g_assert_nonnull(err);
+    if (!strstr(err->message, needle)) {
+        g_error("opening '%s': error '%s' does not mention %s", str,
+                err->message, needle);
+    }
+    g_test_message("%s -> %s", str, err->message);
+    error_free(err);
 }
 
 int loop_attach(const char *backing, char **dev)

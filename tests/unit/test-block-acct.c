@@ -25,9 +25,6 @@
 #include "test-helpers.h"
 #include "test-main.h"
 
-#define KiB ((int64_t)1024)
-#define MiB (KiB * 1024)
-
 /* One request through q, drained; its result. */
 static int run_q(BlockQueue *q, BlockOp op, int64_t offset, void *buf,
                  int64_t bytes)

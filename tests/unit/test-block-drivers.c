@@ -27,88 +27,15 @@
 #include "util/aio.h"
 #include "util/clock.h"
 #include "util/iothread.h"
+#include "block-test-helpers.h"
 #include "test-helpers.h"
 #include "test-main.h"
-
-#define KiB ((int64_t)1024)
-#define MiB (KiB * 1024)
 
 #define container_of(ptr, type, member) \
     ((type *)((char *)(ptr) - offsetof(type, member)))
 
 /* ------------------------------------------------------------------------ */
 /* Requests                                                                  */
-
-typedef struct TReq {
-    BlockRequest req;
-    struct iovec iov[2];
-    bool done;
-    int ret;
-    int64_t submit_ns;
-    int64_t done_ns;
-    unsigned seq;                /* completion order */
-    BlockNode *drain_in_cb;      /* run a nested drain from the callback */
-} TReq;
-
-static unsigned completion_seq;
-
-static void treq_cb(BlockRequest *req, int ret)
-{
-    TReq *r = container_of(req, TReq, req);
-
-    g_assert_false(r->done);
-    r->done = true;
-    r->ret = ret;
-    r->done_ns = clock_now_ns();
-    r->seq = completion_seq++;
-    if (r->drain_in_cb) {
-        block_node_drain(r->drain_in_cb);
-    }
-}
-
-/* A request on buf[0..bytes) (READ/WRITE) or on a range (the others). */
-static void treq_init(TReq *r, BlockOp op, int64_t offset, void *buf,
-                      int64_t bytes)
-{
-    memset(r, 0, sizeof(*r));
-    r->req.op = op;
-    r->req.offset = offset;
-    r->req.bytes = bytes;
-    if (op == BLOCK_OP_READ || op == BLOCK_OP_WRITE) {
-        r->iov[0] = (struct iovec) { .iov_base = buf, .iov_len = bytes };
-        r->req.iov = r->iov;
-        r->req.niov = 1;
-    }
-    r->req.cb = treq_cb;
-}
-
-/* Submit r and check that its callback did not run inside submit. */
-static void treq_submit(BlockNode *bs, TReq *r)
-{
-    r->submit_ns = clock_now_ns();
-    block_node_submit(bs, &r->req);
-    g_assert_false(r->done);
-}
-
-/* Submit, drain, return the request's result. */
-static int treq_run(BlockNode *bs, TReq *r)
-{
-    treq_submit(bs, r);
-    g_assert_cmpuint(block_node_in_flight(bs), >=, 1);
-    block_node_drain(bs);
-    g_assert_true(r->done);
-    g_assert_cmpuint(block_node_in_flight(bs), ==, 0);
-    return r->ret;
-}
-
-static int run_op(BlockNode *bs, BlockOp op, int64_t offset, void *buf,
-                  int64_t bytes)
-{
-    TReq r;
-
-    treq_init(&r, op, offset, buf, bytes);
-    return treq_run(bs, &r);
-}
 
 /* A read or write of a scratch buffer; for the ops without data, no buffer. */
 static int run_op_scratch(BlockNode *bs, BlockOp op, int64_t offset,
@@ -123,39 +50,6 @@ static int run_op_scratch(BlockNode *bs, BlockOp op, int64_t offset,
         offset = bytes = 0;
     }
     return run_op(bs, op, offset, buf, bytes);
-}
-
-/* ------------------------------------------------------------------------ */
-/* Opening                                                                   */
-
-static BlockNode *open_ok(const char *str, AioContext *ctx)
-{
-    Error *err = NULL;
-    BlockNode *bs = block_node_open_str(str, ctx, &err);
-
-    if (!bs) {
-        g_error("opening '%s' failed: %s", str, err->message);
-    }
-    return bs;
-}
-
-/* Opening str must fail with a message that contains needle. */
-static void open_fails(const char *str, AioContext *ctx, const char *needle)
-{
-    Error *err = NULL;
-    BlockNode *bs = block_node_open_str(str, ctx, &err);
-
-    if (bs) {
-        g_error("opening '%s' succeeded, expected an error about %s", str,
-                needle);
-    }
-    g_assert_nonnull(err);
-    if (!strstr(err->message, needle)) {
-        g_error("opening '%s': error '%s' does not mention %s", str,
-                err->message, needle);
-    }
-    g_test_message("%s -> %s", str, err->message);
-    error_free(err);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -201,13 +95,16 @@ static void test_null_read_zeroes(void)
                 zeroes ? "on" : "off");
             BlockNode *bs = open_ok(str, ctx);
             char a[4096], b[512];
+            struct iovec iov[2] = {
+                { .iov_base = a, .iov_len = sizeof(a) },
+                { .iov_base = b, .iov_len = sizeof(b) },
+            };
             TReq r;
 
             memset(a, 0xa5, sizeof(a));
             memset(b, 0x5a, sizeof(b));
             treq_init(&r, BLOCK_OP_READ, 0, NULL, 0);
-            r.iov[0] = (struct iovec) { .iov_base = a, .iov_len = sizeof(a) };
-            r.iov[1] = (struct iovec) { .iov_base = b, .iov_len = sizeof(b) };
+            r.req.iov = iov;
             r.req.niov = 2;
             r.req.bytes = sizeof(a) + sizeof(b);
             g_assert_cmpint(treq_run(bs, &r), ==, 0);

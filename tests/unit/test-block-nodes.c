@@ -31,24 +31,8 @@
 #include "test-helpers.h"
 #include "test-main.h"
 
-#define KiB ((int64_t)1024)
-#define MiB (KiB * 1024)
-
 /* ------------------------------------------------------------------------ */
 /* Helpers                                                                   */
-
-/* Run one request on bs (its home thread is ours) and return its result. */
-static int run_op(BlockNode *bs, BlockOp op, int64_t offset, void *buf,
-                  int64_t bytes)
-{
-    TReq r;
-
-    treq_init(&r, op, offset, buf, bytes);
-    block_node_submit(bs, &r.req);
-    block_node_drain(bs);
-    g_assert_true(r.done);
-    return r.ret;
-}
 
 /* A temporary file of size bytes; the caller unlinks and frees the path. */
 static char *tmp_image(int64_t size)

@@ -287,26 +287,6 @@ static BlockNode *open_or_skip(const char *opts, const char *aio,
     return bs;
 }
 
-/* Open must fail with a message containing expected; returns nothing. */
-static void open_fails(const char *opts, AioContext *ctx, const char *expected)
-{
-    Error *err = NULL;
-    BlockNode *bs = block_node_open_str(opts, ctx, &err);
-
-    if (bs) {
-        g_error("open '%s' succeeded, expected an error with '%s'", opts,
-                expected);
-    }
-    if (!strstr(error_get_pretty(err), expected)) {
-        g_error("open '%s': error '%s' does not contain '%s'", opts,
-                error_get_pretty(err), expected);
-    }
-    if (g_test_verbose()) {
-        g_test_message("%s -> %s", opts, error_get_pretty(err));
-    }
-    error_free(err);
-}
-
 /* ------------------------------------------------------------------------ */
 /* The I/O matrix                                                            */
 
