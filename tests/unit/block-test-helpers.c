@@ -141,3 +141,27 @@ int loop_attach(const char *backing, char **dev)
     }
     return -EBUSY;
 }
+
+typedef struct CtxJob {
+    AioContext *ctx;
+    void (*fn)(void *opaque);
+    void *opaque;
+} CtxJob;
+
+static gpointer ctx_job_thread(gpointer opaque)
+{
+    CtxJob *job = opaque;
+
+    aio_run_sync(job->ctx, job->fn, job->opaque);
+    g_free(job);
+    return NULL;
+}
+
+GThread *ctx_job_start(AioContext *ctx, void (*fn)(void *opaque),
+                       void *opaque)
+{
+    CtxJob *job = g_new(CtxJob, 1);
+
+    *job = (CtxJob) { .ctx = ctx, .fn = fn, .opaque = opaque };
+    return g_thread_new("ctx-job", ctx_job_thread, job);
+}

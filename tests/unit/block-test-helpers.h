@@ -8,6 +8,8 @@
  * - open_ok(), open_fails(): open a node from an option string, or fail
  *   the test.
  * - loop_attach(): a loop block device over an image file.
+ * - ctx_job_start(): a thread that runs a function in a context's home
+ *   thread.
  *
  * Every helper fails the running test (g_assert, g_error) rather than
  * returning an error, but for loop_attach(), whose caller decides whether
@@ -88,5 +90,12 @@ void open_fails(const char *str, AioContext *ctx, const char *needle);
  * returns -errno (no loop device to be had, or no permission).
  */
 int loop_attach(const char *backing, char **dev);
+
+/*
+ * A new thread that runs fn(opaque) in ctx's home thread (aio_run_sync())
+ * and ends when it has returned; the caller joins it.  Any thread.
+ */
+GThread *ctx_job_start(AioContext *ctx, void (*fn)(void *opaque),
+                       void *opaque);
 
 #endif

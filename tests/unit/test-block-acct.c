@@ -424,14 +424,6 @@ static void mt_work(void *opaque)
     block_queue_free(q);
 }
 
-static gpointer mt_thread(gpointer opaque)
-{
-    MtWorker *w = opaque;
-
-    aio_run_sync(w->ctx, mt_work, w);
-    return NULL;
-}
-
 static void test_two_iothreads(void)
 {
     IOThread *iot[2] = { iot_new("acct-a", NULL), iot_new("acct-b", NULL) };
@@ -449,7 +441,7 @@ static void test_two_iothreads(void)
             .bs = bs, .acct = acct, .slot = i,
             .ctx = iothread_get_aio_context(iot[i]),
         };
-        t[i] = g_thread_new("acct-mt", mt_thread, &w[i]);
+        t[i] = ctx_job_start(w[i].ctx, mt_work, &w[i]);
     }
     /* Meanwhile: readers see every counter only grow. */
     for (int k = 0; k < 2000; k++) {

@@ -1120,31 +1120,6 @@ static void mq_work(void *opaque)
     block_queue_free(q);
 }
 
-/* A thread that runs fn(opaque) in ctx's home thread, and waits for it. */
-typedef struct CtxJob {
-    AioContext *ctx;
-    void (*fn)(void *opaque);
-    void *opaque;
-} CtxJob;
-
-static gpointer ctx_job_thread(gpointer opaque)
-{
-    CtxJob *job = opaque;
-
-    aio_run_sync(job->ctx, job->fn, job->opaque);
-    g_free(job);
-    return NULL;
-}
-
-static GThread *ctx_job_start(AioContext *ctx, void (*fn)(void *opaque),
-                              void *opaque)
-{
-    CtxJob *job = g_new(CtxJob, 1);
-
-    *job = (CtxJob) { .ctx = ctx, .fn = fn, .opaque = opaque };
-    return g_thread_new("ctx-job", ctx_job_thread, job);
-}
-
 static void mq_run(const char *opts, bool check_data, bool misaligned,
                    BlockWriteStats *stats)
 {

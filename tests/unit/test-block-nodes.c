@@ -550,14 +550,6 @@ static void conc_work(void *opaque)
     block_queue_free(q);
 }
 
-static gpointer conc_thread(gpointer opaque)
-{
-    ConcWorker *w = opaque;
-
-    aio_run_sync(w->ctx, conc_work, w);
-    return NULL;
-}
-
 static void test_resize_concurrent(void)
 {
     static const char *const aios[] = { "threads", "io_uring", "native" };
@@ -581,7 +573,7 @@ static void test_resize_concurrent(void)
             continue;
         }
         w.bs = bs;
-        t = g_thread_new("resize-conc", conc_thread, &w);
+        t = ctx_job_start(w.ctx, conc_work, &w);
         while (atomic_load(&w.before_fail) < 100) {   /* watchdog bounds it */
             sleep_ns(NS_PER_MS);
         }
