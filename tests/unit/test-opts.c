@@ -13,6 +13,7 @@
 
 #include "util/error.h"
 #include "util/opts.h"
+#include "util-test-helpers.h"
 
 /* ------------------------------------------------------------------------ */
 /* Helpers                                                                   */
@@ -32,24 +33,12 @@ static Opts *parse_ok(const char *str, const char *implied_key)
     return opts;
 }
 
-/* Assert that *errp is set and mentions each non-NULL word; clear it. */
-static void assert_error_mentions(Error **errp, const char *word1,
-                                  const char *word2)
+/* assert_error_mentions(), then clear *errp. */
+static void assert_error_mentions_clear(Error **errp, const char *word1,
+                                        const char *word2)
 {
-    g_autoptr(GError) err = g_steal_pointer(errp);
-
-    g_assert_nonnull(err);
-    g_assert_nonnull(error_get_pretty(err));
-    if (word1 && !strstr(error_get_pretty(err), word1)) {
-        g_test_message("error \"%s\" does not mention \"%s\"",
-                       error_get_pretty(err), word1);
-        g_assert_not_reached();
-    }
-    if (word2 && !strstr(error_get_pretty(err), word2)) {
-        g_test_message("error \"%s\" does not mention \"%s\"",
-                       error_get_pretty(err), word2);
-        g_assert_not_reached();
-    }
+    assert_error_mentions(*errp, word1, word2);
+    g_clear_error(errp);
 }
 
 /* Assert that *errp's message is exactly msg; clear it. */
@@ -75,7 +64,7 @@ static void keyval_bad(const char *str, const char *implied_key,
         g_test_message("opts_parse_keyval(\"%s\") accepted it", str);
         g_assert_not_reached();
     }
-    assert_error_mentions(&err, word1, word2);
+    assert_error_mentions_clear(&err, word1, word2);
     g_assert_null(opts_parse_keyval(str, implied_key, NULL));
 }
 
@@ -332,19 +321,19 @@ static void test_json_errors(void)
     Error *err = NULL;
 
     g_assert_null(opts_parse("{\"driver\": ", NULL, &err));
-    assert_error_mentions(&err, "Invalid JSON", NULL);
+    assert_error_mentions_clear(&err, "Invalid JSON", NULL);
     g_assert_null(opts_parse("{\"a\": 1,}", NULL, &err));
-    assert_error_mentions(&err, "Invalid JSON", NULL);
+    assert_error_mentions_clear(&err, "Invalid JSON", NULL);
     g_assert_null(opts_parse("{\"a\": }", NULL, NULL));
 
     g_assert_null(opts_parse_json("[{\"a\": 1}]", &err));
-    assert_error_mentions(&err, "JSON object", "a list");
+    assert_error_mentions_clear(&err, "JSON object", "a list");
     g_assert_null(opts_parse_json("\"str\"", &err));
-    assert_error_mentions(&err, "JSON object", "'str'");
+    assert_error_mentions_clear(&err, "JSON object", "'str'");
     g_assert_null(opts_parse_json("42", &err));
-    assert_error_mentions(&err, "JSON object", "'42'");
+    assert_error_mentions_clear(&err, "JSON object", "'42'");
     g_assert_null(opts_parse_json("", &err));
-    assert_error_mentions(&err, "JSON", NULL);
+    assert_error_mentions_clear(&err, "JSON", NULL);
 }
 
 static void test_json_from_object(void)
@@ -401,13 +390,6 @@ static void test_get_str(void)
 
 static void test_get_bool(void)
 {
-    static const struct {
-        const char *text;
-        bool value;
-    } spellings[] = {
-        { "on", true }, { "yes", true }, { "true", true },
-        { "off", false }, { "no", false }, { "false", false },
-    };
     g_autoptr(Opts) js = parse_ok("{\"t\": true, \"f\": false, \"n\": 1, "
                                   "\"s\": \"on\", \"cache\": "
                                   "{\"direct\": \"maybe\"}}", NULL);
@@ -415,14 +397,14 @@ static void test_get_bool(void)
     Error *err = NULL;
     bool b;
 
-    for (size_t i = 0; i < G_N_ELEMENTS(spellings); i++) {
-        g_autofree char *str = g_strdup_printf("x=%s", spellings[i].text);
+    for (size_t i = 0; i < G_N_ELEMENTS(bool_spellings); i++) {
+        g_autofree char *str = g_strdup_printf("x=%s", bool_spellings[i].text);
         g_autoptr(Opts) opts = parse_ok(str, NULL);
 
-        b = !spellings[i].value;
+        b = !bool_spellings[i].value;
         g_assert_true(opts_get_bool(opts, "x", false, &b, &err));
         g_assert_null(err);
-        g_assert_cmpint(b, ==, spellings[i].value);
+        g_assert_cmpint(b, ==, bool_spellings[i].value);
     }
     g_assert_true(opts_get_bool(js, "t", false, &b, NULL));
     g_assert_true(b);
@@ -445,11 +427,11 @@ static void test_get_bool(void)
     assert_error_is(&err, "Parameter 'cache.direct' expects 'on' or 'off', "
                     "got 'maybe'");
     g_assert_false(opts_get_bool(kv, "e", false, &b, &err));
-    assert_error_mentions(&err, "'e'", "'on' or 'off'");
+    assert_error_mentions_clear(&err, "'e'", "'on' or 'off'");
     g_assert_false(opts_get_bool(js, "n", false, &b, &err));
     assert_error_is(&err, "Parameter 'n' expects 'on' or 'off', got '1'");
     g_assert_false(opts_get_bool(js, "cache", false, &b, &err));
-    assert_error_mentions(&err, "'cache'", "an object");
+    assert_error_mentions_clear(&err, "'cache'", "an object");
 }
 
 static void test_get_int(void)
@@ -492,16 +474,16 @@ static void test_get_int(void)
     assert_error_is(&err, "Parameter 'big' expects an integer from 0 to 999, "
                     "got '1000'");
     g_assert_false(opts_get_int(js, "b", 0, 10, 0, &v, &err));
-    assert_error_mentions(&err, "'b'", "-7");
+    assert_error_mentions_clear(&err, "'b'", "-7");
     g_assert_cmpint(v, ==, 5);
 
     g_assert_false(opts_get_int(kv, "junk", 0, 100, 0, &v, &err));
     assert_error_is(&err, "Parameter 'junk' expects an integer, got '12x'");
     g_assert_false(opts_get_int(kv, "e", 0, 100, 0, &v, &err));
-    assert_error_mentions(&err, "'e'", "integer");
+    assert_error_mentions_clear(&err, "'e'", "integer");
     g_assert_false(opts_get_int(kv, "huge", INT64_MIN, INT64_MAX, 0, &v,
                                 &err));
-    assert_error_mentions(&err, "'huge'", NULL);
+    assert_error_mentions_clear(&err, "'huge'", NULL);
     g_assert_false(opts_get_int(js, "d", 0, 100, 0, &v, &err));
     assert_error_is(&err, "Parameter 'd' expects an integer, got '1.5'");
     g_assert_false(opts_get_int(js, "t", 0, 100, 0, &v, &err));
@@ -542,7 +524,7 @@ static void size_bad(const char *str, const char *word)
         g_assert_not_reached();
     }
     g_assert_cmpuint(v, ==, 12345);
-    assert_error_mentions(&err, "Parameter 's'", word);
+    assert_error_mentions_clear(&err, "Parameter 's'", word);
 }
 
 static void test_get_size(void)
@@ -593,11 +575,11 @@ static void test_get_size(void)
     g_assert_null(err);
 
     g_assert_false(opts_get_size(js, "neg", 0, &v, &err));
-    assert_error_mentions(&err, "'neg'", "'-1'");
+    assert_error_mentions_clear(&err, "'neg'", "'-1'");
     g_assert_false(opts_get_size(js, "d", 0, &v, &err));
-    assert_error_mentions(&err, "'d'", "'1.5'");
+    assert_error_mentions_clear(&err, "'d'", "'1.5'");
     g_assert_false(opts_get_size(js, "t", 0, &v, &err));
-    assert_error_mentions(&err, "'t'", "'true'");
+    assert_error_mentions_clear(&err, "'t'", "'true'");
     g_assert_cmpuint(v, ==, 512);
 }
 
@@ -623,7 +605,7 @@ static void test_get_enum(void)
     assert_error_is(&err, "Parameter 'bad' expects one of 'threads', "
                     "'native', 'io_uring', got 'posix'");
     g_assert_false(opts_get_enum(js, "n", modes, 0, &v, &err));
-    assert_error_mentions(&err, "'n'", "'threads', 'native', 'io_uring'");
+    assert_error_mentions_clear(&err, "'n'", "'threads', 'native', 'io_uring'");
     g_assert_cmpint(v, ==, 9);
 }
 
@@ -829,7 +811,7 @@ static void list_bad(const char *str, const char *word1, const char *word2)
     Error *err = NULL;
 
     g_assert_null(opts_get_list(opts, "l", &err));
-    assert_error_mentions(&err, word1, word2);
+    assert_error_mentions_clear(&err, word1, word2);
     g_assert_null(opts_get_list(opts, "l", NULL));
 }
 
@@ -904,7 +886,7 @@ static void test_list_implied(void)
         g_autoptr(Opts) bad = parse_ok("{\"lun\": [5]}", NULL);
 
         g_assert_null(opts_get_list_implied(bad, "lun", "node-name", &err));
-        assert_error_mentions(&err, "'lun.0'", "an object or a string");
+        assert_error_mentions_clear(&err, "'lun.0'", "an object or a string");
     }
     /* Without an implied key, plain opts_get_list() is unchanged. */
     g_assert_null(opts_get_list(kv, "lun", NULL));

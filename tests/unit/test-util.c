@@ -27,27 +27,10 @@
 #include "util/iov.h"
 #include "util/keyval.h"
 #include "util/unix-socket.h"
+#include "util-test-helpers.h"
 
 /* ------------------------------------------------------------------------ */
 /* Helpers                                                                   */
-
-/* Assert that err is set, that its message mentions each of the words. */
-static void assert_error_mentions(Error *err, const char *word1,
-                                  const char *word2)
-{
-    g_assert_nonnull(err);
-    g_assert_nonnull(error_get_pretty(err));
-    if (word1 && !strstr(error_get_pretty(err), word1)) {
-        g_test_message("error \"%s\" does not mention \"%s\"",
-                       error_get_pretty(err), word1);
-        g_assert_not_reached();
-    }
-    if (word2 && !strstr(error_get_pretty(err), word2)) {
-        g_test_message("error \"%s\" does not mention \"%s\"",
-                       error_get_pretty(err), word2);
-        g_assert_not_reached();
-    }
-}
 
 /* parse_int64_in_range() that must succeed; returns the value. */
 static int64_t parse_ok(const char *str, int64_t min, int64_t max)
@@ -173,24 +156,17 @@ static void test_parse_int_range(void)
 
 static void test_parse_bool(void)
 {
-    static const struct {
-        const char *str;
-        bool value;
-    } good[] = {
-        { "on", true }, { "yes", true }, { "true", true },
-        { "off", false }, { "no", false }, { "false", false },
-    };
     static const char *const bad[] = {
         "", "maybe", "1x", "onn", "of", "yess", " on", "on ",
     };
     Error *err = NULL;
     bool b;
 
-    for (size_t i = 0; i < G_N_ELEMENTS(good); i++) {
-        b = !good[i].value;
-        g_assert_true(parse_bool("direct", good[i].str, &b, &err));
+    for (size_t i = 0; i < G_N_ELEMENTS(bool_spellings); i++) {
+        b = !bool_spellings[i].value;
+        g_assert_true(parse_bool("direct", bool_spellings[i].text, &b, &err));
         g_assert_null(err);
-        g_assert_cmpint(b, ==, good[i].value);
+        g_assert_cmpint(b, ==, bool_spellings[i].value);
     }
     for (size_t i = 0; i < G_N_ELEMENTS(bad); i++) {
         b = true;
