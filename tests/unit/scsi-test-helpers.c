@@ -357,35 +357,38 @@ unsigned cdb_inquiry(uint8_t *cdb, bool evpd, uint8_t page,
 }
 
 /* MODE SENSE(10) (ten) or (6). */
+/* A MODE SENSE or MODE SELECT CDB (op6/op10): byte 1 and the length. */
+static unsigned cdb_mode(uint8_t *cdb, bool ten, uint8_t op6, uint8_t op10,
+                         uint8_t byte1, uint16_t len)
+{
+    memset(cdb, 0, 16);
+    cdb[0] = ten ? op10 : op6;
+    cdb[1] = byte1;
+    if (ten) {
+        put16(cdb + 7, len);
+        return 10;
+    }
+    cdb[4] = len;
+    return 6;
+}
+
 unsigned cdb_mode_sense(uint8_t *cdb, bool ten, uint8_t byte1,
                         uint8_t pc, uint8_t page, uint8_t subpage,
                         uint16_t alloc)
 {
-    memset(cdb, 0, 16);
-    cdb[0] = ten ? SCSI_OP_MODE_SENSE_10 : SCSI_OP_MODE_SENSE_6;
-    cdb[1] = byte1;
+    unsigned len = cdb_mode(cdb, ten, SCSI_OP_MODE_SENSE_6,
+                            SCSI_OP_MODE_SENSE_10, byte1, alloc);
+
     cdb[2] = pc << 6 | page;
     cdb[3] = subpage;
-    if (ten) {
-        put16(cdb + 7, alloc);
-        return 10;
-    }
-    cdb[4] = alloc;
-    return 6;
+    return len;
 }
 
 unsigned cdb_mode_select(uint8_t *cdb, bool ten, uint8_t byte1,
                          uint16_t plen)
 {
-    memset(cdb, 0, 16);
-    cdb[0] = ten ? SCSI_OP_MODE_SELECT_10 : SCSI_OP_MODE_SELECT_6;
-    cdb[1] = byte1;
-    if (ten) {
-        put16(cdb + 7, plen);
-        return 10;
-    }
-    cdb[4] = plen;
-    return 6;
+    return cdb_mode(cdb, ten, SCSI_OP_MODE_SELECT_6, SCSI_OP_MODE_SELECT_10,
+                    byte1, plen);
 }
 
 /* ------------------------------------------------------------------------ */
