@@ -175,11 +175,6 @@ static bool blkdebug_open(BlockNode *bs, Opts *opts, Error **errp)
     if (!child) {
         goto fail;
     }
-    if (!bs->read_only && block_node_is_read_only(child)) {
-        error_setg(errp, "Parameter 'image' is a read-only node: open this "
-                   "one with read-only=on too");
-        goto fail;
-    }
     bs->limits = child->limits;
     if (!blkdebug_parse_align(bs, opts, errp)) {
         goto fail;

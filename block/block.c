@@ -409,6 +409,11 @@ BlockNode *block_node_open_child(BlockNode *parent, Opts *opts,
         block_node_ref(child);
     }
     parent->child = child;
+    if (child && !parent->read_only && block_node_is_read_only(child)) {
+        error_setg(errp, "Parameter '%s' is a read-only node: open this "
+                   "one with read-only=on too", key);
+        return NULL;
+    }
     return child;
 }
 

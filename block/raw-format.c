@@ -50,11 +50,6 @@ static bool raw_open(BlockNode *bs, Opts *opts, Error **errp)
     if (!child) {
         return false;
     }
-    if (!bs->read_only && block_node_is_read_only(child)) {
-        error_setg(errp, "Parameter 'file' is a read-only node: open this "
-                   "one with read-only=on too");
-        return false;
-    }
 
     child_len = block_node_get_length(child);
     if (child_len < 0) {

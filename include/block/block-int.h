@@ -354,7 +354,9 @@ const BlockDriver *block_driver_find(const char *name);
  * Open the child of parent from option key: an inline object (opened in
  * parent's context) or a string naming an existing node (which must be in
  * the same context).  Sets parent->child (holding a reference) and
- * returns it.  Main thread.
+ * returns it.  A writable parent needs a writable child: a read-only one
+ * is an error (parent->child is still set; the generic layer drops it
+ * when the open fails).  Main thread.
  */
 BlockNode *block_node_open_child(BlockNode *parent, Opts *opts,
                                  const char *key, Error **errp);
