@@ -4,10 +4,10 @@
  * request still to transfer.  Private to block/: only the engines and
  * aio-engine.c include it.
  *
- * Each engine keeps one instance per AioContext under the key
- * aio_context_set_data(ctx, ops, ...), where ops is the engine's own
- * BlockEngineOps table, so block_engine_get_stats() can find any engine's
- * instance without knowing its type.
+ * Each engine has one instance per AioContext, kept by block_engine_get()
+ * under the key aio_context_set_data(ctx, ops, ...), where ops is the
+ * engine's own BlockEngineOps table, so block_engine_get_stats() can find
+ * any engine's instance without knowing its type.
  *
  * All functions run in the home thread of the engine's context, except
  * engine_counters_read() (any thread) and the iovec helpers (any thread,

@@ -2,10 +2,11 @@
  * I/O engines: lookup, statistics, and the helpers the engines share.
  *
  * Theory of operation.  The file driver picks an engine by name
- * (block_engine_find()) and asks it for the instance of its AioContext
- * (ops->get()).  Each engine keeps that instance in the context under the
- * address of its own ops table (aio-engine-int.h), which is how
- * block_engine_get_stats() finds the instance of any engine here.
+ * (block_engine_find()) and asks for the instance of its AioContext
+ * (block_engine_get(), which has the engine create it on first use).  The
+ * instance is kept in the context under the address of the engine's ops
+ * table, which is how block_engine_get_stats() finds the instance of any
+ * engine.
  *
  * The helpers below are the parts of a request's life that do not depend
  * on the engine: the batch limit, and locating the part of a READ/WRITE that is still to transfer
@@ -39,6 +40,23 @@ const BlockEngineOps *block_engine_find(const char *name)
         }
     }
     return NULL;
+}
+
+BlockEngine *block_engine_get(const BlockEngineOps *ops, AioContext *ctx,
+                              Error **errp)
+{
+    BlockEngine *e;
+
+    g_assert(aio_context_in_home_thread(ctx));
+    e = aio_context_get_data(ctx, ops);
+    if (!e) {
+        e = ops->create(ctx, errp);
+        if (!e) {
+            return NULL;
+        }
+        aio_context_set_data(ctx, ops, e, ops->destroy);
+    }
+    return e;
 }
 
 bool block_engine_get_stats(const BlockEngineOps *ops, AioContext *ctx,

@@ -183,23 +183,18 @@ static void threads_destroy(void *opaque)
     g_free(opaque);
 }
 
-static BlockEngine *threads_get(AioContext *ctx, Error **errp)
+static BlockEngine *threads_create(AioContext *ctx, Error **errp)
 {
-    ThreadsEngine *e;
+    ThreadsEngine *e = g_new0(ThreadsEngine, 1);
 
-    g_assert(aio_context_in_home_thread(ctx));
-    e = aio_context_get_data(ctx, &block_engine_threads);
-    if (!e) {
-        e = g_new0(ThreadsEngine, 1);
-        e->ctx = ctx;
-        aio_context_set_data(ctx, &block_engine_threads, e, threads_destroy);
-    }
+    e->ctx = ctx;
     return (BlockEngine *)e;
 }
 
 const BlockEngineOps block_engine_threads = {
     .name = "threads",
-    .get = threads_get,
+    .create = threads_create,
+    .destroy = threads_destroy,
     .submit = threads_submit,
     .plug = threads_plug,
     .unplug = threads_unplug,

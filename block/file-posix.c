@@ -194,7 +194,7 @@ static void file_engine_get_in_ctx(void *opaque)
     FileEngineGet *g = opaque;
 
     g_assert(aio_context_in_home_thread(g->ctx));
-    g->engine = g->ops->get(g->ctx, &g->err);
+    g->engine = block_engine_get(g->ops, g->ctx, &g->err);
 }
 
 /*
@@ -1062,7 +1062,7 @@ static void file_attach_queue(BlockQueue *q)
 
     g_assert(aio_context_in_home_thread(q->ctx));
     fq->ops = s->chosen_ops;
-    fq->engine = fq->ops->get(q->ctx, &err);
+    fq->engine = block_engine_get(fq->ops, q->ctx, &err);
     if (!fq->engine) {
         /* Attaching cannot fail here: serve the queue with threads. */
         error_report("node '%s': aio=%s unavailable in a new context (%s);"
@@ -1070,7 +1070,7 @@ static void file_attach_queue(BlockQueue *q)
                      fq->ops->name, error_get_pretty(err));
         error_free(err);
         fq->ops = &block_engine_threads;
-        fq->engine = fq->ops->get(q->ctx, NULL);
+        fq->engine = block_engine_get(fq->ops, q->ctx, NULL);
         /* Our invariant: the thread pool engine always exists. */
         g_assert(fq->engine);
     }

@@ -492,7 +492,7 @@ static void uring_register_handler(UringEngine *e)
                             "io_uring");
 }
 
-static UringEngine *uring_engine_new(AioContext *ctx, Error **errp)
+static BlockEngine *uring_create(AioContext *ctx, Error **errp)
 {
     UringEngine *e = g_new0(UringEngine, 1);
     int r;
@@ -512,7 +512,7 @@ static UringEngine *uring_engine_new(AioContext *ctx, Error **errp)
     e->submit_bh = aio_bh_new(ctx, uring_submit_bh, e);
     aio_timer_init(ctx, &e->retry_timer, uring_retry_timer_cb, e);
     uring_register_handler(e);
-    return e;
+    return (BlockEngine *)e;
 }
 
 /* Context data destructor (the context is being destroyed).  Its owners
@@ -531,25 +531,10 @@ static void uring_destroy(void *opaque)
     g_free(e);
 }
 
-static BlockEngine *uring_get(AioContext *ctx, Error **errp)
-{
-    UringEngine *e;
-
-    g_assert(aio_context_in_home_thread(ctx));
-    e = aio_context_get_data(ctx, &block_engine_io_uring);
-    if (!e) {
-        e = uring_engine_new(ctx, errp);
-        if (!e) {
-            return NULL;
-        }
-        aio_context_set_data(ctx, &block_engine_io_uring, e, uring_destroy);
-    }
-    return (BlockEngine *)e;
-}
-
 const BlockEngineOps block_engine_io_uring = {
     .name = "io_uring",
-    .get = uring_get,
+    .create = uring_create,
+    .destroy = uring_destroy,
     .submit = uring_submit,
     .plug = uring_plug,
     .unplug = uring_unplug,

@@ -198,7 +198,8 @@ static void laio_complete_later(LaioEngine *e, BlockRequest *req, int ret)
  * thread pool, which completes req later from its BH. */
 static void laio_flush_with_threads(LaioEngine *e, int fd, BlockRequest *req)
 {
-    BlockEngine *threads = block_engine_threads.get(e->ctx, NULL);
+    BlockEngine *threads = block_engine_get(&block_engine_threads, e->ctx,
+                                             NULL);
 
     e->no_fdsync = true;
     block_engine_threads.submit(threads, fd, req);
@@ -464,8 +465,7 @@ static void laio_submit(BlockEngine *be, int fd, BlockRequest *req)
 
     g_assert(aio_context_in_home_thread(e->ctx));
     if (req->op == BLOCK_OP_FLUSH && e->no_fdsync) {
-        block_engine_threads.submit(block_engine_threads.get(e->ctx, NULL),
-                                    fd, req);
+        laio_flush_with_threads(e, fd, req);
         return;
     }
     if (req->op != BLOCK_OP_READ && req->op != BLOCK_OP_WRITE &&
@@ -575,7 +575,7 @@ static void laio_register_handler(LaioEngine *e)
                             "linux-aio");
 }
 
-static LaioEngine *laio_engine_new(AioContext *ctx, Error **errp)
+static BlockEngine *laio_create(AioContext *ctx, Error **errp)
 {
     LaioEngine *e = g_new0(LaioEngine, 1);
     int r;
@@ -598,7 +598,7 @@ static LaioEngine *laio_engine_new(AioContext *ctx, Error **errp)
     e->submit_bh = aio_bh_new(ctx, laio_submit_bh, e);
     aio_timer_init(ctx, &e->retry_timer, laio_retry_timer_cb, e);
     laio_register_handler(e);
-    return e;
+    return (BlockEngine *)e;
 }
 
 /* Context data destructor (the context is being destroyed).  Its owners
@@ -618,25 +618,10 @@ static void laio_destroy(void *opaque)
     g_free(e);
 }
 
-static BlockEngine *laio_get(AioContext *ctx, Error **errp)
-{
-    LaioEngine *e;
-
-    g_assert(aio_context_in_home_thread(ctx));
-    e = aio_context_get_data(ctx, &block_engine_native);
-    if (!e) {
-        e = laio_engine_new(ctx, errp);
-        if (!e) {
-            return NULL;
-        }
-        aio_context_set_data(ctx, &block_engine_native, e, laio_destroy);
-    }
-    return (BlockEngine *)e;
-}
-
 const BlockEngineOps block_engine_native = {
     .name = "native",
-    .get = laio_get,
+    .create = laio_create,
+    .destroy = laio_destroy,
     .submit = laio_submit,
     .plug = laio_plug,
     .unplug = laio_unplug,

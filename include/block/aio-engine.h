@@ -28,9 +28,13 @@ typedef struct BlockEngineStats {
 
 typedef struct BlockEngineOps {
     const char *name;            /* "native", "io_uring", "threads" */
-    /* The context's instance, created on first use; NULL + errp if the
-     * host cannot provide it (no io_uring, no AIO slots). */
-    BlockEngine *(*get)(AioContext *ctx, Error **errp);
+    /* A new instance for ctx (block_engine_get() makes it on first use);
+     * NULL + errp if the host cannot provide it (no io_uring, no AIO
+     * slots). */
+    BlockEngine *(*create)(AioContext *ctx, Error **errp);
+    /* Free an instance: the context's data destructor, called when the
+     * context is destroyed, after its owners drained their requests. */
+    void (*destroy)(void *engine);
     /* Start a READ, WRITE or FLUSH of fd; complete with
      * block_request_complete(). */
     void (*submit)(BlockEngine *e, int fd, BlockRequest *req);
@@ -46,6 +50,11 @@ extern const BlockEngineOps block_engine_threads;
 /* The engine called name ("native", "io_uring", "threads"), or NULL if
  * unknown or not built in. */
 const BlockEngineOps *block_engine_find(const char *name);
+
+/* ctx's instance of engine ops, created on first use; NULL + errp if
+ * ops->create() fails. */
+BlockEngine *block_engine_get(const BlockEngineOps *ops, AioContext *ctx,
+                              Error **errp);
 
 /* Statistics of ctx's instance of engine ops; false if there is none. */
 bool block_engine_get_stats(const BlockEngineOps *ops, AioContext *ctx,

@@ -84,7 +84,7 @@ static bool env_open(Env *env, const char *engine, bool direct)
     env->owner = block_node_open_str("driver=null-co,size=1M", env->ctx,
                                      &err);
     g_assert_no_error(err);
-    env->e = env->ops->get(env->ctx, &err);
+    env->e = block_engine_get(env->ops, env->ctx, &err);
     if (!env->e) {
         g_autofree char *why = g_strdup_printf("engine %s unavailable: %s",
                                                engine, err->message);
@@ -868,9 +868,9 @@ static void test_find(void)
     g_assert_null(block_engine_find(""));
 
     g_assert_false(block_engine_get_stats(threads, ctx, &st));
-    e = threads->get(ctx, NULL);
+    e = block_engine_get(threads, ctx, NULL);
     g_assert_nonnull(e);
-    g_assert_true(threads->get(ctx, NULL) == e);     /* one per context */
+    g_assert_true(block_engine_get(threads, ctx, NULL) == e);     /* one per context */
     g_assert_true(block_engine_get_stats(threads, ctx, &st));
     g_assert_cmpuint(st.submissions, ==, 0);
     aio_context_unref(ctx);
