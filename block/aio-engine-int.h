@@ -1,8 +1,9 @@
 /*
  * What the I/O engines (aio-threads.c, linux-aio.c, io_uring.c) share:
- * their counters, the batch limit, and how to find the part of a
- * request still to transfer.  Private to block/: only the engines and
- * aio-engine.c include it.
+ * their counters, the batch limit, how to find the part of a request still
+ * to transfer, and the part of the two kernel engines (linux-aio.c,
+ * io_uring.c) that does not depend on the kernel interface (KernelEngine).
+ * Private to block/: only the engines and aio-engine.c include it.
  *
  * Each engine has one instance per AioContext, kept by block_engine_get()
  * under the key aio_context_set_data(ctx, ops, ...), where ops is the
@@ -20,6 +21,7 @@
 #include <stddef.h>
 #include <sys/uio.h>
 #include "block/aio-engine.h"
+#include "util/event-notifier.h"
 
 /*
  * Batch limit when the context's aio-max-batch is 0: two requests per
@@ -73,6 +75,83 @@ void engine_counters_read(const EngineCounters *c, BlockEngineStats *out);
 
 /* The batch limit of ctx: aio-max-batch, or ENGINE_DEFAULT_MAX_BATCH. */
 unsigned engine_max_batch(AioContext *ctx);
+
+/* ------------------------------------------------------------------------ */
+/* The kernel engines' common part                                           */
+
+typedef struct KernelEngine KernelEngine;
+
+/* What a kernel engine tells the common part; a const table per engine. */
+typedef struct KernelEngineOps {
+    const char *handler_name;    /* the AioContext handler: "io_uring" */
+    const char *label;           /* for messages: "io_uring", "Linux AIO" */
+    size_t instance_size;        /* of the engine's type, KernelEngine first */
+    /* Set the kernel side up (the eventfd exists); false + errp if the
+     * host cannot provide it.  Undone by teardown(). */
+    bool (*setup)(KernelEngine *k, Error **errp);
+    void (*teardown)(KernelEngine *k);
+    /* Submit the whole queue, as far as the kernel takes it (the submit
+     * BH, the retry timer, the last unplug, a full batch). */
+    void (*submit_queue)(KernelEngine *k);
+    /* Reap and complete what the kernel finished (the eventfd woke us). */
+    void (*process_completions)(KernelEngine *k, bool polled);
+    /* The handler's poll callbacks, registered as they are: the poll loop
+     * calls them directly. */
+    EventNotifierPollFn *poll;
+    EventNotifierHandler *poll_ready;
+} KernelEngineOps;
+
+/*
+ * First in LaioEngine and UringEngine (so a BlockEngine * is also a
+ * KernelEngine *): the eventfd the kernel signals per completion, the
+ * requests the kernel has not accepted yet, plugging, and the retry timer.
+ *
+ * Requests go onto queue (kernel_engine_enqueue()); the engine's
+ * submit_queue() hands them to the kernel at the end of the loop turn (the
+ * submit BH, scheduled by the first queued request), at once when
+ * aio-max-batch are queued, or at the last unplug; the BH does nothing
+ * while plugged.  When the kernel takes nothing, the engine is blocked
+ * until a completion arrives or, with nothing of ours in the kernel, until
+ * the retry timer fires (kernel_engine_refused()).
+ */
+struct KernelEngine {
+    const KernelEngineOps *ops;
+    AioContext *ctx;
+    EventNotifier notifier;      /* signalled by the kernel per completion */
+    QEMUBH *submit_bh;
+    AioTimer retry_timer;
+    BlockReqFifo queue;          /* not yet accepted by the kernel */
+    unsigned plugged;
+    unsigned in_flight;          /* given to the kernel, not yet reaped */
+    bool blocked;                /* the kernel refused: wait for a completion */
+    EngineCounters stats;
+};
+
+/*
+ * A new instance of the engine ops describes, for ctx (BlockEngineOps
+ * create): its eventfd, ops->setup(), then the submit BH, the retry timer
+ * and the eventfd's handler in the context (with the engine's poll
+ * callbacks and the pending count for the poll policy).  NULL + errp if
+ * there is no eventfd or setup() fails.
+ */
+BlockEngine *kernel_engine_create(const KernelEngineOps *ops, AioContext *ctx,
+                                  Error **errp);
+
+/* BlockEngineOps destroy of both kernel engines: nothing may be queued or
+ * in flight. */
+void kernel_engine_destroy(void *engine);
+
+/* Queue req (again) and make sure the queue will be submitted. */
+void kernel_engine_enqueue(KernelEngine *k, BlockRequest *req);
+
+/* The kernel took none of n requests: wait for a completion; with none of
+ * ours in the kernel (in_kernel == 0) none will come, so arm the timer. */
+void kernel_engine_refused(KernelEngine *k, unsigned n, unsigned in_kernel);
+
+/* BlockEngineOps plug, unplug and get_stats of both kernel engines. */
+void kernel_engine_plug(BlockEngine *be);
+void kernel_engine_unplug(BlockEngine *be);
+void kernel_engine_get_stats(BlockEngine *be, BlockEngineStats *out);
 
 /* ------------------------------------------------------------------------ */
 /* The rest of a READ or WRITE                                               */

@@ -9,7 +9,8 @@
  * engine.
  *
  * The helpers below are the parts of a request's life that do not depend
- * on the engine: the batch limit, and locating the part of a READ/WRITE that is still to transfer
+ * on the engine: the batch limit, the kernel engines' queue, plugging,
+ * retry timer and eventfd handler (KernelEngine), and locating the part of a READ/WRITE that is still to transfer
  * after a short transfer, so that every engine resubmits the remainder the
  * same way and without allocating.  (Requests waiting to be submitted
  * wait in a BlockReqFifo, block-int.h.)
@@ -18,6 +19,7 @@
 #include <limits.h>
 #include <string.h>
 #include "aio-engine-int.h"
+#include "util/clock.h"
 
 /* ------------------------------------------------------------------------ */
 /* Lookup and statistics                                                     */
@@ -95,6 +97,147 @@ unsigned engine_max_batch(AioContext *ctx)
         return ENGINE_DEFAULT_MAX_BATCH;
     }
     return max > UINT_MAX ? UINT_MAX : (unsigned)max;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The kernel engines' common part                                           */
+
+static KernelEngine *kernel_engine(BlockEngine *be)
+{
+    return (KernelEngine *)be;
+}
+
+static void kernel_engine_submit_bh(void *opaque)
+{
+    KernelEngine *k = opaque;
+
+    if (!k->plugged) {
+        k->ops->submit_queue(k);
+    }
+}
+
+static void kernel_engine_retry_timer_cb(void *opaque)
+{
+    KernelEngine *k = opaque;
+
+    k->blocked = false;
+    kernel_engine_submit_bh(k);
+}
+
+/* io_read: the eventfd woke the loop. */
+static void kernel_engine_read_cb(EventNotifier *n)
+{
+    KernelEngine *k = container_of(n, KernelEngine, notifier);
+
+    g_assert(aio_context_in_home_thread(k->ctx));
+    /* Clear before reaping: a completion that lands after this sets it
+     * again. */
+    event_notifier_test_and_clear(n);
+    k->ops->process_completions(k, false);
+}
+
+/* For the poll policy: completions can come only while requests are in
+ * the kernel; and the completions so far. */
+static void kernel_engine_counts_cb(EventNotifier *n, AioPollCounts *c)
+{
+    KernelEngine *k = container_of(n, KernelEngine, notifier);
+
+    c->pending = k->in_flight;
+    c->done = atomic_load_explicit(&k->stats.completions, memory_order_relaxed);
+}
+
+BlockEngine *kernel_engine_create(const KernelEngineOps *ops, AioContext *ctx,
+                                  Error **errp)
+{
+    KernelEngine *k = g_malloc0(ops->instance_size);
+    int r;
+
+    k->ops = ops;
+    k->ctx = ctx;
+    r = event_notifier_init(&k->notifier, false);
+    if (r < 0) {
+        error_setg_errno(errp, -r, "%s: cannot create an eventfd",
+                         ops->label);
+        g_free(k);
+        return NULL;
+    }
+    if (!ops->setup(k, errp)) {
+        event_notifier_cleanup(&k->notifier);
+        g_free(k);
+        return NULL;
+    }
+    k->submit_bh = aio_bh_new(ctx, kernel_engine_submit_bh, k);
+    aio_timer_init(ctx, &k->retry_timer, kernel_engine_retry_timer_cb, k);
+    aio_set_event_notifier(ctx, &k->notifier, kernel_engine_read_cb,
+                           ops->poll, ops->poll_ready);
+    /* Nothing to suppress while polling: the kernel signals the eventfd
+     * anyway, and the poll callback finds the completions first. */
+    aio_set_event_notifier_poll(ctx, &k->notifier, NULL, NULL);
+    aio_set_event_notifier_counts(ctx, &k->notifier, kernel_engine_counts_cb);
+    aio_set_fd_handler_name(ctx, event_notifier_get_fd(&k->notifier),
+                            ops->handler_name);
+    return (BlockEngine *)k;
+}
+
+/* Context data destructor (the context is being destroyed).  Its owners
+ * have drained their requests. */
+void kernel_engine_destroy(void *engine)
+{
+    KernelEngine *k = engine;
+
+    g_assert(aio_context_in_home_thread(k->ctx));
+    g_assert(k->queue.len == 0 && k->in_flight == 0);
+    aio_set_event_notifier(k->ctx, &k->notifier, NULL, NULL, NULL);
+    aio_timer_del(&k->retry_timer);
+    aio_bh_delete(k->submit_bh);
+    k->ops->teardown(k);
+    event_notifier_cleanup(&k->notifier);
+    g_free(k);
+}
+
+void kernel_engine_enqueue(KernelEngine *k, BlockRequest *req)
+{
+    block_req_fifo_push(&k->queue, req);
+    if (k->queue.len >= engine_max_batch(k->ctx)) {
+        k->ops->submit_queue(k);        /* full batch: plugged or not */
+    } else if (!k->plugged) {
+        aio_bh_schedule(k->submit_bh);  /* end of this turn */
+    }
+}
+
+void kernel_engine_refused(KernelEngine *k, unsigned n, unsigned in_kernel)
+{
+    k->blocked = true;
+    engine_stat_add(&k->stats.resubmits, n);
+    if (in_kernel == 0) {
+        /* No completion will come to unblock us: try again a bit later. */
+        aio_timer_mod(&k->retry_timer,
+                      clock_now_ns() + ENGINE_RETRY_DELAY_NS);
+    }
+}
+
+void kernel_engine_plug(BlockEngine *be)
+{
+    KernelEngine *k = kernel_engine(be);
+
+    g_assert(aio_context_in_home_thread(k->ctx));
+    k->plugged++;
+}
+
+void kernel_engine_unplug(BlockEngine *be)
+{
+    KernelEngine *k = kernel_engine(be);
+
+    g_assert(aio_context_in_home_thread(k->ctx));
+    g_assert(k->plugged > 0);
+    if (--k->plugged == 0) {
+        k->ops->submit_queue(k);
+    }
+}
+
+void kernel_engine_get_stats(BlockEngine *be, BlockEngineStats *out)
+{
+    engine_counters_read(&kernel_engine(be)->stats, out);
 }
 
 /* ------------------------------------------------------------------------ */

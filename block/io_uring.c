@@ -14,8 +14,8 @@
  * only when we next enter the kernel, which a poll callback that reads the
  * CQ tail in memory would never see.
  *
- * Submission works exactly like the native engine's: submit() queues the
- * request; the queue becomes SQEs and one io_uring_submit() at the end of
+ * Submission works exactly like the native engine's (the part they share
+ * is KernelEngine, aio-engine-int.h): submit() queues the request; the queue becomes SQEs and one io_uring_submit() at the end of
  * the loop turn (the submit BH, scheduled by the first queued request), at
  * once when aio-max-batch requests are queued (0: 2), or at the last
  * unplug; the BH does nothing while plugged.  A full SQ is submitted and
@@ -66,18 +66,12 @@
  * as a short transfer would). */
 #define URING_MAX_CHUNK (1u << 30)
 
+/* k.queue: requests not yet in the SQ; k.in_flight: SQEs prepared, CQEs
+ * not yet reaped; k.blocked: submission refused, wait for a CQE. */
 typedef struct UringEngine {
-    AioContext *ctx;
+    KernelEngine k;              /* first: a BlockEngine * is a UringEngine * */
     struct io_uring ring;
-    EventNotifier notifier;      /* signalled by the kernel per CQE */
-    QEMUBH *submit_bh;
-    AioTimer retry_timer;
-    BlockReqFifo queue;           /* requests not yet in the SQ */
-    unsigned plugged;
-    unsigned in_flight;          /* SQEs prepared, CQEs not yet reaped */
     unsigned max_in_flight;      /* CQ entries */
-    bool blocked;                /* submission refused: wait for a CQE */
-    EngineCounters stats;
 } UringEngine;
 
 /*
@@ -87,11 +81,14 @@ typedef struct UringEngine {
  */
 typedef __typeof__(((BlockRequestInt *)0)->engine.uring) UringReqState;
 
-static void uring_submit_queue(UringEngine *e);
-
 static UringEngine *uring_engine(BlockEngine *be)
 {
     return (UringEngine *)be;
+}
+
+static UringEngine *uring_of(KernelEngine *k)
+{
+    return container_of(k, UringEngine, k);
 }
 
 static UringReqState *uring_req(BlockRequest *req)
@@ -142,9 +139,9 @@ static void uring_prep(struct io_uring_sqe *sqe, BlockRequest *req)
 static void uring_finish(UringEngine *e, BlockRequest *req, int ret,
                          bool polled)
 {
-    engine_stat_add(&e->stats.completions, 1);
+    engine_stat_add(&e->k.stats.completions, 1);
     if (polled) {
-        engine_stat_add(&e->stats.completions_polled, 1);
+        engine_stat_add(&e->k.stats.completions_polled, 1);
     }
     SPINDLE_TRACE2(uring_complete, req, ret);
     block_request_complete(req, ret);
@@ -154,20 +151,9 @@ static void uring_finish(UringEngine *e, BlockRequest *req, int ret,
  * since we are inside submit(). */
 static void uring_complete_later(UringEngine *e, BlockRequest *req, int ret)
 {
-    engine_stat_add(&e->stats.completions, 1);
+    engine_stat_add(&e->k.stats.completions, 1);
     SPINDLE_TRACE2(uring_complete, req, ret);
     block_request_complete_later(req, ret);
-}
-
-/* Queue req (again) and make sure the queue will be submitted. */
-static void uring_enqueue(UringEngine *e, BlockRequest *req)
-{
-    block_req_fifo_push(&e->queue, req);
-    if (e->queue.len >= engine_max_batch(e->ctx)) {
-        uring_submit_queue(e);          /* full batch: plugged or not */
-    } else if (!e->plugged) {
-        aio_bh_schedule(e->submit_bh);  /* end of this turn */
-    }
 }
 
 /* ------------------------------------------------------------------------ */
@@ -176,34 +162,22 @@ static void uring_enqueue(UringEngine *e, BlockRequest *req)
 /* Requests the kernel holds (prepared SQEs it has consumed). */
 static unsigned uring_in_kernel(UringEngine *e)
 {
-    return e->in_flight - io_uring_sq_ready(&e->ring);
+    return e->k.in_flight - io_uring_sq_ready(&e->ring);
 }
 
 /* Turn up to max queued requests into SQEs, as far as the SQ and the CQ
  * have room. */
 static void uring_fill_sq(UringEngine *e, unsigned max)
 {
-    for (unsigned n = 0; n < max && e->queue.len > 0 &&
-                         e->in_flight < e->max_in_flight; n++) {
+    for (unsigned n = 0; n < max && e->k.queue.len > 0 &&
+                         e->k.in_flight < e->max_in_flight; n++) {
         struct io_uring_sqe *sqe = io_uring_get_sqe(&e->ring);
 
         if (!sqe) {
             return;                     /* SQ full: submit first */
         }
-        uring_prep(sqe, block_req_fifo_pop(&e->queue));
-        e->in_flight++;
-    }
-}
-
-/* The kernel took nothing: wait for a completion (or the timer). */
-static void uring_refused(UringEngine *e, unsigned n)
-{
-    e->blocked = true;
-    engine_stat_add(&e->stats.resubmits, n);
-    if (uring_in_kernel(e) == 0) {
-        /* No completion will come to unblock us: try again a bit later. */
-        aio_timer_mod(&e->retry_timer,
-                      clock_now_ns() + ENGINE_RETRY_DELAY_NS);
+        uring_prep(sqe, block_req_fifo_pop(&e->k.queue));
+        e->k.in_flight++;
     }
 }
 
@@ -215,22 +189,22 @@ static void uring_submit_sq(UringEngine *e)
 
     do {
         r = io_uring_submit(&e->ring);
-        engine_stat_add(&e->stats.submissions, 1);
+        engine_stat_add(&e->k.stats.submissions, 1);
     } while (r == -EINTR);
     SPINDLE_TRACE3(uring_submit, e, n, r);
     if (r > 0) {
-        engine_stat_add(&e->stats.requests, r);
+        engine_stat_add(&e->k.stats.requests, r);
     } else {
-        uring_refused(e, n);
+        kernel_engine_refused(&e->k, n, uring_in_kernel(e));
     }
 }
 
 /* Submit the whole queue, as far as the kernel and the CQ allow. */
 static void uring_submit_queue(UringEngine *e)
 {
-    unsigned max = engine_max_batch(e->ctx);
+    unsigned max = engine_max_batch(e->k.ctx);
 
-    while (!e->blocked) {
+    while (!e->k.blocked) {
         uring_fill_sq(e, max);
         if (io_uring_sq_ready(&e->ring) == 0) {
             return;     /* all submitted, or the CQ is full: wait for CQEs */
@@ -239,23 +213,9 @@ static void uring_submit_queue(UringEngine *e)
     }
 }
 
-static void uring_submit_bh(void *opaque)
+static void uring_submit_queue_k(KernelEngine *k)
 {
-    UringEngine *e = opaque;
-
-    if (!e->plugged) {
-        uring_submit_queue(e);
-    }
-}
-
-static void uring_retry_timer_cb(void *opaque)
-{
-    UringEngine *e = opaque;
-
-    e->blocked = false;
-    if (!e->plugged) {
-        uring_submit_queue(e);
-    }
+    uring_submit_queue(uring_of(k));
 }
 
 /* ------------------------------------------------------------------------ */
@@ -269,8 +229,8 @@ static void uring_retry(UringEngine *e, BlockRequest *req, int res,
         uring_finish(e, req, res, polled);
         return;
     }
-    engine_stat_add(&e->stats.resubmits, 1);
-    uring_enqueue(e, req);
+    engine_stat_add(&e->k.stats.resubmits, 1);
+    kernel_engine_enqueue(&e->k, req);
 }
 
 /* A READ/WRITE transferred res >= 0 more bytes. */
@@ -289,15 +249,15 @@ static void uring_rw_progress(UringEngine *e, BlockRequest *req, int res,
         uring_finish(e, req, -EIO, polled);      /* a write that stalled */
     } else {
         block_req_int(req)->retries = 0;         /* progress was made */
-        engine_stat_add(&e->stats.resubmits, 1); /* short: do the rest */
-        uring_enqueue(e, req);
+        engine_stat_add(&e->k.stats.resubmits, 1); /* short: do the rest */
+        kernel_engine_enqueue(&e->k, req);
     }
 }
 
 static void uring_complete_cqe(UringEngine *e, BlockRequest *req, int res,
                                bool polled)
 {
-    e->in_flight--;
+    e->k.in_flight--;
     if (res == -EAGAIN || res == -EINTR) {
         uring_retry(e, req, res, polled);
     } else if (req->op == BLOCK_OP_FLUSH || res < 0) {
@@ -340,32 +300,27 @@ static void uring_process_completions(UringEngine *e, bool polled)
     if (reaped == 0) {
         return;
     }
-    if (e->blocked) {
-        e->blocked = false;
-        aio_timer_del(&e->retry_timer);
+    if (e->k.blocked) {
+        e->k.blocked = false;
+        aio_timer_del(&e->k.retry_timer);
     }
     /* Room in the CQ again: submit what waited, at the end of the turn
      * together with whatever the callbacks just submitted. */
-    if ((e->queue.len || io_uring_sq_ready(&e->ring)) && !e->plugged) {
-        aio_bh_schedule(e->submit_bh);
+    if ((e->k.queue.len || io_uring_sq_ready(&e->ring)) && !e->k.plugged) {
+        aio_bh_schedule(e->k.submit_bh);
     }
 }
 
-/* io_read: the eventfd woke the loop. */
-static void uring_read_cb(EventNotifier *n)
+/* The eventfd woke the loop (kernel_engine_read_cb()). */
+static void uring_process_completions_k(KernelEngine *k, bool polled)
 {
-    UringEngine *e = container_of(n, UringEngine, notifier);
-
-    g_assert(aio_context_in_home_thread(e->ctx));
-    /* Clear before reaping: a CQE that lands after this sets it again. */
-    event_notifier_test_and_clear(n);
-    uring_process_completions(e, false);
+    uring_process_completions(uring_of(k), polled);
 }
 
 /* io_poll: a memory read of the CQ tail, no system call. */
 static bool uring_poll_cb(EventNotifier *n)
 {
-    UringEngine *e = container_of(n, UringEngine, notifier);
+    UringEngine *e = container_of(n, UringEngine, k.notifier);
 
     return io_uring_cq_ready(&e->ring) > 0;
 }
@@ -373,9 +328,9 @@ static bool uring_poll_cb(EventNotifier *n)
 /* io_poll_ready: uring_poll_cb() saw CQEs while the window was open. */
 static void uring_poll_ready_cb(EventNotifier *n)
 {
-    UringEngine *e = container_of(n, UringEngine, notifier);
+    UringEngine *e = container_of(n, UringEngine, k.notifier);
 
-    g_assert(aio_context_in_home_thread(e->ctx));
+    g_assert(aio_context_in_home_thread(e->k.ctx));
     uring_process_completions(e, true);
 }
 
@@ -387,7 +342,7 @@ static void uring_submit(BlockEngine *be, int fd, BlockRequest *req)
     UringEngine *e = uring_engine(be);
     UringReqState *s = uring_req(req);
 
-    g_assert(aio_context_in_home_thread(e->ctx));
+    g_assert(aio_context_in_home_thread(e->k.ctx));
     if (req->op != BLOCK_OP_READ && req->op != BLOCK_OP_WRITE &&
         req->op != BLOCK_OP_FLUSH) {
         uring_complete_later(e, req, -ENOTSUP);
@@ -401,32 +356,9 @@ static void uring_submit(BlockEngine *be, int fd, BlockRequest *req)
     s->fd = fd;
     block_req_int(req)->retries = 0;
     SPINDLE_TRACE2(uring_queue, req, fd);
-    uring_enqueue(e, req);
+    kernel_engine_enqueue(&e->k, req);
 }
 
-static void uring_plug(BlockEngine *be)
-{
-    UringEngine *e = uring_engine(be);
-
-    g_assert(aio_context_in_home_thread(e->ctx));
-    e->plugged++;
-}
-
-static void uring_unplug(BlockEngine *be)
-{
-    UringEngine *e = uring_engine(be);
-
-    g_assert(aio_context_in_home_thread(e->ctx));
-    g_assert(e->plugged > 0);
-    if (--e->plugged == 0) {
-        uring_submit_queue(e);
-    }
-}
-
-static void uring_get_stats(BlockEngine *be, BlockEngineStats *out)
-{
-    engine_counters_read(&uring_engine(be)->stats, out);
-}
 
 /* ------------------------------------------------------------------------ */
 /* Lifecycle                                                                 */
@@ -457,7 +389,7 @@ static bool uring_setup_ring(UringEngine *e, Error **errp)
         return false;
     }
     r = io_uring_register_eventfd(&e->ring,
-                                  event_notifier_get_fd(&e->notifier));
+                                  event_notifier_get_fd(&e->k.notifier));
     if (r < 0) {
         io_uring_queue_exit(&e->ring);
         error_setg_errno(errp, -r, "io_uring is unavailable: cannot "
@@ -468,75 +400,39 @@ static bool uring_setup_ring(UringEngine *e, Error **errp)
     return true;
 }
 
-/* For the poll policy: completions can come only while requests are out;
- * and the completions so far. */
-static void uring_counts_cb(EventNotifier *n, AioPollCounts *c)
+static bool uring_setup(KernelEngine *k, Error **errp)
 {
-    UringEngine *e = container_of(n, UringEngine, notifier);
-
-    c->pending = e->in_flight;
-    c->done = atomic_load_explicit(&e->stats.completions, memory_order_relaxed);
+    return uring_setup_ring(uring_of(k), errp);
 }
 
-static void uring_register_handler(UringEngine *e)
+static void uring_teardown(KernelEngine *k)
 {
-    AioContext *ctx = e->ctx;
-
-    aio_set_event_notifier(ctx, &e->notifier, uring_read_cb, uring_poll_cb,
-                           uring_poll_ready_cb);
-    /* Nothing to suppress while polling: the kernel signals the eventfd
-     * anyway, and the poll callback finds the CQEs first. */
-    aio_set_event_notifier_poll(ctx, &e->notifier, NULL, NULL);
-    aio_set_event_notifier_counts(ctx, &e->notifier, uring_counts_cb);
-    aio_set_fd_handler_name(ctx, event_notifier_get_fd(&e->notifier),
-                            "io_uring");
+    io_uring_queue_exit(&uring_of(k)->ring);
 }
+
+static const KernelEngineOps uring_kernel_ops = {
+    .handler_name = "io_uring",
+    .label = "io_uring",
+    .instance_size = sizeof(UringEngine),
+    .setup = uring_setup,
+    .teardown = uring_teardown,
+    .submit_queue = uring_submit_queue_k,
+    .process_completions = uring_process_completions_k,
+    .poll = uring_poll_cb,
+    .poll_ready = uring_poll_ready_cb,
+};
 
 static BlockEngine *uring_create(AioContext *ctx, Error **errp)
 {
-    UringEngine *e = g_new0(UringEngine, 1);
-    int r;
-
-    e->ctx = ctx;
-    r = event_notifier_init(&e->notifier, false);
-    if (r < 0) {
-        error_setg_errno(errp, -r, "io_uring: cannot create an eventfd");
-        g_free(e);
-        return NULL;
-    }
-    if (!uring_setup_ring(e, errp)) {
-        event_notifier_cleanup(&e->notifier);
-        g_free(e);
-        return NULL;
-    }
-    e->submit_bh = aio_bh_new(ctx, uring_submit_bh, e);
-    aio_timer_init(ctx, &e->retry_timer, uring_retry_timer_cb, e);
-    uring_register_handler(e);
-    return (BlockEngine *)e;
-}
-
-/* Context data destructor (the context is being destroyed).  Its owners
- * have drained their requests. */
-static void uring_destroy(void *opaque)
-{
-    UringEngine *e = opaque;
-
-    g_assert(aio_context_in_home_thread(e->ctx));
-    g_assert(e->queue.len == 0 && e->in_flight == 0);
-    aio_set_event_notifier(e->ctx, &e->notifier, NULL, NULL, NULL);
-    aio_timer_del(&e->retry_timer);
-    aio_bh_delete(e->submit_bh);
-    io_uring_queue_exit(&e->ring);
-    event_notifier_cleanup(&e->notifier);
-    g_free(e);
+    return kernel_engine_create(&uring_kernel_ops, ctx, errp);
 }
 
 const BlockEngineOps block_engine_io_uring = {
     .name = "io_uring",
     .create = uring_create,
-    .destroy = uring_destroy,
+    .destroy = kernel_engine_destroy,
     .submit = uring_submit,
-    .plug = uring_plug,
-    .unplug = uring_unplug,
-    .get_stats = uring_get_stats,
+    .plug = kernel_engine_plug,
+    .unplug = kernel_engine_unplug,
+    .get_stats = kernel_engine_get_stats,
 };

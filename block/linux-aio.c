@@ -97,29 +97,27 @@ G_STATIC_ASSERT(sizeof(_Atomic unsigned) == sizeof(unsigned));
 G_STATIC_ASSERT(offsetof(LaioRing, io_events) == 32);
 G_STATIC_ASSERT(sizeof(struct io_event) == 32);
 
+/* k.queue: prepared, not yet accepted by the kernel; k.in_flight:
+ * accepted by io_submit(), not reaped; k.blocked: the kernel refused, wait
+ * for a completion. */
 typedef struct LaioEngine {
-    AioContext *ctx;
+    KernelEngine k;              /* first: a BlockEngine * is a LaioEngine * */
     io_context_t io_ctx;
     LaioRing *ring;              /* NULL: reap with io_getevents() */
     unsigned depth;              /* what io_setup() was asked for */
-    EventNotifier notifier;      /* signalled by the kernel per completion */
-    QEMUBH *submit_bh;
-    AioTimer retry_timer;
-    BlockReqFifo queue;           /* prepared, not yet accepted by the kernel */
     struct iocb **iocbs;         /* io_submit() argument */
     unsigned max_submit;         /* entries in iocbs */
-    unsigned plugged;
-    unsigned in_kernel;          /* accepted by io_submit(), not reaped */
-    bool blocked;                /* the kernel refused: wait for a completion */
     bool no_fdsync;              /* IOCB_CMD_FDSYNC rejected: use threads */
-    EngineCounters stats;
 } LaioEngine;
-
-static void laio_submit_queue(LaioEngine *e);
 
 static LaioEngine *laio_engine(BlockEngine *be)
 {
     return (LaioEngine *)be;
+}
+
+static LaioEngine *laio_of(KernelEngine *k)
+{
+    return container_of(k, LaioEngine, k);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -169,7 +167,7 @@ static void laio_prep(LaioEngine *e, int fd, BlockRequest *req, int64_t done)
         laio_prep_rw(fd, req, done);
     }
     iocb->data = req;
-    io_set_eventfd(iocb, event_notifier_get_fd(&e->notifier));
+    io_set_eventfd(iocb, event_notifier_get_fd(&e->k.notifier));
 }
 
 /* ------------------------------------------------------------------------ */
@@ -177,9 +175,9 @@ static void laio_prep(LaioEngine *e, int fd, BlockRequest *req, int64_t done)
 
 static void laio_finish(LaioEngine *e, BlockRequest *req, int ret, bool polled)
 {
-    engine_stat_add(&e->stats.completions, 1);
+    engine_stat_add(&e->k.stats.completions, 1);
     if (polled) {
-        engine_stat_add(&e->stats.completions_polled, 1);
+        engine_stat_add(&e->k.stats.completions_polled, 1);
     }
     SPINDLE_TRACE2(laio_complete, req, ret);
     block_request_complete(req, ret);
@@ -189,7 +187,7 @@ static void laio_finish(LaioEngine *e, BlockRequest *req, int ret, bool polled)
  * since we may be inside submit(). */
 static void laio_complete_later(LaioEngine *e, BlockRequest *req, int ret)
 {
-    engine_stat_add(&e->stats.completions, 1);
+    engine_stat_add(&e->k.stats.completions, 1);
     SPINDLE_TRACE2(laio_complete, req, ret);
     block_request_complete_later(req, ret);
 }
@@ -198,22 +196,11 @@ static void laio_complete_later(LaioEngine *e, BlockRequest *req, int ret)
  * thread pool, which completes req later from its BH. */
 static void laio_flush_with_threads(LaioEngine *e, int fd, BlockRequest *req)
 {
-    BlockEngine *threads = block_engine_get(&block_engine_threads, e->ctx,
+    BlockEngine *threads = block_engine_get(&block_engine_threads, e->k.ctx,
                                              NULL);
 
     e->no_fdsync = true;
     block_engine_threads.submit(threads, fd, req);
-}
-
-/* Queue req (again) and make sure the queue will be submitted. */
-static void laio_enqueue(LaioEngine *e, BlockRequest *req)
-{
-    block_req_fifo_push(&e->queue, req);
-    if (e->queue.len >= engine_max_batch(e->ctx)) {
-        laio_submit_queue(e);          /* full batch: plugged or not */
-    } else if (!e->plugged) {
-        aio_bh_schedule(e->submit_bh); /* end of this turn */
-    }
 }
 
 /* ------------------------------------------------------------------------ */
@@ -223,28 +210,16 @@ static void laio_enqueue(LaioEngine *e, BlockRequest *req)
 static void laio_accepted(LaioEngine *e, int r)
 {
     for (int i = 0; i < r; i++) {
-        block_req_fifo_pop(&e->queue);
+        block_req_fifo_pop(&e->k.queue);
     }
-    e->in_kernel += r;
-    engine_stat_add(&e->stats.requests, r);
-}
-
-/* The kernel has no room: keep the queue until a completion makes some. */
-static void laio_refused(LaioEngine *e, unsigned n)
-{
-    e->blocked = true;
-    engine_stat_add(&e->stats.resubmits, n);
-    if (e->in_kernel == 0) {
-        /* No completion will come to unblock us: try again a bit later. */
-        aio_timer_mod(&e->retry_timer,
-                      clock_now_ns() + ENGINE_RETRY_DELAY_NS);
-    }
+    e->k.in_flight += r;
+    engine_stat_add(&e->k.stats.requests, r);
 }
 
 /* io_submit() failed the first queued iocb with r. */
 static void laio_failed_head(LaioEngine *e, int r)
 {
-    BlockRequest *req = block_req_fifo_pop(&e->queue);
+    BlockRequest *req = block_req_fifo_pop(&e->k.queue);
 
     if (req->op == BLOCK_OP_FLUSH && r == -EINVAL) {
         laio_flush_with_threads(e, laio_iocb(req)->aio_fildes, req);
@@ -256,9 +231,9 @@ static void laio_failed_head(LaioEngine *e, int r)
 /* One io_submit() of the requests at the head of the queue. */
 static void laio_submit_some(LaioEngine *e)
 {
-    unsigned n = MIN(e->queue.len, MIN(engine_max_batch(e->ctx),
+    unsigned n = MIN(e->k.queue.len, MIN(engine_max_batch(e->k.ctx),
                                        e->max_submit));
-    BlockRequest *req = e->queue.head;
+    BlockRequest *req = e->k.queue.head;
     int r;
 
     for (unsigned i = 0; i < n; i++) {
@@ -266,12 +241,13 @@ static void laio_submit_some(LaioEngine *e)
         req = block_req_int(req)->next;
     }
     r = io_submit(e->io_ctx, n, e->iocbs);
-    engine_stat_add(&e->stats.submissions, 1);
+    engine_stat_add(&e->k.stats.submissions, 1);
     SPINDLE_TRACE3(laio_submit, e, n, r);
     if (r > 0) {
         laio_accepted(e, r);
     } else if (r == 0 || r == -EAGAIN || r == -ENOMEM) {
-        laio_refused(e, n);
+        /* No room: keep the queue until a completion makes some. */
+        kernel_engine_refused(&e->k, n, e->k.in_flight);
     } else {
         laio_failed_head(e, r);
     }
@@ -280,28 +256,14 @@ static void laio_submit_some(LaioEngine *e)
 /* Submit the whole queue unless the kernel has no room. */
 static void laio_submit_queue(LaioEngine *e)
 {
-    while (e->queue.len > 0 && !e->blocked) {
+    while (e->k.queue.len > 0 && !e->k.blocked) {
         laio_submit_some(e);
     }
 }
 
-static void laio_submit_bh(void *opaque)
+static void laio_submit_queue_k(KernelEngine *k)
 {
-    LaioEngine *e = opaque;
-
-    if (!e->plugged) {
-        laio_submit_queue(e);
-    }
-}
-
-static void laio_retry_timer_cb(void *opaque)
-{
-    LaioEngine *e = opaque;
-
-    e->blocked = false;
-    if (!e->plugged) {
-        laio_submit_queue(e);
-    }
+    laio_submit_queue(laio_of(k));
 }
 
 /* ------------------------------------------------------------------------ */
@@ -321,9 +283,9 @@ static void laio_rw_progress(LaioEngine *e, BlockRequest *req, long res,
     } else if (res == 0) {
         laio_finish(e, req, -EIO, polled);       /* a write that stalled */
     } else {
-        engine_stat_add(&e->stats.resubmits, 1); /* short: do the rest */
+        engine_stat_add(&e->k.stats.resubmits, 1); /* short: do the rest */
         laio_prep(e, laio_iocb(req)->aio_fildes, req, done);
-        laio_enqueue(e, req);
+        kernel_engine_enqueue(&e->k, req);
     }
 }
 
@@ -333,7 +295,7 @@ static void laio_complete_event(LaioEngine *e, const struct io_event *ev,
     BlockRequest *req = ev->data;
     long res = (long)ev->res;
 
-    e->in_kernel--;
+    e->k.in_flight--;
     if (req->op == BLOCK_OP_FLUSH && res == -EINVAL) {
         laio_flush_with_threads(e, laio_iocb(req)->aio_fildes, req);
     } else if (req->op == BLOCK_OP_FLUSH || res < 0) {
@@ -417,32 +379,27 @@ static void laio_process_completions(LaioEngine *e, bool polled)
     block_acct_batch_begin();          /* one clock read for the lot */
     reaped = e->ring ? laio_reap_ring(e, polled) : laio_reap_syscall(e, polled);
     block_acct_batch_end();
-    if (reaped && e->blocked) {
+    if (reaped && e->k.blocked) {
         /* Slots are free again: submit what was refused, at the end of the
          * turn together with whatever the callbacks just submitted. */
-        e->blocked = false;
-        aio_timer_del(&e->retry_timer);
-        if (e->queue.len && !e->plugged) {
-            aio_bh_schedule(e->submit_bh);
+        e->k.blocked = false;
+        aio_timer_del(&e->k.retry_timer);
+        if (e->k.queue.len && !e->k.plugged) {
+            aio_bh_schedule(e->k.submit_bh);
         }
     }
 }
 
-/* io_read: the eventfd woke the loop. */
-static void laio_read_cb(EventNotifier *n)
+/* The eventfd woke the loop (kernel_engine_read_cb()). */
+static void laio_process_completions_k(KernelEngine *k, bool polled)
 {
-    LaioEngine *e = container_of(n, LaioEngine, notifier);
-
-    g_assert(aio_context_in_home_thread(e->ctx));
-    /* Clear before reaping: an event that lands after this sets it again. */
-    event_notifier_test_and_clear(n);
-    laio_process_completions(e, false);
+    laio_process_completions(laio_of(k), polled);
 }
 
 /* io_poll: two loads, no system call. */
 static bool laio_poll_cb(EventNotifier *n)
 {
-    LaioEngine *e = container_of(n, LaioEngine, notifier);
+    LaioEngine *e = container_of(n, LaioEngine, k.notifier);
 
     return e->ring && laio_ring_pending(e->ring);
 }
@@ -450,9 +407,9 @@ static bool laio_poll_cb(EventNotifier *n)
 /* io_poll_ready: laio_poll_cb() saw events while the window was open. */
 static void laio_poll_ready_cb(EventNotifier *n)
 {
-    LaioEngine *e = container_of(n, LaioEngine, notifier);
+    LaioEngine *e = container_of(n, LaioEngine, k.notifier);
 
-    g_assert(aio_context_in_home_thread(e->ctx));
+    g_assert(aio_context_in_home_thread(e->k.ctx));
     laio_process_completions(e, true);
 }
 
@@ -463,7 +420,7 @@ static void laio_submit(BlockEngine *be, int fd, BlockRequest *req)
 {
     LaioEngine *e = laio_engine(be);
 
-    g_assert(aio_context_in_home_thread(e->ctx));
+    g_assert(aio_context_in_home_thread(e->k.ctx));
     if (req->op == BLOCK_OP_FLUSH && e->no_fdsync) {
         laio_flush_with_threads(e, fd, req);
         return;
@@ -479,32 +436,9 @@ static void laio_submit(BlockEngine *be, int fd, BlockRequest *req)
     }
     laio_prep(e, fd, req, 0);
     SPINDLE_TRACE2(laio_queue, req, fd);
-    laio_enqueue(e, req);
+    kernel_engine_enqueue(&e->k, req);
 }
 
-static void laio_plug(BlockEngine *be)
-{
-    LaioEngine *e = laio_engine(be);
-
-    g_assert(aio_context_in_home_thread(e->ctx));
-    e->plugged++;
-}
-
-static void laio_unplug(BlockEngine *be)
-{
-    LaioEngine *e = laio_engine(be);
-
-    g_assert(aio_context_in_home_thread(e->ctx));
-    g_assert(e->plugged > 0);
-    if (--e->plugged == 0) {
-        laio_submit_queue(e);
-    }
-}
-
-static void laio_get_stats(BlockEngine *be, BlockEngineStats *out)
-{
-    engine_counters_read(&laio_engine(be)->stats, out);
-}
 
 /* ------------------------------------------------------------------------ */
 /* Lifecycle                                                                 */
@@ -551,79 +485,51 @@ static bool laio_setup_context(LaioEngine *e, Error **errp)
     return false;
 }
 
-/* For the poll policy: completions can come only while the kernel holds
- * requests; and the completions so far. */
-static void laio_counts_cb(EventNotifier *n, AioPollCounts *c)
+/* The AIO context, its ring and the io_submit() argument. */
+static bool laio_setup(KernelEngine *k, Error **errp)
 {
-    LaioEngine *e = container_of(n, LaioEngine, notifier);
+    LaioEngine *e = laio_of(k);
 
-    c->pending = e->in_kernel;
-    c->done = atomic_load_explicit(&e->stats.completions, memory_order_relaxed);
-}
-
-static void laio_register_handler(LaioEngine *e)
-{
-    AioContext *ctx = e->ctx;
-
-    aio_set_event_notifier(ctx, &e->notifier, laio_read_cb, laio_poll_cb,
-                           laio_poll_ready_cb);
-    /* Nothing to suppress while polling: the kernel signals the eventfd
-     * anyway, and the poll callback finds the events first. */
-    aio_set_event_notifier_poll(ctx, &e->notifier, NULL, NULL);
-    aio_set_event_notifier_counts(ctx, &e->notifier, laio_counts_cb);
-    aio_set_fd_handler_name(ctx, event_notifier_get_fd(&e->notifier),
-                            "linux-aio");
-}
-
-static BlockEngine *laio_create(AioContext *ctx, Error **errp)
-{
-    LaioEngine *e = g_new0(LaioEngine, 1);
-    int r;
-
-    e->ctx = ctx;
-    r = event_notifier_init(&e->notifier, false);
-    if (r < 0) {
-        error_setg_errno(errp, -r, "Linux AIO: cannot create an eventfd");
-        g_free(e);
-        return NULL;
-    }
     if (!laio_setup_context(e, errp)) {
-        event_notifier_cleanup(&e->notifier);
-        g_free(e);
-        return NULL;
+        return false;
     }
     e->ring = laio_ring_of(e->io_ctx);
     e->max_submit = e->ring ? e->ring->nr : e->depth;
     e->iocbs = g_new(struct iocb *, e->max_submit);
-    e->submit_bh = aio_bh_new(ctx, laio_submit_bh, e);
-    aio_timer_init(ctx, &e->retry_timer, laio_retry_timer_cb, e);
-    laio_register_handler(e);
-    return (BlockEngine *)e;
+    return true;
 }
 
-/* Context data destructor (the context is being destroyed).  Its owners
- * have drained their requests. */
-static void laio_destroy(void *opaque)
+static void laio_teardown(KernelEngine *k)
 {
-    LaioEngine *e = opaque;
+    LaioEngine *e = laio_of(k);
 
-    g_assert(aio_context_in_home_thread(e->ctx));
-    g_assert(e->queue.len == 0 && e->in_kernel == 0);
-    aio_set_event_notifier(e->ctx, &e->notifier, NULL, NULL, NULL);
-    aio_timer_del(&e->retry_timer);
-    aio_bh_delete(e->submit_bh);
     io_destroy(e->io_ctx);
-    event_notifier_cleanup(&e->notifier);
     g_free(e->iocbs);
-    g_free(e);
+}
+
+static const KernelEngineOps laio_kernel_ops = {
+    .handler_name = "linux-aio",
+    .label = "Linux AIO",
+    .instance_size = sizeof(LaioEngine),
+    .setup = laio_setup,
+    .teardown = laio_teardown,
+    .submit_queue = laio_submit_queue_k,
+    .process_completions = laio_process_completions_k,
+    .poll = laio_poll_cb,
+    .poll_ready = laio_poll_ready_cb,
+};
+
+static BlockEngine *laio_create(AioContext *ctx, Error **errp)
+{
+    return kernel_engine_create(&laio_kernel_ops, ctx, errp);
 }
 
 const BlockEngineOps block_engine_native = {
     .name = "native",
     .create = laio_create,
-    .destroy = laio_destroy,
+    .destroy = kernel_engine_destroy,
     .submit = laio_submit,
-    .plug = laio_plug,
-    .unplug = laio_unplug,
-    .get_stats = laio_get_stats,
+    .plug = kernel_engine_plug,
+    .unplug = kernel_engine_unplug,
+    .get_stats = kernel_engine_get_stats,
 };
