@@ -141,8 +141,17 @@ BlockEngine *kernel_engine_create(const KernelEngineOps *ops, AioContext *ctx,
  * in flight. */
 void kernel_engine_destroy(void *engine);
 
-/* Queue req (again) and make sure the queue will be submitted. */
-void kernel_engine_enqueue(KernelEngine *k, BlockRequest *req);
+/* Queue req (again) and make sure the queue will be submitted.  Inline:
+ * every request goes through it. */
+static inline void kernel_engine_enqueue(KernelEngine *k, BlockRequest *req)
+{
+    block_req_fifo_push(&k->queue, req);
+    if (k->queue.len >= engine_max_batch(k->ctx)) {
+        k->ops->submit_queue(k);        /* full batch: plugged or not */
+    } else if (!k->plugged) {
+        aio_bh_schedule(k->submit_bh);  /* end of this turn */
+    }
+}
 
 /* The kernel took none of n requests: wait for a completion; with none of
  * ours in the kernel (in_kernel == 0) none will come, so arm the timer. */

@@ -195,16 +195,6 @@ void kernel_engine_destroy(void *engine)
     g_free(k);
 }
 
-void kernel_engine_enqueue(KernelEngine *k, BlockRequest *req)
-{
-    block_req_fifo_push(&k->queue, req);
-    if (k->queue.len >= engine_max_batch(k->ctx)) {
-        k->ops->submit_queue(k);        /* full batch: plugged or not */
-    } else if (!k->plugged) {
-        aio_bh_schedule(k->submit_bh);  /* end of this turn */
-    }
-}
-
 void kernel_engine_refused(KernelEngine *k, unsigned n, unsigned in_kernel)
 {
     k->blocked = true;
