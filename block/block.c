@@ -33,6 +33,7 @@
 #include <inttypes.h>
 #include <string.h>
 #include "block/block-int.h"
+#include "util/cutils.h"
 
 static GHashTable *block_nodes;          /* node-name -> BlockNode, main thread */
 static GPtrArray *block_node_order;      /* the same nodes, oldest first */
@@ -99,12 +100,10 @@ static bool block_node_name_valid(const char *name, Error **errp)
                    "and have at most 31 characters", name);
         return false;
     }
-    for (const char *p = name; *p; p++) {
-        if (!g_ascii_isalnum(*p) && !strchr("-._", *p)) {
-            error_setg(errp, "Invalid node-name '%s': use letters, digits, "
-                       "'-', '.' and '_'", name);
-            return false;
-        }
+    if (!id_chars_valid(name)) {
+        error_setg(errp, "Invalid node-name '%s': use letters, digits, "
+                   "'-', '.' and '_'", name);
+        return false;
     }
     if (block_node_find(name)) {
         error_setg(errp, "Duplicate node name '%s'", name);

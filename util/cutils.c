@@ -51,6 +51,16 @@ bool parse_int64_in_range(const char *name, const char *str, int64_t min,
     return true;
 }
 
+bool id_chars_valid(const char *str)
+{
+    for (const char *p = str; *p; p++) {
+        if (!g_ascii_isalnum(*p) && !strchr("-._", *p)) {
+            return false;
+        }
+    }
+    return true;
+}
+
 bool parse_bool(const char *name, const char *str, bool *out, Error **errp)
 {
     static const char *const yes[] = { "on", "yes", "true", NULL };

@@ -23,6 +23,12 @@ bool parse_int64_in_range(const char *name, const char *str, int64_t min,
 bool parse_bool(const char *name, const char *str, bool *out, Error **errp);
 
 /*
+ * Whether str is made only of ASCII letters, digits, '-', '.' and '_', the
+ * characters of a node-name or an object id (true for "").
+ */
+bool id_chars_valid(const char *str);
+
+/*
  * Multiply a non-negative value by a non-negative factor, saturating at
  * INT64_MAX instead of overflowing.
  */
