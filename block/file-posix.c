@@ -845,52 +845,48 @@ static int file_write_zeroes_by_unmap(FileWork *w)
                                           req->offset, req->bytes));
 }
 
-static int file_write_zeroes_blkdev(FileWork *w)
+/*
+ * Zero in place, the kernel's way for this kind of node: BLKZEROOUT on a
+ * block device, FALLOC_FL_ZERO_RANGE on a file.  -EOPNOTSUPP when known
+ * not to work, so the caller tries the next method.
+ */
+static int file_write_zeroes_in_place(FileWork *w)
+{
+    FilePosixState *s = w->s;
+    BlockRequest *req = w->req;
+    _Atomic bool *no = s->is_blkdev ? &s->no_blkzeroout : &s->no_zero_range;
+
+    if (file_method_known_unsupported(no)) {
+        return -EOPNOTSUPP;
+    }
+    return file_try_method(no, s->is_blkdev ?
+                           file_blkdev_ioctl_range(s->fd, BLKZEROOUT,
+                                                   req->offset, req->bytes) :
+                           file_fallocate(s->fd, FALLOC_FL_ZERO_RANGE,
+                                          req->offset, req->bytes));
+}
+
+/* Deallocate (if allowed), else zero in place, else write zeroes. */
+static int file_write_zeroes(FileWork *w)
 {
     FilePosixState *s = w->s;
     BlockRequest *req = w->req;
     int ret;
 
-    /* The kernel's zeroing works on whole logical blocks only; buffered
-     * nodes may ask for less, so they get written zeroes. */
-    if (!file_blkdev_aligned(s, req->offset, req->bytes)) {
+    /* The kernel's zeroing of a block device works on whole logical
+     * blocks only; buffered nodes may ask for less, so they get written
+     * zeroes. */
+    if (s->is_blkdev && !file_blkdev_aligned(s, req->offset, req->bytes)) {
         return file_pwrite_zeroes(s->fd, req->offset, req->bytes);
     }
     ret = file_write_zeroes_by_unmap(w);
-    if (!file_errno_is_unsupported(ret)) {
-        return ret;
+    if (file_errno_is_unsupported(ret)) {
+        ret = file_write_zeroes_in_place(w);
     }
-    if (!file_method_known_unsupported(&s->no_blkzeroout)) {
-        ret = file_try_method(&s->no_blkzeroout,
-                              file_blkdev_ioctl_range(s->fd, BLKZEROOUT,
-                                                      req->offset,
-                                                      req->bytes));
-        if (!file_errno_is_unsupported(ret)) {
-            return ret;
-        }
+    if (file_errno_is_unsupported(ret)) {
+        ret = file_pwrite_zeroes(s->fd, req->offset, req->bytes);
     }
-    return file_pwrite_zeroes(s->fd, req->offset, req->bytes);
-}
-
-static int file_write_zeroes_regular(FileWork *w)
-{
-    FilePosixState *s = w->s;
-    BlockRequest *req = w->req;
-    int ret;
-
-    ret = file_write_zeroes_by_unmap(w);
-    if (!file_errno_is_unsupported(ret)) {
-        return ret;
-    }
-    if (!file_method_known_unsupported(&s->no_zero_range)) {
-        ret = file_try_method(&s->no_zero_range,
-                              file_fallocate(s->fd, FALLOC_FL_ZERO_RANGE,
-                                             req->offset, req->bytes));
-        if (!file_errno_is_unsupported(ret)) {
-            return ret;
-        }
-    }
-    return file_pwrite_zeroes(s->fd, req->offset, req->bytes);
+    return ret;
 }
 
 /* After a successful write-like request: FUA means "on stable storage". */
@@ -910,14 +906,8 @@ static int file_work_fua(FileWork *w, int ret)
 static int file_write_zeroes_work(void *opaque)
 {
     FileWork *w = opaque;
-    int ret;
 
-    if (w->s->is_blkdev) {
-        ret = file_write_zeroes_blkdev(w);
-    } else {
-        ret = file_write_zeroes_regular(w);
-    }
-    return file_work_fua(w, ret);
+    return file_work_fua(w, file_write_zeroes(w));
 }
 
 /*
