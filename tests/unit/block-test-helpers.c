@@ -99,6 +99,24 @@ void open_fails(const char *str, AioContext *ctx, const char *needle)
     error_free(err);
 }
 
+int tmp_image_open(int64_t size, char **path)
+{
+    g_autoptr(GError) gerr = NULL;
+    int fd = g_file_open_tmp("spindle-test-XXXXXX", path, &gerr);
+
+    g_assert_no_error(gerr);
+    g_assert_cmpint(ftruncate(fd, size), ==, 0);
+    return fd;
+}
+
+char *tmp_image(int64_t size)
+{
+    char *path;
+
+    close(tmp_image_open(size, &path));
+    return path;
+}
+
 int loop_attach(const char *backing, char **dev)
 {
     for (int attempt = 0; attempt < 10; attempt++) {

@@ -7,6 +7,7 @@
  * - treq_submit(), treq_run(), run_op(): one request through a node.
  * - open_ok(), open_fails(): open a node from an option string, or fail
  *   the test.
+ * - tmp_image(), tmp_image_open(): a temporary image file.
  * - loop_attach(): a loop block device over an image file.
  * - ctx_job_start(): a thread that runs a function in a context's home
  *   thread.
@@ -82,6 +83,14 @@ BlockNode *open_ok(const char *str, AioContext *ctx);
  * fails the test otherwise.  ctx's home thread.
  */
 void open_fails(const char *str, AioContext *ctx, const char *needle);
+
+/*
+ * A new temporary file of size bytes (zeroes, sparse) in the temporary
+ * directory: its path (the caller unlinks and frees it); tmp_image_open()
+ * also returns it open (read/write), for the caller to close.
+ */
+char *tmp_image(int64_t size);
+int tmp_image_open(int64_t size, char **path);
 
 /*
  * Attach the file backing to a free loop device with auto-clear (it goes

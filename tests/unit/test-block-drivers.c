@@ -459,21 +459,55 @@ static void test_raw_offset_translation(void)
 }
 
 /* Write through raw, read the file node and the file itself at offset+X. */
+/*
+ * Through raw (a window at off of the file behind fd): a write of
+ * wbuf[0..len) at x lands at off + x in the file, reads back the same
+ * through raw, and leaves the file at x itself untouched (zeroes).
+ */
+static void check_raw_window(BlockNode *raw, int fd, int64_t off, int64_t x,
+                             char *wbuf, int64_t len)
+{
+    g_autofree char *rbuf = g_malloc0(len);
+
+    g_assert_cmpint(run_op(raw, BLOCK_OP_WRITE, x, wbuf, len), ==, 0);
+    g_assert_cmpint(pread(fd, rbuf, len, off + x), ==, len);
+    g_assert_true(memcmp(rbuf, wbuf, len) == 0);
+    memset(rbuf, 0, len);
+    g_assert_cmpint(run_op(raw, BLOCK_OP_READ, x, rbuf, len), ==, 0);
+    g_assert_true(memcmp(rbuf, wbuf, len) == 0);
+    /* Nothing landed at x itself (outside the window's translation). */
+    g_assert_cmpint(pread(fd, rbuf, len, x), ==, len);
+    for (int64_t i = 0; i < len; i++) {
+        g_assert_cmpint(rbuf[i], ==, 0);
+    }
+}
+
+/* The nodes and the temporary file of a raw test; the context too. */
+static void raw_test_end(AioContext *ctx, BlockNode *raw, BlockNode *file,
+                         int fd, const char *path)
+{
+    if (raw) {
+        block_node_unref(raw);
+    }
+    if (file) {
+        block_node_unref(file);
+    }
+    close(fd);
+    g_unlink(path);
+    aio_context_unref(ctx);
+}
+
+/* Write through raw, read the file node and the file itself at offset+X. */
 static void test_raw_over_file(void)
 {
     const int64_t off = 64 * KiB, x = 12 * KiB, len = 8 * KiB;
     AioContext *ctx = ctx_new();
-    g_autoptr(GError) gerr = NULL;
     g_autofree char *path = NULL;
     g_autofree char *fstr = NULL;
     g_autofree char *wbuf = g_malloc(len);
-    g_autofree char *rbuf = g_malloc(len);
+    g_autofree char *rbuf = g_malloc0(len);
     BlockNode *file, *raw;
-    int fd;
-
-    fd = g_file_open_tmp("test-block-drivers-XXXXXX", &path, &gerr);
-    g_assert_no_error(gerr);
-    g_assert_cmpint(ftruncate(fd, MiB), ==, 0);
+    int fd = tmp_image_open(MiB, &path);
 
     fstr = g_strdup_printf("driver=file,node-name=rawfile,filename=%s", path);
     file = open_ok(fstr, ctx);
@@ -482,32 +516,11 @@ static void test_raw_over_file(void)
     for (int64_t i = 0; i < len; i++) {
         wbuf[i] = (char)(i * 7 + 3);
     }
-    g_assert_cmpint(run_op(raw, BLOCK_OP_WRITE, x, wbuf, len), ==, 0);
+    check_raw_window(raw, fd, off, x, wbuf, len);
     g_assert_cmpint(run_op_scratch(raw, BLOCK_OP_FLUSH, 0, 0), ==, 0);
-
-    memset(rbuf, 0, len);
     g_assert_cmpint(run_op(file, BLOCK_OP_READ, off + x, rbuf, len), ==, 0);
     g_assert_true(memcmp(rbuf, wbuf, len) == 0);
-
-    memset(rbuf, 0, len);
-    g_assert_cmpint(pread(fd, rbuf, len, off + x), ==, len);
-    g_assert_true(memcmp(rbuf, wbuf, len) == 0);
-
-    memset(rbuf, 0, len);
-    g_assert_cmpint(run_op(raw, BLOCK_OP_READ, x, rbuf, len), ==, 0);
-    g_assert_true(memcmp(rbuf, wbuf, len) == 0);
-
-    /* Nothing landed at X itself (outside the window's translation). */
-    g_assert_cmpint(pread(fd, rbuf, len, x), ==, len);
-    for (int64_t i = 0; i < len; i++) {
-        g_assert_cmpint(rbuf[i], ==, 0);
-    }
-
-    block_node_unref(raw);
-    block_node_unref(file);
-    close(fd);
-    g_unlink(path);
-    aio_context_unref(ctx);
+    raw_test_end(ctx, raw, file, fd, path);
 }
 
 /*
@@ -518,14 +531,11 @@ static void test_raw_over_file(void)
 static BlockNode *open_direct_tmp_file(AioContext *ctx, const char *node_name,
                                        int *fd, char **path)
 {
-    g_autoptr(GError) gerr = NULL;
     g_autofree char *fstr = NULL;
     Error *err = NULL;
     BlockNode *file;
 
-    *fd = g_file_open_tmp("test-block-drivers-XXXXXX", path, &gerr);
-    g_assert_no_error(gerr);
-    g_assert_cmpint(ftruncate(*fd, MiB), ==, 0);
+    *fd = tmp_image_open(MiB, path);
     fstr = g_strdup_printf("driver=file,node-name=%s,cache.direct=on,"
                            "filename=%s", node_name, *path);
     file = block_node_open_str(fstr, ctx, &err);
@@ -551,13 +561,14 @@ static void test_raw_offset_alignment(void)
 
     file = open_direct_tmp_file(ctx, "alignfile", &fd, &path);
     if (!file) {
-        goto out;
+        raw_test_end(ctx, NULL, NULL, fd, path);
+        return;
     }
     block_node_get_limits(file, &lim);
     if (lim.request_alignment <= 1) {
         g_test_skip("the O_DIRECT file node reports no request alignment");
-        block_node_unref(file);
-        goto out;
+        raw_test_end(ctx, NULL, file, fd, path);
+        return;
     }
 
     fstr = g_strdup_printf("driver=raw,file=alignfile,offset=%u",
@@ -571,13 +582,7 @@ static void test_raw_offset_alignment(void)
     g_assert_cmpuint(lim.request_alignment, >, 1);   /* copied */
     g_assert_cmpint(block_node_get_length(raw), ==,
                     MiB - lim.request_alignment);
-
-    block_node_unref(raw);
-    block_node_unref(file);
-out:
-    close(fd);
-    g_unlink(path);
-    aio_context_unref(ctx);
+    raw_test_end(ctx, raw, file, fd, path);
 }
 
 /*
@@ -593,14 +598,15 @@ static void test_raw_unaligned_over_direct_file(void)
     g_autofree char *fstr = NULL;
     BlockNode *file, *raw;
     BlockLimits lim;
-    char wbuf[300], rbuf[300];
+    char wbuf[300];
     const int64_t x = 100, len = sizeof(wbuf);
     int64_t off;
     int fd;
 
     file = open_direct_tmp_file(ctx, "unalignedfile", &fd, &path);
     if (!file) {
-        goto out;
+        raw_test_end(ctx, NULL, NULL, fd, path);
+        return;
     }
     block_node_get_limits(file, &lim);
     off = MAX(lim.request_alignment, 4096);
@@ -611,24 +617,8 @@ static void test_raw_unaligned_over_direct_file(void)
     for (int i = 0; i < len; i++) {
         wbuf[i] = (char)(i + 1);
     }
-    g_assert_cmpint(run_op(raw, BLOCK_OP_WRITE, x, wbuf, len), ==, 0);
-    g_assert_cmpint(pread(fd, rbuf, len, off + x), ==, len);
-    g_assert_true(memcmp(rbuf, wbuf, len) == 0);
-    memset(rbuf, 0, len);
-    g_assert_cmpint(run_op(raw, BLOCK_OP_READ, x, rbuf, len), ==, 0);
-    g_assert_true(memcmp(rbuf, wbuf, len) == 0);
-    /* Nothing at x itself. */
-    g_assert_cmpint(pread(fd, rbuf, len, x), ==, len);
-    for (int i = 0; i < len; i++) {
-        g_assert_cmpint(rbuf[i], ==, 0);
-    }
-
-    block_node_unref(raw);
-    block_node_unref(file);
-out:
-    close(fd);
-    g_unlink(path);
-    aio_context_unref(ctx);
+    check_raw_window(raw, fd, off, x, wbuf, len);
+    raw_test_end(ctx, raw, file, fd, path);
 }
 
 static void test_raw_errors(void)
@@ -941,17 +931,12 @@ static void test_rmw_serialised(void)
     g_autofree char *opts = NULL;
     g_autofree char *model = g_malloc0(RMW_DISK);
     g_autofree char *readback = g_malloc(RMW_DISK);
-    GError *gerr = NULL;
     GRand *rand = g_rand_new_with_seed(20261121);
     TReq reqs[RMW_WRITES];
     char *bufs[RMW_WRITES];
     BlockNode *bs;
-    int fd;
 
-    fd = g_file_open_tmp("test-block-rmw-XXXXXX", &path, &gerr);
-    g_assert_no_error(gerr);
-    g_assert_cmpint(ftruncate(fd, RMW_DISK), ==, 0);
-    close(fd);
+    path = tmp_image(RMW_DISK);
     opts = g_strdup_printf("driver=blkdebug,align=4096,image.driver=file,"
                            "image.filename=%s,image.aio=threads", path);
     bs = open_ok(opts, ctx);
@@ -1162,18 +1147,6 @@ static void mq_run(const char *opts, bool check_data, bool misaligned,
     }
 }
 
-static char *mq_image(int64_t size)
-{
-    GError *gerr = NULL;
-    char *path;
-    int fd = g_file_open_tmp("test-block-mq-XXXXXX", &path, &gerr);
-
-    g_assert_no_error(gerr);
-    g_assert_cmpint(ftruncate(fd, size), ==, 0);
-    close(fd);
-    return path;
-}
-
 static void test_queue_null(void)
 {
     mq_run("driver=null-co,read-zeroes=off", false, false, NULL);
@@ -1184,7 +1157,7 @@ static void test_queue_null(void)
 static void test_queue_file(void)
 {
     const char *engines[] = { "threads", "native", "io_uring" };
-    g_autofree char *path = mq_image(MQ_REQS * MQ_THREADS * MQ_CHUNK);
+    g_autofree char *path = tmp_image(MQ_REQS * MQ_THREADS * MQ_CHUNK);
 
     for (size_t e = 0; e < G_N_ELEMENTS(engines); e++) {
         g_autofree char *opts = NULL;
@@ -1218,7 +1191,7 @@ static char *aligned_node_opts(const char *path)
 /* Misaligned writes from two threads into the same blocks: RMW in both. */
 static void test_queue_rmw(void)
 {
-    g_autofree char *path = mq_image(MQ_REQS * MQ_CHUNK);
+    g_autofree char *path = tmp_image(MQ_REQS * MQ_CHUNK);
     g_autofree char *opts = aligned_node_opts(path);
     BlockWriteStats st;
 
@@ -1235,7 +1208,7 @@ static void test_queue_rmw(void)
  */
 static void test_queue_aligned_lock_free(void)
 {
-    g_autofree char *path = mq_image(MQ_REQS * MQ_THREADS * MQ_CHUNK);
+    g_autofree char *path = tmp_image(MQ_REQS * MQ_THREADS * MQ_CHUNK);
     g_autofree char *opts = aligned_node_opts(path);
     BlockWriteStats st;
 
@@ -1366,7 +1339,7 @@ static void mix_work(void *opaque)
 
 static void test_queue_rmw_vs_aligned(void)
 {
-    g_autofree char *path = mq_image(MIX_BLOCKS * MQ_CHUNK);
+    g_autofree char *path = tmp_image(MIX_BLOCKS * MQ_CHUNK);
     g_autofree char *opts = aligned_node_opts(path);
     pthread_barrier_t barrier;
     atomic_bool rmw_done = false;

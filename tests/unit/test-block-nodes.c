@@ -34,19 +34,6 @@
 /* ------------------------------------------------------------------------ */
 /* Helpers                                                                   */
 
-/* A temporary file of size bytes; the caller unlinks and frees the path. */
-static char *tmp_image(int64_t size)
-{
-    g_autoptr(GError) gerr = NULL;
-    char *path;
-    int fd = g_file_open_tmp("test-block-nodes-XXXXXX", &path, &gerr);
-
-    g_assert_no_error(gerr);
-    g_assert_cmpint(ftruncate(fd, size), ==, 0);
-    close(fd);
-    return path;
-}
-
 static int64_t file_size(const char *path)
 {
     struct stat st;

@@ -1,5 +1,5 @@
 /*
- * Unit tests for the qemu-classic poll policy (DESIGN.md section 3), fed with
+ * Unit tests for the qemu-classic poll policy (poll-policy.h), fed with
  * synthetic wait times: no event loop, no clock, fully deterministic.
  *
  * Rules under test, for adjust(params, win, wait_ns, had_event):
