@@ -257,6 +257,13 @@ void assert_good(const Cmd *c)
     g_assert_cmpuint(c->req.sense_len, ==, 0);
 }
 
+void run_good(Lun *l, Cmd *c, const uint8_t *cdb, unsigned cdb_len,
+              const void *out, size_t out_len, void *in, size_t in_len)
+{
+    run(l, c, cdb, cdb_len, out, out_len, in, in_len);
+    assert_good(c);
+}
+
 void assert_xfer(const Cmd *c, ScsiXferError err)
 {
     g_assert_cmpuint(c->req.xfer_error, ==, err);

@@ -123,6 +123,9 @@ void run(Lun *l, Cmd *c, const uint8_t *cdb, unsigned cdb_len,
 
 /* GOOD, no sense. */
 void assert_good(const Cmd *c);
+/* run(), then assert_good(). */
+void run_good(Lun *l, Cmd *c, const uint8_t *cdb, unsigned cdb_len,
+              const void *out, size_t out_len, void *in, size_t in_len);
 /* Not executed, with err. */
 void assert_xfer(const Cmd *c, ScsiXferError err);
 /* CHECK CONDITION with key/asc/ascq in fixed (18 bytes) or descriptor

@@ -111,9 +111,8 @@ static void test_rw_read6_256(void)
     g_assert_cmpint(pwrite(l.fd, data, len, 512), ==, (ssize_t)len);
     /* READ(6), transfer length 0: 256 blocks. */
     memset(got, 0xcc, len + 512);
-    run(&l, &c, cdb, cdb_io(cdb, SCSI_OP_READ_6, 1, 0, 0), NULL, 0, got,
-        len + 512);
-    assert_good(&c);
+    run_good(&l, &c, cdb, cdb_io(cdb, SCSI_OP_READ_6, 1, 0, 0), NULL, 0, got,
+             len + 512);
     g_assert_cmpuint(c.req.in_done, ==, len);
     assert_same(got, data, len, 512, "READ(6) of 256 blocks");
     g_assert_cmphex(got[len], ==, 0xcc);
@@ -123,8 +122,7 @@ static void test_rw_read6_256(void)
     /* WRITE(6) likewise. */
     fill_random(data, len);
     cdb_io(cdb, SCSI_OP_WRITE_6, 2, 0, 0);
-    run(&l, &c, cdb, 6, data, len, NULL, 0);
-    assert_good(&c);
+    run_good(&l, &c, cdb, 6, data, len, NULL, 0);
     file_read(&l, 1024, got, len);
     assert_same(got, data, len, 1024, "WRITE(6) of 256 blocks");
     lun_close(&l);
@@ -217,9 +215,8 @@ static void test_rw_errors(void)
     lun_open_file(&l, 64 * KiB, NULL, &conf);      /* 128 blocks */
 
     /* Length 0: nothing moves, no error. */
-    run(&l, &c, cdb, cdb_io(cdb, SCSI_OP_READ_10, 5, 0, 0), NULL, 0, buf,
-        512);
-    assert_good(&c);
+    run_good(&l, &c, cdb, cdb_io(cdb, SCSI_OP_READ_10, 5, 0, 0), NULL, 0, buf,
+             512);
     g_assert_cmpuint(c.req.in_done, ==, 0);
 
     /* Out of range: at the end, across it, far past it, overflowing. */
@@ -236,17 +233,15 @@ static void test_rw_errors(void)
         buf, 512);
     assert_sense(&c, KEY_ILLEGAL_REQUEST, 0x21, 0x00);
     /* The last block is fine. */
-    run(&l, &c, cdb, cdb_io(cdb, SCSI_OP_READ_10, 127, 1, 0), NULL, 0, buf,
-        512);
-    assert_good(&c);
+    run_good(&l, &c, cdb, cdb_io(cdb, SCSI_OP_READ_10, 127, 1, 0), NULL, 0, buf,
+             512);
 
     /* Above the transfer limit: invalid field. */
     run(&l, &c, cdb, cdb_io(cdb, SCSI_OP_READ_10, 0, 9, 0), NULL, 0, buf,
         9 * 512);
     assert_invalid_cdb(&c);
-    run(&l, &c, cdb, cdb_io(cdb, SCSI_OP_READ_10, 0, 8, 0), NULL, 0, buf,
-        8 * 512);
-    assert_good(&c);
+    run_good(&l, &c, cdb, cdb_io(cdb, SCSI_OP_READ_10, 0, 8, 0), NULL, 0, buf,
+             8 * 512);
     /* RDPROTECT / WRPROTECT: no protection information here. */
     run(&l, &c, cdb, cdb_io(cdb, SCSI_OP_READ_10, 0, 1, 0x20), NULL, 0, buf,
         512);
@@ -447,9 +442,8 @@ static void test_verify(void)
     g_assert_cmpint(pwrite(l.fd, data, len, 512), ==, (ssize_t)len);
 
     /* BYTCHK=0: range only. */
-    run(&l, &c, cdb, cdb_io(cdb, SCSI_OP_VERIFY_10, 1, blocks, 0), NULL, 0,
-        NULL, 0);
-    assert_good(&c);
+    run_good(&l, &c, cdb, cdb_io(cdb, SCSI_OP_VERIFY_10, 1, blocks, 0), NULL, 0,
+             NULL, 0);
     run(&l, &c, cdb, cdb_io(cdb, SCSI_OP_VERIFY_16, 8190, 3, 0), NULL, 0,
         NULL, 0);
     assert_sense(&c, KEY_ILLEGAL_REQUEST, 0x21, 0x00);
@@ -459,9 +453,8 @@ static void test_verify(void)
 
     /* BYTCHK=1, equal. */
     memcpy(cmp, data, len);
-    run(&l, &c, cdb, cdb_io(cdb, SCSI_OP_VERIFY_16, 1, blocks, 0x02), cmp,
-        len, NULL, 0);
-    assert_good(&c);
+    run_good(&l, &c, cdb, cdb_io(cdb, SCSI_OP_VERIFY_16, 1, blocks, 0x02), cmp,
+             len, NULL, 0);
     g_assert_false(c.sync);
 
     /* A difference in the second chunk: MISCOMPARE at its offset. */
@@ -535,9 +528,8 @@ static void test_write_same_data(void)
 
     lun_open_file(&l, 4 * MiB, NULL, &conf);
     fill_random(block, 512);
-    run(&l, &c, cdb, cdb_io(cdb, SCSI_OP_WRITE_SAME_16, 10, count, 0),
-        block, 512, NULL, 0);
-    assert_good(&c);
+    run_good(&l, &c, cdb, cdb_io(cdb, SCSI_OP_WRITE_SAME_16, 10, count, 0),
+             block, 512, NULL, 0);
     g_assert_false(c.sync);
     file_read(&l, 10 * 512, got, len);
     for (uint32_t i = 0; i < count; i++) {
@@ -550,9 +542,8 @@ static void test_write_same_data(void)
     set_wce(&l, false);
     fua_counts(&(unsigned) { 0 }, &(unsigned) { 0 });
     block[0] ^= 0xff;
-    run(&l, &c, cdb, cdb_io(cdb, SCSI_OP_WRITE_SAME_10, 5, 1, 0), block, 512,
-        NULL, 0);
-    assert_good(&c);
+    run_good(&l, &c, cdb, cdb_io(cdb, SCSI_OP_WRITE_SAME_10, 5, 1, 0), block,
+             512, NULL, 0);
     assert_fua(1, 0);
     file_read(&l, 5 * 512, got, 512);
     assert_same(got, block, 512, 5 * 512, "WRITE SAME(10)");
@@ -562,9 +553,8 @@ static void test_write_same_data(void)
     conf.logical_block_size = 4096;
     lun_open_file(&l, 1 * MiB, NULL, &conf);
     fill_random(block, 4096);
-    run(&l, &c, cdb, cdb_io(cdb, SCSI_OP_WRITE_SAME_10, 3, 4, 0), block,
-        4096, NULL, 0);
-    assert_good(&c);
+    run_good(&l, &c, cdb, cdb_io(cdb, SCSI_OP_WRITE_SAME_10, 3, 4, 0), block,
+             4096, NULL, 0);
     for (int i = 0; i < 4; i++) {
         file_read(&l, (3 + i) * 4096, got, 4096);
         assert_same(got, block, 4096, (3 + i) * 4096, "4k block");
@@ -587,18 +577,16 @@ static void test_write_same_zero(void)
     punch = can_punch_holes(&l);
     /* A zero block, no UNMAP: zeroes, the space stays allocated. */
     before = file_allocated(&l);
-    run(&l, &c, cdb, cdb_io(cdb, SCSI_OP_WRITE_SAME_16, 0, 2048, 0), zero,
-        512, NULL, 0);
-    assert_good(&c);
+    run_good(&l, &c, cdb, cdb_io(cdb, SCSI_OP_WRITE_SAME_16, 0, 2048, 0), zero,
+             512, NULL, 0);
     assert_file_bytes(&l, 0, MiB, 0x00);
     assert_file_bytes(&l, MiB, 512, 0x5a);
     g_assert_cmpint(file_allocated(&l), >=, before);
 
     /* With UNMAP: zeroes, and deallocated where the host can. */
     before = file_allocated(&l);
-    run(&l, &c, cdb, cdb_io(cdb, SCSI_OP_WRITE_SAME_16, 2048, 2048, 0x08),
-        zero, 512, NULL, 0);
-    assert_good(&c);
+    run_good(&l, &c, cdb, cdb_io(cdb, SCSI_OP_WRITE_SAME_16, 2048, 2048, 0x08),
+             zero, 512, NULL, 0);
     assert_file_bytes(&l, MiB, MiB, 0x00);
     assert_file_bytes(&l, 2 * MiB, 512, 0x5a);
     if (punch) {
@@ -608,18 +596,16 @@ static void test_write_same_zero(void)
     }
 
     /* NDOB (16 only): zeroes without data-out; with data-out: wrong way. */
-    run(&l, &c, cdb, cdb_io(cdb, SCSI_OP_WRITE_SAME_16, 4096, 8, 0x01), NULL,
-        0, NULL, 0);
-    assert_good(&c);
+    run_good(&l, &c, cdb, cdb_io(cdb, SCSI_OP_WRITE_SAME_16, 4096, 8, 0x01),
+             NULL, 0, NULL, 0);
     assert_file_bytes(&l, 2 * MiB, 4096, 0x00);
     assert_file_bytes(&l, 2 * MiB + 4096, 512, 0x5a);
     run(&l, &c, cdb, cdb_io(cdb, SCSI_OP_WRITE_SAME_16, 4096, 8, 0x01), zero,
         512, NULL, 0);
     assert_xfer(&c, SCSI_XFER_WRONG_DIRECTION);
     /* WRITE SAME(10) with UNMAP. */
-    run(&l, &c, cdb, cdb_io(cdb, SCSI_OP_WRITE_SAME_10, 6000, 8, 0x08), zero,
-        512, NULL, 0);
-    assert_good(&c);
+    run_good(&l, &c, cdb, cdb_io(cdb, SCSI_OP_WRITE_SAME_10, 6000, 8, 0x08),
+             zero, 512, NULL, 0);
     assert_file_bytes(&l, 6000 * 512, 4096, 0x00);
     lun_close(&l);
 }
@@ -829,13 +815,12 @@ static void test_sync_cache(void)
     Cmd c;
 
     lun_open_file(&l, 64 * KiB, NULL, &conf);
-    run(&l, &c, cdb, cdb_io(cdb, SCSI_OP_SYNCHRONIZE_CACHE_10, 0, 0, 0),
-        NULL, 0, NULL, 0);
-    assert_good(&c);
+    run_good(&l, &c, cdb, cdb_io(cdb, SCSI_OP_SYNCHRONIZE_CACHE_10, 0, 0, 0),
+             NULL, 0, NULL, 0);
     g_assert_false(c.sync);
-    run(&l, &c, cdb, cdb_io(cdb, SCSI_OP_SYNCHRONIZE_CACHE_16, 100, 28, 0x02),
-        NULL, 0, NULL, 0);
-    assert_good(&c);
+    run_good(&l, &c, cdb,
+             cdb_io(cdb, SCSI_OP_SYNCHRONIZE_CACHE_16, 100, 28, 0x02),
+             NULL, 0, NULL, 0);
     run(&l, &c, cdb, cdb_io(cdb, SCSI_OP_SYNCHRONIZE_CACHE_16, 100, 29, 0),
         NULL, 0, NULL, 0);
     assert_sense(&c, KEY_ILLEGAL_REQUEST, 0x21, 0x00);
@@ -888,9 +873,9 @@ static void test_prevent_allow(void)
 
     lun_open_default(&l);
     for (uint8_t prevent = 0; prevent < 4; prevent++) {
-        run(&l, &c, cdb, cdb6(cdb, SCSI_OP_PREVENT_ALLOW_MEDIUM_REMOVAL, 0, 0,
-                              0, prevent), NULL, 0, NULL, 0);
-        assert_good(&c);
+        run_good(&l, &c, cdb,
+                 cdb6(cdb, SCSI_OP_PREVENT_ALLOW_MEDIUM_REMOVAL, 0, 0, 0,
+                      prevent), NULL, 0, NULL, 0);
     }
     lun_close(&l);
 }

@@ -168,8 +168,7 @@ static void test_short_cdb(void)
     assert_invalid_cdb(&c);
     /* A longer CDB than needed is fine. */
     cdb_io(cdb, SCSI_OP_READ_10, 0, 1, 0);
-    run(&l, &c, cdb, 16, NULL, 0, buf, 512);
-    assert_good(&c);
+    run_good(&l, &c, cdb, 16, NULL, 0, buf, 512);
     lun_close(&l);
 }
 
@@ -209,9 +208,8 @@ static void test_inquiry_standard(void)
 
     lun_open_null(&l, "1M", NULL, &conf);
     memset(buf, 0xcc, sizeof(buf));
-    run(&l, &c, cdb, cdb_inquiry(cdb, false, 0, 255), NULL, 0, buf,
-        sizeof(buf));
-    assert_good(&c);
+    run_good(&l, &c, cdb, cdb_inquiry(cdb, false, 0, 255), NULL, 0, buf,
+             sizeof(buf));
     g_assert_true(c.sync);
     g_assert_cmpuint(c.req.in_done, ==, 36);
     g_assert_cmphex(buf[0], ==, 0x00);          /* connected disk */
@@ -229,8 +227,7 @@ static void test_inquiry_standard(void)
     /* Defaults. */
     conf = (ScsiDiskConf) { .writable = true };
     lun_open_null(&l, "1M", NULL, &conf);
-    run(&l, &c, cdb, cdb_inquiry(cdb, false, 0, 36), NULL, 0, buf, 36);
-    assert_good(&c);
+    run_good(&l, &c, cdb, cdb_inquiry(cdb, false, 0, 36), NULL, 0, buf, 36);
     g_assert_cmpmem(buf + 8, 8, "SPINDLE ", 8);
     g_assert_cmpmem(buf + 16, 16, "SPINDLE DISK    ", 16);
     for (int i = 32; i < 36; i++) {
@@ -246,35 +243,29 @@ static void test_inquiry_truncated(void)
     Cmd c;
 
     lun_open_default(&l);
-    run(&l, &c, cdb, cdb_inquiry(cdb, false, 0, 64), NULL, 0, full, 64);
-    assert_good(&c);
+    run_good(&l, &c, cdb, cdb_inquiry(cdb, false, 0, 64), NULL, 0, full, 64);
 
     /* Allocation length 5: 5 bytes, the additional length still 31. */
     memset(buf, 0xcc, sizeof(buf));
-    run(&l, &c, cdb, cdb_inquiry(cdb, false, 0, 5), NULL, 0, buf, 64);
-    assert_good(&c);
+    run_good(&l, &c, cdb, cdb_inquiry(cdb, false, 0, 5), NULL, 0, buf, 64);
     g_assert_cmpuint(c.req.in_done, ==, 5);
     g_assert_cmpmem(buf, 5, full, 5);
     g_assert_cmphex(buf[5], ==, 0xcc);
 
     /* A data-in buffer smaller than the allocation length. */
     memset(buf, 0xcc, sizeof(buf));
-    run(&l, &c, cdb, cdb_inquiry(cdb, false, 0, 255), NULL, 0, buf, 10);
-    assert_good(&c);
+    run_good(&l, &c, cdb, cdb_inquiry(cdb, false, 0, 255), NULL, 0, buf, 10);
     g_assert_cmpuint(c.req.in_done, ==, 10);
     g_assert_cmpmem(buf, 10, full, 10);
 
     /* Allocation length 0: nothing, and no error; no buffer at all. */
-    run(&l, &c, cdb, cdb_inquiry(cdb, false, 0, 0), NULL, 0, buf, 64);
-    assert_good(&c);
+    run_good(&l, &c, cdb, cdb_inquiry(cdb, false, 0, 0), NULL, 0, buf, 64);
     g_assert_cmpuint(c.req.in_done, ==, 0);
-    run(&l, &c, cdb, cdb_inquiry(cdb, true, 0x83, 255), NULL, 0, NULL, 0);
-    assert_good(&c);
+    run_good(&l, &c, cdb, cdb_inquiry(cdb, true, 0x83, 255), NULL, 0, NULL, 0);
     g_assert_cmpuint(c.req.in_done, ==, 0);
 
     /* A VPD page cut to 3 bytes. */
-    run(&l, &c, cdb, cdb_inquiry(cdb, true, 0x00, 3), NULL, 0, buf, 64);
-    assert_good(&c);
+    run_good(&l, &c, cdb, cdb_inquiry(cdb, true, 0x00, 3), NULL, 0, buf, 64);
     g_assert_cmpuint(c.req.in_done, ==, 3);
     g_assert_cmphex(buf[1], ==, 0x00);
     lun_close(&l);
@@ -523,8 +514,7 @@ static void test_read_capacity_10(void)
     lun_open_null(&l, "1M", NULL, &conf);
     memset(cdb, 0, 16);
     cdb[0] = SCSI_OP_READ_CAPACITY_10;
-    run(&l, &c, cdb, 10, NULL, 0, buf, 8);
-    assert_good(&c);
+    run_good(&l, &c, cdb, 10, NULL, 0, buf, 8);
     g_assert_cmpuint(c.req.in_done, ==, 8);
     g_assert_cmpuint(get32(buf), ==, 2047);
     g_assert_cmpuint(get32(buf + 4), ==, 512);
@@ -536,8 +526,7 @@ static void test_read_capacity_10(void)
     run(&l, &c, cdb, 10, NULL, 0, buf, 8);
     assert_invalid_cdb(&c);
     cdb[8] = 0x01;
-    run(&l, &c, cdb, 10, NULL, 0, buf, 8);
-    assert_good(&c);
+    run_good(&l, &c, cdb, 10, NULL, 0, buf, 8);
     lun_close(&l);
 
     /* 3 TiB of 512-byte blocks: more than 32 bits (and the low 32 bits
@@ -545,8 +534,7 @@ static void test_read_capacity_10(void)
     lun_open_null(&l, "3T", NULL, &conf);
     memset(cdb, 0, 16);
     cdb[0] = SCSI_OP_READ_CAPACITY_10;
-    run(&l, &c, cdb, 10, NULL, 0, buf, 8);
-    assert_good(&c);
+    run_good(&l, &c, cdb, 10, NULL, 0, buf, 8);
     g_assert_cmphex(get32(buf), ==, 0xffffffff);
     lun_close(&l);
 }
@@ -570,8 +558,7 @@ static void test_read_capacity_16(void)
     conf.logical_block_size = 4096;
     lun_open_null(&l, "4T", "discard=unmap", &conf);
     memset(buf, 0xcc, sizeof(buf));
-    run(&l, &c, cdb, cdb_read_capacity_16(cdb, 64), NULL, 0, buf, 64);
-    assert_good(&c);
+    run_good(&l, &c, cdb, cdb_read_capacity_16(cdb, 64), NULL, 0, buf, 64);
     g_assert_cmpuint(c.req.in_done, ==, 32);
     g_assert_cmpuint(get64(buf), ==, (UINT64_C(4) << 40) / 4096 - 1);
     g_assert_cmpuint(get32(buf + 8), ==, 4096);
@@ -583,8 +570,7 @@ static void test_read_capacity_16(void)
 
     /* Truncated by the allocation length. */
     memset(buf, 0xcc, sizeof(buf));
-    run(&l, &c, cdb, cdb_read_capacity_16(cdb, 12), NULL, 0, buf, 64);
-    assert_good(&c);
+    run_good(&l, &c, cdb, cdb_read_capacity_16(cdb, 12), NULL, 0, buf, 64);
     g_assert_cmpuint(c.req.in_done, ==, 12);
     g_assert_cmphex(buf[12], ==, 0xcc);
 
@@ -597,8 +583,7 @@ static void test_read_capacity_16(void)
 
     /* No discard: no LBPME. */
     lun_open_null(&l, "1M", NULL, &conf);
-    run(&l, &c, cdb, cdb_read_capacity_16(cdb, 32), NULL, 0, buf, 32);
-    assert_good(&c);
+    run_good(&l, &c, cdb, cdb_read_capacity_16(cdb, 32), NULL, 0, buf, 32);
     g_assert_cmpuint(get64(buf), ==, 255);
     g_assert_cmphex(buf[14], ==, 0);
     lun_close(&l);
@@ -616,9 +601,8 @@ static void test_mode_sense_caching(void)
 
     lun_open_null(&l, "1M", NULL, &conf);
     /* MODE SENSE(6), caching page, with the block descriptor. */
-    run(&l, &c, cdb, cdb_mode_sense(cdb, false, 0, 0, 0x08, 0, 255), NULL, 0,
-        buf, sizeof(buf));
-    assert_good(&c);
+    run_good(&l, &c, cdb, cdb_mode_sense(cdb, false, 0, 0, 0x08, 0, 255), NULL,
+             0, buf, sizeof(buf));
     g_assert_true(c.sync);
     g_assert_cmpuint(c.req.in_done, ==, 4 + 8 + 20);
     g_assert_cmpuint(buf[0], ==, 4 + 8 + 20 - 1);       /* mode data length */
@@ -635,9 +619,8 @@ static void test_mode_sense_caching(void)
     }
 
     /* MODE SENSE(10) with DBD: no descriptor. */
-    run(&l, &c, cdb, cdb_mode_sense(cdb, true, 0x08, 0, 0x08, 0, 255), NULL,
-        0, buf, sizeof(buf));
-    assert_good(&c);
+    run_good(&l, &c, cdb, cdb_mode_sense(cdb, true, 0x08, 0, 0x08, 0, 255),
+             NULL, 0, buf, sizeof(buf));
     g_assert_cmpuint(c.req.in_done, ==, 8 + 20);
     g_assert_cmpuint(get16(buf), ==, 8 + 20 - 2);
     g_assert_cmphex(buf[3], ==, 0x10);
@@ -679,9 +662,8 @@ static void test_mode_sense_pages(void)
     conf.writable = false;
     lun_open_null(&l, "4T", NULL, &conf);
     /* All pages, long LBA descriptor. */
-    run(&l, &c, cdb, cdb_mode_sense(cdb, true, 0x10, 0, 0x3f, 0, 255), NULL,
-        0, buf, sizeof(buf));
-    assert_good(&c);
+    run_good(&l, &c, cdb, cdb_mode_sense(cdb, true, 0x10, 0, 0x3f, 0, 255),
+             NULL, 0, buf, sizeof(buf));
     g_assert_cmpuint(c.req.in_done, ==, 8 + 16 + 20 + 12);
     g_assert_cmphex(buf[3], ==, 0x90);                  /* WP, DPOFUA */
     g_assert_cmphex(buf[4] & 0x01, ==, 0x01);           /* LONGLBA */
@@ -694,17 +676,15 @@ static void test_mode_sense_pages(void)
     g_assert_cmphex(buf[46] & 0x04, ==, 0);             /* D_SENSE off */
 
     /* Short descriptor of a big disk: all ones.  Subpage 0xFF is fine. */
-    run(&l, &c, cdb, cdb_mode_sense(cdb, false, 0, 0, 0x3f, 0xff, 255),
-        NULL, 0, buf, sizeof(buf));
-    assert_good(&c);
+    run_good(&l, &c, cdb, cdb_mode_sense(cdb, false, 0, 0, 0x3f, 0xff, 255),
+             NULL, 0, buf, sizeof(buf));
     g_assert_cmpuint(c.req.in_done, ==, 4 + 8 + 20 + 12);
     g_assert_cmphex(buf[2], ==, 0x90);
     g_assert_cmphex(get32(buf + 4), ==, 0xffffffff);
 
     /* Only the control page. */
-    run(&l, &c, cdb, cdb_mode_sense(cdb, false, 0x08, 0, 0x0a, 0, 255),
-        NULL, 0, buf, sizeof(buf));
-    assert_good(&c);
+    run_good(&l, &c, cdb, cdb_mode_sense(cdb, false, 0x08, 0, 0x0a, 0, 255),
+             NULL, 0, buf, sizeof(buf));
     g_assert_cmpuint(c.req.in_done, ==, 4 + 12);
     g_assert_cmphex(buf[4], ==, 0x0a);
 
@@ -726,16 +706,14 @@ static void test_mode_sense_truncated(void)
 
     lun_open_default(&l);
     memset(buf, 0xcc, sizeof(buf));
-    run(&l, &c, cdb, cdb_mode_sense(cdb, false, 0, 0, 0x3f, 0, 4), NULL, 0,
-        buf, sizeof(buf));
-    assert_good(&c);
+    run_good(&l, &c, cdb, cdb_mode_sense(cdb, false, 0, 0, 0x3f, 0, 4), NULL, 0,
+             buf, sizeof(buf));
     g_assert_cmpuint(c.req.in_done, ==, 4);
     g_assert_cmpuint(buf[0], ==, 4 + 8 + 20 + 12 - 1);   /* still the full */
     g_assert_cmphex(buf[4], ==, 0xcc);
 
-    run(&l, &c, cdb, cdb_mode_sense(cdb, true, 0, 0, 0x08, 0, 3), NULL, 0,
-        buf, sizeof(buf));
-    assert_good(&c);
+    run_good(&l, &c, cdb, cdb_mode_sense(cdb, true, 0, 0, 0x08, 0, 3), NULL, 0,
+             buf, sizeof(buf));
     g_assert_cmpuint(c.req.in_done, ==, 3);
     g_assert_cmpuint(get16(buf), ==, 8 + 8 + 20 - 2);
     lun_close(&l);
@@ -766,17 +744,15 @@ static void test_mode_select_wce(void)
     list[11] = 0;
     get_mode_page(&l, 0, 0x08, list + 12);
     list[12 + 2] = 0;                           /* WCE off */
-    run(&l, &c, cdb, cdb_mode_select(cdb, false, 0x10, 32), list, 32, NULL,
-        0);
-    assert_good(&c);
+    run_good(&l, &c, cdb, cdb_mode_select(cdb, false, 0x10, 32), list, 32, NULL,
+             0);
     get_mode_page(&l, 0, 0x08, page);
     g_assert_cmphex(page[2], ==, 0x00);
     /* ... or 0 blocks (no change). */
     put32(list + 4, 0);
     list[12 + 2] = 0x04;
-    run(&l, &c, cdb, cdb_mode_select(cdb, false, 0x10, 32), list, 32, NULL,
-        0);
-    assert_good(&c);
+    run_good(&l, &c, cdb, cdb_mode_select(cdb, false, 0x10, 32), list, 32, NULL,
+             0);
     get_mode_page(&l, 0, 0x08, page);
     g_assert_cmphex(page[2], ==, 0x04);
     lun_close(&l);
@@ -805,8 +781,8 @@ static void test_mode_select_errors(void)
         0);
     assert_invalid_cdb(&c);
     /* No data is not an error. */
-    run(&l, &c, cdb, cdb_mode_select(cdb, true, 0x10, 0), NULL, 0, NULL, 0);
-    assert_good(&c);
+    run_good(&l, &c, cdb, cdb_mode_select(cdb, true, 0x10, 0), NULL, 0, NULL,
+             0);
     /* Less data-out than the parameter list length. */
     run(&l, &c, cdb, cdb_mode_select(cdb, true, 0x10, 28), list, 27, NULL,
         0);
@@ -880,9 +856,8 @@ static void test_mode_select_errors(void)
         0);
     assert_sense(&c, KEY_ILLEGAL_REQUEST, 0x26, 0x00);
     put32(list + 8, 2048);
-    run(&l, &c, cdb, cdb_mode_select(cdb, true, 0x10, 16), list, 16, NULL,
-        0);
-    assert_good(&c);
+    run_good(&l, &c, cdb, cdb_mode_select(cdb, true, 0x10, 16), list, 16, NULL,
+             0);
     list[2] = 1;
     run(&l, &c, cdb, cdb_mode_select(cdb, true, 0x10, 16), list, 16, NULL,
         0);
@@ -940,21 +915,18 @@ static void test_request_sense(void)
     Cmd c;
 
     lun_open_default(&l);
-    run(&l, &c, cdb, cdb6(cdb, SCSI_OP_REQUEST_SENSE, 0, 0, 0, 252), NULL,
-        0, buf, sizeof(buf));
-    assert_good(&c);
+    run_good(&l, &c, cdb, cdb6(cdb, SCSI_OP_REQUEST_SENSE, 0, 0, 0, 252), NULL,
+             0, buf, sizeof(buf));
     g_assert_cmpuint(c.req.in_done, ==, 18);
     g_assert_cmpmem(buf, 18, fixed, 18);
     /* DESC=1. */
-    run(&l, &c, cdb, cdb6(cdb, SCSI_OP_REQUEST_SENSE, 1, 0, 0, 252), NULL,
-        0, buf, sizeof(buf));
-    assert_good(&c);
+    run_good(&l, &c, cdb, cdb6(cdb, SCSI_OP_REQUEST_SENSE, 1, 0, 0, 252), NULL,
+             0, buf, sizeof(buf));
     g_assert_cmpuint(c.req.in_done, ==, 8);
     g_assert_cmpmem(buf, 8, desc, 8);
     /* Truncated. */
-    run(&l, &c, cdb, cdb6(cdb, SCSI_OP_REQUEST_SENSE, 0, 0, 0, 3), NULL, 0,
-        buf, sizeof(buf));
-    assert_good(&c);
+    run_good(&l, &c, cdb, cdb6(cdb, SCSI_OP_REQUEST_SENSE, 0, 0, 0, 3), NULL, 0,
+             buf, sizeof(buf));
     g_assert_cmpuint(c.req.in_done, ==, 3);
     lun_close(&l);
 }
@@ -968,8 +940,7 @@ static void test_unit_attention_reset(void)
     lun_open_default(&l);
     scsi_disk_reset(l.d);
     /* INQUIRY does not see it (nor clear it). */
-    run(&l, &c, cdb, cdb_inquiry(cdb, false, 0, 36), NULL, 0, buf, 36);
-    assert_good(&c);
+    run_good(&l, &c, cdb, cdb_inquiry(cdb, false, 0, 36), NULL, 0, buf, 36);
     /* The next other command does, once; an unknown opcode too. */
     memset(cdb, 0, 16);
     cdb[0] = 0xff;
@@ -985,8 +956,7 @@ static void test_unit_attention_reset(void)
     run(&l, &c, cdb, 10, NULL, 0, buf, 512);
     assert_sense(&c, KEY_UNIT_ATTENTION, 0x29, 0x00);
     g_assert_cmphex(buf[0], ==, 0xcc);
-    run(&l, &c, cdb, 10, NULL, 0, buf, 512);
-    assert_good(&c);
+    run_good(&l, &c, cdb, 10, NULL, 0, buf, 512);
 
     /* Two of them: reset first, then capacity; once each. */
     scsi_disk_capacity_changed(l.d);
@@ -1014,9 +984,8 @@ static void test_unit_attention_request_sense(void)
 
     lun_open_default(&l);
     scsi_disk_capacity_changed(l.d);
-    run(&l, &c, cdb, cdb6(cdb, SCSI_OP_REQUEST_SENSE, 0, 0, 0, 18), NULL, 0,
-        buf, sizeof(buf));
-    assert_good(&c);
+    run_good(&l, &c, cdb, cdb6(cdb, SCSI_OP_REQUEST_SENSE, 0, 0, 0, 18), NULL,
+             0, buf, sizeof(buf));
     g_assert_cmpuint(c.req.in_done, ==, 18);
     g_assert_cmphex(buf[0], ==, 0x70);
     g_assert_cmphex(buf[2], ==, 0x06);
@@ -1025,17 +994,15 @@ static void test_unit_attention_request_sense(void)
     /* Cleared. */
     run_simple(&l, &c, SCSI_OP_TEST_UNIT_READY);
     assert_good(&c);
-    run(&l, &c, cdb, cdb6(cdb, SCSI_OP_REQUEST_SENSE, 0, 0, 0, 18), NULL, 0,
-        buf, sizeof(buf));
-    assert_good(&c);
+    run_good(&l, &c, cdb, cdb6(cdb, SCSI_OP_REQUEST_SENSE, 0, 0, 0, 18), NULL,
+             0, buf, sizeof(buf));
     g_assert_cmphex(buf[2], ==, 0x00);
     g_assert_cmphex(buf[12], ==, 0x00);
 
     /* Descriptor format on request. */
     scsi_disk_reset(l.d);
-    run(&l, &c, cdb, cdb6(cdb, SCSI_OP_REQUEST_SENSE, 1, 0, 0, 18), NULL, 0,
-        buf, sizeof(buf));
-    assert_good(&c);
+    run_good(&l, &c, cdb, cdb6(cdb, SCSI_OP_REQUEST_SENSE, 1, 0, 0, 18), NULL,
+             0, buf, sizeof(buf));
     g_assert_cmpuint(c.req.in_done, ==, 8);
     g_assert_cmphex(buf[0], ==, 0x72);
     g_assert_cmphex(buf[1], ==, 0x06);
