@@ -41,6 +41,7 @@
 #include "util/clock.h"
 #include "util/event-notifier.h"
 #include "test-helpers.h"
+#include "test-main.h"
 
 /* ------------------------------------------------------------------------ */
 /* Small helpers                                                             */
@@ -3343,8 +3344,6 @@ static const TestCase tests[] = {
 
 int main(int argc, char **argv)
 {
-    g_test_init(&argc, &argv, NULL);
     /* Below the 120 s meson timeout, so that the watchdog reports first. */
-    test_add_with_watchdog(tests, G_N_ELEMENTS(tests), 90);
-    return g_test_run();
+    return test_main(argc, argv, tests, G_N_ELEMENTS(tests), 90);
 }
