@@ -85,7 +85,6 @@ typedef struct KernelEngine KernelEngine;
 typedef struct KernelEngineOps {
     const char *handler_name;    /* the AioContext handler: "io_uring" */
     const char *label;           /* for messages: "io_uring", "Linux AIO" */
-    size_t instance_size;        /* of the engine's type, KernelEngine first */
     /* Set the kernel side up (the eventfd exists); false + errp if the
      * host cannot provide it.  Undone by teardown(). */
     bool (*setup)(KernelEngine *k, Error **errp);
@@ -129,13 +128,14 @@ struct KernelEngine {
 
 /*
  * A new instance of the engine ops describes, for ctx (BlockEngineOps
- * create): its eventfd, ops->setup(), then the submit BH, the retry timer
- * and the eventfd's handler in the context (with the engine's poll
- * callbacks and the pending count for the poll policy).  NULL + errp if
- * there is no eventfd or setup() fails.
+ * create), of size bytes (the engine's type, KernelEngine first): its
+ * eventfd, ops->setup(), then the submit BH, the retry timer and the
+ * eventfd's handler in the context (with the engine's poll callbacks and
+ * the pending count for the poll policy).  NULL + errp if there is no
+ * eventfd or setup() fails.
  */
-BlockEngine *kernel_engine_create(const KernelEngineOps *ops, AioContext *ctx,
-                                  Error **errp);
+BlockEngine *kernel_engine_create(const KernelEngineOps *ops, size_t size,
+                                  AioContext *ctx, Error **errp);
 
 /* BlockEngineOps destroy of both kernel engines: nothing may be queued or
  * in flight. */

@@ -146,10 +146,10 @@ static void kernel_engine_counts_cb(EventNotifier *n, AioPollCounts *c)
     c->done = atomic_load_explicit(&k->stats.completions, memory_order_relaxed);
 }
 
-BlockEngine *kernel_engine_create(const KernelEngineOps *ops, AioContext *ctx,
-                                  Error **errp)
+BlockEngine *kernel_engine_create(const KernelEngineOps *ops, size_t size,
+                                  AioContext *ctx, Error **errp)
 {
-    KernelEngine *k = g_malloc0(ops->instance_size);
+    KernelEngine *k = g_malloc0(size);
     int r;
 
     k->ops = ops;

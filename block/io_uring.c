@@ -413,7 +413,6 @@ static void uring_teardown(KernelEngine *k)
 static const KernelEngineOps uring_kernel_ops = {
     .handler_name = "io_uring",
     .label = "io_uring",
-    .instance_size = sizeof(UringEngine),
     .setup = uring_setup,
     .teardown = uring_teardown,
     .submit_queue = uring_submit_queue_k,
@@ -424,7 +423,8 @@ static const KernelEngineOps uring_kernel_ops = {
 
 static BlockEngine *uring_create(AioContext *ctx, Error **errp)
 {
-    return kernel_engine_create(&uring_kernel_ops, ctx, errp);
+    return kernel_engine_create(&uring_kernel_ops, sizeof(UringEngine), ctx,
+                                errp);
 }
 
 const BlockEngineOps block_engine_io_uring = {

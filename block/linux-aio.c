@@ -510,7 +510,6 @@ static void laio_teardown(KernelEngine *k)
 static const KernelEngineOps laio_kernel_ops = {
     .handler_name = "linux-aio",
     .label = "Linux AIO",
-    .instance_size = sizeof(LaioEngine),
     .setup = laio_setup,
     .teardown = laio_teardown,
     .submit_queue = laio_submit_queue_k,
@@ -521,7 +520,8 @@ static const KernelEngineOps laio_kernel_ops = {
 
 static BlockEngine *laio_create(AioContext *ctx, Error **errp)
 {
-    return kernel_engine_create(&laio_kernel_ops, ctx, errp);
+    return kernel_engine_create(&laio_kernel_ops, sizeof(LaioEngine), ctx,
+                                errp);
 }
 
 const BlockEngineOps block_engine_native = {
