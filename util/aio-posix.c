@@ -37,7 +37,7 @@
 #include "aio-internal.h"
 #include "util/clock.h"
 #include "util/cutils.h"
-#include "trace.h"
+#include "util/trace.h"
 
 /* ------------------------------------------------------------------------ */
 /* Polling                                                                  */

@@ -29,7 +29,7 @@
 #include <unistd.h>
 #include "aio-internal.h"
 #include "util/clock.h"
-#include "trace.h"
+#include "util/trace.h"
 
 enum {
     BH_PENDING   = 1 << 0,   /* on ctx->bh_list */
