@@ -62,7 +62,7 @@
 #include "block/block.h"
 #include "export/blockdev.h"
 #include "export/export.h"
-#include "monitor/qmp-int.h"
+#include "qmp-int.h"
 #include "monitor/qmp.h"
 #include "util/iothread.h"
 #include "util/opts.h"

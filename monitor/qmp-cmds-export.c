@@ -43,7 +43,7 @@
 #include <json-glib/json-glib.h>
 
 #include "export/export.h"
-#include "monitor/qmp-int.h"
+#include "qmp-int.h"
 #include "monitor/qmp.h"
 #include "util/opts.h"
 

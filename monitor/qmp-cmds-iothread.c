@@ -39,7 +39,7 @@
 
 #include "block/block.h"
 #include "export/export.h"
-#include "monitor/qmp-int.h"
+#include "qmp-int.h"
 #include "monitor/qmp.h"
 #include "util/iothread.h"
 #include "util/keyval.h"

@@ -16,7 +16,7 @@
 #include <stdio.h>
 #include <glib.h>
 
-#include "monitor/qmp-int.h"
+#include "qmp-int.h"
 
 /* Spindle's version as QEMU's VersionInfo "qemu" member. */
 static JsonNode *qmp_version_triple(void)

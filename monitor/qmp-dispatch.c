@@ -24,7 +24,7 @@
 #include <string.h>
 #include <glib.h>
 
-#include "monitor/qmp-int.h"
+#include "qmp-int.h"
 
 G_DEFINE_QUARK(spindle-qmp-error-quark, qmp_error)
 

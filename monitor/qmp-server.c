@@ -62,7 +62,7 @@
 #include <unistd.h>
 #include <glib.h>
 
-#include "monitor/qmp-int.h"
+#include "qmp-int.h"
 #include "util/clock.h"
 #include "util/unix-socket.h"
 

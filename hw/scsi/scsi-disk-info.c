@@ -44,7 +44,7 @@
 
 #include "hw/scsi/scsi-defs.h"
 #include "hw/scsi/scsi-disk.h"
-#include "hw/scsi/scsi-disk-int.h"
+#include "scsi-disk-int.h"
 #include "util/iov.h"
 
 /* Large enough for every answer built here. */

@@ -65,7 +65,7 @@
 #include "block/block.h"
 #include "hw/scsi/scsi-defs.h"
 #include "hw/scsi/scsi-disk.h"
-#include "hw/scsi/scsi-disk-int.h"
+#include "scsi-disk-int.h"
 #include "util/error.h"
 #include "util/iov.h"
 #include "util/trace.h"

@@ -76,7 +76,7 @@
 #include "block/block.h"
 #include "hw/virtio/virtio-blk.h"
 #include "hw/virtio/virtio-blk-wire.h"
-#include "hw/virtio/virtio-req-pool.h"
+#include "virtio-req-pool.h"
 #include "hw/virtio/virtqueue.h"
 #include "util/error.h"
 #include "util/iov.h"

@@ -86,7 +86,7 @@
 #include "util/aio.h"
 #include "util/iov.h"
 #include "util/trace.h"
-#include "hw/virtio/virtio-scsi-int.h"
+#include "virtio-scsi-int.h"
 
 /* PARAM_CHANGE reason for a resize: CAPACITY DATA HAS CHANGED. */
 #define VIRTIO_SCSI_REASON_CAPACITY_CHANGED  (0x2a | 0x09 << 8)

@@ -16,7 +16,7 @@
 
 #include "block/block.h"
 #include "hw/scsi/scsi-disk.h"
-#include "hw/virtio/virtio-req-pool.h"
+#include "virtio-req-pool.h"
 #include "hw/virtio/virtio-scsi.h"
 #include "hw/virtio/virtio-scsi-wire.h"
 #include "hw/virtio/virtqueue.h"

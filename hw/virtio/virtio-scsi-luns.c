@@ -67,7 +67,7 @@
 #include "hw/virtio/virtio-scsi-wire.h"
 #include "util/aio.h"
 #include "util/error.h"
-#include "hw/virtio/virtio-scsi-int.h"
+#include "virtio-scsi-int.h"
 
 /* ------------------------------------------------------------------------ */
 /* Tables                                                                    */

@@ -109,7 +109,7 @@
 #include "util/error.h"
 #include "util/iov.h"
 #include "util/trace.h"
-#include "hw/virtio/virtio-scsi-int.h"
+#include "virtio-scsi-int.h"
 
 /* Free requests a queue keeps for reuse. */
 #define VIRTIO_SCSI_FREE_MAX        128
