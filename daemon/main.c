@@ -76,6 +76,7 @@
 #include "export/blockdev.h"
 #include "export/export.h"
 #include "monitor/qmp.h"
+#include "util/main-thread.h"
 #include "util/aio.h"
 #include "util/error.h"
 #include "util/iothread.h"
@@ -754,7 +755,7 @@ static void daemon_teardown(Daemon *d)
     close(d->sigfd);
     g_ptr_array_unref(d->chardevs);
     g_ptr_array_unref(d->monitors);
-    qmp_set_main_context(NULL);
+    main_loop_set_context(NULL);
     aio_context_unref(d->ctx);
 }
 
@@ -851,7 +852,7 @@ int main(int argc, char **argv)
     aio_set_fd_handler(d.ctx, d.sigfd, daemon_signal_read, NULL, NULL, NULL,
                        &d);
     aio_set_fd_handler_name(d.ctx, d.sigfd, "signals");
-    qmp_set_main_context(d.ctx);
+    main_loop_set_context(d.ctx);
     qmp_set_quit_handler(daemon_qmp_quit, &d);
     qmp_register_all_commands();
 

@@ -17,16 +17,10 @@
 
 #include "export/blockdev.h"
 #include "export/export.h"
+#include "util/main-thread.h"
 
 static GPtrArray *blockdev_nodes;   /* BlockNode *, one reference each */
-static AioContext *blockdev_ctx;    /* the main loop's, from the first add */
-
-static bool blockdev_in_main_thread(void)
-{
-    return !blockdev_ctx || aio_context_in_home_thread(blockdev_ctx);
-}
-
-static BlockNode *blockdev_keep(BlockNode *bs, AioContext *ctx)
+static BlockNode *blockdev_keep(BlockNode *bs)
 {
     if (!bs) {
         return NULL;
@@ -34,26 +28,27 @@ static BlockNode *blockdev_keep(BlockNode *bs, AioContext *ctx)
     if (!blockdev_nodes) {
         blockdev_nodes = g_ptr_array_new();
     }
-    blockdev_ctx = ctx;
     g_ptr_array_add(blockdev_nodes, bs);
     return bs;
 }
 
 BlockNode *blockdev_add(Opts *opts, AioContext *ctx, Error **errp)
 {
+    assert_main_thread();
     g_assert(aio_context_in_home_thread(ctx));
-    return blockdev_keep(block_node_open(opts, ctx, errp), ctx);
+    return blockdev_keep(block_node_open(opts, ctx, errp));
 }
 
 BlockNode *blockdev_add_str(const char *str, AioContext *ctx, Error **errp)
 {
+    assert_main_thread();
     g_assert(aio_context_in_home_thread(ctx));
-    return blockdev_keep(block_node_open_str(str, ctx, errp), ctx);
+    return blockdev_keep(block_node_open_str(str, ctx, errp));
 }
 
 bool blockdev_is_user_node(BlockNode *bs)
 {
-    g_assert(blockdev_in_main_thread());
+    assert_main_thread();
     return blockdev_nodes && g_ptr_array_find(blockdev_nodes, bs, NULL);
 }
 
@@ -62,7 +57,7 @@ bool blockdev_del(const char *node_name, Error **errp)
     BlockNode *bs, *parent;
     Export *exp;
 
-    g_assert(blockdev_in_main_thread());
+    assert_main_thread();
     bs = block_node_find(node_name);
     if (!bs) {
         error_setg(errp, "Failed to find node with node-name='%s'",
@@ -93,7 +88,7 @@ bool blockdev_del(const char *node_name, Error **errp)
 
 void blockdev_del_all(void)
 {
-    g_assert(blockdev_in_main_thread());
+    assert_main_thread();
     while (blockdev_nodes && blockdev_nodes->len) {
         block_node_unref(g_ptr_array_steal_index(blockdev_nodes,
                                                  blockdev_nodes->len - 1));

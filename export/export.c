@@ -57,6 +57,7 @@
 #include <glib.h>
 #include <json-glib/json-glib.h>
 
+#include "util/main-thread.h"
 #include "export/export-int.h"
 #include "util/iothread.h"
 
@@ -424,7 +425,7 @@ BlockNode *export_bind_node(Export *exp, const char *what,
 {
     BlockNode *bs = block_node_find(node_name);
 
-    g_assert(aio_context_in_home_thread(exp->main_ctx));
+    assert_main_thread();
     g_assert(exp->drv->binds_nodes);
     if (!bs) {
         error_setg(errp, "%s: there is no node '%s' (create it with "
@@ -469,7 +470,7 @@ static void export_release_nodes(Export *exp)
 
 void export_unbind_node(Export *exp, BlockNode *bs)
 {
-    g_assert(aio_context_in_home_thread(exp->main_ctx));
+    assert_main_thread();
     for (guint i = 0; i < exp->nodes->len; i++) {
         ExportNode *n = &g_array_index(exp->nodes, ExportNode, i);
 
@@ -496,7 +497,7 @@ bool export_move_new_node(Export *exp, BlockNode *bs, Error **errp)
 {
     AioContext *ctx = block_node_get_aio_context(bs);
 
-    g_assert(aio_context_in_home_thread(exp->main_ctx));
+    assert_main_thread();
     if (ctx == exp->ctx) {
         return true;
     }
@@ -639,7 +640,7 @@ Export *export_create(Opts *opts, AioContext *main_ctx, Error **errp)
     ExportCommonOpts c = { .iothreads = iothreads };
     Export *exp;
 
-    g_assert(aio_context_in_home_thread(main_ctx));
+    assert_main_thread();
     exp = export_create_inner(opts, main_ctx, &c, errp);
     if (!exp && c.id && *c.id && errp && *errp) {
         error_prepend(errp, "export '%s': ", c.id);
@@ -649,7 +650,7 @@ Export *export_create(Opts *opts, AioContext *main_ctx, Error **errp)
 
 void export_delete(Export *exp)
 {
-    g_assert(aio_context_in_home_thread(exp->main_ctx));
+    assert_main_thread();
     g_ptr_array_remove(exports, exp);
     exp->drv->free(exp->state);
     export_free(exp);
@@ -719,7 +720,7 @@ const char *export_get_type(const Export *exp)
 
 bool export_has_client(const Export *exp)
 {
-    g_assert(aio_context_in_home_thread(exp->main_ctx));
+    assert_main_thread();
     return exp->drv->has_client(exp->state);
 }
 
@@ -755,7 +756,7 @@ Export *export_find_by_iothread(IOThread *iot)
 
 bool export_get_node_stats(Export *exp, unsigned i, BlockAcctStats *out)
 {
-    g_assert(aio_context_in_home_thread(exp->main_ctx));
+    assert_main_thread();
     if (i >= exp->nodes->len || !exp->drv->get_node_stats) {
         return false;
     }
@@ -768,7 +769,7 @@ void export_refresh_sizes(void)
     for (guint i = 0; exports && i < exports->len; i++) {
         Export *exp = g_ptr_array_index(exports, i);
 
-        g_assert(aio_context_in_home_thread(exp->main_ctx));
+        assert_main_thread();
         if (exp->drv->refresh_sizes) {
             exp->drv->refresh_sizes(exp, exp->state);
         }
@@ -778,7 +779,7 @@ void export_refresh_sizes(void)
 /* Whether exp's type has LUNs (add_lun and del_lun); an error if not. */
 static bool export_check_has_luns(const Export *exp, Error **errp)
 {
-    g_assert(aio_context_in_home_thread(exp->main_ctx));
+    assert_main_thread();
     if (!exp->drv->add_lun) {
         error_setg(errp, "export '%s' is a %s export: only vhost-user-scsi "
                    "exports have LUNs", exp->id, exp->drv->type);

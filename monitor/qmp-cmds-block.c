@@ -62,6 +62,7 @@
 #include "block/block.h"
 #include "export/blockdev.h"
 #include "export/export.h"
+#include "util/main-thread.h"
 #include "qmp-int.h"
 #include "monitor/qmp.h"
 #include "util/iothread.h"
@@ -87,7 +88,7 @@ static JsonNode *qmp_blockdev_add(JsonObject *args, Error **errp)
     g_autoptr(Opts) opts = NULL;
     const char *driver, *node_name;
 
-    g_assert(qmp_in_main_thread());
+    assert_main_thread();
     /* The rest is checked (unknown keys included) by the block layer. */
     if (!qmp_arg_str(args, "driver", true, &driver, errp)) {
         return NULL;
@@ -102,7 +103,7 @@ static JsonNode *qmp_blockdev_add(JsonObject *args, Error **errp)
         return NULL;
     }
     opts = opts_new_from_object(args);
-    if (!blockdev_add(opts, qmp_get_main_context(), errp)) {
+    if (!blockdev_add(opts, main_loop_get_context(), errp)) {
         return NULL;
     }
     return qmp_return_empty();
@@ -113,7 +114,7 @@ static JsonNode *qmp_blockdev_del(JsonObject *args, Error **errp)
     static const char *const allowed[] = { "node-name", NULL };
     const char *node_name;
 
-    g_assert(qmp_in_main_thread());
+    assert_main_thread();
     if (!qmp_arg_str(args, "node-name", true, &node_name, errp) ||
         !qmp_args_check(args, allowed, errp) ||
         !blockdev_del(node_name, errp)) {
@@ -207,7 +208,7 @@ static JsonNode *qmp_query_named_block_nodes(JsonObject *args, Error **errp)
 {
     bool flat = false;
 
-    g_assert(qmp_in_main_thread());
+    assert_main_thread();
     /* Accepted as QEMU does; the list is the same either way. */
     if (!qmp_args_only_bool(args, "flat", &flat, errp)) {
         return NULL;
@@ -226,7 +227,7 @@ static JsonNode *qmp_block_resize(JsonObject *args, Error **errp)
     int64_t size;
     BlockNode *bs;
 
-    g_assert(qmp_in_main_thread());
+    assert_main_thread();
     if (!qmp_args_check(args, allowed, errp)) {
         return NULL;
     }
@@ -368,7 +369,7 @@ static JsonNode *qmp_query_blockstats(JsonObject *args, Error **errp)
     bool query_nodes = false;
     JsonArray *arr;
 
-    g_assert(qmp_in_main_thread());
+    assert_main_thread();
     if (!qmp_args_only_bool(args, "query-nodes", &query_nodes, errp)) {
         return NULL;
     }

@@ -17,7 +17,7 @@
  * and the --export it mirrors are read by the same code (including the
  * list form of "iothread"), and export_create() checks every member:
  * unknown ones are errors naming them.  The export's socket runs in the
- * main loop (qmp_get_main_context()).
+ * main loop (main_loop_get_context()).
  *
  * block-export-del is QEMU's: "mode": "safe" (the default) refuses while a
  * front-end is connected, "hard" disconnects it.  Deleting is synchronous
@@ -43,6 +43,7 @@
 #include <json-glib/json-glib.h>
 
 #include "export/export.h"
+#include "util/main-thread.h"
 #include "qmp-int.h"
 #include "monitor/qmp.h"
 #include "util/opts.h"
@@ -72,7 +73,7 @@ static JsonNode *qmp_block_export_add(JsonObject *args, Error **errp)
     g_autofree char *text = NULL;
     const char *type, *id;
 
-    g_assert(qmp_in_main_thread());
+    assert_main_thread();
     /* The QMP way for the two members every export has; export_create()
      * checks the rest (unknown members included). */
     if (!qmp_arg_str(args, "type", true, &type, errp) ||
@@ -82,7 +83,7 @@ static JsonNode *qmp_block_export_add(JsonObject *args, Error **errp)
     root = json_node_init_object(json_node_alloc(), args);
     text = json_to_string(root, false);
     opts = export_opts_parse(text, errp);
-    if (!opts || !export_create(opts, qmp_get_main_context(), errp)) {
+    if (!opts || !export_create(opts, main_loop_get_context(), errp)) {
         return NULL;
     }
     return qmp_return_empty();
@@ -95,7 +96,7 @@ static JsonNode *qmp_block_export_del(JsonObject *args, Error **errp)
     const char *id, *mode = "safe";
     Export *exp;
 
-    g_assert(qmp_in_main_thread());
+    assert_main_thread();
     if (!qmp_arg_str(args, "id", true, &id, errp) ||
         !qmp_arg_str(args, "mode", false, &mode, errp) ||
         !qmp_args_check(args, allowed, errp)) {
@@ -192,7 +193,7 @@ static JsonNode *qmp_query_block_exports(JsonObject *args, Error **errp)
     static const char *const allowed[] = { NULL };
     JsonArray *arr;
 
-    g_assert(qmp_in_main_thread());
+    assert_main_thread();
     if (!qmp_args_check(args, allowed, errp)) {
         return NULL;
     }
@@ -217,7 +218,7 @@ static JsonNode *qmp_block_export_lun_add(JsonObject *args, Error **errp)
     int64_t lun;
     Export *exp;
 
-    g_assert(qmp_in_main_thread());
+    assert_main_thread();
     if (!qmp_arg_str(args, "id", true, &id, errp) ||
         !qmp_arg_int(args, "lun", true, 0, QMP_LUN_MAX, &lun, errp) ||
         !qmp_arg_str(args, "node-name", true, &node_name, errp) ||
@@ -252,7 +253,7 @@ static JsonNode *qmp_block_export_lun_del(JsonObject *args, Error **errp)
     int64_t lun;
     Export *exp;
 
-    g_assert(qmp_in_main_thread());
+    assert_main_thread();
     if (!qmp_arg_str(args, "id", true, &id, errp) ||
         !qmp_arg_int(args, "lun", true, 0, QMP_LUN_MAX, &lun, errp) ||
         !qmp_args_check(args, allowed, errp)) {

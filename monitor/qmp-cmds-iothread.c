@@ -39,6 +39,7 @@
 
 #include "block/block.h"
 #include "export/export.h"
+#include "util/main-thread.h"
 #include "qmp-int.h"
 #include "monitor/qmp.h"
 #include "util/iothread.h"
@@ -88,7 +89,7 @@ static JsonNode *qmp_object_add(JsonObject *args, Error **errp)
     g_autoptr(GPtrArray) allowed = g_ptr_array_new();
     const char *type, *id;
 
-    g_assert(qmp_in_main_thread());
+    assert_main_thread();
     g_ptr_array_add(allowed, (gpointer)"qom-type");
     g_ptr_array_add(allowed, (gpointer)"id");
     for (const IOThreadProperty *p = iothread_properties; p->name; p++) {
@@ -145,7 +146,7 @@ static JsonNode *qmp_object_del(JsonObject *args, Error **errp)
     const char *id;
     IOThread *iot;
 
-    g_assert(qmp_in_main_thread());
+    assert_main_thread();
     if (!qmp_arg_str(args, "id", true, &id, errp) ||
         !qmp_args_check(args, allowed, errp)) {
         return NULL;
@@ -220,7 +221,7 @@ static JsonNode *qmp_qom_set(JsonObject *args, Error **errp)
     IOThread *iot;
     bool ok;
 
-    g_assert(qmp_in_main_thread());
+    assert_main_thread();
     iot = qom_args(args, allowed, &prop, errp);
     if (!iot) {
         return NULL;
@@ -258,7 +259,7 @@ static JsonNode *qmp_qom_get(JsonObject *args, Error **errp)
     IOThread *iot;
     int64_t v;
 
-    g_assert(qmp_in_main_thread());
+    assert_main_thread();
     iot = qom_args(args, allowed, &prop, errp);
     if (!iot) {
         return NULL;
@@ -404,7 +405,7 @@ static JsonNode *qmp_query_iothreads(JsonObject *args, Error **errp)
     g_autoptr(GPtrArray) list = NULL;
     JsonArray *arr;
 
-    g_assert(qmp_in_main_thread());
+    assert_main_thread();
     if (!qmp_args_check(args, allowed, errp)) {
         return NULL;
     }

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <glib.h>
 
+#include "util/main-thread.h"
 #include "qmp-int.h"
 
 /* Spindle's version as QEMU's VersionInfo "qemu" member. */
@@ -57,7 +58,7 @@ static JsonNode *qmp_cmd_capabilities(JsonObject *args, Error **errp)
     JsonNode *enable;
     JsonArray *list;
 
-    g_assert(qmp_in_main_thread());
+    assert_main_thread();
     if (!qmp_args_check(args, allowed, errp)) {
         return NULL;
     }
@@ -88,7 +89,7 @@ static JsonNode *qmp_cmd_capabilities(JsonObject *args, Error **errp)
 
 static JsonNode *qmp_cmd_query_version(JsonObject *args, Error **errp)
 {
-    g_assert(qmp_in_main_thread());
+    assert_main_thread();
     if (!qmp_args_check(args, NULL, errp)) {
         return NULL;
     }
@@ -101,7 +102,7 @@ static JsonNode *qmp_cmd_query_commands(JsonObject *args, Error **errp)
     g_autoptr(GPtrArray) names = NULL;
     JsonArray *list;
 
-    g_assert(qmp_in_main_thread());
+    assert_main_thread();
     if (!qmp_args_check(args, NULL, errp)) {
         return NULL;
     }
@@ -119,7 +120,7 @@ static JsonNode *qmp_cmd_query_commands(JsonObject *args, Error **errp)
 
 static JsonNode *qmp_cmd_quit(JsonObject *args, Error **errp)
 {
-    g_assert(qmp_in_main_thread());
+    assert_main_thread();
     if (!qmp_args_check(args, NULL, errp) || !qmp_request_quit(errp)) {
         return NULL;
     }
@@ -130,7 +131,7 @@ void qmp_register_core_commands(void)
 {
     static bool done;
 
-    g_assert(qmp_in_main_thread());
+    assert_main_thread();
     if (done) {
         return;
     }

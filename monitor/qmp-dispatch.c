@@ -24,13 +24,13 @@
 #include <string.h>
 #include <glib.h>
 
+#include "util/main-thread.h"
 #include "qmp-int.h"
 
 G_DEFINE_QUARK(spindle-qmp-error-quark, qmp_error)
 
 static GHashTable *qmp_commands;     /* name (static) -> QmpCommandFunc * */
 
-static AioContext *qmp_main_ctx;
 static void (*qmp_quit_fn)(void *opaque);
 static void *qmp_quit_opaque;
 
@@ -96,7 +96,7 @@ const char *qmp_error_class_name(const Error *err)
 
 void qmp_register_command(const char *name, QmpCommandFunc *fn)
 {
-    g_assert(qmp_in_main_thread());
+    assert_main_thread();
     g_assert(name && fn);
     if (!qmp_commands) {
         qmp_commands = g_hash_table_new(g_str_hash, g_str_equal);
@@ -118,7 +118,7 @@ GPtrArray *qmp_command_names(void)
     GHashTableIter iter;
     gpointer key;
 
-    g_assert(qmp_in_main_thread());
+    assert_main_thread();
     if (qmp_commands) {
         g_hash_table_iter_init(&iter, qmp_commands);
         while (g_hash_table_iter_next(&iter, &key, NULL)) {
@@ -136,7 +136,7 @@ JsonNode *qmp_dispatch(const char *name, JsonObject *args, Error **errp)
     Error *err = NULL;
     JsonNode *ret;
 
-    g_assert(qmp_in_main_thread());
+    assert_main_thread();
     fn = qmp_commands ? g_hash_table_lookup(qmp_commands, name) : NULL;
     if (!fn) {
         qmp_error_set(errp, QMP_ERROR_CLASS_COMMAND_NOT_FOUND,
@@ -167,7 +167,7 @@ JsonNode *qmp_dispatch(const char *name, JsonObject *args, Error **errp)
 
 void qmp_set_quit_handler(void (*fn)(void *opaque), void *opaque)
 {
-    g_assert(qmp_in_main_thread());
+    assert_main_thread();
     qmp_quit_fn = fn;
     qmp_quit_opaque = opaque;
 }
@@ -181,29 +181,18 @@ static void qmp_quit_bh(void *opaque)
 
 bool qmp_request_quit(Error **errp)
 {
-    g_assert(qmp_in_main_thread());
+    assert_main_thread();
     if (!qmp_quit_fn) {
         error_setg(errp, "The quit command is not available: nothing here "
                    "can be stopped");
         return false;
     }
-    if (qmp_main_ctx) {
-        aio_bh_schedule_oneshot(qmp_main_ctx, qmp_quit_bh, NULL);
+    if (main_loop_get_context()) {
+        aio_bh_schedule_oneshot(main_loop_get_context(), qmp_quit_bh, NULL);
     } else {
         qmp_quit_fn(qmp_quit_opaque);
     }
     return true;
-}
-
-void qmp_set_main_context(AioContext *ctx)
-{
-    g_assert(!ctx || aio_context_in_home_thread(ctx));
-    qmp_main_ctx = ctx;
-}
-
-AioContext *qmp_get_main_context(void)
-{
-    return qmp_main_ctx;
 }
 
 /* ------------------------------------------------------------------------ */

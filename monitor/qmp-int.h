@@ -9,18 +9,6 @@
 #include "monitor/qmp.h"
 
 /*
- * True in the main thread: the home thread of qmp_get_main_context(), or
- * any thread before the daemon set it (unit tests run servers in contexts
- * of their own).
- */
-static inline bool qmp_in_main_thread(void)
-{
-    AioContext *ctx = qmp_get_main_context();
-
-    return !ctx || aio_context_in_home_thread(ctx);
-}
-
-/*
  * Spindle's version as QEMU's VersionInfo, for query-version and the
  * greeting: {"qemu": {"major": M, "minor": m, "micro": u},
  * "package": "spindle X.Y.Z"}.  A new node.

@@ -62,6 +62,7 @@
 #include <unistd.h>
 #include <glib.h>
 
+#include "util/main-thread.h"
 #include "qmp-int.h"
 #include "util/clock.h"
 #include "util/unix-socket.h"
@@ -967,7 +968,7 @@ void qmp_event_emit(const char *name, JsonObject *data)
     JsonNode *node;
     int64_t now;
 
-    g_assert(qmp_in_main_thread());
+    assert_main_thread();
     /* Sending may drop a client: take the list first. */
     for (GList *l = qmp_servers; l; l = l->next) {
         QmpServer *s = l->data;

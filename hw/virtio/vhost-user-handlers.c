@@ -57,6 +57,7 @@
 #include <unistd.h>
 #include <glib.h>
 
+#include "util/main-thread.h"
 #include "hw/virtio/vhost-user-server-int.h"
 
 /* Transport features the server offers on top of the device's. */
@@ -665,7 +666,7 @@ VuAnswer vu_server_handle_msg(VuServer *s, VuMsg *msg, VuMsg *reply)
 {
     VuResult res;
 
-    g_assert(aio_context_in_home_thread(s->main_ctx));
+    assert_main_thread();
     memset(&reply->hdr, 0, sizeof(reply->hdr));
     res = vu_dispatch(s, msg, reply);
     vu_msg_close_fds(msg);

@@ -58,6 +58,7 @@
 #include <unistd.h>
 #include <glib.h>
 
+#include "util/main-thread.h"
 #include "hw/virtio/vhost-user-server-int.h"
 #include "util/trace.h"
 #include "util/unix-socket.h"
@@ -115,7 +116,7 @@ static void vu_client_read(void *opaque)
     VuAnswer answer;
     int r;
 
-    g_assert(aio_context_in_home_thread(s->main_ctx));
+    assert_main_thread();
     if (s->dispatching) {
         /* A nested aio_poll() (a ring drained in main_ctx): later. */
         return;
@@ -148,7 +149,7 @@ static void vu_accept(void *opaque)
     VuServer *s = opaque;
     int fd;
 
-    g_assert(aio_context_in_home_thread(s->main_ctx));
+    assert_main_thread();
     g_assert(s->client_fd < 0);
     fd = vu_socket_accept(s->listen_fd, VU_MSG_TIMEOUT_MS);
     if (fd < 0) {
@@ -211,7 +212,7 @@ static VuServer *vu_server_alloc(const VuServerConfig *cfg,
 VuServer *vu_server_new_socketless(const VuServerConfig *cfg,
                                    AioContext *main_ctx, Error **errp)
 {
-    g_assert(aio_context_in_home_thread(main_ctx));
+    assert_main_thread();
     if (!vu_check_config_struct(cfg, errp)) {
         return NULL;
     }
@@ -226,7 +227,7 @@ VuServer *vu_server_new(const VuServerConfig *cfg, AioContext *main_ctx,
     struct stat st;
     int fd;
 
-    g_assert(aio_context_in_home_thread(main_ctx));
+    assert_main_thread();
     if (!vu_check_config_struct(cfg, errp)) {
         return NULL;
     }
@@ -260,7 +261,7 @@ void vu_server_free(VuServer *s)
     if (!s) {
         return;
     }
-    g_assert(aio_context_in_home_thread(s->main_ctx));
+    assert_main_thread();
     g_assert(!s->dispatching);
     if (s->client_fd >= 0) {
         vu_client_disconnect(s);
@@ -284,19 +285,19 @@ void vu_server_free(VuServer *s)
 
 bool vu_server_has_client(const VuServer *s)
 {
-    g_assert(aio_context_in_home_thread(s->main_ctx));
+    assert_main_thread();
     return s->client_fd >= 0;
 }
 
 VirtQueue *vu_server_get_queue(VuServer *s, unsigned i)
 {
-    g_assert(aio_context_in_home_thread(s->main_ctx));
+    assert_main_thread();
     return i < s->num_queues ? s->queues[i].vq : NULL;
 }
 
 bool vu_server_get_queue_stats(VuServer *s, unsigned i, VirtQueueStats *out)
 {
-    g_assert(aio_context_in_home_thread(s->main_ctx));
+    assert_main_thread();
     if (i >= s->num_queues) {
         return false;
     }
@@ -313,7 +314,7 @@ bool vu_server_config_changed(VuServer *s)
     };
     ssize_t n;
 
-    g_assert(aio_context_in_home_thread(s->main_ctx));
+    assert_main_thread();
     if (s->client_fd < 0 || s->slave_fd < 0) {
         return false;
     }

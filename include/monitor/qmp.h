@@ -101,14 +101,6 @@ void qmp_register_export_commands(void);    /* qmp-cmds-export.c */
  */
 void qmp_set_quit_handler(void (*fn)(void *opaque), void *opaque);
 
-/*
- * The main loop's AioContext, for commands that create things living
- * there (block-export-add's sockets, blockdev-add's nodes).  Set by the
- * daemon at start-up (main.c).  Main thread.
- */
-void qmp_set_main_context(AioContext *ctx);
-AioContext *qmp_get_main_context(void);
-
 /* ------------------------------------------------------------------------ */
 /* Arguments: QEMU's messages for missing, mistyped and unexpected members   */
 

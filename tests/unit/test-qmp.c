@@ -35,6 +35,7 @@
 #include <json-glib/json-glib.h>
 
 #include "monitor/qmp.h"
+#include "util/main-thread.h"
 #include "util/clock.h"
 #include "test-helpers.h"
 
@@ -1566,7 +1567,7 @@ int main(int argc, char **argv)
     tmp_dir = g_dir_make_tmp("test-qmp-XXXXXX", NULL);
     g_assert_nonnull(tmp_dir);
     ctx = ctx_new();
-    qmp_set_main_context(ctx);
+    main_loop_set_context(ctx);
     qmp_register_core_commands();
     qmp_register_command("test-echo", cmd_echo);
     qmp_register_command("test-big", cmd_big);
@@ -1578,7 +1579,7 @@ int main(int argc, char **argv)
     test_add_with_watchdog(tests, G_N_ELEMENTS(tests), 50);
     r = g_test_run();
 
-    qmp_set_main_context(NULL);
+    main_loop_set_context(NULL);
     aio_context_unref(ctx);
     g_rmdir(tmp_dir);
     g_free(tmp_dir);

@@ -36,6 +36,7 @@
 #include "hw/virtio/vhost-user-server.h"
 #include "util/clock.h"
 #include "util/iov.h"
+#include "util/main-thread.h"
 #include "test-helpers.h"
 #include "vu-frontend.h"
 #include "vu-raw.h"
@@ -207,6 +208,11 @@ static void dummy_free(Dummy *d)
 
 /* ------------------------------------------------------------------------ */
 /* The server, driven in its own thread                                      */
+
+static void become_main_thread(void *opaque)
+{
+    main_loop_set_context(opaque);
+}
 
 typedef struct ServerCall {
     VuServerConfig cfg;
@@ -1637,11 +1643,14 @@ int main(int argc, char **argv)
     queue_iots[1] = iot_new("vu-q1", NULL);
     queue_ctxs[0] = iothread_get_aio_context(queue_iots[0]);
     queue_ctxs[1] = iothread_get_aio_context(queue_iots[1]);
+    /* The server's thread plays the daemon's main thread. */
+    aio_run_sync(srv_ctx, become_main_thread, srv_ctx);
 
     /* Below the meson timeout, so that the watchdog reports first. */
     test_add_with_watchdog(tests, G_N_ELEMENTS(tests), 50);
     r = g_test_run();
 
+    main_loop_set_context(NULL);
     iothread_destroy(queue_iots[1]);
     iothread_destroy(queue_iots[0]);
     iothread_destroy(srv_iot);
