@@ -1,6 +1,17 @@
 /*
  * Internals shared by the vu-frontend source files (not for users: they go
- * through vu-frontend.h).
+ * through vu-frontend.h): the structures behind VuFrontend and VufQueue,
+ * and the functions one part of the library offers the others.
+ *
+ *   vu-session.c       session: options, lifecycle, negotiation, queues
+ *   vu-guest-mem.c     guest memory and its allocator
+ *   vu-msg.c           vhost-user messages: transport, request/reply, raw
+ *   vu-backend-chan.c  the back-end channel (SLAVE_REQ)
+ *   vu-features.c      feature bit names
+ *   vu-virtqueue.c     the split-ring driver
+ *   vu-faults.c        malformed rings, for back-end tests
+ *   vu-blk.c           virtio-blk requests
+ *   vu-scsi.c          virtio-scsi commands, control requests, events
  */
 #ifndef SPINDLE_TOOLS_VU_FRONTEND_INT_H
 #define SPINDLE_TOOLS_VU_FRONTEND_INT_H
@@ -130,7 +141,32 @@ static inline void vuf_stat_add(_Atomic uint64_t *c, uint64_t n)
                           memory_order_relaxed);
 }
 
-/* vu-frontend.c */
+static inline bool vuf_is_power_of_2(uint64_t x)
+{
+    return x && !(x & (x - 1));
+}
+
+static inline bool vuf_has_protocol_feature(const VuFrontend *fe,
+                                            unsigned bit)
+{
+    return fe->protocol_features & VUF_BIT(bit);
+}
+
+/*
+ * names[i] if i is inside the table and has a name there, else dflt.  For
+ * the name tables indexed by a protocol value (requests, responses, ...).
+ */
+static inline const char *vuf_table_name(const char *const *names, size_t n,
+                                          uint64_t i, const char *dflt)
+{
+    return i < n && names[i] ? names[i] : dflt;
+}
+
+/* vu-guest-mem.c */
+/* Create and map fe->mem_size bytes of guest memory, all of it free.
+ * False with errp set; vuf_guest_mem_destroy() cleans up either way. */
+bool vuf_guest_mem_create(VuFrontend *fe, Error **errp);
+void vuf_guest_mem_destroy(VuFrontend *fe);
 /*
  * The guest memory of a request (vu-blk, vu-scsi): a block of small_len
  * bytes, small_align-aligned, for its headers (returned, guest address in
@@ -144,6 +180,56 @@ uint8_t *vuf_req_mem_alloc(VuFrontend *fe, size_t small_len,
                            size_t data_cap, uint8_t **data,
                            uint64_t *data_gpa, const char *what,
                            Error **errp);
+
+/* vu-msg.c (control thread) */
+/* CLOCK_MONOTONIC in milliseconds. */
+int64_t vuf_now_ms(void);
+/* "GET_FEATURES", ... or "unknown request". */
+const char *vuf_request_name(uint32_t request);
+/*
+ * Wait until fd is readable or deadline_ms passes.  Returns 1 if
+ * readable (or hung up: the read will tell), 0 on timeout, -errno.
+ */
+int vuf_wait_readable(int fd, int64_t deadline_ms);
+/*
+ * Read exactly len bytes before deadline_ms (fds that come along are
+ * closed).  Returns 1 when done, 0 if the peer closed before the first
+ * byte (only reported when allow_eof), -errno otherwise (-ETIMEDOUT,
+ * -ECONNRESET for a close in the middle).
+ */
+int vuf_read_exact(int fd, void *buf, size_t len, int64_t deadline_ms,
+                   bool allow_eof);
+/*
+ * Read the reply to request into buf: exactly want bytes, or any size up to
+ * want if *got is not NULL.  Errors name the request.
+ */
+bool vuf_read_reply(VuFrontend *fe, uint32_t request, void *buf,
+                    size_t want, size_t *got, Error **errp);
+/* A request answered with a u64 (GET_FEATURES and friends). */
+bool vuf_request_u64(VuFrontend *fe, uint32_t request, uint64_t *value,
+                     Error **errp);
+/*
+ * A request without a reply of its own.  With REPLY_ACK, ask for the
+ * acknowledgement and fail if it is not zero.
+ */
+bool vuf_request_set(VuFrontend *fe, uint32_t request, const void *payload,
+                     size_t size, const int *fds, size_t nfds, Error **errp);
+/* vuf_request_set() with a u64 payload, or a vring state. */
+bool vuf_request_u64_set(VuFrontend *fe, uint32_t request, uint64_t value,
+                         const int *fds, size_t nfds, Error **errp);
+bool vuf_request_vring_state(VuFrontend *fe, uint32_t request,
+                             unsigned index, unsigned num, Error **errp);
+
+/* vu-backend-chan.c (control thread) */
+/* Make the socket pair and send the back-end its end (SET_SLAVE_REQ_FD). */
+bool vuf_backend_channel_open(VuFrontend *fe, Error **errp);
+/* Close our end, if open. */
+void vuf_backend_channel_close(VuFrontend *fe);
+
+/* vu-features.c */
+/* "VERSION_1, RING_EVENT_IDX, bit50" for the bits of mask ("none" if
+ * there is none), for error messages.  Caller frees. */
+char *vuf_feature_list(VufDeviceType dev, uint64_t mask, bool protocol);
 
 /* vu-virtqueue.c */
 /* Carve queue i's rings out of fe's memory.  NULL with errp on failure. */
