@@ -27,7 +27,7 @@
  * all through the new session.
  *
  * get-config and wait-config-change follow a resize: the back-end sends a
- * config-change message on the back-end channel (vu-frontend.c sets it
+ * config-change message on the back-end channel (vu-backend-chan.c sets it
  * up when the back-end offers BACKEND_REQ) and the client reads the
  * config again, as QEMU does.  wait-file PATH sleeps until PATH exists
  * (announcing it on stderr), so that a test can resize or hot-plug
