@@ -735,7 +735,7 @@ def prepare(args, out_dir):
         out_dir.mkdir(parents=True, exist_ok=True)
         machine.build(build_dir, out_dir / "build.log")
     programs = machine.bench_programs(build_dir, args.bench)
-    programs["vu_client"] = build_dir / "tools" / "frontend" / "spindle-vu-client"
+    programs["vu_client"] = build_dir / "tools" / "vu-client" / "spindle-vu-client"
     machine.check_tools(programs["spindle"], programs["bench"])
     if not args.no_idle63 and not os.access(programs["vu_client"], os.X_OK):
         raise SetupError(f"{programs['vu_client']} is not built (run make, or pass "

@@ -12,7 +12,7 @@ Fixtures:
     binary          binary("name") -> path of a built program; skips if not
                     built
     spindle         the path of the built daemon
-    client          the path of spindle-vu-client (tools/frontend)
+    client          the path of spindle-vu-client (tools/vu-client)
     workdir         a fresh directory with a short path (UNIX socket paths
                     are limited to 107 bytes), removed afterwards
     spindle_daemon  factory: spindle_daemon(args, exports=..., iothreads=N,
@@ -40,7 +40,7 @@ Helpers tests import (`from conftest import wait_for`):
     pids_of         the pids of the processes running a program
     two_cpus, skip_without_two_cpus
                     two CPUs to pin to, or skip on a one-CPU machine
-    vu, vu_ok       run spindle-vu-client --json (tools/frontend) and read
+    vu, vu_ok       run spindle-vu-client --json (tools/vu-client) and read
                     its document; vu_argv builds its command line
 """
 
@@ -63,7 +63,7 @@ sys.path.insert(0, str(REPO_ROOT / "tests" / "e2e"))
 
 import daemons  # noqa: E402
 
-CLIENT = "tools/frontend/spindle-vu-client"
+CLIENT = "tools/vu-client/spindle-vu-client"
 
 # Where built programs live inside a build directory, most likely first.
 # A name can also be given as a path relative to the build directory.
@@ -72,6 +72,7 @@ BINARY_DIRS = (
     "daemon",
     "tools",
     "tools/frontend",
+    "tools/vu-client",
     "tools/bench",
     "tests/unit",
     "tests/bench",

@@ -10,7 +10,7 @@ from the parent (addr.type=fd), and the daemon then answers vhost-user
 messages on it.
 
 The guest-less data path (reads, writes, flushes, ...) is tested with the
-vhost-user front-end in tools/frontend; these tests only go as far as one
+vhost-user front-end in tools/vu-client; these tests only go as far as one
 GET_FEATURES message, to show that a socket really is served.
 """
 

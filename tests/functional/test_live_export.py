@@ -3,7 +3,7 @@ QMP monitor: the vhost-user back-end channel and spindle-vu-client's
 get-config, wait-config-change and wait-file commands.
 
 A real spindle serves a vhost-user-blk export and a vhost-user-scsi export
-over sparse image files.  spindle-vu-client (tools/frontend, docs/frontend.md)
+over sparse image files.  spindle-vu-client (tools/vu-client, docs/frontend.md)
 plays QEMU: it accepts the BACKEND_REQ protocol feature and hands the
 back-end its channel (SET_SLAVE_REQ_FD), reads the config again on
 request, and waits for files so that a test can act between two commands

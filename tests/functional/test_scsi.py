@@ -3,7 +3,7 @@
 A real spindle serves a virtio-scsi device with two LUNs over file images
 in a temporary directory: LUN 0 writable, with serial, WWN, vendor and
 product set, on a node with discard=unmap; LUN 1 read-only with defaults
-and 4096-byte blocks.  spindle-vu-client (tools/frontend, docs/frontend.md)
+and 4096-byte blocks.  spindle-vu-client (tools/vu-client, docs/frontend.md)
 plays the guest: INQUIRY and its VPD pages, REPORT LUNS, READ CAPACITY,
 READ/WRITE with data checked byte for byte and in the image file after the
 daemon stops, UNMAP, task management and unit attentions, several request
