@@ -10,138 +10,39 @@
  * command name.  Each command's strings are then converted and checked
  * (sizes with k/M/G suffixes, sector alignment, ranges), so that any
  * mistake ends the program with exit status 2 before a connection is made.
+ *
+ * Three tables drive it:
+ * - global_opts: the global options, their help, and how each value is
+ *   converted into ClientOpts;
+ * - opt_specs: every command option by name, how its value is converted
+ *   and which Command field it sets (an option means the same in every
+ *   command that takes it);
+ * - cmd_specs: every command: its kind, device, handler, usage, the
+ *   options it takes, and a function for its positional arguments and the
+ *   checks that involve more than one option.
  */
 
 #include <errno.h>
 #include <inttypes.h>
+#include <stddef.h>
 #include <string.h>
 
 #include <glib.h>
 
 #include "util/error.h"
-#include "vu-client.h"
+#include "vu-client-args.h"
+#include "vu-client-bad.h"
+#include "vu-client-blk.h"
+#include "vu-client-ctl.h"
+#include "vu-client-run.h"
+#include "vu-client-scsi.h"
+#include "vu-client-scsi-run.h"
 
 #define SECTOR              VIRTIO_BLK_SECTOR_SIZE
+#define CMD_OPTIONS_MAX     10
 
-typedef enum ArgType {
-    ARG_FLAG,
-    ARG_VALUE,
-} ArgType;
-
-typedef struct CmdOption {
-    const char *name;
-    ArgType type;
-} CmdOption;
-
-typedef struct CmdSpec {
-    const char *name;
-    CmdKind kind;
-    unsigned npos;              /* positional arguments */
-    const char *usage;
-    CmdOption options[10];
-} CmdSpec;
-
-static const CmdSpec cmd_specs[] = {
-    { "info", CMD_INFO, 0, "info", { { NULL } } },
-    { "get-id", CMD_GET_ID, 0, "get-id [--queue Q]",
-      { { "queue", ARG_VALUE }, { NULL } } },
-    { "write", CMD_WRITE, 2, "write OFFSET LEN [--pattern SEED] [--queue Q]",
-      { { "pattern", ARG_VALUE }, { "queue", ARG_VALUE }, { NULL } } },
-    { "read", CMD_READ, 2, "read OFFSET LEN [--verify SEED | --expect-zeroes]"
-      " [--output FILE] [--queue Q]",
-      { { "verify", ARG_VALUE }, { "expect-zeroes", ARG_FLAG },
-        { "output", ARG_VALUE }, { "queue", ARG_VALUE }, { NULL } } },
-    { "flush", CMD_FLUSH, 0, "flush [--queue Q]",
-      { { "queue", ARG_VALUE }, { NULL } } },
-    { "discard", CMD_DISCARD, 2, "discard OFFSET LEN [--queue Q]",
-      { { "queue", ARG_VALUE }, { NULL } } },
-    { "write-zeroes", CMD_WRITE_ZEROES, 2,
-      "write-zeroes OFFSET LEN [--unmap] [--queue Q]",
-      { { "unmap", ARG_FLAG }, { "queue", ARG_VALUE }, { NULL } } },
-    { "verify-run", CMD_VERIFY_RUN, 0, "verify-run --size BYTES --count N "
-      "[--queues N] [--bs BYTES] [--iodepth N] [--seed S] [--offset BYTES]",
-      { { "size", ARG_VALUE }, { "count", ARG_VALUE }, { "queues", ARG_VALUE },
-        { "bs", ARG_VALUE }, { "iodepth", ARG_VALUE }, { "seed", ARG_VALUE },
-        { "offset", ARG_VALUE }, { NULL } } },
-    { "reconnect", CMD_RECONNECT, 0, "reconnect", { { NULL } } },
-    { "stop", CMD_STOP, 0, "stop", { { NULL } } },
-    { "malformed", CMD_MALFORMED, 1, "malformed KIND [--queue Q]",
-      { { "queue", ARG_VALUE }, { NULL } } },
-    { "stats", CMD_STATS, 0, "stats", { { NULL } } },
-    { "bad-request", CMD_BAD_REQUEST, 1, "bad-request KIND [--offset BYTES] "
-      "[--pattern SEED] [--queue Q]",
-      { { "offset", ARG_VALUE }, { "pattern", ARG_VALUE },
-        { "queue", ARG_VALUE }, { NULL } } },
-    { "get-config", CMD_GET_CONFIG, 0, "get-config", { { NULL } } },
-    { "wait-config-change", CMD_WAIT_CONFIG_CHANGE, 0,
-      "wait-config-change [--timeout SECONDS]",
-      { { "timeout", ARG_VALUE }, { NULL } } },
-    { "wait-file", CMD_WAIT_FILE, 1, "wait-file PATH [--timeout SECONDS]",
-      { { "timeout", ARG_VALUE }, { NULL } } },
-    /* virtio-scsi; --queue Q is request queue Q (virtqueue 2 + Q). */
-    { "scsi-inquiry", CMD_SCSI_INQUIRY, 0, "scsi-inquiry [--lun N] "
-      "[--evpd PAGE] [--queue Q]",
-      { { "lun", ARG_VALUE }, { "evpd", ARG_VALUE }, { "queue", ARG_VALUE },
-        { NULL } } },
-    { "scsi-read-capacity", CMD_SCSI_READ_CAPACITY, 0, "scsi-read-capacity "
-      "[--lun N] [--cdb 10|16] [--expect-sense KEY] [--queue Q]",
-      { { "lun", ARG_VALUE }, { "cdb", ARG_VALUE },
-        { "expect-sense", ARG_VALUE }, { "queue", ARG_VALUE }, { NULL } } },
-    { "scsi-report-luns", CMD_SCSI_REPORT_LUNS, 0, "scsi-report-luns "
-      "[--lun N] [--queue Q]",
-      { { "lun", ARG_VALUE }, { "queue", ARG_VALUE }, { NULL } } },
-    { "scsi-tur", CMD_SCSI_TUR, 0, "scsi-tur [--lun N] [--expect-sense KEY] "
-      "[--queue Q]",
-      { { "lun", ARG_VALUE }, { "expect-sense", ARG_VALUE },
-        { "queue", ARG_VALUE }, { NULL } } },
-    { "scsi-read", CMD_SCSI_READ, 2, "scsi-read OFFSET LEN [--lun N] "
-      "[--verify SEED | --expect-zeroes] [--cdb 10|16] [--expect-sense KEY] "
-      "[--queue Q]",
-      { { "lun", ARG_VALUE }, { "verify", ARG_VALUE },
-        { "expect-zeroes", ARG_FLAG }, { "cdb", ARG_VALUE },
-        { "expect-sense", ARG_VALUE }, { "queue", ARG_VALUE }, { NULL } } },
-    { "scsi-write", CMD_SCSI_WRITE, 2, "scsi-write OFFSET LEN [--lun N] "
-      "[--pattern SEED] [--cdb 10|16] [--fua] [--expect-sense KEY] "
-      "[--queue Q]",
-      { { "lun", ARG_VALUE }, { "pattern", ARG_VALUE }, { "cdb", ARG_VALUE },
-        { "fua", ARG_FLAG }, { "expect-sense", ARG_VALUE },
-        { "queue", ARG_VALUE }, { NULL } } },
-    { "scsi-unmap", CMD_SCSI_UNMAP, 2, "scsi-unmap LBA COUNT [--lun N] "
-      "[--expect-sense KEY] [--queue Q]",
-      { { "lun", ARG_VALUE }, { "expect-sense", ARG_VALUE },
-        { "queue", ARG_VALUE }, { NULL } } },
-    { "scsi-sync", CMD_SCSI_SYNC, 0, "scsi-sync [--lun N] [--queue Q]",
-      { { "lun", ARG_VALUE }, { "queue", ARG_VALUE }, { NULL } } },
-    { "scsi-tmf", CMD_SCSI_TMF, 1, "scsi-tmf KIND [--lun N] [--tag T]",
-      { { "lun", ARG_VALUE }, { "tag", ARG_VALUE }, { NULL } } },
-    { "scsi-an-query", CMD_SCSI_AN_QUERY, 0, "scsi-an-query [--lun N] "
-      "[--events MASK]",
-      { { "lun", ARG_VALUE }, { "events", ARG_VALUE }, { NULL } } },
-    { "scsi-events", CMD_SCSI_EVENTS, 0, "scsi-events [--wait SECONDS]",
-      { { "wait", ARG_VALUE }, { NULL } } },
-    { "scsi-verify-run", CMD_SCSI_VERIFY_RUN, 0, "scsi-verify-run "
-      "--size BYTES --count N [--lun N] [--queues N] [--bs BYTES] "
-      "[--iodepth N] [--seed S] [--offset BYTES] [--cdb 10|16]",
-      { { "size", ARG_VALUE }, { "count", ARG_VALUE }, { "queues", ARG_VALUE },
-        { "bs", ARG_VALUE }, { "iodepth", ARG_VALUE }, { "seed", ARG_VALUE },
-        { "offset", ARG_VALUE }, { "lun", ARG_VALUE }, { "cdb", ARG_VALUE },
-        { NULL } } },
-    { "scsi-bad-request", CMD_SCSI_BAD_REQUEST, 1, "scsi-bad-request KIND "
-      "[--lun N] [--queue Q]",
-      { { "lun", ARG_VALUE }, { "queue", ARG_VALUE }, { NULL } } },
-};
-
-static const CmdSpec *find_cmd_spec(const char *name)
-{
-    size_t i;
-
-    for (i = 0; i < G_N_ELEMENTS(cmd_specs); i++) {
-        if (!strcmp(cmd_specs[i].name, name)) {
-            return &cmd_specs[i];
-        }
-    }
-    return NULL;
-}
+/* ------------------------------------------------------------------------ */
+/* Values                                                                    */
 
 /* A byte count: decimal or 0x hex, optional suffix k/K, M, G, T (binary). */
 static bool parse_size(const char *what, const char *str, uint64_t *out,
@@ -209,56 +110,196 @@ bad:
     return false;
 }
 
-void command_free(gpointer p)
+static bool parse_seconds(const char *what, const char *str, uint64_t max,
+                          double *out, Error **errp)
 {
-    Command *cmd = p;
+    char *end;
+    double v = g_ascii_strtod(str, &end);
 
-    g_free(cmd->output);
-    g_free(cmd->what);
-    g_free(cmd);
+    if (end == str || *end || !(v >= 0) || v > max) {
+        error_setg(errp, "%s: expected seconds from 0 to %" PRIu64 ", got "
+                   "'%s'", what, max, str);
+        return false;
+    }
+    *out = v;
+    return true;
 }
 
-/* Look up --name's value in the command's options (NULL if absent). */
-static const char *opt_value(GHashTable *vals, const char *name)
+static bool parse_sense_key(const char *what, const char *str, int *out,
+                            Error **errp)
 {
-    return g_hash_table_lookup(vals, name);
-}
-
-/* The OFFSET and LEN arguments (pos[0], pos[1]) into cmd, as sizes. */
-static bool convert_offset_len(Command *cmd, char **pos, Error **errp)
-{
-    g_autofree char *w_off = g_strdup_printf("%s OFFSET", cmd->name);
-    g_autofree char *w_len = g_strdup_printf("%s LEN", cmd->name);
-
-    return parse_size(w_off, pos[0], &cmd->offset, errp) &&
-           parse_size(w_len, pos[1], &cmd->len, errp);
-}
-
-/*
- * The KIND argument (pos[0]) into cmd->what: one of the names valid()
- * accepts, else the error lists kinds().
- */
-static bool convert_kind(Command *cmd, char **pos,
-                         bool (*valid)(const char *name),
-                         char *(*kinds)(void), Error **errp)
-{
-    cmd->what = g_strdup(pos[0]);
-    if (!valid(cmd->what)) {
-        g_autofree char *names = kinds();
-
-        error_setg(errp, "%s: unknown kind '%s'; expected one of: %s",
-                   cmd->name, cmd->what, names);
+    *out = scsi_sense_key_by_name(str);
+    if (*out < 0) {
+        error_setg(errp, "%s: unknown sense key '%s' (a name such as "
+                   "DATA_PROTECT or UNIT_ATTENTION, or a number from 0 to "
+                   "15)", what, str);
         return false;
     }
     return true;
 }
 
-/* A read's --expect-zeroes, which excludes --verify. */
-static bool convert_expect_zeroes(Command *cmd, GHashTable *vals,
-                                  Error **errp)
+/* A CDB length: 10 or 16 (bytes). */
+static bool parse_cdb(const char *what, const char *str, unsigned *out,
+                      Error **errp)
 {
-    cmd->expect_zeroes = g_hash_table_contains(vals, "expect-zeroes");
-    if (cmd->expect_zeroes && opt_value(vals, "verify")) {
+    if (strcmp(str, "10") && strcmp(str, "16")) {
+        error_setg(errp, "%s: expected 10 or 16, got '%s'", what, str);
+        return false;
+    }
+    *out = g_ascii_strtoull(str, NULL, 10);
+    return true;
+}
+
+/* How an option's value is converted, and what it sets. */
+typedef enum OptConv {
+    OPT_FLAG,                   /* no value: a bool set to true */
+    OPT_UINT,                   /* an unsigned from min to max */
+    OPT_U64,                    /* a uint64_t from min to max */
+    OPT_INT,                    /* an int from min to max */
+    OPT_SIZE,                   /* a uint64_t byte count */
+    OPT_STRING,                 /* a char *, copied */
+    OPT_SECONDS,                /* a double from 0 to max */
+    OPT_CDB,                    /* an unsigned, 10 or 16 */
+    OPT_SENSE_KEY,              /* an int: a sense key's name or number */
+} OptConv;
+
+typedef struct OptSpec {
+    const char *name;
+    OptConv conv;
+    uint64_t min, max;
+    size_t field;               /* offset of what it sets */
+    size_t have;                /* offset of a bool set when given, or 0 */
+} OptSpec;
+
+/*
+ * Convert str as spec says into the field of base (a Command or the
+ * ClientOpts); what names the option in errors.
+ */
+static bool convert_value(const OptSpec *spec, const char *what,
+                          const char *str, void *base, Error **errp)
+{
+    void *field = (char *)base + spec->field;
+    uint64_t v = 0;
+
+    if (spec->have) {
+        *(bool *)((char *)base + spec->have) = true;
+    }
+    switch (spec->conv) {
+    case OPT_FLAG:
+        *(bool *)field = true;
+        return true;
+    case OPT_STRING:
+        *(char **)field = g_strdup(str);
+        return true;
+    case OPT_SIZE:
+        return parse_size(what, str, field, errp);
+    case OPT_SECONDS:
+        return parse_seconds(what, str, spec->max, field, errp);
+    case OPT_SENSE_KEY:
+        return parse_sense_key(what, str, field, errp);
+    case OPT_CDB:
+        return parse_cdb(what, str, field, errp);
+    default:
+        break;
+    }
+    if (!parse_uint(what, str, spec->min, spec->max, &v, errp)) {
+        return false;
+    }
+    if (spec->conv == OPT_U64) {
+        *(uint64_t *)field = v;
+    } else if (spec->conv == OPT_INT) {
+        *(int *)field = v;
+    } else {
+        *(unsigned *)field = v;
+    }
+    return true;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Command options                                                           */
+
+#define CMD_FIELD(f)        offsetof(Command, f)
+
+static const OptSpec opt_specs[] = {
+    { "queue", OPT_UINT, 0, VUF_QUEUES_MAX - 1, CMD_FIELD(queue), 0 },
+    { "pattern", OPT_U64, 0, UINT64_MAX, CMD_FIELD(seed),
+      CMD_FIELD(have_seed) },
+    { "verify", OPT_U64, 0, UINT64_MAX, CMD_FIELD(seed),
+      CMD_FIELD(have_seed) },
+    { "seed", OPT_U64, 0, UINT64_MAX, CMD_FIELD(seed), CMD_FIELD(have_seed) },
+    { "expect-zeroes", OPT_FLAG, 0, 0, CMD_FIELD(expect_zeroes), 0 },
+    { "output", OPT_STRING, 0, 0, CMD_FIELD(output), 0 },
+    { "unmap", OPT_FLAG, 0, 0, CMD_FIELD(unmap), 0 },
+    { "fua", OPT_FLAG, 0, 0, CMD_FIELD(fua), 0 },
+    { "size", OPT_SIZE, 0, 0, CMD_FIELD(size), 0 },
+    { "count", OPT_U64, 1, 1000000000, CMD_FIELD(count), 0 },
+    { "queues", OPT_UINT, 1, VUF_QUEUES_MAX, CMD_FIELD(run_queues), 0 },
+    { "bs", OPT_SIZE, 0, 0, CMD_FIELD(bs), 0 },
+    { "iodepth", OPT_U64, 1, 1024, CMD_FIELD(iodepth), 0 },
+    { "offset", OPT_SIZE, 0, 0, CMD_FIELD(offset), 0 },
+    { "timeout", OPT_SECONDS, 0, 86400, CMD_FIELD(wait_s), 0 },
+    { "wait", OPT_SECONDS, 0, 3600, CMD_FIELD(wait_s), 0 },
+    { "lun", OPT_UINT, 0, 16383, CMD_FIELD(lun), 0 },
+    { "evpd", OPT_INT, 0, 255, CMD_FIELD(evpd_page), 0 },
+    { "cdb", OPT_CDB, 0, 0, CMD_FIELD(cdb_bits), 0 },
+    { "expect-sense", OPT_SENSE_KEY, 0, 0, CMD_FIELD(expect_sense), 0 },
+    { "tag", OPT_U64, 0, UINT64_MAX, CMD_FIELD(tag), CMD_FIELD(have_tag) },
+    { "events", OPT_U64, 0, UINT32_MAX, CMD_FIELD(events), 0 },
+};
+
+#undef CMD_FIELD
+
+static const OptSpec *find_opt_spec(const char *name)
+{
+    for (size_t i = 0; i < G_N_ELEMENTS(opt_specs); i++) {
+        if (!strcmp(opt_specs[i].name, name)) {
+            return &opt_specs[i];
+        }
+    }
+    return NULL;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Positional arguments and checks of several options                        */
+
+/* What a command's positional arguments are. */
+typedef enum CmdArgs {
+    ARGS_NONE,
+    ARGS_BLK_IO,                /* OFFSET LEN: bytes, whole sectors */
+    ARGS_SCSI_IO,               /* OFFSET LEN: bytes, whole blocks (checked
+                                 * against the LUN when it runs) */
+    ARGS_KIND,                  /* KIND: one of CmdSpec.kinds() */
+    ARGS_PATH,                  /* PATH: not empty */
+    ARGS_LBA_COUNT,             /* LBA COUNT: blocks */
+} CmdArgs;
+
+/* A check that involves more than one option; vals: those given. */
+typedef bool (*CmdCheck)(Command *cmd, GHashTable *vals, Error **errp);
+
+/* OFFSET and LEN into cmd; unit names their alignment in the error. */
+static bool convert_offset_len(Command *cmd, char **pos, const char *unit,
+                               Error **errp)
+{
+    g_autofree char *w_off = g_strdup_printf("%s OFFSET", cmd->name);
+    g_autofree char *w_len = g_strdup_printf("%s LEN", cmd->name);
+
+    if (!parse_size(w_off, pos[0], &cmd->offset, errp) ||
+        !parse_size(w_len, pos[1], &cmd->len, errp)) {
+        return false;
+    }
+    if (cmd->offset % SECTOR || cmd->len % SECTOR || cmd->len == 0) {
+        error_setg(errp, "%s: OFFSET and LEN must be multiples of %s and LEN "
+                   "non-zero (got %" PRIu64 " and %" PRIu64 ")", cmd->name,
+                   unit, cmd->offset, cmd->len);
+        return false;
+    }
+    return true;
+}
+
+/* A read's --verify and --expect-zeroes exclude each other. */
+static bool check_read(Command *cmd, GHashTable *vals, Error **errp)
+{
+    if (cmd->expect_zeroes && cmd->have_seed) {
         error_setg(errp, "%s: --verify and --expect-zeroes exclude each "
                    "other", cmd->name);
         return false;
@@ -266,306 +307,294 @@ static bool convert_expect_zeroes(Command *cmd, GHashTable *vals,
     return true;
 }
 
-static bool convert_io_args(Command *cmd, char **pos, GHashTable *vals,
-                            Error **errp)
+/* discard and write-zeroes: the sector count must fit 32 bits. */
+static bool check_dwz(Command *cmd, GHashTable *vals, Error **errp)
 {
-    if (!convert_offset_len(cmd, pos, errp)) {
-        return false;
-    }
-    if (cmd->offset % SECTOR || cmd->len % SECTOR || cmd->len == 0) {
-        error_setg(errp, "%s: OFFSET and LEN must be multiples of %u and LEN "
-                   "non-zero (got %" PRIu64 " and %" PRIu64 ")", cmd->name,
-                   SECTOR, cmd->offset, cmd->len);
+    if (cmd->len / SECTOR > UINT32_MAX) {
+        error_setg(errp, "%s: LEN is at most %" PRIu64 " bytes",
+                   cmd->name, (uint64_t)UINT32_MAX * SECTOR);
         return false;
     }
     return true;
 }
 
-static bool convert_seed(Command *cmd, const char *opt, const char *str,
-                         Error **errp)
+/* --offset (bad-request, the verify runs) in whole sectors. */
+static bool check_offset(Command *cmd, GHashTable *vals, Error **errp)
 {
-    g_autofree char *what = g_strdup_printf("%s --%s", cmd->name, opt);
-
-    if (!str) {
-        return true;
-    }
-    cmd->have_seed = true;
-    return parse_uint(what, str, 0, UINT64_MAX, &cmd->seed, errp);
-}
-
-static bool convert_verify_run(Command *cmd, GHashTable *vals, Error **errp)
-{
-    uint64_t queues = 0;
-    const char *seed = opt_value(vals, "seed");
-
-    cmd->bs = 4096;
-    cmd->iodepth = 8;
-    cmd->seed = 1;
-    if (!opt_value(vals, "size") || !opt_value(vals, "count")) {
-        error_setg(errp, "verify-run needs --size BYTES and --count N");
-        return false;
-    }
-    if (!parse_size("verify-run --size", opt_value(vals, "size"), &cmd->size,
-                    errp) ||
-        !parse_uint("verify-run --count", opt_value(vals, "count"), 1,
-                    1000000000, &cmd->count, errp) ||
-        (opt_value(vals, "bs") &&
-         !parse_size("verify-run --bs", opt_value(vals, "bs"), &cmd->bs,
-                     errp)) ||
-        (opt_value(vals, "iodepth") &&
-         !parse_uint("verify-run --iodepth", opt_value(vals, "iodepth"), 1,
-                     1024, &cmd->iodepth, errp)) ||
-        (opt_value(vals, "queues") &&
-         !parse_uint("verify-run --queues", opt_value(vals, "queues"), 1,
-                     VUF_QUEUES_MAX, &queues, errp)) ||
-        (seed && !parse_uint("verify-run --seed", seed, 0, UINT64_MAX,
-                             &cmd->seed, errp)) ||
-        (opt_value(vals, "offset") &&
-         !parse_size("verify-run --offset", opt_value(vals, "offset"),
-                     &cmd->offset, errp))) {
-        return false;
-    }
-    cmd->run_queues = queues;
-    if (cmd->bs % SECTOR || cmd->bs == 0 || cmd->bs > RUN_BS_MAX) {
-        error_setg(errp, "verify-run --bs must be a non-zero multiple of %u "
-                   "up to 16M, got %" PRIu64, SECTOR, cmd->bs);
-        return false;
-    }
     if (cmd->offset % SECTOR) {
-        error_setg(errp, "verify-run --offset must be a multiple of %u",
+        error_setg(errp, "%s --offset must be a multiple of %u", cmd->name,
                    SECTOR);
         return false;
     }
     return true;
 }
 
-/* The options every scsi-* command may have: --lun, --cdb, --expect-sense. */
-static bool convert_scsi_common(Command *cmd, GHashTable *vals, Error **errp)
+static bool check_verify_run(Command *cmd, GHashTable *vals, Error **errp)
 {
-    g_autofree char *w_lun = g_strdup_printf("%s --lun", cmd->name);
-    g_autofree char *w_cdb = g_strdup_printf("%s --cdb", cmd->name);
-    const char *key = opt_value(vals, "expect-sense");
-    uint64_t v;
-
-    cmd->evpd_page = -1;
-    cmd->cdb_bits = 16;
-    cmd->expect_sense = -1;
-    if (opt_value(vals, "lun")) {
-        if (!parse_uint(w_lun, opt_value(vals, "lun"), 0,
-                        16383, &v, errp)) {
-            return false;
-        }
-        cmd->lun = v;
+    if (!g_hash_table_contains(vals, "size") ||
+        !g_hash_table_contains(vals, "count")) {
+        error_setg(errp, "%s needs --size BYTES and --count N", cmd->name);
+        return false;
     }
-    if (opt_value(vals, "cdb")) {
-        if (!parse_uint(w_cdb, opt_value(vals, "cdb"), 10, 16, &v, errp) ||
-            (v != 10 && v != 16)) {
-            if (errp && !*errp) {
-                error_setg(errp, "%s: expected 10 or 16, got '%s'", w_cdb,
-                           opt_value(vals, "cdb"));
-            }
-            return false;
-        }
-        cmd->cdb_bits = v;
+    if (cmd->bs % SECTOR || cmd->bs == 0 || cmd->bs > RUN_BS_MAX) {
+        error_setg(errp, "%s --bs must be a non-zero multiple of %u up to "
+                   "16M, got %" PRIu64, cmd->name, SECTOR, cmd->bs);
+        return false;
     }
-    if (key) {
-        cmd->expect_sense = scsi_sense_key_by_name(key);
-        if (cmd->expect_sense < 0) {
-            error_setg(errp, "%s --expect-sense: unknown sense key '%s' "
-                       "(a name such as DATA_PROTECT or UNIT_ATTENTION, or "
-                       "a number from 0 to 15)", cmd->name, key);
-            return false;
-        }
-    }
-    return true;
+    return check_offset(cmd, vals, errp);
 }
 
-/* OFFSET and LEN of scsi-read and scsi-write: bytes, whole blocks
- * (checked against the LUN's block size when the command runs). */
-static bool convert_scsi_io(Command *cmd, char **pos, GHashTable *vals,
-                            Error **errp)
+static bool scsi_tmf_kind_valid(const char *name)
 {
-    if (!convert_offset_len(cmd, pos, errp)) {
-        return false;
-    }
-    if (cmd->offset % SECTOR || cmd->len % SECTOR || cmd->len == 0) {
-        error_setg(errp, "%s: OFFSET and LEN must be multiples of the "
-                   "LUN's block size (512 or 4096) and LEN non-zero (got %"
-                   PRIu64 " and %" PRIu64 ")", cmd->name, cmd->offset,
-                   cmd->len);
-        return false;
-    }
-    return true;
+    return vufscsi_tmf_by_name(name) >= 0;
 }
 
-static bool convert_scsi_command(Command *cmd, char **pos, GHashTable *vals,
-                                 Error **errp)
+static char *scsi_tmf_kinds(void)
 {
-    uint64_t v;
+    GString *s = g_string_new(NULL);
+    const char *name;
 
-    if (!convert_scsi_common(cmd, vals, errp)) {
-        return false;
+    for (uint32_t i = 0; (name = vufscsi_tmf_name(i)); i++) {
+        g_string_append_printf(s, "%s%s", i ? ", " : "", name);
     }
-    switch (cmd->kind) {
-    case CMD_SCSI_INQUIRY:
-        if (opt_value(vals, "evpd")) {
-            if (!parse_uint("scsi-inquiry --evpd", opt_value(vals, "evpd"), 0,
-                            255, &v, errp)) {
-                return false;
-            }
-            cmd->evpd_page = v;
-        }
-        return true;
-    case CMD_SCSI_READ:
-        return convert_expect_zeroes(cmd, vals, errp) &&
-               convert_scsi_io(cmd, pos, vals, errp) &&
-               convert_seed(cmd, "verify", opt_value(vals, "verify"), errp);
-    case CMD_SCSI_WRITE:
-        cmd->seed = 1;
-        cmd->fua = g_hash_table_contains(vals, "fua");
-        return convert_scsi_io(cmd, pos, vals, errp) &&
-               convert_seed(cmd, "pattern", opt_value(vals, "pattern"), errp);
-    case CMD_SCSI_UNMAP:
+    return g_string_free(s, FALSE);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Commands                                                                  */
+
+typedef struct CmdSpec {
+    const char *name;
+    CmdKind kind;
+    CmdDevice device;
+    CmdRun run;
+    const char *usage;
+    CmdArgs args;               /* positional arguments */
+    /* ARGS_KIND: the kinds the command accepts, for checks and errors. */
+    bool (*kind_valid)(const char *name);
+    char *(*kinds)(void);
+    CmdCheck check;             /* after the conversions; or NULL */
+    const char *options[CMD_OPTIONS_MAX];   /* names in opt_specs */
+} CmdSpec;
+
+static const CmdSpec cmd_specs[] = {
+    { "info", CMD_INFO, CMD_DEV_ANY, cmd_info, "info" },
+    { "get-id", CMD_GET_ID, CMD_DEV_BLK, cmd_get_id, "get-id [--queue Q]",
+      .options = { "queue" } },
+    { "write", CMD_WRITE, CMD_DEV_BLK, cmd_write,
+      "write OFFSET LEN [--pattern SEED] [--queue Q]", ARGS_BLK_IO,
+      .options = { "pattern", "queue" } },
+    { "read", CMD_READ, CMD_DEV_BLK, cmd_read,
+      "read OFFSET LEN [--verify SEED | --expect-zeroes] [--output FILE] "
+      "[--queue Q]", ARGS_BLK_IO, .check = check_read,
+      .options = { "verify", "expect-zeroes", "output", "queue" } },
+    { "flush", CMD_FLUSH, CMD_DEV_BLK, cmd_flush, "flush [--queue Q]",
+      .options = { "queue" } },
+    { "discard", CMD_DISCARD, CMD_DEV_BLK, cmd_dwz,
+      "discard OFFSET LEN [--queue Q]", ARGS_BLK_IO, .check = check_dwz,
+      .options = { "queue" } },
+    { "write-zeroes", CMD_WRITE_ZEROES, CMD_DEV_BLK, cmd_dwz,
+      "write-zeroes OFFSET LEN [--unmap] [--queue Q]", ARGS_BLK_IO,
+      .check = check_dwz, .options = { "unmap", "queue" } },
+    { "verify-run", CMD_VERIFY_RUN, CMD_DEV_BLK, cmd_verify_run,
+      "verify-run --size BYTES --count N [--queues N] [--bs BYTES] "
+      "[--iodepth N] [--seed S] [--offset BYTES]", .check = check_verify_run,
+      .options = { "size", "count", "queues", "bs", "iodepth", "seed",
+                   "offset" } },
+    { "reconnect", CMD_RECONNECT, CMD_DEV_ANY, cmd_reconnect, "reconnect" },
+    { "stop", CMD_STOP, CMD_DEV_ANY, cmd_stop, "stop" },
+    { "malformed", CMD_MALFORMED, CMD_DEV_ANY, cmd_malformed,
+      "malformed KIND [--queue Q]", ARGS_KIND, malformed_kind_valid,
+      malformed_kinds, .options = { "queue" } },
+    { "stats", CMD_STATS, CMD_DEV_ANY, cmd_stats, "stats" },
+    { "bad-request", CMD_BAD_REQUEST, CMD_DEV_BLK, cmd_bad_request,
+      "bad-request KIND [--offset BYTES] [--pattern SEED] [--queue Q]",
+      ARGS_KIND, bad_request_kind_valid, bad_request_kinds, check_offset,
+      { "offset", "pattern", "queue" } },
+    { "get-config", CMD_GET_CONFIG, CMD_DEV_ANY, cmd_get_config,
+      "get-config" },
+    { "wait-config-change", CMD_WAIT_CONFIG_CHANGE, CMD_DEV_ANY,
+      cmd_wait_config_change, "wait-config-change [--timeout SECONDS]",
+      .options = { "timeout" } },
+    { "wait-file", CMD_WAIT_FILE, CMD_DEV_ANY, cmd_wait_file,
+      "wait-file PATH [--timeout SECONDS]", ARGS_PATH,
+      .options = { "timeout" } },
+    /* virtio-scsi; --queue Q is request queue Q (virtqueue 2 + Q). */
+    { "scsi-inquiry", CMD_SCSI_INQUIRY, CMD_DEV_SCSI, cmd_scsi_inquiry,
+      "scsi-inquiry [--lun N] [--evpd PAGE] [--queue Q]",
+      .options = { "lun", "evpd", "queue" } },
+    { "scsi-read-capacity", CMD_SCSI_READ_CAPACITY, CMD_DEV_SCSI,
+      cmd_scsi_read_capacity, "scsi-read-capacity [--lun N] [--cdb 10|16] "
+      "[--expect-sense KEY] [--queue Q]",
+      .options = { "lun", "cdb", "expect-sense", "queue" } },
+    { "scsi-report-luns", CMD_SCSI_REPORT_LUNS, CMD_DEV_SCSI,
+      cmd_scsi_report_luns, "scsi-report-luns [--lun N] [--queue Q]",
+      .options = { "lun", "queue" } },
+    { "scsi-tur", CMD_SCSI_TUR, CMD_DEV_SCSI, cmd_scsi_tur,
+      "scsi-tur [--lun N] [--expect-sense KEY] [--queue Q]",
+      .options = { "lun", "expect-sense", "queue" } },
+    { "scsi-read", CMD_SCSI_READ, CMD_DEV_SCSI, cmd_scsi_read,
+      "scsi-read OFFSET LEN [--lun N] [--verify SEED | --expect-zeroes] "
+      "[--cdb 10|16] [--expect-sense KEY] [--queue Q]", ARGS_SCSI_IO,
+      .check = check_read,
+      .options = { "lun", "verify", "expect-zeroes", "cdb", "expect-sense",
+                   "queue" } },
+    { "scsi-write", CMD_SCSI_WRITE, CMD_DEV_SCSI, cmd_scsi_write,
+      "scsi-write OFFSET LEN [--lun N] [--pattern SEED] [--cdb 10|16] "
+      "[--fua] [--expect-sense KEY] [--queue Q]", ARGS_SCSI_IO,
+      .options = { "lun", "pattern", "cdb", "fua", "expect-sense",
+                   "queue" } },
+    { "scsi-unmap", CMD_SCSI_UNMAP, CMD_DEV_SCSI, cmd_scsi_unmap,
+      "scsi-unmap LBA COUNT [--lun N] [--expect-sense KEY] [--queue Q]",
+      ARGS_LBA_COUNT, .options = { "lun", "expect-sense", "queue" } },
+    { "scsi-sync", CMD_SCSI_SYNC, CMD_DEV_SCSI, cmd_scsi_sync,
+      "scsi-sync [--lun N] [--queue Q]", .options = { "lun", "queue" } },
+    { "scsi-tmf", CMD_SCSI_TMF, CMD_DEV_SCSI, cmd_scsi_tmf,
+      "scsi-tmf KIND [--lun N] [--tag T]", ARGS_KIND, scsi_tmf_kind_valid,
+      scsi_tmf_kinds, .options = { "lun", "tag" } },
+    { "scsi-an-query", CMD_SCSI_AN_QUERY, CMD_DEV_SCSI, cmd_scsi_an_query,
+      "scsi-an-query [--lun N] [--events MASK]",
+      .options = { "lun", "events" } },
+    { "scsi-events", CMD_SCSI_EVENTS, CMD_DEV_SCSI, cmd_scsi_events,
+      "scsi-events [--wait SECONDS]", .options = { "wait" } },
+    { "scsi-verify-run", CMD_SCSI_VERIFY_RUN, CMD_DEV_SCSI,
+      cmd_scsi_verify_run, "scsi-verify-run --size BYTES --count N "
+      "[--lun N] [--queues N] [--bs BYTES] [--iodepth N] [--seed S] "
+      "[--offset BYTES] [--cdb 10|16]", .check = check_verify_run,
+      .options = { "size", "count", "queues", "bs", "iodepth", "seed",
+                   "offset", "lun", "cdb" } },
+    { "scsi-bad-request", CMD_SCSI_BAD_REQUEST, CMD_DEV_SCSI,
+      cmd_scsi_bad_request, "scsi-bad-request KIND [--lun N] [--queue Q]",
+      ARGS_KIND, scsi_bad_request_kind_valid, scsi_bad_request_kinds,
+      .options = { "lun", "queue" } },
+};
+
+/* How many positional arguments args are. */
+static unsigned args_count(CmdArgs args)
+{
+    switch (args) {
+    case ARGS_NONE:
+        return 0;
+    case ARGS_KIND:
+    case ARGS_PATH:
+        return 1;
+    default:
+        return 2;
+    }
+}
+
+/* The positional arguments pos[] into cmd, as spec->args says. */
+static bool convert_args(const CmdSpec *spec, Command *cmd, char **pos,
+                         Error **errp)
+{
+    g_autofree char *names = NULL;
+
+    switch (spec->args) {
+    case ARGS_BLK_IO:
+        return convert_offset_len(cmd, pos, "512", errp);
+    case ARGS_SCSI_IO:
+        return convert_offset_len(cmd, pos,
+                                  "the LUN's block size (512 or 4096)", errp);
+    case ARGS_LBA_COUNT:
         return parse_uint("scsi-unmap LBA", pos[0], 0, UINT64_MAX, &cmd->lba,
                           errp) &&
                parse_uint("scsi-unmap COUNT", pos[1], 1, UINT32_MAX,
                           &cmd->nblocks, errp);
-    case CMD_SCSI_TMF:
-        cmd->what = g_strdup(pos[0]);
-        if (vufscsi_tmf_by_name(cmd->what) < 0) {
-            error_setg(errp, "scsi-tmf: unknown kind '%s'; expected one of: "
-                       "abort-task, abort-task-set, clear-aca, "
-                       "clear-task-set, i-t-nexus-reset, "
-                       "logical-unit-reset, query-task, query-task-set",
-                       cmd->what);
+    case ARGS_PATH:
+        if (!*pos[0]) {
+            error_setg(errp, "%s: PATH must not be empty", cmd->name);
             return false;
         }
-        if (opt_value(vals, "tag")) {
-            cmd->have_tag = true;
-            return parse_uint("scsi-tmf --tag", opt_value(vals, "tag"), 0,
-                              UINT64_MAX, &cmd->tag, errp);
-        }
+        cmd->what = g_strdup(pos[0]);
         return true;
-    case CMD_SCSI_AN_QUERY:
-        cmd->events = UINT32_MAX;
-        return !opt_value(vals, "events") ||
-               parse_uint("scsi-an-query --events", opt_value(vals, "events"),
-                          0, UINT32_MAX, &cmd->events, errp);
-    case CMD_SCSI_EVENTS:
-        if (opt_value(vals, "wait")) {
-            char *e;
-
-            cmd->wait_s = g_ascii_strtod(opt_value(vals, "wait"), &e);
-            if (e == opt_value(vals, "wait") || *e || !(cmd->wait_s >= 0) ||
-                cmd->wait_s > 3600) {
-                error_setg(errp, "scsi-events --wait: expected seconds from "
-                           "0 to 3600, got '%s'", opt_value(vals, "wait"));
-                return false;
-            }
+    case ARGS_KIND:
+        cmd->what = g_strdup(pos[0]);
+        if (spec->kind_valid(cmd->what)) {
+            return true;
         }
-        return true;
-    case CMD_SCSI_VERIFY_RUN:
-        return convert_verify_run(cmd, vals, errp);
-    case CMD_SCSI_BAD_REQUEST:
-        return convert_kind(cmd, pos, scsi_bad_request_kind_valid,
-                            scsi_bad_request_kinds, errp);
+        names = spec->kinds();
+        error_setg(errp, "%s: unknown kind '%s'; expected one of: %s",
+                   cmd->name, cmd->what, names);
+        return false;
     default:
         return true;
     }
 }
 
-/* --timeout SECONDS of wait-config-change and wait-file (-1: absent). */
-static bool convert_wait_timeout(Command *cmd, GHashTable *vals,
-                                 Error **errp)
+static const CmdSpec *find_cmd_spec(const char *name)
 {
-    const char *str = opt_value(vals, "timeout");
-    char *end;
-
-    cmd->wait_s = -1;
-    if (!str) {
-        return true;
+    for (size_t i = 0; i < G_N_ELEMENTS(cmd_specs); i++) {
+        if (!strcmp(cmd_specs[i].name, name)) {
+            return &cmd_specs[i];
+        }
     }
-    cmd->wait_s = g_ascii_strtod(str, &end);
-    if (end == str || *end || !(cmd->wait_s >= 0) || cmd->wait_s > 86400) {
-        error_setg(errp, "%s --timeout: expected seconds from 0 to 86400, "
-                   "got '%s'", cmd->name, str);
-        return false;
+    return NULL;
+}
+
+static bool spec_takes_option(const CmdSpec *spec, const char *name)
+{
+    for (unsigned i = 0; i < CMD_OPTIONS_MAX && spec->options[i]; i++) {
+        if (!strcmp(spec->options[i], name)) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/*
+ * The --options of spec's command from argv[*i] up to the next word that
+ * is not one, into vals (name -> value, "" for a flag); *i moves past them.
+ */
+static bool take_options(const CmdSpec *spec, int argc, char **argv, int *i,
+                         GHashTable *vals, Error **errp)
+{
+    while (*i < argc && g_str_has_prefix(argv[*i], "--")) {
+        g_autofree char *name = g_strdup(argv[*i] + 2);
+        char *eq = strchr(name, '=');
+        const OptSpec *opt;
+
+        if (eq) {
+            *eq = '\0';
+        }
+        opt = find_opt_spec(name);
+        if (!opt || !spec_takes_option(spec, name)) {
+            error_setg(errp, "%s: unknown option '--%s'; usage: %s",
+                       spec->name, name, spec->usage);
+            return false;
+        }
+        (*i)++;
+        if (opt->conv == OPT_FLAG && eq) {
+            error_setg(errp, "%s: --%s takes no value", spec->name, name);
+            return false;
+        }
+        if (opt->conv != OPT_FLAG && !eq && *i >= argc) {
+            error_setg(errp, "%s: --%s needs a value", spec->name, name);
+            return false;
+        }
+        g_hash_table_insert(vals, g_strdup(name),
+                            g_strdup(opt->conv == OPT_FLAG ? ""
+                                     : eq ? eq + 1 : argv[(*i)++]));
     }
     return true;
 }
 
-static bool convert_command(Command *cmd, char **pos, GHashTable *vals,
-                            Error **errp)
+/* The options in vals into cmd, in the order of opt_specs. */
+static bool convert_options(Command *cmd, GHashTable *vals, Error **errp)
 {
-    const char *queue = opt_value(vals, "queue");
-    uint64_t q = 0;
+    for (size_t i = 0; i < G_N_ELEMENTS(opt_specs); i++) {
+        const OptSpec *opt = &opt_specs[i];
+        const char *str = g_hash_table_lookup(vals, opt->name);
+        g_autofree char *what = NULL;
 
-    if (queue) {
-        g_autofree char *what = g_strdup_printf("%s --queue", cmd->name);
-
-        if (!parse_uint(what, queue, 0, VUF_QUEUES_MAX - 1, &q, errp)) {
+        if (!str) {
+            continue;
+        }
+        what = g_strdup_printf("%s --%s", cmd->name, opt->name);
+        if (!convert_value(opt, what, str, cmd, errp)) {
             return false;
         }
     }
-    cmd->queue = q;
-    if (command_device(cmd->kind) == CMD_DEV_SCSI) {
-        return convert_scsi_command(cmd, pos, vals, errp);
-    }
-    switch (cmd->kind) {
-    case CMD_WRITE:
-        cmd->seed = 1;
-        return convert_io_args(cmd, pos, vals, errp) &&
-               convert_seed(cmd, "pattern", opt_value(vals, "pattern"), errp);
-    case CMD_READ:
-        cmd->output = g_strdup(opt_value(vals, "output"));
-        return convert_expect_zeroes(cmd, vals, errp) &&
-               convert_io_args(cmd, pos, vals, errp) &&
-               convert_seed(cmd, "verify", opt_value(vals, "verify"), errp);
-    case CMD_DISCARD:
-    case CMD_WRITE_ZEROES:
-        cmd->unmap = g_hash_table_contains(vals, "unmap");
-        if (!convert_io_args(cmd, pos, vals, errp)) {
-            return false;
-        }
-        if (cmd->len / SECTOR > UINT32_MAX) {
-            error_setg(errp, "%s: LEN is at most %" PRIu64 " bytes",
-                       cmd->name, (uint64_t)UINT32_MAX * SECTOR);
-            return false;
-        }
-        return true;
-    case CMD_VERIFY_RUN:
-        return convert_verify_run(cmd, vals, errp);
-    case CMD_MALFORMED:
-        return convert_kind(cmd, pos, malformed_kind_valid, malformed_kinds,
-                            errp);
-    case CMD_BAD_REQUEST:
-        if (!convert_kind(cmd, pos, bad_request_kind_valid, bad_request_kinds,
-                          errp)) {
-            return false;
-        }
-        if (opt_value(vals, "offset") &&
-            !parse_size("bad-request --offset", opt_value(vals, "offset"),
-                        &cmd->offset, errp)) {
-            return false;
-        }
-        if (cmd->offset % SECTOR) {
-            error_setg(errp, "bad-request --offset must be a multiple of %u",
-                       SECTOR);
-            return false;
-        }
-        return convert_seed(cmd, "pattern", opt_value(vals, "pattern"), errp);
-    case CMD_WAIT_CONFIG_CHANGE:
-        return convert_wait_timeout(cmd, vals, errp);
-    case CMD_WAIT_FILE:
-        if (!*pos[0]) {
-            error_setg(errp, "wait-file: PATH must not be empty");
-            return false;
-        }
-        cmd->what = g_strdup(pos[0]);
-        return convert_wait_timeout(cmd, vals, errp);
-    default:
-        return true;
-    }
+    return true;
 }
 
 /*
@@ -580,14 +609,13 @@ static Command *parse_one_command(int argc, char **argv, int *i,
                                                        g_free, g_free);
     char *pos[2] = { NULL, NULL };
     Command *cmd;
-    unsigned p;
 
     if (!spec) {
         error_setg(errp, "unknown command '%s' (see --help)", argv[*i]);
         return NULL;
     }
     (*i)++;
-    for (p = 0; p < spec->npos; p++, (*i)++) {
+    for (unsigned p = 0; p < args_count(spec->args); p++, (*i)++) {
         if (*i >= argc || find_cmd_spec(argv[*i]) ||
             g_str_has_prefix(argv[*i], "--")) {
             error_setg(errp, "%s: missing argument; usage: %s", spec->name,
@@ -596,83 +624,178 @@ static Command *parse_one_command(int argc, char **argv, int *i,
         }
         pos[p] = argv[*i];
     }
-    while (*i < argc && g_str_has_prefix(argv[*i], "--")) {
-        g_autofree char *name = g_strdup(argv[*i] + 2);
-        char *eq = strchr(name, '=');
-        const CmdOption *opt;
-        char *value = NULL;
-
-        if (eq) {
-            *eq = '\0';
-            value = g_strdup(eq + 1);
-        }
-        for (opt = spec->options; opt->name; opt++) {
-            if (!strcmp(opt->name, name)) {
-                break;
-            }
-        }
-        if (!opt->name) {
-            error_setg(errp, "%s: unknown option '--%s'; usage: %s",
-                       spec->name, name, spec->usage);
-            g_free(value);
-            return NULL;
-        }
-        (*i)++;
-        if (opt->type == ARG_VALUE && !value) {
-            if (*i >= argc) {
-                error_setg(errp, "%s: --%s needs a value", spec->name, name);
-                return NULL;
-            }
-            value = g_strdup(argv[(*i)++]);
-        } else if (opt->type == ARG_FLAG && value) {
-            error_setg(errp, "%s: --%s takes no value", spec->name, name);
-            g_free(value);
-            return NULL;
-        }
-        g_hash_table_insert(vals, g_strdup(name), value ? value : g_strdup(""));
+    if (!take_options(spec, argc, argv, i, vals, errp)) {
+        return NULL;
     }
     if (*i < argc && !find_cmd_spec(argv[*i])) {
         error_setg(errp, "%s: unexpected argument '%s'; usage: %s",
                    spec->name, argv[*i], spec->usage);
         return NULL;
     }
-    cmd = g_new0(Command, 1);
-    cmd->kind = spec->kind;
-    cmd->name = spec->name;
-    if (!convert_command(cmd, pos, vals, errp)) {
+    cmd = command_new(spec->kind, spec->name, spec->device, spec->run);
+    if (!convert_options(cmd, vals, errp) ||
+        !convert_args(spec, cmd, pos, errp) ||
+        (spec->check && !spec->check(cmd, vals, errp))) {
         command_free(cmd);
         return NULL;
     }
     return cmd;
 }
 
+/* ------------------------------------------------------------------------ */
+/* Global options                                                            */
+
+/* A global option: GOption's view of it, and how its value converts. */
+typedef struct GlobalOpt {
+    const char *name;
+    char short_name;
+    GOptionArg arg;             /* G_OPTION_ARG_STRING or _NONE */
+    const char *help;
+    const char *arg_help;
+    OptSpec conv;               /* into ClientOpts; .name NULL: by hand */
+} GlobalOpt;
+
+#define OPTS_FIELD(f)       offsetof(ClientOpts, f)
+
+static const GlobalOpt global_opts[] = {
+    { "socket", 's', G_OPTION_ARG_STRING,
+      "vhost-user socket of the back-end (required)", "PATH",
+      { "socket", OPT_STRING, 0, 0, OPTS_FIELD(socket), 0 } },
+    { "queues", 'q', G_OPTION_ARG_STRING,
+      "Queues to set up (default 1, or what the commands use)", "N",
+      { "queues", OPT_UINT, 1, VUF_QUEUES_MAX, OPTS_FIELD(queues), 0 } },
+    { "device", 0, G_OPTION_ARG_STRING,
+      "blk or scsi (default: scsi if a scsi-* command is given, else blk)",
+      "TYPE" },
+    { "json", 0, G_OPTION_ARG_NONE,
+      "Print one JSON object with every command's result", NULL,
+      { "json", OPT_FLAG, 0, 0, OPTS_FIELD(json), 0 } },
+    { "mem-size", 0, G_OPTION_ARG_STRING, "Guest memory size (default 64M)",
+      "BYTES", { "mem-size", OPT_SIZE, 0, 0, OPTS_FIELD(mem_size), 0 } },
+    { "queue-size", 0, G_OPTION_ARG_STRING,
+      "Descriptors per queue, a power of 2 (default 256)", "N",
+      { "queue-size", OPT_UINT, 1, VUF_QUEUE_SIZE_MAX,
+        OPTS_FIELD(queue_size), 0 } },
+    { "completion", 0, G_OPTION_ARG_STRING,
+      "poll (spin on the used ring, the default) or interrupt (block on the "
+      "call eventfd)", "MODE" },
+    { "indirect", 0, G_OPTION_ARG_NONE,
+      "Put each request in an indirect descriptor table", NULL,
+      { "indirect", OPT_FLAG, 0, 0, OPTS_FIELD(indirect), 0 } },
+    { "segments", 0, G_OPTION_ARG_STRING,
+      "Data descriptors per request (default 1)", "N",
+      { "segments", OPT_UINT, 1, 64, OPTS_FIELD(segments), 0 } },
+    { "timeout", 0, G_OPTION_ARG_STRING,
+      "Give up on a reply or a request after this long (default 30)",
+      "SECONDS",
+      { "timeout", OPT_SECONDS, 0, 86400, OPTS_FIELD(timeout_s), 0 } },
+    { "connect-timeout", 0, G_OPTION_ARG_STRING,
+      "Keep retrying to connect this long (default 0)", "SECONDS",
+      { "connect-timeout", OPT_SECONDS, 0, 86400,
+        OPTS_FIELD(connect_timeout_s), 0 } },
+    { "mem-slots", 0, G_OPTION_ARG_NONE,
+      "Share memory with ADD_MEM_REG (needs CONFIGURE_MEM_SLOTS) instead of "
+      "SET_MEM_TABLE", NULL,
+      { "mem-slots", OPT_FLAG, 0, 0, OPTS_FIELD(mem_slots), 0 } },
+    { "disable-feature", 0, G_OPTION_ARG_STRING,
+      "Do not accept these features, e.g. RING_EVENT_IDX,BLK_MQ", "LIST" },
+    { "require-feature", 0, G_OPTION_ARG_STRING,
+      "Fail unless the back-end offers these features", "LIST" },
+    { "disable-protocol-feature", 0, G_OPTION_ARG_STRING,
+      "Do not accept these protocol features, e.g. REPLY_ACK", "LIST" },
+};
+
+#undef OPTS_FIELD
+
+#define GLOBAL_OPTS         G_N_ELEMENTS(global_opts)
+
+/* What GOption found: global_opts[i]'s string, or whether it was given. */
+typedef struct RawOpts {
+    char *str[GLOBAL_OPTS];
+    gboolean given[GLOBAL_OPTS];
+} RawOpts;
+
+/* The value of global option name, or NULL. */
+static const char *raw_value(const RawOpts *raw, const char *name)
+{
+    for (size_t i = 0; i < GLOBAL_OPTS; i++) {
+        if (!strcmp(global_opts[i].name, name)) {
+            return raw->str[i];
+        }
+    }
+    g_assert_not_reached();
+}
+
+static void raw_opts_free(RawOpts *raw)
+{
+    for (size_t i = 0; i < GLOBAL_OPTS; i++) {
+        g_free(raw->str[i]);
+    }
+}
+
+/* GOption's entries for global_opts, writing into raw.  Caller frees. */
+static GOptionEntry *global_entries(RawOpts *raw)
+{
+    GOptionEntry *e = g_new0(GOptionEntry, GLOBAL_OPTS + 1);
+
+    for (size_t i = 0; i < GLOBAL_OPTS; i++) {
+        const GlobalOpt *g = &global_opts[i];
+
+        e[i] = (GOptionEntry) {
+            g->name, g->short_name, 0, g->arg,
+            g->arg == G_OPTION_ARG_NONE ? (void *)&raw->given[i]
+                                        : (void *)&raw->str[i],
+            g->help, g->arg_help,
+        };
+    }
+    return e;
+}
+
+static bool convert_global_opts(const RawOpts *raw, ClientOpts *o,
+                                Error **errp)
+{
+    const char *completion = raw_value(raw, "completion");
+
+    if (!raw_value(raw, "socket")) {
+        error_setg(errp, "--socket PATH is required");
+        return false;
+    }
+    for (size_t i = 0; i < GLOBAL_OPTS; i++) {
+        const GlobalOpt *g = &global_opts[i];
+        g_autofree char *what = g_strdup_printf("--%s", g->name);
+
+        if (g->conv.name && (raw->str[i] || raw->given[i]) &&
+            !convert_value(&g->conv, what, raw->str[i], o, errp)) {
+            return false;
+        }
+    }
+    if (completion && !strcmp(completion, "poll")) {
+        o->completion = VUF_COMPLETION_POLL;
+    } else if (completion && !strcmp(completion, "interrupt")) {
+        o->completion = VUF_COMPLETION_INTERRUPT;
+    } else if (completion) {
+        error_setg(errp, "--completion: expected poll or interrupt, got "
+                   "'%s'", completion);
+        return false;
+    }
+    return true;
+}
+
+/* A comma-separated list of feature names into the bits of *mask. */
 static bool parse_feature_list(const char *what, const char *list,
                                VufDeviceType dev, bool protocol,
                                uint64_t *mask, Error **errp)
 {
     g_auto(GStrv) names = NULL;
-    char **n;
 
     if (!list) {
         return true;
     }
     names = g_strsplit(list, ",", -1);
-    for (n = names; *n; n++) {
-        int bit = -1;
-        unsigned b;
+    for (char **n = names; *n; n++) {
+        int bit = protocol ? vuf_protocol_feature_by_name(*n)
+                           : vuf_device_feature_by_name(dev, *n);
 
-        if (protocol) {
-            for (b = 0; b < 64; b++) {
-                const char *name = vuf_protocol_feature_name(b);
-
-                if (name && !g_ascii_strcasecmp(name, *n)) {
-                    bit = b;
-                    break;
-                }
-            }
-        } else {
-            bit = vuf_device_feature_by_name(dev, *n);
-        }
         if (bit < 0) {
             error_setg(errp, "%s: unknown feature '%s' (names as `info` "
                        "prints them, e.g. %s)", what, *n,
@@ -684,160 +807,66 @@ static bool parse_feature_list(const char *what, const char *list,
     return true;
 }
 
-typedef struct RawOpts {
-    char *socket;
-    char *queues;
-    char *mem_size;
-    char *queue_size;
-    char *completion;
-    char *segments;
-    char *timeout;
-    char *connect_timeout;
-    char *disable_features;
-    char *require_features;
-    char *disable_protocol_features;
-    char *device;
-    gboolean json;
-    gboolean indirect;
-    gboolean mem_slots;
-} RawOpts;
-
-static void raw_opts_free(RawOpts *raw)
+static const char *device_name(CmdDevice dev)
 {
-    g_free(raw->socket);
-    g_free(raw->queues);
-    g_free(raw->mem_size);
-    g_free(raw->queue_size);
-    g_free(raw->completion);
-    g_free(raw->segments);
-    g_free(raw->timeout);
-    g_free(raw->connect_timeout);
-    g_free(raw->disable_features);
-    g_free(raw->require_features);
-    g_free(raw->disable_protocol_features);
-    g_free(raw->device);
-}
-
-static bool parse_seconds(const char *what, const char *str, double *out,
-                          Error **errp)
-{
-    char *end;
-    double v;
-
-    if (!str) {
-        return true;
-    }
-    v = g_ascii_strtod(str, &end);
-    if (end == str || *end || !(v >= 0) || v > 86400) {
-        error_setg(errp, "%s: expected seconds from 0 to 86400, got '%s'",
-                   what, str);
-        return false;
-    }
-    *out = v;
-    return true;
-}
-
-static bool convert_global_opts(RawOpts *raw, ClientOpts *o, Error **errp)
-{
-    uint64_t v;
-
-    if (!raw->socket) {
-        error_setg(errp, "--socket PATH is required");
-        return false;
-    }
-    o->socket = g_strdup(raw->socket);
-    o->json = raw->json;
-    o->indirect = raw->indirect;
-    o->mem_slots = raw->mem_slots;
-    if (raw->queues) {
-        if (!parse_uint("--queues", raw->queues, 1, VUF_QUEUES_MAX, &v, errp)) {
-            return false;
-        }
-        o->queues = v;
-    }
-    if (raw->mem_size &&
-        !parse_size("--mem-size", raw->mem_size, &o->mem_size, errp)) {
-        return false;
-    }
-    if (raw->queue_size) {
-        if (!parse_uint("--queue-size", raw->queue_size, 1,
-                        VUF_QUEUE_SIZE_MAX, &v, errp)) {
-            return false;
-        }
-        o->queue_size = v;
-    }
-    if (raw->segments) {
-        if (!parse_uint("--segments", raw->segments, 1, 64, &v, errp)) {
-            return false;
-        }
-        o->segments = v;
-    }
-    if (raw->completion) {
-        if (!strcmp(raw->completion, "poll")) {
-            o->completion = VUF_COMPLETION_POLL;
-        } else if (!strcmp(raw->completion, "interrupt")) {
-            o->completion = VUF_COMPLETION_INTERRUPT;
-        } else {
-            error_setg(errp, "--completion: expected poll or interrupt, got "
-                       "'%s'", raw->completion);
-            return false;
-        }
-    }
-    return parse_seconds("--timeout", raw->timeout, &o->timeout_s, errp) &&
-           parse_seconds("--connect-timeout", raw->connect_timeout,
-                         &o->connect_timeout_s, errp);
+    return dev == CMD_DEV_SCSI ? "scsi" : "blk";
 }
 
 /*
  * The device: --device if given, else virtio-scsi if a scsi-* command is
  * on the line, else virtio-blk; a command for the other device is an
- * error.  Then the feature lists, whose names depend on the device.
+ * error.
  */
-static bool convert_device(RawOpts *raw, ClientOpts *o, Error **errp)
+static bool convert_device(const char *device, ClientOpts *o, Error **errp)
 {
     CmdDevice want = CMD_DEV_ANY;
-    guint i;
 
-    if (raw->device) {
-        if (!strcmp(raw->device, "blk")) {
-            want = CMD_DEV_BLK;
-        } else if (!strcmp(raw->device, "scsi")) {
-            want = CMD_DEV_SCSI;
-        } else {
-            error_setg(errp, "--device: expected blk or scsi, got '%s'",
-                       raw->device);
-            return false;
-        }
+    if (device && !strcmp(device, "blk")) {
+        want = CMD_DEV_BLK;
+    } else if (device && !strcmp(device, "scsi")) {
+        want = CMD_DEV_SCSI;
+    } else if (device) {
+        error_setg(errp, "--device: expected blk or scsi, got '%s'", device);
+        return false;
     }
-    for (i = 0; i < o->commands->len; i++) {
+    for (guint i = 0; i < o->commands->len; i++) {
         const Command *cmd = o->commands->pdata[i];
-        CmdDevice dev = command_device(cmd->kind);
 
-        if (dev == CMD_DEV_ANY) {
-            continue;
+        if (want != CMD_DEV_ANY && cmd->device != CMD_DEV_ANY &&
+            cmd->device != want) {
+            error_setg(errp, "%s is a virtio-%s command, but the device is "
+                       "virtio-%s (%s)", cmd->name, device_name(cmd->device),
+                       device_name(want),
+                       device ? "--device" : "an earlier command");
+            return false;
         }
         if (want == CMD_DEV_ANY) {
-            want = dev;
-        } else if (dev != want) {
-            error_setg(errp, "%s is a virtio-%s command, but the device is "
-                       "virtio-%s (%s)", cmd->name,
-                       dev == CMD_DEV_SCSI ? "scsi" : "blk",
-                       want == CMD_DEV_SCSI ? "scsi" : "blk",
-                       raw->device ? "--device" : "an earlier command");
-            return false;
+            want = cmd->device;
         }
     }
     o->device = want == CMD_DEV_SCSI ? VUF_DEVICE_SCSI : VUF_DEVICE_BLK;
-    return parse_feature_list("--disable-feature", raw->disable_features,
-                              o->device, false, &o->features_disabled,
-                              errp) &&
-           parse_feature_list("--require-feature", raw->require_features,
-                              o->device, false, &o->features_required,
-                              errp) &&
-           parse_feature_list("--disable-protocol-feature",
-                              raw->disable_protocol_features, o->device,
-                              true, &o->protocol_features_disabled, errp);
+    return true;
 }
+
+/* The device, then the feature lists, whose names depend on it. */
+static bool convert_device_features(const RawOpts *raw, ClientOpts *o,
+                                    Error **errp)
+{
+    return convert_device(raw_value(raw, "device"), o, errp) &&
+           parse_feature_list("--disable-feature",
+                              raw_value(raw, "disable-feature"), o->device,
+                              false, &o->features_disabled, errp) &&
+           parse_feature_list("--require-feature",
+                              raw_value(raw, "require-feature"), o->device,
+                              false, &o->features_required, errp) &&
+           parse_feature_list("--disable-protocol-feature",
+                              raw_value(raw, "disable-protocol-feature"),
+                              o->device, true,
+                              &o->protocol_features_disabled, errp);
+}
+
+/* ------------------------------------------------------------------------ */
+/* The whole line                                                            */
 
 static const char *help_description(void)
 {
@@ -876,53 +905,32 @@ static const char *help_description(void)
     return text;
 }
 
+/* The commands argv[1..argc) into o->commands. */
+static bool parse_commands(int argc, char **argv, ClientOpts *o,
+                           Error **errp)
+{
+    if (argc < 2) {
+        error_setg(errp, "no command given (see --help)");
+        return false;
+    }
+    for (int i = 1; i < argc; ) {
+        Command *cmd = parse_one_command(argc, argv, &i, errp);
+
+        if (!cmd) {
+            return false;
+        }
+        g_ptr_array_add(o->commands, cmd);
+    }
+    return true;
+}
+
 bool parse_command_line(int argc, char **argv, ClientOpts *o, Error **errp)
 {
     RawOpts raw = { 0 };
-    GOptionEntry entries[] = {
-        { "socket", 's', 0, G_OPTION_ARG_STRING, &raw.socket,
-          "vhost-user socket of the back-end (required)", "PATH" },
-        { "queues", 'q', 0, G_OPTION_ARG_STRING, &raw.queues,
-          "Queues to set up (default 1, or what the commands use)", "N" },
-        { "device", 0, 0, G_OPTION_ARG_STRING, &raw.device,
-          "blk or scsi (default: scsi if a scsi-* command is given, else "
-          "blk)", "TYPE" },
-        { "json", 0, 0, G_OPTION_ARG_NONE, &raw.json,
-          "Print one JSON object with every command's result", NULL },
-        { "mem-size", 0, 0, G_OPTION_ARG_STRING, &raw.mem_size,
-          "Guest memory size (default 64M)", "BYTES" },
-        { "queue-size", 0, 0, G_OPTION_ARG_STRING, &raw.queue_size,
-          "Descriptors per queue, a power of 2 (default 256)", "N" },
-        { "completion", 0, 0, G_OPTION_ARG_STRING, &raw.completion,
-          "poll (spin on the used ring, the default) or interrupt (block "
-          "on the call eventfd)", "MODE" },
-        { "indirect", 0, 0, G_OPTION_ARG_NONE, &raw.indirect,
-          "Put each request in an indirect descriptor table", NULL },
-        { "segments", 0, 0, G_OPTION_ARG_STRING, &raw.segments,
-          "Data descriptors per request (default 1)", "N" },
-        { "timeout", 0, 0, G_OPTION_ARG_STRING, &raw.timeout,
-          "Give up on a reply or a request after this long (default 30)",
-          "SECONDS" },
-        { "connect-timeout", 0, 0, G_OPTION_ARG_STRING, &raw.connect_timeout,
-          "Keep retrying to connect this long (default 0)", "SECONDS" },
-        { "mem-slots", 0, 0, G_OPTION_ARG_NONE, &raw.mem_slots,
-          "Share memory with ADD_MEM_REG (needs CONFIGURE_MEM_SLOTS) "
-          "instead of SET_MEM_TABLE", NULL },
-        { "disable-feature", 0, 0, G_OPTION_ARG_STRING, &raw.disable_features,
-          "Do not accept these features, e.g. RING_EVENT_IDX,BLK_MQ",
-          "LIST" },
-        { "require-feature", 0, 0, G_OPTION_ARG_STRING,
-          &raw.require_features,
-          "Fail unless the back-end offers these features", "LIST" },
-        { "disable-protocol-feature", 0, 0, G_OPTION_ARG_STRING,
-          &raw.disable_protocol_features,
-          "Do not accept these protocol features, e.g. REPLY_ACK", "LIST" },
-        { NULL }
-    };
+    g_autofree GOptionEntry *entries = global_entries(&raw);
     g_autoptr(GOptionContext) ctx =
         g_option_context_new("COMMAND [ARGS] [COMMAND [ARGS]...]");
     bool ok;
-    int i;
 
     g_option_context_set_summary(ctx,
         "A guest-less vhost-user-blk and vhost-user-scsi front-end: connects "
@@ -931,27 +939,10 @@ bool parse_command_line(int argc, char **argv, ClientOpts *o, Error **errp)
     g_option_context_set_description(ctx, help_description());
     g_option_context_add_main_entries(ctx, entries, NULL);
     g_option_context_set_strict_posix(ctx, TRUE);
-    ok = g_option_context_parse(ctx, &argc, &argv, errp);
-    if (ok) {
-        ok = convert_global_opts(&raw, o, errp);
-    }
-    if (ok && argc < 2) {
-        error_setg(errp, "no command given (see --help)");
-        ok = false;
-    }
-    for (i = 1; ok && i < argc; ) {
-        Command *cmd = parse_one_command(argc, argv, &i, errp);
-
-        if (!cmd) {
-            ok = false;
-            break;
-        }
-        g_ptr_array_add(o->commands, cmd);
-    }
-    if (ok) {
-        ok = convert_device(&raw, o, errp);
-    }
+    ok = g_option_context_parse(ctx, &argc, &argv, errp) &&
+         convert_global_opts(&raw, o, errp) &&
+         parse_commands(argc, argv, o, errp) &&
+         convert_device_features(&raw, o, errp);
     raw_opts_free(&raw);
     return ok;
 }
-

@@ -47,7 +47,11 @@
 
 #include <glib.h>
 
-#include "vu-client.h"
+#include "util/error.h"
+#include "vu-client-bad.h"
+#include "vu-client-pattern.h"
+#include "vu-client-result.h"
+#include "vu-client-session.h"
 
 #define BR_SECTOR               512u
 #define BR_SCRATCH_BYTES        (32u << 10)

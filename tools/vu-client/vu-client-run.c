@@ -22,7 +22,10 @@
 
 #include <glib.h>
 
-#include "vu-client.h"
+#include "util/error.h"
+#include "vu-client-result.h"
+#include "vu-client-run.h"
+#include "vu-client-session.h"
 #include "vu-client-verify.h"
 
 #define SECTOR                  VIRTIO_BLK_SECTOR_SIZE

@@ -26,7 +26,11 @@
 
 #include <glib.h>
 
-#include "vu-client.h"
+#include "util/error.h"
+#include "vu-client-result.h"
+#include "vu-client-scsi.h"
+#include "vu-client-scsi-run.h"
+#include "vu-client-session.h"
 #include "vu-client-verify.h"
 
 #define SK_UNIT_ATTENTION       0x6

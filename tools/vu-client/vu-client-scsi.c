@@ -41,7 +41,11 @@
 #include <json-glib/json-glib.h>
 
 #include "util/bswap.h"
-#include "vu-client.h"
+#include "util/error.h"
+#include "vu-client-pattern.h"
+#include "vu-client-result.h"
+#include "vu-client-scsi.h"
+#include "vu-client-session.h"
 
 #define SCSI_EVENT_BUFS         4
 #define SCSI_UA_RETRIES         3
@@ -73,16 +77,6 @@ typedef struct LunGeometry {
 /* ------------------------------------------------------------------------ */
 /* Helpers                                                                   */
 
-static char *hex_bytes(const uint8_t *p, size_t n)
-{
-    GString *h = g_string_sized_new(n * 2 + 1);
-
-    for (size_t i = 0; i < n; i++) {
-        g_string_append_printf(h, "%02x", p[i]);
-    }
-    return g_string_free(h, FALSE);
-}
-
 /* An INQUIRY string field: ASCII, trailing spaces dropped. */
 static char *scsi_string(const uint8_t *p, size_t n)
 {
@@ -94,37 +88,6 @@ static char *scsi_string(const uint8_t *p, size_t n)
         }
     }
     return g_strchomp(s);
-}
-
-CmdDevice command_device(CmdKind kind)
-{
-    switch (kind) {
-    case CMD_INFO:
-    case CMD_RECONNECT:
-    case CMD_STOP:
-    case CMD_STATS:
-    case CMD_MALFORMED:
-    case CMD_GET_CONFIG:
-    case CMD_WAIT_CONFIG_CHANGE:
-    case CMD_WAIT_FILE:
-        return CMD_DEV_ANY;
-    case CMD_SCSI_INQUIRY:
-    case CMD_SCSI_READ_CAPACITY:
-    case CMD_SCSI_REPORT_LUNS:
-    case CMD_SCSI_TUR:
-    case CMD_SCSI_READ:
-    case CMD_SCSI_WRITE:
-    case CMD_SCSI_UNMAP:
-    case CMD_SCSI_SYNC:
-    case CMD_SCSI_TMF:
-    case CMD_SCSI_AN_QUERY:
-    case CMD_SCSI_EVENTS:
-    case CMD_SCSI_VERIFY_RUN:
-    case CMD_SCSI_BAD_REQUEST:
-        return CMD_DEV_SCSI;
-    default:
-        return CMD_DEV_BLK;
-    }
 }
 
 int scsi_sense_key_by_name(const char *name)
@@ -427,7 +390,7 @@ bool scsi_lun_geometry(Client *c, unsigned qi, unsigned lun, uint32_t *bs,
 /* ------------------------------------------------------------------------ */
 /* Commands                                                                  */
 
-static bool cmd_scsi_tur(Client *c, const Command *cmd, Result *r,
+bool cmd_scsi_tur(Client *c, const Command *cmd, Result *r,
                          Error **errp)
 {
     uint8_t cdb[6] = { OP_TEST_UNIT_READY };
@@ -477,7 +440,7 @@ static void inquiry_designators(Result *r, const uint8_t *d, size_t len)
             json_object_unref(o);
             break;
         }
-        hex = hex_bytes(p + 4, dlen);
+        hex = hex_string(p + 4, dlen);
         json_object_set_int_member(o, "code_set", p[0] & 0x0f);
         json_object_set_int_member(o, "association", (p[1] >> 4) & 0x03);
         json_object_set_int_member(o, "type", p[1] & 0x0f);
@@ -510,7 +473,7 @@ static void inquiry_vpd(Result *r, const uint8_t *d, size_t n)
         return;
     }
     len = MIN(ld_be16(d + 2), n - 4);
-    hex = hex_bytes(d, 4 + len);
+    hex = hex_string(d, 4 + len);
     res_int(r, "peripheral_qualifier", d[0] >> 5);
     res_int(r, "device_type", d[0] & 0x1f);
     res_int(r, "page", d[1]);
@@ -566,7 +529,7 @@ static void inquiry_vpd(Result *r, const uint8_t *d, size_t n)
     }
 }
 
-static bool cmd_scsi_inquiry(Client *c, const Command *cmd, Result *r,
+bool cmd_scsi_inquiry(Client *c, const Command *cmd, Result *r,
                              Error **errp)
 {
     VufScsiReq *req = c->sreqs[cmd->queue];
@@ -602,7 +565,7 @@ static bool cmd_scsi_inquiry(Client *c, const Command *cmd, Result *r,
     return true;
 }
 
-static bool cmd_scsi_read_capacity(Client *c, const Command *cmd, Result *r,
+bool cmd_scsi_read_capacity(Client *c, const Command *cmd, Result *r,
                                    Error **errp)
 {
     VufScsiReq *req = c->sreqs[cmd->queue];
@@ -648,7 +611,7 @@ static bool cmd_scsi_read_capacity(Client *c, const Command *cmd, Result *r,
     return true;
 }
 
-static bool cmd_scsi_report_luns(Client *c, const Command *cmd, Result *r,
+bool cmd_scsi_report_luns(Client *c, const Command *cmd, Result *r,
                                  Error **errp)
 {
     VufScsiReq *req = c->sreqs[cmd->queue];
@@ -689,7 +652,7 @@ static bool cmd_scsi_report_luns(Client *c, const Command *cmd, Result *r,
             json_array_add_int_element(luns, (e[0] & 0x3f) << 8 | e[1]);
             break;
         default: {
-            g_autofree char *hex = hex_bytes(e, 8);
+            g_autofree char *hex = hex_string(e, 8);
 
             json_array_add_string_element(luns, hex);
         }
@@ -771,7 +734,7 @@ static bool scsi_run_rw(Client *c, const Command *cmd, bool write,
                     r, errp);
 }
 
-static bool cmd_scsi_write(Client *c, const Command *cmd, Result *r,
+bool cmd_scsi_write(Client *c, const Command *cmd, Result *r,
                            Error **errp)
 {
     VufScsiReq *req = c->sreqs[cmd->queue];
@@ -829,7 +792,7 @@ static bool scsi_check_data(const Command *cmd, const uint8_t *data,
     return true;
 }
 
-static bool cmd_scsi_read(Client *c, const Command *cmd, Result *r,
+bool cmd_scsi_read(Client *c, const Command *cmd, Result *r,
                           Error **errp)
 {
     g_autoptr(GChecksum) sum = g_checksum_new(G_CHECKSUM_SHA256);
@@ -876,7 +839,7 @@ static bool cmd_scsi_read(Client *c, const Command *cmd, Result *r,
     return true;
 }
 
-static bool cmd_scsi_unmap(Client *c, const Command *cmd, Result *r,
+bool cmd_scsi_unmap(Client *c, const Command *cmd, Result *r,
                            Error **errp)
 {
     VufScsiReq *req = c->sreqs[cmd->queue];
@@ -900,7 +863,7 @@ static bool cmd_scsi_unmap(Client *c, const Command *cmd, Result *r,
                     &expected, r, errp);
 }
 
-static bool cmd_scsi_sync(Client *c, const Command *cmd, Result *r,
+bool cmd_scsi_sync(Client *c, const Command *cmd, Result *r,
                           Error **errp)
 {
     uint8_t cdb[10] = { OP_SYNCHRONIZE_CACHE_10 };
@@ -930,7 +893,7 @@ static int scsi_ctrl_run(Client *c, const char *what, Error **errp)
     return resp;
 }
 
-static bool cmd_scsi_tmf(Client *c, const Command *cmd, Result *r,
+bool cmd_scsi_tmf(Client *c, const Command *cmd, Result *r,
                          Error **errp)
 {
     int subtype = vufscsi_tmf_by_name(cmd->what);
@@ -955,7 +918,7 @@ static bool cmd_scsi_tmf(Client *c, const Command *cmd, Result *r,
     return true;
 }
 
-static bool cmd_scsi_an_query(Client *c, const Command *cmd, Result *r,
+bool cmd_scsi_an_query(Client *c, const Command *cmd, Result *r,
                               Error **errp)
 {
     int resp;
@@ -983,7 +946,7 @@ static int event_lun(const uint8_t *lun)
     return (lun[2] & 0x3f) << 8 | lun[3];
 }
 
-static bool cmd_scsi_events(Client *c, const Command *cmd, Result *r,
+bool cmd_scsi_events(Client *c, const Command *cmd, Result *r,
                             Error **errp)
 {
     VufQueue *q = vuf_queue(c->fe, VUFSCSI_VQ_EVENT);
@@ -1025,38 +988,4 @@ static bool cmd_scsi_events(Client *c, const Command *cmd, Result *r,
     }
     res_int(r, "count", json_array_get_length(a));
     return true;
-}
-
-bool cmd_scsi(Client *c, const Command *cmd, Result *r, Error **errp)
-{
-    switch (cmd->kind) {
-    case CMD_SCSI_INQUIRY:
-        return cmd_scsi_inquiry(c, cmd, r, errp);
-    case CMD_SCSI_READ_CAPACITY:
-        return cmd_scsi_read_capacity(c, cmd, r, errp);
-    case CMD_SCSI_REPORT_LUNS:
-        return cmd_scsi_report_luns(c, cmd, r, errp);
-    case CMD_SCSI_TUR:
-        return cmd_scsi_tur(c, cmd, r, errp);
-    case CMD_SCSI_READ:
-        return cmd_scsi_read(c, cmd, r, errp);
-    case CMD_SCSI_WRITE:
-        return cmd_scsi_write(c, cmd, r, errp);
-    case CMD_SCSI_UNMAP:
-        return cmd_scsi_unmap(c, cmd, r, errp);
-    case CMD_SCSI_SYNC:
-        return cmd_scsi_sync(c, cmd, r, errp);
-    case CMD_SCSI_TMF:
-        return cmd_scsi_tmf(c, cmd, r, errp);
-    case CMD_SCSI_AN_QUERY:
-        return cmd_scsi_an_query(c, cmd, r, errp);
-    case CMD_SCSI_EVENTS:
-        return cmd_scsi_events(c, cmd, r, errp);
-    case CMD_SCSI_VERIFY_RUN:
-        return cmd_scsi_verify_run(c, cmd, r, errp);
-    case CMD_SCSI_BAD_REQUEST:
-        return cmd_scsi_bad_request(c, cmd, r, errp);
-    default:
-        g_assert_not_reached();
-    }
 }

@@ -28,6 +28,10 @@
 
 #include <glib.h>
 
+#include "util/error.h"
+#include "vu-client-pattern.h"
+#include "vu-client-result.h"
+#include "vu-client-session.h"
 #include "vu-client-verify.h"
 
 /* The pattern seed of generation gen of a block. */

@@ -18,7 +18,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "vu-client.h"
+#include "vu-client-cmd.h"
+#include "vu-frontend.h"
 
 typedef struct VerifyRun VerifyRun;
 

@@ -1,0 +1,47 @@
+/*
+ * spindle-vu-client: a command's result, a JSON object, and the output of
+ * all results at the end (one JSON document with --json, else indented
+ * "key: value" text).  Main thread.
+ */
+#ifndef SPINDLE_TOOLS_VU_CLIENT_RESULT_H
+#define SPINDLE_TOOLS_VU_CLIENT_RESULT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <glib.h>
+#include <json-glib/json-glib.h>
+
+/* A command's result: the JSON object, printed as text or JSON later. */
+typedef struct Result {
+    JsonObject *obj;
+} Result;
+
+/* Set member key of the result to v (replacing one of that name). */
+void res_int(Result *r, const char *key, int64_t v);
+void res_str(Result *r, const char *key, const char *v);
+void res_bool(Result *r, const char *key, bool v);
+/* v as a string "0x%016x". */
+void res_hex(Result *r, const char *key, uint64_t v);
+/* The "mismatch" member: disk offset, expected and found words. */
+void res_mismatch(Result *r, uint64_t off, uint64_t want, uint64_t got);
+/* What a read checked: "sha256" of the data, "seed" (with have_seed) and
+ * "verified" (pattern, zeroes or no). */
+void res_verified(Result *r, GChecksum *sum, bool have_seed, uint64_t seed,
+                  bool zeroes);
+/* A new object {"queue": queue} appended to a; returned for more members
+ * (a owns it). */
+JsonObject *res_queue_entry(JsonArray *a, unsigned queue);
+
+/* n bytes as lower-case hex digits.  Caller frees. */
+char *hex_string(const uint8_t *p, size_t n);
+
+/*
+ * Print the results (JsonObjects, each with its "command") and the error
+ * that stopped the run (NULL if none) on stdout: one JSON document
+ * {ok, error, results} with json, else text; the error also goes to
+ * stderr in text mode.
+ */
+void print_results(bool json, JsonArray *results, const char *error);
+
+#endif

@@ -1,0 +1,79 @@
+/*
+ * spindle-vu-client: the session's shared state.
+ *
+ * Theory of operation
+ * -------------------
+ * The client remembers what it wrote or zeroed in this run as a list of
+ * non-overlapping extents (pattern with its seed, or zeroes), so that
+ * `reconnect` can verify all of it through the new session.  A write
+ * records its range (replacing what was known there), a failed or
+ * unknown write forgets it; an extent cut in the middle becomes two.
+ *
+ * client_strerror() words the data path's errnos for a user.
+ */
+
+#include <errno.h>
+
+#include <glib.h>
+
+#include "vu-client-session.h"
+
+const char *client_strerror(int err)
+{
+    switch (err) {
+    case ETIMEDOUT:
+        return "no completion within the timeout (see --timeout)";
+    case ECONNRESET:
+        return "the back-end hung up";
+    case EIO:
+        return "the device put an invalid entry in the used ring";
+    case ENOTCONN:
+        return "the queue is not set up (the session ended)";
+    case ENOTSUP:
+        return "indirect descriptors were not negotiated";
+    case E2BIG:
+        return "the request needs more segments than the device's seg_max";
+    default:
+        return g_strerror(err);
+    }
+}
+
+void extents_forget(Client *c, uint64_t start, uint64_t len)
+{
+    uint64_t end = start + len;
+    guint i = 0;
+
+    while (i < c->extents->len) {
+        Extent *e = &g_array_index(c->extents, Extent, i);
+
+        if (e->end <= start || e->start >= end) {
+            i++;
+            continue;
+        }
+        if (e->start < start && e->end > end) {
+            Extent tail = *e;
+
+            tail.start = end;
+            e->end = start;
+            g_array_insert_val(c->extents, i + 1, tail);
+            i += 2;
+        } else if (e->start < start) {
+            e->end = start;
+            i++;
+        } else if (e->end > end) {
+            e->start = end;
+            i++;
+        } else {
+            g_array_remove_index(c->extents, i);
+        }
+    }
+}
+
+void extents_record(Client *c, uint64_t start, uint64_t len,
+                           ExtentKind kind, uint64_t seed)
+{
+    Extent e = { start, start + len, kind, seed };
+
+    extents_forget(c, start, len);
+    g_array_append_val(c->extents, e);
+}

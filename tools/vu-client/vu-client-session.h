@@ -1,0 +1,68 @@
+/*
+ * spindle-vu-client: the session every command runs in (Client): the
+ * front-end, one synchronous request per queue, what is known about the
+ * disk's contents, and the virtio-scsi state.  Main thread, except that
+ * verify-run's queue threads read it.
+ */
+#ifndef SPINDLE_TOOLS_VU_CLIENT_SESSION_H
+#define SPINDLE_TOOLS_VU_CLIENT_SESSION_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <glib.h>
+
+#include "vu-client-cmd.h"
+#include "vu-frontend.h"
+
+/* What is known about the disk's contents, for `reconnect` to verify. */
+typedef enum ExtentKind {
+    EXTENT_PATTERN,
+    EXTENT_ZEROES,
+} ExtentKind;
+
+typedef struct Extent {
+    uint64_t start, end;        /* bytes, end exclusive */
+    ExtentKind kind;
+    uint64_t seed;
+} Extent;
+
+struct Client {
+    ClientOpts *opts;
+    VuFrontend *fe;
+    VufBlkReq **reqs;           /* one synchronous request per queue */
+    size_t chunk;               /* data bytes of each of those */
+    GArray *extents;            /* Extent, non-overlapping */
+    unsigned add_flags;         /* VUFQ_ADD_INDIRECT or 0 */
+    int64_t timeout_ns;
+    /* virtio-scsi (vu-client-scsi.c) */
+    VufScsiReq **sreqs;         /* one synchronous command per request
+                                 * queue */
+    VufScsiCtrl *ctrl;
+    VufScsiEventBuf **events;   /* posted on the event queue */
+    unsigned nevents;
+    GArray *event_log;          /* VirtioScsiEvent received so far */
+    uint64_t next_tag;          /* tag of the next command (from 1) */
+    uint64_t last_tag;          /* tag of the last command sent */
+    GHashTable *block_sizes;    /* LUN -> READ CAPACITY's block size */
+};
+
+/* The number of request queues (SCSI) or queues (blk) to use. */
+static inline unsigned client_io_queues(const Client *c)
+{
+    unsigned n = vuf_num_queues(c->fe);
+
+    return c->opts->device == VUF_DEVICE_SCSI ? n - VIRTIO_SCSI_VQ_REQUEST0
+                                              : n;
+}
+
+/* Message for a data-path errno from the vufq/vufblk/vufscsi functions. */
+const char *client_strerror(int err);
+
+/* Forget what is known about [start, start+len). */
+void extents_forget(Client *c, uint64_t start, uint64_t len);
+/* Remember that [start, start+len) holds kind (with seed for a pattern). */
+void extents_record(Client *c, uint64_t start, uint64_t len, ExtentKind kind,
+                    uint64_t seed);
+
+#endif
