@@ -54,10 +54,7 @@ bool vuf_backend_channel_open(VuFrontend *fe, Error **errp)
 
 void vuf_backend_channel_close(VuFrontend *fe)
 {
-    if (fe->backend_fd >= 0) {
-        close(fe->backend_fd);
-        fe->backend_fd = -1;
-    }
+    vuf_close_fd(&fe->backend_fd);
 }
 
 int vuf_backend_channel_fd(const VuFrontend *fe)

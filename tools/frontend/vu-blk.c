@@ -59,12 +59,10 @@ VufBlkReq *vufblk_req_new(VuFrontend *fe, size_t data_cap, Error **errp)
 
 void vufblk_req_free(VuFrontend *fe, VufBlkReq *req)
 {
-    if (!req) {
-        return;
+    if (req) {
+        vuf_req_mem_free(fe, req->hdr, req->data);
+        g_free(req);
     }
-    vuf_mem_free(fe, req->hdr);
-    vuf_mem_free(fe, req->data);
-    g_free(req);
 }
 
 static int prep(VufBlkReq *req, uint32_t type, uint64_t sector,
@@ -204,16 +202,12 @@ int vufblk_do(VufQueue *q, VufBlkReq *req, unsigned flags,
 
 const char *vufblk_status_name(int status)
 {
-    switch (status) {
-    case VIRTIO_BLK_S_OK:
-        return "OK";
-    case VIRTIO_BLK_S_IOERR:
-        return "IOERR";
-    case VIRTIO_BLK_S_UNSUPP:
-        return "UNSUPP";
-    case STATUS_NONE:
-        return "none";
-    default:
-        return "unknown";
-    }
+    static const char *const names[] = {
+        [VIRTIO_BLK_S_OK] = "OK",
+        [VIRTIO_BLK_S_IOERR] = "IOERR",
+        [VIRTIO_BLK_S_UNSUPP] = "UNSUPP",
+    };
+
+    return status == STATUS_NONE ? "none"
+           : vuf_table_name(names, G_N_ELEMENTS(names), status, "unknown");
 }

@@ -45,7 +45,7 @@ static char fault_token;
 
 const char *vuf_ring_fault_name(VufRingFault f)
 {
-    return f < VUF_FAULT_COUNT ? fault_names[f] : NULL;
+    return vuf_table_name(fault_names, VUF_FAULT_COUNT, f, NULL);
 }
 
 int vuf_ring_fault_by_name(const char *name)

@@ -17,6 +17,7 @@
 #define SPINDLE_TOOLS_VU_FRONTEND_INT_H
 
 #include <pthread.h>
+#include <unistd.h>
 
 #include <glib.h>
 
@@ -152,14 +153,23 @@ static inline bool vuf_has_protocol_feature(const VuFrontend *fe,
     return fe->protocol_features & VUF_BIT(bit);
 }
 
+/* Close *fd if it is open and mark it closed (-1). */
+static inline void vuf_close_fd(int *fd)
+{
+    if (*fd >= 0) {
+        close(*fd);
+        *fd = -1;
+    }
+}
+
 /*
  * names[i] if i is inside the table and has a name there, else dflt.  For
  * the name tables indexed by a protocol value (requests, responses, ...).
  */
 static inline const char *vuf_table_name(const char *const *names, size_t n,
-                                          uint64_t i, const char *dflt)
+                                          int64_t i, const char *dflt)
 {
-    return i < n && names[i] ? names[i] : dflt;
+    return i >= 0 && (uint64_t)i < n && names[i] ? names[i] : dflt;
 }
 
 /* vu-guest-mem.c */
@@ -180,6 +190,9 @@ uint8_t *vuf_req_mem_alloc(VuFrontend *fe, size_t small_len,
                            size_t data_cap, uint8_t **data,
                            uint64_t *data_gpa, const char *what,
                            Error **errp);
+
+/* Free what vuf_req_mem_alloc() returned (small, and data if not NULL). */
+void vuf_req_mem_free(VuFrontend *fe, void *small, void *data);
 
 /* vu-msg.c (control thread) */
 /* CLOCK_MONOTONIC in milliseconds. */

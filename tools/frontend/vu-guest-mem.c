@@ -177,12 +177,17 @@ uint8_t *vuf_req_mem_alloc(VuFrontend *fe, size_t small_len,
                    "%zu data bytes (%" G_GUINT64_FORMAT " bytes left of %"
                    G_GUINT64_FORMAT "); raise the memory size", what,
                    data_cap, vuf_mem_available(fe), vuf_mem_size(fe));
-        vuf_mem_free(fe, small);
-        vuf_mem_free(fe, *data);
+        vuf_req_mem_free(fe, small, *data);
         *data = NULL;
         return NULL;
     }
     return small;
+}
+
+void vuf_req_mem_free(VuFrontend *fe, void *small, void *data)
+{
+    vuf_mem_free(fe, small);
+    vuf_mem_free(fe, data);
 }
 
 bool vuf_guest_mem_create(VuFrontend *fe, Error **errp)
@@ -221,9 +226,7 @@ void vuf_guest_mem_destroy(VuFrontend *fe)
     if (fe->mem) {
         munmap(fe->mem, fe->mem_size);
     }
-    if (fe->memfd >= 0) {
-        close(fe->memfd);
-    }
+    vuf_close_fd(&fe->memfd);
     g_array_free(fe->free_extents, TRUE);
     g_hash_table_destroy(fe->allocs);
     g_mutex_clear(&fe->mem_lock);

@@ -74,10 +74,8 @@ const char *vuf_request_name(uint32_t request)
         [VHOST_USER_SET_SLAVE_REQ_FD] = "SET_SLAVE_REQ_FD",
     };
 
-    if (request < G_N_ELEMENTS(names) && names[request]) {
-        return names[request];
-    }
-    return "unknown request";
+    return vuf_table_name(names, G_N_ELEMENTS(names), request,
+                          "unknown request");
 }
 
 

@@ -30,6 +30,7 @@
  */
 
 #include <errno.h>
+#include <stddef.h>
 #include <string.h>
 
 #include <glib.h>
@@ -88,12 +89,10 @@ VufScsiReq *vufscsi_req_new(VuFrontend *fe, size_t data_cap, Error **errp)
 
 void vufscsi_req_free(VuFrontend *fe, VufScsiReq *req)
 {
-    if (!req) {
-        return;
+    if (req) {
+        vuf_req_mem_free(fe, req->hdr, req->data);
+        g_free(req);
     }
-    vuf_mem_free(fe, req->hdr);
-    vuf_mem_free(fe, req->data);
-    g_free(req);
 }
 
 void vufscsi_lun_bytes(uint8_t out[VIRTIO_SCSI_LUN_BYTES], unsigned lun)
@@ -179,15 +178,32 @@ int vufscsi_submit(VufQueue *q, VufScsiReq *req, unsigned flags)
     return r < 0 ? r : 0;
 }
 
+/*
+ * vufq_get_used() for the tokens of this file, which keep the length the
+ * device wrote in a uint32_t member at len_offset: the token (with that
+ * length stored), or NULL with *r 0 or -EIO.
+ */
+static void *complete_with_len(VufQueue *q, size_t len_offset, int *r)
+{
+    void *token = NULL;
+    uint32_t len = 0;
+
+    *r = vufq_get_used(q, &token, &len);
+    if (*r != 1) {
+        return NULL;
+    }
+    memcpy((uint8_t *)token + len_offset, &len, sizeof(len));
+    return token;
+}
+
 int vufscsi_complete(VufQueue *q, VufScsiReq **req)
 {
-    void *token;
-    uint32_t len = 0;
-    int r = vufq_get_used(q, &token, &len);
+    int r;
+    VufScsiReq *done = complete_with_len(q, offsetof(VufScsiReq, used_len),
+                                         &r);
 
-    if (r == 1) {
-        *req = token;
-        (*req)->used_len = len;
+    if (done) {
+        *req = done;
     }
     return r;
 }
@@ -252,40 +268,26 @@ const char *vufscsi_response_name(int response)
         [VIRTIO_SCSI_S_INCORRECT_LUN] = "INCORRECT_LUN",
     };
 
-    if (response == VUFSCSI_RESPONSE_NONE) {
-        return "none";
-    }
-    if (response >= 0 && response < (int)G_N_ELEMENTS(names) &&
-        names[response]) {
-        return names[response];
-    }
-    return "unknown";
+    return response == VUFSCSI_RESPONSE_NONE ? "none"
+           : vuf_table_name(names, G_N_ELEMENTS(names), response, "unknown");
 }
 
 const char *vufscsi_status_name(int status)
 {
-    switch (status) {
-    case 0x00:
-        return "GOOD";
-    case 0x02:
-        return "CHECK_CONDITION";
-    case 0x04:
-        return "CONDITION_MET";
-    case 0x08:
-        return "BUSY";
-    case 0x18:
-        return "RESERVATION_CONFLICT";
-    case 0x28:
-        return "TASK_SET_FULL";
-    case 0x30:
-        return "ACA_ACTIVE";
-    case 0x40:
-        return "TASK_ABORTED";
-    case VUFSCSI_STATUS_NONE:
-        return "none";
-    default:
-        return "unknown";
-    }
+    /* SAM-5 status codes. */
+    static const char *const names[] = {
+        [0x00] = "GOOD",
+        [0x02] = "CHECK_CONDITION",
+        [0x04] = "CONDITION_MET",
+        [0x08] = "BUSY",
+        [0x18] = "RESERVATION_CONFLICT",
+        [0x28] = "TASK_SET_FULL",
+        [0x30] = "ACA_ACTIVE",
+        [0x40] = "TASK_ABORTED",
+    };
+
+    return status == VUFSCSI_STATUS_NONE ? "none"
+           : vuf_table_name(names, G_N_ELEMENTS(names), status, "unknown");
 }
 
 const char *vufscsi_sense_key_name(int key)
@@ -298,10 +300,7 @@ const char *vufscsi_sense_key_name(int key)
         "COMPLETED",
     };
 
-    if (key >= 0 && key < (int)G_N_ELEMENTS(names)) {
-        return names[key];
-    }
-    return "unknown";
+    return vuf_table_name(names, G_N_ELEMENTS(names), key, "unknown");
 }
 
 /* ------------------------------------------------------------------------ */
@@ -330,11 +329,10 @@ VufScsiCtrl *vufscsi_ctrl_new(VuFrontend *fe, Error **errp)
 
 void vufscsi_ctrl_free(VuFrontend *fe, VufScsiCtrl *ctrl)
 {
-    if (!ctrl) {
-        return;
+    if (ctrl) {
+        vuf_req_mem_free(fe, ctrl->req.raw, NULL);
+        g_free(ctrl);
     }
-    vuf_mem_free(fe, ctrl->req.raw);
-    g_free(ctrl);
 }
 
 void vufscsi_prep_tmf(VufScsiCtrl *ctrl, uint32_t subtype, unsigned lun,
@@ -400,7 +398,7 @@ static const char *const tmf_names[] = {
 
 const char *vufscsi_tmf_name(uint32_t subtype)
 {
-    return subtype < G_N_ELEMENTS(tmf_names) ? tmf_names[subtype] : NULL;
+    return vuf_table_name(tmf_names, G_N_ELEMENTS(tmf_names), subtype, NULL);
 }
 
 int vufscsi_tmf_by_name(const char *name)
@@ -433,11 +431,10 @@ VufScsiEventBuf *vufscsi_event_new(VuFrontend *fe, Error **errp)
 
 void vufscsi_event_free(VuFrontend *fe, VufScsiEventBuf *buf)
 {
-    if (!buf) {
-        return;
+    if (buf) {
+        vuf_req_mem_free(fe, buf->ev, NULL);
+        g_free(buf);
     }
-    vuf_mem_free(fe, buf->ev);
-    g_free(buf);
 }
 
 int vufscsi_event_post(VufQueue *q, VufScsiEventBuf *buf, unsigned flags)
@@ -457,13 +454,12 @@ int vufscsi_event_post(VufQueue *q, VufScsiEventBuf *buf, unsigned flags)
 
 int vufscsi_event_complete(VufQueue *q, VufScsiEventBuf **buf)
 {
-    void *token;
-    uint32_t len = 0;
-    int r = vufq_get_used(q, &token, &len);
+    int r;
+    VufScsiEventBuf *done =
+        complete_with_len(q, offsetof(VufScsiEventBuf, used_len), &r);
 
-    if (r == 1) {
-        *buf = token;
-        (*buf)->used_len = len;
+    if (done) {
+        *buf = done;
     }
     return r;
 }

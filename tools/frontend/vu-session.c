@@ -344,43 +344,13 @@ static bool negotiate_protocol_features(VuFrontend *fe, Error **errp)
 }
 
 /*
- * The config space is little-endian, as is every host vu-frontend builds
- * on (vu-frontend-int.h), so it is kept as read.
- */
-static bool read_blk_config(VuFrontend *fe, Error **errp)
-{
-    if (fe->opts.device != VUF_DEVICE_BLK ||
-        !vuf_has_protocol_feature(fe, VHOST_USER_PROTOCOL_F_CONFIG)) {
-        return true;
-    }
-    if (!vuf_get_config(fe, 0, &fe->blk_config, sizeof(fe->blk_config),
-                        errp)) {
-        error_prepend(errp, "reading the virtio-blk configuration: ");
-        return false;
-    }
-    fe->have_blk_config = true;
-    return true;
-}
-
-/*
  * The virtio-scsi config: the driver may write sense_size and cdb_size,
  * but QEMU's vhost-user-scsi keeps the device's (it refuses to change
  * them), and so do we.  They must be large enough for a 16-byte CDB and
  * fixed-format sense, and there must be a request queue.
  */
-static bool read_scsi_config(VuFrontend *fe, Error **errp)
+static bool check_scsi_config(const VirtioScsiConfig *c, Error **errp)
 {
-    const VirtioScsiConfig *c = &fe->scsi_config;
-
-    if (fe->opts.device != VUF_DEVICE_SCSI ||
-        !vuf_has_protocol_feature(fe, VHOST_USER_PROTOCOL_F_CONFIG)) {
-        return true;
-    }
-    if (!vuf_get_config(fe, 0, &fe->scsi_config, sizeof(fe->scsi_config),
-                        errp)) {
-        error_prepend(errp, "reading the virtio-scsi configuration: ");
-        return false;
-    }
     if (c->num_queues < 1) {
         error_setg(errp, "the virtio-scsi configuration has num_queues 0: "
                    "no request queue");
@@ -398,7 +368,35 @@ static bool read_scsi_config(VuFrontend *fe, Error **errp)
                    VUFSCSI_SENSE_MAX);
         return false;
     }
-    fe->have_scsi_config = true;
+    return true;
+}
+
+/*
+ * Read the device's config (virtio-blk or virtio-scsi, as opts.device
+ * says) when the back-end has the CONFIG protocol feature.  The config
+ * space is little-endian, as is every host vu-frontend builds on
+ * (vu-frontend-int.h), so it is kept as read.
+ */
+static bool read_config(VuFrontend *fe, Error **errp)
+{
+    bool scsi = fe->opts.device == VUF_DEVICE_SCSI;
+    void *buf = scsi ? (void *)&fe->scsi_config : (void *)&fe->blk_config;
+    size_t len = scsi ? sizeof(fe->scsi_config) : sizeof(fe->blk_config);
+
+    if (fe->opts.device == VUF_DEVICE_GENERIC ||
+        !vuf_has_protocol_feature(fe, VHOST_USER_PROTOCOL_F_CONFIG)) {
+        return true;
+    }
+    if (!vuf_get_config(fe, 0, buf, len, errp)) {
+        error_prepend(errp, "reading the virtio-%s configuration: ",
+                      scsi ? "scsi" : "blk");
+        return false;
+    }
+    if (scsi && !check_scsi_config(&fe->scsi_config, errp)) {
+        return false;
+    }
+    fe->have_scsi_config = scsi;
+    fe->have_blk_config = !scsi;
     return true;
 }
 
@@ -501,7 +499,7 @@ static bool share_memory(VuFrontend *fe, Error **errp)
 bool vuf_reread_config(VuFrontend *fe, Error **errp)
 {
     vuf_assert_control_thread(fe);
-    return read_blk_config(fe, errp) && read_scsi_config(fe, errp);
+    return read_config(fe, errp);
 }
 
 bool vuf_negotiate(VuFrontend *fe, Error **errp)
@@ -519,7 +517,7 @@ bool vuf_negotiate(VuFrontend *fe, Error **errp)
     }
     if (!check_features(fe, errp) ||
         !vuf_request_set(fe, VHOST_USER_SET_OWNER, NULL, 0, NULL, 0, errp) ||
-        !read_blk_config(fe, errp) || !read_scsi_config(fe, errp)) {
+        !read_config(fe, errp)) {
         return false;
     }
     features = fe->features_offered &
@@ -657,10 +655,7 @@ void vuf_disconnect(VuFrontend *fe)
     unsigned i;
 
     vuf_assert_control_thread(fe);
-    if (fe->sock >= 0) {
-        close(fe->sock);
-        fe->sock = -1;
-    }
+    vuf_close_fd(&fe->sock);
     vuf_backend_channel_close(fe);
     for (i = 0; fe->queues && i < fe->num_queues; i++) {
         if (fe->queues[i]) {

@@ -49,6 +49,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <poll.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -203,14 +204,8 @@ bool vufq_session_start(VufQueue *q, bool event_idx, bool indirect,
 void vufq_session_end(VufQueue *q)
 {
     q->ready = false;
-    if (q->kick_fd >= 0) {
-        close(q->kick_fd);
-        q->kick_fd = -1;
-    }
-    if (q->call_fd >= 0) {
-        close(q->call_fd);
-        q->call_fd = -1;
-    }
+    vuf_close_fd(&q->kick_fd);
+    vuf_close_fd(&q->call_fd);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -281,33 +276,41 @@ VRingUsed *vufq_used(VufQueue *q)
     return q->used;
 }
 
+/* Each counter and the VufQueueStats member it is copied to. */
+static const struct {
+    size_t counter;             /* in VufStatCounters */
+    size_t stat;                /* in VufQueueStats */
+} stat_fields[] = {
+    { offsetof(VufStatCounters, added), offsetof(VufQueueStats, added) },
+    { offsetof(VufStatCounters, completed),
+      offsetof(VufQueueStats, completed) },
+    { offsetof(VufStatCounters, kicks), offsetof(VufQueueStats, kicks) },
+    { offsetof(VufStatCounters, kicks_avoided),
+      offsetof(VufQueueStats, kicks_avoided) },
+    { offsetof(VufStatCounters, interrupts),
+      offsetof(VufQueueStats, interrupts) },
+    { offsetof(VufStatCounters, wakeups), offsetof(VufQueueStats, wakeups) },
+    { offsetof(VufStatCounters, spins), offsetof(VufQueueStats, spins) },
+};
+
+static _Atomic uint64_t *stat_counter(const VufQueue *q, size_t i)
+{
+    return (_Atomic uint64_t *)((char *)&q->stats + stat_fields[i].counter);
+}
+
 void vufq_get_stats(const VufQueue *q, VufQueueStats *out)
 {
-    const VufStatCounters *s = &q->stats;
-
-    out->added = atomic_load_explicit(&s->added, memory_order_relaxed);
-    out->completed = atomic_load_explicit(&s->completed,
-                                          memory_order_relaxed);
-    out->kicks = atomic_load_explicit(&s->kicks, memory_order_relaxed);
-    out->kicks_avoided = atomic_load_explicit(&s->kicks_avoided,
-                                              memory_order_relaxed);
-    out->interrupts = atomic_load_explicit(&s->interrupts,
-                                           memory_order_relaxed);
-    out->wakeups = atomic_load_explicit(&s->wakeups, memory_order_relaxed);
-    out->spins = atomic_load_explicit(&s->spins, memory_order_relaxed);
+    for (size_t i = 0; i < G_N_ELEMENTS(stat_fields); i++) {
+        *(uint64_t *)((char *)out + stat_fields[i].stat) =
+            atomic_load_explicit(stat_counter(q, i), memory_order_relaxed);
+    }
 }
 
 void vufq_reset_stats(VufQueue *q)
 {
-    VufStatCounters *s = &q->stats;
-
-    atomic_store_explicit(&s->added, 0, memory_order_relaxed);
-    atomic_store_explicit(&s->completed, 0, memory_order_relaxed);
-    atomic_store_explicit(&s->kicks, 0, memory_order_relaxed);
-    atomic_store_explicit(&s->kicks_avoided, 0, memory_order_relaxed);
-    atomic_store_explicit(&s->interrupts, 0, memory_order_relaxed);
-    atomic_store_explicit(&s->wakeups, 0, memory_order_relaxed);
-    atomic_store_explicit(&s->spins, 0, memory_order_relaxed);
+    for (size_t i = 0; i < G_N_ELEMENTS(stat_fields); i++) {
+        atomic_store_explicit(stat_counter(q, i), 0, memory_order_relaxed);
+    }
 }
 
 /* ------------------------------------------------------------------------ */
