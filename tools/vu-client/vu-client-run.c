@@ -18,6 +18,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <stddef.h>
 #include <string.h>
 
 #include <glib.h>
@@ -40,27 +41,14 @@ static unsigned blk_verify_vq_index(unsigned qi)
     return qi;
 }
 
-static bool blk_verify_slot_init(VerifyQueue *vq, VerifySlot *s,
-                                 Error **errp)
+static void *blk_verify_req_new(VuFrontend *fe, size_t bs, Error **errp)
 {
-    const VerifyRun *run = vq->run;
-    VufBlkReq *req = vufblk_req_new(run->c->fe, run->cmd->bs, errp);
-
-    if (!req) {
-        error_prepend(errp, "verify-run (%u queues x %u requests of %"
-                      PRIu64 " bytes): ", run->nq, vq->depth, run->cmd->bs);
-        return false;
-    }
-    req->opaque = s;
-    req->data_segs = run->c->opts->segments;
-    s->req = req;
-    s->data = req->data;
-    return true;
+    return vufblk_req_new(fe, bs, errp);
 }
 
-static void blk_verify_slot_fini(VerifyQueue *vq, VerifySlot *s)
+static void blk_verify_req_free(VuFrontend *fe, void *req)
 {
-    vufblk_req_free(vq->run->c->fe, s->req);
+    vufblk_req_free(fe, req);
 }
 
 static void blk_verify_prepare(VerifyQueue *vq, VerifySlot *s, bool writing)
@@ -78,17 +66,6 @@ static void blk_verify_prepare(VerifyQueue *vq, VerifySlot *s, bool writing)
 static int blk_verify_submit(VerifyQueue *vq, VerifySlot *s)
 {
     return vufblk_submit(vq->q, s->req, vq->run->c->add_flags);
-}
-
-static int blk_verify_complete(VerifyQueue *vq, VerifySlot **s)
-{
-    VufBlkReq *req;
-    int r = vufblk_complete(vq->q, &req);
-
-    if (r == 1) {
-        *s = req->opaque;
-    }
-    return r;
 }
 
 static VerifyAnswer blk_verify_answer(VerifyQueue *vq, VerifySlot *s,
@@ -109,60 +86,17 @@ static VerifyAnswer blk_verify_answer(VerifyQueue *vq, VerifySlot *s,
     return VERIFY_ANSWER_DONE;
 }
 
-static void blk_verify_result(const VerifyRun *run, Result *r,
-                              double elapsed)
-{
-    const Command *cmd = run->cmd;
-    JsonArray *per_queue = json_array_new();
-    VufQueueStats total = { 0 };
-    uint64_t writes = 0, reads = 0;
-
-    for (unsigned i = 0; i < run->nq; i++) {
-        const VerifyQueue *vq = &run->queues[i];
-        JsonObject *o = json_object_new();
-
-        json_object_set_int_member(o, "queue", vq->qi);
-        json_object_set_int_member(o, "writes", vq->writes);
-        json_object_set_int_member(o, "reads", vq->reads);
-        json_object_set_int_member(o, "kicks", vq->stats.kicks);
-        json_object_set_int_member(o, "kicks_avoided",
-                                   vq->stats.kicks_avoided);
-        json_object_set_int_member(o, "interrupts", vq->stats.interrupts);
-        json_array_add_object_element(per_queue, o);
-        writes += vq->writes;
-        reads += vq->reads;
-        total.kicks += vq->stats.kicks;
-        total.kicks_avoided += vq->stats.kicks_avoided;
-        total.interrupts += vq->stats.interrupts;
-        total.wakeups += vq->stats.wakeups;
-    }
-    json_object_set_int_member(r->obj, "queues", run->nq);
-    json_object_set_int_member(r->obj, "offset", cmd->offset);
-    json_object_set_int_member(r->obj, "size", cmd->size);
-    json_object_set_int_member(r->obj, "bs", cmd->bs);
-    json_object_set_int_member(r->obj, "iodepth", cmd->iodepth);
-    json_object_set_int_member(r->obj, "seed", cmd->seed);
-    json_object_set_int_member(r->obj, "writes", writes);
-    json_object_set_int_member(r->obj, "reads", reads);
-    json_object_set_int_member(r->obj, "bytes_verified", reads * cmd->bs);
-    json_object_set_double_member(r->obj, "elapsed_s", elapsed);
-    json_object_set_int_member(r->obj, "kicks", total.kicks);
-    json_object_set_int_member(r->obj, "kicks_avoided", total.kicks_avoided);
-    json_object_set_int_member(r->obj, "interrupts", total.interrupts);
-    json_object_set_int_member(r->obj, "wakeups", total.wakeups);
-    json_object_set_array_member(r->obj, "per_queue", per_queue);
-}
-
 static const VerifyOps blk_verify_ops = {
     .queue_name = "queue",
     .vq_index = blk_verify_vq_index,
-    .slot_init = blk_verify_slot_init,
-    .slot_fini = blk_verify_slot_fini,
+    .req_new = blk_verify_req_new,
+    .req_free = blk_verify_req_free,
+    .data_offset = offsetof(VufBlkReq, data),
+    .segs_offset = offsetof(VufBlkReq, data_segs),
+    .opaque_offset = offsetof(VufBlkReq, opaque),
     .prepare = blk_verify_prepare,
     .submit = blk_verify_submit,
-    .complete = blk_verify_complete,
     .answer = blk_verify_answer,
-    .result = blk_verify_result,
 };
 
 /* The range of cmd fits the disk; run->slice. */

@@ -22,6 +22,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <stddef.h>
 #include <string.h>
 
 #include <glib.h>
@@ -45,27 +46,14 @@ static unsigned scsi_verify_vq_index(unsigned qi)
     return VUFSCSI_VQ_REQUEST(qi);
 }
 
-static bool scsi_verify_slot_init(VerifyQueue *vq, VerifySlot *s,
-                                  Error **errp)
+static void *scsi_verify_req_new(VuFrontend *fe, size_t bs, Error **errp)
 {
-    const VerifyRun *run = vq->run;
-    VufScsiReq *req = vufscsi_req_new(run->c->fe, run->cmd->bs, errp);
-
-    if (!req) {
-        error_prepend(errp, "scsi-verify-run (%u requests of %" PRIu64
-                      " bytes per queue): ", vq->depth, run->cmd->bs);
-        return false;
-    }
-    req->opaque = s;
-    req->data_segs = run->c->opts->segments;
-    s->req = req;
-    s->data = req->data;
-    return true;
+    return vufscsi_req_new(fe, bs, errp);
 }
 
-static void scsi_verify_slot_fini(VerifyQueue *vq, VerifySlot *s)
+static void scsi_verify_req_free(VuFrontend *fe, void *req)
 {
-    vufscsi_req_free(vq->run->c->fe, s->req);
+    vufscsi_req_free(fe, req);
 }
 
 static void scsi_verify_prepare(VerifyQueue *vq, VerifySlot *s, bool writing)
@@ -84,17 +72,6 @@ static void scsi_verify_prepare(VerifyQueue *vq, VerifySlot *s, bool writing)
 static int scsi_verify_submit(VerifyQueue *vq, VerifySlot *s)
 {
     return vufscsi_submit(vq->q, s->req, vq->run->c->add_flags);
-}
-
-static int scsi_verify_complete(VerifyQueue *vq, VerifySlot **s)
-{
-    VufScsiReq *req;
-    int r = vufscsi_complete(vq->q, &req);
-
-    if (r == 1) {
-        *s = req->opaque;
-    }
-    return r;
 }
 
 /* Is this completion a unit attention to resend? */
@@ -161,55 +138,29 @@ static bool scsi_verify_read_whole(VerifyQueue *vq, VerifySlot *s)
     return true;
 }
 
-static void scsi_verify_result(const VerifyRun *run, Result *r,
-                               double elapsed)
+/* What a virtio-scsi run adds: the LUN, the CDB, the unit attentions. */
+static void scsi_verify_result(const VerifyRun *run, Result *r)
 {
-    const Command *cmd = run->cmd;
-    JsonArray *per_queue = json_array_new();
-    uint64_t writes = 0, reads = 0, ua = 0, kicks = 0, interrupts = 0;
+    uint64_t ua = 0;
 
     for (unsigned i = 0; i < run->nq; i++) {
-        const VerifyQueue *vq = &run->queues[i];
-        JsonObject *o = json_object_new();
-
-        json_object_set_int_member(o, "queue", vq->qi);
-        json_object_set_int_member(o, "writes", vq->writes);
-        json_object_set_int_member(o, "reads", vq->reads);
-        json_object_set_int_member(o, "kicks", vq->stats.kicks);
-        json_object_set_int_member(o, "interrupts", vq->stats.interrupts);
-        json_array_add_object_element(per_queue, o);
-        writes += vq->writes;
-        reads += vq->reads;
-        ua += vq->resent;
-        kicks += vq->stats.kicks;
-        interrupts += vq->stats.interrupts;
+        ua += run->queues[i].resent;
     }
-    json_object_set_int_member(r->obj, "lun", cmd->lun);
-    json_object_set_int_member(r->obj, "queues", run->nq);
-    json_object_set_int_member(r->obj, "offset", cmd->offset);
-    json_object_set_int_member(r->obj, "size", cmd->size);
-    json_object_set_int_member(r->obj, "bs", cmd->bs);
-    json_object_set_int_member(r->obj, "iodepth", cmd->iodepth);
-    json_object_set_int_member(r->obj, "cdb", cmd->cdb_bits);
-    json_object_set_int_member(r->obj, "seed", cmd->seed);
-    json_object_set_int_member(r->obj, "writes", writes);
-    json_object_set_int_member(r->obj, "reads", reads);
-    json_object_set_int_member(r->obj, "bytes_verified", reads * cmd->bs);
-    json_object_set_int_member(r->obj, "unit_attentions", ua);
-    json_object_set_double_member(r->obj, "elapsed_s", elapsed);
-    json_object_set_int_member(r->obj, "kicks", kicks);
-    json_object_set_int_member(r->obj, "interrupts", interrupts);
-    json_object_set_array_member(r->obj, "per_queue", per_queue);
+    res_int(r, "lun", run->cmd->lun);
+    res_int(r, "cdb", run->cmd->cdb_bits);
+    res_int(r, "unit_attentions", ua);
 }
 
 static const VerifyOps scsi_verify_ops = {
     .queue_name = "request queue",
     .vq_index = scsi_verify_vq_index,
-    .slot_init = scsi_verify_slot_init,
-    .slot_fini = scsi_verify_slot_fini,
+    .req_new = scsi_verify_req_new,
+    .req_free = scsi_verify_req_free,
+    .data_offset = offsetof(VufScsiReq, data),
+    .segs_offset = offsetof(VufScsiReq, data_segs),
+    .opaque_offset = offsetof(VufScsiReq, opaque),
     .prepare = scsi_verify_prepare,
     .submit = scsi_verify_submit,
-    .complete = scsi_verify_complete,
     .answer = scsi_verify_answer,
     .read_whole = scsi_verify_read_whole,
     .result = scsi_verify_result,

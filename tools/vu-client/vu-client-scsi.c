@@ -734,39 +734,6 @@ static bool scsi_run_rw(Client *c, const Command *cmd, bool write,
                     r, errp);
 }
 
-bool cmd_scsi_write(Client *c, const Command *cmd, Result *r,
-                           Error **errp)
-{
-    VufScsiReq *req = c->sreqs[cmd->queue];
-    uint64_t done = 0;
-    bool expected = false;
-    uint32_t bs;
-
-    res_io(r, cmd);
-    res_int(r, "seed", cmd->seed);
-    res_bool(r, "fua", cmd->fua);
-    if (!scsi_io_geometry(c, cmd, r, &bs, errp)) {
-        return false;
-    }
-    while (done < cmd->len) {
-        size_t n = scsi_chunk(c, cmd, bs, cmd->len - done);
-        uint64_t off = cmd->offset + done;
-        g_autofree char *what = g_strdup_printf("WRITE at %" PRIu64 "+%zu",
-                                                off, n);
-
-        pattern_fill(req->data, off, n, cmd->seed);
-        if (!scsi_run_rw(c, cmd, true, off, n, bs, what, &expected, r,
-                         errp)) {
-            return false;
-        }
-        if (expected) {
-            return true;
-        }
-        done += n;
-    }
-    return true;
-}
-
 static bool scsi_check_data(const Command *cmd, const uint8_t *data,
                             uint64_t off, size_t n, unsigned qi, Result *r,
                             Error **errp)
@@ -792,50 +759,82 @@ static bool scsi_check_data(const Command *cmd, const uint8_t *data,
     return true;
 }
 
-bool cmd_scsi_read(Client *c, const Command *cmd, Result *r,
+/* A READ of n bytes at off came back: all of it, as expected? */
+static bool scsi_read_done(const Command *cmd, const VufScsiReq *req,
+                           uint64_t off, size_t n, const char *what,
+                           GChecksum *sum, Result *r, Error **errp)
+{
+    if (scsi_data_in(req) != n) {
+        error_setg(errp, "%s: the device moved %zu bytes (resid %u)",
+                   what, scsi_data_in(req), req->resp->resid);
+        return false;
+    }
+    g_checksum_update(sum, req->data, n);
+    return scsi_check_data(cmd, req->data, off, n, cmd->queue, r, errp);
+}
+
+/*
+ * WRITE the pattern to cmd's range, or READ it (checked, and summed into
+ * sum), a chunk per command, each judged as scsi_run() does.  *expected:
+ * a command ended with the CHECK CONDITION that --expect-sense asked for
+ * (the rest is not sent).
+ */
+static bool scsi_rw_range(Client *c, const Command *cmd, bool write,
+                          GChecksum *sum, bool *expected, Result *r,
                           Error **errp)
 {
-    g_autoptr(GChecksum) sum = g_checksum_new(G_CHECKSUM_SHA256);
     VufScsiReq *req = c->sreqs[cmd->queue];
-    uint64_t done = 0;
-    bool expected = false;
     uint32_t bs;
+    size_t n;
 
-    res_io(r, cmd);
+    *expected = false;
     if (!scsi_io_geometry(c, cmd, r, &bs, errp)) {
         return false;
     }
-    while (done < cmd->len) {
-        size_t n = scsi_chunk(c, cmd, bs, cmd->len - done);
+    for (uint64_t done = 0; done < cmd->len && !*expected; done += n) {
         uint64_t off = cmd->offset + done;
-        g_autofree char *what = g_strdup_printf("READ at %" PRIu64 "+%zu",
-                                                off, n);
+        g_autofree char *what = NULL;
 
-        memset(req->data, 0, n);
-        if (!scsi_run_rw(c, cmd, false, off, n, bs, what, &expected, r,
-                         errp)) {
+        n = scsi_chunk(c, cmd, bs, cmd->len - done);
+        what = g_strdup_printf("%s at %" PRIu64 "+%zu",
+                               write ? "WRITE" : "READ", off, n);
+        if (write) {
+            pattern_fill(req->data, off, n, cmd->seed);
+        } else {
+            memset(req->data, 0, n);
+        }
+        if (!scsi_run_rw(c, cmd, write, off, n, bs, what, expected, r,
+                         errp) ||
+            (!write && !*expected &&
+             !scsi_read_done(cmd, req, off, n, what, sum, r, errp))) {
             return false;
         }
-        if (expected) {
-            return true;
-        }
-        if (scsi_data_in(req) != n) {
-            error_setg(errp, "%s: the device moved %zu bytes (resid %u)",
-                       what, scsi_data_in(req), req->resp->resid);
-            return false;
-        }
-        g_checksum_update(sum, req->data, n);
-        if (!scsi_check_data(cmd, req->data, off, n, cmd->queue, r, errp)) {
-            return false;
-        }
-        done += n;
     }
-    res_str(r, "sha256", g_checksum_get_string(sum));
-    if (cmd->have_seed) {
-        res_int(r, "seed", cmd->seed);
+    return true;
+}
+
+bool cmd_scsi_write(Client *c, const Command *cmd, Result *r, Error **errp)
+{
+    bool expected;
+
+    res_io(r, cmd);
+    res_int(r, "seed", cmd->seed);
+    res_bool(r, "fua", cmd->fua);
+    return scsi_rw_range(c, cmd, true, NULL, &expected, r, errp);
+}
+
+bool cmd_scsi_read(Client *c, const Command *cmd, Result *r, Error **errp)
+{
+    g_autoptr(GChecksum) sum = g_checksum_new(G_CHECKSUM_SHA256);
+    bool expected;
+
+    res_io(r, cmd);
+    if (!scsi_rw_range(c, cmd, false, sum, &expected, r, errp)) {
+        return false;
     }
-    res_str(r, "verified", cmd->have_seed ? "pattern"
-                           : cmd->expect_zeroes ? "zeroes" : "no");
+    if (!expected) {
+        res_verified(r, sum, cmd->have_seed, cmd->seed, cmd->expect_zeroes);
+    }
     return true;
 }
 

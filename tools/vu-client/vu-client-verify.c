@@ -107,6 +107,15 @@ static bool verify_check(VerifyQueue *vq, VerifySlot *s, bool writing)
     return true;
 }
 
+/* The slot of a request the device completed (its opaque). */
+static VerifySlot *verify_slot_of(const VerifyOps *ops, void *req)
+{
+    VerifySlot *s;
+
+    memcpy(&s, (uint8_t *)req + ops->opaque_offset, sizeof(s));
+    return s;
+}
+
 /* Run total requests of one phase, at most depth in flight. */
 static bool verify_phase(VerifyQueue *vq, uint64_t total, bool writing,
                          const uint64_t *blocks)
@@ -143,14 +152,16 @@ static bool verify_phase(VerifyQueue *vq, uint64_t total, bool writing,
         }
         for (;;) {
             VerifySlot *s;
+            void *req;
 
-            r = ops->complete(vq, &s);
+            r = vufq_get_used(vq->q, &req, NULL);
             if (r < 0) {
                 return verify_fail(vq, "harvesting completions", -r);
             }
             if (r == 0) {
                 break;
             }
+            s = verify_slot_of(ops, req);
             switch (ops->answer(vq, s, writing)) {
             case VERIFY_ANSWER_RESENT:
                 continue;
@@ -189,6 +200,27 @@ static void *verify_queue_thread(void *opaque)
     return NULL;
 }
 
+/* A request for slot s, its data buffer and its data_segs. */
+static bool verify_slot_init(VerifyQueue *vq, VerifySlot *s, Error **errp)
+{
+    const VerifyRun *run = vq->run;
+    const VerifyOps *ops = run->ops;
+    unsigned segs = run->c->opts->segments;
+    uint8_t *req = ops->req_new(run->c->fe, run->cmd->bs, errp);
+
+    if (!req) {
+        error_prepend(errp, "%s (%u %ss x %u requests of %" PRIu64
+                      " bytes): ", run->cmd->name, run->nq, ops->queue_name,
+                      vq->depth, run->cmd->bs);
+        return false;
+    }
+    s->req = req;
+    memcpy(req + ops->opaque_offset, &s, sizeof(s));
+    memcpy(req + ops->segs_offset, &segs, sizeof(segs));
+    memcpy(&s->data, req + ops->data_offset, sizeof(s->data));
+    return true;
+}
+
 static bool verify_queue_init(VerifyRun *run, VerifyQueue *vq, unsigned qi,
                               Error **errp)
 {
@@ -218,7 +250,7 @@ static bool verify_queue_init(VerifyRun *run, VerifyQueue *vq, unsigned qi,
     vq->slots = g_new0(VerifySlot, vq->depth);
     vq->free_slots = g_new(unsigned, vq->depth);
     for (unsigned i = 0; i < vq->depth; i++) {
-        if (!run->ops->slot_init(vq, &vq->slots[i], errp)) {
+        if (!verify_slot_init(vq, &vq->slots[i], errp)) {
             return false;
         }
         vq->free_slots[i] = i;
@@ -230,7 +262,9 @@ static bool verify_queue_init(VerifyRun *run, VerifyQueue *vq, unsigned qi,
 static void verify_queue_fini(VerifyQueue *vq)
 {
     for (unsigned i = 0; vq->slots && i < vq->depth; i++) {
-        vq->run->ops->slot_fini(vq, &vq->slots[i]);
+        if (vq->slots[i].req) {
+            vq->run->ops->req_free(vq->run->c->fe, vq->slots[i].req);
+        }
     }
     g_free(vq->slots);
     g_free(vq->free_slots);
@@ -251,6 +285,51 @@ bool verify_run_slice(VerifyRun *run, Error **errp)
         return false;
     }
     return true;
+}
+
+/* The run's result: the queues' counters and elapsed, for any device. */
+static void verify_result(const VerifyRun *run, Result *r, double elapsed)
+{
+    const Command *cmd = run->cmd;
+    JsonArray *per_queue = json_array_new();
+    VufQueueStats total = { 0 };
+    uint64_t writes = 0, reads = 0;
+
+    for (unsigned i = 0; i < run->nq; i++) {
+        const VerifyQueue *vq = &run->queues[i];
+        JsonObject *o = res_queue_entry(per_queue, vq->qi);
+
+        json_object_set_int_member(o, "writes", vq->writes);
+        json_object_set_int_member(o, "reads", vq->reads);
+        json_object_set_int_member(o, "kicks", vq->stats.kicks);
+        json_object_set_int_member(o, "kicks_avoided",
+                                   vq->stats.kicks_avoided);
+        json_object_set_int_member(o, "interrupts", vq->stats.interrupts);
+        writes += vq->writes;
+        reads += vq->reads;
+        total.kicks += vq->stats.kicks;
+        total.kicks_avoided += vq->stats.kicks_avoided;
+        total.interrupts += vq->stats.interrupts;
+        total.wakeups += vq->stats.wakeups;
+    }
+    res_int(r, "queues", run->nq);
+    res_int(r, "offset", cmd->offset);
+    res_int(r, "size", cmd->size);
+    res_int(r, "bs", cmd->bs);
+    res_int(r, "iodepth", cmd->iodepth);
+    res_int(r, "seed", cmd->seed);
+    res_int(r, "writes", writes);
+    res_int(r, "reads", reads);
+    res_int(r, "bytes_verified", reads * cmd->bs);
+    json_object_set_double_member(r->obj, "elapsed_s", elapsed);
+    res_int(r, "kicks", total.kicks);
+    res_int(r, "kicks_avoided", total.kicks_avoided);
+    res_int(r, "interrupts", total.interrupts);
+    res_int(r, "wakeups", total.wakeups);
+    json_object_set_array_member(r->obj, "per_queue", per_queue);
+    if (run->ops->result) {
+        run->ops->result(run, r);
+    }
 }
 
 /* The JSON "mismatch" member of queue vq's mismatch. */
@@ -297,7 +376,7 @@ bool verify_run(VerifyRun *run, Result *r, Error **errp)
         pthread_join(vqs[i].thread, NULL);
     }
     if (ok) {
-        run->ops->result(run, r, verify_now_s() - start);
+        verify_result(run, r, verify_now_s() - start);
         for (unsigned i = 0; i < nq; i++) {
             if (vqs[i].mismatch) {
                 verify_res_mismatch(r, &vqs[i]);

@@ -7,9 +7,9 @@
  * prepared, sent and harvested, what the device's answer means, and the
  * result object.
  *
- * Threads: verify_run() and the ops' slot_init, slot_fini and result run
- * in the main thread; the other ops run in the queue's thread and touch
- * only that VerifyQueue and its slots.
+ * Threads: verify_run() and the ops' req_new, req_free and result run in
+ * the main thread; the other ops run in the queue's thread and touch only
+ * that VerifyQueue and its slots.
  */
 #ifndef SPINDLE_TOOLS_VU_CLIENT_VERIFY_H
 #define SPINDLE_TOOLS_VU_CLIENT_VERIFY_H
@@ -66,30 +66,37 @@ typedef enum VerifyAnswer {
     VERIFY_ANSWER_FAILED,       /* an error: VerifyQueue.error is set */
 } VerifyAnswer;
 
+/*
+ * The device's side.  Its requests (VufBlkReq, VufScsiReq) are the tokens
+ * of the virtqueue and have a data buffer, a data_segs count and an opaque
+ * pointer, which the engine reaches through the offsets below: it points
+ * opaque at the request's slot, so that a completion finds its slot.
+ */
 typedef struct VerifyOps {
     /* How messages name a queue: "queue", "request queue". */
     const char *queue_name;
     /* The virtqueue that (request) queue qi is. */
     unsigned (*vq_index)(unsigned qi);
-    /* Allocate s->req with a --bs data buffer (s->data); false with errp
-     * set (the message says what could not be allocated). */
-    bool (*slot_init)(VerifyQueue *vq, VerifySlot *s, Error **errp);
-    /* Free s->req (NULL after a failed slot_init). */
-    void (*slot_fini)(VerifyQueue *vq, VerifySlot *s);
+    /* A request with a data buffer of bs bytes in fe's memory; NULL with
+     * errp set.  Freed with req_free. */
+    void *(*req_new)(VuFrontend *fe, size_t bs, Error **errp);
+    void (*req_free)(VuFrontend *fe, void *req);
+    /* Offsets in the request of its uint8_t *data, unsigned data_segs and
+     * void *opaque. */
+    size_t data_offset, segs_offset, opaque_offset;
     /* Make s->req the write (s->data holds the pattern) or read of block
      * s->block. */
     void (*prepare)(VerifyQueue *vq, VerifySlot *s, bool writing);
     /* Add s->req to vq->q: 0 or -errno (-ENOSPC: the ring is full). */
     int (*submit)(VerifyQueue *vq, VerifySlot *s);
-    /* Harvest one completion: 1 with *s its slot, 0 if none, -errno. */
-    int (*complete)(VerifyQueue *vq, VerifySlot **s);
     /* Judge the device's answer to s (the request may be sent again). */
     VerifyAnswer (*answer)(VerifyQueue *vq, VerifySlot *s, bool writing);
     /* Optional: whether a read the device completed moved all its data;
      * false with vq->error set.  Checked before the data. */
     bool (*read_whole)(VerifyQueue *vq, VerifySlot *s);
-    /* Fill r with the run's result (the queues' counters, elapsed). */
-    void (*result)(const VerifyRun *run, Result *r, double elapsed_s);
+    /* Optional: add the device's own members to the run's result (after
+     * those verify_run() writes for every device). */
+    void (*result)(const VerifyRun *run, Result *r);
 } VerifyOps;
 
 /* A verify-run: what the caller fills in before verify_run(). */
@@ -111,7 +118,7 @@ struct VerifyRun {
 bool verify_run_slice(VerifyRun *run, Error **errp);
 
 /*
- * Run it: set up every queue (its slots with ops->slot_init), start one
+ * Run it: set up every queue (a request per slot, ops->req_new), start one
  * thread per queue, wait for them all, fill r (ops->result, and the first
  * mismatch found) and free the queues.  False with errp set if a queue
  * could not be set up or a thread not started, or with the first queue's
