@@ -35,25 +35,24 @@
 
 VufBlkReq *vufblk_req_new(VuFrontend *fe, size_t data_cap, Error **errp)
 {
-    VufBlkReq *req = g_new0(VufBlkReq, 1);
-    uint64_t small_gpa;
-    uint8_t *small;
+    uint64_t small_gpa, data_gpa = 0;
+    uint8_t *data, *small;
+    VufBlkReq *req;
 
     small = vuf_req_mem_alloc(fe, SMALL_BLOCK_BYTES, SMALL_BLOCK_BYTES,
-                              &small_gpa, data_cap, &req->data,
-                              &req->data_gpa, "a request", errp);
+                              &small_gpa, data_cap, &data, &data_gpa,
+                              "a request", errp);
     if (!small) {
-        g_free(req);
         return NULL;
     }
-    req->hdr = (VirtioBlkOutHdr *)small;
-    req->hdr_gpa = small_gpa;
-    req->dwz = (VirtioBlkSeg *)(small + 16);
-    req->dwz_gpa = small_gpa + 16;
-    req->status = small + 32;
-    req->status_gpa = small_gpa + 32;
-    req->data_cap = data_cap;
-    req->data_segs = 1;
+    req = g_new(VufBlkReq, 1);
+    *req = (VufBlkReq) {
+        .hdr = (VirtioBlkOutHdr *)small, .hdr_gpa = small_gpa,
+        .dwz = (VirtioBlkSeg *)(small + 16), .dwz_gpa = small_gpa + 16,
+        .status = small + 32, .status_gpa = small_gpa + 32,
+        .data = data, .data_gpa = data_gpa, .data_cap = data_cap,
+        .data_segs = 1,
+    };
     return req;
 }
 

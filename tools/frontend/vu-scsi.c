@@ -61,29 +61,30 @@ static void scsi_sizes(VuFrontend *fe, unsigned *cdb_size,
 
 VufScsiReq *vufscsi_req_new(VuFrontend *fe, size_t data_cap, Error **errp)
 {
-    VufScsiReq *req = g_new0(VufScsiReq, 1);
+    unsigned cdb_size, sense_size;
     size_t resp_off, small_len;
-    uint64_t small_gpa;
-    uint8_t *small;
+    uint64_t small_gpa, data_gpa = 0;
+    uint8_t *data, *small;
+    VufScsiReq *req;
 
-    scsi_sizes(fe, &req->cdb_size, &req->sense_size);
-    resp_off = (sizeof(VirtioScsiCmdReqHdr) + req->cdb_size + 15) & ~(size_t)15;
-    small_len = resp_off + sizeof(VirtioScsiCmdRespHdr) + req->sense_size;
-    small = vuf_req_mem_alloc(fe, small_len, 64, &small_gpa, data_cap,
-                              &req->data, &req->data_gpa, "a SCSI command",
-                              errp);
+    scsi_sizes(fe, &cdb_size, &sense_size);
+    resp_off = (sizeof(VirtioScsiCmdReqHdr) + cdb_size + 15) & ~(size_t)15;
+    small_len = resp_off + sizeof(VirtioScsiCmdRespHdr) + sense_size;
+    small = vuf_req_mem_alloc(fe, small_len, 64, &small_gpa, data_cap, &data,
+                              &data_gpa, "a SCSI command", errp);
     if (!small) {
-        g_free(req);
         return NULL;
     }
-    req->hdr = (VirtioScsiCmdReqHdr *)small;
-    req->cdb = small + sizeof(VirtioScsiCmdReqHdr);
-    req->hdr_gpa = small_gpa;
-    req->resp = (VirtioScsiCmdRespHdr *)(small + resp_off);
-    req->sense = small + resp_off + sizeof(VirtioScsiCmdRespHdr);
-    req->resp_gpa = small_gpa + resp_off;
-    req->data_cap = data_cap;
-    req->data_segs = 1;
+    req = g_new(VufScsiReq, 1);
+    *req = (VufScsiReq) {
+        .hdr = (VirtioScsiCmdReqHdr *)small, .hdr_gpa = small_gpa,
+        .cdb = small + sizeof(VirtioScsiCmdReqHdr),
+        .resp = (VirtioScsiCmdRespHdr *)(small + resp_off),
+        .resp_gpa = small_gpa + resp_off,
+        .sense = small + resp_off + sizeof(VirtioScsiCmdRespHdr),
+        .data = data, .data_gpa = data_gpa, .data_cap = data_cap,
+        .cdb_size = cdb_size, .sense_size = sense_size, .data_segs = 1,
+    };
     return req;
 }
 
@@ -154,27 +155,24 @@ int vufscsi_submit(VufQueue *q, VufScsiReq *req, unsigned flags)
 {
     VufSeg segs[SCSI_SEGS_MAX];
     unsigned n = 0;
-    int r;
+    int r = 0;
 
     segs[n++] = (VufSeg) { req->hdr_gpa,
                            sizeof(VirtioScsiCmdReqHdr) + req->cdb_size,
                            false };
     if (req->dir == VUFSCSI_DIR_TO_DEV) {
         r = add_data_segs(q, req, segs, &n);
-        if (r < 0) {
-            return r;
-        }
     }
+    /* add_data_segs() always leaves room for this one. */
     segs[n++] = (VufSeg) { req->resp_gpa,
                            sizeof(VirtioScsiCmdRespHdr) + req->sense_size,
                            true };
-    if (req->dir == VUFSCSI_DIR_FROM_DEV) {
+    if (r == 0 && req->dir == VUFSCSI_DIR_FROM_DEV) {
         r = add_data_segs(q, req, segs, &n);
-        if (r < 0) {
-            return r;
-        }
     }
-    r = vufq_add(q, segs, n, flags, req);
+    if (r == 0) {
+        r = vufq_add(q, segs, n, flags, req);
+    }
     return r < 0 ? r : 0;
 }
 
