@@ -194,6 +194,20 @@ static void in_data(BrReq *b, uint32_t len)
     add_piece(b, BR_OFF_DATA, len, true);
 }
 
+/* The usual chain of one I/O request: header, len bytes of data (written
+ * by the device for BR_T_IN, else the pattern of disk_off), status. */
+static void io_req(BrCtx *x, BrReq *b, uint32_t type, uint64_t sector,
+                   uint64_t disk_off, uint32_t len)
+{
+    hdr(x, b, type, sector);
+    if (type == BR_T_IN) {
+        in_data(b, len);
+    } else {
+        out_data(x, b, disk_off, len);
+    }
+    status(b);
+}
+
 /* Segment i of a discard / write-zeroes request. */
 static void put_seg(BrCtx *x, unsigned i, uint64_t sector, uint32_t nsectors,
                     uint32_t flags)
@@ -286,9 +300,7 @@ static void build_status_with_data(BrCtx *x, BrReq *b)
 
 static void build_plain_write(BrCtx *x, BrReq *b)
 {
-    hdr(x, b, BR_T_OUT, x->sector);
-    out_data(x, b, target_off(x), 4096);
-    status(b);
+    io_req(x, b, BR_T_OUT, x->sector, target_off(x), 4096);
     b->writes_off = target_off(x);
     b->writes_len = 4096;
 }
@@ -376,16 +388,12 @@ static void build_write_writable_data(BrCtx *x, BrReq *b)
 
 static void build_read_partial_sector(BrCtx *x, BrReq *b)
 {
-    hdr(x, b, BR_T_IN, x->sector);
-    in_data(b, 1000);
-    status(b);
+    io_req(x, b, BR_T_IN, x->sector, 0, 1000);
 }
 
 static void build_write_partial_sector(BrCtx *x, BrReq *b)
 {
-    hdr(x, b, BR_T_OUT, x->sector);
-    out_data(x, b, target_off(x), 1000);
-    status(b);
+    io_req(x, b, BR_T_OUT, x->sector, target_off(x), 1000);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -394,41 +402,32 @@ static void build_write_partial_sector(BrCtx *x, BrReq *b)
 /* One sector just past the end. */
 static void build_read_beyond_end(BrCtx *x, BrReq *b)
 {
-    hdr(x, b, BR_T_IN, x->capacity);
-    in_data(b, BR_SECTOR);
-    status(b);
+    io_req(x, b, BR_T_IN, x->capacity, 0, BR_SECTOR);
 }
 
 /* Two sectors from the last one: half in, half out. */
 static void build_write_beyond_end(BrCtx *x, BrReq *b)
 {
-    hdr(x, b, BR_T_OUT, x->capacity - 1);
-    out_data(x, b, (x->capacity - 1) * BR_SECTOR, 2 * BR_SECTOR);
-    status(b);
+    io_req(x, b, BR_T_OUT, x->capacity - 1, (x->capacity - 1) * BR_SECTOR,
+           2 * BR_SECTOR);
 }
 
 /* Sector 2^55: its byte offset, sector * 512, wraps around to 0. */
 static void build_write_sector_wrap(BrCtx *x, BrReq *b)
 {
-    hdr(x, b, BR_T_OUT, UINT64_C(1) << 55);
-    out_data(x, b, 0, 4096);
-    status(b);
+    io_req(x, b, BR_T_OUT, UINT64_C(1) << 55, 0, 4096);
 }
 
 /* Sector 2^64 - 1 and two sectors: sector + count wraps around to 1. */
 static void build_write_sector_overflow(BrCtx *x, BrReq *b)
 {
-    hdr(x, b, BR_T_OUT, UINT64_MAX);
-    out_data(x, b, 0, 2 * BR_SECTOR);
-    status(b);
+    io_req(x, b, BR_T_OUT, UINT64_MAX, 0, 2 * BR_SECTOR);
 }
 
 /* Eight sectors from 2^64 - 8: ends exactly at 2^64. */
 static void build_read_sector_overflow(BrCtx *x, BrReq *b)
 {
-    hdr(x, b, BR_T_IN, UINT64_MAX - 7);
-    in_data(b, 4096);
-    status(b);
+    io_req(x, b, BR_T_IN, UINT64_MAX - 7, 0, 4096);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -437,9 +436,7 @@ static void build_read_sector_overflow(BrCtx *x, BrReq *b)
 /* Type 0x7f, laid out like a 4 KiB write of the target. */
 static void build_unknown_type(BrCtx *x, BrReq *b)
 {
-    hdr(x, b, BR_T_UNKNOWN, x->sector);
-    out_data(x, b, target_off(x), 4096);
-    status(b);
+    io_req(x, b, BR_T_UNKNOWN, x->sector, target_off(x), 4096);
 }
 
 /* GET_ID with an 8-byte buffer (the serial takes up to 20). */
@@ -596,12 +593,8 @@ static const BrKind br_kinds[] = {
 
 static const BrKind *find_kind(const char *name)
 {
-    for (size_t i = 0; i < G_N_ELEMENTS(br_kinds); i++) {
-        if (!strcmp(br_kinds[i].name, name)) {
-            return &br_kinds[i];
-        }
-    }
-    return NULL;
+    return kind_find(br_kinds, G_N_ELEMENTS(br_kinds), sizeof(br_kinds[0]),
+                     name);
 }
 
 bool bad_request_kind_valid(const char *name)
@@ -612,11 +605,10 @@ bool bad_request_kind_valid(const char *name)
 char *bad_request_kinds(void)
 {
     GString *s = g_string_new(NULL);
+    unsigned n = 0;
 
-    for (size_t i = 0; i < G_N_ELEMENTS(br_kinds); i++) {
-        g_string_append_printf(s, "%s%s", i == 0 ? "" : i % 4 ? ", " : ",\n  ",
-                               br_kinds[i].name);
-    }
+    kind_names(s, br_kinds, G_N_ELEMENTS(br_kinds), sizeof(br_kinds[0]), 4,
+               &n);
     return g_string_free(s, FALSE);
 }
 

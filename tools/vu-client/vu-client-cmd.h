@@ -126,6 +126,18 @@ typedef struct ClientOpts {
     GPtrArray *commands;        /* Command * */
 } ClientOpts;
 
+/*
+ * Named kinds (malformed, bad-request, scsi-bad-request KIND): tables of n
+ * entries of size bytes, each starting with its const char *name.
+ * kind_find() returns the entry named name, or NULL.  kind_names()
+ * appends the names to s as "a, b, c", with a line break after every wrap
+ * of them (0: none); *count is how many are already in s, and grows.
+ */
+const void *kind_find(const void *table, size_t n, size_t size,
+                      const char *name);
+void kind_names(GString *s, const void *table, size_t n, size_t size,
+                unsigned wrap, unsigned *count);
+
 /* A new command with the defaults every option starts from. */
 Command *command_new(CmdKind kind, const char *name, CmdDevice device,
                      CmdRun run);

@@ -211,11 +211,9 @@ bool cmd_reconnect(Client *c, const Command *cmd, Result *r,
 
 bool cmd_stop(Client *c, const Command *cmd, Result *r, Error **errp)
 {
-    JsonArray *a = json_array_new();
-    unsigned i;
+    JsonArray *a = res_array(r, "queues");
 
-    json_object_set_array_member(r->obj, "queues", a);
-    for (i = 0; i < vuf_num_queues(c->fe); i++) {
+    for (unsigned i = 0; i < vuf_num_queues(c->fe); i++) {
         uint32_t base;
 
         if (!vufq_ready(vuf_queue(c->fe, i))) {
@@ -231,11 +229,9 @@ bool cmd_stop(Client *c, const Command *cmd, Result *r, Error **errp)
 
 bool cmd_stats(Client *c, const Command *cmd, Result *r, Error **errp)
 {
-    JsonArray *a = json_array_new();
-    unsigned i;
+    JsonArray *a = res_array(r, "queues");
 
-    json_object_set_array_member(r->obj, "queues", a);
-    for (i = 0; i < vuf_num_queues(c->fe); i++) {
+    for (unsigned i = 0; i < vuf_num_queues(c->fe); i++) {
         JsonObject *o = res_queue_entry(a, i);
         VufQueueStats s;
 

@@ -63,6 +63,14 @@ void res_verified(Result *r, GChecksum *sum, bool have_seed, uint64_t seed,
     res_str(r, "verified", have_seed ? "pattern" : zeroes ? "zeroes" : "no");
 }
 
+JsonArray *res_array(Result *r, const char *key)
+{
+    JsonArray *a = json_array_new();
+
+    json_object_set_array_member(r->obj, key, a);
+    return a;
+}
+
 JsonObject *res_queue_entry(JsonArray *a, unsigned queue)
 {
     JsonObject *o = json_object_new();

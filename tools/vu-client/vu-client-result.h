@@ -29,6 +29,8 @@ void res_mismatch(Result *r, uint64_t off, uint64_t want, uint64_t got);
  * "verified" (pattern, zeroes or no). */
 void res_verified(Result *r, GChecksum *sum, bool have_seed, uint64_t seed,
                   bool zeroes);
+/* A new array as member key of r; returned for elements (r owns it). */
+JsonArray *res_array(Result *r, const char *key);
 /* A new object {"queue": queue} appended to a; returned for more members
  * (a owns it). */
 JsonObject *res_queue_entry(JsonArray *a, unsigned queue);

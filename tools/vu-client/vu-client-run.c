@@ -18,7 +18,6 @@
 
 #include <errno.h>
 #include <inttypes.h>
-#include <stddef.h>
 #include <string.h>
 
 #include <glib.h>
@@ -32,6 +31,7 @@
 #define SECTOR                  VIRTIO_BLK_SECTOR_SIZE
 #define MALFORMED_WAIT_MS       1000
 #define ALIVE_WAIT_MS           2000
+#define MALFORMED_PAYLOAD_MAX   (64 * 1024)
 
 /* ------------------------------------------------------------------------ */
 /* verify-run                                                                */
@@ -39,16 +39,6 @@
 static unsigned blk_verify_vq_index(unsigned qi)
 {
     return qi;
-}
-
-static void *blk_verify_req_new(VuFrontend *fe, size_t bs, Error **errp)
-{
-    return vufblk_req_new(fe, bs, errp);
-}
-
-static void blk_verify_req_free(VuFrontend *fe, void *req)
-{
-    vufblk_req_free(fe, req);
 }
 
 static void blk_verify_prepare(VerifyQueue *vq, VerifySlot *s, bool writing)
@@ -89,11 +79,6 @@ static VerifyAnswer blk_verify_answer(VerifyQueue *vq, VerifySlot *s,
 static const VerifyOps blk_verify_ops = {
     .queue_name = "queue",
     .vq_index = blk_verify_vq_index,
-    .req_new = blk_verify_req_new,
-    .req_free = blk_verify_req_free,
-    .data_offset = offsetof(VufBlkReq, data),
-    .segs_offset = offsetof(VufBlkReq, data_segs),
-    .opaque_offset = offsetof(VufBlkReq, opaque),
     .prepare = blk_verify_prepare,
     .submit = blk_verify_submit,
     .answer = blk_verify_answer,
@@ -139,10 +124,17 @@ bool cmd_verify_run(Client *c, const Command *cmd, Result *r, Error **errp)
 /* ------------------------------------------------------------------------ */
 /* malformed                                                                 */
 
+/* The message a malformed kind builds. */
+typedef struct MalformedBuf {
+    Client *c;
+    VhostUserHeader hdr;
+    uint8_t *payload;           /* MALFORMED_PAYLOAD_MAX bytes */
+    size_t len;                 /* payload bytes to send */
+} MalformedBuf;
+
 typedef struct MalformedMsg {
     const char *name;
-    void (*build)(Client *c, VhostUserHeader *hdr, uint8_t *payload,
-                  size_t *len, int *fds, size_t *nfds);
+    void (*build)(MalformedBuf *b);
 } MalformedMsg;
 
 /* Header flags of a well-behaved request: NEED_REPLY with REPLY_ACK. */
@@ -155,75 +147,62 @@ static uint32_t request_flags(Client *c)
 }
 
 /* Fill in the header and a payload of size bytes copied from body. */
-static void build_msg(VhostUserHeader *hdr, uint8_t *payload, size_t *len,
-                      uint32_t request, uint32_t flags, const void *body,
-                      size_t size)
+static void build_msg(MalformedBuf *b, uint32_t request, uint32_t flags,
+                      const void *body, size_t size)
 {
-    hdr->request = request;
-    hdr->flags = flags;
+    b->hdr.request = request;
+    b->hdr.flags = flags;
     if (size) {
-        memcpy(payload, body, size);
+        memcpy(b->payload, body, size);
     }
-    *len = hdr->size = size;
+    b->len = b->hdr.size = size;
 }
 
-static void build_unknown_request(Client *c, VhostUserHeader *hdr,
-                                  uint8_t *payload, size_t *len, int *fds,
-                                  size_t *nfds)
+static void build_unknown_request(MalformedBuf *b)
 {
     uint64_t zero = 0;
 
-    build_msg(hdr, payload, len, 999,
+    build_msg(b, 999,
               VHOST_USER_VERSION | VHOST_USER_NEED_REPLY_MASK, &zero,
               sizeof(zero));
 }
 
-static void build_short_payload(Client *c, VhostUserHeader *hdr,
-                                uint8_t *payload, size_t *len, int *fds,
-                                size_t *nfds)
+static void build_short_payload(MalformedBuf *b)
 {
     uint32_t index = 0;
 
     /* SET_VRING_NUM wants a vring state (8 bytes); send only the index. */
-    build_msg(hdr, payload, len, VHOST_USER_SET_VRING_NUM, request_flags(c),
+    build_msg(b, VHOST_USER_SET_VRING_NUM, request_flags(b->c),
               &index, sizeof(index));
 }
 
-static void build_oversized_payload(Client *c, VhostUserHeader *hdr,
-                                    uint8_t *payload, size_t *len, int *fds,
-                                    size_t *nfds)
+static void build_oversized_payload(MalformedBuf *b)
 {
-    VhostUserVringState s = { 0, vufq_size(vuf_queue(c->fe, 0)) };
+    VhostUserVringState s = { 0, vufq_size(vuf_queue(b->c->fe, 0)) };
 
     /* A harmless SET_VRING_NUM (same size again) padded to 64 KiB. */
-    build_msg(hdr, payload, len, VHOST_USER_SET_VRING_NUM, request_flags(c),
+    build_msg(b, VHOST_USER_SET_VRING_NUM, request_flags(b->c),
               &s, sizeof(s));
-    *len = hdr->size = 64 * 1024;
+    b->len = b->hdr.size = MALFORMED_PAYLOAD_MAX;
 }
 
-static void build_bad_version(Client *c, VhostUserHeader *hdr,
-                              uint8_t *payload, size_t *len, int *fds,
-                              size_t *nfds)
+static void build_bad_version(MalformedBuf *b)
 {
-    build_msg(hdr, payload, len, VHOST_USER_GET_FEATURES, 0x2, NULL, 0);
+    build_msg(b, VHOST_USER_GET_FEATURES, 0x2, NULL, 0);
 }
 
-static void build_bad_queue_index(Client *c, VhostUserHeader *hdr,
-                                  uint8_t *payload, size_t *len, int *fds,
-                                  size_t *nfds)
+static void build_bad_queue_index(MalformedBuf *b)
 {
-    VhostUserVringState s = { 255, vufq_size(vuf_queue(c->fe, 0)) };
+    VhostUserVringState s = { 255, vufq_size(vuf_queue(b->c->fe, 0)) };
 
-    build_msg(hdr, payload, len, VHOST_USER_SET_VRING_NUM, request_flags(c),
+    build_msg(b, VHOST_USER_SET_VRING_NUM, request_flags(b->c),
               &s, sizeof(s));
 }
 
-static void build_bad_vring_addr(Client *c, VhostUserHeader *hdr,
-                                 uint8_t *payload, size_t *len, int *fds,
-                                 size_t *nfds)
+static void build_bad_vring_addr(MalformedBuf *b)
 {
     /* Ring addresses in no memory region (just past ours). */
-    uint64_t outside = (uintptr_t)vuf_mem_base(c->fe) + vuf_mem_size(c->fe) +
+    uint64_t outside = (uintptr_t)vuf_mem_base(b->c->fe) + vuf_mem_size(b->c->fe) +
                        (1u << 20);
     VhostUserVringAddr a = {
         .index = 0,
@@ -232,42 +211,36 @@ static void build_bad_vring_addr(Client *c, VhostUserHeader *hdr,
         .avail_user_addr = outside + 0x20000,
     };
 
-    build_msg(hdr, payload, len, VHOST_USER_SET_VRING_ADDR, request_flags(c),
+    build_msg(b, VHOST_USER_SET_VRING_ADDR, request_flags(b->c),
               &a, sizeof(a));
 }
 
-static void build_mem_table_no_fd(Client *c, VhostUserHeader *hdr,
-                                  uint8_t *payload, size_t *len, int *fds,
-                                  size_t *nfds)
+static void build_mem_table_no_fd(MalformedBuf *b)
 {
     VhostUserMemory t = { .nregions = 1 };
 
     t.regions[0] = (VhostUserMemRegion) {
         .guest_phys_addr = 0,
-        .memory_size = vuf_mem_size(c->fe),
-        .userspace_addr = (uintptr_t)vuf_mem_base(c->fe),
+        .memory_size = vuf_mem_size(b->c->fe),
+        .userspace_addr = (uintptr_t)vuf_mem_base(b->c->fe),
     };
-    build_msg(hdr, payload, len, VHOST_USER_SET_MEM_TABLE, request_flags(c),
+    build_msg(b, VHOST_USER_SET_MEM_TABLE, request_flags(b->c),
               &t, offsetof(VhostUserMemory, regions[1]));
 }
 
-static void build_mem_table_too_many(Client *c, VhostUserHeader *hdr,
-                                     uint8_t *payload, size_t *len, int *fds,
-                                     size_t *nfds)
+static void build_mem_table_too_many(MalformedBuf *b)
 {
     VhostUserMemory t = { .nregions = 1000 };
 
-    build_msg(hdr, payload, len, VHOST_USER_SET_MEM_TABLE, request_flags(c),
+    build_msg(b, VHOST_USER_SET_MEM_TABLE, request_flags(b->c),
               &t, sizeof(t));
 }
 
-static void build_kick_no_fd(Client *c, VhostUserHeader *hdr,
-                             uint8_t *payload, size_t *len, int *fds,
-                             size_t *nfds)
+static void build_kick_no_fd(MalformedBuf *b)
 {
     uint64_t index = 0;     /* no NOFD flag, and yet no fd */
 
-    build_msg(hdr, payload, len, VHOST_USER_SET_VRING_KICK, request_flags(c),
+    build_msg(b, VHOST_USER_SET_VRING_KICK, request_flags(b->c),
               &index, sizeof(index));
 }
 
@@ -283,31 +256,25 @@ static const MalformedMsg malformed_msgs[] = {
     { "kick-no-fd", build_kick_no_fd },
 };
 
+static const MalformedMsg *malformed_find(const char *name)
+{
+    return kind_find(malformed_msgs, G_N_ELEMENTS(malformed_msgs),
+                     sizeof(malformed_msgs[0]), name);
+}
+
 bool malformed_kind_valid(const char *name)
 {
-    size_t i;
-
-    for (i = 0; i < G_N_ELEMENTS(malformed_msgs); i++) {
-        if (!strcmp(malformed_msgs[i].name, name)) {
-            return true;
-        }
-    }
-    return vuf_ring_fault_by_name(name) >= 0;
+    return malformed_find(name) || vuf_ring_fault_by_name(name) >= 0;
 }
 
 char *malformed_kinds(void)
 {
     GString *s = g_string_new(NULL);
-    size_t i;
-    int f;
-
     unsigned n = 0;
 
-    for (i = 0; i < G_N_ELEMENTS(malformed_msgs); i++, n++) {
-        g_string_append_printf(s, "%s%s", n == 0 ? "" : n % 4 ? ", " : ",\n  ",
-                               malformed_msgs[i].name);
-    }
-    for (f = 0; f < VUF_FAULT_COUNT; f++, n++) {
+    kind_names(s, malformed_msgs, G_N_ELEMENTS(malformed_msgs),
+               sizeof(malformed_msgs[0]), 4, &n);
+    for (int f = 0; f < VUF_FAULT_COUNT; f++, n++) {
         g_string_append_printf(s, "%s%s", n % 4 ? ", " : ",\n  ",
                                vuf_ring_fault_name(f));
     }
@@ -333,19 +300,20 @@ static bool request_has_reply(uint32_t request)
 static bool malformed_message(Client *c, const MalformedMsg *m, Result *r,
                               Error **errp)
 {
-    g_autofree uint8_t *payload = g_malloc0(64 * 1024);
-    VhostUserHeader hdr = { 0 }, reply;
+    g_autofree uint8_t *payload = g_malloc0(MALFORMED_PAYLOAD_MAX);
+    MalformedBuf b = { .c = c, .payload = payload };
+    const VhostUserHeader *hdr = &b.hdr;
+    VhostUserHeader reply;
     uint8_t reply_buf[VHOST_USER_MAX_PAYLOAD];
     VufRecvResult res;
-    int fds[VHOST_USER_MAX_FDS];
-    size_t len = 0, nfds = 0, got;
+    size_t got;
     const char *reaction;
 
-    m->build(c, &hdr, payload, &len, fds, &nfds);
+    m->build(&b);
     json_object_set_string_member(r->obj, "type", "message");
-    json_object_set_int_member(r->obj, "request", hdr.request);
-    if (!vuf_send_raw_header(c->fe, hdr.request, hdr.flags, hdr.size,
-                             payload, len, fds, nfds, NULL)) {
+    json_object_set_int_member(r->obj, "request", hdr->request);
+    if (!vuf_send_raw_header(c->fe, hdr->request, hdr->flags, hdr->size,
+                             payload, b.len, NULL, 0, NULL)) {
         /* Sending on a connected socket fails when the peer has gone. */
         res = VUF_RECV_CLOSED;
     } else if (!vuf_recv_raw(c->fe, MALFORMED_WAIT_MS, &reply, reply_buf,
@@ -356,8 +324,8 @@ static bool malformed_message(Client *c, const MalformedMsg *m, Result *r,
         reaction = "closed";
     } else if (res == VUF_RECV_TIMEOUT) {
         reaction = "no-reply";
-    } else if (reply.request != hdr.request ||
-               request_has_reply(hdr.request)) {
+    } else if (reply.request != hdr->request ||
+               request_has_reply(hdr->request)) {
         reaction = "reply";     /* processed as if well-formed */
         json_object_set_int_member(r->obj, "reply_request", reply.request);
         json_object_set_int_member(r->obj, "reply_size", reply.size);
@@ -428,22 +396,12 @@ static bool malformed_ring(Client *c, const Command *cmd, VufRingFault f,
 bool cmd_malformed(Client *c, const Command *cmd, Result *r, Error **errp)
 {
     int f = vuf_ring_fault_by_name(cmd->what);
-    size_t i;
+    const MalformedMsg *m = malformed_find(cmd->what);
 
     json_object_set_string_member(r->obj, "kind", cmd->what);
     if (f >= 0) {
         return malformed_ring(c, cmd, f, r, errp);
     }
-    for (i = 0; i < G_N_ELEMENTS(malformed_msgs); i++) {
-        if (!strcmp(malformed_msgs[i].name, cmd->what)) {
-            return malformed_message(c, &malformed_msgs[i], r, errp);
-        }
-    }
-    {
-        g_autofree char *kinds = malformed_kinds();
-
-        error_setg(errp, "unknown kind '%s'; expected one of: %s", cmd->what,
-                   kinds);
-    }
-    return false;
+    g_assert(m);                /* the parser checked the kind */
+    return malformed_message(c, m, r, errp);
 }

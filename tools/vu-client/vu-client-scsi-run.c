@@ -22,7 +22,6 @@
 
 #include <errno.h>
 #include <inttypes.h>
-#include <stddef.h>
 #include <string.h>
 
 #include <glib.h>
@@ -44,16 +43,6 @@
 static unsigned scsi_verify_vq_index(unsigned qi)
 {
     return VUFSCSI_VQ_REQUEST(qi);
-}
-
-static void *scsi_verify_req_new(VuFrontend *fe, size_t bs, Error **errp)
-{
-    return vufscsi_req_new(fe, bs, errp);
-}
-
-static void scsi_verify_req_free(VuFrontend *fe, void *req)
-{
-    vufscsi_req_free(fe, req);
 }
 
 static void scsi_verify_prepare(VerifyQueue *vq, VerifySlot *s, bool writing)
@@ -154,11 +143,6 @@ static void scsi_verify_result(const VerifyRun *run, Result *r)
 static const VerifyOps scsi_verify_ops = {
     .queue_name = "request queue",
     .vq_index = scsi_verify_vq_index,
-    .req_new = scsi_verify_req_new,
-    .req_free = scsi_verify_req_free,
-    .data_offset = offsetof(VufScsiReq, data),
-    .segs_offset = offsetof(VufScsiReq, data_segs),
-    .opaque_offset = offsetof(VufScsiReq, opaque),
     .prepare = scsi_verify_prepare,
     .submit = scsi_verify_submit,
     .answer = scsi_verify_answer,
@@ -533,12 +517,8 @@ static const SbrKind sbr_kinds[] = {
 
 static const SbrKind *sbr_find(const char *name)
 {
-    for (size_t i = 0; i < G_N_ELEMENTS(sbr_kinds); i++) {
-        if (!strcmp(sbr_kinds[i].name, name)) {
-            return &sbr_kinds[i];
-        }
-    }
-    return NULL;
+    return kind_find(sbr_kinds, G_N_ELEMENTS(sbr_kinds),
+                     sizeof(sbr_kinds[0]), name);
 }
 
 bool scsi_bad_request_kind_valid(const char *name)
@@ -549,10 +529,10 @@ bool scsi_bad_request_kind_valid(const char *name)
 char *scsi_bad_request_kinds(void)
 {
     GString *s = g_string_new(NULL);
+    unsigned n = 0;
 
-    for (size_t i = 0; i < G_N_ELEMENTS(sbr_kinds); i++) {
-        g_string_append_printf(s, "%s%s", i ? ", " : "", sbr_kinds[i].name);
-    }
+    kind_names(s, sbr_kinds, G_N_ELEMENTS(sbr_kinds), sizeof(sbr_kinds[0]),
+               0, &n);
     return g_string_free(s, FALSE);
 }
 

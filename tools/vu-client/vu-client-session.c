@@ -20,22 +20,25 @@
 
 const char *client_strerror(int err)
 {
-    switch (err) {
-    case ETIMEDOUT:
-        return "no completion within the timeout (see --timeout)";
-    case ECONNRESET:
-        return "the back-end hung up";
-    case EIO:
-        return "the device put an invalid entry in the used ring";
-    case ENOTCONN:
-        return "the queue is not set up (the session ended)";
-    case ENOTSUP:
-        return "indirect descriptors were not negotiated";
-    case E2BIG:
-        return "the request needs more segments than the device's seg_max";
-    default:
-        return g_strerror(err);
+    static const struct {
+        int err;
+        const char *message;
+    } messages[] = {
+        { ETIMEDOUT, "no completion within the timeout (see --timeout)" },
+        { ECONNRESET, "the back-end hung up" },
+        { EIO, "the device put an invalid entry in the used ring" },
+        { ENOTCONN, "the queue is not set up (the session ended)" },
+        { ENOTSUP, "indirect descriptors were not negotiated" },
+        { E2BIG, "the request needs more segments than the device's "
+                 "seg_max" },
+    };
+
+    for (size_t i = 0; i < G_N_ELEMENTS(messages); i++) {
+        if (messages[i].err == err) {
+            return messages[i].message;
+        }
     }
+    return g_strerror(err);
 }
 
 void extents_forget(Client *c, uint64_t start, uint64_t len)

@@ -16,13 +16,17 @@
  * error or mismatch stops that thread; the first queue's is reported, a
  * mismatch with its disk offset, block and generation.
  *
- * The device-specific parts (a request's layout and what its answer
- * means) are a VerifyOps: see vu-client-verify.h.
+ * The slots' requests are the library's VufBlkReq or VufScsiReq, after
+ * the session's device; the engine reaches their data buffer, data_segs
+ * and opaque (which points back at the slot) through a layout table.  The
+ * device-specific parts (how a request is prepared and sent, and what its
+ * answer means) are a VerifyOps: see vu-client-verify.h.
  */
 
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <string.h>
 #include <time.h>
 
@@ -107,12 +111,37 @@ static bool verify_check(VerifyQueue *vq, VerifySlot *s, bool writing)
     return true;
 }
 
+/* Where the library's request types keep what the engine sets and reads:
+ * the data buffer, data_segs and opaque. */
+typedef struct VerifyReqLayout {
+    size_t data, segs, opaque;
+} VerifyReqLayout;
+
+static const VerifyReqLayout blk_layout = {
+    offsetof(VufBlkReq, data), offsetof(VufBlkReq, data_segs),
+    offsetof(VufBlkReq, opaque),
+};
+static const VerifyReqLayout scsi_layout = {
+    offsetof(VufScsiReq, data), offsetof(VufScsiReq, data_segs),
+    offsetof(VufScsiReq, opaque),
+};
+
+static bool verify_scsi(const VerifyRun *run)
+{
+    return run->c->opts->device == VUF_DEVICE_SCSI;
+}
+
+static const VerifyReqLayout *verify_layout(const VerifyRun *run)
+{
+    return verify_scsi(run) ? &scsi_layout : &blk_layout;
+}
+
 /* The slot of a request the device completed (its opaque). */
-static VerifySlot *verify_slot_of(const VerifyOps *ops, void *req)
+static VerifySlot *verify_slot_of(const VerifyRun *run, void *req)
 {
     VerifySlot *s;
 
-    memcpy(&s, (uint8_t *)req + ops->opaque_offset, sizeof(s));
+    memcpy(&s, (uint8_t *)req + verify_layout(run)->opaque, sizeof(s));
     return s;
 }
 
@@ -161,7 +190,7 @@ static bool verify_phase(VerifyQueue *vq, uint64_t total, bool writing,
             if (r == 0) {
                 break;
             }
-            s = verify_slot_of(ops, req);
+            s = verify_slot_of(vq->run, req);
             switch (ops->answer(vq, s, writing)) {
             case VERIFY_ANSWER_RESENT:
                 continue;
@@ -204,21 +233,33 @@ static void *verify_queue_thread(void *opaque)
 static bool verify_slot_init(VerifyQueue *vq, VerifySlot *s, Error **errp)
 {
     const VerifyRun *run = vq->run;
-    const VerifyOps *ops = run->ops;
+    const VerifyReqLayout *l = verify_layout(run);
+    VuFrontend *fe = run->c->fe;
     unsigned segs = run->c->opts->segments;
-    uint8_t *req = ops->req_new(run->c->fe, run->cmd->bs, errp);
+    uint8_t *req = verify_scsi(run)
+                   ? (void *)vufscsi_req_new(fe, run->cmd->bs, errp)
+                   : (void *)vufblk_req_new(fe, run->cmd->bs, errp);
 
     if (!req) {
         error_prepend(errp, "%s (%u %ss x %u requests of %" PRIu64
-                      " bytes): ", run->cmd->name, run->nq, ops->queue_name,
-                      vq->depth, run->cmd->bs);
+                      " bytes): ", run->cmd->name, run->nq,
+                      run->ops->queue_name, vq->depth, run->cmd->bs);
         return false;
     }
     s->req = req;
-    memcpy(req + ops->opaque_offset, &s, sizeof(s));
-    memcpy(req + ops->segs_offset, &segs, sizeof(segs));
-    memcpy(&s->data, req + ops->data_offset, sizeof(s->data));
+    memcpy(req + l->opaque, &s, sizeof(s));
+    memcpy(req + l->segs, &segs, sizeof(segs));
+    memcpy(&s->data, req + l->data, sizeof(s->data));
     return true;
+}
+
+static void verify_slot_fini(const VerifyRun *run, VerifySlot *s)
+{
+    if (verify_scsi(run)) {
+        vufscsi_req_free(run->c->fe, s->req);
+    } else {
+        vufblk_req_free(run->c->fe, s->req);
+    }
 }
 
 static bool verify_queue_init(VerifyRun *run, VerifyQueue *vq, unsigned qi,
@@ -262,9 +303,7 @@ static bool verify_queue_init(VerifyRun *run, VerifyQueue *vq, unsigned qi,
 static void verify_queue_fini(VerifyQueue *vq)
 {
     for (unsigned i = 0; vq->slots && i < vq->depth; i++) {
-        if (vq->slots[i].req) {
-            vq->run->ops->req_free(vq->run->c->fe, vq->slots[i].req);
-        }
+        verify_slot_fini(vq->run, &vq->slots[i]);
     }
     g_free(vq->slots);
     g_free(vq->free_slots);
@@ -287,30 +326,46 @@ bool verify_run_slice(VerifyRun *run, Error **errp)
     return true;
 }
 
+/* What a queue, or the whole run, did. */
+typedef struct VerifyCounts {
+    uint64_t writes, reads;
+    VufQueueStats stats;
+} VerifyCounts;
+
+static void verify_counts_add(VerifyCounts *sum, const VerifyQueue *vq)
+{
+    sum->writes += vq->writes;
+    sum->reads += vq->reads;
+    sum->stats.kicks += vq->stats.kicks;
+    sum->stats.kicks_avoided += vq->stats.kicks_avoided;
+    sum->stats.interrupts += vq->stats.interrupts;
+    sum->stats.wakeups += vq->stats.wakeups;
+}
+
+static void verify_res_counts(JsonObject *o, const VerifyCounts *n)
+{
+    json_object_set_int_member(o, "writes", n->writes);
+    json_object_set_int_member(o, "reads", n->reads);
+    json_object_set_int_member(o, "kicks", n->stats.kicks);
+    json_object_set_int_member(o, "kicks_avoided", n->stats.kicks_avoided);
+    json_object_set_int_member(o, "interrupts", n->stats.interrupts);
+    json_object_set_int_member(o, "wakeups", n->stats.wakeups);
+}
+
 /* The run's result: the queues' counters and elapsed, for any device. */
 static void verify_result(const VerifyRun *run, Result *r, double elapsed)
 {
     const Command *cmd = run->cmd;
     JsonArray *per_queue = json_array_new();
-    VufQueueStats total = { 0 };
-    uint64_t writes = 0, reads = 0;
+    VerifyCounts total = { 0 };
 
     for (unsigned i = 0; i < run->nq; i++) {
-        const VerifyQueue *vq = &run->queues[i];
-        JsonObject *o = res_queue_entry(per_queue, vq->qi);
+        VerifyCounts one = { 0 };
 
-        json_object_set_int_member(o, "writes", vq->writes);
-        json_object_set_int_member(o, "reads", vq->reads);
-        json_object_set_int_member(o, "kicks", vq->stats.kicks);
-        json_object_set_int_member(o, "kicks_avoided",
-                                   vq->stats.kicks_avoided);
-        json_object_set_int_member(o, "interrupts", vq->stats.interrupts);
-        writes += vq->writes;
-        reads += vq->reads;
-        total.kicks += vq->stats.kicks;
-        total.kicks_avoided += vq->stats.kicks_avoided;
-        total.interrupts += vq->stats.interrupts;
-        total.wakeups += vq->stats.wakeups;
+        verify_counts_add(&one, &run->queues[i]);
+        verify_counts_add(&total, &run->queues[i]);
+        verify_res_counts(res_queue_entry(per_queue, run->queues[i].qi),
+                          &one);
     }
     res_int(r, "queues", run->nq);
     res_int(r, "offset", cmd->offset);
@@ -318,14 +373,9 @@ static void verify_result(const VerifyRun *run, Result *r, double elapsed)
     res_int(r, "bs", cmd->bs);
     res_int(r, "iodepth", cmd->iodepth);
     res_int(r, "seed", cmd->seed);
-    res_int(r, "writes", writes);
-    res_int(r, "reads", reads);
-    res_int(r, "bytes_verified", reads * cmd->bs);
+    verify_res_counts(r->obj, &total);
+    res_int(r, "bytes_verified", total.reads * cmd->bs);
     json_object_set_double_member(r->obj, "elapsed_s", elapsed);
-    res_int(r, "kicks", total.kicks);
-    res_int(r, "kicks_avoided", total.kicks_avoided);
-    res_int(r, "interrupts", total.interrupts);
-    res_int(r, "wakeups", total.wakeups);
     json_object_set_array_member(r->obj, "per_queue", per_queue);
     if (run->ops->result) {
         run->ops->result(run, r);

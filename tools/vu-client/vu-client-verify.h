@@ -2,14 +2,14 @@
  * spindle-vu-client: the engine of verify-run (virtio-blk, vu-client-run.c)
  * and scsi-verify-run (virtio-scsi, vu-client-scsi-run.c).  The engine
  * owns the threads, the per-queue slots, the write and read phases, the
- * check of the data read and the reporting of a mismatch; a VerifyOps
- * supplies what differs between the devices: how a request is allocated,
- * prepared, sent and harvested, what the device's answer means, and the
- * result object.
+ * check of the data read, the result and the reporting of a mismatch,
+ * and allocates and harvests the library's requests; a VerifyOps supplies
+ * what differs between the devices: how a request is prepared and sent,
+ * what the device's answer means, and the device's own result members.
  *
- * Threads: verify_run() and the ops' req_new, req_free and result run in
- * the main thread; the other ops run in the queue's thread and touch only
- * that VerifyQueue and its slots.
+ * Threads: verify_run() and the ops' result run in the main thread; the
+ * other ops run in the queue's thread and touch only that VerifyQueue and
+ * its slots.
  */
 #ifndef SPINDLE_TOOLS_VU_CLIENT_VERIFY_H
 #define SPINDLE_TOOLS_VU_CLIENT_VERIFY_H
@@ -67,23 +67,16 @@ typedef enum VerifyAnswer {
 } VerifyAnswer;
 
 /*
- * The device's side.  Its requests (VufBlkReq, VufScsiReq) are the tokens
- * of the virtqueue and have a data buffer, a data_segs count and an opaque
- * pointer, which the engine reaches through the offsets below: it points
- * opaque at the request's slot, so that a completion finds its slot.
+ * The device's side.  The engine allocates the slots' requests itself
+ * (VufBlkReq or VufScsiReq, after the session's device type): each is
+ * the token of its chain in the virtqueue and points back at its slot
+ * (opaque), so that a completion finds its slot.
  */
 typedef struct VerifyOps {
     /* How messages name a queue: "queue", "request queue". */
     const char *queue_name;
     /* The virtqueue that (request) queue qi is. */
     unsigned (*vq_index)(unsigned qi);
-    /* A request with a data buffer of bs bytes in fe's memory; NULL with
-     * errp set.  Freed with req_free. */
-    void *(*req_new)(VuFrontend *fe, size_t bs, Error **errp);
-    void (*req_free)(VuFrontend *fe, void *req);
-    /* Offsets in the request of its uint8_t *data, unsigned data_segs and
-     * void *opaque. */
-    size_t data_offset, segs_offset, opaque_offset;
     /* Make s->req the write (s->data holds the pattern) or read of block
      * s->block. */
     void (*prepare)(VerifyQueue *vq, VerifySlot *s, bool writing);
@@ -118,7 +111,7 @@ struct VerifyRun {
 bool verify_run_slice(VerifyRun *run, Error **errp);
 
 /*
- * Run it: set up every queue (a request per slot, ops->req_new), start one
+ * Run it: set up every queue (a request per slot), start one
  * thread per queue, wait for them all, fill r (ops->result, and the first
  * mismatch found) and free the queues.  False with errp set if a queue
  * could not be set up or a thread not started, or with the first queue's
