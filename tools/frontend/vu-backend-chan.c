@@ -42,7 +42,7 @@ bool vuf_backend_channel_open(VuFrontend *fe, Error **errp)
         return false;
     }
     ok = vuf_request_set(fe, VHOST_USER_SET_SLAVE_REQ_FD, NULL, 0, &sv[1], 1,
-                     errp);
+                         errp);
     close(sv[1]);
     if (!ok) {
         close(sv[0]);
@@ -110,7 +110,8 @@ static int backend_channel_read_one(VuFrontend *fe, int64_t deadline_ms,
     /* Once a message starts, the rest of it gets a second. */
     deadline_ms = MAX(deadline_ms, vuf_now_ms() + 1000);
     if (r > 0) {
-        r = vuf_read_exact(fe->backend_fd, &hdr, sizeof(hdr), deadline_ms, true);
+        r = vuf_read_exact(fe->backend_fd, &hdr, sizeof(hdr), deadline_ms,
+                           true);
     }
     if (r == 0) {
         error_setg(errp, "the back-end closed its back-end channel");
@@ -122,7 +123,8 @@ static int backend_channel_read_one(VuFrontend *fe, int64_t deadline_ms,
         goto close;
     }
     if (r > 0 && hdr.size) {
-        r = vuf_read_exact(fe->backend_fd, payload, hdr.size, deadline_ms, false);
+        r = vuf_read_exact(fe->backend_fd, payload, hdr.size, deadline_ms,
+                           false);
     }
     if (r < 0) {
         error_setg_errno(errp, -r, "cannot read from the back-end channel");

@@ -190,12 +190,9 @@ int vufblk_complete(VufQueue *q, VufBlkReq **req)
 int vufblk_do(VufQueue *q, VufBlkReq *req, unsigned flags,
               int64_t timeout_ns)
 {
-    int r = vufblk_submit(q, req, flags);
+    int r = vufq_do_one(q, vufblk_submit(q, req, flags), req, timeout_ns,
+                        NULL);
 
-    if (r < 0) {
-        return r;
-    }
-    r = vufq_do_one(q, req, timeout_ns, NULL);
     return r < 0 ? r : *req->status;
 }
 

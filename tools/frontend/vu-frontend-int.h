@@ -167,7 +167,7 @@ static inline void vuf_close_fd(int *fd)
  * the name tables indexed by a protocol value (requests, responses, ...).
  */
 static inline const char *vuf_table_name(const char *const *names, size_t n,
-                                          int64_t i, const char *dflt)
+                                         int64_t i, const char *dflt)
 {
     return i >= 0 && (uint64_t)i < n && names[i] ? names[i] : dflt;
 }
@@ -276,12 +276,14 @@ int vufq_add_data_segs(VufSeg *segs, unsigned *n, unsigned max, uint64_t gpa,
                        size_t len, unsigned pieces, uint32_t limit,
                        bool device_writes);
 /*
- * Kick q, wait up to timeout_ns and harvest the one completion, which must
- * be token's (the chain just added): -EIO if it is another's or none came.
- * 0 with *used_len the length the device wrote (if used_len), or -errno
- * from vufq_kick/wait/get_used.  The queue's thread.
+ * The rest of a synchronous request whose chain (token) was just added,
+ * added being what adding it returned: a negative errno there is returned
+ * as is.  Else kick q, wait up to timeout_ns and harvest the one
+ * completion, which must be token's: -EIO if it is another's or none
+ * came.  0 with *used_len the length the device wrote (if used_len), or
+ * -errno from vufq_kick/wait/get_used.  The queue's thread.
  */
-int vufq_do_one(VufQueue *q, void *token, int64_t timeout_ns,
+int vufq_do_one(VufQueue *q, int added, void *token, int64_t timeout_ns,
                 uint32_t *used_len);
 
 #endif

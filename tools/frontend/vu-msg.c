@@ -195,7 +195,7 @@ static void close_received_fds(struct msghdr *msg)
 }
 
 int vuf_read_exact(int fd, void *buf, size_t len, int64_t deadline_ms,
-                      bool allow_eof)
+                   bool allow_eof)
 {
     size_t got = 0;
 
@@ -318,7 +318,7 @@ bool vuf_recv_raw(VuFrontend *fe, int timeout_ms, VhostUserHeader *hdr,
 /* Requests and their replies                                                */
 
 bool vuf_read_reply(VuFrontend *fe, uint32_t request, void *buf,
-                       size_t want, size_t *got, Error **errp)
+                    size_t want, size_t *got, Error **errp)
 {
     VhostUserHeader hdr;
     VufRecvResult res;
@@ -366,7 +366,7 @@ bool vuf_read_reply(VuFrontend *fe, uint32_t request, void *buf,
 }
 
 bool vuf_request_u64(VuFrontend *fe, uint32_t request, uint64_t *value,
-                        Error **errp)
+                     Error **errp)
 {
     return vuf_send_raw(fe, request, VHOST_USER_VERSION, NULL, 0, NULL, 0,
                         errp) &&
@@ -374,8 +374,8 @@ bool vuf_request_u64(VuFrontend *fe, uint32_t request, uint64_t *value,
 }
 
 bool vuf_request_set(VuFrontend *fe, uint32_t request, const void *payload,
-                        size_t size, const int *fds, size_t nfds,
-                        Error **errp)
+                     size_t size, const int *fds, size_t nfds,
+                     Error **errp)
 {
     bool ack = vuf_has_protocol_feature(fe, VHOST_USER_PROTOCOL_F_REPLY_ACK);
     uint32_t flags = VHOST_USER_VERSION |
@@ -400,13 +400,13 @@ bool vuf_request_set(VuFrontend *fe, uint32_t request, const void *payload,
 }
 
 bool vuf_request_u64_set(VuFrontend *fe, uint32_t request, uint64_t value,
-                            const int *fds, size_t nfds, Error **errp)
+                         const int *fds, size_t nfds, Error **errp)
 {
     return vuf_request_set(fe, request, &value, sizeof(value), fds, nfds, errp);
 }
 
 bool vuf_request_vring_state(VuFrontend *fe, uint32_t request,
-                                unsigned index, unsigned num, Error **errp)
+                             unsigned index, unsigned num, Error **errp)
 {
     VhostUserVringState s = { index, num };
 

@@ -209,12 +209,9 @@ int vufscsi_complete(VufQueue *q, VufScsiReq **req)
 int vufscsi_do(VufQueue *q, VufScsiReq *req, unsigned flags,
                int64_t timeout_ns)
 {
-    int r = vufscsi_submit(q, req, flags);
+    int r = vufq_do_one(q, vufscsi_submit(q, req, flags), req, timeout_ns,
+                        &req->used_len);
 
-    if (r < 0) {
-        return r;
-    }
-    r = vufq_do_one(q, req, timeout_ns, &req->used_len);
     return r < 0 ? r : req->resp->response;
 }
 
@@ -368,12 +365,9 @@ int vufscsi_ctrl_do(VufQueue *q, VufScsiCtrl *ctrl, unsigned flags,
         { ctrl->req_gpa, ctrl->req_len, false },
         { ctrl->resp_gpa, ctrl->resp_len, true },
     };
-    int r = vufq_add(q, segs, 2, flags, ctrl);
+    int r = vufq_do_one(q, vufq_add(q, segs, 2, flags, ctrl), ctrl,
+                        timeout_ns, &ctrl->used_len);
 
-    if (r < 0) {
-        return r;
-    }
-    r = vufq_do_one(q, ctrl, timeout_ns, &ctrl->used_len);
     if (r < 0) {
         return r;
     }

@@ -165,7 +165,8 @@ static bool check_options(const VufOptions *o, Error **errp)
                    VUF_QUEUES_MAX, o->num_queues);
         return false;
     }
-    if (!vuf_is_power_of_2(o->queue_size) || o->queue_size > VUF_QUEUE_SIZE_MAX) {
+    if (!vuf_is_power_of_2(o->queue_size) ||
+        o->queue_size > VUF_QUEUE_SIZE_MAX) {
         error_setg(errp, "queue size must be a power of 2 up to %d, got %u",
                    VUF_QUEUE_SIZE_MAX, o->queue_size);
         return false;
@@ -255,7 +256,8 @@ bool vuf_get_config(VuFrontend *fe, uint32_t offset, void *buf,
     }
     if (!vuf_send_raw(fe, VHOST_USER_GET_CONFIG, VHOST_USER_VERSION, &msg,
                       hdr_bytes + size, NULL, 0, errp) ||
-        !vuf_read_reply(fe, VHOST_USER_GET_CONFIG, &msg, sizeof(msg), &got, errp)) {
+        !vuf_read_reply(fe, VHOST_USER_GET_CONFIG, &msg, sizeof(msg), &got,
+                        errp)) {
         return false;
     }
     if (got == hdr_bytes || got == 0) {
@@ -317,7 +319,7 @@ static bool negotiate_protocol_features(VuFrontend *fe, Error **errp)
     uint64_t pf;
 
     if (!vuf_request_u64(fe, VHOST_USER_GET_PROTOCOL_FEATURES,
-                     &fe->protocol_features_offered, errp)) {
+                         &fe->protocol_features_offered, errp)) {
         return false;
     }
     pf = fe->protocol_features_offered & fe->opts.protocol_features_wanted;
@@ -328,12 +330,14 @@ static bool negotiate_protocol_features(VuFrontend *fe, Error **errp)
     }
     fe->protocol_features = pf;
     if (vuf_has_protocol_feature(fe, VHOST_USER_PROTOCOL_F_MQ) &&
-        !vuf_request_u64(fe, VHOST_USER_GET_QUEUE_NUM, &fe->queue_num_max, errp)) {
+        !vuf_request_u64(fe, VHOST_USER_GET_QUEUE_NUM, &fe->queue_num_max,
+                         errp)) {
         return false;
     }
-    if (vuf_has_protocol_feature(fe, VHOST_USER_PROTOCOL_F_CONFIGURE_MEM_SLOTS) &&
+    if (vuf_has_protocol_feature(fe,
+                                 VHOST_USER_PROTOCOL_F_CONFIGURE_MEM_SLOTS) &&
         !vuf_request_u64(fe, VHOST_USER_GET_MAX_MEM_SLOTS, &fe->max_mem_slots,
-                     errp)) {
+                         errp)) {
         return false;
     }
     if (vuf_has_protocol_feature(fe, VHOST_USER_PROTOCOL_F_SLAVE_REQ) &&
@@ -405,16 +409,18 @@ static bool check_features(VuFrontend *fe, Error **errp)
     uint64_t missing = fe->opts.features_required & ~fe->features_offered;
 
     if (missing) {
-        g_autofree char *want = vuf_feature_list(fe->opts.device, missing, false);
-        g_autofree char *offered = vuf_feature_list(fe->opts.device,
-                                                fe->features_offered, false);
+        g_autofree char *want = vuf_feature_list(fe->opts.device, missing,
+                                                 false);
+        g_autofree char *offered =
+            vuf_feature_list(fe->opts.device, fe->features_offered, false);
 
         error_setg(errp, "the back-end lacks required feature(s) %s "
                    "(it offers: %s)", want, offered);
         return false;
     }
     if (fe->opts.mem_method == VUF_MEM_ADD_MEM_REG &&
-        !vuf_has_protocol_feature(fe, VHOST_USER_PROTOCOL_F_CONFIGURE_MEM_SLOTS)) {
+        !vuf_has_protocol_feature(fe,
+                                  VHOST_USER_PROTOCOL_F_CONFIGURE_MEM_SLOTS)) {
         error_setg(errp, "ADD_MEM_REG was asked for, but the back-end does "
                    "not offer the CONFIGURE_MEM_SLOTS protocol feature");
         return false;
@@ -484,15 +490,15 @@ static bool share_memory(VuFrontend *fe, Error **errp)
         };
 
         return vuf_request_set(fe, VHOST_USER_ADD_MEM_REG, &reg, sizeof(reg),
-                           &fe->memfd, 1, errp);
+                               &fe->memfd, 1, errp);
     } else {
         VhostUserMemory table = { .nregions = 1 };
 
         /* Sized for the regions sent, as QEMU does. */
         table.regions[0] = guest_memory_region(fe);
         return vuf_request_set(fe, VHOST_USER_SET_MEM_TABLE, &table,
-                           offsetof(VhostUserMemory, regions[1]), &fe->memfd, 1,
-                           errp);
+                               offsetof(VhostUserMemory, regions[1]),
+                               &fe->memfd, 1, errp);
     }
 }
 
@@ -508,7 +514,7 @@ bool vuf_negotiate(VuFrontend *fe, Error **errp)
 
     vuf_assert_control_thread(fe);
     if (!vuf_request_u64(fe, VHOST_USER_GET_FEATURES, &fe->features_offered,
-                     errp)) {
+                         errp)) {
         return false;
     }
     if ((fe->features_offered & VUF_BIT(VHOST_USER_F_PROTOCOL_FEATURES)) &&
@@ -526,7 +532,7 @@ bool vuf_negotiate(VuFrontend *fe, Error **errp)
     fe->features = features;
     if (!check_queue_count(fe, errp) ||
         !vuf_request_u64_set(fe, VHOST_USER_SET_FEATURES, features, NULL, 0,
-                         errp)) {
+                             errp)) {
         return false;
     }
     return share_memory(fe, errp);
@@ -550,15 +556,15 @@ static bool setup_queue(VuFrontend *fe, VufQueue *q, Error **errp)
         return false;
     }
     if (!vuf_request_vring_state(fe, VHOST_USER_SET_VRING_NUM, q->index, q->num,
-                             errp) ||
+                                 errp) ||
         !vuf_request_vring_state(fe, VHOST_USER_SET_VRING_BASE, q->index, 0,
-                             errp) ||
-        !vuf_request_set(fe, VHOST_USER_SET_VRING_ADDR, &addr, sizeof(addr), NULL,
-                     0, errp) ||
-        !vuf_request_u64_set(fe, VHOST_USER_SET_VRING_CALL, index, &q->call_fd, 1,
-                         errp) ||
-        !vuf_request_u64_set(fe, VHOST_USER_SET_VRING_KICK, index, &q->kick_fd, 1,
-                         errp)) {
+                                 errp) ||
+        !vuf_request_set(fe, VHOST_USER_SET_VRING_ADDR, &addr, sizeof(addr),
+                         NULL, 0, errp) ||
+        !vuf_request_u64_set(fe, VHOST_USER_SET_VRING_CALL, index,
+                             &q->call_fd, 1, errp) ||
+        !vuf_request_u64_set(fe, VHOST_USER_SET_VRING_KICK, index,
+                             &q->kick_fd, 1, errp)) {
         error_prepend(errp, "setting up queue %u: ", q->index);
         vufq_session_end(q);
         return false;
@@ -614,7 +620,7 @@ bool vuf_enable_queue(VuFrontend *fe, unsigned i, bool enable, Error **errp)
         return false;
     }
     if (!vuf_request_vring_state(fe, VHOST_USER_SET_VRING_ENABLE, i, enable,
-                             errp)) {
+                                 errp)) {
         error_prepend(errp, "%s queue %u: ", enable ? "enabling" : "disabling",
                       i);
         return false;
@@ -634,7 +640,8 @@ bool vuf_stop_queue(VuFrontend *fe, unsigned i, uint32_t *last_avail,
     }
     if (!vuf_send_raw(fe, VHOST_USER_GET_VRING_BASE, VHOST_USER_VERSION, &s,
                       sizeof(s), NULL, 0, errp) ||
-        !vuf_read_reply(fe, VHOST_USER_GET_VRING_BASE, &s, sizeof(s), NULL, errp)) {
+        !vuf_read_reply(fe, VHOST_USER_GET_VRING_BASE, &s, sizeof(s), NULL,
+                        errp)) {
         error_prepend(errp, "stopping queue %u: ", i);
         return false;
     }

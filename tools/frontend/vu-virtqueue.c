@@ -701,13 +701,16 @@ int vufq_add_data_segs(VufSeg *segs, unsigned *n, unsigned max, uint64_t gpa,
     return 0;
 }
 
-int vufq_do_one(VufQueue *q, void *token, int64_t timeout_ns,
+int vufq_do_one(VufQueue *q, int added, void *token, int64_t timeout_ns,
                 uint32_t *used_len)
 {
     void *done = NULL;
     uint32_t len = 0;
     int r;
 
+    if (added < 0) {
+        return added;
+    }
     r = vufq_kick(q);
     if (r < 0) {
         return r;
