@@ -170,6 +170,25 @@ static void put_hdr(BrCtx *x, BrReq *b, uint32_t off, uint32_t type,
     put_le64(p + 8, sector);
 }
 
+/* The header of a type request of the target, cut into n pieces of the
+ * given lengths, each in its own device-readable descriptor 64 bytes
+ * after the last (the canary stays where the header was made). */
+static void split_hdr(BrCtx *x, BrReq *b, uint32_t type, const uint32_t *lens,
+                      unsigned n)
+{
+    uint8_t tmp[BR_HDR_BYTES];
+    uint32_t done = 0;
+
+    put_hdr(x, b, BR_OFF_HDR, type, x->sector);
+    memcpy(tmp, x->s + BR_OFF_HDR, sizeof(tmp));
+    memset(x->s + BR_OFF_HDR, BR_CANARY, sizeof(tmp));
+    for (unsigned i = 0; i < n; i++) {
+        memcpy(x->s + 64 * i, tmp + done, lens[i]);
+        add_piece(b, 64 * i, lens[i], false);
+        done += lens[i];
+    }
+}
+
 /* The usual header: one device-readable descriptor. */
 static void hdr(BrCtx *x, BrReq *b, uint32_t type, uint64_t sector)
 {
@@ -241,15 +260,7 @@ static uint64_t target_off(const BrCtx *x)
 /* A 4 KiB write whose header is split 8 + 8 over two descriptors. */
 static void build_split_header(BrCtx *x, BrReq *b)
 {
-    uint8_t tmp[BR_HDR_BYTES];
-
-    put_hdr(x, b, BR_OFF_HDR, BR_T_OUT, x->sector);
-    memcpy(tmp, x->s + BR_OFF_HDR, sizeof(tmp));
-    memset(x->s + BR_OFF_HDR, BR_CANARY, sizeof(tmp));
-    memcpy(x->s + 0, tmp, 8);
-    memcpy(x->s + 64, tmp + 8, 8);
-    add_piece(b, 0, 8, false);
-    add_piece(b, 64, 8, false);
+    split_hdr(x, b, BR_T_OUT, (const uint32_t[]) { 8, 8 }, 2);
     out_data(x, b, target_off(x), 4096);
     status(b);
     b->writes_off = target_off(x);
@@ -259,17 +270,7 @@ static void build_split_header(BrCtx *x, BrReq *b)
 /* A 4 KiB read whose header is split 1 + 7 + 8 over three descriptors. */
 static void build_split_header_read(BrCtx *x, BrReq *b)
 {
-    uint8_t tmp[BR_HDR_BYTES];
-
-    put_hdr(x, b, BR_OFF_HDR, BR_T_IN, x->sector);
-    memcpy(tmp, x->s + BR_OFF_HDR, sizeof(tmp));
-    memset(x->s + BR_OFF_HDR, BR_CANARY, sizeof(tmp));
-    memcpy(x->s + 0, tmp, 1);
-    memcpy(x->s + 64, tmp + 1, 7);
-    memcpy(x->s + 128, tmp + 8, 8);
-    add_piece(b, 0, 1, false);
-    add_piece(b, 64, 7, false);
-    add_piece(b, 128, 8, false);
+    split_hdr(x, b, BR_T_IN, (const uint32_t[]) { 1, 7, 8 }, 3);
     in_data(b, 4096);
     status(b);
     b->read_data = BR_OFF_DATA;

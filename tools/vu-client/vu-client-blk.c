@@ -155,8 +155,8 @@ bool cmd_write(Client *c, const Command *cmd, Result *r, Error **errp)
 }
 
 bool blk_read_range(Client *c, unsigned qi, uint64_t offset, uint64_t len,
-                       bool check_seed, uint64_t seed, bool check_zeroes,
-                       GChecksum *sum, FILE *out, Result *r, Error **errp)
+                    bool check_seed, uint64_t seed, bool check_zeroes,
+                    GChecksum *sum, FILE *out, Result *r, Error **errp)
 {
     VufBlkReq *req = c->reqs[qi];
     uint64_t done = 0;
@@ -224,7 +224,7 @@ bool cmd_read(Client *c, const Command *cmd, Result *r, Error **errp)
         }
     }
     ok = blk_read_range(c, cmd->queue, cmd->offset, cmd->len, cmd->have_seed,
-                    cmd->seed, cmd->expect_zeroes, sum, out, r, errp);
+                        cmd->seed, cmd->expect_zeroes, sum, out, r, errp);
     if (out && fclose(out) != 0 && ok) {
         error_setg_errno(errp, errno, "read --output: cannot write '%s'",
                          cmd->output);

@@ -37,16 +37,16 @@
 
 #define SECTOR              VIRTIO_BLK_SECTOR_SIZE
 
-static JsonArray *feature_array(VufDeviceType dev, uint64_t mask,
-                                bool protocol)
+/* The names of the bits of mask as array member key of r. */
+static void res_features(Result *r, const char *key, VufDeviceType dev,
+                         uint64_t mask, bool protocol)
 {
     g_auto(GStrv) names = vuf_feature_names(dev, mask, protocol);
-    JsonArray *a = json_array_new();
+    JsonArray *a = res_array(r, key);
 
     for (char **n = names; *n; n++) {
         json_array_add_string_element(a, *n);
     }
-    return a;
 }
 
 /* A member of a config space structure, for config_object(). */
@@ -136,16 +136,14 @@ bool cmd_info(Client *c, const Command *cmd, Result *r, Error **errp)
 
     VufDeviceType dev = c->opts->device;
 
-    json_object_set_array_member(r->obj, "features_offered",
-        feature_array(dev, vuf_features_offered(fe), false));
-    json_object_set_array_member(r->obj, "features",
-        feature_array(dev, vuf_features(fe), false));
+    res_features(r, "features_offered", dev, vuf_features_offered(fe), false);
+    res_features(r, "features", dev, vuf_features(fe), false);
     res_hex(r, "features_offered_mask", vuf_features_offered(fe));
     res_hex(r, "features_mask", vuf_features(fe));
-    json_object_set_array_member(r->obj, "protocol_features_offered",
-        feature_array(dev, vuf_protocol_features_offered(fe), true));
-    json_object_set_array_member(r->obj, "protocol_features",
-        feature_array(dev, vuf_protocol_features(fe), true));
+    res_features(r, "protocol_features_offered", dev,
+                 vuf_protocol_features_offered(fe), true);
+    res_features(r, "protocol_features", dev, vuf_protocol_features(fe),
+                 true);
     res_int(r, "queue_num_max", vuf_queue_num_max(fe));
     res_int(r, "max_mem_slots", vuf_max_mem_slots(fe));
     res_int(r, "queues", vuf_num_queues(fe));
@@ -179,7 +177,7 @@ bool cmd_info(Client *c, const Command *cmd, Result *r, Error **errp)
 
 
 bool cmd_reconnect(Client *c, const Command *cmd, Result *r,
-                          Error **errp)
+                   Error **errp)
 {
     uint64_t bytes = 0;
     guint i;
@@ -197,8 +195,8 @@ bool cmd_reconnect(Client *c, const Command *cmd, Result *r,
         Extent *e = &g_array_index(c->extents, Extent, i);
 
         if (!blk_read_range(c, 0, e->start, e->end - e->start,
-                        e->kind == EXTENT_PATTERN, e->seed,
-                        e->kind == EXTENT_ZEROES, NULL, NULL, r, errp)) {
+                            e->kind == EXTENT_PATTERN, e->seed,
+                            e->kind == EXTENT_ZEROES, NULL, NULL, r, errp)) {
             error_prepend(errp, "after reconnecting: ");
             return false;
         }
@@ -239,10 +237,7 @@ bool cmd_stats(Client *c, const Command *cmd, Result *r, Error **errp)
         vufq_get_stats(vuf_queue(c->fe, i), &s);
         json_object_set_int_member(o, "requests", s.added);
         json_object_set_int_member(o, "completed", s.completed);
-        json_object_set_int_member(o, "kicks", s.kicks);
-        json_object_set_int_member(o, "kicks_avoided", s.kicks_avoided);
-        json_object_set_int_member(o, "interrupts", s.interrupts);
-        json_object_set_int_member(o, "wakeups", s.wakeups);
+        res_queue_stats(o, &s);
     }
     return true;
 }
@@ -283,7 +278,7 @@ static int wait_timeout_ms(const Client *c, const Command *cmd)
 }
 
 bool cmd_get_config(Client *c, const Command *cmd, Result *r,
-                           Error **errp)
+                    Error **errp)
 {
     /* Count what the back-end already said, without waiting. */
     if (vuf_backend_channel_fd(c->fe) >= 0 &&
@@ -295,7 +290,7 @@ bool cmd_get_config(Client *c, const Command *cmd, Result *r,
 }
 
 bool cmd_wait_config_change(Client *c, const Command *cmd, Result *r,
-                                   Error **errp)
+                            Error **errp)
 {
     int64_t start = g_get_monotonic_time();
 
@@ -307,7 +302,7 @@ bool cmd_wait_config_change(Client *c, const Command *cmd, Result *r,
 }
 
 bool cmd_wait_file(Client *c, const Command *cmd, Result *r,
-                          Error **errp)
+                   Error **errp)
 {
     int64_t start = g_get_monotonic_time();
     int64_t deadline = start + (int64_t)wait_timeout_ms(c, cmd) * 1000;

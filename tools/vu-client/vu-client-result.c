@@ -63,6 +63,14 @@ void res_verified(Result *r, GChecksum *sum, bool have_seed, uint64_t seed,
     res_str(r, "verified", have_seed ? "pattern" : zeroes ? "zeroes" : "no");
 }
 
+void res_queue_stats(JsonObject *o, const VufQueueStats *s)
+{
+    json_object_set_int_member(o, "kicks", s->kicks);
+    json_object_set_int_member(o, "kicks_avoided", s->kicks_avoided);
+    json_object_set_int_member(o, "interrupts", s->interrupts);
+    json_object_set_int_member(o, "wakeups", s->wakeups);
+}
+
 JsonArray *res_array(Result *r, const char *key)
 {
     JsonArray *a = json_array_new();

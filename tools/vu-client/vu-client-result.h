@@ -12,6 +12,8 @@
 #include <glib.h>
 #include <json-glib/json-glib.h>
 
+#include "vu-frontend.h"
+
 /* A command's result: the JSON object, printed as text or JSON later. */
 typedef struct Result {
     JsonObject *obj;
@@ -34,6 +36,10 @@ JsonArray *res_array(Result *r, const char *key);
 /* A new object {"queue": queue} appended to a; returned for more members
  * (a owns it). */
 JsonObject *res_queue_entry(JsonArray *a, unsigned queue);
+
+/* A queue's notification counters into o: kicks, kicks_avoided,
+ * interrupts, wakeups. */
+void res_queue_stats(JsonObject *o, const VufQueueStats *s);
 
 /* n bytes as lower-case hex digits.  Caller frees. */
 char *hex_string(const uint8_t *p, size_t n);

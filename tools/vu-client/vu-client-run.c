@@ -202,7 +202,8 @@ static void build_bad_queue_index(MalformedBuf *b)
 static void build_bad_vring_addr(MalformedBuf *b)
 {
     /* Ring addresses in no memory region (just past ours). */
-    uint64_t outside = (uintptr_t)vuf_mem_base(b->c->fe) + vuf_mem_size(b->c->fe) +
+    uint64_t outside = (uintptr_t)vuf_mem_base(b->c->fe) +
+                       vuf_mem_size(b->c->fe) +
                        (1u << 20);
     VhostUserVringAddr a = {
         .index = 0,

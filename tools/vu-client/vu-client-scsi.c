@@ -346,6 +346,30 @@ static int scsi_prep(Client *c, unsigned qi, unsigned lun, const uint8_t *cdb,
     return vufscsi_prep(c->sreqs[qi], lun, 0, cdb, cdb_len, data_len, dir);
 }
 
+/*
+ * Send cdb (cdb_len bytes) for up to alloc bytes of data-in, zeroed first,
+ * on cmd's request queue and LUN, judged as scsi_run() does, without
+ * resending (what names it).  1: the data is in the request's buffer;
+ * 0: the command ended with the CHECK CONDITION cmd expected; -1: errp
+ * set.
+ */
+static int scsi_run_data_in(Client *c, const Command *cmd,
+                            const uint8_t *cdb, unsigned cdb_len,
+                            size_t alloc, const char *what, Result *r,
+                            Error **errp)
+{
+    bool expected;
+
+    memset(c->sreqs[cmd->queue]->data, 0, alloc);
+    scsi_prep(c, cmd->queue, cmd->lun, cdb, cdb_len, alloc,
+              VUFSCSI_DIR_FROM_DEV);
+    if (!scsi_run(c, cmd->queue, what, cmd->expect_sense, false, &expected,
+                  r, errp)) {
+        return -1;
+    }
+    return expected ? 0 : 1;
+}
+
 /* ------------------------------------------------------------------------ */
 /* Geometry                                                                  */
 
@@ -391,7 +415,7 @@ bool scsi_lun_geometry(Client *c, unsigned qi, unsigned lun, uint32_t *bs,
 /* Commands                                                                  */
 
 bool cmd_scsi_tur(Client *c, const Command *cmd, Result *r,
-                         Error **errp)
+                  Error **errp)
 {
     uint8_t cdb[6] = { OP_TEST_UNIT_READY };
     bool expected;
@@ -530,13 +554,13 @@ static void inquiry_vpd(Result *r, const uint8_t *d, size_t n)
 }
 
 bool cmd_scsi_inquiry(Client *c, const Command *cmd, Result *r,
-                             Error **errp)
+                      Error **errp)
 {
     VufScsiReq *req = c->sreqs[cmd->queue];
     uint8_t cdb[6] = { OP_INQUIRY };
     size_t alloc = MIN(SCSI_INQUIRY_ALLOC, req->data_cap);
-    bool expected;
     size_t n;
+    int ret;
 
     res_int(r, "lun", cmd->lun);
     if (cmd->evpd_page >= 0) {
@@ -545,15 +569,10 @@ bool cmd_scsi_inquiry(Client *c, const Command *cmd, Result *r,
         res_int(r, "evpd", cmd->evpd_page);
     }
     st_be16(cdb + 3, alloc);
-    memset(req->data, 0, alloc);
-    scsi_prep(c, cmd->queue, cmd->lun, cdb, sizeof(cdb), alloc,
-              VUFSCSI_DIR_FROM_DEV);
-    if (!scsi_run(c, cmd->queue, "INQUIRY", cmd->expect_sense, false,
-                  &expected, r, errp)) {
-        return false;
-    }
-    if (expected) {
-        return true;
+    ret = scsi_run_data_in(c, cmd, cdb, sizeof(cdb), alloc, "INQUIRY", r,
+                           errp);
+    if (ret <= 0) {
+        return ret == 0;
     }
     n = scsi_data_in(req);
     res_int(r, "length", n);
@@ -566,33 +585,29 @@ bool cmd_scsi_inquiry(Client *c, const Command *cmd, Result *r,
 }
 
 bool cmd_scsi_read_capacity(Client *c, const Command *cmd, Result *r,
-                                   Error **errp)
+                            Error **errp)
 {
     VufScsiReq *req = c->sreqs[cmd->queue];
     uint8_t cdb[16] = { 0 };
-    bool expected;
     uint64_t nblocks;
     uint32_t bs;
     const uint8_t *d = req->data;
+    int ret;
 
     res_int(r, "lun", cmd->lun);
     res_int(r, "cdb", cmd->cdb_bits);
-    memset(req->data, 0, 32);
     if (cmd->cdb_bits == 10) {
         cdb[0] = OP_READ_CAPACITY_10;
-        scsi_prep(c, cmd->queue, cmd->lun, cdb, 10, 8, VUFSCSI_DIR_FROM_DEV);
     } else {
         cdb[0] = OP_SERVICE_ACTION_IN_16;
         cdb[1] = SAI_READ_CAPACITY_16;
         st_be32(cdb + 10, 32);
-        scsi_prep(c, cmd->queue, cmd->lun, cdb, 16, 32, VUFSCSI_DIR_FROM_DEV);
     }
-    if (!scsi_run(c, cmd->queue, "READ CAPACITY", cmd->expect_sense, false,
-                  &expected, r, errp)) {
-        return false;
-    }
-    if (expected) {
-        return true;
+    ret = scsi_run_data_in(c, cmd, cdb, cmd->cdb_bits,
+                           cmd->cdb_bits == 10 ? 8 : 32, "READ CAPACITY", r,
+                           errp);
+    if (ret <= 0) {
+        return ret == 0;
     }
     if (cmd->cdb_bits == 10) {
         nblocks = (uint64_t)ld_be32(d) + 1;
@@ -612,26 +627,21 @@ bool cmd_scsi_read_capacity(Client *c, const Command *cmd, Result *r,
 }
 
 bool cmd_scsi_report_luns(Client *c, const Command *cmd, Result *r,
-                                 Error **errp)
+                          Error **errp)
 {
     VufScsiReq *req = c->sreqs[cmd->queue];
     uint8_t cdb[12] = { OP_REPORT_LUNS };
     size_t alloc = MIN(SCSI_REPORT_LUNS_ALLOC, req->data_cap);
     JsonArray *luns;
-    bool expected;
     size_t n, list;
+    int ret;
 
     res_int(r, "lun", cmd->lun);
     st_be32(cdb + 6, alloc);
-    memset(req->data, 0, alloc);
-    scsi_prep(c, cmd->queue, cmd->lun, cdb, sizeof(cdb), alloc,
-              VUFSCSI_DIR_FROM_DEV);
-    if (!scsi_run(c, cmd->queue, "REPORT LUNS", cmd->expect_sense, false,
-                  &expected, r, errp)) {
-        return false;
-    }
-    if (expected) {
-        return true;
+    ret = scsi_run_data_in(c, cmd, cdb, sizeof(cdb), alloc, "REPORT LUNS", r,
+                           errp);
+    if (ret <= 0) {
+        return ret == 0;
     }
     n = scsi_data_in(req);
     if (n < 8) {
@@ -839,7 +849,7 @@ bool cmd_scsi_read(Client *c, const Command *cmd, Result *r, Error **errp)
 }
 
 bool cmd_scsi_unmap(Client *c, const Command *cmd, Result *r,
-                           Error **errp)
+                    Error **errp)
 {
     VufScsiReq *req = c->sreqs[cmd->queue];
     uint8_t cdb[10] = { OP_UNMAP };
@@ -863,7 +873,7 @@ bool cmd_scsi_unmap(Client *c, const Command *cmd, Result *r,
 }
 
 bool cmd_scsi_sync(Client *c, const Command *cmd, Result *r,
-                          Error **errp)
+                   Error **errp)
 {
     uint8_t cdb[10] = { OP_SYNCHRONIZE_CACHE_10 };
     bool expected;
@@ -893,7 +903,7 @@ static int scsi_ctrl_run(Client *c, const char *what, Error **errp)
 }
 
 bool cmd_scsi_tmf(Client *c, const Command *cmd, Result *r,
-                         Error **errp)
+                  Error **errp)
 {
     int subtype = vufscsi_tmf_by_name(cmd->what);
     uint64_t tag = cmd->have_tag ? cmd->tag : c->last_tag;
@@ -918,7 +928,7 @@ bool cmd_scsi_tmf(Client *c, const Command *cmd, Result *r,
 }
 
 bool cmd_scsi_an_query(Client *c, const Command *cmd, Result *r,
-                              Error **errp)
+                       Error **errp)
 {
     int resp;
 
@@ -946,7 +956,7 @@ static int event_lun(const uint8_t *lun)
 }
 
 bool cmd_scsi_events(Client *c, const Command *cmd, Result *r,
-                            Error **errp)
+                     Error **errp)
 {
     VufQueue *q = vuf_queue(c->fe, VUFSCSI_VQ_EVENT);
     JsonArray *a = json_array_new();

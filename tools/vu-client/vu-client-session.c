@@ -73,7 +73,7 @@ void extents_forget(Client *c, uint64_t start, uint64_t len)
 }
 
 void extents_record(Client *c, uint64_t start, uint64_t len,
-                           ExtentKind kind, uint64_t seed)
+                    ExtentKind kind, uint64_t seed)
 {
     Extent e = { start, start + len, kind, seed };
 

@@ -346,10 +346,7 @@ static void verify_res_counts(JsonObject *o, const VerifyCounts *n)
 {
     json_object_set_int_member(o, "writes", n->writes);
     json_object_set_int_member(o, "reads", n->reads);
-    json_object_set_int_member(o, "kicks", n->stats.kicks);
-    json_object_set_int_member(o, "kicks_avoided", n->stats.kicks_avoided);
-    json_object_set_int_member(o, "interrupts", n->stats.interrupts);
-    json_object_set_int_member(o, "wakeups", n->stats.wakeups);
+    res_queue_stats(o, &n->stats);
 }
 
 /* The run's result: the queues' counters and elapsed, for any device. */
