@@ -176,8 +176,7 @@ bool cmd_info(Client *c, const Command *cmd, Result *r, Error **errp)
 }
 
 
-bool cmd_reconnect(Client *c, const Command *cmd, Result *r,
-                   Error **errp)
+bool cmd_reconnect(Client *c, const Command *cmd, Result *r, Error **errp)
 {
     uint64_t bytes = 0;
     guint i;
@@ -277,8 +276,7 @@ static int wait_timeout_ms(const Client *c, const Command *cmd)
     return (int)MIN(s * 1000, (double)INT_MAX);
 }
 
-bool cmd_get_config(Client *c, const Command *cmd, Result *r,
-                    Error **errp)
+bool cmd_get_config(Client *c, const Command *cmd, Result *r, Error **errp)
 {
     /* Count what the back-end already said, without waiting. */
     if (vuf_backend_channel_fd(c->fe) >= 0 &&
@@ -301,8 +299,7 @@ bool cmd_wait_config_change(Client *c, const Command *cmd, Result *r,
     return report_config(c, r, errp);
 }
 
-bool cmd_wait_file(Client *c, const Command *cmd, Result *r,
-                   Error **errp)
+bool cmd_wait_file(Client *c, const Command *cmd, Result *r, Error **errp)
 {
     int64_t start = g_get_monotonic_time();
     int64_t deadline = start + (int64_t)wait_timeout_ms(c, cmd) * 1000;

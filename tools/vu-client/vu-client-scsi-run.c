@@ -188,8 +188,7 @@ static bool scsi_verify_geometry(VerifyRun *run, Error **errp)
     return true;
 }
 
-bool cmd_scsi_verify_run(Client *c, const Command *cmd, Result *r,
-                         Error **errp)
+bool cmd_scsi_verify_run(Client *c, const Command *cmd, Result *r, Error **errp)
 {
     g_autofree char *target = g_strdup_printf("LUN %u", cmd->lun);
     VerifyRun run = {

@@ -346,28 +346,32 @@ static int scsi_prep(Client *c, unsigned qi, unsigned lun, const uint8_t *cdb,
     return vufscsi_prep(c->sreqs[qi], lun, 0, cdb, cdb_len, data_len, dir);
 }
 
+/* What a query's data-in says, into r: n bytes at d.  False with errp set
+ * if it cannot be parsed. */
+typedef bool (*ScsiParse)(const Command *cmd, const uint8_t *d, size_t n,
+                          Result *r, Error **errp);
+
 /*
- * Send cdb (cdb_len bytes) for up to alloc bytes of data-in, zeroed first,
- * on cmd's request queue and LUN, judged as scsi_run() does, without
- * resending (what names it).  1: the data is in the request's buffer;
- * 0: the command ended with the CHECK CONDITION cmd expected; -1: errp
- * set.
+ * A query: send cdb (cdb_len bytes) for up to alloc bytes of data-in,
+ * zeroed first, on cmd's request queue and LUN, judged as scsi_run()
+ * does, without resending (what names it); then parse what came, unless
+ * the command ended with the CHECK CONDITION cmd expected.
  */
-static int scsi_run_data_in(Client *c, const Command *cmd,
-                            const uint8_t *cdb, unsigned cdb_len,
-                            size_t alloc, const char *what, Result *r,
-                            Error **errp)
+static bool scsi_query(Client *c, const Command *cmd, const uint8_t *cdb,
+                       unsigned cdb_len, size_t alloc, const char *what,
+                       ScsiParse parse, Result *r, Error **errp)
 {
+    VufScsiReq *req = c->sreqs[cmd->queue];
     bool expected;
 
-    memset(c->sreqs[cmd->queue]->data, 0, alloc);
+    memset(req->data, 0, alloc);
     scsi_prep(c, cmd->queue, cmd->lun, cdb, cdb_len, alloc,
               VUFSCSI_DIR_FROM_DEV);
     if (!scsi_run(c, cmd->queue, what, cmd->expect_sense, false, &expected,
                   r, errp)) {
-        return -1;
+        return false;
     }
-    return expected ? 0 : 1;
+    return expected || parse(cmd, req->data, scsi_data_in(req), r, errp);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -414,16 +418,27 @@ bool scsi_lun_geometry(Client *c, unsigned qi, unsigned lun, uint32_t *bs,
 /* ------------------------------------------------------------------------ */
 /* Commands                                                                  */
 
-bool cmd_scsi_tur(Client *c, const Command *cmd, Result *r,
-                  Error **errp)
+/* A command without data (cdb_len bytes of cdb) on cmd's LUN, as
+ * scsi_run() runs it. */
+static bool scsi_run_no_data(Client *c, const Command *cmd,
+                             const uint8_t *cdb, unsigned cdb_len,
+                             const char *what, bool retry_ua, Result *r,
+                             Error **errp)
 {
-    uint8_t cdb[6] = { OP_TEST_UNIT_READY };
     bool expected;
 
     res_int(r, "lun", cmd->lun);
-    scsi_prep(c, cmd->queue, cmd->lun, cdb, sizeof(cdb), 0, VUFSCSI_DIR_NONE);
-    return scsi_run(c, cmd->queue, "TEST UNIT READY", cmd->expect_sense,
-                    false, &expected, r, errp);
+    scsi_prep(c, cmd->queue, cmd->lun, cdb, cdb_len, 0, VUFSCSI_DIR_NONE);
+    return scsi_run(c, cmd->queue, what, cmd->expect_sense, retry_ua,
+                    &expected, r, errp);
+}
+
+bool cmd_scsi_tur(Client *c, const Command *cmd, Result *r, Error **errp)
+{
+    uint8_t cdb[6] = { OP_TEST_UNIT_READY };
+
+    return scsi_run_no_data(c, cmd, cdb, sizeof(cdb), "TEST UNIT READY",
+                            false, r, errp);
 }
 
 static void inquiry_standard(Result *r, const uint8_t *d, size_t n)
@@ -553,14 +568,22 @@ static void inquiry_vpd(Result *r, const uint8_t *d, size_t n)
     }
 }
 
-bool cmd_scsi_inquiry(Client *c, const Command *cmd, Result *r,
-                      Error **errp)
+static bool parse_inquiry(const Command *cmd, const uint8_t *d, size_t n,
+                          Result *r, Error **errp)
 {
-    VufScsiReq *req = c->sreqs[cmd->queue];
+    res_int(r, "length", n);
+    if (cmd->evpd_page >= 0) {
+        inquiry_vpd(r, d, n);
+    } else {
+        inquiry_standard(r, d, n);
+    }
+    return true;
+}
+
+bool cmd_scsi_inquiry(Client *c, const Command *cmd, Result *r, Error **errp)
+{
     uint8_t cdb[6] = { OP_INQUIRY };
-    size_t alloc = MIN(SCSI_INQUIRY_ALLOC, req->data_cap);
-    size_t n;
-    int ret;
+    size_t alloc = MIN(SCSI_INQUIRY_ALLOC, c->sreqs[cmd->queue]->data_cap);
 
     res_int(r, "lun", cmd->lun);
     if (cmd->evpd_page >= 0) {
@@ -569,46 +592,16 @@ bool cmd_scsi_inquiry(Client *c, const Command *cmd, Result *r,
         res_int(r, "evpd", cmd->evpd_page);
     }
     st_be16(cdb + 3, alloc);
-    ret = scsi_run_data_in(c, cmd, cdb, sizeof(cdb), alloc, "INQUIRY", r,
-                           errp);
-    if (ret <= 0) {
-        return ret == 0;
-    }
-    n = scsi_data_in(req);
-    res_int(r, "length", n);
-    if (cmd->evpd_page >= 0) {
-        inquiry_vpd(r, req->data, n);
-    } else {
-        inquiry_standard(r, req->data, n);
-    }
-    return true;
+    return scsi_query(c, cmd, cdb, sizeof(cdb), alloc, "INQUIRY",
+                      parse_inquiry, r, errp);
 }
 
-bool cmd_scsi_read_capacity(Client *c, const Command *cmd, Result *r,
-                            Error **errp)
+static bool parse_read_capacity(const Command *cmd, const uint8_t *d,
+                                size_t n, Result *r, Error **errp)
 {
-    VufScsiReq *req = c->sreqs[cmd->queue];
-    uint8_t cdb[16] = { 0 };
     uint64_t nblocks;
     uint32_t bs;
-    const uint8_t *d = req->data;
-    int ret;
 
-    res_int(r, "lun", cmd->lun);
-    res_int(r, "cdb", cmd->cdb_bits);
-    if (cmd->cdb_bits == 10) {
-        cdb[0] = OP_READ_CAPACITY_10;
-    } else {
-        cdb[0] = OP_SERVICE_ACTION_IN_16;
-        cdb[1] = SAI_READ_CAPACITY_16;
-        st_be32(cdb + 10, 32);
-    }
-    ret = scsi_run_data_in(c, cmd, cdb, cmd->cdb_bits,
-                           cmd->cdb_bits == 10 ? 8 : 32, "READ CAPACITY", r,
-                           errp);
-    if (ret <= 0) {
-        return ret == 0;
-    }
     if (cmd->cdb_bits == 10) {
         nblocks = (uint64_t)ld_be32(d) + 1;
         bs = ld_be32(d + 4);
@@ -626,33 +619,40 @@ bool cmd_scsi_read_capacity(Client *c, const Command *cmd, Result *r,
     return true;
 }
 
-bool cmd_scsi_report_luns(Client *c, const Command *cmd, Result *r,
-                          Error **errp)
+bool cmd_scsi_read_capacity(Client *c, const Command *cmd, Result *r,
+                            Error **errp)
 {
-    VufScsiReq *req = c->sreqs[cmd->queue];
-    uint8_t cdb[12] = { OP_REPORT_LUNS };
-    size_t alloc = MIN(SCSI_REPORT_LUNS_ALLOC, req->data_cap);
-    JsonArray *luns;
-    size_t n, list;
-    int ret;
+    uint8_t cdb[16] = { 0 };
 
     res_int(r, "lun", cmd->lun);
-    st_be32(cdb + 6, alloc);
-    ret = scsi_run_data_in(c, cmd, cdb, sizeof(cdb), alloc, "REPORT LUNS", r,
-                           errp);
-    if (ret <= 0) {
-        return ret == 0;
+    res_int(r, "cdb", cmd->cdb_bits);
+    if (cmd->cdb_bits == 10) {
+        cdb[0] = OP_READ_CAPACITY_10;
+    } else {
+        cdb[0] = OP_SERVICE_ACTION_IN_16;
+        cdb[1] = SAI_READ_CAPACITY_16;
+        st_be32(cdb + 10, 32);
     }
-    n = scsi_data_in(req);
+    return scsi_query(c, cmd, cdb, cmd->cdb_bits,
+                      cmd->cdb_bits == 10 ? 8 : 32, "READ CAPACITY",
+                      parse_read_capacity, r, errp);
+}
+
+static bool parse_report_luns(const Command *cmd, const uint8_t *d,
+                              size_t n, Result *r, Error **errp)
+{
+    JsonArray *luns;
+    size_t list;
+
     if (n < 8) {
         error_setg(errp, "REPORT LUNS: only %zu bytes of data", n);
         return false;
     }
-    list = ld_be32(req->data);
+    list = ld_be32(d);
     res_int(r, "list_length", list);
-    luns = json_array_new();
+    luns = res_array(r, "luns");
     for (size_t off = 8; off + 8 <= MIN(n, list + 8); off += 8) {
-        const uint8_t *e = req->data + off;
+        const uint8_t *e = d + off;
 
         switch (e[0] >> 6) {
         case 0:                             /* peripheral device */
@@ -668,8 +668,20 @@ bool cmd_scsi_report_luns(Client *c, const Command *cmd, Result *r,
         }
         }
     }
-    json_object_set_array_member(r->obj, "luns", luns);
     return true;
+}
+
+bool cmd_scsi_report_luns(Client *c, const Command *cmd, Result *r,
+                          Error **errp)
+{
+    uint8_t cdb[12] = { OP_REPORT_LUNS };
+    size_t alloc = MIN(SCSI_REPORT_LUNS_ALLOC,
+                       c->sreqs[cmd->queue]->data_cap);
+
+    res_int(r, "lun", cmd->lun);
+    st_be32(cdb + 6, alloc);
+    return scsi_query(c, cmd, cdb, sizeof(cdb), alloc, "REPORT LUNS",
+                      parse_report_luns, r, errp);
 }
 
 /* The LUN's block size, and the range of cmd checked against it. */
@@ -848,8 +860,7 @@ bool cmd_scsi_read(Client *c, const Command *cmd, Result *r, Error **errp)
     return true;
 }
 
-bool cmd_scsi_unmap(Client *c, const Command *cmd, Result *r,
-                    Error **errp)
+bool cmd_scsi_unmap(Client *c, const Command *cmd, Result *r, Error **errp)
 {
     VufScsiReq *req = c->sreqs[cmd->queue];
     uint8_t cdb[10] = { OP_UNMAP };
@@ -872,16 +883,12 @@ bool cmd_scsi_unmap(Client *c, const Command *cmd, Result *r,
                     &expected, r, errp);
 }
 
-bool cmd_scsi_sync(Client *c, const Command *cmd, Result *r,
-                   Error **errp)
+bool cmd_scsi_sync(Client *c, const Command *cmd, Result *r, Error **errp)
 {
     uint8_t cdb[10] = { OP_SYNCHRONIZE_CACHE_10 };
-    bool expected;
 
-    res_int(r, "lun", cmd->lun);
-    scsi_prep(c, cmd->queue, cmd->lun, cdb, sizeof(cdb), 0, VUFSCSI_DIR_NONE);
-    return scsi_run(c, cmd->queue, "SYNCHRONIZE CACHE", cmd->expect_sense,
-                    true, &expected, r, errp);
+    return scsi_run_no_data(c, cmd, cdb, sizeof(cdb), "SYNCHRONIZE CACHE",
+                            true, r, errp);
 }
 
 /*
@@ -902,8 +909,7 @@ static int scsi_ctrl_run(Client *c, const char *what, Error **errp)
     return resp;
 }
 
-bool cmd_scsi_tmf(Client *c, const Command *cmd, Result *r,
-                  Error **errp)
+bool cmd_scsi_tmf(Client *c, const Command *cmd, Result *r, Error **errp)
 {
     int subtype = vufscsi_tmf_by_name(cmd->what);
     uint64_t tag = cmd->have_tag ? cmd->tag : c->last_tag;
@@ -927,8 +933,7 @@ bool cmd_scsi_tmf(Client *c, const Command *cmd, Result *r,
     return true;
 }
 
-bool cmd_scsi_an_query(Client *c, const Command *cmd, Result *r,
-                       Error **errp)
+bool cmd_scsi_an_query(Client *c, const Command *cmd, Result *r, Error **errp)
 {
     int resp;
 
@@ -955,8 +960,7 @@ static int event_lun(const uint8_t *lun)
     return (lun[2] & 0x3f) << 8 | lun[3];
 }
 
-bool cmd_scsi_events(Client *c, const Command *cmd, Result *r,
-                     Error **errp)
+bool cmd_scsi_events(Client *c, const Command *cmd, Result *r, Error **errp)
 {
     VufQueue *q = vuf_queue(c->fe, VUFSCSI_VQ_EVENT);
     JsonArray *a = json_array_new();
