@@ -118,20 +118,23 @@ uint64_t scsi_next_tag(Client *c)
 unsigned scsi_cdb_rw(uint8_t *cdb, bool write, uint64_t lba,
                      uint32_t nblocks, unsigned cdb_bits, bool fua)
 {
-    if (cdb_bits == 10) {
-        memset(cdb, 0, 10);
-        cdb[0] = write ? OP_WRITE_10 : OP_READ_10;
-        cdb[1] = fua ? 0x08 : 0;
+    static const uint8_t ops[2][2] = {
+        { OP_READ_16, OP_WRITE_16 },
+        { OP_READ_10, OP_WRITE_10 },
+    };
+    bool ten = cdb_bits == 10;
+
+    memset(cdb, 0, ten ? 10 : 16);
+    cdb[0] = ops[ten][write];
+    cdb[1] = fua ? 0x08 : 0;            /* FUA */
+    if (ten) {
         st_be32(cdb + 2, lba);
         st_be16(cdb + 7, nblocks);
-        return 10;
+    } else {
+        st_be64(cdb + 2, lba);
+        st_be32(cdb + 10, nblocks);
     }
-    memset(cdb, 0, 16);
-    cdb[0] = write ? OP_WRITE_16 : OP_READ_16;
-    cdb[1] = fua ? 0x08 : 0;
-    st_be64(cdb + 2, lba);
-    st_be32(cdb + 10, nblocks);
-    return 16;
+    return ten ? 10 : 16;
 }
 
 /* ------------------------------------------------------------------------ */
