@@ -64,7 +64,6 @@
 #define BR_CANARY               0xa5u
 #define BR_MAX_PIECES           8
 #define BR_WAIT_MS              500
-#define BR_ALIVE_WAIT_MS        2000
 #define BR_DEFAULT_SEED         0xbad
 
 /* virtio 1.x, 5.2.6. */
@@ -745,6 +744,60 @@ static void br_report_data(Result *r, const BrCtx *x, const BrReq *b,
     }
 }
 
+/*
+ * Build kind's request in the scratch area (canary first, the status byte
+ * where the framing puts it set to BR_STATUS_NONE) and its descriptors
+ * in segs (guest addresses from gpa).  Returns the status byte's offset,
+ * or -1 if the chain has none.
+ */
+static int64_t br_build(BrCtx *x, BrReq *b, const BrKind *kind, uint64_t gpa,
+                        VufSeg *segs)
+{
+    int64_t status_off;
+
+    memset(x->s, BR_CANARY, BR_SCRATCH_BYTES);
+    memset(x->s + BR_OFF_STATUS, BR_STATUS_NONE, 1);
+    kind->build(x, b);
+    status_off = status_offset(b);
+    if (status_off >= 0) {
+        x->s[status_off] = BR_STATUS_NONE;
+    }
+    for (unsigned i = 0; i < b->n; i++) {
+        segs[i] = (VufSeg) {
+            .gpa = gpa + b->pieces[i].off,
+            .len = b->pieces[i].len,
+            .device_writes = b->pieces[i].device_writes,
+        };
+    }
+    return status_off;
+}
+
+/* What the device did with the request: see the theory comment. */
+static void br_report(Result *r, const BrCtx *x, const BrReq *b,
+                      const uint8_t *before, int64_t status_off,
+                      const char *reaction, uint32_t used_len)
+{
+    g_autofree char *sector = g_strdup_printf("%" PRIu64, b->sector);
+    bool completed = !strcmp(reaction, "completed");
+    int status_byte = status_off >= 0 ? x->s[status_off] : -1;
+    bool memory_intact, data_written;
+
+    json_object_set_int_member(r->obj, "type", b->type);
+    json_object_set_string_member(r->obj, "sector", sector);
+    json_object_set_int_member(r->obj, "descriptors", b->n);
+    json_object_set_string_member(r->obj, "reaction", reaction);
+    json_object_set_string_member(r->obj, "status",
+        status_byte < 0 ? "none" : vufblk_status_name(status_byte));
+    json_object_set_int_member(r->obj, "status_value", status_byte);
+    if (completed) {
+        json_object_set_int_member(r->obj, "used_len", used_len);
+    }
+    check_memory(b, x->s, before, status_off, &memory_intact, &data_written);
+    json_object_set_boolean_member(r->obj, "memory_intact", memory_intact);
+    json_object_set_boolean_member(r->obj, "data_written", data_written);
+    br_report_data(r, x, b, completed, status_byte);
+}
+
 bool cmd_bad_request(Client *c, const Command *cmd, Result *r, Error **errp)
 {
     const BrKind *kind = find_kind(cmd->what);
@@ -758,13 +811,12 @@ bool cmd_bad_request(Client *c, const Command *cmd, Result *r, Error **errp)
     BrReq b = { 0 };
     VufSeg segs[BR_MAX_PIECES];
     g_autofree uint8_t *before = NULL;
-    g_autofree char *sector = NULL;
     const char *reaction;
     uint32_t used_len = 0;
     uint64_t gpa;
     int64_t status_off;
-    int status_byte = -1, ret;
-    bool closed, completed, memory_intact, data_written;
+    bool closed;
+    int ret;
 
     g_assert(kind);
     json_object_set_string_member(r->obj, "kind", kind->name);
@@ -777,25 +829,11 @@ bool cmd_bad_request(Client *c, const Command *cmd, Result *r, Error **errp)
         error_setg(errp, "bad-request: guest memory exhausted");
         return false;
     }
-    memset(x.s, BR_CANARY, BR_SCRATCH_BYTES);
-    memset(x.s + BR_OFF_STATUS, BR_STATUS_NONE, 1);
-    kind->build(&x, &b);
-    status_off = status_offset(&b);
-    if (status_off >= 0) {
-        x.s[status_off] = BR_STATUS_NONE;
-    }
-    for (unsigned i = 0; i < b.n; i++) {
-        segs[i] = (VufSeg) {
-            .gpa = gpa + b.pieces[i].off,
-            .len = b.pieces[i].len,
-            .device_writes = b.pieces[i].device_writes,
-        };
-    }
+    status_off = br_build(&x, &b, kind, gpa, segs);
     before = g_memdup2(x.s, BR_SCRATCH_BYTES);
     if (b.writes_len) {
         extents_forget(c, b.writes_off, b.writes_len);
     }
-
     ret = vufq_add(q, segs, b.n, c->add_flags, &x);
     if (ret >= 0) {
         ret = vufq_kick(q);
@@ -808,32 +846,13 @@ bool cmd_bad_request(Client *c, const Command *cmd, Result *r, Error **errp)
         return false;
     }
     reaction = br_wait(q, &x, &used_len, &closed);
-    completed = !strcmp(reaction, "completed");
-
-    sector = g_strdup_printf("%" PRIu64, b.sector);
-    json_object_set_int_member(r->obj, "type", b.type);
-    json_object_set_string_member(r->obj, "sector", sector);
-    json_object_set_int_member(r->obj, "descriptors", b.n);
-    json_object_set_string_member(r->obj, "reaction", reaction);
-    if (status_off >= 0) {
-        status_byte = x.s[status_off];
-    }
-    json_object_set_string_member(r->obj, "status",
-        status_byte < 0 ? "none" : vufblk_status_name(status_byte));
-    json_object_set_int_member(r->obj, "status_value", status_byte);
-    if (completed) {
-        json_object_set_int_member(r->obj, "used_len", used_len);
-    }
-    check_memory(&b, x.s, before, status_off, &memory_intact, &data_written);
-    json_object_set_boolean_member(r->obj, "memory_intact", memory_intact);
-    json_object_set_boolean_member(r->obj, "data_written", data_written);
-    br_report_data(r, &x, &b, completed, status_byte);
+    br_report(r, &x, &b, before, status_off, reaction, used_len);
     json_object_set_boolean_member(r->obj, "queue_broken", vufq_broken(q));
-    json_object_set_boolean_member(r->obj, "alive",
-        !closed && vuf_check_alive(c->fe, BR_ALIVE_WAIT_MS));
-    if (completed) {
+    res_alive(r, c->fe, closed);
+    /* Unless it completed, the device may still write there: leave the
+     * scratch area allocated. */
+    if (!strcmp(reaction, "completed")) {
         vuf_mem_free(c->fe, x.s);
     }
-    /* Otherwise the device may still write there: leave it allocated. */
     return true;
 }

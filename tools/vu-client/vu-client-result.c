@@ -19,6 +19,8 @@
 
 #include "vu-client-result.h"
 
+#define ALIVE_WAIT_MS       2000
+
 void res_int(Result *r, const char *key, int64_t v)
 {
     json_object_set_int_member(r->obj, key, v);
@@ -69,6 +71,11 @@ void res_queue_stats(JsonObject *o, const VufQueueStats *s)
     json_object_set_int_member(o, "kicks_avoided", s->kicks_avoided);
     json_object_set_int_member(o, "interrupts", s->interrupts);
     json_object_set_int_member(o, "wakeups", s->wakeups);
+}
+
+void res_alive(Result *r, VuFrontend *fe, bool closed)
+{
+    res_bool(r, "alive", !closed && vuf_check_alive(fe, ALIVE_WAIT_MS));
 }
 
 JsonArray *res_array(Result *r, const char *key)

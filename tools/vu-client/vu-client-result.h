@@ -41,6 +41,10 @@ JsonObject *res_queue_entry(JsonArray *a, unsigned queue);
  * interrupts, wakeups. */
 void res_queue_stats(JsonObject *o, const VufQueueStats *s);
 
+/* Member "alive": whether fe's back-end still answers (GET_FEATURES
+ * within 2 s), unless it closed the connection already. */
+void res_alive(Result *r, VuFrontend *fe, bool closed);
+
 /* n bytes as lower-case hex digits.  Caller frees. */
 char *hex_string(const uint8_t *p, size_t n);
 

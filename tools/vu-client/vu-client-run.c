@@ -30,7 +30,6 @@
 
 #define SECTOR                  VIRTIO_BLK_SECTOR_SIZE
 #define MALFORMED_WAIT_MS       1000
-#define ALIVE_WAIT_MS           2000
 #define MALFORMED_PAYLOAD_MAX   (64 * 1024)
 
 /* ------------------------------------------------------------------------ */
@@ -341,9 +340,7 @@ static bool malformed_message(Client *c, const MalformedMsg *m, Result *r,
         json_object_set_int_member(r->obj, "reply_size", reply.size);
     }
     json_object_set_string_member(r->obj, "reaction", reaction);
-    json_object_set_boolean_member(r->obj, "alive",
-                                   res != VUF_RECV_CLOSED &&
-                                   vuf_check_alive(c->fe, ALIVE_WAIT_MS));
+    res_alive(r, c->fe, res == VUF_RECV_CLOSED);
     return true;
 }
 
@@ -355,8 +352,7 @@ static bool malformed_ring(Client *c, const Command *cmd, VufRingFault f,
                   ? VUFSCSI_VQ_REQUEST(cmd->queue) : cmd->queue;
     VufQueue *q = vuf_queue(c->fe, vq);
     const char *reaction;
-    bool closed = false;
-    void *token;
+    bool closed;
     int ret;
 
     json_object_set_string_member(r->obj, "type", "ring");
@@ -367,30 +363,17 @@ static bool malformed_ring(Client *c, const Command *cmd, VufRingFault f,
                    vuf_ring_fault_name(f), vq, client_strerror(-ret));
         return false;
     }
-    ret = vufq_wait(q, MALFORMED_WAIT_MS * 1000000ll);
-    if (ret == 0) {
-        ret = vufq_get_used(q, &token, NULL);
-        if (ret == 1) {
-            reaction = "completed";
-            json_object_set_string_member(r->obj, "status",
-                vufblk_status_name(vufq_fault_status(q)));
-        } else {
-            reaction = "bad-used-entry";
-        }
-    } else if (ret == -ECONNRESET) {
-        reaction = "closed";
-        closed = true;
-    } else if (ret == -ETIMEDOUT) {
-        reaction = "no-completion";
-    } else {
-        error_setg(errp, "waiting after %s: %s", vuf_ring_fault_name(f),
-                   client_strerror(-ret));
+    reaction = client_reaction(q, NULL, MALFORMED_WAIT_MS,
+                               vuf_ring_fault_name(f), NULL, &closed, errp);
+    if (!reaction) {
         return false;
     }
+    if (!strcmp(reaction, "completed")) {
+        json_object_set_string_member(r->obj, "status",
+            vufblk_status_name(vufq_fault_status(q)));
+    }
     json_object_set_string_member(r->obj, "reaction", reaction);
-    json_object_set_boolean_member(r->obj, "alive",
-                                   !closed && vuf_check_alive(c->fe,
-                                                              ALIVE_WAIT_MS));
+    res_alive(r, c->fe, closed);
     return true;
 }
 

@@ -215,7 +215,6 @@ bool cmd_scsi_verify_run(Client *c, const Command *cmd, Result *r, Error **errp)
 #define SBR_OFF_DATA        8192u       /* data, up to 32 KiB */
 #define SBR_DATA_MAX        (32u << 10)
 #define SBR_WAIT_MS         500
-#define SBR_ALIVE_WAIT_MS   2000
 #define SBR_SEGS_MAX        8
 
 typedef struct SbrBuild {
@@ -583,9 +582,8 @@ bool cmd_scsi_bad_request(Client *c, const Command *cmd, Result *r,
     const char *reaction;
     uint64_t nblocks;
     uint32_t used_len = 0;
-    bool closed = false;
+    bool closed;
     VufQueue *q;
-    void *token;
     int ret;
 
     g_assert(kind);
@@ -617,19 +615,9 @@ bool cmd_scsi_bad_request(Client *c, const Command *cmd, Result *r,
         vuf_mem_free(c->fe, b.mem);
         return false;
     }
-    ret = vufq_wait(q, SBR_WAIT_MS * 1000000ll);
-    if (ret == 0) {
-        ret = vufq_get_used(q, &token, &used_len);
-        reaction = ret == 1 && token == &sbr_token ? "completed"
-                                                    : "bad-used-entry";
-    } else if (ret == -ECONNRESET) {
-        reaction = "closed";
-        closed = true;
-    } else if (ret == -ETIMEDOUT) {
-        reaction = "no-completion";
-    } else {
-        error_setg(errp, "waiting after %s: %s", kind->name,
-                   client_strerror(-ret));
+    reaction = client_reaction(q, &sbr_token, SBR_WAIT_MS, kind->name,
+                               &used_len, &closed, errp);
+    if (!reaction) {
         vuf_mem_free(c->fe, b.mem);
         return false;
     }
@@ -639,9 +627,7 @@ bool cmd_scsi_bad_request(Client *c, const Command *cmd, Result *r,
         sbr_report_response(&b, used_len, r);
     }
     json_object_set_boolean_member(r->obj, "queue_broken", vufq_broken(q));
-    json_object_set_boolean_member(r->obj, "alive",
-                                   !closed && vuf_check_alive(
-                                       c->fe, SBR_ALIVE_WAIT_MS));
+    res_alive(r, c->fe, closed);
     /* A request never completed stays in flight and so does its memory:
      * the device may still write it. */
     if (!strcmp(reaction, "completed")) {

@@ -254,49 +254,14 @@ static bool scsi_check_is(const VufScsiReq *req, int key)
 }
 
 /*
- * Send the command prepared in request queue qi's req (a new tag each
- * time) and judge it as the theory comment says.  *expected is set when
- * the command ended with the CHECK CONDITION that expect_sense asked for.
- * False with errp set on a transport error or an unexpected outcome.
+ * Judge a command the device answered (resp, the status and sense in
+ * req) as the theory comment says; *expected as for scsi_run().
  */
-static bool scsi_run(Client *c, unsigned qi, const char *what,
-                     int expect_sense, bool retry_ua, bool *expected,
-                     Result *r, Error **errp)
+static bool scsi_judge(const VufScsiReq *req, int resp, const char *what,
+                       int expect_sense, bool *expected, Error **errp)
 {
-    VufScsiReq *req = c->sreqs[qi];
-    VufQueue *q = vuf_queue(c->fe, VUFSCSI_VQ_REQUEST(qi));
-    unsigned ua = 0;
     uint8_t key = 0, asc = 0, ascq = 0;
-    int resp;
 
-    if (expect_sense == SCSI_SK_UNIT_ATTENTION) {
-        retry_ua = false;
-    }
-    *expected = false;
-    for (;;) {
-        req->hdr->tag = scsi_next_tag(c);
-        req->resp->response = VUFSCSI_RESPONSE_NONE;
-        req->resp->status = VUFSCSI_STATUS_NONE;
-        req->resp->sense_len = UINT32_MAX;
-        req->resp->resid = UINT32_MAX;
-        resp = vufscsi_do(q, req, c->add_flags, c->timeout_ns);
-        if (resp < 0) {
-            error_setg(errp, "%s on request queue %u: %s", what, qi,
-                       client_strerror(-resp));
-            return false;
-        }
-        if (retry_ua && ua < SCSI_UA_RETRIES &&
-            scsi_check_is(req, SCSI_SK_UNIT_ATTENTION)) {
-            ua++;
-            continue;
-        }
-        break;
-    }
-    res_int(r, "tag", req->hdr->tag);
-    res_outcome(r, req);
-    if (ua) {
-        res_int(r, "unit_attentions", ua);
-    }
     if (resp != VIRTIO_SCSI_S_OK) {
         error_setg(errp, "%s: the device answered response %s (%d)", what,
                    vufscsi_response_name(resp), resp);
@@ -333,6 +298,52 @@ static bool scsi_run(Client *c, unsigned qi, const char *what,
         return false;
     }
     return true;
+}
+
+/*
+ * Send the command prepared in request queue qi's req (a new tag each
+ * time) and judge it as the theory comment says.  *expected is set when
+ * the command ended with the CHECK CONDITION that expect_sense asked for.
+ * False with errp set on a transport error or an unexpected outcome.
+ */
+static bool scsi_run(Client *c, unsigned qi, const char *what,
+                     int expect_sense, bool retry_ua, bool *expected,
+                     Result *r, Error **errp)
+{
+    VufScsiReq *req = c->sreqs[qi];
+    VufQueue *q = vuf_queue(c->fe, VUFSCSI_VQ_REQUEST(qi));
+    unsigned ua = 0;
+    int resp;
+
+    if (expect_sense == SCSI_SK_UNIT_ATTENTION) {
+        retry_ua = false;
+    }
+    *expected = false;
+    for (;;) {
+        req->hdr->tag = scsi_next_tag(c);
+        req->resp->response = VUFSCSI_RESPONSE_NONE;
+        req->resp->status = VUFSCSI_STATUS_NONE;
+        req->resp->sense_len = UINT32_MAX;
+        req->resp->resid = UINT32_MAX;
+        resp = vufscsi_do(q, req, c->add_flags, c->timeout_ns);
+        if (resp < 0) {
+            error_setg(errp, "%s on request queue %u: %s", what, qi,
+                       client_strerror(-resp));
+            return false;
+        }
+        if (retry_ua && ua < SCSI_UA_RETRIES &&
+            scsi_check_is(req, SCSI_SK_UNIT_ATTENTION)) {
+            ua++;
+            continue;
+        }
+        break;
+    }
+    res_int(r, "tag", req->hdr->tag);
+    res_outcome(r, req);
+    if (ua) {
+        res_int(r, "unit_attentions", ua);
+    }
+    return scsi_judge(req, resp, what, expect_sense, expected, errp);
 }
 
 /* Bytes the device put in the data-in buffer (data_len - resid). */

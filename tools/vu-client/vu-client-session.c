@@ -9,13 +9,16 @@
  * records its range (replacing what was known there), a failed or
  * unknown write forgets it; an extent cut in the middle becomes two.
  *
- * client_strerror() words the data path's errnos for a user.
+ * client_strerror() words the data path's errnos for a user, and
+ * client_reaction() names what a device did with a test request
+ * (malformed, scsi-bad-request).
  */
 
 #include <errno.h>
 
 #include <glib.h>
 
+#include "util/error.h"
 #include "vu-client-session.h"
 
 const char *client_strerror(int err)
@@ -39,6 +42,26 @@ const char *client_strerror(int err)
         }
     }
     return g_strerror(err);
+}
+
+const char *client_reaction(VufQueue *q, void *token, int timeout_ms,
+                            const char *what, uint32_t *used_len,
+                            bool *closed, Error **errp)
+{
+    void *done;
+    int ret = vufq_wait(q, timeout_ms * 1000000ll);
+
+    *closed = ret == -ECONNRESET;
+    if (ret == 0) {
+        ret = vufq_get_used(q, &done, used_len);
+        return ret == 1 && (!token || done == token) ? "completed"
+                                                      : "bad-used-entry";
+    }
+    if (ret == -ECONNRESET || ret == -ETIMEDOUT) {
+        return *closed ? "closed" : "no-completion";
+    }
+    error_setg(errp, "waiting after %s: %s", what, client_strerror(-ret));
+    return NULL;
 }
 
 void extents_forget(Client *c, uint64_t start, uint64_t len)

@@ -59,6 +59,17 @@ static inline unsigned client_io_queues(const Client *c)
 /* Message for a data-path errno from the vufq/vufblk/vufscsi functions. */
 const char *client_strerror(int err);
 
+/*
+ * After a test request was queued on q: wait up to timeout_ms and say how
+ * the device reacted: "completed" (token's, or any if token is NULL;
+ * *used_len the length the device wrote, if used_len), "bad-used-entry",
+ * "closed" (*closed set) or "no-completion".  NULL with errp set
+ * ("waiting after <what>: ...") when the wait fails otherwise.
+ */
+const char *client_reaction(VufQueue *q, void *token, int timeout_ms,
+                            const char *what, uint32_t *used_len,
+                            bool *closed, Error **errp);
+
 /* Forget what is known about [start, start+len). */
 void extents_forget(Client *c, uint64_t start, uint64_t len);
 /* Remember that [start, start+len) holds kind (with seed for a pattern). */
