@@ -33,6 +33,7 @@
 #include <inttypes.h>
 #include <string.h>
 #include "block/block-int.h"
+#include "util/main-thread.h"
 #include "util/cutils.h"
 
 static GHashTable *block_nodes;          /* node-name -> BlockNode, main thread */
@@ -87,6 +88,7 @@ static void block_driver_unknown(const char *name, Error **errp)
 
 BlockNode *block_node_find(const char *node_name)
 {
+    assert_main_thread();
     return block_nodes ? g_hash_table_lookup(block_nodes, node_name) : NULL;
 }
 
@@ -132,6 +134,7 @@ GPtrArray *block_node_list(void)
 {
     GPtrArray *list = g_ptr_array_new();
 
+    assert_main_thread();
     for (guint i = 0; block_node_order && i < block_node_order->len; i++) {
         g_ptr_array_add(list, g_ptr_array_index(block_node_order, i));
     }
@@ -140,6 +143,7 @@ GPtrArray *block_node_list(void)
 
 BlockNode *block_node_find_parent(const BlockNode *bs)
 {
+    assert_main_thread();
     for (guint i = 0; block_node_order && i < block_node_order->len; i++) {
         BlockNode *n = g_ptr_array_index(block_node_order, i);
 
@@ -318,6 +322,7 @@ BlockNode *block_node_open(Opts *opts, AioContext *ctx, Error **errp)
     const BlockDriver *drv;
     BlockNode *bs;
 
+    assert_main_thread();
     if (!opts_get_str(opts, "driver", NULL, &driver, errp) ||
         !opts_get_str(opts, "node-name", NULL, &node_name, errp)) {
         return NULL;
@@ -372,8 +377,10 @@ BlockNode *block_node_open(Opts *opts, AioContext *ctx, Error **errp)
 
 BlockNode *block_node_open_str(const char *str, AioContext *ctx, Error **errp)
 {
-    g_autoptr(Opts) opts = opts_parse(str, NULL, errp);
+    g_autoptr(Opts) opts = NULL;
 
+    assert_main_thread();
+    opts = opts_parse(str, NULL, errp);
     return opts ? block_node_open(opts, ctx, errp) : NULL;
 }
 
@@ -384,6 +391,7 @@ BlockNode *block_node_open_child(BlockNode *parent, Opts *opts,
     const char *name;
     BlockNode *child;
 
+    assert_main_thread();
     if (child_opts) {
         child = block_node_open(child_opts, parent->ctx, errp);
     } else {
@@ -507,6 +515,7 @@ BlockNode *block_node_get_child(const BlockNode *bs)
 
 bool block_driver_truncate(BlockNode *bs, int64_t size, Error **errp)
 {
+    assert_main_thread();
     if (!bs->drv->truncate) {
         error_setg(errp, "Node '%s' (driver '%s') cannot be resized",
                    bs->node_name, bs->driver_name);
@@ -581,6 +590,7 @@ static bool block_node_resize_check(BlockNode *bs, int64_t size, Error **errp)
 
 bool block_node_resize(BlockNode *bs, int64_t size, Error **errp)
 {
+    assert_main_thread();
     if (!block_node_resize_check(bs, size, errp) ||
         !block_driver_truncate(bs, size, errp)) {
         return false;
@@ -616,6 +626,7 @@ bool block_node_set_aio_context(BlockNode *bs, AioContext *new_ctx,
 {
     GPtrArray *chain;
 
+    assert_main_thread();
     if (bs->ctx == new_ctx) {
         return true;
     }

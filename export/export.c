@@ -77,6 +77,7 @@ static GPtrArray *exports;
 
 Export *export_find(const char *id)
 {
+    assert_main_thread();
     for (guint i = 0; exports && i < exports->len; i++) {
         Export *exp = g_ptr_array_index(exports, i);
 
@@ -173,6 +174,7 @@ Opts *export_opts_parse(const char *str, Error **errp)
     g_autoptr(JsonParser) parser = NULL;
     JsonNode *root;
 
+    assert_main_thread();
     if (!export_str_is_json(str)) {
         return opts_parse_keyval(str, "type", errp);
     }

@@ -21,6 +21,7 @@
 
 #include "export/export-int.h"
 #include "util/cutils.h"
+#include "util/main-thread.h"
 
 /* What an inherited fd must be, socket option by socket option. */
 static const struct {
@@ -136,6 +137,7 @@ bool vhost_user_export_serve(VhostUserExport *vu, Export *exp,
         .name = exp->id,
     };
 
+    assert_main_thread();
     vu->server = vu_server_new(&cfg, exp->main_ctx, errp);
     if (!vu->server) {
         return false;
@@ -151,6 +153,7 @@ bool vhost_user_export_serve(VhostUserExport *vu, Export *exp,
 
 void vhost_user_export_stop(VhostUserExport *vu)
 {
+    assert_main_thread();
     if (vu->server) {
         vu_server_free(vu->server);
         vu->server = NULL;

@@ -921,6 +921,7 @@ void qmp_server_free(QmpServer *s)
 {
     int64_t deadline;
 
+    assert_main_thread();
     if (!s) {
         return;
     }

@@ -42,6 +42,7 @@
 
 #include "util/cutils.h"
 #include "util/iothread.h"
+#include "util/main-thread.h"
 #include "util/keyval.h"
 #include "util/opts.h"
 
@@ -74,6 +75,7 @@ static GPtrArray *iothreads;
 
 IOThread *iothread_lookup(const char *id)
 {
+    assert_main_thread();
     for (guint i = 0; iothreads && i < iothreads->len; i++) {
         IOThread *iot = g_ptr_array_index(iothreads, i);
 
@@ -86,6 +88,7 @@ IOThread *iothread_lookup(const char *id)
 
 IOThread *iothread_find_by_context(AioContext *ctx)
 {
+    assert_main_thread();
     for (guint i = 0; iothreads && i < iothreads->len; i++) {
         IOThread *iot = g_ptr_array_index(iothreads, i);
 
@@ -100,6 +103,7 @@ GPtrArray *iothread_list(void)
 {
     GPtrArray *list = g_ptr_array_new();
 
+    assert_main_thread();
     for (guint i = 0; iothreads && i < iothreads->len; i++) {
         g_ptr_array_add(list, g_ptr_array_index(iothreads, i));
     }
@@ -398,6 +402,7 @@ bool iothread_set_property(IOThread *iot, const char *name, const char *value,
     IOThreadConfig old = iot->cfg;
     char *old_affinity = g_strdup(old.cpu_affinity);
 
+    assert_main_thread();
     if (!prop || !prop->set(iot, prop, value, errp) ||
         !prop->apply(iot, errp)) {
         g_free(iot->cfg.cpu_affinity);
@@ -416,6 +421,7 @@ bool iothread_set_property_int(IOThread *iot, const char *name, int64_t value,
     const IOThreadProperty *prop = iothread_settable(name, errp);
     g_autofree char *str = g_strdup_printf("%" PRId64, value);
 
+    assert_main_thread();
     if (prop && prop->type != IOTHREAD_PROP_INT) {
         error_setg(errp, "Parameter '%s' is not an integer property", name);
     }
@@ -444,6 +450,7 @@ char *iothread_get_property(IOThread *iot, const char *name, Error **errp)
 {
     const IOThreadProperty *prop = iothread_readable(iot, name, errp);
 
+    assert_main_thread();
     if (!prop) {
         return NULL;
     }
@@ -458,6 +465,7 @@ bool iothread_get_property_int(IOThread *iot, const char *name, int64_t *out,
 {
     const IOThreadProperty *prop = iothread_readable(iot, name, errp);
 
+    assert_main_thread();
     if (prop && prop->type != IOTHREAD_PROP_INT) {
         error_setg(errp, "iothread '%s': Parameter '%s' is not an integer "
                    "property", iot->id, name);
@@ -552,6 +560,7 @@ IOThread *iothread_create(const char *id, GPtrArray *props, Error **errp)
 {
     IOThread *iot;
 
+    assert_main_thread();
     if (!iothread_valid_id(id, errp)) {
         return NULL;
     }
@@ -740,16 +749,19 @@ static IOThread *iothread_create_from_text(const char *text,
 
 IOThread *iothread_create_from_option(const char *arg, Error **errp)
 {
+    assert_main_thread();
     return iothread_create_from_text(arg, true, errp);
 }
 
 IOThread *iothread_create_from_string(const char *optstr, Error **errp)
 {
+    assert_main_thread();
     return iothread_create_from_text(optstr, false, errp);
 }
 
 void iothread_destroy(IOThread *iot)
 {
+    assert_main_thread();
     if (!iot) {
         return;
     }

@@ -81,6 +81,7 @@
 #include "util/error.h"
 #include "util/iov.h"
 #include "util/trace.h"
+#include "util/main-thread.h"
 
 /* Most segments in one discard or write-zeroes request (max_*_seg). */
 #define VIRTIO_BLK_MAX_DWZ_SEGS     32
@@ -911,6 +912,7 @@ bool virtio_blk_refresh_capacity(VirtioBlk *vb)
     uint64_t capacity = virtio_blk_capacity_of(vb,
                                                block_node_get_length(vb->bs));
 
+    assert_main_thread();
     if (capacity == virtio_blk_capacity(vb)) {
         return false;
     }

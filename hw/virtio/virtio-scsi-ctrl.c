@@ -87,6 +87,7 @@
 #include "util/iov.h"
 #include "util/trace.h"
 #include "virtio-scsi-int.h"
+#include "util/main-thread.h"
 
 /* PARAM_CHANGE reason for a resize: CAPACITY DATA HAS CHANGED. */
 #define VIRTIO_SCSI_REASON_CAPACITY_CHANGED  (0x2a | 0x09 << 8)
@@ -577,6 +578,7 @@ void virtio_scsi_event_send(VirtioScsi *vs, uint32_t event, unsigned lun,
     AioContext *ctx = atomic_load_explicit(&vs->events.ctx,
                                            memory_order_acquire);
 
+    assert_main_thread();
     if (!ctx) {
         /* The event queue never ran: no buffer to put it in. */
         atomic_store_explicit(&vs->events.missed, true, memory_order_relaxed);
@@ -589,6 +591,7 @@ void virtio_scsi_capacity_changed(VirtioScsi *vs, unsigned lun)
 {
     int slot = virtio_scsi_lun_find(vs->luns, vs->nluns, lun);
 
+    assert_main_thread();
     if (slot < 0) {
         return;
     }

@@ -68,6 +68,7 @@
 #include "util/aio.h"
 #include "util/error.h"
 #include "virtio-scsi-int.h"
+#include "util/main-thread.h"
 
 /* ------------------------------------------------------------------------ */
 /* Tables                                                                    */
@@ -307,6 +308,7 @@ bool virtio_scsi_add_lun(VirtioScsi *vs, unsigned lun, ScsiDisk *d,
     VirtioScsiLunOp op = { .vs = vs, .lun = lun, .disk = d };
     VirtioScsiLun e = { .lun = lun, .disk = d };
 
+    assert_main_thread();
     g_assert(d);
     if (lun > VIRTIO_SCSI_MAX_LUN) {
         error_setg(errp, "LUN %u is out of range: LUNs go from 0 to %u", lun,
@@ -351,6 +353,7 @@ bool virtio_scsi_get_lun_stats(VirtioScsi *vs, unsigned lun,
 {
     int slot = virtio_scsi_lun_find(vs->luns, vs->nluns, lun);
 
+    assert_main_thread();
     if (slot < 0) {
         return false;
     }

@@ -110,6 +110,7 @@
 #include "util/iov.h"
 #include "util/trace.h"
 #include "virtio-scsi-int.h"
+#include "util/main-thread.h"
 
 /* Free requests a queue keeps for reuse. */
 #define VIRTIO_SCSI_FREE_MAX        128
@@ -1024,6 +1025,7 @@ VirtioScsi *virtio_scsi_new(const VirtioScsiConf *conf, Error **errp)
     VirtioScsi *vs;
     void *queues;
 
+    assert_main_thread();
     if (conf->num_queues < 1 || conf->num_queues > VIRTIO_SCSI_MAX_QUEUES) {
         error_setg(errp, "Parameter 'num-queues' expects a number from 1 to "
                    "%u, got %u", VIRTIO_SCSI_MAX_QUEUES, conf->num_queues);
@@ -1059,6 +1061,7 @@ VirtioScsi *virtio_scsi_new(const VirtioScsiConf *conf, Error **errp)
 
 void virtio_scsi_free(VirtioScsi *vs)
 {
+    assert_main_thread();
     if (!vs) {
         return;
     }
