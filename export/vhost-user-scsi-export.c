@@ -141,30 +141,6 @@ static VhostUserScsiLun *vhost_user_scsi_find_lun(VhostUserScsiExport *vexp,
 /* ------------------------------------------------------------------------ */
 /* LUN options                                                               */
 
-/*
- * An INQUIRY or VPD string: printable ASCII (SPC-4 4.3.1), at most max
- * characters.  key is the option's full name for messages.
- */
-static bool vhost_user_scsi_check_ascii(const char *key, const char *str,
-                                        size_t max, Error **errp)
-{
-    size_t len = strlen(str);
-
-    if (len > max) {
-        error_setg(errp, "Parameter '%s' is %zu characters long; at most "
-                   "%zu are allowed", key, len, max);
-        return false;
-    }
-    for (const char *p = str; *p; p++) {
-        if (*p < 0x20 || *p > 0x7e) {
-            error_setg(errp, "Parameter '%s' must be printable ASCII "
-                       "(SCSI strings are ASCII); '%s' is not", key, str);
-            return false;
-        }
-    }
-    return true;
-}
-
 /* A string option that must be printable ASCII; *out a copy or NULL. */
 static bool vhost_user_scsi_get_ascii(Opts *lun, const char *prefix,
                                       const char *name, size_t max,
@@ -176,7 +152,7 @@ static bool vhost_user_scsi_get_ascii(Opts *lun, const char *prefix,
     if (!opts_get_str(lun, name, NULL, &str, errp)) {
         return false;
     }
-    if (str && !vhost_user_scsi_check_ascii(key, str, max, errp)) {
+    if (str && !scsi_disk_check_string(key, str, max, errp)) {
         return false;
     }
     *out = g_strdup(str);
