@@ -511,12 +511,10 @@ static bool iothread_valid_id(const char *id, Error **errp)
         error_setg(errp, "iothread: Parameter 'id' is missing");
         return false;
     }
-    for (const char *p = id; *p; p++) {
-        if (!g_ascii_isalnum(*p) && !strchr("-._", *p)) {
-            error_setg(errp, "iothread: Parameter 'id' expects an identifier "
-                       "(letters, digits, '-', '.', '_'), got '%s'", id);
-            return false;
-        }
+    if (!id_chars_valid(id)) {
+        error_setg(errp, "iothread: Parameter 'id' expects an identifier "
+                   "(letters, digits, '-', '.', '_'), got '%s'", id);
+        return false;
     }
     return true;
 }
