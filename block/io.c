@@ -1,5 +1,6 @@
 /*
- * Requests: checks, bounce buffers, serialisation, completion, drain, plug.
+ * Requests: checks, bounce buffers, serialisation, completion, drain, plug
+ * (step 5 of docs/devel/architecture.md, The life of a request).
  *
  * Theory of operation.  block_node_submit() counts the request in flight and
  * checks it against the node (operation, bounds, read-only, iovec length).

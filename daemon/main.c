@@ -1,5 +1,7 @@
 /*
  * spindle: the daemon's command line, start-up, main loop and shutdown.
+ * This is the top layer; docs/devel/architecture.md describes the ones
+ * below it.
  *
  * Theory of operation
  * -------------------

@@ -34,7 +34,7 @@ APT_PACKAGES=(
     python3-pip
 )
 
-# For the end-to-end tests and `make demo` (DESIGN.md section 7): QEMU under
+# For the end-to-end tests and `make demo` (tests/e2e/README.md): QEMU under
 # TCG and qemu-storage-daemon (the peer), a Debian kernel and its modules for
 # the guest, static busybox for the guest's initramfs, kmod for modprobe's
 # module dependency list.  Installed without Recommends, which would pull in

@@ -1,5 +1,6 @@
 /*
- * Split virtqueues, device side (virtio 1.x, "Split Virtqueues").
+ * Split virtqueues, device side (virtio 1.x, "Split Virtqueues").  Steps
+ * 1-3 and 7 of docs/devel/architecture.md, The life of a request.
  *
  * Theory of operation.
  *

@@ -2,7 +2,7 @@
  * The main thread: the one that runs the main loop's AioContext, where the
  * command line, the QMP monitors, the vhost-user sockets and the creation
  * and deletion of IOThreads, nodes and exports live (docs/devel/
- * threading.md).  A function whose comment says "Main thread." begins with
+ * architecture.md, Threads; docs/devel/threading.md).  A function whose comment says "Main thread." begins with
  * assert_main_thread().
  *
  * Which thread that is: the home thread of the context given to

@@ -1,6 +1,6 @@
 """Boot a real Linux guest in QEMU (TCG) on vhost-user disks and read its results.
 
-This is the end-to-end harness of DESIGN.md section 7.  A guest is Debian's
+This is the end-to-end harness (README.md beside it).  A guest is Debian's
 qemu-system-x86_64 under TCG (KVM is not needed), a Debian kernel from
 /boot, and an initramfs built by initramfs.py whose /init runs a shell
 script, prints what it finds on the serial console and powers off.  Guest

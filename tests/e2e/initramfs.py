@@ -33,7 +33,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-# Modules for virtio-blk and virtio-scsi disks (DESIGN.md section 7).
+# Modules for virtio-blk and virtio-scsi disks.
 GUEST_MODULES = ("virtio_pci", "virtio_blk", "virtio_scsi", "sd_mod")
 
 BUSYBOX_CANDIDATES = ("/bin/busybox", "/usr/bin/busybox")

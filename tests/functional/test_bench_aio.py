@@ -3,7 +3,7 @@
 These check behaviour, not speed: the report's shape, that the polled mode
 really polls and the eventfd mode really kicks, and that bad options are
 rejected with a message naming the option.  Performance goals are
-checked by running the benchmark (DESIGN.md section 9), not here.
+checked by running the benchmark (docs/performance.md), not here.
 """
 
 import functools

@@ -5,8 +5,8 @@ consistency (every cell present, percentiles ordered, engine counters that
 add up, polling really off with poll-max-ns=0), that engines the machine
 lacks are skipped with a reason, that the temporary file is removed, and
 that bad options are rejected with a message naming the option.  Whether
-polling lowers latency is measured by running the benchmark (DESIGN.md
-section 9), not asserted here.
+polling lowers latency is measured by running the benchmark
+(docs/performance.md), not asserted here.
 """
 
 import json

@@ -2,7 +2,7 @@
 
 Each back-end (spindle, and Debian's qemu-storage-daemon as a cross-check)
 serves two exports from one process, and one guest boot checks both
-(DESIGN.md section 7; the harness is in tests/e2e/):
+(the harness is in tests/e2e/, see its README.md):
 
   vda  64 MiB + 192 KiB, writable, num-queues=4, serial=SERIAL (spindle only;
        qemu-storage-daemon's serial is fixed): the guest checks its size,

@@ -1,6 +1,6 @@
 """End-to-end: a running Linux guest sees what QMP changes under it.
 
-One guest boot (DESIGN.md section 7; the harness is in tests/e2e/) on two
+One guest boot (the harness is in tests/e2e/, see its README.md) on two
 vhost-user devices that spindle serves, with a QMP monitor:
 
   vda  vhost-user-blk, a 64 MiB image file (node d0, export e0);

@@ -1,8 +1,8 @@
 """End-to-end: a real Linux guest in QEMU does I/O on vhost-user-scsi LUNs.
 
 spindle serves two vhost-user-scsi exports from one process, and one guest
-boot (2 vCPUs, virtio_scsi + sd_mod) checks all their LUNs (DESIGN.md
-section 7; the harness is in tests/e2e/):
+boot (2 vCPUs, virtio_scsi + sd_mod) checks all their LUNs (the harness is
+in tests/e2e/, see its README.md):
 
   e0  num-queues=2, two writable LUNs:
       LUN 0  64 MiB, discard=unmap, serial, vendor, product and wwn set: the

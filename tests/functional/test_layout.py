@@ -156,3 +156,62 @@ def test_cycle_finder_sees_a_cycle():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == \
         [["a", "b", "c"]]
     assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def maintainers_patterns(repo_root):
+    """The F: patterns of MAINTAINERS, as regular expressions."""
+    pats = []
+    for line in (repo_root / "MAINTAINERS").read_text().splitlines():
+        if not line.startswith("F:"):
+            continue
+        pat = line[2:].strip()
+        rx = ""
+        i = 0
+        while i < len(pat):
+            if pat.startswith("**/", i):
+                rx += "(?:[^/]+/)*"
+                i += 3
+            elif pat[i] == "*":
+                rx += "[^/]*"
+                i += 1
+            elif pat[i] == "?":
+                rx += "[^/]"
+                i += 1
+            else:
+                rx += re.escape(pat[i])
+                i += 1
+        rx += ".*" if pat.endswith("/") else ""
+        pats.append((pat, re.compile(rx + r"\Z")))
+    return pats
+
+
+def test_maintainers_lists_every_folder(repo_root):
+    """Each folder with tracked files is named by an F: line of its own (a
+    catch-all such as **/meson.build does not count), and every tracked
+    file belongs to some area."""
+    try:
+        tracked = subprocess.run(["git", "ls-files"], cwd=repo_root,
+                                 capture_output=True, text=True, check=True,
+                                 timeout=60).stdout.splitlines()
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("not a git checkout")
+    pats = maintainers_patterns(repo_root)
+    named = [rx for pat, rx in pats if not pat.startswith("**/")]
+    orphans = [f for f in tracked if not any(rx.match(f) for _, rx in pats)]
+    folders = sorted({f.rsplit("/", 1)[0] if "/" in f else "." for f in tracked})
+    unlisted = [d for d in folders
+                if not any(rx.match(f) for f in tracked
+                           if (f.rsplit("/", 1)[0] if "/" in f else ".") == d
+                           for rx in named)]
+    assert not orphans, f"files in no MAINTAINERS area: {orphans}"
+    assert not unlisted, f"folders MAINTAINERS does not name: {unlisted}"
+
+
+def test_no_outside_design_doc_cited(repo_root):
+    """Comments cite the repo's own docs (docs/devel/architecture.md), not
+    a design document that is not in the tree."""
+    hits = []
+    for f in source_files(repo_root):
+        if "DESIGN.md" in (repo_root / f).read_text(errors="replace"):
+            hits.append(f)
+    assert not hits, f"cite docs/devel/architecture.md instead: {hits}"
