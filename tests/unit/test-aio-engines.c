@@ -32,7 +32,6 @@
 #include "block/aio-engine.h"
 #include "block/block-int.h"
 #include "test-helpers.h"
-#include "test-main.h"
 
 #define FILE_SIZE       (4 * 1024 * 1024)
 #define ALIGN           4096            /* O_DIRECT offsets, lengths, buffers */
@@ -924,54 +923,51 @@ static void test_threads_short_write(void) { check_short_write("threads"); }
 static void test_threads_many(void) { check_many("threads"); }
 static void test_threads_long_iovec(void) { check_long_iovec("threads"); }
 
-int main(int argc, char **argv)
-{
-    static const TestCase tests[] = {
-        { "/aio-engines/find", test_find },
-        { "/aio-engines/native/roundtrip", test_native_roundtrip },
-        { "/aio-engines/native/roundtrip-direct", test_native_roundtrip_direct },
-        { "/aio-engines/native/persist", test_native_persist },
-        { "/aio-engines/native/persist-direct", test_native_persist_direct },
-        { "/aio-engines/native/ebadf", test_native_ebadf },
-        { "/aio-engines/native/eof", test_native_eof },
-        { "/aio-engines/native/short-write", test_native_short_write },
-        { "/aio-engines/native/many", test_native_many },
-        { "/aio-engines/native/long-iovec", test_native_long_iovec },
-        { "/aio-engines/native/flush-fallback", test_native_flush_fallback },
-        { "/aio-engines/native/batching", test_native_batching },
-        { "/aio-engines/native/batch-limit", test_native_batch_limit },
-        { "/aio-engines/native/default-batch", test_native_default_batch },
-        { "/aio-engines/native/plug", test_native_plug },
-        { "/aio-engines/native/polled", test_native_polled },
-        { "/aio-engines/native/polled-direct", test_native_polled_direct },
-        { "/aio-engines/native/unpolled", test_native_unpolled },
-        { "/aio-engines/io_uring/roundtrip", test_uring_roundtrip },
-        { "/aio-engines/io_uring/roundtrip-direct", test_uring_roundtrip_direct },
-        { "/aio-engines/io_uring/persist", test_uring_persist },
-        { "/aio-engines/io_uring/persist-direct", test_uring_persist_direct },
-        { "/aio-engines/io_uring/ebadf", test_uring_ebadf },
-        { "/aio-engines/io_uring/eof", test_uring_eof },
-        { "/aio-engines/io_uring/short-write", test_uring_short_write },
-        { "/aio-engines/io_uring/many", test_uring_many },
-        { "/aio-engines/io_uring/long-iovec", test_uring_long_iovec },
-        { "/aio-engines/io_uring/batching", test_uring_batching },
-        { "/aio-engines/io_uring/batch-limit", test_uring_batch_limit },
-        { "/aio-engines/io_uring/default-batch", test_uring_default_batch },
-        { "/aio-engines/io_uring/plug", test_uring_plug },
-        { "/aio-engines/io_uring/polled", test_uring_polled },
-        { "/aio-engines/io_uring/polled-direct", test_uring_polled_direct },
-        { "/aio-engines/io_uring/unpolled", test_uring_unpolled },
-        { "/aio-engines/threads/roundtrip", test_threads_roundtrip },
-        { "/aio-engines/threads/roundtrip-direct", test_threads_roundtrip_direct },
-        { "/aio-engines/threads/persist", test_threads_persist },
-        { "/aio-engines/threads/persist-direct", test_threads_persist_direct },
-        { "/aio-engines/threads/ebadf", test_threads_ebadf },
-        { "/aio-engines/threads/eof", test_threads_eof },
-        { "/aio-engines/threads/short-write", test_threads_short_write },
-        { "/aio-engines/threads/many", test_threads_many },
-        { "/aio-engines/threads/long-iovec", test_threads_long_iovec },
-    };
+static const TestCase tests[] = {
+    { "/aio-engines/find", test_find },
+    { "/aio-engines/native/roundtrip", test_native_roundtrip },
+    { "/aio-engines/native/roundtrip-direct", test_native_roundtrip_direct },
+    { "/aio-engines/native/persist", test_native_persist },
+    { "/aio-engines/native/persist-direct", test_native_persist_direct },
+    { "/aio-engines/native/ebadf", test_native_ebadf },
+    { "/aio-engines/native/eof", test_native_eof },
+    { "/aio-engines/native/short-write", test_native_short_write },
+    { "/aio-engines/native/many", test_native_many },
+    { "/aio-engines/native/long-iovec", test_native_long_iovec },
+    { "/aio-engines/native/flush-fallback", test_native_flush_fallback },
+    { "/aio-engines/native/batching", test_native_batching },
+    { "/aio-engines/native/batch-limit", test_native_batch_limit },
+    { "/aio-engines/native/default-batch", test_native_default_batch },
+    { "/aio-engines/native/plug", test_native_plug },
+    { "/aio-engines/native/polled", test_native_polled },
+    { "/aio-engines/native/polled-direct", test_native_polled_direct },
+    { "/aio-engines/native/unpolled", test_native_unpolled },
+    { "/aio-engines/io_uring/roundtrip", test_uring_roundtrip },
+    { "/aio-engines/io_uring/roundtrip-direct", test_uring_roundtrip_direct },
+    { "/aio-engines/io_uring/persist", test_uring_persist },
+    { "/aio-engines/io_uring/persist-direct", test_uring_persist_direct },
+    { "/aio-engines/io_uring/ebadf", test_uring_ebadf },
+    { "/aio-engines/io_uring/eof", test_uring_eof },
+    { "/aio-engines/io_uring/short-write", test_uring_short_write },
+    { "/aio-engines/io_uring/many", test_uring_many },
+    { "/aio-engines/io_uring/long-iovec", test_uring_long_iovec },
+    { "/aio-engines/io_uring/batching", test_uring_batching },
+    { "/aio-engines/io_uring/batch-limit", test_uring_batch_limit },
+    { "/aio-engines/io_uring/default-batch", test_uring_default_batch },
+    { "/aio-engines/io_uring/plug", test_uring_plug },
+    { "/aio-engines/io_uring/polled", test_uring_polled },
+    { "/aio-engines/io_uring/polled-direct", test_uring_polled_direct },
+    { "/aio-engines/io_uring/unpolled", test_uring_unpolled },
+    { "/aio-engines/threads/roundtrip", test_threads_roundtrip },
+    { "/aio-engines/threads/roundtrip-direct", test_threads_roundtrip_direct },
+    { "/aio-engines/threads/persist", test_threads_persist },
+    { "/aio-engines/threads/persist-direct", test_threads_persist_direct },
+    { "/aio-engines/threads/ebadf", test_threads_ebadf },
+    { "/aio-engines/threads/eof", test_threads_eof },
+    { "/aio-engines/threads/short-write", test_threads_short_write },
+    { "/aio-engines/threads/many", test_threads_many },
+    { "/aio-engines/threads/long-iovec", test_threads_long_iovec },
+};
 
-    /* Below the 60 s meson timeout, so that the watchdog reports first. */
-    return test_main(argc, argv, tests, G_N_ELEMENTS(tests), 50);
-}
+/* Below the 60 s meson timeout, so that the watchdog reports first. */
+TEST_MAIN(tests, 50)

@@ -41,7 +41,6 @@
 #include "util/clock.h"
 #include "util/event-notifier.h"
 #include "test-helpers.h"
-#include "test-main.h"
 
 /* ------------------------------------------------------------------------ */
 /* Small helpers                                                             */
@@ -3342,8 +3341,5 @@ static const TestCase tests[] = {
       test_windows_reader_vs_handler_changes },
 };
 
-int main(int argc, char **argv)
-{
-    /* Below the 120 s meson timeout, so that the watchdog reports first. */
-    return test_main(argc, argv, tests, G_N_ELEMENTS(tests), 90);
-}
+/* Below the 120 s meson timeout, so that the watchdog reports first. */
+TEST_MAIN(tests, 90)

@@ -1314,39 +1314,34 @@ static void test_phase_exclusive(void)
     }
 }
 
-int main(int argc, char **argv)
-{
-    static const TestCase tests[] = {
-        { "/bench/hist/empty", test_hist_empty },
-        { "/bench/hist/exact-below-64", test_hist_exact_small },
-        { "/bench/hist/percentile/random", test_hist_percentile_random },
-        { "/bench/hist/percentile/decimal-p", test_hist_percentile_decimal },
-        { "/bench/hist/clamp", test_hist_clamp },
-        { "/bench/hist/merge", test_hist_merge },
-        { "/bench/hist/reset", test_hist_reset },
-        { "/bench/hist/cdf/few-buckets", test_hist_cdf_few_buckets },
-        { "/bench/hist/cdf/many-buckets", test_hist_cdf_many_buckets },
-        { "/bench/verify/roundtrip", test_verify_roundtrip },
-        { "/bench/verify/format", test_verify_format },
-        { "/bench/verify/corrupt-byte", test_verify_corrupt_byte },
-        { "/bench/verify/wrong-sector", test_verify_wrong_sector },
-        { "/bench/verify/stale-generation", test_verify_stale_generation },
-        { "/bench/verify/zero", test_verify_zero },
-        { "/bench/verify/count", test_verify_count },
-        { "/bench/verify/distinct-payloads", test_verify_distinct_payloads },
-        { "/bench/cpu/snapshot-self", test_cpu_snapshot_self },
-        { "/bench/cpu/new-thread/ticks", test_cpu_new_thread_ticks },
-        { "/bench/cpu/new-thread/schedstat", test_cpu_new_thread_schedstat },
-        { "/bench/cpu/idle", test_cpu_idle },
-        { "/bench/cpu/no-such-pid", test_cpu_no_such_pid },
-        { "/bench/cpu/thread-ns", test_cpu_thread_ns },
-        { "/bench/opts/phase/parse", test_phase_parse },
-        { "/bench/opts/phase/parse-bad", test_phase_parse_bad },
-        { "/bench/opts/phase/command-line", test_phase_command_line },
-        { "/bench/opts/phase/exclusive", test_phase_exclusive },
-    };
+static const TestCase tests[] = {
+    { "/bench/hist/empty", test_hist_empty },
+    { "/bench/hist/exact-below-64", test_hist_exact_small },
+    { "/bench/hist/percentile/random", test_hist_percentile_random },
+    { "/bench/hist/percentile/decimal-p", test_hist_percentile_decimal },
+    { "/bench/hist/clamp", test_hist_clamp },
+    { "/bench/hist/merge", test_hist_merge },
+    { "/bench/hist/reset", test_hist_reset },
+    { "/bench/hist/cdf/few-buckets", test_hist_cdf_few_buckets },
+    { "/bench/hist/cdf/many-buckets", test_hist_cdf_many_buckets },
+    { "/bench/verify/roundtrip", test_verify_roundtrip },
+    { "/bench/verify/format", test_verify_format },
+    { "/bench/verify/corrupt-byte", test_verify_corrupt_byte },
+    { "/bench/verify/wrong-sector", test_verify_wrong_sector },
+    { "/bench/verify/stale-generation", test_verify_stale_generation },
+    { "/bench/verify/zero", test_verify_zero },
+    { "/bench/verify/count", test_verify_count },
+    { "/bench/verify/distinct-payloads", test_verify_distinct_payloads },
+    { "/bench/cpu/snapshot-self", test_cpu_snapshot_self },
+    { "/bench/cpu/new-thread/ticks", test_cpu_new_thread_ticks },
+    { "/bench/cpu/new-thread/schedstat", test_cpu_new_thread_schedstat },
+    { "/bench/cpu/idle", test_cpu_idle },
+    { "/bench/cpu/no-such-pid", test_cpu_no_such_pid },
+    { "/bench/cpu/thread-ns", test_cpu_thread_ns },
+    { "/bench/opts/phase/parse", test_phase_parse },
+    { "/bench/opts/phase/parse-bad", test_phase_parse_bad },
+    { "/bench/opts/phase/command-line", test_phase_command_line },
+    { "/bench/opts/phase/exclusive", test_phase_exclusive },
+};
 
-    g_test_init(&argc, &argv, NULL);
-    test_add_with_watchdog(tests, G_N_ELEMENTS(tests), 25);
-    return g_test_run();
-}
+TEST_MAIN(tests, 25)

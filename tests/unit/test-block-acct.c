@@ -23,7 +23,6 @@
 #include "util/iothread.h"
 #include "block-test-helpers.h"
 #include "test-helpers.h"
-#include "test-main.h"
 
 /* One request through q, drained; its result. */
 static int run_q(BlockQueue *q, BlockOp op, int64_t offset, void *buf,
@@ -480,8 +479,5 @@ static const TestCase tests[] = {
     { "/block-acct/two-iothreads", test_two_iothreads },
 };
 
-int main(int argc, char **argv)
-{
-    /* Below the 60 s meson timeout, so that the watchdog reports first. */
-    return test_main(argc, argv, tests, G_N_ELEMENTS(tests), 50);
-}
+/* Below the 60 s meson timeout, so that the watchdog reports first. */
+TEST_MAIN(tests, 50)

@@ -29,7 +29,6 @@
 #include "util/iothread.h"
 #include "block-test-helpers.h"
 #include "test-helpers.h"
-#include "test-main.h"
 
 #define container_of(ptr, type, member) \
     ((type *)((char *)(ptr) - offsetof(type, member)))
@@ -1420,8 +1419,5 @@ static const TestCase tests[] = {
     { "/block-drivers/blkdebug/rmw-serialised", test_rmw_serialised },
 };
 
-int main(int argc, char **argv)
-{
-    /* Below the 60 s meson timeout, so that the watchdog reports first. */
-    return test_main(argc, argv, tests, G_N_ELEMENTS(tests), 50);
-}
+/* Below the 60 s meson timeout, so that the watchdog reports first. */
+TEST_MAIN(tests, 50)

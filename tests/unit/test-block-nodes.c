@@ -29,7 +29,6 @@
 #include "util/iothread.h"
 #include "block-test-helpers.h"
 #include "test-helpers.h"
-#include "test-main.h"
 
 /* ------------------------------------------------------------------------ */
 /* Helpers                                                                   */
@@ -590,8 +589,5 @@ static const TestCase tests[] = {
     { "/block-nodes/resize/concurrent", test_resize_concurrent },
 };
 
-int main(int argc, char **argv)
-{
-    /* Below the 60 s meson timeout, so that the watchdog reports first. */
-    return test_main(argc, argv, tests, G_N_ELEMENTS(tests), 50);
-}
+/* Below the 60 s meson timeout, so that the watchdog reports first. */
+TEST_MAIN(tests, 50)

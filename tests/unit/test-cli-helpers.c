@@ -448,23 +448,18 @@ static void test_bswap(void)
     g_assert_cmpmem(be, sizeof(be), pattern, sizeof(pattern));
 }
 
-int main(int argc, char **argv)
-{
-    static const TestCase tests[] = {
-        { "/cli-helpers/uint", test_uint },
-        { "/cli-helpers/uint/range", test_uint_range },
-        { "/cli-helpers/size", test_size },
-        { "/cli-helpers/number", test_number },
-        { "/cli-helpers/bool", test_bool },
-        { "/cli-helpers/choice", test_choice },
-        { "/cli-helpers/argv", test_argv },
-        { "/cli-helpers/cpu-list/parse", test_cpu_list_parse },
-        { "/cli-helpers/cpu-list/allowed", test_cpu_list_allowed },
-        { "/cli-helpers/cpu-list/format", test_cpu_list_format },
-        { "/cli-helpers/bswap", test_bswap },
-    };
+static const TestCase tests[] = {
+    { "/cli-helpers/uint", test_uint },
+    { "/cli-helpers/uint/range", test_uint_range },
+    { "/cli-helpers/size", test_size },
+    { "/cli-helpers/number", test_number },
+    { "/cli-helpers/bool", test_bool },
+    { "/cli-helpers/choice", test_choice },
+    { "/cli-helpers/argv", test_argv },
+    { "/cli-helpers/cpu-list/parse", test_cpu_list_parse },
+    { "/cli-helpers/cpu-list/allowed", test_cpu_list_allowed },
+    { "/cli-helpers/cpu-list/format", test_cpu_list_format },
+    { "/cli-helpers/bswap", test_bswap },
+};
 
-    g_test_init(&argc, &argv, NULL);
-    test_add_with_watchdog(tests, G_N_ELEMENTS(tests), 25);
-    return g_test_run();
-}
+TEST_MAIN(tests, 25)

@@ -31,7 +31,6 @@
 #include "util/iothread.h"
 #include "block-test-helpers.h"
 #include "test-helpers.h"
-#include "test-main.h"
 
 #define IMAGE_SIZE      (8 * 1024 * 1024)
 #define SLOTS           8
@@ -1153,40 +1152,37 @@ static void test_tail_uring(void)   { check_unaligned_tail("io_uring"); }
 
 /* ------------------------------------------------------------------------ */
 
-int main(int argc, char **argv)
-{
-    static const TestCase tests[] = {
-        { "/file-posix/threads/buffered", test_threads_buffered },
-        { "/file-posix/threads/direct", test_threads_direct },
-        { "/file-posix/threads/direct-probed", test_probed_direct },
-        { "/file-posix/native/buffered", test_native_buffered },
-        { "/file-posix/native/direct", test_native_direct },
-        { "/file-posix/io_uring/buffered", test_uring_buffered },
-        { "/file-posix/io_uring/direct", test_uring_direct },
-        { "/file-posix/blkdev/threads/buffered", test_blkdev_threads },
-        { "/file-posix/blkdev/threads/direct", test_blkdev_threads_direct },
-        { "/file-posix/blkdev/native/buffered", test_blkdev_native },
-        { "/file-posix/blkdev/native/direct", test_blkdev_native_direct },
-        { "/file-posix/blkdev/io_uring/buffered", test_blkdev_uring },
-        { "/file-posix/blkdev/io_uring/direct", test_blkdev_uring_direct },
-        { "/file-posix/options/missing-file", test_missing_file },
-        { "/file-posix/options/bad", test_bad_options },
-        { "/file-posix/options/not-a-file", test_not_a_file },
-        { "/file-posix/options/relative-path", test_relative_path },
-        { "/file-posix/options/direct-refused", test_direct_refused },
-        { "/file-posix/read-only", test_read_only },
-        { "/file-posix/discard-ignore-no-flush",
-          test_discard_ignore_no_flush },
-        { "/file-posix/locking", test_locking },
-        { "/file-posix/default-engine", test_default_engine },
-        { "/file-posix/move/threads", test_move_threads },
-        { "/file-posix/move/native", test_move_native },
-        { "/file-posix/move/io_uring", test_move_uring },
-        { "/file-posix/unaligned-tail/threads", test_tail_threads },
-        { "/file-posix/unaligned-tail/native", test_tail_native },
-        { "/file-posix/unaligned-tail/io_uring", test_tail_uring },
-    };
+static const TestCase tests[] = {
+    { "/file-posix/threads/buffered", test_threads_buffered },
+    { "/file-posix/threads/direct", test_threads_direct },
+    { "/file-posix/threads/direct-probed", test_probed_direct },
+    { "/file-posix/native/buffered", test_native_buffered },
+    { "/file-posix/native/direct", test_native_direct },
+    { "/file-posix/io_uring/buffered", test_uring_buffered },
+    { "/file-posix/io_uring/direct", test_uring_direct },
+    { "/file-posix/blkdev/threads/buffered", test_blkdev_threads },
+    { "/file-posix/blkdev/threads/direct", test_blkdev_threads_direct },
+    { "/file-posix/blkdev/native/buffered", test_blkdev_native },
+    { "/file-posix/blkdev/native/direct", test_blkdev_native_direct },
+    { "/file-posix/blkdev/io_uring/buffered", test_blkdev_uring },
+    { "/file-posix/blkdev/io_uring/direct", test_blkdev_uring_direct },
+    { "/file-posix/options/missing-file", test_missing_file },
+    { "/file-posix/options/bad", test_bad_options },
+    { "/file-posix/options/not-a-file", test_not_a_file },
+    { "/file-posix/options/relative-path", test_relative_path },
+    { "/file-posix/options/direct-refused", test_direct_refused },
+    { "/file-posix/read-only", test_read_only },
+    { "/file-posix/discard-ignore-no-flush",
+      test_discard_ignore_no_flush },
+    { "/file-posix/locking", test_locking },
+    { "/file-posix/default-engine", test_default_engine },
+    { "/file-posix/move/threads", test_move_threads },
+    { "/file-posix/move/native", test_move_native },
+    { "/file-posix/move/io_uring", test_move_uring },
+    { "/file-posix/unaligned-tail/threads", test_tail_threads },
+    { "/file-posix/unaligned-tail/native", test_tail_native },
+    { "/file-posix/unaligned-tail/io_uring", test_tail_uring },
+};
 
-    /* Below the 60 s meson timeout, so that the watchdog reports first. */
-    return test_main(argc, argv, tests, G_N_ELEMENTS(tests), 50);
-}
+/* Below the 60 s meson timeout, so that the watchdog reports first. */
+TEST_MAIN(tests, 50)

@@ -455,22 +455,17 @@ static void test_refcount(void)
     close(fd);
 }
 
-int main(int argc, char **argv)
-{
-    static const TestCase tests[] = {
-        { "/guest-memory/empty", test_empty },
-        { "/guest-memory/add-sorted", test_add_sorted },
-        { "/guest-memory/unaligned-offset", test_unaligned_offset },
-        { "/guest-memory/add-errors", test_add_errors },
-        { "/guest-memory/max-slots", test_max_slots },
-        { "/guest-memory/remove", test_remove },
-        { "/guest-memory/gpa-boundaries", test_gpa_boundaries },
-        { "/guest-memory/map-iov", test_map_iov },
-        { "/guest-memory/qva", test_qva },
-        { "/guest-memory/refcount", test_refcount },
-    };
+static const TestCase tests[] = {
+    { "/guest-memory/empty", test_empty },
+    { "/guest-memory/add-sorted", test_add_sorted },
+    { "/guest-memory/unaligned-offset", test_unaligned_offset },
+    { "/guest-memory/add-errors", test_add_errors },
+    { "/guest-memory/max-slots", test_max_slots },
+    { "/guest-memory/remove", test_remove },
+    { "/guest-memory/gpa-boundaries", test_gpa_boundaries },
+    { "/guest-memory/map-iov", test_map_iov },
+    { "/guest-memory/qva", test_qva },
+    { "/guest-memory/refcount", test_refcount },
+};
 
-    g_test_init(&argc, &argv, NULL);
-    test_add_with_watchdog(tests, G_N_ELEMENTS(tests), 25);
-    return g_test_run();
-}
+TEST_MAIN(tests, 25)

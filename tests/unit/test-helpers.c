@@ -53,7 +53,11 @@ static void run_with_watchdog(gconstpointer data)
 
     signal(SIGALRM, watchdog_fired);
     alarm(watchdog_seconds);
-    tc->fn();
+    if (tc->fn) {
+        tc->fn();
+    } else {
+        tc->fn_data(tc->data);
+    }
     alarm(0);
 }
 
@@ -63,8 +67,25 @@ void test_add_with_watchdog(const TestCase *tests, size_t n,
     g_assert_cmpuint(watchdog_s, >, 0);
     watchdog_seconds = watchdog_s;
     for (size_t i = 0; i < n; i++) {
+        g_assert_true(!tests[i].fn != !tests[i].fn_data);
         g_test_add_data_func(tests[i].path, &tests[i], run_with_watchdog);
     }
+}
+
+int test_main(int argc, char **argv, const TestProgram *prog)
+{
+    int r;
+
+    g_test_init(&argc, &argv, NULL);
+    if (prog->setup) {
+        prog->setup();
+    }
+    test_add_with_watchdog(prog->tests, prog->n_tests, prog->watchdog_s);
+    r = g_test_run();
+    if (prog->teardown) {
+        prog->teardown();
+    }
+    return r;
 }
 
 /* ------------------------------------------------------------------------ */

@@ -1,8 +1,9 @@
 /*
  * Helpers shared by the unit test programs in tests/unit/.
  *
- * - A watchdog that aborts a test that hangs, and the table of test cases
- *   it runs (TestCase, test_add_with_watchdog()).
+ * - A watchdog that aborts a test that hangs, the table of test cases
+ *   it runs (TestCase, test_add_with_watchdog()), and the main() of every
+ *   program (TestProgram, test_main(), TEST_MAIN()).
  * - Time helpers (sleep_ns(), spin_ns()).
  * - Constructors that assert success (ctx_new(), iot_new()).
  * - Vq, a model of a virtqueue as a pollable AioContext handler, used to
@@ -30,9 +31,16 @@
 /* ------------------------------------------------------------------------ */
 /* Watchdog                                                                  */
 
+/*
+ * One test: its g_test path and either fn (a test of its own) or fn_data
+ * called with data (one case of a table-driven test: several TestCases
+ * share fn_data, each with its own data).
+ */
 typedef struct TestCase {
     const char *path;
     void (*fn)(void);
+    void (*fn_data)(const void *data);
+    const void *data;
 } TestCase;
 
 /*
@@ -49,6 +57,43 @@ typedef struct TestCase {
  */
 void test_add_with_watchdog(const TestCase *tests, size_t n,
                             unsigned watchdog_s);
+
+/*
+ * A unit test program: its table of tests, their watchdog (seconds, below
+ * the program's meson timeout, so that the watchdog reports first), and
+ * optional set-up and tear-down of what all its tests share (run once,
+ * in the main thread, after g_test_init() and after g_test_run()).
+ */
+typedef struct TestProgram {
+    const TestCase *tests;
+    size_t n_tests;
+    unsigned watchdog_s;
+    void (*setup)(void);
+    void (*teardown)(void);
+} TestProgram;
+
+/*
+ * The main() of every unit test program: set up GLib's test framework,
+ * run prog->setup, register prog->tests under the watchdog, run them, run
+ * prog->teardown; returns g_test_run()'s exit status.  Main thread, once.
+ */
+int test_main(int argc, char **argv, const TestProgram *prog);
+
+/*
+ * Define the program's main() from its static TestCase table: TEST_MAIN
+ * for a program whose tests need nothing shared, TEST_MAIN_SETUP for one
+ * with set-up and tear-down functions (either may be NULL).
+ */
+#define TEST_MAIN_SETUP(table, watchdog_s, setup_fn, teardown_fn)         \
+    int main(int argc, char **argv)                                       \
+    {                                                                     \
+        static const TestProgram prog = {                                 \
+            (table), G_N_ELEMENTS(table), (watchdog_s),                   \
+            (setup_fn), (teardown_fn),                                    \
+        };                                                                \
+        return test_main(argc, argv, &prog);                              \
+    }
+#define TEST_MAIN(table, watchdog_s) TEST_MAIN_SETUP(table, watchdog_s, NULL, NULL)
 
 /* ------------------------------------------------------------------------ */
 /* Time                                                                      */

@@ -1340,10 +1340,5 @@ static const TestCase tests[] = {
     { "/iothread/registry", test_registry },
 };
 
-int main(int argc, char **argv)
-{
-    g_test_init(&argc, &argv, NULL);
-    /* Below the 120 s meson timeout, so that the watchdog reports first. */
-    test_add_with_watchdog(tests, G_N_ELEMENTS(tests), 90);
-    return g_test_run();
-}
+/* Below the 120 s meson timeout, so that the watchdog reports first. */
+TEST_MAIN(tests, 90)

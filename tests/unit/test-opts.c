@@ -13,6 +13,7 @@
 
 #include "util/error.h"
 #include "util/opts.h"
+#include "test-helpers.h"
 #include "util-test-helpers.h"
 
 /* ------------------------------------------------------------------------ */
@@ -1044,55 +1045,46 @@ static void test_equivalent_blockdev(void)
                    " \"aio\": \"native\"}");
 }
 
-int main(int argc, char **argv)
-{
-    g_test_init(&argc, &argv, NULL);
+static const TestCase tests[] = {
+    { "/opts/keyval/simple", test_keyval_simple },
+    { "/opts/keyval/value-with-equals", test_keyval_value_with_equals },
+    { "/opts/keyval/comma-escape", test_keyval_comma_escape },
+    { "/opts/keyval/trailing-comma", test_keyval_trailing_comma },
+    { "/opts/keyval/empty", test_keyval_empty },
+    { "/opts/keyval/implied-key", test_keyval_implied_key },
+    { "/opts/keyval/nested", test_keyval_nested },
+    { "/opts/keyval/error/empty-key", test_keyval_empty_key },
+    { "/opts/keyval/error/duplicate", test_keyval_duplicate },
+    { "/opts/keyval/error/scalar-and-object", test_keyval_scalar_and_object },
+    { "/opts/keyval/error/missing-equals", test_keyval_missing_equals },
+    { "/opts/json/simple", test_json_simple },
+    { "/opts/json/detect", test_json_detect },
+    { "/opts/json/errors", test_json_errors },
+    { "/opts/json/from-object", test_json_from_object },
+    { "/opts/get/str", test_get_str },
+    { "/opts/get/bool", test_get_bool },
+    { "/opts/get/int", test_get_int },
+    { "/opts/get/size", test_get_size },
+    { "/opts/get/enum", test_get_enum },
+    { "/opts/has", test_has },
+    { "/opts/child/both-forms", test_child },
+    { "/opts/child/absent-or-reference", test_child_absent_or_reference },
+    { "/opts/child/unused", test_child_unused },
+    { "/opts/child/of-child", test_child_of_child },
+    { "/opts/list/both-forms", test_list },
+    { "/opts/list/absent-and-empty", test_list_absent_and_empty },
+    { "/opts/list/element-unused", test_list_element_unused },
+    { "/opts/list/errors", test_list_errors },
+    { "/opts/list/implied-key", test_list_implied },
+    { "/opts/unused/top", test_unused_top },
+    { "/opts/unused/nested", test_unused_nested },
+    { "/opts/unused/order", test_unused_order },
+    { "/opts/unused/empty-object", test_unused_empty_object },
+    { "/opts/unused/lists-and-nulls", test_unused_lists_and_nulls },
+    { "/opts/unused/no-what", test_unused_no_what },
+    { "/opts/unused/dotted-json-member", test_unused_dotted_json_member },
+    { "/opts/equivalent/blockdev", test_equivalent_blockdev },
+};
 
-    g_test_add_func("/opts/keyval/simple", test_keyval_simple);
-    g_test_add_func("/opts/keyval/value-with-equals",
-                    test_keyval_value_with_equals);
-    g_test_add_func("/opts/keyval/comma-escape", test_keyval_comma_escape);
-    g_test_add_func("/opts/keyval/trailing-comma", test_keyval_trailing_comma);
-    g_test_add_func("/opts/keyval/empty", test_keyval_empty);
-    g_test_add_func("/opts/keyval/implied-key", test_keyval_implied_key);
-    g_test_add_func("/opts/keyval/nested", test_keyval_nested);
-    g_test_add_func("/opts/keyval/error/empty-key", test_keyval_empty_key);
-    g_test_add_func("/opts/keyval/error/duplicate", test_keyval_duplicate);
-    g_test_add_func("/opts/keyval/error/scalar-and-object",
-                    test_keyval_scalar_and_object);
-    g_test_add_func("/opts/keyval/error/missing-equals",
-                    test_keyval_missing_equals);
-    g_test_add_func("/opts/json/simple", test_json_simple);
-    g_test_add_func("/opts/json/detect", test_json_detect);
-    g_test_add_func("/opts/json/errors", test_json_errors);
-    g_test_add_func("/opts/json/from-object", test_json_from_object);
-    g_test_add_func("/opts/get/str", test_get_str);
-    g_test_add_func("/opts/get/bool", test_get_bool);
-    g_test_add_func("/opts/get/int", test_get_int);
-    g_test_add_func("/opts/get/size", test_get_size);
-    g_test_add_func("/opts/get/enum", test_get_enum);
-    g_test_add_func("/opts/has", test_has);
-    g_test_add_func("/opts/child/both-forms", test_child);
-    g_test_add_func("/opts/child/absent-or-reference",
-                    test_child_absent_or_reference);
-    g_test_add_func("/opts/child/unused", test_child_unused);
-    g_test_add_func("/opts/child/of-child", test_child_of_child);
-    g_test_add_func("/opts/list/both-forms", test_list);
-    g_test_add_func("/opts/list/absent-and-empty",
-                    test_list_absent_and_empty);
-    g_test_add_func("/opts/list/element-unused", test_list_element_unused);
-    g_test_add_func("/opts/list/errors", test_list_errors);
-    g_test_add_func("/opts/list/implied-key", test_list_implied);
-    g_test_add_func("/opts/unused/top", test_unused_top);
-    g_test_add_func("/opts/unused/nested", test_unused_nested);
-    g_test_add_func("/opts/unused/order", test_unused_order);
-    g_test_add_func("/opts/unused/empty-object", test_unused_empty_object);
-    g_test_add_func("/opts/unused/lists-and-nulls",
-                    test_unused_lists_and_nulls);
-    g_test_add_func("/opts/unused/no-what", test_unused_no_what);
-    g_test_add_func("/opts/unused/dotted-json-member",
-                    test_unused_dotted_json_member);
-    g_test_add_func("/opts/equivalent/blockdev", test_equivalent_blockdev);
-
-    return g_test_run();
-}
+/* Below the 30 s meson timeout, so that the watchdog reports first. */
+TEST_MAIN(tests, 25)

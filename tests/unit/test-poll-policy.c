@@ -18,6 +18,7 @@
 #include <glib.h>
 
 #include "util/aio.h"
+#include "test-helpers.h"
 
 static const AioPollPolicyOps *policy(void)
 {
@@ -314,32 +315,25 @@ static void test_find(void)
     g_assert_null(aio_poll_policy_find("fixed2"));
 }
 
-int main(int argc, char **argv)
-{
-    g_test_init(&argc, &argv, NULL);
+static const TestCase tests[] = {
+    { "/poll-policy/qemu-classic/default-grow-sequence",
+      test_default_grow_sequence },
+    { "/poll-policy/qemu-classic/grow-needs-longer-wait",
+      test_grow_needs_longer_wait },
+    { "/poll-policy/qemu-classic/shrink-to-zero", test_shrink_to_zero },
+    { "/poll-policy/qemu-classic/custom-grow-shrink", test_custom_factors },
+    { "/poll-policy/qemu-classic/shrink-by-one-keeps",
+      test_shrink_by_one_keeps },
+    { "/poll-policy/qemu-classic/max-below-start", test_max_below_start },
+    { "/poll-policy/qemu-classic/lower-max-clamps", test_lower_max_clamps },
+    { "/poll-policy/qemu-classic/max-zero-resets", test_max_zero_resets },
+    { "/poll-policy/qemu-classic/kept-within-window",
+      test_kept_when_within_window },
+    { "/poll-policy/qemu-classic/no-event", test_no_event },
+    { "/poll-policy/qemu-classic/saturating-growth", test_saturating_growth },
+    { "/poll-policy/qemu-classic/spin-ns", test_spin_ns },
+    { "/poll-policy/find", test_find },
+};
 
-    g_test_add_func("/poll-policy/qemu-classic/default-grow-sequence",
-                    test_default_grow_sequence);
-    g_test_add_func("/poll-policy/qemu-classic/grow-needs-longer-wait",
-                    test_grow_needs_longer_wait);
-    g_test_add_func("/poll-policy/qemu-classic/shrink-to-zero", test_shrink_to_zero);
-    g_test_add_func("/poll-policy/qemu-classic/custom-grow-shrink",
-                    test_custom_factors);
-    g_test_add_func("/poll-policy/qemu-classic/shrink-by-one-keeps",
-                    test_shrink_by_one_keeps);
-    g_test_add_func("/poll-policy/qemu-classic/max-below-start",
-                    test_max_below_start);
-    g_test_add_func("/poll-policy/qemu-classic/lower-max-clamps",
-                    test_lower_max_clamps);
-    g_test_add_func("/poll-policy/qemu-classic/max-zero-resets",
-                    test_max_zero_resets);
-    g_test_add_func("/poll-policy/qemu-classic/kept-within-window",
-                    test_kept_when_within_window);
-    g_test_add_func("/poll-policy/qemu-classic/no-event", test_no_event);
-    g_test_add_func("/poll-policy/qemu-classic/saturating-growth",
-                    test_saturating_growth);
-    g_test_add_func("/poll-policy/qemu-classic/spin-ns", test_spin_ns);
-    g_test_add_func("/poll-policy/find", test_find);
-
-    return g_test_run();
-}
+/* Below the 30 s meson timeout, so that the watchdog reports first. */
+TEST_MAIN(tests, 25)

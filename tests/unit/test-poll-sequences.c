@@ -19,6 +19,7 @@
 #include <glib.h>
 
 #include "util/aio.h"
+#include "test-helpers.h"
 
 #define US 1000
 #define SIM_GAP_NS 200           /* dispatch to the next turn */
@@ -773,34 +774,30 @@ static void test_buckets(void)
     g_assert_cmpint(aio_pred_bucket_start(AIO_PRED_BUCKETS - 1), ==, 1 << 20);
 }
 
-int main(int argc, char **argv)
-{
-    g_test_init(&argc, &argv, NULL);
+static const TestCase tests[] = {
+    { "/poll-sequences/buckets", test_buckets },
+    { "/poll-sequences/steady-short", test_steady_short },
+    { "/poll-sequences/poisson-long", test_poisson_long },
+    { "/poll-sequences/poisson-short", test_poisson_short },
+    { "/poll-sequences/bimodal", test_bimodal },
+    { "/poll-sequences/step", test_step },
+    { "/poll-sequences/idle", test_idle },
+    { "/poll-sequences/closed-loop-slow-device", test_closed_loop_slow_device },
+    { "/poll-sequences/latency-weighs-the-wake-up",
+      test_latency_weighs_the_wake_up },
+    { "/poll-sequences/trial-finds-reactive-producer",
+      test_trial_finds_reactive_producer },
+    { "/poll-sequences/trial-adopts-spinning", test_trial_adopts_spinning },
+    { "/poll-sequences/trial-backs-off", test_trial_backs_off },
+    { "/poll-sequences/trial-adoption-needs-two",
+      test_trial_adoption_needs_two },
+    { "/poll-sequences/spin-mode-ends-on-longer-waits",
+      test_spin_mode_ends_on_longer_waits },
+    { "/poll-sequences/long-first-window-not-kept",
+      test_long_first_window_not_kept },
+    { "/poll-sequences/timer-and-budget", test_timer_and_budget },
+    { "/poll-sequences/budget-drains-on-misses", test_budget_drains_on_misses },
+};
 
-    g_test_add_func("/poll-sequences/buckets", test_buckets);
-    g_test_add_func("/poll-sequences/steady-short", test_steady_short);
-    g_test_add_func("/poll-sequences/poisson-long", test_poisson_long);
-    g_test_add_func("/poll-sequences/poisson-short", test_poisson_short);
-    g_test_add_func("/poll-sequences/bimodal", test_bimodal);
-    g_test_add_func("/poll-sequences/step", test_step);
-    g_test_add_func("/poll-sequences/idle", test_idle);
-    g_test_add_func("/poll-sequences/closed-loop-slow-device",
-                    test_closed_loop_slow_device);
-    g_test_add_func("/poll-sequences/latency-weighs-the-wake-up",
-                    test_latency_weighs_the_wake_up);
-    g_test_add_func("/poll-sequences/trial-finds-reactive-producer",
-                    test_trial_finds_reactive_producer);
-    g_test_add_func("/poll-sequences/trial-adopts-spinning",
-                    test_trial_adopts_spinning);
-    g_test_add_func("/poll-sequences/trial-backs-off", test_trial_backs_off);
-    g_test_add_func("/poll-sequences/trial-adoption-needs-two",
-                    test_trial_adoption_needs_two);
-    g_test_add_func("/poll-sequences/spin-mode-ends-on-longer-waits",
-                    test_spin_mode_ends_on_longer_waits);
-    g_test_add_func("/poll-sequences/long-first-window-not-kept",
-                    test_long_first_window_not_kept);
-    g_test_add_func("/poll-sequences/timer-and-budget", test_timer_and_budget);
-    g_test_add_func("/poll-sequences/budget-drains-on-misses",
-                    test_budget_drains_on_misses);
-    return g_test_run();
-}
+/* Below the 30 s meson timeout, so that the watchdog reports first. */
+TEST_MAIN(tests, 25)

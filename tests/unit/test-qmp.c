@@ -1559,11 +1559,8 @@ static const TestCase tests[] = {
     { "/qmp/server/free-flushes-output", test_free_flushes_output },
 };
 
-int main(int argc, char **argv)
+static void setup(void)
 {
-    int r;
-
-    g_test_init(&argc, &argv, NULL);
     tmp_dir = g_dir_make_tmp("test-qmp-XXXXXX", NULL);
     g_assert_nonnull(tmp_dir);
     ctx = ctx_new();
@@ -1574,14 +1571,15 @@ int main(int argc, char **argv)
     qmp_register_command("test-fail", cmd_fail);
     qmp_register_command("test-nested", cmd_nested);
     qmp_register_command("test-probe", cmd_probe);
+}
 
-    /* Below the meson timeout, so that the watchdog reports first. */
-    test_add_with_watchdog(tests, G_N_ELEMENTS(tests), 50);
-    r = g_test_run();
-
+static void teardown(void)
+{
     main_loop_set_context(NULL);
     aio_context_unref(ctx);
     g_rmdir(tmp_dir);
     g_free(tmp_dir);
-    return r;
 }
+
+/* Below the 60 s meson timeout, so that the watchdog reports first. */
+TEST_MAIN_SETUP(tests, 50, setup, teardown)

@@ -29,7 +29,6 @@
 #include "hw/scsi/scsi-disk.h"
 #include "scsi-test-helpers.h"
 #include "test-helpers.h"
-#include "test-main.h"
 
 /* ------------------------------------------------------------------------ */
 /* FUA observation                                                           */
@@ -900,8 +899,5 @@ static const TestCase tests[] = {
     { "/scsi-disk/prevent-allow", test_prevent_allow },
 };
 
-int main(int argc, char **argv)
-{
-    /* Below the 60 s meson timeout, so that the watchdog reports first. */
-    return test_main(argc, argv, tests, G_N_ELEMENTS(tests), 50);
-}
+/* Below the 60 s meson timeout, so that the watchdog reports first. */
+TEST_MAIN(tests, 50)

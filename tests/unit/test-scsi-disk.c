@@ -19,7 +19,6 @@
 #include "hw/scsi/scsi-disk.h"
 #include "scsi-test-helpers.h"
 #include "test-helpers.h"
-#include "test-main.h"
 
 /* ------------------------------------------------------------------------ */
 /* Creation                                                                  */
@@ -1094,8 +1093,5 @@ static const TestCase tests[] = {
     { "/scsi-disk/build-sense", test_build_sense },
 };
 
-int main(int argc, char **argv)
-{
-    /* Below the 60 s meson timeout, so that the watchdog reports first. */
-    return test_main(argc, argv, tests, G_N_ELEMENTS(tests), 50);
-}
+/* Below the 60 s meson timeout, so that the watchdog reports first. */
+TEST_MAIN(tests, 50)

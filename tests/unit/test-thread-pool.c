@@ -20,7 +20,6 @@
 #include "util/iothread.h"
 #include "util/thread-pool.h"
 #include "test-helpers.h"
-#include "test-main.h"
 
 /* ------------------------------------------------------------------------ */
 /* Requests                                                                  */
@@ -598,8 +597,5 @@ static const TestCase tests[] = {
     { "/thread-pool/nested-wait-in-bh", test_nested_wait_in_bh },
 };
 
-int main(int argc, char **argv)
-{
-    /* Below the 60 s meson timeout, so that the watchdog reports first. */
-    return test_main(argc, argv, tests, G_N_ELEMENTS(tests), 50);
-}
+/* Below the 60 s meson timeout, so that the watchdog reports first. */
+TEST_MAIN(tests, 50)

@@ -27,6 +27,7 @@
 #include "util/iov.h"
 #include "util/keyval.h"
 #include "util/unix-socket.h"
+#include "test-helpers.h"
 #include "util-test-helpers.h"
 
 /* ------------------------------------------------------------------------ */
@@ -847,44 +848,37 @@ static void test_unix_socket_adopt(void)
     g_assert_cmpint(g_rmdir(dir), ==, 0);
 }
 
-int main(int argc, char **argv)
-{
-    g_test_init(&argc, &argv, NULL);
+static const TestCase tests[] = {
+    { "/util/parse-int/good", test_parse_int_good },
+    { "/util/parse-int/hex", test_parse_int_hex },
+    { "/util/parse-int/junk", test_parse_int_junk },
+    { "/util/parse-int/empty", test_parse_int_empty },
+    { "/util/parse-int/leading-space", test_parse_int_leading_space },
+    { "/util/parse-int/overflow", test_parse_int_overflow },
+    { "/util/parse-int/range", test_parse_int_range },
+    { "/util/parse-bool", test_parse_bool },
+    { "/util/keyval/simple", test_keyval_simple },
+    { "/util/keyval/implied-key", test_keyval_implied },
+    { "/util/keyval/comma-escape", test_keyval_escape },
+    { "/util/keyval/errors", test_keyval_errors },
+    { "/util/error/setg", test_error_setg },
+    { "/util/error/setg-errno", test_error_setg_errno },
+    { "/util/error/prepend", test_error_prepend },
+    { "/util/error/propagate", test_error_propagate },
+    { "/util/error/report", test_error_report },
+    { "/util/event-notifier/set-test-and-clear", test_event_notifier_basic },
+    { "/util/event-notifier/active", test_event_notifier_active },
+    { "/util/event-notifier/init-fd", test_event_notifier_fd },
+    { "/util/event-notifier/cleanup-unset", test_event_notifier_cleanup_unset },
+    { "/util/iov/size", test_iov_size },
+    { "/util/iov/to-buf", test_iov_to_buf },
+    { "/util/iov/from-buf", test_iov_from_buf },
+    { "/util/unix-socket/listen", test_unix_socket_listen },
+    { "/util/unix-socket/stale-replaced", test_unix_socket_stale_replaced },
+    { "/util/unix-socket/refused", test_unix_socket_refused },
+    { "/util/unix-socket/unlink-only-ours", test_unix_socket_unlink_only_ours },
+    { "/util/unix-socket/adopt", test_unix_socket_adopt },
+};
 
-    g_test_add_func("/util/parse-int/good", test_parse_int_good);
-    g_test_add_func("/util/parse-int/hex", test_parse_int_hex);
-    g_test_add_func("/util/parse-int/junk", test_parse_int_junk);
-    g_test_add_func("/util/parse-int/empty", test_parse_int_empty);
-    g_test_add_func("/util/parse-int/leading-space",
-                    test_parse_int_leading_space);
-    g_test_add_func("/util/parse-int/overflow", test_parse_int_overflow);
-    g_test_add_func("/util/parse-int/range", test_parse_int_range);
-    g_test_add_func("/util/parse-bool", test_parse_bool);
-    g_test_add_func("/util/keyval/simple", test_keyval_simple);
-    g_test_add_func("/util/keyval/implied-key", test_keyval_implied);
-    g_test_add_func("/util/keyval/comma-escape", test_keyval_escape);
-    g_test_add_func("/util/keyval/errors", test_keyval_errors);
-    g_test_add_func("/util/error/setg", test_error_setg);
-    g_test_add_func("/util/error/setg-errno", test_error_setg_errno);
-    g_test_add_func("/util/error/prepend", test_error_prepend);
-    g_test_add_func("/util/error/propagate", test_error_propagate);
-    g_test_add_func("/util/error/report", test_error_report);
-    g_test_add_func("/util/event-notifier/set-test-and-clear",
-                    test_event_notifier_basic);
-    g_test_add_func("/util/event-notifier/active", test_event_notifier_active);
-    g_test_add_func("/util/event-notifier/init-fd", test_event_notifier_fd);
-    g_test_add_func("/util/event-notifier/cleanup-unset",
-                    test_event_notifier_cleanup_unset);
-    g_test_add_func("/util/iov/size", test_iov_size);
-    g_test_add_func("/util/iov/to-buf", test_iov_to_buf);
-    g_test_add_func("/util/iov/from-buf", test_iov_from_buf);
-    g_test_add_func("/util/unix-socket/listen", test_unix_socket_listen);
-    g_test_add_func("/util/unix-socket/stale-replaced",
-                    test_unix_socket_stale_replaced);
-    g_test_add_func("/util/unix-socket/refused", test_unix_socket_refused);
-    g_test_add_func("/util/unix-socket/unlink-only-ours",
-                    test_unix_socket_unlink_only_ours);
-    g_test_add_func("/util/unix-socket/adopt", test_unix_socket_adopt);
-
-    return g_test_run();
-}
+/* Below the 30 s meson timeout, so that the watchdog reports first. */
+TEST_MAIN(tests, 25)

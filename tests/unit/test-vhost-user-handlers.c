@@ -815,15 +815,15 @@ static const TestCase tests[] = {
     { "/vhost-user-handlers/ring-outside-memory", test_ring_outside_memory },
 };
 
-int main(int argc, char **argv)
+static void setup(void)
 {
-    int r;
-
-    g_test_init(&argc, &argv, NULL);
     ctx = ctx_new();
-    /* Below the meson timeout, so that the watchdog reports first. */
-    test_add_with_watchdog(tests, G_N_ELEMENTS(tests), 25);
-    r = g_test_run();
-    aio_context_unref(ctx);
-    return r;
 }
+
+static void teardown(void)
+{
+    aio_context_unref(ctx);
+}
+
+/* Below the 30 s meson timeout, so that the watchdog reports first. */
+TEST_MAIN_SETUP(tests, 25, setup, teardown)

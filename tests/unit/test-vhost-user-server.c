@@ -1627,11 +1627,8 @@ static const TestCase tests[] = {
     { "/vhost-user-server/backend-channel-full", test_backend_channel_full },
 };
 
-int main(int argc, char **argv)
+static void setup(void)
 {
-    int r;
-
-    g_test_init(&argc, &argv, NULL);
     g_log_set_handler(NULL, G_LOG_LEVEL_WARNING | G_LOG_FLAG_FATAL |
                       G_LOG_FLAG_RECURSION, warning_handler, NULL);
     test_thread = pthread_self();
@@ -1645,16 +1642,17 @@ int main(int argc, char **argv)
     queue_ctxs[1] = iothread_get_aio_context(queue_iots[1]);
     /* The server's thread plays the daemon's main thread. */
     aio_run_sync(srv_ctx, become_main_thread, srv_ctx);
+}
 
-    /* Below the meson timeout, so that the watchdog reports first. */
-    test_add_with_watchdog(tests, G_N_ELEMENTS(tests), 50);
-    r = g_test_run();
-
+static void teardown(void)
+{
     main_loop_set_context(NULL);
     iothread_destroy(queue_iots[1]);
     iothread_destroy(queue_iots[0]);
     iothread_destroy(srv_iot);
     rmdir(tmp_dir);
     g_free(tmp_dir);
-    return r;
 }
+
+/* Below the 60 s meson timeout, so that the watchdog reports first. */
+TEST_MAIN_SETUP(tests, 50, setup, teardown)

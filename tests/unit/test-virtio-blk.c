@@ -319,16 +319,11 @@ static void test_acct(void)
     tblk_cleanup(&t);
 }
 
-int main(int argc, char **argv)
-{
-    static const TestCase tests[] = {
-        { "/virtio-blk/refresh-capacity", test_refresh_capacity },
-        { "/virtio-blk/refresh-capacity-block-size",
-          test_refresh_capacity_block_size },
-        { "/virtio-blk/acct", test_acct },
-    };
+static const TestCase tests[] = {
+    { "/virtio-blk/refresh-capacity", test_refresh_capacity },
+    { "/virtio-blk/refresh-capacity-block-size",
+      test_refresh_capacity_block_size },
+    { "/virtio-blk/acct", test_acct },
+};
 
-    g_test_init(&argc, &argv, NULL);
-    test_add_with_watchdog(tests, G_N_ELEMENTS(tests), 50);
-    return g_test_run();
-}
+TEST_MAIN(tests, 50)

@@ -1949,50 +1949,45 @@ static void test_capacity_resize(void)
     tdev_cleanup(&t);
 }
 
-int main(int argc, char **argv)
-{
-    static const TestCase tests[] = {
-        { "/virtio-scsi/config", test_config },
-        { "/virtio-scsi/inquiry", test_inquiry },
-        { "/virtio-scsi/report-luns", test_report_luns },
-        { "/virtio-scsi/no-lun0", test_no_lun0 },
-        { "/virtio-scsi/missing-lun", test_missing_lun },
-        { "/virtio-scsi/bad-target", test_bad_target },
-        { "/virtio-scsi/read-write", test_read_write },
-        { "/virtio-scsi/overrun", test_overrun },
-        { "/virtio-scsi/malformed", test_malformed },
-        { "/virtio-scsi/config-sizes", test_config_sizes },
-        { "/virtio-scsi/tmf/abort-task", test_tmf_abort_task },
-        { "/virtio-scsi/tmf/abort-task-iothread",
-          test_tmf_abort_task_iothread },
-        { "/virtio-scsi/tmf/abort-task-in-ring", test_tmf_abort_task_in_ring },
-        { "/virtio-scsi/tmf/abort-task-in-ring-iothread",
-          test_tmf_abort_task_in_ring_iothread },
-        { "/virtio-scsi/tmf/lun-reset", test_tmf_lun_reset },
-        { "/virtio-scsi/tmf/lun-reset-iothread", test_tmf_lun_reset_iothread },
-        { "/virtio-scsi/tmf/i-t-nexus-reset", test_tmf_nexus_reset },
-        { "/virtio-scsi/tmf/query", test_tmf_query },
-        { "/virtio-scsi/tmf/query-iothread", test_tmf_query_iothread },
-        { "/virtio-scsi/tmf/drain", test_tmf_drain },
-        { "/virtio-scsi/ctrl/an", test_ctrl_an },
-        { "/virtio-scsi/event/param-change", test_event_param_change },
-        { "/virtio-scsi/event/missed", test_event_missed },
-        { "/virtio-scsi/event/not-negotiated", test_event_not_negotiated },
-        { "/virtio-scsi/hotplug/add", test_hotplug_add },
-        { "/virtio-scsi/hotplug/remove", test_hotplug_remove },
-        { "/virtio-scsi/hotplug/remove-iothread",
-          test_hotplug_remove_iothread },
-        { "/virtio-scsi/hotplug/not-negotiated", test_hotplug_not_negotiated },
-        { "/virtio-scsi/hotplug/missed", test_hotplug_missed },
-        { "/virtio-scsi/hotplug/two-iothreads", test_hotplug_two_iothreads },
-        { "/virtio-scsi/hotplug/restart", test_hotplug_restart },
-        { "/virtio-scsi/lun-stats", test_lun_stats },
-        { "/virtio-scsi/capacity-resize", test_capacity_resize },
-        { "/virtio-scsi/drain", test_drain },
-    };
+static const TestCase tests[] = {
+    { "/virtio-scsi/config", test_config },
+    { "/virtio-scsi/inquiry", test_inquiry },
+    { "/virtio-scsi/report-luns", test_report_luns },
+    { "/virtio-scsi/no-lun0", test_no_lun0 },
+    { "/virtio-scsi/missing-lun", test_missing_lun },
+    { "/virtio-scsi/bad-target", test_bad_target },
+    { "/virtio-scsi/read-write", test_read_write },
+    { "/virtio-scsi/overrun", test_overrun },
+    { "/virtio-scsi/malformed", test_malformed },
+    { "/virtio-scsi/config-sizes", test_config_sizes },
+    { "/virtio-scsi/tmf/abort-task", test_tmf_abort_task },
+    { "/virtio-scsi/tmf/abort-task-iothread",
+      test_tmf_abort_task_iothread },
+    { "/virtio-scsi/tmf/abort-task-in-ring", test_tmf_abort_task_in_ring },
+    { "/virtio-scsi/tmf/abort-task-in-ring-iothread",
+      test_tmf_abort_task_in_ring_iothread },
+    { "/virtio-scsi/tmf/lun-reset", test_tmf_lun_reset },
+    { "/virtio-scsi/tmf/lun-reset-iothread", test_tmf_lun_reset_iothread },
+    { "/virtio-scsi/tmf/i-t-nexus-reset", test_tmf_nexus_reset },
+    { "/virtio-scsi/tmf/query", test_tmf_query },
+    { "/virtio-scsi/tmf/query-iothread", test_tmf_query_iothread },
+    { "/virtio-scsi/tmf/drain", test_tmf_drain },
+    { "/virtio-scsi/ctrl/an", test_ctrl_an },
+    { "/virtio-scsi/event/param-change", test_event_param_change },
+    { "/virtio-scsi/event/missed", test_event_missed },
+    { "/virtio-scsi/event/not-negotiated", test_event_not_negotiated },
+    { "/virtio-scsi/hotplug/add", test_hotplug_add },
+    { "/virtio-scsi/hotplug/remove", test_hotplug_remove },
+    { "/virtio-scsi/hotplug/remove-iothread",
+      test_hotplug_remove_iothread },
+    { "/virtio-scsi/hotplug/not-negotiated", test_hotplug_not_negotiated },
+    { "/virtio-scsi/hotplug/missed", test_hotplug_missed },
+    { "/virtio-scsi/hotplug/two-iothreads", test_hotplug_two_iothreads },
+    { "/virtio-scsi/hotplug/restart", test_hotplug_restart },
+    { "/virtio-scsi/lun-stats", test_lun_stats },
+    { "/virtio-scsi/capacity-resize", test_capacity_resize },
+    { "/virtio-scsi/drain", test_drain },
+};
 
-    g_test_init(&argc, &argv, NULL);
-    /* Below the meson timeout, so that the watchdog reports first. */
-    test_add_with_watchdog(tests, G_N_ELEMENTS(tests), 50);
-    return g_test_run();
-}
+/* Below the meson timeout, so that the watchdog reports first. */
+TEST_MAIN(tests, 50)
