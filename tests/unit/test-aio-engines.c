@@ -314,14 +314,15 @@ static void roundtrip_round(Env *env, uint8_t *model, uint8_t **bufs)
     }
 }
 
-static void check_roundtrip(const char *engine, bool direct)
+static void check_roundtrip(const void *arg)
 {
+    EngineVariant c = engine_variant(arg);
     Env env;
     g_autofree uint8_t *model = NULL;
     uint8_t *bufs[SLOTS];
     BlockEngineStats st;
 
-    if (!env_open(&env, engine, direct)) {
+    if (!env_open(&env, c.engine, c.direct)) {
         return;
     }
     model = g_malloc0(FILE_SIZE);
@@ -345,21 +346,22 @@ static void check_roundtrip(const char *engine, bool direct)
 /* ------------------------------------------------------------------------ */
 /* Data on disk: write, flush, close, reopen, read back                      */
 
-static void check_persist(const char *engine, bool direct)
+static void check_persist(const void *arg)
 {
+    EngineVariant c = engine_variant(arg);
     Env env;
     g_autofree uint8_t *model = NULL;
     g_autofree uint8_t *plain = NULL;
     uint8_t *buf;
     int64_t off, len;
 
-    if (!env_open(&env, engine, direct)) {
+    if (!env_open(&env, c.engine, c.direct)) {
         return;
     }
     model = g_malloc0(FILE_SIZE);
     buf = aligned_buf(MAX_IO);
     for (unsigned i = 0; i < SLOTS; i++) {
-        random_range(i, direct ? ALIGN : 1, &off, &len);
+        random_range(i, c.direct ? ALIGN : 1, &off, &len);
         fill_random(buf, len);
         g_assert_cmpint(env_io(&env, BLOCK_OP_WRITE, off, buf, len, 0), ==, 0);
         memcpy(model + off, buf, len);
@@ -376,7 +378,7 @@ static void check_persist(const char *engine, bool direct)
     close(env.fd);
 
     /* ...and through it, on a new file descriptor. */
-    env.fd = open_file(env.path, O_RDONLY, direct);
+    env.fd = open_file(env.path, O_RDONLY, c.direct);
     g_assert_cmpint(env.fd, >=, 0);
     for (int64_t pos = 0; pos < FILE_SIZE; pos += MAX_IO) {
         g_assert_cmpint(env_io(&env, BLOCK_OP_READ, pos, buf, MAX_IO, 0),
@@ -391,14 +393,15 @@ static void check_persist(const char *engine, bool direct)
 /* Errors                                                                    */
 
 /* Good and bad requests mixed in one batch: each gets its own result. */
-static void check_ebadf(const char *engine)
+static void check_ebadf(const void *arg)
 {
+    EngineVariant c = engine_variant(arg);
     Env env;
     uint8_t bufs[5][4096];
     Io io[5];
     int wronly, rdonly;
 
-    if (!env_open(&env, engine, false)) {
+    if (!env_open(&env, c.engine, false)) {
         return;
     }
     wronly = open_file(env.path, O_WRONLY, false);
@@ -430,8 +433,9 @@ static void check_ebadf(const char *engine)
 }
 
 /* A read across the end of the file: the rest is zeroes, and it succeeds. */
-static void check_eof(const char *engine)
+static void check_eof(const void *arg)
 {
+    EngineVariant c = engine_variant(arg);
     Env env;
     g_autofree uint8_t *model = g_malloc(4096 + 100);
     g_autofree uint8_t *buf = g_malloc(8192);
@@ -439,7 +443,7 @@ static void check_eof(const char *engine)
     Io io;
     int fd;
 
-    if (!env_open(&env, engine, false)) {
+    if (!env_open(&env, c.engine, false)) {
         return;
     }
     fd = open(env.path, O_WRONLY | O_TRUNC | O_CLOEXEC);
@@ -481,8 +485,9 @@ static void check_eof(const char *engine)
  * A write that crosses RLIMIT_FSIZE is cut short by the kernel; the engine
  * resubmits the rest, which fails with -EFBIG.
  */
-static void check_short_write(const char *engine)
+static void check_short_write(const void *arg)
 {
+    EngineVariant c = engine_variant(arg);
     const rlim_t limit = 65536 + 1000;
     struct rlimit old, lim;
     g_autofree uint8_t *buf = g_malloc(8192);
@@ -491,7 +496,7 @@ static void check_short_write(const char *engine)
     Env env;
     Io io;
 
-    if (!env_open(&env, engine, false)) {
+    if (!env_open(&env, c.engine, false)) {
         return;
     }
     old_handler = signal(SIGXFSZ, SIG_IGN);
@@ -532,8 +537,9 @@ static void check_short_write(const char *engine)
 /* ------------------------------------------------------------------------ */
 /* Many requests in one batch: more than the kernel's ring takes at once     */
 
-static void check_many(const char *engine)
+static void check_many(const void *arg)
 {
+    EngineVariant c = engine_variant(arg);
     /* The Linux AIO ring holds about 2 * max(1024, 4 * CPUs) events. */
     unsigned n = 8 * MAX(1024, 4 * g_get_num_processors());
     g_autofree uint8_t *model = g_malloc(FILE_SIZE);
@@ -542,7 +548,7 @@ static void check_many(const char *engine)
     BlockEngineStats st;
     Env env;
 
-    if (!env_open(&env, engine, false)) {
+    if (!env_open(&env, c.engine, false)) {
         return;
     }
     fill_file(&env, model);
@@ -564,7 +570,7 @@ static void check_many(const char *engine)
     }
     env_stats(&env, &st);
     g_test_message("%s: %u requests: %" PRIu64 " submissions, %" PRIu64
-                   " requests, %" PRIu64 " resubmits", engine, n,
+                   " requests, %" PRIu64 " resubmits", c.engine, n,
                    st.submissions, st.requests, st.resubmits);
     g_assert_cmpuint(st.completions, ==, n);
     if (env_is(&env, "native")) {
@@ -582,8 +588,9 @@ static void check_many(const char *engine)
 /* ------------------------------------------------------------------------ */
 /* An iovec longer than one system call takes (IOV_MAX elements)             */
 
-static void check_long_iovec(const char *engine)
+static void check_long_iovec(const void *arg)
 {
+    EngineVariant c = engine_variant(arg);
     enum { NIOV = IOV_MAX + IOV_MAX / 2, PIECE = 512 };
     g_autofree uint8_t *data = g_malloc(NIOV * PIECE);
     g_autofree uint8_t *back = g_malloc0(NIOV * PIECE);
@@ -592,7 +599,7 @@ static void check_long_iovec(const char *engine)
     Env env;
     Io io;
 
-    if (!env_open(&env, engine, false)) {
+    if (!env_open(&env, c.engine, false)) {
         return;
     }
     fill_random(data, NIOV * PIECE);
@@ -703,38 +710,45 @@ static void check_turn_batches(const char *engine, unsigned max_batch,
 
 /* With aio-max-batch=32, 16 requests in one loop turn go to the kernel in
  * one submission, at the end of the turn. */
-static void check_batching(const char *engine)
+static void check_batching(const void *arg)
 {
-    check_turn_batches(engine, 32, BLOCK_OP_READ, 16, 0, 1);
+    EngineVariant c = engine_variant(arg);
+
+    check_turn_batches(c.engine, 32, BLOCK_OP_READ, 16, 0, 1);
 }
 
 /* By default (aio-max-batch=0) requests go to the kernel two at a time, as
  * they are queued: a deep queue must not reach the disk in bursts.  An odd
  * one waits for the end of the turn. */
-static void check_default_batch(const char *engine)
+static void check_default_batch(const void *arg)
 {
-    check_turn_batches(engine, 0, BLOCK_OP_READ, 9, 4, 5);
+    EngineVariant c = engine_variant(arg);
+
+    check_turn_batches(c.engine, 0, BLOCK_OP_READ, 9, 4, 5);
 }
 
 /* aio-max-batch queued requests are submitted at once, without waiting
  * for the end of the turn. */
-static void check_batch_limit(const char *engine)
+static void check_batch_limit(const void *arg)
 {
-    check_turn_batches(engine, 4, BLOCK_OP_WRITE, 10, 2, 3);
+    EngineVariant c = engine_variant(arg);
+
+    check_turn_batches(c.engine, 4, BLOCK_OP_WRITE, 10, 2, 3);
 }
 
 /* While plugged (nested), nothing under aio-max-batch is submitted, not
  * even at the end of the turn; the last unplug submits everything in one
  * call. */
-static void check_plug(const char *engine)
+static void check_plug(const void *arg)
 {
+    EngineVariant c = engine_variant(arg);
     enum { N = 5 };
     g_autofree uint8_t *buf = g_malloc(N * 4096);
     BlockEngineStats before, st;
     Io io[N];
     Env env;
 
-    if (!env_open(&env, engine, false)) {
+    if (!env_open(&env, c.engine, false)) {
         return;
     }
     aio_context_set_aio_max_batch(env.ctx, 32);
@@ -797,15 +811,16 @@ static void check_handler_name(Env *env)
     g_assert_true(found);
 }
 
-static void check_polled(const char *engine, bool direct)
+static void check_polled(const void *arg)
 {
+    EngineVariant c = engine_variant(arg);
     enum { N = 500 };
     AioPollParams params = { .max_ns = 50 * NS_PER_MS };
     g_autofree uint8_t *model = g_malloc(FILE_SIZE);
     BlockEngineStats st;
     Env env;
 
-    if (!env_open(&env, engine, direct)) {
+    if (!env_open(&env, c.engine, c.direct)) {
         return;
     }
     check_handler_name(&env);
@@ -817,7 +832,7 @@ static void check_polled(const char *engine, bool direct)
     aio_context_set_poll_policy(env.ctx, &aio_poll_policy_fixed);
     run_qd1(&env, N, &st);
     g_test_message("%s %s: %" PRIu64 " of %" PRIu64 " completions polled",
-                   engine, direct ? "direct" : "buffered",
+                   c.engine, c.direct ? "direct" : "buffered",
                    st.completions_polled, st.completions);
     g_assert_cmpuint(st.completions, ==, N);
     g_assert_cmpuint(st.completions_polled, >, 0);
@@ -825,14 +840,15 @@ static void check_polled(const char *engine, bool direct)
 }
 
 /* With polling off, every completion comes through the eventfd. */
-static void check_unpolled(const char *engine)
+static void check_unpolled(const void *arg)
 {
+    EngineVariant c = engine_variant(arg);
     enum { N = 100 };
     AioPollParams params = { .max_ns = 0 };
     BlockEngineStats st;
     Env env;
 
-    if (!env_open(&env, engine, false)) {
+    if (!env_open(&env, c.engine, false)) {
         return;
     }
     aio_context_set_poll_params(env.ctx, &params);
@@ -876,98 +892,46 @@ static void test_find(void)
 }
 
 /* ------------------------------------------------------------------------ */
-/* The matrix                                                                */
+/* The tests: each check for each engine that has it                        */
 
-static void test_native_roundtrip(void) { check_roundtrip("native", false); }
-static void test_native_roundtrip_direct(void) { check_roundtrip("native", true); }
-static void test_native_persist(void) { check_persist("native", false); }
-static void test_native_persist_direct(void) { check_persist("native", true); }
-static void test_native_ebadf(void) { check_ebadf("native"); }
-static void test_native_eof(void) { check_eof("native"); }
-static void test_native_short_write(void) { check_short_write("native"); }
-static void test_native_many(void) { check_many("native"); }
-static void test_native_long_iovec(void) { check_long_iovec("native"); }
-static void test_native_flush_fallback(void) { check_flush_fallback(); }
-static void test_native_batching(void) { check_batching("native"); }
-static void test_native_batch_limit(void) { check_batch_limit("native"); }
-static void test_native_default_batch(void) { check_default_batch("native"); }
-static void test_native_plug(void) { check_plug("native"); }
-static void test_native_polled(void) { check_polled("native", false); }
-static void test_native_polled_direct(void) { check_polled("native", true); }
-static void test_native_unpolled(void) { check_unpolled("native"); }
+/* Every engine runs these checks... */
+static const VariantCheck every_engine_checks[] = {
+    { "/aio-engines/%s/roundtrip", check_roundtrip },
+    { "/aio-engines/%s/roundtrip-direct", check_roundtrip, &o_direct },
+    { "/aio-engines/%s/persist", check_persist },
+    { "/aio-engines/%s/persist-direct", check_persist, &o_direct },
+    { "/aio-engines/%s/ebadf", check_ebadf },
+    { "/aio-engines/%s/eof", check_eof },
+    { "/aio-engines/%s/short-write", check_short_write },
+    { "/aio-engines/%s/many", check_many },
+    { "/aio-engines/%s/long-iovec", check_long_iovec },
+};
 
-static void test_uring_roundtrip(void) { check_roundtrip("io_uring", false); }
-static void test_uring_roundtrip_direct(void) { check_roundtrip("io_uring", true); }
-static void test_uring_persist(void) { check_persist("io_uring", false); }
-static void test_uring_persist_direct(void) { check_persist("io_uring", true); }
-static void test_uring_ebadf(void) { check_ebadf("io_uring"); }
-static void test_uring_eof(void) { check_eof("io_uring"); }
-static void test_uring_short_write(void) { check_short_write("io_uring"); }
-static void test_uring_many(void) { check_many("io_uring"); }
-static void test_uring_long_iovec(void) { check_long_iovec("io_uring"); }
-static void test_uring_batching(void) { check_batching("io_uring"); }
-static void test_uring_batch_limit(void) { check_batch_limit("io_uring"); }
-static void test_uring_default_batch(void) { check_default_batch("io_uring"); }
-static void test_uring_plug(void) { check_plug("io_uring"); }
-static void test_uring_polled(void) { check_polled("io_uring", false); }
-static void test_uring_polled_direct(void) { check_polled("io_uring", true); }
-static void test_uring_unpolled(void) { check_unpolled("io_uring"); }
-
-static void test_threads_roundtrip(void) { check_roundtrip("threads", false); }
-static void test_threads_roundtrip_direct(void) { check_roundtrip("threads", true); }
-static void test_threads_persist(void) { check_persist("threads", false); }
-static void test_threads_persist_direct(void) { check_persist("threads", true); }
-static void test_threads_ebadf(void) { check_ebadf("threads"); }
-static void test_threads_eof(void) { check_eof("threads"); }
-static void test_threads_short_write(void) { check_short_write("threads"); }
-static void test_threads_many(void) { check_many("threads"); }
-static void test_threads_long_iovec(void) { check_long_iovec("threads"); }
+/* ...and the kernel engines these too. */
+static const VariantCheck kernel_engine_checks[] = {
+    { "/aio-engines/%s/batching", check_batching },
+    { "/aio-engines/%s/batch-limit", check_batch_limit },
+    { "/aio-engines/%s/default-batch", check_default_batch },
+    { "/aio-engines/%s/plug", check_plug },
+    { "/aio-engines/%s/polled", check_polled },
+    { "/aio-engines/%s/polled-direct", check_polled, &o_direct },
+    { "/aio-engines/%s/unpolled", check_unpolled },
+};
 
 static const TestCase tests[] = {
     { "/aio-engines/find", test_find },
-    { "/aio-engines/native/roundtrip", test_native_roundtrip },
-    { "/aio-engines/native/roundtrip-direct", test_native_roundtrip_direct },
-    { "/aio-engines/native/persist", test_native_persist },
-    { "/aio-engines/native/persist-direct", test_native_persist_direct },
-    { "/aio-engines/native/ebadf", test_native_ebadf },
-    { "/aio-engines/native/eof", test_native_eof },
-    { "/aio-engines/native/short-write", test_native_short_write },
-    { "/aio-engines/native/many", test_native_many },
-    { "/aio-engines/native/long-iovec", test_native_long_iovec },
-    { "/aio-engines/native/flush-fallback", test_native_flush_fallback },
-    { "/aio-engines/native/batching", test_native_batching },
-    { "/aio-engines/native/batch-limit", test_native_batch_limit },
-    { "/aio-engines/native/default-batch", test_native_default_batch },
-    { "/aio-engines/native/plug", test_native_plug },
-    { "/aio-engines/native/polled", test_native_polled },
-    { "/aio-engines/native/polled-direct", test_native_polled_direct },
-    { "/aio-engines/native/unpolled", test_native_unpolled },
-    { "/aio-engines/io_uring/roundtrip", test_uring_roundtrip },
-    { "/aio-engines/io_uring/roundtrip-direct", test_uring_roundtrip_direct },
-    { "/aio-engines/io_uring/persist", test_uring_persist },
-    { "/aio-engines/io_uring/persist-direct", test_uring_persist_direct },
-    { "/aio-engines/io_uring/ebadf", test_uring_ebadf },
-    { "/aio-engines/io_uring/eof", test_uring_eof },
-    { "/aio-engines/io_uring/short-write", test_uring_short_write },
-    { "/aio-engines/io_uring/many", test_uring_many },
-    { "/aio-engines/io_uring/long-iovec", test_uring_long_iovec },
-    { "/aio-engines/io_uring/batching", test_uring_batching },
-    { "/aio-engines/io_uring/batch-limit", test_uring_batch_limit },
-    { "/aio-engines/io_uring/default-batch", test_uring_default_batch },
-    { "/aio-engines/io_uring/plug", test_uring_plug },
-    { "/aio-engines/io_uring/polled", test_uring_polled },
-    { "/aio-engines/io_uring/polled-direct", test_uring_polled_direct },
-    { "/aio-engines/io_uring/unpolled", test_uring_unpolled },
-    { "/aio-engines/threads/roundtrip", test_threads_roundtrip },
-    { "/aio-engines/threads/roundtrip-direct", test_threads_roundtrip_direct },
-    { "/aio-engines/threads/persist", test_threads_persist },
-    { "/aio-engines/threads/persist-direct", test_threads_persist_direct },
-    { "/aio-engines/threads/ebadf", test_threads_ebadf },
-    { "/aio-engines/threads/eof", test_threads_eof },
-    { "/aio-engines/threads/short-write", test_threads_short_write },
-    { "/aio-engines/threads/many", test_threads_many },
-    { "/aio-engines/threads/long-iovec", test_threads_long_iovec },
+    { "/aio-engines/native/flush-fallback", check_flush_fallback },
 };
 
+static void add_engine_checks(void)
+{
+    test_add_variants(all_engines, G_N_ELEMENTS(all_engines),
+                      every_engine_checks, G_N_ELEMENTS(every_engine_checks),
+                      50);
+    test_add_variants(kernel_engines, G_N_ELEMENTS(kernel_engines),
+                      kernel_engine_checks,
+                      G_N_ELEMENTS(kernel_engine_checks), 50);
+}
+
 /* Below the 60 s meson timeout, so that the watchdog reports first. */
-TEST_MAIN(tests, 50)
+TEST_MAIN_SETUP(tests, 50, add_engine_checks, NULL)

@@ -553,9 +553,10 @@ static void image_cleanup(Image *img)
     g_free(img->model);
 }
 
-static void test_file_matrix(const char *aio, bool direct)
+static void test_file_matrix(const void *arg)
 {
-    const char *dir = direct ? direct_dir() : g_get_tmp_dir();
+    EngineVariant c = engine_variant(arg);
+    const char *dir = c.direct ? direct_dir() : g_get_tmp_dir();
     Image img;
 
     if (!dir) {
@@ -564,7 +565,7 @@ static void test_file_matrix(const char *aio, bool direct)
         return;
     }
     image_init_file(&img, dir);
-    run_matrix(&img, aio, direct);
+    run_matrix(&img, c.engine, c.direct);
     image_cleanup(&img);
 }
 
@@ -604,18 +605,13 @@ static void test_probed_direct(void)
     image_cleanup(&img);
 }
 
-static void test_threads_buffered(void) { test_file_matrix("threads", false); }
-static void test_threads_direct(void)   { test_file_matrix("threads", true); }
-static void test_native_buffered(void)  { test_file_matrix("native", false); }
-static void test_native_direct(void)    { test_file_matrix("native", true); }
-static void test_uring_buffered(void)   { test_file_matrix("io_uring", false); }
-static void test_uring_direct(void)     { test_file_matrix("io_uring", true); }
 
 /* ------------------------------------------------------------------------ */
 /* Block devices (loop)                                                      */
 
-static void test_blkdev_matrix(const char *aio, bool direct)
+static void test_blkdev_matrix(const void *arg)
 {
+    EngineVariant c = engine_variant(arg);
     Image img;
     char *dev = NULL;
     int lfd;
@@ -634,38 +630,8 @@ static void test_blkdev_matrix(const char *aio, bool direct)
     g_free(img.path);
     img.path = dev;
     img.blkdev = true;
-    run_matrix(&img, aio, direct);
+    run_matrix(&img, c.engine, c.direct);
     image_cleanup(&img);
-}
-
-static void test_blkdev_threads(void)
-{
-    test_blkdev_matrix("threads", false);
-}
-
-static void test_blkdev_threads_direct(void)
-{
-    test_blkdev_matrix("threads", true);
-}
-
-static void test_blkdev_native(void)
-{
-    test_blkdev_matrix("native", false);
-}
-
-static void test_blkdev_native_direct(void)
-{
-    test_blkdev_matrix("native", true);
-}
-
-static void test_blkdev_uring(void)
-{
-    test_blkdev_matrix("io_uring", false);
-}
-
-static void test_blkdev_uring_direct(void)
-{
-    test_blkdev_matrix("io_uring", true);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1086,28 +1052,22 @@ static void check_move(const char *aio, const char *dir, bool direct)
     aio_context_unref(ctx);
 }
 
-static void test_move_threads(void)
+/* native with O_DIRECT where some directory allows it (the engine is only
+ * asynchronous with it); the others buffered. */
+static void test_move(const void *arg)
 {
-    check_move("threads", g_get_tmp_dir(), false);
-}
+    EngineVariant c = engine_variant(arg);
+    const char *dir = !strcmp(c.engine, "native") ? direct_dir() : NULL;
 
-static void test_move_native(void)
-{
-    const char *dir = direct_dir();
-
-    check_move("native", dir ? dir : g_get_tmp_dir(), dir != NULL);
-}
-
-static void test_move_uring(void)
-{
-    check_move("io_uring", g_get_tmp_dir(), false);
+    check_move(c.engine, dir ? dir : g_get_tmp_dir(), dir != NULL);
 }
 
 /* ------------------------------------------------------------------------ */
 /* O_DIRECT on a file whose size is not a multiple of the alignment          */
 
-static void check_unaligned_tail(const char *aio)
+static void check_unaligned_tail(const void *arg)
 {
+    EngineVariant c = engine_variant(arg);
     const char *dir = direct_dir();
     const int64_t size = 65536 + 1000;
     g_autofree char *path = NULL;
@@ -1125,9 +1085,9 @@ static void check_unaligned_tail(const char *aio)
     ctx = ctx_new();
     path = temp_file_in(dir);
     opts = g_strdup_printf("driver=file,filename=%s,aio=%s,cache.direct=on",
-                           path, aio);
+                           path, c.engine);
     write_image(path, model, size);
-    bs = open_or_skip(opts, aio, ctx);
+    bs = open_or_skip(opts, c.engine, ctx);
     if (bs) {
         g_assert_cmpint(node_io(bs, BLOCK_OP_READ, 0, buf, size, 0), ==, 0);
         assert_same(buf, model, size, 0, "read up to an unaligned end");
@@ -1146,26 +1106,20 @@ static void check_unaligned_tail(const char *aio)
     aio_context_unref(ctx);
 }
 
-static void test_tail_threads(void) { check_unaligned_tail("threads"); }
-static void test_tail_native(void)  { check_unaligned_tail("native"); }
-static void test_tail_uring(void)   { check_unaligned_tail("io_uring"); }
-
 /* ------------------------------------------------------------------------ */
 
+/* Each engine runs these. */
+static const VariantCheck engine_tests[] = {
+    { "/file-posix/%s/buffered", test_file_matrix },
+    { "/file-posix/%s/direct", test_file_matrix, &o_direct },
+    { "/file-posix/blkdev/%s/buffered", test_blkdev_matrix },
+    { "/file-posix/blkdev/%s/direct", test_blkdev_matrix, &o_direct },
+    { "/file-posix/move/%s", test_move },
+    { "/file-posix/unaligned-tail/%s", check_unaligned_tail },
+};
+
 static const TestCase tests[] = {
-    { "/file-posix/threads/buffered", test_threads_buffered },
-    { "/file-posix/threads/direct", test_threads_direct },
     { "/file-posix/threads/direct-probed", test_probed_direct },
-    { "/file-posix/native/buffered", test_native_buffered },
-    { "/file-posix/native/direct", test_native_direct },
-    { "/file-posix/io_uring/buffered", test_uring_buffered },
-    { "/file-posix/io_uring/direct", test_uring_direct },
-    { "/file-posix/blkdev/threads/buffered", test_blkdev_threads },
-    { "/file-posix/blkdev/threads/direct", test_blkdev_threads_direct },
-    { "/file-posix/blkdev/native/buffered", test_blkdev_native },
-    { "/file-posix/blkdev/native/direct", test_blkdev_native_direct },
-    { "/file-posix/blkdev/io_uring/buffered", test_blkdev_uring },
-    { "/file-posix/blkdev/io_uring/direct", test_blkdev_uring_direct },
     { "/file-posix/options/missing-file", test_missing_file },
     { "/file-posix/options/bad", test_bad_options },
     { "/file-posix/options/not-a-file", test_not_a_file },
@@ -1176,13 +1130,13 @@ static const TestCase tests[] = {
       test_discard_ignore_no_flush },
     { "/file-posix/locking", test_locking },
     { "/file-posix/default-engine", test_default_engine },
-    { "/file-posix/move/threads", test_move_threads },
-    { "/file-posix/move/native", test_move_native },
-    { "/file-posix/move/io_uring", test_move_uring },
-    { "/file-posix/unaligned-tail/threads", test_tail_threads },
-    { "/file-posix/unaligned-tail/native", test_tail_native },
-    { "/file-posix/unaligned-tail/io_uring", test_tail_uring },
 };
 
+static void add_engine_tests(void)
+{
+    test_add_variants(all_engines, G_N_ELEMENTS(all_engines), engine_tests,
+                      G_N_ELEMENTS(engine_tests), 50);
+}
+
 /* Below the 60 s meson timeout, so that the watchdog reports first. */
-TEST_MAIN(tests, 50)
+TEST_MAIN_SETUP(tests, 50, add_engine_tests, NULL)

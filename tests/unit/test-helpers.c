@@ -72,6 +72,46 @@ void test_add_with_watchdog(const TestCase *tests, size_t n,
     }
 }
 
+void test_add_variants(const char *const *variants, size_t n_variants,
+                       const VariantCheck *checks, size_t n_checks,
+                       unsigned watchdog_s)
+{
+    /* Registered tests keep pointers into these: never freed. */
+    static GPtrArray *keep;
+    TestCase *tests = g_new0(TestCase, n_variants * n_checks);
+    TestVariant *vars = g_new0(TestVariant, n_variants * n_checks);
+    size_t k = 0;
+
+    if (!keep) {
+        keep = g_ptr_array_new();
+    }
+    g_ptr_array_add(keep, tests);
+    g_ptr_array_add(keep, vars);
+    for (size_t i = 0; i < n_variants; i++) {
+        for (size_t j = 0; j < n_checks; j++, k++) {
+            vars[k] = (TestVariant) { variants[i], checks[j].data };
+            tests[k] = (TestCase) {
+                .path = g_strdup_printf(checks[j].path, variants[i]),
+                .fn_data = checks[j].fn,
+                .data = &vars[k],
+            };
+            g_ptr_array_add(keep, (char *)tests[k].path);
+        }
+    }
+    test_add_with_watchdog(tests, k, watchdog_s);
+}
+
+const bool o_direct = true;
+const char *const all_engines[3] = { "threads", "native", "io_uring" };
+const char *const kernel_engines[2] = { "native", "io_uring" };
+
+EngineVariant engine_variant(const void *arg)
+{
+    const TestVariant *v = arg;
+
+    return (EngineVariant) { v->variant, v->data == &o_direct };
+}
+
 int test_main(int argc, char **argv, const TestProgram *prog)
 {
     int r;

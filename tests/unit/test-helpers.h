@@ -59,6 +59,55 @@ void test_add_with_watchdog(const TestCase *tests, size_t n,
                             unsigned watchdog_s);
 
 /*
+ * What a table-driven test registered by test_add_variants() gets as its
+ * data: the variant it runs on and the data of its row of the table.
+ */
+typedef struct TestVariant {
+    const char *variant;
+    const void *data;
+} TestVariant;
+
+/*
+ * One row of a table of checks that run once for each variant: its path,
+ * a format with one %s for the variant's name, the check, and the data it
+ * gets with the variant (in a TestVariant).
+ */
+typedef struct VariantCheck {
+    const char *path;
+    void (*fn)(const void *arg);
+    const void *data;
+} VariantCheck;
+
+/*
+ * Register, under the watchdog, each of checks[0..n_checks-1] once for
+ * each of variants[0..n_variants-1] (an engine, say).  Main thread, where
+ * test_add_with_watchdog() may be called; what it allocates lives until
+ * the program exits.
+ */
+void test_add_variants(const char *const *variants, size_t n_variants,
+                       const VariantCheck *checks, size_t n_checks,
+                       unsigned watchdog_s);
+
+/*
+ * The variant tests of the block layer run on each I/O engine: their
+ * TestVariant's variant names the engine, and their row's data points to
+ * o_direct where the file is to be opened O_DIRECT.  engine_variant()
+ * decodes a test's data (its const void * argument) into both.
+ */
+typedef struct EngineVariant {
+    const char *engine;
+    bool direct;
+} EngineVariant;
+
+extern const bool o_direct;
+
+/* The engines' names, for test_add_variants(): all, and the kernel's. */
+extern const char *const all_engines[3];
+extern const char *const kernel_engines[2];
+
+EngineVariant engine_variant(const void *arg);
+
+/*
  * A unit test program: its table of tests, their watchdog (seconds, below
  * the program's meson timeout, so that the watchdog reports first), and
  * optional set-up and tear-down of what all its tests share (run once,
