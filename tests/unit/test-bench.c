@@ -885,11 +885,9 @@ static void burn_thread_cpu(int64_t ns)
  * has ended is not in the next snapshot, and its time is lost).
  */
 typedef struct Burner {
-    GMutex lock;
-    GCond cond;
     int64_t burn_ns;
-    bool burnt;
-    bool release;
+    Gate burnt;                 /* opened by the burner once it has burnt */
+    Gate release;               /* opened by the test: the burner may end */
     GThread *thread;
 } Burner;
 
@@ -898,40 +896,27 @@ static gpointer burner_run(gpointer opaque)
     Burner *b = opaque;
 
     burn_thread_cpu(b->burn_ns);
-    g_mutex_lock(&b->lock);
-    b->burnt = true;
-    g_cond_broadcast(&b->cond);
-    while (!b->release) {
-        g_cond_wait(&b->cond, &b->lock);
-    }
-    g_mutex_unlock(&b->lock);
+    gate_open(&b->burnt);
+    gate_pass(&b->release);
     return NULL;
 }
 
 /* Start a burner and wait until it has burnt burn_ns. */
 static void burner_start(Burner *b, int64_t burn_ns)
 {
-    memset(b, 0, sizeof(*b));
-    g_mutex_init(&b->lock);
-    g_cond_init(&b->cond);
     b->burn_ns = burn_ns;
+    gate_init(&b->burnt, false);
+    gate_init(&b->release, false);
     b->thread = g_thread_new("burner", burner_run, b);
-    g_mutex_lock(&b->lock);
-    while (!b->burnt) {
-        g_cond_wait(&b->cond, &b->lock);
-    }
-    g_mutex_unlock(&b->lock);
+    gate_pass(&b->burnt);
 }
 
 static void burner_stop(Burner *b)
 {
-    g_mutex_lock(&b->lock);
-    b->release = true;
-    g_cond_broadcast(&b->cond);
-    g_mutex_unlock(&b->lock);
+    gate_open(&b->release);
     g_thread_join(b->thread);
-    g_mutex_clear(&b->lock);
-    g_cond_clear(&b->cond);
+    gate_destroy(&b->burnt);
+    gate_destroy(&b->release);
 }
 
 static CpuSnapshot *snapshot_self(void)

@@ -179,6 +179,52 @@ IOThread *iot_new(const char *id, const char *props)
 }
 
 /* ------------------------------------------------------------------------ */
+/* Threads                                                                   */
+
+void gate_init(Gate *g, bool open)
+{
+    g_mutex_init(&g->lock);
+    g_cond_init(&g->cond);
+    g->open = open;
+}
+
+void gate_open(Gate *g)
+{
+    g_mutex_lock(&g->lock);
+    g->open = true;
+    g_cond_broadcast(&g->cond);
+    g_mutex_unlock(&g->lock);
+}
+
+void gate_pass(Gate *g)
+{
+    g_mutex_lock(&g->lock);
+    while (!g->open) {
+        g_cond_wait(&g->cond, &g->lock);
+    }
+    g_mutex_unlock(&g->lock);
+}
+
+void gate_destroy(Gate *g)
+{
+    g_mutex_clear(&g->lock);
+    g_cond_clear(&g->cond);
+}
+
+int count_dir_entries(const char *path)
+{
+    GDir *d = g_dir_open(path, 0, NULL);
+    int n = 0;
+
+    g_assert_nonnull(d);
+    while (g_dir_read_name(d)) {
+        n++;
+    }
+    g_dir_close(d);
+    return n;
+}
+
+/* ------------------------------------------------------------------------ */
 /* Data buffers                                                              */
 
 void *test_aligned_buf(size_t align, size_t size)

@@ -5,6 +5,7 @@
  *   it runs (TestCase, test_add_with_watchdog()), and the main() of every
  *   program (TestProgram, test_main(), TEST_MAIN()).
  * - Time helpers (sleep_ns(), spin_ns()).
+ * - A one-shot gate for threads (Gate), count_dir_entries().
  * - Constructors that assert success (ctx_new(), iot_new()).
  * - Vq, a model of a virtqueue as a pollable AioContext handler, used to
  *   drive and observe the loop's adaptive polling.
@@ -172,6 +173,27 @@ AioContext *ctx_new(void);
  * iothread_destroy().
  */
 IOThread *iot_new(const char *id, const char *props);
+
+/* ------------------------------------------------------------------------ */
+/* Threads                                                                   */
+
+/*
+ * A one-shot gate: threads wait at it (gate_pass()) until some thread
+ * opens it (gate_open()); once open it stays open.  Any thread.
+ */
+typedef struct Gate {
+    GMutex lock;
+    GCond cond;
+    bool open;
+} Gate;
+
+void gate_init(Gate *g, bool open);
+void gate_open(Gate *g);
+void gate_pass(Gate *g);
+void gate_destroy(Gate *g);
+
+/* The number of entries in directory path ("/proc/self/fd", say). */
+int count_dir_entries(const char *path);
 
 /* ------------------------------------------------------------------------ */
 /* Data buffers (the block tests)                                            */

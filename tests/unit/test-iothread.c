@@ -134,15 +134,7 @@ static uint64_t thread_cpu_ticks(pid_t tid)
 
 static int count_threads(void)
 {
-    GDir *d = g_dir_open("/proc/self/task", 0, NULL);
-    int n = 0;
-
-    g_assert_nonnull(d);
-    while (g_dir_read_name(d)) {
-        n++;
-    }
-    g_dir_close(d);
-    return n;
+    return count_dir_entries("/proc/self/task");
 }
 
 /* ------------------------------------------------------------------------ */

@@ -24,43 +24,6 @@
 /* ------------------------------------------------------------------------ */
 /* Requests                                                                  */
 
-/* Workers may wait at the gate until the test opens it. */
-typedef struct Gate {
-    GMutex lock;
-    GCond cond;
-    bool open;
-} Gate;
-
-static void gate_init(Gate *g, bool open)
-{
-    g_mutex_init(&g->lock);
-    g_cond_init(&g->cond);
-    g->open = open;
-}
-
-static void gate_open(Gate *g)
-{
-    g_mutex_lock(&g->lock);
-    g->open = true;
-    g_cond_broadcast(&g->cond);
-    g_mutex_unlock(&g->lock);
-}
-
-static void gate_pass(Gate *g)
-{
-    g_mutex_lock(&g->lock);
-    while (!g->open) {
-        g_cond_wait(&g->cond, &g->lock);
-    }
-    g_mutex_unlock(&g->lock);
-}
-
-static void gate_destroy(Gate *g)
-{
-    g_mutex_clear(&g->lock);
-    g_cond_clear(&g->cond);
-}
-
 typedef struct Batch Batch;
 
 typedef struct Req {

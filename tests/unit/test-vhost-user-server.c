@@ -365,15 +365,7 @@ static void export_free(Export *e)
 
 static int count_fds(void)
 {
-    GDir *dir = g_dir_open("/proc/self/fd", 0, NULL);
-    int n = 0;
-
-    g_assert_nonnull(dir);
-    while (g_dir_read_name(dir)) {
-        n++;
-    }
-    g_dir_close(dir);
-    return n;
+    return count_dir_entries("/proc/self/fd");
 }
 
 /* Mappings of the file behind fd (by inode: the fifth field). */
