@@ -305,22 +305,20 @@ static void test_create_errors(void)
     expect_create_error("notaniothread,id=x", NULL);
     expect_create_error("iothread,id=x,=3", NULL);
 
-    /* iothread_create() with a bad property list. */
-    props = keyval_parse("poll-max-ns=10,poll-grow=-2", NULL, &err);
-    g_assert_no_error(err);
-    g_assert_null(iothread_create("bad", props, &err));
-    g_assert_nonnull(err);
-    g_assert_nonnull(strstr(error_get_pretty(err), "poll-grow"));
-    g_clear_error(&err);
-    g_ptr_array_unref(props);
-
-    props = keyval_parse("no-such-prop=1", NULL, &err);
-    g_assert_no_error(err);
-    g_assert_null(iothread_create("bad", props, &err));
-    g_assert_nonnull(err);
-    g_assert_nonnull(strstr(error_get_pretty(err), "no-such-prop"));
-    g_clear_error(&err);
-    g_ptr_array_unref(props);
+    /* iothread_create() with a bad property list: it names the property. */
+    static const char *const bad[][2] = {
+        { "poll-max-ns=10,poll-grow=-2", "poll-grow" },
+        { "no-such-prop=1", "no-such-prop" },
+    };
+    for (size_t i = 0; i < G_N_ELEMENTS(bad); i++) {
+        props = keyval_parse(bad[i][0], NULL, &err);
+        g_assert_no_error(err);
+        g_assert_null(iothread_create("bad", props, &err));
+        g_assert_nonnull(err);
+        g_assert_nonnull(strstr(error_get_pretty(err), bad[i][1]));
+        g_clear_error(&err);
+        g_ptr_array_unref(props);
+    }
 
     /* An empty list is fine. */
     props = keyval_parse("", NULL, &err);

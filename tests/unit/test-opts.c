@@ -389,6 +389,17 @@ static void test_get_str(void)
     g_assert_false(opts_get_str(js, "z", NULL, &s, NULL));
 }
 
+/* opts_get_bool() that must succeed: the value. */
+static bool bool_ok(Opts *opts, const char *key, bool def)
+{
+    Error *err = NULL;
+    bool b = !def;
+
+    g_assert_true(opts_get_bool(opts, key, def, &b, &err));
+    g_assert_null(err);
+    return b;
+}
+
 static void test_get_bool(void)
 {
     g_autoptr(Opts) js = parse_ok("{\"t\": true, \"f\": false, \"n\": 1, "
@@ -407,32 +418,39 @@ static void test_get_bool(void)
         g_assert_null(err);
         g_assert_cmpint(b, ==, bool_spellings[i].value);
     }
-    g_assert_true(opts_get_bool(js, "t", false, &b, NULL));
-    g_assert_true(b);
-    g_assert_true(opts_get_bool(js, "f", true, &b, NULL));
-    g_assert_false(b);
-    g_assert_true(opts_get_bool(js, "s", false, &b, NULL));
-    g_assert_true(b);
+    g_assert_true(bool_ok(js, "t", false));
+    g_assert_false(bool_ok(js, "f", true));
+    g_assert_true(bool_ok(js, "s", false));
 
     /* Defaults. */
-    g_assert_true(opts_get_bool(kv, "missing", true, &b, NULL));
-    g_assert_true(b);
-    g_assert_true(opts_get_bool(kv, "cache.missing", false, &b, NULL));
-    g_assert_false(b);
+    g_assert_true(bool_ok(kv, "missing", true));
+    g_assert_false(bool_ok(kv, "cache.missing", false));
 
     /* Bad values name the full dotted key, in both forms. */
-    g_assert_false(opts_get_bool(kv, "cache.direct", false, &b, &err));
-    assert_error_is(&err, "Parameter 'cache.direct' expects 'on' or 'off', "
-                    "got 'maybe'");
-    g_assert_false(opts_get_bool(js, "cache.direct", false, &b, &err));
-    assert_error_is(&err, "Parameter 'cache.direct' expects 'on' or 'off', "
-                    "got 'maybe'");
+    for (int i = 0; i < 2; i++) {
+        g_assert_false(opts_get_bool(i ? js : kv, "cache.direct", false, &b,
+                                     &err));
+        assert_error_is(&err, "Parameter 'cache.direct' expects 'on' or "
+                        "'off', got 'maybe'");
+    }
     g_assert_false(opts_get_bool(kv, "e", false, &b, &err));
     assert_error_mentions_clear(&err, "'e'", "'on' or 'off'");
     g_assert_false(opts_get_bool(js, "n", false, &b, &err));
     assert_error_is(&err, "Parameter 'n' expects 'on' or 'off', got '1'");
     g_assert_false(opts_get_bool(js, "cache", false, &b, &err));
     assert_error_mentions_clear(&err, "'cache'", "an object");
+}
+
+/* opts_get_int() that must succeed: the value. */
+static int64_t int_ok(Opts *opts, const char *key, int64_t min, int64_t max,
+                      int64_t def)
+{
+    Error *err = NULL;
+    int64_t v = 0;
+
+    g_assert_true(opts_get_int(opts, key, min, max, def, &v, &err));
+    g_assert_null(err);
+    return v;
 }
 
 static void test_get_int(void)
@@ -445,35 +463,25 @@ static void test_get_int(void)
     Error *err = NULL;
     int64_t v;
 
-    g_assert_true(opts_get_int(kv, "a", 0, 100, 0, &v, &err));
-    g_assert_cmpint(v, ==, 42);
-    g_assert_true(opts_get_int(kv, "b", -10, 0, 0, &v, &err));
-    g_assert_cmpint(v, ==, -7);
-    g_assert_true(opts_get_int(kv, "h", 0, 100, 0, &v, &err));
-    g_assert_cmpint(v, ==, 16);
-    g_assert_true(opts_get_int(js, "a", 0, 100, 0, &v, &err));
-    g_assert_cmpint(v, ==, 42);
-    g_assert_true(opts_get_int(js, "b", -10, 0, 0, &v, &err));
-    g_assert_cmpint(v, ==, -7);
-    g_assert_true(opts_get_int(js, "s", 0, 100, 0, &v, &err));
-    g_assert_cmpint(v, ==, 16);
-    g_assert_true(opts_get_int(js, "q.n", 0, 100, 0, &v, &err));
-    g_assert_cmpint(v, ==, 3);
+    g_assert_cmpint(int_ok(kv, "a", 0, 100, 0), ==, 42);
+    g_assert_cmpint(int_ok(kv, "b", -10, 0, 0), ==, -7);
+    g_assert_cmpint(int_ok(kv, "h", 0, 100, 0), ==, 16);
+    g_assert_cmpint(int_ok(js, "a", 0, 100, 0), ==, 42);
+    g_assert_cmpint(int_ok(js, "b", -10, 0, 0), ==, -7);
+    g_assert_cmpint(int_ok(js, "s", 0, 100, 0), ==, 16);
+    g_assert_cmpint(int_ok(js, "q.n", 0, 100, 0), ==, 3);
     g_assert_null(err);
 
-    g_assert_true(opts_get_int(kv, "missing", 0, 100, 77, &v, &err));
-    g_assert_cmpint(v, ==, 77);
-    g_assert_true(opts_get_int(js, "q.missing", 0, 100, -1, &v, &err));
-    g_assert_cmpint(v, ==, -1);
+    g_assert_cmpint(int_ok(kv, "missing", 0, 100, 77), ==, 77);
+    g_assert_cmpint(int_ok(js, "q.missing", 0, 100, -1), ==, -1);
 
     /* Range: the same message for a string and a JSON integer. */
     v = 5;
-    g_assert_false(opts_get_int(kv, "big", 0, 999, 0, &v, &err));
-    assert_error_is(&err, "Parameter 'big' expects an integer from 0 to 999, "
-                    "got '1000'");
-    g_assert_false(opts_get_int(js, "big", 0, 999, 0, &v, &err));
-    assert_error_is(&err, "Parameter 'big' expects an integer from 0 to 999, "
-                    "got '1000'");
+    for (int i = 0; i < 2; i++) {
+        g_assert_false(opts_get_int(i ? js : kv, "big", 0, 999, 0, &v, &err));
+        assert_error_is(&err, "Parameter 'big' expects an integer from 0 to "
+                        "999, got '1000'");
+    }
     g_assert_false(opts_get_int(js, "b", 0, 10, 0, &v, &err));
     assert_error_mentions_clear(&err, "'b'", "-7");
     g_assert_cmpint(v, ==, 5);
@@ -977,11 +985,9 @@ static void test_unused_dotted_json_member(void)
 {
     /* A JSON member named "cache.direct" is not the nested key. */
     g_autoptr(Opts) opts = parse_ok("{\"cache.direct\": true}", NULL);
-    bool b = false;
 
     g_assert_false(opts_has(opts, "cache.direct"));
-    g_assert_true(opts_get_bool(opts, "cache.direct", false, &b, NULL));
-    g_assert_false(b);
+    g_assert_false(bool_ok(opts, "cache.direct", false));
     assert_unused(opts, "cache.direct");
 }
 
