@@ -171,6 +171,48 @@ static void check_with_pread(const char *path, const uint8_t *model,
     assert_same(buf, model, size, 0, "plain pread of the image");
 }
 
+/*
+ * A small image file: SMALL_SIZE random bytes (model) in a temporary file,
+ * the --blockdev options of a file node on it, a context to open it in and
+ * an aligned buffer of the same size.
+ */
+#define SMALL_SIZE 65536
+
+typedef struct SmallImage {
+    AioContext *ctx;
+    char *path;
+    char *opts;
+    uint8_t *model;
+    uint8_t *buf;
+} SmallImage;
+
+/* extra: options for the node besides driver and filename. */
+static void small_image_init(SmallImage *im, const char *dir,
+                             const char *extra)
+{
+    im->ctx = ctx_new();
+    im->path = temp_file_in(dir);
+    g_assert_nonnull(im->path);
+    im->opts = g_strdup_printf("driver=file,filename=%s,%s", im->path, extra);
+    im->model = g_malloc(SMALL_SIZE);
+    im->buf = aligned_buf(SMALL_SIZE);
+    write_image(im->path, im->model, SMALL_SIZE);
+}
+
+/* Delete the file (with check, after checking that it holds model). */
+static void small_image_cleanup(SmallImage *im, bool check)
+{
+    if (check) {
+        check_with_pread(im->path, im->model, SMALL_SIZE);
+    }
+    unlink(im->path);
+    aio_context_unref(im->ctx);
+    g_free(im->path);
+    g_free(im->opts);
+    g_free(im->model);
+    free(im->buf);
+}
+
 /* Whether O_DIRECT reads and writes of 4 KiB work in dir. */
 static bool dir_supports_direct(const char *dir)
 {
@@ -553,20 +595,29 @@ static void image_cleanup(Image *img)
     g_free(img->model);
 }
 
-static void test_file_matrix(const void *arg)
+/* The matrix on an image file in dir; skipped, saying why_not, without. */
+static void run_file_matrix(const char *dir, const char *why_not,
+                            const char *aio, bool direct)
 {
-    EngineVariant c = engine_variant(arg);
-    const char *dir = c.direct ? direct_dir() : g_get_tmp_dir();
     Image img;
 
     if (!dir) {
-        g_test_skip("no directory tried ($TMPDIR, /tmp, /var/tmp, the build "
-                    "directory) is on a file system with O_DIRECT");
+        g_test_skip(why_not);
         return;
     }
     image_init_file(&img, dir);
-    run_matrix(&img, c.engine, c.direct);
+    run_matrix(&img, aio, direct);
     image_cleanup(&img);
+}
+
+static void test_file_matrix(const void *arg)
+{
+    EngineVariant c = engine_variant(arg);
+
+    run_file_matrix(c.direct ? direct_dir() : g_get_tmp_dir(),
+                    "no directory tried ($TMPDIR, /tmp, /var/tmp, the build "
+                    "directory) is on a file system with O_DIRECT",
+                    c.engine, c.direct);
 }
 
 /* A directory with O_DIRECT where statx does not tell the alignment (the
@@ -592,19 +643,10 @@ static const char *probed_direct_dir(void)
 
 static void test_probed_direct(void)
 {
-    const char *dir = probed_direct_dir();
-    Image img;
-
-    if (!dir) {
-        g_test_skip("no file system here does O_DIRECT without telling its "
-                    "alignment through statx");
-        return;
-    }
-    image_init_file(&img, dir);
-    run_matrix(&img, "threads", true);
-    image_cleanup(&img);
+    run_file_matrix(probed_direct_dir(),
+                    "no file system here does O_DIRECT without telling its "
+                    "alignment through statx", "threads", true);
 }
-
 
 /* ------------------------------------------------------------------------ */
 /* Block devices (loop)                                                      */
@@ -655,24 +697,30 @@ static void test_missing_file(void)
 
 static void test_bad_options(void)
 {
+    /* Options besides driver and filename, and what the error names. */
+    static const struct {
+        const char *extra;
+        const char *want;
+    } bad[] = {
+        { "aio=fast", "'aio'" },
+        { "locking=maybe", "'locking'" },
+        { "locking=on,sparkle=1", "sparkle" },
+    };
     AioContext *ctx = ctx_new();
     g_autofree char *path = temp_file_in(g_get_tmp_dir());
-    g_autofree char *o1 = g_strdup_printf("driver=file,filename=%s,aio=fast",
-                                          path);
-    g_autofree char *o2 = g_strdup_printf("driver=file,filename=%s,"
-                                          "locking=maybe", path);
-    g_autofree char *o3 = g_strdup_printf("driver=file,filename=%s,"
-                                          "locking=on,sparkle=1", path);
-    g_autofree char *o4 = g_strdup_printf("driver=file,filename=%s,"
-                                          "drop-cache=off,locking=on,"
-                                          "aio=threads", path);
+    g_autofree char *good = g_strdup_printf("driver=file,filename=%s,"
+                                            "drop-cache=off,locking=on,"
+                                            "aio=threads", path);
     BlockNode *bs;
 
     g_assert_cmpint(truncate(path, 65536), ==, 0);
-    open_fails(o1, ctx, "'aio'");
-    open_fails(o2, ctx, "'locking'");
-    open_fails(o3, ctx, "sparkle");
-    bs = open_ok(o4, ctx);
+    for (size_t i = 0; i < G_N_ELEMENTS(bad); i++) {
+        g_autofree char *opts = g_strdup_printf("driver=file,filename=%s,%s",
+                                                path, bad[i].extra);
+
+        open_fails(opts, ctx, bad[i].want);
+    }
+    bs = open_ok(good, ctx);
     block_node_unref(bs);
     unlink(path);
     aio_context_unref(ctx);
@@ -759,58 +807,47 @@ static void test_direct_refused(void)
 
 static void test_read_only(void)
 {
-    AioContext *ctx = ctx_new();
-    g_autofree char *path = temp_file_in(g_get_tmp_dir());
-    g_autofree char *opts = g_strdup_printf("driver=file,filename=%s,"
-                                            "read-only=on,discard=unmap",
-                                            path);
-    g_autofree uint8_t *model = g_malloc(65536);
-    g_autofree uint8_t *buf = g_malloc(65536);
+    SmallImage im;
     BlockNode *bs;
 
-    write_image(path, model, 65536);
-    g_assert_cmpint(chmod(path, 0400), ==, 0);
-    bs = open_ok(opts, ctx);
+    small_image_init(&im, g_get_tmp_dir(), "read-only=on,discard=unmap");
+    g_assert_cmpint(chmod(im.path, 0400), ==, 0);
+    bs = open_ok(im.opts, im.ctx);
     g_assert_true(block_node_is_read_only(bs));
-    g_assert_cmpint(node_io(bs, BLOCK_OP_READ, 0, buf, 65536, 0), ==, 0);
-    assert_same(buf, model, 65536, 0, "read-only read");
-    g_assert_cmpint(node_io(bs, BLOCK_OP_WRITE, 0, buf, 4096, 0), ==, -EPERM);
+    g_assert_cmpint(node_io(bs, BLOCK_OP_READ, 0, im.buf, SMALL_SIZE, 0), ==,
+                    0);
+    assert_same(im.buf, im.model, SMALL_SIZE, 0, "read-only read");
+    g_assert_cmpint(node_io(bs, BLOCK_OP_WRITE, 0, im.buf, 4096, 0), ==,
+                    -EPERM);
     g_assert_cmpint(node_io(bs, BLOCK_OP_WRITE_ZEROES, 0, NULL, 4096, 0), ==,
                     -EPERM);
     g_assert_cmpint(node_io(bs, BLOCK_OP_DISCARD, 0, NULL, 4096, 0), ==,
                     -EPERM);
     g_assert_cmpint(node_io(bs, BLOCK_OP_FLUSH, 0, NULL, 0, 0), ==, 0);
     block_node_unref(bs);
-    check_with_pread(path, model, 65536);
-    unlink(path);
-    aio_context_unref(ctx);
+    small_image_cleanup(&im, true);
 }
 
 static void test_discard_ignore_no_flush(void)
 {
-    AioContext *ctx = ctx_new();
-    g_autofree char *path = temp_file_in(g_get_tmp_dir());
-    g_autofree char *opts = g_strdup_printf("driver=file,filename=%s,"
-                                            "discard=ignore,cache.no-flush=on",
-                                            path);
-    g_autofree uint8_t *model = g_malloc(65536);
-    g_autofree uint8_t *buf = g_malloc(65536);
+    SmallImage im;
     BlockNode *bs;
 
-    write_image(path, model, 65536);
-    bs = open_ok(opts, ctx);
-    g_assert_cmpint(node_io(bs, BLOCK_OP_DISCARD, 0, NULL, 65536, 0), ==, 0);
+    small_image_init(&im, g_get_tmp_dir(), "discard=ignore,cache.no-flush=on");
+    bs = open_ok(im.opts, im.ctx);
+    g_assert_cmpint(node_io(bs, BLOCK_OP_DISCARD, 0, NULL, SMALL_SIZE, 0), ==,
+                    0);
     g_assert_cmpint(node_io(bs, BLOCK_OP_FLUSH, 0, NULL, 0, 0), ==, 0);
-    g_assert_cmpint(node_io(bs, BLOCK_OP_READ, 0, buf, 65536, 0), ==, 0);
-    assert_same(buf, model, 65536, 0, "discard=ignore keeps the data");
+    g_assert_cmpint(node_io(bs, BLOCK_OP_READ, 0, im.buf, SMALL_SIZE, 0), ==,
+                    0);
+    assert_same(im.buf, im.model, SMALL_SIZE, 0,
+                "discard=ignore keeps the data");
     /* Write-zeroes with may-unmap still zeroes (without deallocating). */
     g_assert_cmpint(node_io(bs, BLOCK_OP_WRITE_ZEROES, 4096, NULL, 8192,
                             BLOCK_REQ_MAY_UNMAP), ==, 0);
-    memset(model + 4096, 0, 8192);
+    memset(im.model + 4096, 0, 8192);
     block_node_unref(bs);
-    check_with_pread(path, model, 65536);
-    unlink(path);
-    aio_context_unref(ctx);
+    small_image_cleanup(&im, true);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1012,24 +1049,20 @@ static void move_job_in_iothread(void *opaque)
 
 static void check_move(const char *aio, const char *dir, bool direct)
 {
-    AioContext *ctx = ctx_new();
-    g_autofree char *path = temp_file_in(dir);
-    g_autofree char *opts = g_strdup_printf("driver=file,filename=%s,aio=%s,"
-                                            "cache.direct=%s", path, aio,
-                                            direct ? "on" : "off");
-    g_autofree uint8_t *model = g_malloc(65536);
-    g_autofree uint8_t *buf = aligned_buf(65536);
-    MoveJob job = { .aio = aio, .model = model, .size = 65536 };
+    SmallImage im;
+    g_autofree char *extra = g_strdup_printf("aio=%s,cache.direct=%s", aio,
+                                             direct ? "on" : "off");
+    MoveJob job = { .aio = aio, .size = SMALL_SIZE };
     IOThread *iot;
     AioContext *iot_ctx;
     BlockNode *bs;
     Error *err = NULL;
 
-    write_image(path, model, 65536);
-    bs = open_or_skip(opts, aio, ctx);
+    small_image_init(&im, dir, extra);
+    job.model = im.model;
+    bs = open_or_skip(im.opts, aio, im.ctx);
     if (!bs) {
-        unlink(path);
-        aio_context_unref(ctx);
+        small_image_cleanup(&im, false);
         return;
     }
     iot = iot_new("iot-move", NULL);
@@ -1042,14 +1075,13 @@ static void check_move(const char *aio, const char *dir, bool direct)
         /* The engine instance of the IOThread's context did the work. */
         g_assert_cmpuint(job.requests, >=, 2);
     }
-    g_assert_true(block_node_set_aio_context(bs, ctx, &err));
-    g_assert_cmpint(node_io(bs, BLOCK_OP_READ, 0, buf, 65536, 0), ==, 0);
-    assert_same(buf, model, 65536, 0, "read after moving back");
+    g_assert_true(block_node_set_aio_context(bs, im.ctx, &err));
+    g_assert_cmpint(node_io(bs, BLOCK_OP_READ, 0, im.buf, SMALL_SIZE, 0), ==,
+                    0);
+    assert_same(im.buf, im.model, SMALL_SIZE, 0, "read after moving back");
     block_node_unref(bs);
     iothread_destroy(iot);
-    check_with_pread(path, model, 65536);
-    unlink(path);
-    aio_context_unref(ctx);
+    small_image_cleanup(&im, true);
 }
 
 /* native with O_DIRECT where some directory allows it (the engine is only
