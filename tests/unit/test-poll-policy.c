@@ -62,139 +62,170 @@ static void step(int64_t max_ns, int64_t grow, int64_t shrink,
     g_assert_cmpint(win->window_ns, ==, expect_ns);
 }
 
-static void test_default_grow_sequence(void)
+/*
+ * The step sequences: each starts from a window and runs its steps, each
+ * one event (or turn without one) whose result and new window must be as
+ * given.  A step's from, unless KEEP, sets the window first.  The table
+ * assumes the defaults below.
+ */
+G_STATIC_ASSERT(AIO_POLL_MAX_NS_DEFAULT == 32768);
+G_STATIC_ASSERT(AIO_POLL_START_NS == 4000);
+
+/* A step's from when it starts from the window the last one left. */
+enum { KEEP = -1 };
+
+typedef struct Step {
+    int64_t from;
+    int64_t max_ns, grow, shrink;
+    int64_t wait_ns;
+    bool event;
+    AioPollAdjustment adj;
+    int64_t ns;
+} Step;
+
+typedef struct StepTest {
+    const char *name;
+    int64_t window_ns;
+    unsigned n;
+    Step steps[16];
+} StepTest;
+
+static const StepTest step_tests[] = {
+    /* The default max (32768). */
+    { "default-grow-sequence", 0, 7, {
+        { KEEP, 32768, 0, 0, 1000, true, AIO_POLL_GREW, 4000 },
+        { KEEP, 32768, 0, 0, 5000, true, AIO_POLL_GREW, 8000 },
+        { KEEP, 32768, 0, 0, 9000, true, AIO_POLL_GREW, 16000 },
+        { KEEP, 32768, 0, 0, 17000, true, AIO_POLL_GREW, 32000 },
+        { KEEP, 32768, 0, 0, 32500, true, AIO_POLL_GREW, 32768 },
+        /* At the top: any wait <= max is within the window. */
+        { KEEP, 32768, 0, 0, 32768, true, AIO_POLL_KEPT, 32768 },
+        { KEEP, 32768, 0, 0, 1, true, AIO_POLL_KEPT, 32768 },
+    } },
+    { "grow-needs-longer-wait", 0, 5, {
+        /* wait == window: kept, at every size. */
+        { KEEP, 32768, 0, 0, 0, true, AIO_POLL_KEPT, 0 },
+        { 4000, 32768, 0, 0, 4000, true, AIO_POLL_KEPT, 4000 },
+        { KEEP, 32768, 0, 0, 3999, true, AIO_POLL_KEPT, 4000 },
+        { KEEP, 32768, 0, 0, 4001, true, AIO_POLL_GREW, 8000 },
+        /* Growth is by a factor, not to the wait: one step per event. */
+        { 4000, 1000000, 0, 0, 900000, true, AIO_POLL_GREW, 8000 },
+    } },
+    { "shrink-to-zero", 16000, 4, {
+        /* wait > max with shrink == 0: reset. */
+        { KEEP, 32768, 0, 0, 40000, true, AIO_POLL_SHRANK, 0 },
+        /* Already 0: nothing left to shrink. */
+        { KEEP, 32768, 0, 0, 40000, true, AIO_POLL_KEPT, 0 },
+        { KEEP, 32768, 0, 0, 40000, false, AIO_POLL_KEPT, 0 },
+        { 32768, 32768, 0, 0, 32769, true, AIO_POLL_SHRANK, 0 },
+    } },
+    { "custom-grow-shrink", 0, 13, {
+        /* grow=4: 0 -> 4000 -> 16000 -> 64000 -> 100000 (clamped). */
+        { KEEP, 100000, 4, 2, 1, true, AIO_POLL_GREW, 4000 },
+        { KEEP, 100000, 4, 2, 5000, true, AIO_POLL_GREW, 16000 },
+        { KEEP, 100000, 4, 2, 20000, true, AIO_POLL_GREW, 64000 },
+        { KEEP, 100000, 4, 2, 70000, true, AIO_POLL_GREW, 100000 },
+        /* shrink=2: halves on a wait beyond max, with or without an event. */
+        { KEEP, 100000, 4, 2, 100001, true, AIO_POLL_SHRANK, 50000 },
+        { KEEP, 100000, 4, 2, 5000000, false, AIO_POLL_SHRANK, 25000 },
+        { KEEP, 100000, 4, 2, 200000, true, AIO_POLL_SHRANK, 12500 },
+        /* shrink=3: integer division. */
+        { 10000, 100000, 4, 3, 200000, true, AIO_POLL_SHRANK, 3333 },
+        { KEEP, 100000, 4, 3, 200000, true, AIO_POLL_SHRANK, 1111 },
+        /* Shrinking to 0 by division is a shrink; from 0 it is not. */
+        { 1, 100000, 4, 2, 200000, true, AIO_POLL_SHRANK, 0 },
+        { KEEP, 100000, 4, 2, 200000, true, AIO_POLL_KEPT, 0 },
+        /* grow=3 from a non-power-of-two window. */
+        { 5000, 100000, 3, 0, 6000, true, AIO_POLL_GREW, 15000 },
+        /* The first step is always 4000, whatever the factor. */
+        { 0, 100000, 10, 0, 100, true, AIO_POLL_GREW, 4000 },
+    } },
+    { "shrink-by-one-keeps", 16000, 6, {
+        /*
+         * poll-shrink=1 divides by 1: a wait beyond max changes nothing, so it
+         * is not a shrink (it must not count in the statistics as one).
+         */
+        { KEEP, 32768, 0, 1, 40000, true, AIO_POLL_KEPT, 16000 },
+        { KEEP, 32768, 0, 1, 1000000000, true, AIO_POLL_KEPT, 16000 },
+        { KEEP, 32768, 0, 1, 40000, false, AIO_POLL_KEPT, 16000 },
+        { 32768, 32768, 0, 1, INT64_MAX, true, AIO_POLL_KEPT, 32768 },
+        /* Growing still works. */
+        { 4000, 32768, 0, 1, 5000, true, AIO_POLL_GREW, 8000 },
+        /* And any other factor still shrinks. */
+        { KEEP, 32768, 0, 2, 40000, true, AIO_POLL_SHRANK, 4000 },
+    } },
+    { "max-below-start", 0, 5, {
+        { KEEP, 1000, 0, 0, 500, true, AIO_POLL_GREW, 1000 },
+        { KEEP, 1000, 0, 0, 800, true, AIO_POLL_KEPT, 1000 },
+        { KEEP, 1000, 0, 0, 1000, true, AIO_POLL_KEPT, 1000 },
+        { KEEP, 1000, 0, 0, 1001, true, AIO_POLL_SHRANK, 0 },
+        /* max = 1 ns. */
+        { 0, 1, 0, 0, 1, true, AIO_POLL_GREW, 1 },
+    } },
+    { "lower-max-clamps", 32000, 4, {
+        /* max lowered to 10000: clamp, then wait 5000 <= 10000 is kept. */
+        { KEEP, 10000, 0, 0, 5000, true, AIO_POLL_KEPT, 10000 },
+        /* Clamp also applies on a turn without an event. */
+        { 32000, 10000, 0, 0, 5000, false, AIO_POLL_KEPT, 10000 },
+        /* Clamped to exactly max: a wait of max is within the window. */
+        { 32000, 20000, 0, 0, 20000, true, AIO_POLL_KEPT, 20000 },
+        /* Clamp then shrink (halving the clamped value, not the old one). */
+        { 32000, 10000, 0, 2, 20000, true, AIO_POLL_SHRANK, 5000 },
+    } },
+    { "no-event", 16000, 6, {
+        /* Waited without an event, within max: nothing learned, kept. */
+        { KEEP, 32768, 0, 0, 100, false, AIO_POLL_KEPT, 16000 },
+        { KEEP, 32768, 0, 0, 20000, false, AIO_POLL_KEPT, 16000 },
+        { KEEP, 32768, 0, 0, 32768, false, AIO_POLL_KEPT, 16000 },
+        /* No event never grows, even from 0. */
+        { 0, 32768, 0, 0, 20000, false, AIO_POLL_KEPT, 0 },
+        /* Waited longer than max without an event: idle, shrink. */
+        { 16000, 32768, 0, 0, 32769, false, AIO_POLL_SHRANK, 0 },
+        { 16000, 32768, 0, 4, 1000000000, false, AIO_POLL_SHRANK, 4000 },
+    } },
+    { "saturating-growth", 4000, 6, {
+        /* Huge factor and max: the product saturates, no overflow (UBSan). */
+        { KEEP, INT64_MAX, INT64_MAX, 0, 5000,
+          true, AIO_POLL_GREW, INT64_MAX },
+        { KEEP, INT64_MAX, INT64_MAX, 0, INT64_MAX,
+          true, AIO_POLL_KEPT, INT64_MAX },
+        /* Huge factor, ordinary max. */
+        { 4000, 1000000000, INT64_MAX, 0, 5000,
+          true, AIO_POLL_GREW, 1000000000 },
+        /* A factor that overflows only on the second step. */
+        { 4000, INT64_MAX, INT64_MAX / 8000, 0, 5000,
+          true, AIO_POLL_GREW, 4000 * (INT64_MAX / 8000) },
+        { KEEP, INT64_MAX, INT64_MAX / 8000, 0, INT64_MAX - 1,
+          true, AIO_POLL_GREW, INT64_MAX },
+        /* Doubling near the top of the range. */
+        { INT64_MAX / 2 + 1, INT64_MAX, 0, 0, INT64_MAX,
+          true, AIO_POLL_GREW, INT64_MAX },
+    } },
+};
+
+static void test_steps(const void *arg)
 {
-    AioPollSource w = { .window_ns = 0 };
-    const int64_t max = AIO_POLL_MAX_NS_DEFAULT;
+    const TestVariant *v = arg;
 
-    g_assert_cmpint(AIO_POLL_MAX_NS_DEFAULT, ==, 32768);
-    g_assert_cmpint(AIO_POLL_START_NS, ==, 4000);
+    for (size_t i = 0; i < G_N_ELEMENTS(step_tests); i++) {
+        const StepTest *t = &step_tests[i];
+        AioPollSource w = { .window_ns = t->window_ns };
 
-    step(max, 0, 0, &w, 1000, true, AIO_POLL_GREW, 4000);
-    step(max, 0, 0, &w, 5000, true, AIO_POLL_GREW, 8000);
-    step(max, 0, 0, &w, 9000, true, AIO_POLL_GREW, 16000);
-    step(max, 0, 0, &w, 17000, true, AIO_POLL_GREW, 32000);
-    step(max, 0, 0, &w, 32500, true, AIO_POLL_GREW, 32768);
-    /* At the top: any wait <= max is within the window. */
-    step(max, 0, 0, &w, 32768, true, AIO_POLL_KEPT, 32768);
-    step(max, 0, 0, &w, 1, true, AIO_POLL_KEPT, 32768);
-}
+        if (strcmp(t->name, v->variant)) {
+            continue;
+        }
+        for (unsigned j = 0; j < t->n; j++) {
+            const Step *st = &t->steps[j];
 
-static void test_grow_needs_longer_wait(void)
-{
-    AioPollSource w = { .window_ns = 0 };
-
-    /* wait == window: kept, at every size. */
-    step(32768, 0, 0, &w, 0, true, AIO_POLL_KEPT, 0);
-    w.window_ns = 4000;
-    step(32768, 0, 0, &w, 4000, true, AIO_POLL_KEPT, 4000);
-    step(32768, 0, 0, &w, 3999, true, AIO_POLL_KEPT, 4000);
-    step(32768, 0, 0, &w, 4001, true, AIO_POLL_GREW, 8000);
-    /* Growth is by a factor, not to the wait: one step per event. */
-    w.window_ns = 4000;
-    step(1000000, 0, 0, &w, 900000, true, AIO_POLL_GREW, 8000);
-}
-
-static void test_shrink_to_zero(void)
-{
-    AioPollSource w = { .window_ns = 16000 };
-
-    /* wait > max with shrink == 0: reset. */
-    step(32768, 0, 0, &w, 40000, true, AIO_POLL_SHRANK, 0);
-    /* Already 0: nothing left to shrink. */
-    step(32768, 0, 0, &w, 40000, true, AIO_POLL_KEPT, 0);
-    step(32768, 0, 0, &w, 40000, false, AIO_POLL_KEPT, 0);
-
-    w.window_ns = 32768;
-    step(32768, 0, 0, &w, 32769, true, AIO_POLL_SHRANK, 0);
-}
-
-static void test_custom_factors(void)
-{
-    AioPollSource w = { .window_ns = 0 };
-    const int64_t max = 100000;
-
-    /* grow=4: 0 -> 4000 -> 16000 -> 64000 -> 100000 (clamped). */
-    step(max, 4, 2, &w, 1, true, AIO_POLL_GREW, 4000);
-    step(max, 4, 2, &w, 5000, true, AIO_POLL_GREW, 16000);
-    step(max, 4, 2, &w, 20000, true, AIO_POLL_GREW, 64000);
-    step(max, 4, 2, &w, 70000, true, AIO_POLL_GREW, 100000);
-    /* shrink=2: halves on a wait beyond max, with or without an event. */
-    step(max, 4, 2, &w, 100001, true, AIO_POLL_SHRANK, 50000);
-    step(max, 4, 2, &w, 5000000, false, AIO_POLL_SHRANK, 25000);
-    step(max, 4, 2, &w, 200000, true, AIO_POLL_SHRANK, 12500);
-
-    /* shrink=3: integer division. */
-    w.window_ns = 10000;
-    step(max, 4, 3, &w, 200000, true, AIO_POLL_SHRANK, 3333);
-    step(max, 4, 3, &w, 200000, true, AIO_POLL_SHRANK, 1111);
-
-    /* Shrinking to 0 by division is a shrink; from 0 it is not. */
-    w.window_ns = 1;
-    step(max, 4, 2, &w, 200000, true, AIO_POLL_SHRANK, 0);
-    step(max, 4, 2, &w, 200000, true, AIO_POLL_KEPT, 0);
-
-    /* grow=3 from a non-power-of-two window. */
-    w.window_ns = 5000;
-    step(max, 3, 0, &w, 6000, true, AIO_POLL_GREW, 15000);
-
-    /* The first step is always 4000, whatever the factor. */
-    w.window_ns = 0;
-    step(max, 10, 0, &w, 100, true, AIO_POLL_GREW, 4000);
-}
-
-static void test_shrink_by_one_keeps(void)
-{
-    AioPollSource w = { .window_ns = 16000 };
-
-    /*
-     * poll-shrink=1 divides by 1: a wait beyond max changes nothing, so it
-     * is not a shrink (it must not count in the statistics as one).
-     */
-    step(32768, 0, 1, &w, 40000, true, AIO_POLL_KEPT, 16000);
-    step(32768, 0, 1, &w, 1000000000, true, AIO_POLL_KEPT, 16000);
-    step(32768, 0, 1, &w, 40000, false, AIO_POLL_KEPT, 16000);
-    w.window_ns = 32768;
-    step(32768, 0, 1, &w, INT64_MAX, true, AIO_POLL_KEPT, 32768);
-    /* Growing still works. */
-    w.window_ns = 4000;
-    step(32768, 0, 1, &w, 5000, true, AIO_POLL_GREW, 8000);
-    /* And any other factor still shrinks. */
-    step(32768, 0, 2, &w, 40000, true, AIO_POLL_SHRANK, 4000);
-}
-
-static void test_max_below_start(void)
-{
-    AioPollSource w = { .window_ns = 0 };
-
-    step(1000, 0, 0, &w, 500, true, AIO_POLL_GREW, 1000);
-    step(1000, 0, 0, &w, 800, true, AIO_POLL_KEPT, 1000);
-    step(1000, 0, 0, &w, 1000, true, AIO_POLL_KEPT, 1000);
-    step(1000, 0, 0, &w, 1001, true, AIO_POLL_SHRANK, 0);
-
-    /* max = 1 ns. */
-    w.window_ns = 0;
-    step(1, 0, 0, &w, 1, true, AIO_POLL_GREW, 1);
-}
-
-static void test_lower_max_clamps(void)
-{
-    AioPollSource w = { .window_ns = 32000 };
-
-    /* max lowered to 10000: clamp, then wait 5000 <= 10000 is kept. */
-    step(10000, 0, 0, &w, 5000, true, AIO_POLL_KEPT, 10000);
-
-    /* Clamp also applies on a turn without an event. */
-    w.window_ns = 32000;
-    step(10000, 0, 0, &w, 5000, false, AIO_POLL_KEPT, 10000);
-
-    /* Clamped to exactly max: a wait of max is within the window. */
-    w.window_ns = 32000;
-    step(20000, 0, 0, &w, 20000, true, AIO_POLL_KEPT, 20000);
-
-    /* Clamp then shrink (halving the clamped value, not the old one). */
-    w.window_ns = 32000;
-    step(10000, 0, 2, &w, 20000, true, AIO_POLL_SHRANK, 5000);
+            if (st->from != KEEP) {
+                w.window_ns = st->from;
+            }
+            step(st->max_ns, st->grow, st->shrink, &w, st->wait_ns, st->event,
+                 st->adj, st->ns);
+        }
+        return;
+    }
+    g_assert_not_reached();
 }
 
 static void test_max_zero_resets(void)
@@ -223,49 +254,6 @@ static void test_kept_when_within_window(void)
     for (int64_t wait = 0; wait <= 16000; wait += 1000) {
         step(32768, 0, 0, &w, wait, true, AIO_POLL_KEPT, 16000);
     }
-}
-
-static void test_no_event(void)
-{
-    AioPollSource w = { .window_ns = 16000 };
-
-    /* Waited without an event, within max: nothing learned, kept. */
-    step(32768, 0, 0, &w, 100, false, AIO_POLL_KEPT, 16000);
-    step(32768, 0, 0, &w, 20000, false, AIO_POLL_KEPT, 16000);
-    step(32768, 0, 0, &w, 32768, false, AIO_POLL_KEPT, 16000);
-    /* No event never grows, even from 0. */
-    w.window_ns = 0;
-    step(32768, 0, 0, &w, 20000, false, AIO_POLL_KEPT, 0);
-    /* Waited longer than max without an event: idle, shrink. */
-    w.window_ns = 16000;
-    step(32768, 0, 0, &w, 32769, false, AIO_POLL_SHRANK, 0);
-    w.window_ns = 16000;
-    step(32768, 0, 4, &w, 1000000000, false, AIO_POLL_SHRANK, 4000);
-}
-
-static void test_saturating_growth(void)
-{
-    AioPollSource w = { .window_ns = 4000 };
-
-    /* Huge factor and max: the product saturates, no overflow (UBSan). */
-    step(INT64_MAX, INT64_MAX, 0, &w, 5000, true, AIO_POLL_GREW, INT64_MAX);
-    step(INT64_MAX, INT64_MAX, 0, &w, INT64_MAX, true, AIO_POLL_KEPT,
-         INT64_MAX);
-
-    /* Huge factor, ordinary max. */
-    w.window_ns = 4000;
-    step(1000000000, INT64_MAX, 0, &w, 5000, true, AIO_POLL_GREW, 1000000000);
-
-    /* A factor that overflows only on the second step. */
-    w.window_ns = 4000;
-    step(INT64_MAX, INT64_MAX / 8000, 0, &w, 5000, true, AIO_POLL_GREW,
-         4000 * (INT64_MAX / 8000));
-    step(INT64_MAX, INT64_MAX / 8000, 0, &w, INT64_MAX - 1, true,
-         AIO_POLL_GREW, INT64_MAX);
-
-    /* Doubling near the top of the range. */
-    w.window_ns = INT64_MAX / 2 + 1;
-    step(INT64_MAX, 0, 0, &w, INT64_MAX, true, AIO_POLL_GREW, INT64_MAX);
 }
 
 static int64_t plan(int64_t max_ns, int64_t window)
@@ -315,25 +303,35 @@ static void test_find(void)
     g_assert_null(aio_poll_policy_find("fixed2"));
 }
 
+static const char *const step_test_names[] = {
+    "default-grow-sequence",
+    "grow-needs-longer-wait",
+    "shrink-to-zero",
+    "custom-grow-shrink",
+    "shrink-by-one-keeps",
+    "max-below-start",
+    "lower-max-clamps",
+    "no-event",
+    "saturating-growth",
+};
+
+static const VariantCheck step_checks[] = {
+    { "/poll-policy/qemu-classic/%s", test_steps },
+};
+
 static const TestCase tests[] = {
-    { "/poll-policy/qemu-classic/default-grow-sequence",
-      test_default_grow_sequence },
-    { "/poll-policy/qemu-classic/grow-needs-longer-wait",
-      test_grow_needs_longer_wait },
-    { "/poll-policy/qemu-classic/shrink-to-zero", test_shrink_to_zero },
-    { "/poll-policy/qemu-classic/custom-grow-shrink", test_custom_factors },
-    { "/poll-policy/qemu-classic/shrink-by-one-keeps",
-      test_shrink_by_one_keeps },
-    { "/poll-policy/qemu-classic/max-below-start", test_max_below_start },
-    { "/poll-policy/qemu-classic/lower-max-clamps", test_lower_max_clamps },
     { "/poll-policy/qemu-classic/max-zero-resets", test_max_zero_resets },
     { "/poll-policy/qemu-classic/kept-within-window",
       test_kept_when_within_window },
-    { "/poll-policy/qemu-classic/no-event", test_no_event },
-    { "/poll-policy/qemu-classic/saturating-growth", test_saturating_growth },
     { "/poll-policy/qemu-classic/spin-ns", test_spin_ns },
     { "/poll-policy/find", test_find },
 };
 
+static void add_step_tests(void)
+{
+    test_add_variants(step_test_names, G_N_ELEMENTS(step_test_names),
+                      step_checks, G_N_ELEMENTS(step_checks), 25);
+}
+
 /* Below the 30 s meson timeout, so that the watchdog reports first. */
-TEST_MAIN(tests, 25)
+TEST_MAIN_SETUP(tests, 25, add_step_tests, NULL)
