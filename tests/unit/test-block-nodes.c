@@ -83,6 +83,39 @@ static void assert_registry_empty(void)
 }
 
 /* ------------------------------------------------------------------------ */
+/* An image and the file node on it                                          */
+
+/*
+ * A new image file of size bytes, a context and a file node on it, opened
+ * from "driver=file,filename=PATH" and extra options (NULL: none).
+ * img_close() drops the node, deletes the image and drops the context.
+ */
+typedef struct Img {
+    AioContext *ctx;
+    char *path;
+    BlockNode *bs;
+} Img;
+
+static Img img_open(int64_t size, const char *extra)
+{
+    Img img = { .ctx = ctx_new(), .path = tmp_image(size) };
+    g_autofree char *opts = g_strdup_printf("driver=file,filename=%s%s%s",
+                                            img.path, extra ? "," : "",
+                                            extra ? extra : "");
+
+    img.bs = open_ok(opts, img.ctx);
+    return img;
+}
+
+static void img_close(Img *img)
+{
+    block_node_unref(img->bs);
+    g_unlink(img->path);
+    g_free(img->path);
+    aio_context_unref(img->ctx);
+}
+
+/* ------------------------------------------------------------------------ */
 /* Queries                                                                   */
 
 static void test_cache_flags(void)
@@ -184,127 +217,107 @@ static void test_list_order(void)
  * request past the old end that failed before now succeeds. */
 static void test_resize_file(void)
 {
-    AioContext *ctx = ctx_new();
-    g_autofree char *path = tmp_image(MiB);
-    g_autofree char *fstr = g_strdup_printf("driver=file,filename=%s", path);
+    Img img = img_open(MiB, NULL);
     g_autofree uint8_t *wbuf = g_malloc(8 * KiB);
     g_autofree uint8_t *rbuf = g_malloc(8 * KiB);
-    BlockNode *bs = open_ok(fstr, ctx);
 
     fill_random(wbuf, 8 * KiB);
-    g_assert_cmpint(block_node_get_length(bs), ==, MiB);
+    g_assert_cmpint(block_node_get_length(img.bs), ==, MiB);
     /* Past the old end (and straddling it): refused before. */
-    g_assert_cmpint(run_op(bs, BLOCK_OP_WRITE, MiB, wbuf, 8 * KiB), ==,
+    g_assert_cmpint(run_op(img.bs, BLOCK_OP_WRITE, MiB, wbuf, 8 * KiB), ==,
                     -EINVAL);
-    g_assert_cmpint(run_op(bs, BLOCK_OP_READ, MiB - 4 * KiB, rbuf, 8 * KiB),
-                    ==, -EINVAL);
+    g_assert_cmpint(run_op(img.bs, BLOCK_OP_READ, MiB - 4 * KiB, rbuf,
+                           8 * KiB), ==, -EINVAL);
 
-    resize_ok(bs, 2 * MiB);
-    g_assert_cmpint(block_node_get_length(bs), ==, 2 * MiB);
-    g_assert_cmpint(file_size(path), ==, 2 * MiB);
+    resize_ok(img.bs, 2 * MiB);
+    g_assert_cmpint(block_node_get_length(img.bs), ==, 2 * MiB);
+    g_assert_cmpint(file_size(img.path), ==, 2 * MiB);
 
     /* The new part reads as zeroes, and takes data. */
     memset(rbuf, 0xaa, 8 * KiB);
-    g_assert_cmpint(run_op(bs, BLOCK_OP_READ, 2 * MiB - 8 * KiB, rbuf,
+    g_assert_cmpint(run_op(img.bs, BLOCK_OP_READ, 2 * MiB - 8 * KiB, rbuf,
                            8 * KiB), ==, 0);
     for (int i = 0; i < 8 * KiB; i++) {
         g_assert_cmpint(rbuf[i], ==, 0);
     }
-    g_assert_cmpint(run_op(bs, BLOCK_OP_WRITE, MiB, wbuf, 8 * KiB), ==, 0);
-    g_assert_cmpint(run_op(bs, BLOCK_OP_WRITE_ZEROES, 2 * MiB - 4 * KiB,
+    g_assert_cmpint(run_op(img.bs, BLOCK_OP_WRITE, MiB, wbuf, 8 * KiB), ==, 0);
+    g_assert_cmpint(run_op(img.bs, BLOCK_OP_WRITE_ZEROES, 2 * MiB - 4 * KiB,
                            NULL, 4 * KiB), ==, 0);
     memset(rbuf, 0, 8 * KiB);
-    g_assert_cmpint(run_op(bs, BLOCK_OP_READ, MiB, rbuf, 8 * KiB), ==, 0);
+    g_assert_cmpint(run_op(img.bs, BLOCK_OP_READ, MiB, rbuf, 8 * KiB), ==, 0);
     assert_same(rbuf, wbuf, 8 * KiB, MiB, "the grown part");
     /* Still bounded: the new end is the end. */
-    g_assert_cmpint(run_op(bs, BLOCK_OP_READ, 2 * MiB, rbuf, 512), ==,
+    g_assert_cmpint(run_op(img.bs, BLOCK_OP_READ, 2 * MiB, rbuf, 512), ==,
                     -EINVAL);
 
     /* The same size again is fine and changes nothing. */
-    resize_ok(bs, 2 * MiB);
-    g_assert_cmpint(file_size(path), ==, 2 * MiB);
+    resize_ok(img.bs, 2 * MiB);
+    g_assert_cmpint(file_size(img.path), ==, 2 * MiB);
 
-    block_node_unref(bs);
-    g_unlink(path);
-    aio_context_unref(ctx);
+    img_close(&img);
 }
 
 static void test_resize_errors(void)
 {
-    AioContext *ctx = ctx_new();
-    g_autofree char *path = tmp_image(MiB);
-    g_autofree char *fstr = g_strdup_printf(
-        "driver=file,node-name=f1,filename=%s", path);
+    Img img = img_open(MiB, "node-name=f1");
     g_autofree char *rostr = g_strdup_printf(
         "driver=file,node-name=ro,filename=%s,read-only=on,locking=off",
-        path);
-    BlockNode *bs = open_ok(fstr, ctx);
+        img.path);
     BlockNode *ro;
     BlockNode *dbg;
 
-    resize_fails(bs, MiB / 2, "Shrinking", "1048576");
-    g_assert_cmpint(file_size(path), ==, MiB);
-    resize_fails(bs, MiB + 100, "multiple of 512", NULL);
-    resize_fails(bs, 0, "positive", NULL);
-    resize_fails(bs, -512, "positive", NULL);
+    resize_fails(img.bs, MiB / 2, "Shrinking", "1048576");
+    g_assert_cmpint(file_size(img.path), ==, MiB);
+    resize_fails(img.bs, MiB + 100, "multiple of 512", NULL);
+    resize_fails(img.bs, 0, "positive", NULL);
+    resize_fails(img.bs, -512, "positive", NULL);
 
     /* blkdebug's alignment is the node's request alignment. */
-    dbg = open_ok("driver=blkdebug,image=f1,align=4096", ctx);
+    dbg = open_ok("driver=blkdebug,image=f1,align=4096", img.ctx);
     resize_fails(dbg, MiB + 512, "multiple of 4096", NULL);
     resize_ok(dbg, MiB + 4096);
     g_assert_cmpint(block_node_get_length(dbg), ==, MiB + 4096);
-    g_assert_cmpint(block_node_get_length(bs), ==, MiB + 4096);
-    g_assert_cmpint(file_size(path), ==, MiB + 4096);
+    g_assert_cmpint(block_node_get_length(img.bs), ==, MiB + 4096);
+    g_assert_cmpint(file_size(img.path), ==, MiB + 4096);
     block_node_unref(dbg);
 
-    ro = open_ok(rostr, ctx);
+    ro = open_ok(rostr, img.ctx);
     resize_fails(ro, 2 * MiB, "Node 'ro' is read-only", NULL);
-    g_assert_cmpint(file_size(path), ==, MiB + 4096);
+    g_assert_cmpint(file_size(img.path), ==, MiB + 4096);
     block_node_unref(ro);
 
-    block_node_unref(bs);
-    g_unlink(path);
-    aio_context_unref(ctx);
+    img_close(&img);
 }
 
 /* A file grown outside Spindle: never cut back to a smaller size. */
 static void test_resize_file_grown_outside(void)
 {
-    AioContext *ctx = ctx_new();
-    g_autofree char *path = tmp_image(MiB);
-    g_autofree char *fstr = g_strdup_printf("driver=file,filename=%s", path);
-    BlockNode *bs = open_ok(fstr, ctx);
+    Img img = img_open(MiB, NULL);
 
-    g_assert_cmpint(truncate(path, 4 * MiB), ==, 0);
-    resize_fails(bs, 2 * MiB, "already", "4194304");
-    g_assert_cmpint(file_size(path), ==, 4 * MiB);
-    resize_ok(bs, 4 * MiB);          /* picks it up */
-    g_assert_cmpint(block_node_get_length(bs), ==, 4 * MiB);
-    block_node_unref(bs);
-    g_unlink(path);
-    aio_context_unref(ctx);
+    g_assert_cmpint(truncate(img.path, 4 * MiB), ==, 0);
+    resize_fails(img.bs, 2 * MiB, "already", "4194304");
+    g_assert_cmpint(file_size(img.path), ==, 4 * MiB);
+    resize_ok(img.bs, 4 * MiB);          /* picks it up */
+    g_assert_cmpint(block_node_get_length(img.bs), ==, 4 * MiB);
+    img_close(&img);
 }
 
 /* raw without options follows its file, whichever of the two is resized;
  * raw with offset= or size= refuses. */
 static void test_resize_raw(void)
 {
-    AioContext *ctx = ctx_new();
-    g_autofree char *path = tmp_image(MiB);
-    g_autofree char *fstr = g_strdup_printf(
-        "driver=file,node-name=f2,filename=%s", path);
+    Img img = img_open(MiB, "node-name=f2");
     g_autofree uint8_t *buf = g_malloc(4 * KiB);
-    BlockNode *file = open_ok(fstr, ctx);
-    BlockNode *raw = open_ok("driver=raw,file=f2", ctx);
-    BlockNode *sized = open_ok("driver=raw,file=f2,size=512k", ctx);
-    BlockNode *moved = open_ok("driver=raw,file=f2,offset=64k", ctx);
+    BlockNode *raw = open_ok("driver=raw,file=f2", img.ctx);
+    BlockNode *sized = open_ok("driver=raw,file=f2,size=512k", img.ctx);
+    BlockNode *moved = open_ok("driver=raw,file=f2,offset=64k", img.ctx);
 
     fill_random(buf, 4 * KiB);
     g_assert_cmpint(run_op(raw, BLOCK_OP_WRITE, MiB, buf, 4 * KiB), ==,
                     -EINVAL);
     resize_ok(raw, 2 * MiB);
-    g_assert_cmpint(file_size(path), ==, 2 * MiB);
-    g_assert_cmpint(block_node_get_length(file), ==, 2 * MiB);
+    g_assert_cmpint(file_size(img.path), ==, 2 * MiB);
+    g_assert_cmpint(block_node_get_length(img.bs), ==, 2 * MiB);
     g_assert_cmpint(block_node_get_length(raw), ==, 2 * MiB);
     /* A window with only offset= runs to the child's end: it grows. */
     g_assert_cmpint(block_node_get_length(moved), ==, 2 * MiB - 64 * KiB);
@@ -313,21 +326,19 @@ static void test_resize_raw(void)
     g_assert_cmpint(run_op(raw, BLOCK_OP_WRITE, MiB, buf, 4 * KiB), ==, 0);
 
     /* Resizing the file grows the raw node over it. */
-    resize_ok(file, 3 * MiB);
+    resize_ok(img.bs, 3 * MiB);
     g_assert_cmpint(block_node_get_length(raw), ==, 3 * MiB);
     g_assert_cmpint(run_op(raw, BLOCK_OP_READ, 3 * MiB - 4 * KiB, buf,
                            4 * KiB), ==, 0);
 
     resize_fails(sized, 4 * MiB, "'size'", NULL);
     resize_fails(moved, 4 * MiB, "'offset'", NULL);
-    g_assert_cmpint(file_size(path), ==, 3 * MiB);
+    g_assert_cmpint(file_size(img.path), ==, 3 * MiB);
 
     block_node_unref(moved);
     block_node_unref(sized);
     block_node_unref(raw);
-    block_node_unref(file);
-    g_unlink(path);
-    aio_context_unref(ctx);
+    img_close(&img);
 }
 
 static void test_resize_null(void)
