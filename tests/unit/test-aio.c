@@ -42,6 +42,10 @@
 #include "util/event-notifier.h"
 #include "test-helpers.h"
 
+/* The data of the tests that run one body both ways (a bool argument). */
+static const bool yes = true;
+static const bool no = false;
+
 /* ------------------------------------------------------------------------ */
 /* Small helpers                                                             */
 
@@ -1459,8 +1463,9 @@ static void test_non_pollable_disables_polling(void)
  * polling off must end it (io_poll_end) before blocking; else the next
  * message is never kicked and never seen.
  */
-static void run_window_closed_when_polling_stops(bool by_handler)
+static void run_window_closed_when_polling_stops(const void *arg)
 {
+    const bool by_handler = *(const bool *)arg;
     AioContext *ctx = ctx_new();
     FdState ctl = { .ctx = ctx };
     int fds[2];
@@ -1492,16 +1497,6 @@ static void run_window_closed_when_polling_stops(bool by_handler)
     close(fds[0]);
     close(fds[1]);
     aio_context_unref(ctx);
-}
-
-static void test_window_closed_by_non_pollable(void)
-{
-    run_window_closed_when_polling_stops(true);
-}
-
-static void test_window_closed_by_max_zero(void)
-{
-    run_window_closed_when_polling_stops(false);
 }
 
 static void test_poll_hooks_stay_begun(void)
@@ -2528,8 +2523,9 @@ static bool nest_src_poll(EventNotifier *e)
  * non-blocking turn's poll pass; otherwise they have no io_poll and are
  * found by the fd monitor.
  */
-static void run_nested_handlers(bool by_polling)
+static void run_nested_handlers(const void *arg)
 {
+    const bool by_polling = *(const bool *)arg;
     AioContext *ctx = ctx_new();
     NestSrc a = { 0 }, b = { 0 };
     TestTimer rescue;
@@ -2575,16 +2571,6 @@ static void run_nested_handlers(bool by_polling)
     event_notifier_cleanup(&a.e);
     event_notifier_cleanup(&b.e);
     aio_context_unref(ctx);
-}
-
-static void test_nested_handlers_fdmon(void)
-{
-    run_nested_handlers(false);
-}
-
-static void test_nested_handlers_polled(void)
-{
-    run_nested_handlers(true);
 }
 
 typedef struct NestBhs {
@@ -2874,8 +2860,9 @@ static void switch_read_cb(void *opaque)
  * a callback that no longer exists.  by_polling: ready by io_poll (no
  * io_poll_ready), else by the fd monitor.
  */
-static void run_switch_to_write_only(bool by_polling)
+static void run_switch_to_write_only(const void *arg)
 {
+    const bool by_polling = *(const bool *)arg;
     AioContext *ctx = ctx_new();
     SwitchSrc a = { .ctx = ctx }, b = { .ctx = ctx };
     SwitchSrc *sw, *rd;
@@ -2914,16 +2901,6 @@ static void run_switch_to_write_only(bool by_polling)
     event_notifier_cleanup(&a.e);
     event_notifier_cleanup(&b.e);
     aio_context_unref(ctx);
-}
-
-static void test_switch_to_write_only_polled(void)
-{
-    run_switch_to_write_only(true);
-}
-
-static void test_switch_to_write_only_fdmon(void)
-{
-    run_switch_to_write_only(false);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -3302,9 +3279,9 @@ static const TestCase tests[] = {
     { "/aio/poll/non-pollable-handler-disables-polling",
       test_non_pollable_disables_polling },
     { "/aio/poll/window-ended-when-non-pollable-added",
-      test_window_closed_by_non_pollable },
+      NULL, run_window_closed_when_polling_stops, &yes },
     { "/aio/poll/window-ended-when-max-set-to-0",
-      test_window_closed_by_max_zero },
+      NULL, run_window_closed_when_polling_stops, &no },
     { "/aio/poll/hooks-stay-begun-while-polling-finds-work",
       test_poll_hooks_stay_begun },
     { "/aio/poll/non-blocking-never-waits", test_nonblocking_never_waits },
@@ -3324,16 +3301,16 @@ static const TestCase tests[] = {
       test_spin_set_survives_rebuild },
     { "/aio/stats", test_stats },
     { "/aio/nested/handlers-ready-together-fdmon",
-      test_nested_handlers_fdmon },
+      NULL, run_nested_handlers, &no },
     { "/aio/nested/handlers-ready-together-polled",
-      test_nested_handlers_polled },
+      NULL, run_nested_handlers, &yes },
     { "/aio/nested/bh-waits-for-bhs-of-same-batch",
       test_nested_bh_waits_for_batch },
     { "/aio/notify/notify-me-cleared-after-turn", test_notify_me_cleared },
     { "/aio/handler/switch-to-write-only-while-ready-polled",
-      test_switch_to_write_only_polled },
+      NULL, run_switch_to_write_only, &yes },
     { "/aio/handler/switch-to-write-only-while-ready-fdmon",
-      test_switch_to_write_only_fdmon },
+      NULL, run_switch_to_write_only, &no },
     { "/aio/poll/hooks-paired-for-handlers-added-while-polling",
       test_poll_hooks_paired_for_late_handlers },
     { "/aio/poll/huge-window-spins", test_huge_window_spins },
