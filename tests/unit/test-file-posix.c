@@ -698,10 +698,7 @@ static void test_missing_file(void)
 static void test_bad_options(void)
 {
     /* Options besides driver and filename, and what the error names. */
-    static const struct {
-        const char *extra;
-        const char *want;
-    } bad[] = {
+    static const char *const bad[][2] = {
         { "aio=fast", "'aio'" },
         { "locking=maybe", "'locking'" },
         { "locking=on,sparkle=1", "sparkle" },
@@ -716,9 +713,9 @@ static void test_bad_options(void)
     g_assert_cmpint(truncate(path, 65536), ==, 0);
     for (size_t i = 0; i < G_N_ELEMENTS(bad); i++) {
         g_autofree char *opts = g_strdup_printf("driver=file,filename=%s,%s",
-                                                path, bad[i].extra);
+                                                path, bad[i][0]);
 
-        open_fails(opts, ctx, bad[i].want);
+        open_fails(opts, ctx, bad[i][1]);
     }
     bs = open_ok(good, ctx);
     block_node_unref(bs);

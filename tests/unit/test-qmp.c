@@ -655,9 +655,64 @@ static void test_framing_strings(void)
     qmp_server_free(s);
 }
 
+/*
+ * A framing limit of the QMP server: a request at the limit (request(limit),
+ * with id id) is answered; one over it gets one GenericError (error, a
+ * format for the limit) and the connection goes on, even after something
+ * far over it (far_over appends it).  The probes sent after use ids id + 1
+ * and id + 2.
+ */
+typedef struct FramingLimit {
+    const char *name;
+    char *(*request)(unsigned n);
+    unsigned limit;
+    const char *error;
+    int64_t id;
+    void (*far_over)(GString *s);
+} FramingLimit;
+
+static void send_probe_id(Client *c, int64_t id)
+{
+    g_autofree char *probe = g_strdup_printf("{\"execute\": \"test-probe\", "
+                                             "\"id\": %" PRId64 "}", id);
+
+    client_send(c, probe);
+}
+
+static void test_framing(const void *arg)
+{
+    const FramingLimit *f = arg;
+    g_autofree char *fits = f->request(f->limit);
+    g_autofree char *over = f->request(f->limit + 1);
+    g_autofree char *want = g_strdup_printf(f->error, f->limit);
+    QmpServer *s = server_new(f->name, false);
+    Client *c = client_new(f->name);
+    GString *far = g_string_new(NULL);
+
+    client_negotiate(c);
+    client_send(c, fits);
+    json_object_unref(expect_return_id(c, f->id));
+    client_send(c, over);
+    expect_error(c, "GenericError", want);
+    send_probe_id(c, f->id + 1);
+    json_object_unref(expect_return_id(c, f->id + 1));
+
+    /* Far over the limit: still one error, and the end is still found. */
+    f->far_over(far);
+    g_string_append_printf(far, "{\"execute\": \"test-probe\", "
+                           "\"id\": %" PRId64 "}", f->id + 2);
+    client_send_len(c, far->str, far->len);
+    expect_error(c, "GenericError", want);
+    json_object_unref(expect_return_id(c, f->id + 2));
+    client_expect_silence(c, 20);
+    g_string_free(far, TRUE);
+    client_free(c);
+    qmp_server_free(s);
+}
+
 /* {"execute": "test-echo", "arguments": {"s": "xxx"}, "id": 9} padded
  * to exactly len bytes. */
-static char *echo_of_len(size_t len)
+static char *echo_of_len(unsigned len)
 {
     static const char head[] =
         "{\"execute\": \"test-echo\", \"arguments\": {\"s\": \"";
@@ -674,45 +729,14 @@ static char *echo_of_len(size_t len)
     return g_string_free(s, FALSE);
 }
 
-static void test_framing_too_large(void)
+/* With braces in the discarded part. */
+static void far_too_large(GString *s)
 {
-    g_autofree char *fits = echo_of_len(QMP_MAX_MESSAGE);
-    g_autofree char *over = echo_of_len(QMP_MAX_MESSAGE + 1);
-    g_autofree char *want = g_strdup_printf("JSON parse error, message too "
-                                            "large (more than %u bytes)",
-                                            QMP_MAX_MESSAGE);
-    QmpServer *s = server_new("large", false);
-    Client *c = client_new("large");
-    g_autoptr(JsonObject) r = NULL;
-
-    client_negotiate(c);
-    client_send(c, fits);
-    r = expect_return_id(c, 9);
-    g_clear_pointer(&r, json_object_unref);
-
-    client_send(c, over);
-    expect_error(c, "GenericError", want);
-    client_send(c, "{\"execute\": \"test-probe\", \"id\": 10}");
-    r = expect_return_id(c, 10);
-    g_clear_pointer(&r, json_object_unref);
-
-    /* Far over the limit, with braces in the discarded part: still one
-     * error, and the message's end is still found. */
-    {
-        GString *huge = g_string_new("{\"a\": [");
-
-        for (unsigned i = 0; i < 3 * QMP_MAX_MESSAGE / 8; i++) {
-            g_string_append(huge, "{\"}\":1},");
-        }
-        g_string_append(huge, "0]}{\"execute\": \"test-probe\", \"id\": 11}");
-        client_send_len(c, huge->str, huge->len);
-        g_string_free(huge, TRUE);
+    g_string_append(s, "{\"a\": [");
+    for (unsigned i = 0; i < 3 * QMP_MAX_MESSAGE / 8; i++) {
+        g_string_append(s, "{\"}\":1},");
     }
-    expect_error(c, "GenericError", want);
-    r = expect_return_id(c, 11);
-    client_expect_silence(c, 20);
-    client_free(c);
-    qmp_server_free(s);
+    g_string_append(s, "0]}");
 }
 
 /* {"execute": "test-echo", "arguments": {"v": [[...]]}} nested depth
@@ -733,48 +757,28 @@ static char *nested_of_depth(unsigned depth)
     return g_string_free(s, FALSE);
 }
 
-static void test_framing_too_deep(void)
+/* 100000 levels: no stack or memory blow-up. */
+static void far_too_deep(GString *s)
 {
-    g_autofree char *fits = nested_of_depth(QMP_MAX_NESTING);
-    g_autofree char *over = nested_of_depth(QMP_MAX_NESTING + 1);
-    g_autofree char *want = g_strdup_printf("JSON parse error, nesting too "
-                                            "deep (more than %u levels)",
-                                            QMP_MAX_NESTING);
-    QmpServer *s = server_new("deep", false);
-    Client *c = client_new("deep");
-    g_autoptr(JsonObject) r = NULL;
-
-    client_negotiate(c);
-    client_send(c, fits);
-    r = expect_return_id(c, 5);
-    g_clear_pointer(&r, json_object_unref);
-    client_send(c, over);
-    expect_error(c, "GenericError", want);
-    client_send(c, "{\"execute\": \"test-probe\", \"id\": 6}");
-    r = expect_return_id(c, 6);
-    g_clear_pointer(&r, json_object_unref);
-
-    /* 100000 levels: one error, no stack or memory blow-up, and the
-     * connection goes on after the closing brackets. */
-    {
-        GString *deep = g_string_new(NULL);
-
-        for (unsigned i = 0; i < 100000; i++) {
-            g_string_append_c(deep, '[');
-        }
-        for (unsigned i = 0; i < 100000; i++) {
-            g_string_append_c(deep, ']');
-        }
-        g_string_append(deep, "{\"execute\": \"test-probe\", \"id\": 7}");
-        client_send_len(c, deep->str, deep->len);
-        g_string_free(deep, TRUE);
+    for (unsigned i = 0; i < 100000; i++) {
+        g_string_append_c(s, '[');
     }
-    expect_error(c, "GenericError", want);
-    r = expect_return_id(c, 7);
-    client_expect_silence(c, 20);
-    client_free(c);
-    qmp_server_free(s);
+    for (unsigned i = 0; i < 100000; i++) {
+        g_string_append_c(s, ']');
+    }
 }
+
+static const FramingLimit too_large = {
+    "large", echo_of_len, QMP_MAX_MESSAGE,
+    "JSON parse error, message too large (more than %u bytes)", 9,
+    far_too_large,
+};
+
+static const FramingLimit too_deep = {
+    "deep", nested_of_depth, QMP_MAX_NESTING,
+    "JSON parse error, nesting too deep (more than %u levels)", 5,
+    far_too_deep,
+};
 
 /* Count the error replies that arrive within ms; fail on anything else. */
 static unsigned count_errors(Client *c, int ms)
@@ -1007,10 +1011,50 @@ static void expect_arg_error(Error **errp, const char *msg)
     g_clear_error(errp);
 }
 
+/* The JSON types of the qmp_arg_*() readers, as their errors name them. */
+static const char *const arg_types[] = {
+    "string", "integer", "boolean", "object",
+};
+
+/* Read member key of args with the qmp_arg_*() reader of type. */
+static bool arg_get(JsonObject *args, const char *key, bool required,
+                    const char *type, Error **errp)
+{
+    const char *s;
+    int64_t i;
+    bool b;
+    JsonObject *o;
+
+    if (!strcmp(type, "string")) {
+        return qmp_arg_str(args, key, required, &s, errp);
+    } else if (!strcmp(type, "integer")) {
+        return qmp_arg_int(args, key, required, 0, 10, &i, errp);
+    } else if (!strcmp(type, "boolean")) {
+        return qmp_arg_bool(args, key, required, &b, errp);
+    }
+    g_assert_cmpstr(type, ==, "object");
+    return qmp_arg_object(args, key, required, &o, errp);
+}
+
 static void test_args(void)
 {
     static const char *const allowed[] = { "s", "i", "b", "o", "f", "n",
                                            "big", NULL };
+    /* Members read as the wrong type. */
+    static const struct {
+        const char *key;
+        bool required;
+        const char *type;
+    } wrong[] = {
+        { "i", true, "string" },
+        { "n", false, "string" },
+        { "f", true, "integer" },
+        { "s", true, "integer" },
+        { "b", true, "integer" },
+        { "s", true, "boolean" },
+        { "i", true, "boolean" },
+        { "s", true, "object" },
+    };
     g_autoptr(JsonObject) a = args_from(
         "{\"s\": \"str\", \"i\": 42, \"b\": true, \"o\": {\"x\": 1}, "
         "\"f\": 1.0, \"n\": null, \"big\": -9000000000}");
@@ -1043,41 +1087,22 @@ static void test_args(void)
     g_assert_true(qmp_arg_bool(a, "zz", false, &b, &err));
     g_assert_true(qmp_arg_object(a, "zz", false, &o, &err));
     g_assert_no_error(err);
-    g_assert_false(qmp_arg_str(a, "zz", true, &s, &err));
-    expect_arg_error(&err, "Parameter 'zz' is missing");
-    g_assert_false(qmp_arg_int(a, "zz", true, 0, 1, &i, &err));
-    expect_arg_error(&err, "Parameter 'zz' is missing");
-    g_assert_false(qmp_arg_bool(a, "zz", true, &b, &err));
-    expect_arg_error(&err, "Parameter 'zz' is missing");
-    g_assert_false(qmp_arg_object(a, "zz", true, &o, &err));
-    expect_arg_error(&err, "Parameter 'zz' is missing");
+    for (size_t t = 0; t < G_N_ELEMENTS(arg_types); t++) {
+        g_assert_false(arg_get(a, "zz", true, arg_types[t], &err));
+        expect_arg_error(&err, "Parameter 'zz' is missing");
+    }
 
     /* Wrong JSON types; a float (even 1.0) is not an integer; null is
      * not a string. */
-    g_assert_false(qmp_arg_str(a, "i", true, &s, &err));
-    expect_arg_error(&err, "Invalid parameter type for 'i', expected: "
-                     "string");
-    g_assert_false(qmp_arg_str(a, "n", false, &s, &err));
-    expect_arg_error(&err, "Invalid parameter type for 'n', expected: "
-                     "string");
-    g_assert_false(qmp_arg_int(a, "f", true, 0, 10, &i, &err));
-    expect_arg_error(&err, "Invalid parameter type for 'f', expected: "
-                     "integer");
-    g_assert_false(qmp_arg_int(a, "s", true, 0, 10, &i, &err));
-    expect_arg_error(&err, "Invalid parameter type for 's', expected: "
-                     "integer");
-    g_assert_false(qmp_arg_int(a, "b", true, 0, 10, &i, &err));
-    expect_arg_error(&err, "Invalid parameter type for 'b', expected: "
-                     "integer");
-    g_assert_false(qmp_arg_bool(a, "s", true, &b, &err));
-    expect_arg_error(&err, "Invalid parameter type for 's', expected: "
-                     "boolean");
-    g_assert_false(qmp_arg_bool(a, "i", true, &b, &err));
-    expect_arg_error(&err, "Invalid parameter type for 'i', expected: "
-                     "boolean");
-    g_assert_false(qmp_arg_object(a, "s", true, &o, &err));
-    expect_arg_error(&err, "Invalid parameter type for 's', expected: "
-                     "object");
+    for (size_t k = 0; k < G_N_ELEMENTS(wrong); k++) {
+        g_autofree char *want = g_strdup_printf(
+            "Invalid parameter type for '%s', expected: %s", wrong[k].key,
+            wrong[k].type);
+
+        g_assert_false(arg_get(a, wrong[k].key, wrong[k].required,
+                               wrong[k].type, &err));
+        expect_arg_error(&err, want);
+    }
 
     /* Range. */
     i = 3;
@@ -1541,8 +1566,8 @@ static const TestCase tests[] = {
     { "/qmp/framing/byte-by-byte", test_framing_byte_by_byte },
     { "/qmp/framing/several-in-one-write", test_framing_several_in_one_write },
     { "/qmp/framing/strings", test_framing_strings },
-    { "/qmp/framing/too-large", test_framing_too_large },
-    { "/qmp/framing/too-deep", test_framing_too_deep },
+    { "/qmp/framing/too-large", NULL, test_framing, &too_large },
+    { "/qmp/framing/too-deep", NULL, test_framing, &too_deep },
     { "/qmp/framing/garbage", test_framing_garbage },
     { "/qmp/framing/random", test_framing_random },
     { "/qmp/dispatch/table-and-classes", test_dispatch },
