@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <string.h>
 #include <unistd.h>
@@ -67,6 +68,19 @@ static void parse_bad(const char *str, int64_t min, int64_t max)
     g_assert_false(parse_int64_in_range("my-opt", str, min, max, &v, NULL));
 }
 
+/* parse_bad() of each string up to the NULL, all with min and max. */
+static void parse_bad_each(int64_t min, int64_t max, ...)
+{
+    va_list ap;
+    const char *str;
+
+    va_start(ap, max);
+    while ((str = va_arg(ap, const char *))) {
+        parse_bad(str, min, max);
+    }
+    va_end(ap);
+}
+
 /* ------------------------------------------------------------------------ */
 /* parse_int64_in_range                                                      */
 
@@ -91,34 +105,22 @@ static void test_parse_int_hex(void)
     g_assert_cmpint(parse_ok("0x1f", 0, 100), ==, 31);
     g_assert_cmpint(parse_ok("0x7fffffffffffffff", 0, INT64_MAX), ==,
                     INT64_MAX);
-    parse_bad("0x", 0, 100);
-    parse_bad("0xg", 0, 100);
-    parse_bad("0x65", 0, 100);               /* 101: out of range */
+    parse_bad_each(0, 100, "0x", "0xg", "0x65" /* 101: out of range */,
+                   NULL);
 }
 
 static void test_parse_int_junk(void)
 {
-    parse_bad("abc", 0, 100);
-    parse_bad("12abc", 0, 100);
-    parse_bad("1 2", 0, 100);
-    parse_bad("5 ", 0, 100);
-    parse_bad("1.5", 0, 100);
-    parse_bad("--1", -100, 100);
+    parse_bad_each(0, 100, "abc", "12abc", "1 2", "5 ", "1.5", "+", NULL);
+    parse_bad_each(-100, 100, "--1", "-", NULL);
     parse_bad("1e3", 0, 100000);
-    parse_bad("+", 0, 100);
-    parse_bad("-", -100, 100);
 }
 
 static void test_parse_int_leading_space(void)
 {
     /* Refused like trailing blanks ("5 "), whatever strtoll would skip. */
-    parse_bad(" 5", 0, 100);
-    parse_bad("  5", 0, 100);
-    parse_bad("\t5", 0, 100);
-    parse_bad("\n5", 0, 100);
+    parse_bad_each(0, 100, " 5", "  5", "\t5", "\n5", " 0x10", " ", NULL);
     parse_bad(" -5", -100, 100);
-    parse_bad(" 0x10", 0, 100);
-    parse_bad(" ", 0, 100);
     g_assert_cmpint(parse_ok("5", 0, 100), ==, 5);
 }
 
@@ -129,11 +131,10 @@ static void test_parse_int_empty(void)
 
 static void test_parse_int_overflow(void)
 {
-    parse_bad("99999999999999999999", 0, INT64_MAX);
-    parse_bad("9223372036854775808", 0, INT64_MAX);
-    parse_bad("-9223372036854775809", INT64_MIN, INT64_MAX);
-    parse_bad("-99999999999999999999", INT64_MIN, INT64_MAX);
-    parse_bad("0x10000000000000000", 0, INT64_MAX);
+    parse_bad_each(0, INT64_MAX, "99999999999999999999", "9223372036854775808",
+                   "0x10000000000000000", NULL);
+    parse_bad_each(INT64_MIN, INT64_MAX, "-9223372036854775809",
+                   "-99999999999999999999", NULL);
 }
 
 static void test_parse_int_range(void)
@@ -199,14 +200,24 @@ static void assert_pair(GPtrArray *opts, guint i, const char *key,
     g_assert_cmpstr(p->value, ==, value);
 }
 
-static void test_keyval_simple(void)
+/* keyval_parse() that must succeed, with n pairs (n < 0: any number). */
+static GPtrArray *parse_kv_ok(const char *str, const char *implied, int n)
 {
     Error *err = NULL;
-    GPtrArray *opts = keyval_parse("a=1,b=2", NULL, &err);
+    GPtrArray *opts = keyval_parse(str, implied, &err);
 
     g_assert_null(err);
     g_assert_nonnull(opts);
-    g_assert_cmpuint(opts->len, ==, 2);
+    if (n >= 0) {
+        g_assert_cmpuint(opts->len, ==, n);
+    }
+    return opts;
+}
+
+static void test_keyval_simple(void)
+{
+    GPtrArray *opts = parse_kv_ok("a=1,b=2", NULL, 2);
+
     assert_pair(opts, 0, "a", "1");
     assert_pair(opts, 1, "b", "2");
     g_assert_cmpstr(keyval_lookup(opts, "a"), ==, "1");
@@ -216,17 +227,14 @@ static void test_keyval_simple(void)
     g_ptr_array_unref(opts);
 
     /* One pair, order kept with several. */
-    opts = keyval_parse("z=9,y=8,x=7", NULL, &err);
-    g_assert_nonnull(opts);
-    g_assert_cmpuint(opts->len, ==, 3);
+    opts = parse_kv_ok("z=9,y=8,x=7", NULL, 3);
     assert_pair(opts, 0, "z", "9");
     assert_pair(opts, 1, "y", "8");
     assert_pair(opts, 2, "x", "7");
     g_ptr_array_unref(opts);
 
     /* Dotted keys are ordinary keys. */
-    opts = keyval_parse("cache.direct=on,addr.type=unix", NULL, &err);
-    g_assert_nonnull(opts);
+    opts = parse_kv_ok("cache.direct=on,addr.type=unix", NULL, -1);
     g_assert_cmpstr(keyval_lookup(opts, "cache.direct"), ==, "on");
     g_assert_cmpstr(keyval_lookup(opts, "addr.type"), ==, "unix");
     g_ptr_array_unref(opts);
@@ -237,19 +245,14 @@ static void test_keyval_implied(void)
     Error *err = NULL;
     GPtrArray *opts;
 
-    opts = keyval_parse("iothread,id=x", "qom-type", &err);
-    g_assert_null(err);
-    g_assert_nonnull(opts);
-    g_assert_cmpuint(opts->len, ==, 2);
+    opts = parse_kv_ok("iothread,id=x", "qom-type", 2);
     assert_pair(opts, 0, "qom-type", "iothread");
     assert_pair(opts, 1, "id", "x");
     g_assert_cmpstr(keyval_lookup(opts, "qom-type"), ==, "iothread");
     g_ptr_array_unref(opts);
 
     /* The implied key may also be given explicitly. */
-    opts = keyval_parse("qom-type=iothread,id=x", "qom-type", &err);
-    g_assert_null(err);
-    g_assert_nonnull(opts);
+    opts = parse_kv_ok("qom-type=iothread,id=x", "qom-type", -1);
     g_assert_cmpstr(keyval_lookup(opts, "qom-type"), ==, "iothread");
     g_assert_cmpstr(keyval_lookup(opts, "id"), ==, "x");
     g_ptr_array_unref(opts);
@@ -263,28 +266,19 @@ static void test_keyval_implied(void)
 
 static void test_keyval_escape(void)
 {
-    Error *err = NULL;
     GPtrArray *opts;
 
-    opts = keyval_parse("a=x,,y", NULL, &err);
-    g_assert_null(err);
-    g_assert_nonnull(opts);
-    g_assert_cmpuint(opts->len, ==, 1);
+    opts = parse_kv_ok("a=x,,y", NULL, 1);
     assert_pair(opts, 0, "a", "x,y");
     g_ptr_array_unref(opts);
 
-    opts = keyval_parse("cpu-affinity=0-3,,8,b=2", NULL, &err);
-    g_assert_null(err);
-    g_assert_nonnull(opts);
-    g_assert_cmpuint(opts->len, ==, 2);
+    opts = parse_kv_ok("cpu-affinity=0-3,,8,b=2", NULL, 2);
     assert_pair(opts, 0, "cpu-affinity", "0-3,8");
     assert_pair(opts, 1, "b", "2");
     g_ptr_array_unref(opts);
 
     /* ",,,," is two literal commas. */
-    opts = keyval_parse("a=,,,,", NULL, &err);
-    g_assert_null(err);
-    g_assert_nonnull(opts);
+    opts = parse_kv_ok("a=,,,,", NULL, -1);
     assert_pair(opts, 0, "a", ",,");
     g_ptr_array_unref(opts);
 }
@@ -591,6 +585,19 @@ static int unix_connect(const char *path)
     return fd;
 }
 
+/* A client connects to path and listen_fd accepts it; both are closed. */
+static void assert_connects(const char *path, int listen_fd)
+{
+    int c = unix_connect(path);
+    int a;
+
+    g_assert_cmpint(c, >=, 0);
+    a = accept(listen_fd, NULL, NULL);
+    g_assert_cmpint(a, >=, 0);
+    close(a);
+    close(c);
+}
+
 /* Leave a socket file at path that nobody listens on (a dead server's). */
 static void make_stale_socket(const char *path)
 {
@@ -654,12 +661,22 @@ static void assert_error_is(Error *err, char *want)
     g_free(want);
 }
 
+/* unix_socket_adopt_listen_fd() must refuse fd, not being a listener. */
+static void adopt_refused(int fd, bool duplicate)
+{
+    Error *err = NULL;
+
+    g_assert_cmpint(unix_socket_adopt_listen_fd(fd, duplicate, &err), ==, -1);
+    assert_error_is(err, g_strdup_printf("File descriptor %d is not a "
+                                         "listening UNIX stream socket", fd));
+}
+
 static void test_unix_socket_listen(void)
 {
     g_autofree char *dir = g_dir_make_tmp("test-util-XXXXXX", NULL);
     g_autofree char *path = g_build_filename(dir, "s.sock", NULL);
     struct stat st, now;
-    int fd, c, a;
+    int fd;
 
     g_assert_nonnull(dir);
     fd = listen_ok(path, &st);
@@ -673,12 +690,7 @@ static void test_unix_socket_listen(void)
     /* It listens: a client connects and the connection is there. */
     g_assert_cmpint(accept(fd, NULL, NULL), ==, -1);   /* nobody yet */
     g_assert_cmpint(errno, ==, EAGAIN);
-    c = unix_connect(path);
-    g_assert_cmpint(c, >=, 0);
-    a = accept(fd, NULL, NULL);
-    g_assert_cmpint(a, >=, 0);
-    close(a);
-    close(c);
+    assert_connects(path, fd);
 
     close(fd);
     unix_socket_unlink_if_same(path, st.st_dev, st.st_ino);
@@ -787,32 +799,17 @@ static void test_unix_socket_adopt(void)
 {
     g_autofree char *dir = g_dir_make_tmp("test-util-XXXXXX", NULL);
     g_autofree char *path = g_build_filename(dir, "s.sock", NULL);
-    Error *err = NULL;
     struct stat st;
-    int pair[2], pipefd[2], lfd, fd, c, a;
+    int pair[2], pipefd[2], lfd, fd;
 
     /* Not listening, not a socket, not open: refused, fd untouched. */
     g_assert_cmpint(socketpair(AF_UNIX, SOCK_STREAM, 0, pair), ==, 0);
     g_assert_cmpint(pipe(pipefd), ==, 0);
-    g_assert_cmpint(unix_socket_adopt_listen_fd(pair[0], true, &err), ==, -1);
-    assert_error_is(err, g_strdup_printf("File descriptor %d is not a "
-                                         "listening UNIX stream socket",
-                                         pair[0]));
-    err = NULL;
-    g_assert_cmpint(unix_socket_adopt_listen_fd(pipefd[0], false, &err), ==,
-                    -1);
-    assert_error_is(err, g_strdup_printf("File descriptor %d is not a "
-                                         "listening UNIX stream socket",
-                                         pipefd[0]));
-    err = NULL;
+    adopt_refused(pair[0], true);
+    adopt_refused(pipefd[0], false);
     assert_fd_flags(pipefd[0], false, false);
     close(pipefd[0]);
-    g_assert_cmpint(unix_socket_adopt_listen_fd(pipefd[0], true, &err), ==,
-                    -1);
-    assert_error_is(err, g_strdup_printf("File descriptor %d is not a "
-                                         "listening UNIX stream socket",
-                                         pipefd[0]));
-    err = NULL;
+    adopt_refused(pipefd[0], true);
     close(pipefd[1]);
     close(pair[0]);
     close(pair[1]);
@@ -830,12 +827,7 @@ static void test_unix_socket_adopt(void)
     assert_fd_flags(fd, true, true);
     assert_fd_flags(lfd, true, false);     /* O_NONBLOCK is shared */
     close(fd);
-    c = unix_connect(path);
-    g_assert_cmpint(c, >=, 0);
-    a = accept(lfd, NULL, NULL);
-    g_assert_cmpint(a, >=, 0);
-    close(a);
-    close(c);
+    assert_connects(path, lfd);
 
     /* Without: fd itself, now non-blocking and close-on-exec. */
     g_assert_cmpint(fcntl(lfd, F_SETFL, 0), ==, 0);
