@@ -171,48 +171,6 @@ static void check_with_pread(const char *path, const uint8_t *model,
     assert_same(buf, model, size, 0, "plain pread of the image");
 }
 
-/*
- * A small image file: SMALL_SIZE random bytes (model) in a temporary file,
- * the --blockdev options of a file node on it, a context to open it in and
- * an aligned buffer of the same size.
- */
-#define SMALL_SIZE 65536
-
-typedef struct SmallImage {
-    AioContext *ctx;
-    char *path;
-    char *opts;
-    uint8_t *model;
-    uint8_t *buf;
-} SmallImage;
-
-/* extra: options for the node besides driver and filename. */
-static void small_image_init(SmallImage *im, const char *dir,
-                             const char *extra)
-{
-    im->ctx = ctx_new();
-    im->path = temp_file_in(dir);
-    g_assert_nonnull(im->path);
-    im->opts = g_strdup_printf("driver=file,filename=%s,%s", im->path, extra);
-    im->model = g_malloc(SMALL_SIZE);
-    im->buf = aligned_buf(SMALL_SIZE);
-    write_image(im->path, im->model, SMALL_SIZE);
-}
-
-/* Delete the file (with check, after checking that it holds model). */
-static void small_image_cleanup(SmallImage *im, bool check)
-{
-    if (check) {
-        check_with_pread(im->path, im->model, SMALL_SIZE);
-    }
-    unlink(im->path);
-    aio_context_unref(im->ctx);
-    g_free(im->path);
-    g_free(im->opts);
-    g_free(im->model);
-    free(im->buf);
-}
-
 /* Whether O_DIRECT reads and writes of 4 KiB work in dir. */
 static bool dir_supports_direct(const char *dir)
 {
@@ -326,6 +284,55 @@ static BlockNode *open_or_skip(const char *opts, const char *aio,
         g_error("open '%s': %s", opts, error_get_pretty(err));
     }
     return bs;
+}
+
+/*
+ * A small image file: SMALL_SIZE random bytes (model) in a temporary file,
+ * a context to open it in and an aligned buffer of the same size.
+ */
+#define SMALL_SIZE 65536
+
+typedef struct SmallImage {
+    AioContext *ctx;
+    char *path;
+    uint8_t *model;
+    uint8_t *buf;
+} SmallImage;
+
+static void small_image_init(SmallImage *im, const char *dir)
+{
+    im->ctx = ctx_new();
+    im->path = temp_file_in(dir);
+    g_assert_nonnull(im->path);
+    im->model = g_malloc(SMALL_SIZE);
+    im->buf = aligned_buf(SMALL_SIZE);
+    write_image(im->path, im->model, SMALL_SIZE);
+}
+
+/*
+ * A file node on the image, with extra options besides driver and filename;
+ * with aio, open_or_skip() for that engine (NULL if skipped), else open_ok().
+ */
+static BlockNode *small_image_open(SmallImage *im, const char *extra,
+                                   const char *aio)
+{
+    g_autofree char *opts = g_strdup_printf("driver=file,filename=%s,%s",
+                                            im->path, extra);
+
+    return aio ? open_or_skip(opts, aio, im->ctx) : open_ok(opts, im->ctx);
+}
+
+/* Delete the file (with check, after checking that it holds model). */
+static void small_image_cleanup(SmallImage *im, bool check)
+{
+    if (check) {
+        check_with_pread(im->path, im->model, SMALL_SIZE);
+    }
+    unlink(im->path);
+    aio_context_unref(im->ctx);
+    g_free(im->path);
+    g_free(im->model);
+    free(im->buf);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -807,9 +814,9 @@ static void test_read_only(void)
     SmallImage im;
     BlockNode *bs;
 
-    small_image_init(&im, g_get_tmp_dir(), "read-only=on,discard=unmap");
+    small_image_init(&im, g_get_tmp_dir());
     g_assert_cmpint(chmod(im.path, 0400), ==, 0);
-    bs = open_ok(im.opts, im.ctx);
+    bs = small_image_open(&im, "read-only=on,discard=unmap", NULL);
     g_assert_true(block_node_is_read_only(bs));
     g_assert_cmpint(node_io(bs, BLOCK_OP_READ, 0, im.buf, SMALL_SIZE, 0), ==,
                     0);
@@ -830,8 +837,8 @@ static void test_discard_ignore_no_flush(void)
     SmallImage im;
     BlockNode *bs;
 
-    small_image_init(&im, g_get_tmp_dir(), "discard=ignore,cache.no-flush=on");
-    bs = open_ok(im.opts, im.ctx);
+    small_image_init(&im, g_get_tmp_dir());
+    bs = small_image_open(&im, "discard=ignore,cache.no-flush=on", NULL);
     g_assert_cmpint(node_io(bs, BLOCK_OP_DISCARD, 0, NULL, SMALL_SIZE, 0), ==,
                     0);
     g_assert_cmpint(node_io(bs, BLOCK_OP_FLUSH, 0, NULL, 0, 0), ==, 0);
@@ -1055,9 +1062,9 @@ static void check_move(const char *aio, const char *dir, bool direct)
     BlockNode *bs;
     Error *err = NULL;
 
-    small_image_init(&im, dir, extra);
+    small_image_init(&im, dir);
     job.model = im.model;
-    bs = open_or_skip(im.opts, aio, im.ctx);
+    bs = small_image_open(&im, extra, aio);
     if (!bs) {
         small_image_cleanup(&im, false);
         return;
