@@ -58,6 +58,32 @@ static void assert_all_zero(const BlockAcct *acct)
     g_assert_true(memcmp(&st, &zero, sizeof(st)) == 0);
 }
 
+/*
+ * What most tests count on: a context, a node opened from opts in it and
+ * a BlockAcct of slots slots.  acct_env_close() frees all three.
+ */
+typedef struct AcctEnv {
+    AioContext *ctx;
+    BlockNode *bs;
+    BlockAcct *acct;
+} AcctEnv;
+
+static AcctEnv acct_env_open(const char *opts, unsigned slots)
+{
+    AcctEnv e = { .ctx = ctx_new() };
+
+    e.bs = open_ok(opts, e.ctx);
+    e.acct = block_acct_new(slots);
+    return e;
+}
+
+static void acct_env_close(AcctEnv *e)
+{
+    block_acct_free(e->acct);
+    block_node_unref(e->bs);
+    aio_context_unref(e->ctx);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Counting                                                                  */
 
@@ -70,20 +96,18 @@ static void assert_all_zero(const BlockAcct *acct)
 
 static void test_ops_and_time(void)
 {
-    AioContext *ctx = ctx_new();
-    BlockNode *bs = open_ok("driver=null-aio,size=64M,discard=unmap,"
-                            "latency-ns=200000", ctx);
-    BlockAcct *acct = block_acct_new(3);
+    AcctEnv e = acct_env_open("driver=null-aio,size=64M,discard=unmap,"
+                              "latency-ns=200000", 3);
     BlockQueue *q[3];
     g_autofree char *buf = g_malloc0(64 * KiB);
     BlockAcctStats st;
     uint64_t n_total = 0;
 
     for (int i = 0; i < 3; i++) {
-        q[i] = block_queue_new(bs, ctx, NULL);
-        block_queue_set_acct(q[i], acct, i);
+        q[i] = block_queue_new(e.bs, e.ctx, NULL);
+        block_queue_set_acct(q[i], e.acct, i);
     }
-    assert_all_zero(acct);
+    assert_all_zero(e.acct);
     /* Queue i sends i + 1 of each op; sizes differ per queue. */
     for (int i = 0; i < 3; i++) {
         for (int k = 0; k <= i; k++) {
@@ -99,7 +123,7 @@ static void test_ops_and_time(void)
             n_total++;
         }
     }
-    block_acct_get(acct, &st);
+    block_acct_get(e.acct, &st);
     /* ops: 1 + 2 + 3 = 6; bytes: 4k*1*1 + 4k*2*2 + 4k*3*3 = 56k */
     g_assert_cmpuint(n_total, ==, 6);
     assert_op(&st, BLOCK_OP_READ, 6, 56 * KiB, 0);
@@ -117,11 +141,9 @@ static void test_ops_and_time(void)
         block_queue_free(q[i]);
     }
     /* The counts outlive the queues. */
-    block_acct_get(acct, &st);
+    block_acct_get(e.acct, &st);
     assert_op(&st, BLOCK_OP_READ, 6, 56 * KiB, 0);
-    block_acct_free(acct);
-    block_node_unref(bs);
-    aio_context_unref(ctx);
+    acct_env_close(&e);
 }
 
 /*
@@ -131,21 +153,19 @@ static void test_ops_and_time(void)
  */
 static void test_failed(void)
 {
-    AioContext *ctx = ctx_new();
-    BlockNode *bs = open_ok("driver=blkdebug,image.driver=null-co,"
-                            "image.size=1M,inject-error.0.op=write,"
-                            "inject-error.0.sector=0,inject-error.0.errno=28",
-                            ctx);
-    BlockNode *ro = open_ok("driver=null-co,size=1M,read-only=on", ctx);
-    BlockAcct *acct = block_acct_new(2);
-    BlockQueue *q = block_queue_new(bs, ctx, NULL);
-    BlockQueue *qro = block_queue_new(ro, ctx, NULL);
+    AcctEnv e = acct_env_open("driver=blkdebug,image.driver=null-co,"
+                              "image.size=1M,inject-error.0.op=write,"
+                              "inject-error.0.sector=0,"
+                              "inject-error.0.errno=28", 2);
+    BlockNode *ro = open_ok("driver=null-co,size=1M,read-only=on", e.ctx);
+    BlockQueue *q = block_queue_new(e.bs, e.ctx, NULL);
+    BlockQueue *qro = block_queue_new(ro, e.ctx, NULL);
     g_autofree char *buf = g_malloc0(8 * KiB);
     BlockAcctStats st;
     TReq bad;
 
-    block_queue_set_acct(q, acct, 0);
-    block_queue_set_acct(qro, acct, 1);
+    block_queue_set_acct(q, e.acct, 0);
+    block_queue_set_acct(qro, e.acct, 1);
 
     g_assert_cmpint(run_q(q, BLOCK_OP_WRITE, 0, buf, 4 * KiB), ==, -ENOSPC);
     g_assert_cmpint(run_q(q, BLOCK_OP_WRITE, 8 * KiB, buf, 4 * KiB), ==, 0);
@@ -162,7 +182,7 @@ static void test_failed(void)
     block_queue_drain(q);
     g_assert_cmpint(bad.ret, ==, -EINVAL);
 
-    block_acct_get(acct, &st);
+    block_acct_get(e.acct, &st);
     assert_op(&st, BLOCK_OP_WRITE, 1, 4 * KiB, 2);
     assert_op(&st, BLOCK_OP_READ, 1, 8 * KiB, 2);
     assert_op(&st, BLOCK_OP_DISCARD, 0, 0, 1);
@@ -171,10 +191,8 @@ static void test_failed(void)
 
     block_queue_free(q);
     block_queue_free(qro);
-    block_acct_free(acct);
-    block_node_unref(bs);
     block_node_unref(ro);
-    aio_context_unref(ctx);
+    acct_env_close(&e);
 }
 
 /*
@@ -185,13 +203,11 @@ static void test_failed(void)
  */
 static void test_not_counted(void)
 {
-    AioContext *ctx = ctx_new();
-    BlockNode *bs = open_ok("driver=blkdebug,align=4096,image.driver=raw,"
-                            "image.file.driver=null-co,"
-                            "image.file.size=1M", ctx);
-    BlockAcct *acct = block_acct_new(1);
-    BlockQueue *counted = block_queue_new(bs, ctx, NULL);
-    BlockQueue *plain = block_queue_new(bs, ctx, NULL);
+    AcctEnv e = acct_env_open("driver=blkdebug,align=4096,image.driver=raw,"
+                              "image.file.driver=null-co,"
+                              "image.file.size=1M", 1);
+    BlockQueue *counted = block_queue_new(e.bs, e.ctx, NULL);
+    BlockQueue *plain = block_queue_new(e.bs, e.ctx, NULL);
     g_autofree char *buf = g_malloc0(8 * KiB);
     BlockAcctStats st;
     TReq early;
@@ -199,40 +215,38 @@ static void test_not_counted(void)
     /* Submitted before the queue counts: not counted when it completes. */
     treq_init(&early, BLOCK_OP_READ, 0, buf, 4 * KiB);
     block_queue_submit(counted, &early.req);
-    block_queue_set_acct(counted, acct, 0);
+    block_queue_set_acct(counted, e.acct, 0);
     block_queue_drain(counted);
     g_assert_true(early.done);
-    assert_all_zero(acct);
+    assert_all_zero(e.acct);
 
     g_assert_cmpint(run_q(plain, BLOCK_OP_READ, 0, buf, 4 * KiB), ==, 0);
     g_assert_cmpint(run_q(plain, BLOCK_OP_WRITE, 0, buf, 4 * KiB), ==, 0);
-    assert_all_zero(acct);
+    assert_all_zero(e.acct);
 
     /* Through two filters and a misaligned write: once each. */
     g_assert_cmpint(run_q(counted, BLOCK_OP_READ, 0, buf, 4 * KiB), ==, 0);
     g_assert_cmpint(run_q(counted, BLOCK_OP_WRITE, 512, buf, 1000), ==, 0);
-    block_acct_get(acct, &st);
+    block_acct_get(e.acct, &st);
     assert_op(&st, BLOCK_OP_READ, 1, 4 * KiB, 0);
     assert_op(&st, BLOCK_OP_WRITE, 1, 1000, 0);
 
     /* Stop counting. */
     block_queue_set_acct(counted, NULL, 0);
     g_assert_cmpint(run_q(counted, BLOCK_OP_READ, 0, buf, 4 * KiB), ==, 0);
-    block_acct_get(acct, &st);
+    block_acct_get(e.acct, &st);
     assert_op(&st, BLOCK_OP_READ, 1, 4 * KiB, 0);
 
     /* A zero-length read succeeds at submission and counts, 0 bytes. */
-    block_queue_set_acct(counted, acct, 0);
+    block_queue_set_acct(counted, e.acct, 0);
     g_assert_cmpint(run_q(counted, BLOCK_OP_READ, 0, buf, 0), ==, 0);
-    block_acct_get(acct, &st);
+    block_acct_get(e.acct, &st);
     assert_op(&st, BLOCK_OP_READ, 2, 4 * KiB, 0);
 
     block_queue_free(counted);     /* detaches it: the free below is legal */
     block_queue_free(plain);
-    block_acct_free(acct);
     block_acct_free(NULL);
-    block_node_unref(bs);
-    aio_context_unref(ctx);
+    acct_env_close(&e);
 }
 
 /*
@@ -244,14 +258,12 @@ static void test_not_counted(void)
 
 static void test_batch_clock_fresh(void)
 {
-    AioContext *ctx = ctx_new();
-    BlockNode *bs = open_ok("driver=null-co,size=1M", ctx);
-    BlockAcct *acct = block_acct_new(1);
-    BlockQueue *q = block_queue_new(bs, ctx, NULL);
+    AcctEnv e = acct_env_open("driver=null-co,size=1M", 1);
+    BlockQueue *q = block_queue_new(e.bs, e.ctx, NULL);
     g_autofree char *buf = g_malloc0(4 * KiB);
     BlockAcctStats st;
 
-    block_queue_set_acct(q, acct, 0);
+    block_queue_set_acct(q, e.acct, 0);
     for (int i = 0; i < 3; i++) {
         /* Plugged like a device's batch; the completion comes from the
          * driver's BH batch.  A gap between the rounds: if a batch reused
@@ -273,7 +285,7 @@ static void test_batch_clock_fresh(void)
         }
         sleep_ns(GAP_NS);
     }
-    block_acct_get(acct, &st);
+    block_acct_get(e.acct, &st);
     assert_op(&st, BLOCK_OP_READ, 12, 48 * KiB, 0);
     /* Within a plugged section the first submission's time counts: the
      * k-th request of a round is counted from it, k short sleeps ago (in
@@ -286,9 +298,7 @@ static void test_batch_clock_fresh(void)
                      3 * (uint64_t)GAP_NS);
 
     block_queue_free(q);
-    block_acct_free(acct);
-    block_node_unref(bs);
-    aio_context_unref(ctx);
+    acct_env_close(&e);
 }
 
 typedef struct NestReq {
@@ -315,29 +325,25 @@ static void nest_outer_cb(BlockRequest *req, int ret)
 
 static void nest_run(const char *opts, int64_t pause_ns, BlockAcctStats *st)
 {
-    AioContext *ctx = ctx_new();
-    BlockNode *bs = open_ok(opts, ctx);
-    BlockAcct *acct = block_acct_new(1);
+    AcctEnv e = acct_env_open(opts, 1);
     g_autofree char *buf = g_malloc0(512);
     NestReq n = {
-        .q = block_queue_new(bs, ctx, NULL), .buf = buf,
+        .q = block_queue_new(e.bs, e.ctx, NULL), .buf = buf,
         .pause_ns = pause_ns,
     };
 
-    block_queue_set_acct(n.q, acct, 0);
+    block_queue_set_acct(n.q, e.acct, 0);
     treq_init(&n.outer, BLOCK_OP_READ, 0, buf, 512);
     n.outer.req.cb = nest_outer_cb;
     block_queue_submit(n.q, &n.outer.req);
     block_queue_drain(n.q);
     g_assert_true(n.outer.done && n.inner.done);
-    block_acct_get(acct, st);
+    block_acct_get(e.acct, st);
     assert_op(st, BLOCK_OP_READ, 1, 512, 0);
     assert_op(st, BLOCK_OP_WRITE, 1, 512, 0);
 
     block_queue_free(n.q);
-    block_acct_free(acct);
-    block_node_unref(bs);
-    aio_context_unref(ctx);
+    acct_env_close(&e);
 }
 
 #define NEST_LAT_NS (20 * NS_PER_MS)
