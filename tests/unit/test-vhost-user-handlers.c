@@ -26,6 +26,7 @@
 
 #include "hw/virtio/vhost-user-server-int.h"
 #include "test-helpers.h"
+#include "vu-dummy-device.h"
 
 #define NUM_QUEUES 2
 #define MAX_QUEUE_SIZE 256
@@ -33,87 +34,10 @@
 #define MEM_SIZE (1 << 20)
 #define GPA_BASE 0x100000000ull
 #define QVA_BASE 0x7f0000000000ull
-#define DUMMY_FEATURE_BIT 5
-#define DUMMY_CONFIG_LEN 16
 
 #define NEED_REPLY (VHOST_USER_VERSION | VHOST_USER_NEED_REPLY_MASK)
 
 static AioContext *ctx;
-
-/* ------------------------------------------------------------------------ */
-/* The dummy device                                                          */
-
-typedef struct Dummy {
-    uint64_t features;
-    int set_features_calls;
-    int started;
-    int drained;
-    uint8_t config[DUMMY_CONFIG_LEN];
-} Dummy;
-
-static uint64_t dummy_get_features(void *dev)
-{
-    return 1ull << DUMMY_FEATURE_BIT;
-}
-
-static void dummy_set_features(void *dev, uint64_t features)
-{
-    Dummy *d = dev;
-
-    d->set_features_calls++;
-    d->features = features;
-}
-
-static uint32_t dummy_get_config(void *dev, uint8_t *buf, uint32_t len)
-{
-    Dummy *d = dev;
-    uint32_t n = MIN(len, DUMMY_CONFIG_LEN);
-
-    memcpy(buf, d->config, n);
-    return n;
-}
-
-/* Only the first 8 bytes are writable. */
-static int dummy_set_config(void *dev, const uint8_t *buf, uint32_t offset,
-                            uint32_t len)
-{
-    Dummy *d = dev;
-
-    if (offset > 8 || len > 8 - offset) {
-        return -EINVAL;
-    }
-    memcpy(d->config + offset, buf, len);
-    return 0;
-}
-
-static void dummy_queue_started(void *dev, VirtQueue *vq)
-{
-    Dummy *d = dev;
-
-    d->started++;
-}
-
-static void dummy_queue_drain(void *dev, VirtQueue *vq)
-{
-    Dummy *d = dev;
-
-    d->drained++;
-}
-
-/* The tests never make a ring available: nothing to do. */
-static void dummy_handle_queue(VirtQueue *vq, void *opaque)
-{
-}
-
-static const VuDevOps dummy_ops = {
-    .get_features = dummy_get_features,
-    .set_features = dummy_set_features,
-    .get_config = dummy_get_config,
-    .set_config = dummy_set_config,
-    .queue_started = dummy_queue_started,
-    .queue_drain = dummy_queue_drain,
-    .handle_queue = dummy_handle_queue,
-};
 
 static VuServer *server_new(Dummy *d)
 {
@@ -130,8 +54,7 @@ static VuServer *server_new(Dummy *d)
     Error *err = NULL;
     VuServer *s;
 
-    *d = (Dummy) { .features = 0 };
-    memcpy(d->config, "spindle-dummy-01", DUMMY_CONFIG_LEN);
+    dummy_init(d);
     s = vu_server_new_socketless(&cfg, ctx, &err);
     g_assert_no_error(err);
     g_assert_nonnull(s);

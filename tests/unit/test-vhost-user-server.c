@@ -38,6 +38,7 @@
 #include "util/iov.h"
 #include "util/main-thread.h"
 #include "test-helpers.h"
+#include "vu-dummy-device.h"
 #include "vu-frontend.h"
 #include "vu-raw.h"
 
@@ -49,8 +50,6 @@
 #define CALL_WAIT_MS 5000
 #define RECV_TIMEOUT_S 5
 
-#define DUMMY_FEATURE_BIT 5
-#define DUMMY_CONFIG_LEN 16
 
 #define REPLY_FLAGS (VHOST_USER_VERSION | VHOST_USER_REPLY_MASK)
 #define NEED_REPLY (VHOST_USER_VERSION | VHOST_USER_NEED_REPLY_MASK)
@@ -74,137 +73,6 @@ static AioContext *queue_ctxs[2];
 static pthread_t test_thread;
 static char *tmp_dir;
 static _Atomic int broken_warnings;
-
-/* ------------------------------------------------------------------------ */
-/* The dummy device                                                          */
-
-typedef struct Dummy {
-    _Atomic int set_features_calls;
-    _Atomic uint64_t features;
-    _Atomic int started;
-    _Atomic int drained;
-    _Atomic int handled;
-    _Atomic int pop_errors;
-    _Atomic int wrong_thread;
-    _Atomic int set_config_calls;
-    uint8_t config[DUMMY_CONFIG_LEN];  /* server's main thread only */
-} Dummy;
-
-static uint64_t dummy_get_features(void *dev)
-{
-    return 1ull << DUMMY_FEATURE_BIT;
-}
-
-static void dummy_set_features(void *dev, uint64_t features)
-{
-    Dummy *d = dev;
-
-    g_assert(aio_context_in_home_thread(srv_ctx));
-    atomic_fetch_add(&d->set_features_calls, 1);
-    atomic_store(&d->features, features);
-}
-
-static uint32_t dummy_get_config(void *dev, uint8_t *buf, uint32_t len)
-{
-    Dummy *d = dev;
-    uint32_t n = MIN(len, DUMMY_CONFIG_LEN);
-
-    g_assert(aio_context_in_home_thread(srv_ctx));
-    memcpy(buf, d->config, n);
-    return n;
-}
-
-/* Only the first 8 bytes are writable. */
-static int dummy_set_config(void *dev, const uint8_t *buf, uint32_t offset,
-                            uint32_t len)
-{
-    Dummy *d = dev;
-
-    g_assert(aio_context_in_home_thread(srv_ctx));
-    if (offset > 8 || len > 8 - offset) {
-        return -EINVAL;
-    }
-    memcpy(d->config + offset, buf, len);
-    atomic_fetch_add(&d->set_config_calls, 1);
-    return 0;
-}
-
-static void dummy_check_thread(Dummy *d, VirtQueue *vq)
-{
-    if (!aio_context_in_home_thread(virtqueue_get_aio_context(vq)) ||
-        pthread_equal(pthread_self(), test_thread) ||
-        aio_context_in_home_thread(srv_ctx)) {
-        atomic_fetch_add(&d->wrong_thread, 1);
-    }
-}
-
-static void dummy_queue_started(void *dev, VirtQueue *vq)
-{
-    Dummy *d = dev;
-
-    dummy_check_thread(d, vq);
-    atomic_fetch_add(&d->started, 1);
-}
-
-static void dummy_queue_drain(void *dev, VirtQueue *vq)
-{
-    Dummy *d = dev;
-
-    dummy_check_thread(d, vq);
-    /* The echo handler pushes everything it pops at once. */
-    g_assert_cmpuint(virtqueue_inflight(vq), ==, 0);
-    atomic_fetch_add(&d->drained, 1);
-}
-
-static void dummy_handle_queue(VirtQueue *vq, void *opaque)
-{
-    Dummy *d = opaque;
-
-    dummy_check_thread(d, vq);
-    for (;;) {
-        VirtQueueElement *elem = g_new(VirtQueueElement, 1);
-        uint8_t buf[4096];
-        size_t len;
-        int r = virtqueue_pop(vq, elem);
-
-        if (r <= 0) {
-            if (r < 0) {
-                atomic_fetch_add(&d->pop_errors, 1);
-            }
-            g_free(elem);
-            return;
-        }
-        len = iov_to_buf(elem->out_sg, elem->out_num, 0, buf, sizeof(buf));
-        len = iov_from_buf(elem->in_sg, elem->in_num, 0, buf, len);
-        virtqueue_push(vq, elem, len);
-        atomic_fetch_add(&d->handled, 1);
-        g_free(elem);
-    }
-}
-
-static const VuDevOps dummy_ops = {
-    .get_features = dummy_get_features,
-    .set_features = dummy_set_features,
-    .get_config = dummy_get_config,
-    .set_config = dummy_set_config,
-    .queue_started = dummy_queue_started,
-    .queue_drain = dummy_queue_drain,
-    .handle_queue = dummy_handle_queue,
-};
-
-static Dummy *dummy_new(void)
-{
-    Dummy *d = g_new0(Dummy, 1);
-
-    memcpy(d->config, "spindle-dummy-01", DUMMY_CONFIG_LEN);
-    return d;
-}
-
-static void dummy_free(Dummy *d)
-{
-    g_assert_cmpint(atomic_load(&d->wrong_thread), ==, 0);
-    g_free(d);
-}
 
 /* ------------------------------------------------------------------------ */
 /* The server, driven in its own thread                                      */
@@ -348,7 +216,7 @@ typedef struct Export {
 
 static Export export_new(const char *name)
 {
-    Export e = { .path = sock_path(name), .d = dummy_new() };
+    Export e = { .path = sock_path(name), .d = dummy_new(srv_ctx, test_thread) };
 
     e.s = server_new(e.path, e.d);
     return e;
@@ -752,7 +620,7 @@ static void check_server_alive(const char *path)
 static void test_negotiate(void)
 {
     char *path = sock_path("negotiate.sock");
-    Dummy *d = dummy_new();
+    Dummy *d = dummy_new(srv_ctx, test_thread);
     VuServer *s = server_new(path, d);
     VhostUserConfig cfg = { 0 };
     uint8_t payload[VHOST_USER_CONFIG_HDR_SIZE + 8];
@@ -935,7 +803,7 @@ static void test_mem_table(void)
 static void test_ring_io(void)
 {
     char *path = sock_path("ring-io.sock");
-    Dummy *d = dummy_new();
+    Dummy *d = dummy_new(srv_ctx, test_thread);
     VuServer *s = server_new(path, d);
     VuFrontend *fe = fe_connect(path);
     VhostUserMemRegMsg reg = { 0 };
@@ -1355,7 +1223,7 @@ static void test_socket_path(void)
     char *path = sock_path("stale.sock");
     char *file = sock_path("regular-file");
     struct sockaddr_un sun = { .sun_family = AF_UNIX };
-    Dummy *d = dummy_new();
+    Dummy *d = dummy_new(srv_ctx, test_thread);
     Error *err = NULL;
     struct stat st;
     VuServer *s, *s2;
@@ -1413,7 +1281,7 @@ static void test_listen_fd(void)
 {
     char *path = sock_path("inherited.sock");
     struct sockaddr_un sun = { .sun_family = AF_UNIX };
-    Dummy *d = dummy_new();
+    Dummy *d = dummy_new(srv_ctx, test_thread);
     Error *err = NULL;
     VuServer *s;
     int lfd, plain, pipefd[2];
