@@ -99,27 +99,15 @@ static size_t drain_fd(int fd)
     return total;
 }
 
-/* A thread that writes one byte to fd after a delay. */
-typedef struct DelayedWrite {
-    int fd;
-    int64_t delay_ns;
-    GThread *thread;
-} DelayedWrite;
-
-static gpointer delayed_write_fn(gpointer opaque)
+/* Delayed calls (DelayedCall) of write_byte() and drain_fd() on *fd. */
+static void write_byte_to(void *fd)
 {
-    DelayedWrite *dw = opaque;
-
-    sleep_ns(dw->delay_ns);
-    g_assert_cmpint(write(dw->fd, "x", 1), ==, 1);
-    return NULL;
+    write_byte(*(int *)fd);
 }
 
-static void delayed_write_start(DelayedWrite *dw, int fd, int64_t delay_ns)
+static void drain_fd_of(void *fd)
 {
-    dw->fd = fd;
-    dw->delay_ns = delay_ns;
-    dw->thread = g_thread_new("delayed-write", delayed_write_fn, dw);
+    drain_fd(*(int *)fd);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -133,26 +121,24 @@ static void vq_cleanup_checked(Vq *vq)
 }
 
 /*
- * A thread that publishes one message after a delay, then waits (with a
- * timeout) for it to be consumed.  On timeout it records the loss and wakes
- * the loop with aio_notify() so that the test fails instead of hanging.
+ * Called in a thread after a delay (DelayedCall): publish one message, then
+ * wait (with a timeout) for it to be consumed.  On timeout, record the loss
+ * and wake the loop with aio_notify() so that the test fails instead of
+ * hanging.
  */
 typedef struct DelayedPub {
     Vq *vq;
-    int64_t delay_ns;
     int64_t timeout_ns;
     uint64_t target;
     int64_t t_pub;
     _Atomic bool finished;
     _Atomic bool timed_out;
-    GThread *thread;
 } DelayedPub;
 
-static gpointer delayed_pub_fn(gpointer opaque)
+static void delayed_pub(void *opaque)
 {
     DelayedPub *dp = opaque;
 
-    sleep_ns(dp->delay_ns);
     dp->t_pub = clock_now_ns();
     vq_publish(dp->vq);
     if (!vq_wait_acked(dp->vq, dp->target, dp->timeout_ns)) {
@@ -160,7 +146,6 @@ static gpointer delayed_pub_fn(gpointer opaque)
         aio_notify(dp->vq->ctx);        /* break the loop out of its wait */
     }
     atomic_store(&dp->finished, true);
-    return NULL;
 }
 
 /* Publish after delay_ns; run the loop until consumed.  False if lost. */
@@ -168,17 +153,17 @@ static bool vq_publish_after_and_run(Vq *vq, int64_t delay_ns)
 {
     DelayedPub dp = {
         .vq = vq,
-        .delay_ns = delay_ns,
         .timeout_ns = 5 * NS_PER_SEC,
         .target = atomic_load(&vq->avail) + 1,
     };
+    DelayedCall dc;
     bool ok;
 
-    dp.thread = g_thread_new("delayed-pub", delayed_pub_fn, &dp);
+    delayed_call_start(&dc, delay_ns, delayed_pub, &dp);
     while (vq->seen < dp.target && !atomic_load(&dp.timed_out)) {
         aio_poll(vq->ctx, true);
     }
-    g_thread_join(dp.thread);
+    delayed_call_join(&dc);
     ok = !atomic_load(&dp.timed_out);
     if (!ok) {
         g_test_message("message %" PRIu64 " published %" PRId64
@@ -325,7 +310,7 @@ static void test_fd_read(void)
 {
     AioContext *ctx = ctx_new();
     FdState st = { .ctx = ctx };
-    DelayedWrite dw;
+    DelayedCall dw;
     AioPollStats s;
     int fds[2];
 
@@ -344,11 +329,11 @@ static void test_fd_read(void)
     g_assert_cmpint(st.reads, ==, 1);
 
     /* Blocking: a thread writes while the loop waits. */
-    delayed_write_start(&dw, fds[1], 20 * NS_PER_MS);
+    delayed_call_start(&dw, 20 * NS_PER_MS, write_byte_to, &fds[1]);
     while (st.reads < 2) {
         aio_poll(ctx, true);
     }
-    g_thread_join(dw.thread);
+    delayed_call_join(&dw);
     g_assert_cmpint(st.reads, ==, 2);
     g_assert_cmpuint(st.bytes, ==, 2);
 
@@ -368,20 +353,6 @@ static void test_fd_read(void)
     aio_context_unref(ctx);
 }
 
-typedef struct DelayedDrain {
-    int fd;
-    GThread *thread;
-} DelayedDrain;
-
-static gpointer delayed_drain_fn(gpointer opaque)
-{
-    DelayedDrain *dd = opaque;
-
-    sleep_ns(20 * NS_PER_MS);
-    drain_fd(dd->fd);
-    return NULL;
-}
-
 static void fill_pipe(int wfd)
 {
     char buf[4096] = { 0 };
@@ -399,7 +370,7 @@ static void test_fd_write(void)
 {
     AioContext *ctx = ctx_new();
     FdState st = { .ctx = ctx };
-    DelayedDrain dd;
+    DelayedCall dd;
     int fds[2];
 
     make_pipe(fds);
@@ -420,12 +391,11 @@ static void test_fd_write(void)
     fill_pipe(fds[1]);
     g_assert_false(aio_poll(ctx, false));
     g_assert_cmpint(st.writes, ==, 1);
-    dd.fd = fds[0];
-    dd.thread = g_thread_new("drain", delayed_drain_fn, &dd);
+    delayed_call_start(&dd, 20 * NS_PER_MS, drain_fd_of, &fds[0]);
     while (st.writes < 2) {
         aio_poll(ctx, true);
     }
-    g_thread_join(dd.thread);
+    delayed_call_join(&dd);
 
     aio_set_fd_handler(ctx, fds[1], NULL, NULL, NULL, NULL, NULL);
     g_assert_false(aio_poll(ctx, false));
@@ -546,25 +516,17 @@ static void test_dispatch_time(void)
     aio_context_unref(ctx);
 }
 
-typedef struct DelayedSet {
-    EventNotifier *e;
-    GThread *thread;
-} DelayedSet;
-
-static gpointer delayed_set_fn(gpointer opaque)
+/* A delayed call (DelayedCall) of event_notifier_set() on e. */
+static void notifier_set(void *e)
 {
-    DelayedSet *ds = opaque;
-
-    sleep_ns(20 * NS_PER_MS);
-    g_assert_cmpint(event_notifier_set(ds->e), ==, 0);
-    return NULL;
+    g_assert_cmpint(event_notifier_set(e), ==, 0);
 }
 
 static void test_event_notifier(void)
 {
     AioContext *ctx = ctx_new();
     EnState st = { 0 };
-    DelayedSet ds;
+    DelayedCall ds;
 
     g_assert_cmpint(event_notifier_init(&st.e, false), ==, 0);
     aio_set_event_notifier(ctx, &st.e, en_read, NULL, NULL);
@@ -577,12 +539,11 @@ static void test_event_notifier(void)
     g_assert_false(aio_poll(ctx, false));
 
     /* Set from another thread while the loop blocks. */
-    ds.e = &st.e;
-    ds.thread = g_thread_new("set", delayed_set_fn, &ds);
+    delayed_call_start(&ds, 20 * NS_PER_MS, notifier_set, &st.e);
     while (st.reads < 2) {
         aio_poll(ctx, true);
     }
-    g_thread_join(ds.thread);
+    delayed_call_join(&ds);
     g_assert_cmpint(st.cleared, ==, 2);
 
     /*

@@ -211,6 +211,27 @@ void gate_destroy(Gate *g)
     g_cond_clear(&g->cond);
 }
 
+static gpointer delayed_call_thread(gpointer opaque)
+{
+    DelayedCall *dc = opaque;
+
+    sleep_ns(dc->delay_ns);
+    dc->fn(dc->opaque);
+    return NULL;
+}
+
+void delayed_call_start(DelayedCall *dc, int64_t delay_ns,
+                        void (*fn)(void *opaque), void *opaque)
+{
+    *dc = (DelayedCall) { .delay_ns = delay_ns, .fn = fn, .opaque = opaque };
+    dc->thread = g_thread_new("delayed-call", delayed_call_thread, dc);
+}
+
+void delayed_call_join(DelayedCall *dc)
+{
+    g_thread_join(dc->thread);
+}
+
 int count_dir_entries(const char *path)
 {
     GDir *d = g_dir_open(path, 0, NULL);

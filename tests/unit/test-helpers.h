@@ -5,7 +5,8 @@
  *   it runs (TestCase, test_add_with_watchdog()), and the main() of every
  *   program (TestProgram, test_main(), TEST_MAIN()).
  * - Time helpers (sleep_ns(), spin_ns()).
- * - A one-shot gate for threads (Gate), count_dir_entries().
+ * - A one-shot gate for threads (Gate), a delayed call in a thread
+ *   (DelayedCall), count_dir_entries().
  * - Constructors that assert success (ctx_new(), iot_new()).
  * - Vq, a model of a virtqueue as a pollable AioContext handler, used to
  *   drive and observe the loop's adaptive polling.
@@ -191,6 +192,22 @@ void gate_init(Gate *g, bool open);
 void gate_open(Gate *g);
 void gate_pass(Gate *g);
 void gate_destroy(Gate *g);
+
+/*
+ * A thread that sleeps delay_ns, then runs fn(opaque): something that
+ * happens elsewhere while the test's loop blocks.  delayed_call_join()
+ * waits for the thread to end.  Any thread.
+ */
+typedef struct DelayedCall {
+    int64_t delay_ns;
+    void (*fn)(void *opaque);
+    void *opaque;
+    GThread *thread;
+} DelayedCall;
+
+void delayed_call_start(DelayedCall *dc, int64_t delay_ns,
+                        void (*fn)(void *opaque), void *opaque);
+void delayed_call_join(DelayedCall *dc);
 
 /* The number of entries in directory path ("/proc/self/fd", say). */
 int count_dir_entries(const char *path);
