@@ -144,7 +144,8 @@ int test_main(int argc, char **argv, const TestProgram *prog);
         };                                                                \
         return test_main(argc, argv, &prog);                              \
     }
-#define TEST_MAIN(table, watchdog_s) TEST_MAIN_SETUP(table, watchdog_s, NULL, NULL)
+#define TEST_MAIN(table, watchdog_s) \
+    TEST_MAIN_SETUP(table, watchdog_s, NULL, NULL)
 
 /* ------------------------------------------------------------------------ */
 /* Time                                                                      */

@@ -216,7 +216,10 @@ typedef struct Export {
 
 static Export export_new(const char *name)
 {
-    Export e = { .path = sock_path(name), .d = dummy_new(srv_ctx, test_thread) };
+    Export e = {
+        .path = sock_path(name),
+        .d = dummy_new(srv_ctx, test_thread),
+    };
 
     e.s = server_new(e.path, e.d);
     return e;
