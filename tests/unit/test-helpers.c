@@ -24,7 +24,7 @@
 #include "test-helpers.h"
 
 /* ------------------------------------------------------------------------ */
-/* Watchdog                                                                  */
+/* Tests, the watchdog, table-driven tests and main()                        */
 
 static unsigned watchdog_seconds;
 static char watchdog_msg[512];
@@ -101,17 +101,6 @@ void test_add_variants(const char *const *variants, size_t n_variants,
     test_add_with_watchdog(tests, k, watchdog_s);
 }
 
-const bool o_direct = true;
-const char *const all_engines[3] = { "threads", "native", "io_uring" };
-const char *const kernel_engines[2] = { "native", "io_uring" };
-
-EngineVariant engine_variant(const void *arg)
-{
-    const TestVariant *v = arg;
-
-    return (EngineVariant) { v->variant, v->data == &o_direct };
-}
-
 int test_main(int argc, char **argv, const TestProgram *prog)
 {
     int r;
@@ -126,6 +115,20 @@ int test_main(int argc, char **argv, const TestProgram *prog)
         prog->teardown();
     }
     return r;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Engine variants                                                           */
+
+const bool o_direct = true;
+const char *const all_engines[3] = { "threads", "native", "io_uring" };
+const char *const kernel_engines[2] = { "native", "io_uring" };
+
+EngineVariant engine_variant(const void *arg)
+{
+    const TestVariant *v = arg;
+
+    return (EngineVariant) { v->variant, v->data == &o_direct };
 }
 
 /* ------------------------------------------------------------------------ */

@@ -2,8 +2,10 @@
  * Helpers shared by the unit test programs in tests/unit/.
  *
  * - A watchdog that aborts a test that hangs, the table of test cases
- *   it runs (TestCase, test_add_with_watchdog()), and the main() of every
- *   program (TestProgram, test_main(), TEST_MAIN()).
+ *   it runs (TestCase, test_add_with_watchdog()), table-driven tests run
+ *   once per variant (VariantCheck, test_add_variants()), and the main()
+ *   of every program (TestProgram, test_main(), TEST_MAIN()).
+ * - The I/O engines as variants (EngineVariant, all_engines).
  * - Time helpers (sleep_ns(), spin_ns()).
  * - A one-shot gate for threads (Gate), a delayed call in a thread
  *   (DelayedCall), count_dir_entries().
@@ -31,7 +33,7 @@
 #define NS_PER_SEC ((int64_t)1000000000)
 
 /* ------------------------------------------------------------------------ */
-/* Watchdog                                                                  */
+/* Tests, the watchdog, table-driven tests and main()                        */
 
 /*
  * One test: its g_test path and either fn (a test of its own) or fn_data
@@ -91,29 +93,11 @@ void test_add_variants(const char *const *variants, size_t n_variants,
                        unsigned watchdog_s);
 
 /*
- * The variant tests of the block layer run on each I/O engine: their
- * TestVariant's variant names the engine, and their row's data points to
- * o_direct where the file is to be opened O_DIRECT.  engine_variant()
- * decodes a test's data (its const void * argument) into both.
- */
-typedef struct EngineVariant {
-    const char *engine;
-    bool direct;
-} EngineVariant;
-
-extern const bool o_direct;
-
-/* The engines' names, for test_add_variants(): all, and the kernel's. */
-extern const char *const all_engines[3];
-extern const char *const kernel_engines[2];
-
-EngineVariant engine_variant(const void *arg);
-
-/*
  * A unit test program: its table of tests, their watchdog (seconds, below
  * the program's meson timeout, so that the watchdog reports first), and
- * optional set-up and tear-down of what all its tests share (run once,
- * in the main thread, after g_test_init() and after g_test_run()).
+ * optional set-up of what all its tests share (run once, in the main
+ * thread, after g_test_init(); it may register more tests) and tear-down
+ * (after g_test_run()).
  */
 typedef struct TestProgram {
     const TestCase *tests;
@@ -146,6 +130,28 @@ int test_main(int argc, char **argv, const TestProgram *prog);
     }
 #define TEST_MAIN(table, watchdog_s) \
     TEST_MAIN_SETUP(table, watchdog_s, NULL, NULL)
+
+/* ------------------------------------------------------------------------ */
+/* Engine variants (the block tests)                                         */
+
+/*
+ * The variant tests of the block layer run on each I/O engine: their
+ * TestVariant's variant names the engine, and their row's data points to
+ * o_direct where the file is to be opened O_DIRECT.  engine_variant()
+ * decodes a test's data (its const void * argument) into both.
+ */
+typedef struct EngineVariant {
+    const char *engine;
+    bool direct;
+} EngineVariant;
+
+extern const bool o_direct;
+
+/* The engines' names, for test_add_variants(): all, and the kernel's. */
+extern const char *const all_engines[3];
+extern const char *const kernel_engines[2];
+
+EngineVariant engine_variant(const void *arg);
 
 /* ------------------------------------------------------------------------ */
 /* Time                                                                      */
