@@ -195,9 +195,16 @@ typedef struct Gate {
     bool open;
 } Gate;
 
+/* Initialise *g, open or closed. */
 void gate_init(Gate *g, bool open);
+
+/* Open g and wake every thread waiting at it. */
 void gate_open(Gate *g);
+
+/* Return once g is open (at once if it already is). */
 void gate_pass(Gate *g);
+
+/* Free g's resources; no thread may be waiting at it. */
 void gate_destroy(Gate *g);
 
 /*
@@ -212,8 +219,11 @@ typedef struct DelayedCall {
     GThread *thread;
 } DelayedCall;
 
+/* Fill *dc and start its thread; dc must stay put until the join. */
 void delayed_call_start(DelayedCall *dc, int64_t delay_ns,
                         void (*fn)(void *opaque), void *opaque);
+
+/* Wait until dc's thread has run fn and ended. */
 void delayed_call_join(DelayedCall *dc);
 
 /* The number of entries in directory path ("/proc/self/fd", say). */
