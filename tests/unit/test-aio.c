@@ -8,7 +8,8 @@
  * real life: a guest driver publishing virtqueue work, a thread scheduling
  * bottom halves, a timer expiring.
  *
- * Most polling tests use "Vq", a model of a virtqueue (test-helpers.h):
+ * Most polling tests use PollSrc (test-helpers.h), a pollable source with a
+ * ring's notification protocol but no ring:
  * another thread publishes messages on it and the loop consumes them,
  * polling or woken by the eventfd kick.  The producer waits for each
  * message to be acknowledged, with a timeout: a message that is never
@@ -111,13 +112,13 @@ static void drain_fd_of(void *fd)
 }
 
 /* ------------------------------------------------------------------------ */
-/* Vq (test-helpers.h): checked cleanup and delayed producers                */
+/* PollSrc (test-helpers.h): checked cleanup and delayed producers           */
 
-/* vq_cleanup(), and check that io_poll_begin and io_poll_end alternated. */
-static void vq_cleanup_checked(Vq *vq)
+/* psrc_cleanup(), and check that io_poll_begin and io_poll_end alternated. */
+static void psrc_cleanup_checked(PollSrc *psrc)
 {
-    vq_cleanup(vq);
-    g_assert_cmpuint(atomic_load(&vq->alternation_errors), ==, 0);
+    psrc_cleanup(psrc);
+    g_assert_cmpuint(atomic_load(&psrc->alternation_errors), ==, 0);
 }
 
 /*
@@ -127,7 +128,7 @@ static void vq_cleanup_checked(Vq *vq)
  * hanging.
  */
 typedef struct DelayedPub {
-    Vq *vq;
+    PollSrc *psrc;
     int64_t timeout_ns;
     uint64_t target;
     int64_t t_pub;
@@ -140,28 +141,28 @@ static void delayed_pub(void *opaque)
     DelayedPub *dp = opaque;
 
     dp->t_pub = clock_now_ns();
-    vq_publish(dp->vq);
-    if (!vq_wait_acked(dp->vq, dp->target, dp->timeout_ns)) {
+    psrc_publish(dp->psrc);
+    if (!psrc_wait_acked(dp->psrc, dp->target, dp->timeout_ns)) {
         atomic_store(&dp->timed_out, true);
-        aio_notify(dp->vq->ctx);        /* break the loop out of its wait */
+        aio_notify(dp->psrc->ctx);        /* break the loop out of its wait */
     }
     atomic_store(&dp->finished, true);
 }
 
 /* Publish after delay_ns; run the loop until consumed.  False if lost. */
-static bool vq_publish_after_and_run(Vq *vq, int64_t delay_ns)
+static bool psrc_publish_after_and_run(PollSrc *psrc, int64_t delay_ns)
 {
     DelayedPub dp = {
-        .vq = vq,
+        .psrc = psrc,
         .timeout_ns = 5 * NS_PER_SEC,
-        .target = atomic_load(&vq->avail) + 1,
+        .target = atomic_load(&psrc->avail) + 1,
     };
     DelayedCall dc;
     bool ok;
 
     delayed_call_start(&dc, delay_ns, delayed_pub, &dp);
-    while (vq->seen < dp.target && !atomic_load(&dp.timed_out)) {
-        aio_poll(vq->ctx, true);
+    while (psrc->seen < dp.target && !atomic_load(&dp.timed_out)) {
+        aio_poll(psrc->ctx, true);
     }
     delayed_call_join(&dc);
     ok = !atomic_load(&dp.timed_out);
@@ -169,8 +170,8 @@ static bool vq_publish_after_and_run(Vq *vq, int64_t delay_ns)
         g_test_message("message %" PRIu64 " published %" PRId64
                        " ns into the wait was never consumed "
                        "(no_notify=%d begins=%" PRIu64 " ends=%" PRIu64 ")",
-                       dp.target, delay_ns, atomic_load(&vq->no_notify),
-                       atomic_load(&vq->begins), atomic_load(&vq->ends));
+                       dp.target, delay_ns, atomic_load(&psrc->no_notify),
+                       atomic_load(&psrc->begins), atomic_load(&psrc->ends));
     }
     return ok;
 }
@@ -180,14 +181,14 @@ static bool vq_publish_after_and_run(Vq *vq, int64_t delay_ns)
  * rule.  The caller has set a large max and a huge grow factor.  Events
  * arrive 1 ms into each turn.
  */
-static void grow_window(AioContext *ctx, Vq *vq, int64_t target_ns)
+static void grow_window(AioContext *ctx, PollSrc *psrc, int64_t target_ns)
 {
     AioPollStats s;
 
     aio_context_set_poll_policy(ctx, &aio_poll_policy_qemu_classic);
 
     for (int i = 0; i < 40; i++) {
-        g_assert_true(vq_publish_after_and_run(vq, NS_PER_MS));
+        g_assert_true(psrc_publish_after_and_run(psrc, NS_PER_MS));
         s = get_stats(ctx);
         if (s.poll_ns >= target_ns) {
             return;
@@ -790,8 +791,8 @@ typedef struct LateBh {
     int64_t delay_ns;
     int64_t t_sched;
     bool notify_instead;
-    /* Optional: wait until the loop is busy polling vq before acting. */
-    Vq *vq;
+    /* Optional: wait until the loop is busy polling psrc before acting. */
+    PollSrc *psrc;
     uint64_t polls_before;
     bool saw_polling;
     GThread *thread;
@@ -801,15 +802,15 @@ static gpointer late_bh_fn(gpointer opaque)
 {
     LateBh *lb = opaque;
 
-    if (lb->vq) {
+    if (lb->psrc) {
         int64_t t0 = clock_now_ns();
 
         /* The turn is spinning once io_poll is being called. */
-        while (atomic_load(&lb->vq->polls) < lb->polls_before + 2 &&
+        while (atomic_load(&lb->psrc->polls) < lb->polls_before + 2 &&
                clock_now_ns() - t0 < 2 * NS_PER_SEC) {
             g_usleep(100);
         }
-        lb->saw_polling = atomic_load(&lb->vq->polls) >= lb->polls_before + 2;
+        lb->saw_polling = atomic_load(&lb->psrc->polls) >= lb->polls_before + 2;
     }
     sleep_ns(lb->delay_ns);
     lb->t_sched = clock_now_ns();
@@ -868,17 +869,17 @@ static bool run_turn_cut_short(AioContext *ctx, LateBh *lb, const char *what)
     AioPollStats s0, s1;
     TestTimer rescue;
     int64_t t0, t1;
-    Vq vq;
+    PollSrc psrc;
     bool ret;
 
     /* A 1 s window, grown with events. */
     set_poll(ctx, NS_PER_SEC, 1000000, 0);
-    vq_init(&vq, ctx, true);
-    grow_window(ctx, &vq, NS_PER_SEC);
+    psrc_init(&psrc, ctx, true);
+    grow_window(ctx, &psrc, NS_PER_SEC);
     rescue_arm(ctx, &rescue);
 
-    lb->vq = &vq;
-    lb->polls_before = atomic_load(&vq.polls);
+    lb->psrc = &psrc;
+    lb->polls_before = atomic_load(&psrc.polls);
     s0 = get_stats(ctx);
     lb->thread = g_thread_new("late-bh", late_bh_fn, lb);
     t0 = clock_now_ns();
@@ -899,7 +900,7 @@ static bool run_turn_cut_short(AioContext *ctx, LateBh *lb, const char *what)
     g_assert_cmpint(t1 - lb->t_sched, <, 100 * NS_PER_MS);
     g_assert_cmpint(t1 - t0, <, 500 * NS_PER_MS);
 
-    vq_cleanup_checked(&vq);
+    psrc_cleanup_checked(&psrc);
     return ret;
 }
 
@@ -1328,12 +1329,12 @@ static void test_timer_not_delayed_by_window(void)
     AioPollStats s0, s1;
     uint64_t turns;
     int64_t worst;
-    Vq vq;
+    PollSrc psrc;
 
     /* Grow a 1 s window; a 5 µs timer must still fire on time. */
     set_poll(ctx, NS_PER_SEC, 1000000, 0);
-    vq_init(&vq, ctx, true);
-    grow_window(ctx, &vq, NS_PER_SEC);
+    psrc_init(&psrc, ctx, true);
+    grow_window(ctx, &psrc, NS_PER_SEC);
 
     s0 = get_stats(ctx);
     worst = measure_timer_lateness(ctx, 5000, 20, &turns);
@@ -1352,7 +1353,7 @@ static void test_timer_not_delayed_by_window(void)
                    worst / 1000);
     g_assert_cmpint(worst, <, 20 * NS_PER_MS);
 
-    vq_cleanup_checked(&vq);
+    psrc_cleanup_checked(&psrc);
     aio_context_unref(ctx);
 }
 
@@ -1366,10 +1367,10 @@ static void test_non_pollable_disables_polling(void)
     AioPollStats s0, s1;
     uint64_t polls;
     int fds[2];
-    Vq vq;
+    PollSrc psrc;
 
     set_poll(ctx, NS_PER_SEC, 1000000, 0);
-    vq_init(&vq, ctx, true);
+    psrc_init(&psrc, ctx, true);
 
     /* A control fd without a poll callback. */
     make_pipe(fds);
@@ -1379,9 +1380,9 @@ static void test_non_pollable_disables_polling(void)
     s0 = get_stats(ctx);
     /* Events that would grow a window; nothing may spin or poll. */
     for (int i = 0; i < 5; i++) {
-        g_assert_true(vq_publish_after_and_run(&vq, NS_PER_MS));
+        g_assert_true(psrc_publish_after_and_run(&psrc, NS_PER_MS));
     }
-    atomic_fetch_add(&vq.avail, 1);        /* work visible only to io_poll */
+    atomic_fetch_add(&psrc.avail, 1);        /* work visible only to io_poll */
     aio_poll(ctx, false);
     write_byte(fds[1]);
     while (ctl.reads == 0) {
@@ -1389,31 +1390,31 @@ static void test_non_pollable_disables_polling(void)
     }
     s1 = get_stats(ctx);
     log_stats("with a non-pollable handler", &s1);
-    g_assert_cmpuint(atomic_load(&vq.polls), ==, 0);
-    g_assert_cmpuint(atomic_load(&vq.begins), ==, 0);
-    g_assert_cmpuint(atomic_load(&vq.ends), ==, 0);
-    g_assert_cmpuint(atomic_load(&vq.poll_ready), ==, 0);
-    g_assert_cmpuint(atomic_load(&vq.reads_work), ==, 5);
+    g_assert_cmpuint(atomic_load(&psrc.polls), ==, 0);
+    g_assert_cmpuint(atomic_load(&psrc.begins), ==, 0);
+    g_assert_cmpuint(atomic_load(&psrc.ends), ==, 0);
+    g_assert_cmpuint(atomic_load(&psrc.poll_ready), ==, 0);
+    g_assert_cmpuint(atomic_load(&psrc.reads_work), ==, 5);
     g_assert_cmpuint(s1.poll_time_ns, ==, s0.poll_time_ns);
     g_assert_cmpuint(s1.poll_hits, ==, 0);
     g_assert_cmpuint(s1.poll_misses, ==, 0);
 
     /* Remove it: polling comes back. */
     aio_set_fd_handler(ctx, fds[0], NULL, NULL, NULL, NULL, NULL);
-    polls = atomic_load(&vq.polls);
+    polls = atomic_load(&psrc.polls);
     g_assert_true(aio_poll(ctx, false));   /* io_poll finds the hidden one */
-    g_assert_cmpuint(atomic_load(&vq.polls), ==, polls + 1);
-    g_assert_cmpuint(atomic_load(&vq.poll_ready), ==, 1);
+    g_assert_cmpuint(atomic_load(&psrc.polls), ==, polls + 1);
+    g_assert_cmpuint(atomic_load(&psrc.poll_ready), ==, 1);
 
-    grow_window(ctx, &vq, NS_PER_SEC);
-    g_assert_true(vq_publish_after_and_run(&vq, 2 * NS_PER_MS));
+    grow_window(ctx, &psrc, NS_PER_SEC);
+    g_assert_true(psrc_publish_after_and_run(&psrc, 2 * NS_PER_MS));
     s1 = get_stats(ctx);
     log_stats("after removal", &s1);
     g_assert_cmpuint(s1.poll_time_ns, >, s0.poll_time_ns);
-    g_assert_cmpuint(atomic_load(&vq.begins), >=, 1);
+    g_assert_cmpuint(atomic_load(&psrc.begins), >=, 1);
     g_assert_cmpuint(s1.poll_hits, >=, 1);
 
-    vq_cleanup_checked(&vq);
+    psrc_cleanup_checked(&psrc);
     close(fds[0]);
     close(fds[1]);
     aio_context_unref(ctx);
@@ -1430,15 +1431,15 @@ static void run_window_closed_when_polling_stops(const void *arg)
     AioContext *ctx = ctx_new();
     FdState ctl = { .ctx = ctx };
     int fds[2];
-    Vq vq;
+    PollSrc psrc;
 
     set_poll(ctx, NS_PER_SEC, 1000000, 0);
-    vq_init(&vq, ctx, true);
-    grow_window(ctx, &vq, NS_PER_SEC);
+    psrc_init(&psrc, ctx, true);
+    grow_window(ctx, &psrc, NS_PER_SEC);
     /* A message found by polling leaves the window begun. */
-    g_assert_true(vq_publish_after_and_run(&vq, 2 * NS_PER_MS));
-    g_assert_true(atomic_load(&vq.begun));
-    g_assert_true(atomic_load(&vq.no_notify));
+    g_assert_true(psrc_publish_after_and_run(&psrc, 2 * NS_PER_MS));
+    g_assert_true(atomic_load(&psrc.begun));
+    g_assert_true(atomic_load(&psrc.no_notify));
 
     make_pipe(fds);
     if (by_handler) {
@@ -1447,14 +1448,14 @@ static void run_window_closed_when_polling_stops(const void *arg)
     } else {
         set_poll(ctx, 0, 0, 0);
     }
-    g_assert_true(vq_publish_after_and_run(&vq, 20 * NS_PER_MS));
-    g_assert_false(atomic_load(&vq.begun));
-    g_assert_cmpuint(atomic_load(&vq.reads_work), >=, 1);
+    g_assert_true(psrc_publish_after_and_run(&psrc, 20 * NS_PER_MS));
+    g_assert_false(atomic_load(&psrc.begun));
+    g_assert_cmpuint(atomic_load(&psrc.reads_work), >=, 1);
 
     if (by_handler) {
         aio_set_fd_handler(ctx, fds[0], NULL, NULL, NULL, NULL, NULL);
     }
-    vq_cleanup_checked(&vq);
+    psrc_cleanup_checked(&psrc);
     close(fds[0]);
     close(fds[1]);
     aio_context_unref(ctx);
@@ -1464,28 +1465,28 @@ static void test_poll_hooks_stay_begun(void)
 {
     AioContext *ctx = ctx_new();
     uint64_t begins, ends, ready, reads, kicks;
-    Vq vq;
+    PollSrc psrc;
 
     set_poll(ctx, NS_PER_SEC, 1000000, 0);
-    vq_init(&vq, ctx, true);
-    grow_window(ctx, &vq, NS_PER_SEC);
+    psrc_init(&psrc, ctx, true);
+    grow_window(ctx, &psrc, NS_PER_SEC);
 
-    begins = atomic_load(&vq.begins);
-    ends = atomic_load(&vq.ends);
-    ready = atomic_load(&vq.poll_ready);
-    reads = atomic_load(&vq.reads);
-    kicks = atomic_load(&vq.kicks);
+    begins = atomic_load(&psrc.begins);
+    ends = atomic_load(&psrc.ends);
+    ready = atomic_load(&psrc.poll_ready);
+    reads = atomic_load(&psrc.reads);
+    kicks = atomic_load(&psrc.kicks);
     for (int i = 0; i < 5; i++) {
-        g_assert_true(vq_publish_after_and_run(&vq, 2 * NS_PER_MS));
+        g_assert_true(psrc_publish_after_and_run(&psrc, 2 * NS_PER_MS));
     }
     /* Five messages found by polling, one window begun, none ended. */
-    g_assert_cmpuint(atomic_load(&vq.poll_ready) - ready, ==, 5);
-    g_assert_cmpuint(atomic_load(&vq.reads) - reads, ==, 0);
-    g_assert_cmpuint(atomic_load(&vq.begins) - begins, <=, 1);
-    g_assert_cmpuint(atomic_load(&vq.ends) - ends, ==, 0);
-    g_assert_cmpuint(atomic_load(&vq.kicks) - kicks, ==, 0);  /* suppressed */
+    g_assert_cmpuint(atomic_load(&psrc.poll_ready) - ready, ==, 5);
+    g_assert_cmpuint(atomic_load(&psrc.reads) - reads, ==, 0);
+    g_assert_cmpuint(atomic_load(&psrc.begins) - begins, <=, 1);
+    g_assert_cmpuint(atomic_load(&psrc.ends) - ends, ==, 0);
+    g_assert_cmpuint(atomic_load(&psrc.kicks) - kicks, ==, 0);  /* suppressed */
 
-    vq_cleanup_checked(&vq);
+    psrc_cleanup_checked(&psrc);
     aio_context_unref(ctx);
 }
 
@@ -1495,15 +1496,15 @@ static void test_nonblocking_never_waits(void)
     TestTimer tt;
     uint64_t polls;
     int64_t t0, dt;
-    Vq vq;
+    PollSrc psrc;
 
     set_poll(ctx, NS_PER_SEC, 1000000, 0);
-    vq_init(&vq, ctx, true);
-    grow_window(ctx, &vq, NS_PER_SEC);
+    psrc_init(&psrc, ctx, true);
+    grow_window(ctx, &psrc, NS_PER_SEC);
     test_timer_init(ctx, &tt, NULL, 0);
     test_timer_arm(&tt, clock_now_ns() + NS_PER_SEC);
 
-    polls = atomic_load(&vq.polls);
+    polls = atomic_load(&psrc.polls);
     t0 = clock_now_ns();
     for (int i = 0; i < 10; i++) {
         g_assert_false(aio_poll(ctx, false));
@@ -1512,11 +1513,11 @@ static void test_nonblocking_never_waits(void)
     g_test_message("10 non-blocking turns with a 1 s window: %" PRId64 " us",
                    dt / 1000);
     g_assert_cmpint(dt, <, 100 * NS_PER_MS);
-    g_assert_cmpuint(atomic_load(&vq.polls) - polls, ==, 10);
+    g_assert_cmpuint(atomic_load(&psrc.polls) - polls, ==, 10);
     g_assert_cmpint(tt.fired, ==, 0);
 
     aio_timer_del(&tt.t);
-    vq_cleanup_checked(&vq);
+    psrc_cleanup_checked(&psrc);
     aio_context_unref(ctx);
 }
 
@@ -1524,7 +1525,7 @@ static void test_nonblocking_never_waits(void)
 /* Idle windows fall to 0                                                    */
 
 typedef struct PingPong {
-    Vq *vq;
+    PollSrc *psrc;
     AioContext *ctx;
     int min_msgs;
     int max_msgs;
@@ -1545,9 +1546,9 @@ static gpointer ping_pong_fn(gpointer opaque)
         if (i == pp->max_msgs) {
             atomic_store(&pp->done, true);   /* seen after this message */
         }
-        vq_publish(pp->vq);
+        psrc_publish(pp->psrc);
         pp->sent = i;
-        if (!vq_wait_acked(pp->vq, i, 5 * NS_PER_SEC)) {
+        if (!psrc_wait_acked(pp->psrc, i, 5 * NS_PER_SEC)) {
             pp->lost = true;
             break;
         }
@@ -1583,14 +1584,14 @@ static void idle_after_busy(const AioPollPolicyOps *ops)
     AioPollStats s10, s20;
     TestTimer tt;
     GThread *t;
-    Vq vq;
+    PollSrc psrc;
 
     set_poll(ctx, AIO_POLL_MAX_NS_DEFAULT, 0, 0);
     aio_context_set_poll_policy(ctx, ops);
-    vq_init(&vq, ctx, true);
+    psrc_init(&psrc, ctx, true);
 
     /* Busy phase: ping-pong until the window is open. */
-    pp.vq = &vq;
+    pp.psrc = &psrc;
     t = g_thread_new("ping-pong", ping_pong_fn, &pp);
     while (!atomic_load(&pp.done)) {
         aio_poll(ctx, true);
@@ -1628,7 +1629,7 @@ static void idle_after_busy(const AioPollPolicyOps *ops)
     g_assert_cmpuint(s20.poll_hits, ==, s10.poll_hits);
 
     aio_timer_del(&tt.t);
-    vq_cleanup_checked(&vq);
+    psrc_cleanup_checked(&psrc);
     aio_context_unref(ctx);
 }
 
@@ -1755,7 +1756,7 @@ static void test_remove_in_callback(void)
 /* Lost-wakeup stress                                                        */
 
 typedef struct Stress {
-    Vq vq;
+    PollSrc psrc;
     AioContext *ctx;
     int n_msgs;
     int64_t poll_max_ns;
@@ -1785,16 +1786,16 @@ typedef struct Stress {
 
 static bool stress_covered(Stress *st)
 {
-    return atomic_load(&st->vq.poll_ready) > 0 &&
-           atomic_load(&st->vq.reads_work) > 0 &&
-           atomic_load(&st->vq.hs_before_store) > 0 &&
-           atomic_load(&st->vq.recheck_hits) > 0;
+    return atomic_load(&st->psrc.poll_ready) > 0 &&
+           atomic_load(&st->psrc.reads_work) > 0 &&
+           atomic_load(&st->psrc.hs_before_store) > 0 &&
+           atomic_load(&st->psrc.recheck_hits) > 0;
 }
 
 static gpointer stress_producer_fn(gpointer opaque)
 {
     Stress *st = opaque;
-    Vq *vq = &st->vq;
+    PollSrc *psrc = &st->psrc;
     GRand *r = g_rand_new_with_seed(st->seed);
     int64_t start = clock_now_ns();
 
@@ -1803,33 +1804,33 @@ static gpointer stress_producer_fn(gpointer opaque)
         bool published = false;
         int64_t t0;
 
-        if (kind < st->handshake_pct && atomic_load(&vq->begun)) {
+        if (kind < st->handshake_pct && atomic_load(&psrc->begun)) {
             /*
              * The loop is polling: publish exactly when it leaves its poll
              * window (io_poll_end waits for us, briefly).
              */
-            atomic_store(&vq->end_started, false);
-            atomic_store(&vq->hs_published, false);
-            atomic_store(&vq->hs_go, false);
-            atomic_store(&vq->hs_want, true);
+            atomic_store(&psrc->end_started, false);
+            atomic_store(&psrc->hs_published, false);
+            atomic_store(&psrc->hs_go, false);
+            atomic_store(&psrc->hs_want, true);
             t0 = clock_now_ns();
-            while (!atomic_load(&vq->end_started) &&
+            while (!atomic_load(&psrc->end_started) &&
                    clock_now_ns() - t0 < 2 * NS_PER_MS) {
-                (void)atomic_load_explicit(&vq->no_notify,
+                (void)atomic_load_explicit(&psrc->no_notify,
                                            memory_order_relaxed);
                 cpu_relax();
             }
-            if (atomic_load(&vq->end_started)) {
+            if (atomic_load(&psrc->end_started)) {
                 st->handshakes++;
             } else {
                 st->handshake_misses++;
             }
             t0 = clock_now_ns();
-            atomic_store_explicit(&vq->hs_go, true, memory_order_relaxed);
-            vq_publish(vq);
+            atomic_store_explicit(&psrc->hs_go, true, memory_order_relaxed);
+            psrc_publish(psrc);
             published = true;
-            atomic_store(&vq->hs_published, true);
-            atomic_store(&vq->hs_want, false);
+            atomic_store(&psrc->hs_published, true);
+            atomic_store(&psrc->hs_want, false);
         } else {
             /* Think times spread around the window. */
             int64_t think;
@@ -1849,10 +1850,10 @@ static gpointer stress_producer_fn(gpointer opaque)
         }
         if (!published) {
             t0 = clock_now_ns();
-            vq_publish(vq);
+            psrc_publish(psrc);
         }
         st->sent = i;
-        if (!vq_wait_acked(vq, i, st->timeout_ns)) {
+        if (!psrc_wait_acked(psrc, i, st->timeout_ns)) {
             st->lost_at = i;
             atomic_store(&st->lost, true);
             break;
@@ -1881,12 +1882,12 @@ static void run_stress(Stress *st)
 
     st->ctx = ctx_new();
     set_poll(st->ctx, st->poll_max_ns, 0, 0);
-    vq_init(&st->vq, st->ctx, true);
-    st->vq.linger = st->linger;
-    st->vq.rng ^= st->seed;
-    st->vq.lie_after_end = st->lie_after_end;
-    st->vq.linger_before_ns = st->linger_before_ns;
-    aio_set_fd_handler_name(st->ctx, st->vq.kick.fd, "stress-vq");
+    psrc_init(&st->psrc, st->ctx, true);
+    st->psrc.linger = st->linger;
+    st->psrc.rng ^= st->seed;
+    st->psrc.lie_after_end = st->lie_after_end;
+    st->psrc.linger_before_ns = st->linger_before_ns;
+    aio_set_fd_handler_name(st->ctx, st->psrc.kick.fd, "stress-vq");
 
     t = g_thread_new("producer", stress_producer_fn, st);
     while (!atomic_load(&st->done)) {
@@ -1905,20 +1906,22 @@ static void run_stress(Stress *st)
                    ", max latency %" PRId64 " us",
                    st->seed, st->sent, atomic_load(&st->lost), st->lost_at,
                    st->handshakes, st->handshake_misses,
-                   atomic_load(&st->vq.kicks), atomic_load(&st->vq.poll_ready),
-                   atomic_load(&st->vq.recheck_hits),
-                   atomic_load(&st->vq.reads_work),
-                   atomic_load(&st->vq.reads) - atomic_load(&st->vq.reads_work),
-                   atomic_load(&st->vq.begins), atomic_load(&st->vq.ends),
-                   atomic_load(&st->vq.hs_before_store),
-                   atomic_load(&st->vq.hs_after_store),
-                   atomic_load(&st->vq.hs_simultaneous),
+                   atomic_load(&st->psrc.kicks),
+                   atomic_load(&st->psrc.poll_ready),
+                   atomic_load(&st->psrc.recheck_hits),
+                   atomic_load(&st->psrc.reads_work),
+                   atomic_load(&st->psrc.reads) -
+                   atomic_load(&st->psrc.reads_work),
+                   atomic_load(&st->psrc.begins), atomic_load(&st->psrc.ends),
+                   atomic_load(&st->psrc.hs_before_store),
+                   atomic_load(&st->psrc.hs_after_store),
+                   atomic_load(&st->psrc.hs_simultaneous),
                    st->max_latency_ns / 1000);
 }
 
 static void stress_cleanup(Stress *st)
 {
-    vq_cleanup_checked(&st->vq);
+    psrc_cleanup_checked(&st->psrc);
     aio_context_unref(st->ctx);
 }
 
@@ -1944,9 +1947,9 @@ static void test_lost_wakeup_stress(void)
     /* No message was lost... */
     g_assert_false(atomic_load(&st.lost));
     g_assert_cmpint(st.sent, >=, st.n_msgs);
-    g_assert_cmpuint(atomic_load(&st.vq.acked), ==, st.sent);
+    g_assert_cmpuint(atomic_load(&st.psrc.acked), ==, st.sent);
     g_assert_cmpuint(s.wakeups, >, 0);
-    g_assert_cmpuint(atomic_load(&st.vq.reads_work), >, 0);
+    g_assert_cmpuint(atomic_load(&st.psrc.reads_work), >, 0);
     /*
      * ...and the interesting paths were taken: polled messages, messages
      * published while kicks were still off and found by the re-check
@@ -1959,7 +1962,7 @@ static void test_lost_wakeup_stress(void)
     } else {
         g_assert_cmpuint(s.poll_hits, >, 0);
         g_assert_cmpint(st.handshakes, >, 0);
-        g_assert_cmpuint(atomic_load(&st.vq.ends), >, 0);
+        g_assert_cmpuint(atomic_load(&st.psrc.ends), >, 0);
     }
     stress_cleanup(&st);
 }
@@ -1988,7 +1991,7 @@ static void test_lost_wakeup_selftest(void)
 
     st.seed = g_test_rand_int();
     run_stress(&st);
-    if (!atomic_load(&st.lost) && !atomic_load(&st.vq.hs_before_store)) {
+    if (!atomic_load(&st.lost) && !atomic_load(&st.psrc.hs_before_store)) {
         /* Never got the two threads to meet at io_poll_end. */
         g_test_skip("machine too busy: no rendezvous at io_poll_end");
     } else {
@@ -2008,7 +2011,7 @@ static void test_stats(void)
     AioPollStats s0, s1;
     TestTimer tt;
     int fds[2];
-    Vq vq;
+    PollSrc psrc;
 
     /* Empty turns. */
     for (int i = 0; i < 3; i++) {
@@ -2049,9 +2052,9 @@ static void test_stats(void)
 
     /* Wakeup without polling: an eventfd event ends a blocking wait. */
     set_poll(ctx, 0, 0, 0);
-    vq_init(&vq, ctx, true);
+    psrc_init(&psrc, ctx, true);
     s0 = get_stats(ctx);
-    g_assert_true(vq_publish_after_and_run(&vq, 20 * NS_PER_MS));
+    g_assert_true(psrc_publish_after_and_run(&psrc, 20 * NS_PER_MS));
     s1 = get_stats(ctx);
     log_stats("eventfd wakeup", &s1);
     g_assert_cmpuint(s1.wakeups - s0.wakeups, >=, 1);
@@ -2060,19 +2063,19 @@ static void test_stats(void)
     g_assert_cmpuint(s1.poll_misses - s0.poll_misses, ==, 0);
     g_assert_cmpuint(s1.poll_time_ns - s0.poll_time_ns, ==, 0);
     g_assert_cmpuint(s1.block_time_ns - s0.block_time_ns, >=, 10 * NS_PER_MS);
-    g_assert_cmpuint(atomic_load(&vq.polls), ==, 0);
+    g_assert_cmpuint(atomic_load(&psrc.polls), ==, 0);
 
     /* Grow a 1 s window: the events arrive by eventfd, windows grow. */
     set_poll(ctx, NS_PER_SEC, 1000000, 0);
     s0 = get_stats(ctx);
-    grow_window(ctx, &vq, NS_PER_SEC);
+    grow_window(ctx, &psrc, NS_PER_SEC);
     s1 = get_stats(ctx);
     g_assert_cmpuint(s1.grows - s0.grows, >=, 2);
     g_assert_cmpint(s1.poll_ns, ==, NS_PER_SEC);
 
     /* Poll hit: found by polling 5 ms into the window, no wakeup. */
     s0 = get_stats(ctx);
-    g_assert_true(vq_publish_after_and_run(&vq, 5 * NS_PER_MS));
+    g_assert_true(psrc_publish_after_and_run(&psrc, 5 * NS_PER_MS));
     s1 = get_stats(ctx);
     log_stats("poll hit", &s1);
     g_assert_cmpuint(s1.poll_hits - s0.poll_hits, ==, 1);
@@ -2089,7 +2092,7 @@ static void test_stats(void)
      */
     set_poll(ctx, 10 * NS_PER_MS, 1000000, 0);
     s0 = get_stats(ctx);
-    g_assert_true(vq_publish_after_and_run(&vq, 60 * NS_PER_MS));
+    g_assert_true(psrc_publish_after_and_run(&psrc, 60 * NS_PER_MS));
     s1 = get_stats(ctx);
     log_stats("poll miss", &s1);
     g_assert_cmpuint(s1.poll_misses - s0.poll_misses, ==, 1);
@@ -2102,7 +2105,7 @@ static void test_stats(void)
     g_assert_cmpint(s1.poll_ns, ==, 0);
 
     aio_timer_del(&tt.t);
-    vq_cleanup_checked(&vq);
+    psrc_cleanup_checked(&psrc);
     aio_context_unref(ctx);
 }
 
@@ -2115,12 +2118,12 @@ static void test_handler_windows(void)
     AioHandlerWindow w[4];
     FdState fst = { .ctx = ctx };
     int fds[2];
-    Vq vq, vq2;
+    PollSrc psrc, psrc2;
 
     g_assert_cmpint(aio_context_get_handler_windows(ctx, w, 4), ==, 0);
 
-    vq_init(&vq, ctx, true);
-    aio_set_fd_handler_name(ctx, vq.kick.fd, "vq0");
+    psrc_init(&psrc, ctx, true);
+    aio_set_fd_handler_name(ctx, psrc.kick.fd, "vq0");
     make_pipe(fds);
     fst.fd = fds[0];
     aio_set_fd_handler(ctx, fds[0], fd_read_cb, NULL, NULL, NULL, &fst);
@@ -2128,35 +2131,35 @@ static void test_handler_windows(void)
 
     memset(w, 0, sizeof(w));
     g_assert_cmpint(aio_context_get_handler_windows(ctx, w, 4), ==, 1);
-    g_assert_cmpint(w[0].fd, ==, vq.kick.fd);
+    g_assert_cmpint(w[0].fd, ==, psrc.kick.fd);
     g_assert_cmpstr(w[0].name, ==, "vq0");
     g_assert_cmpint(w[0].poll_ns, ==, 0);
 
-    vq_init(&vq2, ctx, false);
-    aio_set_fd_handler_name(ctx, vq2.kick.fd,
+    psrc_init(&psrc2, ctx, false);
+    aio_set_fd_handler_name(ctx, psrc2.kick.fd,
                             "an-export-with-a-very-long-id-0123456789abcdef/"
                             "vq12");
     memset(w, 0, sizeof(w));
     g_assert_cmpint(aio_context_get_handler_windows(ctx, w, 4), ==, 2);
     for (int i = 0; i < 2; i++) {
-        if (w[i].fd == vq2.kick.fd) {
+        if (w[i].fd == psrc2.kick.fd) {
             g_assert_cmpuint(strlen(w[i].name), ==, AIO_HANDLER_NAME_SIZE - 1);
             g_assert_true(strncmp(w[i].name, "an-export-with-a-very-long-id-"
                                   "0123456789abcdef/",
                                   AIO_HANDLER_NAME_SIZE - 1) == 0);
         } else {
-            g_assert_cmpint(w[i].fd, ==, vq.kick.fd);
+            g_assert_cmpint(w[i].fd, ==, psrc.kick.fd);
         }
     }
     /* max smaller than the count: fills max, returns the count. */
     memset(w, 0x5a, sizeof(w));
     g_assert_cmpint(aio_context_get_handler_windows(ctx, w, 1), ==, 2);
-    g_assert_true(w[0].fd == vq.kick.fd || w[0].fd == vq2.kick.fd);
+    g_assert_true(w[0].fd == psrc.kick.fd || w[0].fd == psrc2.kick.fd);
     g_assert_cmpint(w[1].fd, ==, 0x5a5a5a5a);
 
     aio_set_fd_handler(ctx, fds[0], NULL, NULL, NULL, NULL, NULL);
-    vq_cleanup_checked(&vq2);
-    vq_cleanup_checked(&vq);
+    psrc_cleanup_checked(&psrc2);
+    psrc_cleanup_checked(&psrc);
     g_assert_cmpint(aio_context_get_handler_windows(ctx, w, 4), ==, 0);
     close(fds[0]);
     close(fds[1]);
@@ -2237,16 +2240,16 @@ static void test_custom_policy(void)
     AioContext *ctx = ctx_new();
     TestTimer tt;
     int64_t t0, t1;
-    Vq vq;
+    PollSrc psrc;
 
     set_poll(ctx, NS_PER_SEC, 0, 0);
     aio_context_set_poll_policy(ctx, &rec_policy_ops);
-    vq_init(&vq, ctx, true);
+    psrc_init(&psrc, ctx, true);
     memset(&rec_policy, 0, sizeof(rec_policy));
 
     /* An event 30 ms into a blocking turn. */
     t0 = clock_now_ns();
-    g_assert_true(vq_publish_after_and_run(&vq, 30 * NS_PER_MS));
+    g_assert_true(psrc_publish_after_and_run(&psrc, 30 * NS_PER_MS));
     t1 = clock_now_ns();
     rec_policy_check(t1 - t0, true);
 
@@ -2262,7 +2265,7 @@ static void test_custom_policy(void)
     rec_policy_check(t1 - t0, false);
 
     aio_timer_del(&tt.t);
-    vq_cleanup_checked(&vq);
+    psrc_cleanup_checked(&psrc);
     aio_context_unref(ctx);
 }
 
@@ -2272,7 +2275,7 @@ static void test_custom_policy(void)
  * A per-source policy the test steers: it spins steer.spin_ns for the
  * sources in steer.spin_for.  It tells the Vqs' sources apart by a tag it
  * keeps in their est_ns: learn() writes steer.tag_next into every source
- * that had an event in the turn, and the setup below gives each Vq a turn
+ * that had an event in the turn, and the setup below gives each PollSrc a turn
  * of its own.
  */
 static struct {
@@ -2319,7 +2322,7 @@ static const AioPollPolicyOps steer_policy_ops = {
 /* Set up Vqs under the steered policy: each has had one event (a kick) in
  * a turn of its own, so the loop counts it as an active source and the
  * policy has tagged it. */
-static AioContext *steer_setup(Vq *vqs, int n)
+static AioContext *steer_setup(PollSrc *psrcs, int n)
 {
     AioContext *ctx = ctx_new();
     AioHandlerWindow w[4];
@@ -2331,13 +2334,13 @@ static AioContext *steer_setup(Vq *vqs, int n)
     steer.spin_ns = 50 * NS_PER_MS;
     steer.nfds = n;
     for (int i = 0; i < n; i++) {
-        vq_init(&vqs[i], ctx, true);
-        steer.fds[i] = vqs[i].kick.fd;
+        psrc_init(&psrcs[i], ctx, true);
+        steer.fds[i] = psrcs[i].kick.fd;
     }
     for (int i = 0; i < n; i++) {
         steer.tag_next = steer.fds[i];
-        vq_publish(&vqs[i]);
-        while (atomic_load(&vqs[i].acked) < 1) {
+        psrc_publish(&psrcs[i]);
+        while (atomic_load(&psrcs[i].acked) < 1) {
             aio_poll(ctx, true);
         }
     }
@@ -2356,39 +2359,39 @@ static AioContext *steer_setup(Vq *vqs, int n)
  */
 static void test_dropped_source_gets_kicks_back(void)
 {
-    Vq vqs[2];
-    AioContext *ctx = steer_setup(vqs, 2);
+    PollSrc psrcs[2];
+    AioContext *ctx = steer_setup(psrcs, 2);
 
     steer.spin_for[0] = steer.spin_for[1] = true;
-    vq_publish(&vqs[0]);
-    aio_poll(ctx, true);                 /* spins on both, finds vqs[0] */
-    g_assert_true(atomic_load(&vqs[1].no_notify));
-    g_assert_cmpuint(atomic_load(&vqs[0].acked), ==, 2);
+    psrc_publish(&psrcs[0]);
+    aio_poll(ctx, true);                 /* spins on both, finds psrcs[0] */
+    g_assert_true(atomic_load(&psrcs[1].no_notify));
+    g_assert_cmpuint(atomic_load(&psrcs[0].acked), ==, 2);
 
-    /* vqs[1]'s producer publishes while it is suppressed: no kick. */
-    vq_publish(&vqs[1]);
-    g_assert_cmpuint(atomic_load(&vqs[1].kicks), ==, 1);
+    /* psrcs[1]'s producer publishes while it is suppressed: no kick. */
+    psrc_publish(&psrcs[1]);
+    g_assert_cmpuint(atomic_load(&psrcs[1].kicks), ==, 1);
 
-    /* Now the plan spins only for vqs[0], which has work again: the loop
-     * does not sleep, but vqs[1] must not stay suppressed (and its work
+    /* Now the plan spins only for psrcs[0], which has work again: the loop
+     * does not sleep, but psrcs[1] must not stay suppressed (and its work
      * must not wait for a round-robin pass or a later turn). */
     steer.spin_for[1] = false;
-    vq_publish(&vqs[0]);
+    psrc_publish(&psrcs[0]);
     aio_poll(ctx, true);
-    g_assert_false(atomic_load(&vqs[1].no_notify));
-    g_assert_cmpuint(atomic_load(&vqs[1].acked), ==, 2);
-    g_assert_cmpuint(atomic_load(&vqs[1].alternation_errors), ==, 0);
+    g_assert_false(atomic_load(&psrcs[1].no_notify));
+    g_assert_cmpuint(atomic_load(&psrcs[1].acked), ==, 2);
+    g_assert_cmpuint(atomic_load(&psrcs[1].alternation_errors), ==, 0);
 
-    vq_cleanup_checked(&vqs[0]);
-    vq_cleanup_checked(&vqs[1]);
+    psrc_cleanup_checked(&psrcs[0]);
+    psrc_cleanup_checked(&psrcs[1]);
     aio_context_unref(ctx);
 }
 
 static void steer_add_handler_cb(void *opaque)
 {
-    Vq *extra = opaque;
+    PollSrc *extra = opaque;
 
-    vq_init(extra, extra[-1].ctx, false);   /* any registration: a rebuild */
+    psrc_init(extra, extra[-1].ctx, false);   /* any registration: a rebuild */
 }
 
 static void steer_noop_bh(void *opaque)
@@ -2403,35 +2406,35 @@ static void steer_noop_bh(void *opaque)
  */
 static void test_spin_set_survives_rebuild(void)
 {
-    Vq vqs[2];
-    AioContext *ctx = steer_setup(vqs, 1);
+    PollSrc psrcs[2];
+    AioContext *ctx = steer_setup(psrcs, 1);
     QEMUBH *bh;
     int bh_runs = 0;
     uint64_t kicks;
 
     steer.spin_for[0] = true;
-    vq_publish(&vqs[0]);
+    psrc_publish(&psrcs[0]);
     aio_poll(ctx, true);
-    g_assert_true(atomic_load(&vqs[0].no_notify));
-    g_assert_cmpuint(atomic_load(&vqs[0].acked), ==, 2);
+    g_assert_true(atomic_load(&psrcs[0].no_notify));
+    g_assert_cmpuint(atomic_load(&psrcs[0].acked), ==, 2);
 
     /* A handler is added (the sets will be rebuilt); then, with a BH
-     * pending so that the turn does not plan, vqs[0]'s producer publishes
+     * pending so that the turn does not plan, psrcs[0]'s producer publishes
      * (no kick: it is suppressed) and the turn must still find it. */
-    aio_bh_schedule_oneshot(ctx, steer_add_handler_cb, &vqs[1]);
+    aio_bh_schedule_oneshot(ctx, steer_add_handler_cb, &psrcs[1]);
     aio_poll(ctx, false);
     bh = aio_bh_new(ctx, steer_noop_bh, &bh_runs);
-    kicks = atomic_load(&vqs[0].kicks);
-    vq_publish(&vqs[0]);
-    g_assert_cmpuint(atomic_load(&vqs[0].kicks), ==, kicks);
+    kicks = atomic_load(&psrcs[0].kicks);
+    psrc_publish(&psrcs[0]);
+    g_assert_cmpuint(atomic_load(&psrcs[0].kicks), ==, kicks);
     aio_bh_schedule(bh);
     aio_poll(ctx, false);
     g_assert_cmpint(bh_runs, ==, 1);
-    g_assert_cmpuint(atomic_load(&vqs[0].acked), ==, 3);
+    g_assert_cmpuint(atomic_load(&psrcs[0].acked), ==, 3);
 
     aio_bh_delete(bh);
-    vq_cleanup_checked(&vqs[1]);
-    vq_cleanup_checked(&vqs[0]);
+    psrc_cleanup_checked(&psrcs[1]);
+    psrc_cleanup_checked(&psrcs[0]);
     aio_context_unref(ctx);
 }
 
@@ -2873,7 +2876,7 @@ static void run_switch_to_write_only(const void *arg)
  * turns.  Handlers registered meanwhile, from its callback, must get
  * io_poll_begin (their producers' notifications are suppressed like
  * everybody else's), and io_poll_end only after an io_poll_begin: begins
- * and ends alternate per handler (Vq counts alternation_errors).
+ * and ends alternate per handler (PollSrc counts alternation_errors).
  */
 typedef struct BusySrc {
     EventNotifier e;              /* first: callbacks get &src->e */
@@ -2883,11 +2886,11 @@ typedef struct BusySrc {
     bool begun;
     int alternation_errors;
     int reads;
-    Vq *late_kept;                /* added while polling, kept */
-    Vq *late_removed;             /* added while polling, removed while polling */
+    PollSrc *late_kept;                /* added while polling, kept */
+    PollSrc *late_removed;   /* added while polling, removed while polling */
     int added_at, removed_at;     /* reads count at which that happened */
     int late_not_begun;           /* callbacks (polling) that found a late
-                                   * Vq's notifications still on */
+                                   * PollSrc's notifications still on */
     int late_checks;
 } BusySrc;
 
@@ -2914,16 +2917,16 @@ static bool busy_poll(EventNotifier *e)
     return ((BusySrc *)e)->busy_turns > 0;
 }
 
-static void busy_check_late(BusySrc *b, Vq *vq)
+static void busy_check_late(BusySrc *b, PollSrc *psrc)
 {
-    uint64_t begins = atomic_load(&vq->begins);
-    uint64_t ends = atomic_load(&vq->ends);
+    uint64_t begins = atomic_load(&psrc->begins);
+    uint64_t ends = atomic_load(&psrc->ends);
 
     g_assert_cmpuint(ends, <=, begins);
     g_assert_cmpuint(begins - ends, <=, 1);
-    g_assert_cmpuint(atomic_load(&vq->alternation_errors), ==, 0);
+    g_assert_cmpuint(atomic_load(&psrc->alternation_errors), ==, 0);
     b->late_checks++;
-    if (!atomic_load(&vq->no_notify)) {
+    if (!atomic_load(&psrc->no_notify)) {
         b->late_not_begun++;
     }
 }
@@ -2947,8 +2950,8 @@ static void busy_read(EventNotifier *e)
     /* Polling is on (our io_poll_begin ran, io_poll_end did not). */
     if (!b->added_at) {
         b->added_at = b->reads;
-        vq_init(b->late_kept, b->ctx, true);
-        vq_init(b->late_removed, b->ctx, true);
+        psrc_init(b->late_kept, b->ctx, true);
+        psrc_init(b->late_removed, b->ctx, true);
         return;
     }
     if (b->late_kept) {
@@ -2958,7 +2961,7 @@ static void busy_read(EventNotifier *e)
         busy_check_late(b, b->late_removed);
         if (b->reads >= b->added_at + 5) {
             b->removed_at = b->reads;
-            vq_cleanup(b->late_removed);
+            psrc_cleanup(b->late_removed);
             /* Removed while polling: its io_poll_end closed the pair. */
             g_assert_cmpuint(atomic_load(&b->late_removed->ends), ==,
                              atomic_load(&b->late_removed->begins));
@@ -2972,7 +2975,7 @@ static void test_poll_hooks_paired_for_late_handlers(void)
 {
     AioContext *ctx = ctx_new();
     BusySrc b = { .ctx = ctx, .busy_turns = 30 };
-    Vq kept, removed;
+    PollSrc kept, removed;
     TestTimer tt;
     int turns = 0;
 
@@ -3025,7 +3028,7 @@ static void test_poll_hooks_paired_for_late_handlers(void)
     g_assert_cmpuint(atomic_load(&kept.ends), ==, atomic_load(&kept.begins));
     g_assert_false(atomic_load(&kept.no_notify));
 
-    vq_cleanup_checked(&kept);
+    psrc_cleanup_checked(&kept);
     g_assert_cmpuint(atomic_load(&removed.alternation_errors), ==, 0);
     aio_set_event_notifier(ctx, &b.e, NULL, NULL, NULL);
     event_notifier_cleanup(&b.e);
@@ -3039,7 +3042,7 @@ static void test_poll_hooks_paired_for_late_handlers(void)
  * poll-max-ns = INT64_MAX with a huge poll-grow: after two events the
  * window is INT64_MAX ns, i.e. "poll until something happens".  The turn
  * must then spin until the message published 5 ms later by another thread
- * (found by polling: the Vq's kicks are suppressed while polling), not
+ * (found by polling: the PollSrc's kicks are suppressed while polling), not
  * skip the spin because a deadline computed as start + window overflowed
  * (which is also undefined behaviour: UBSan fails the sanitizer build).
  * A 2 s timer bounds the spin in case the message is never seen.
@@ -3049,16 +3052,16 @@ static void test_huge_window_spins(void)
     AioContext *ctx = ctx_new();
     AioPollStats s0, s1;
     TestTimer bound;
-    Vq vq;
+    PollSrc psrc;
 
     set_poll(ctx, INT64_MAX, INT64_MAX, 0);
-    vq_init(&vq, ctx, true);
-    grow_window(ctx, &vq, INT64_MAX);
+    psrc_init(&psrc, ctx, true);
+    grow_window(ctx, &psrc, INT64_MAX);
 
     test_timer_init(ctx, &bound, NULL, 0);
     test_timer_arm(&bound, clock_now_ns() + 2 * NS_PER_SEC);
     s0 = get_stats(ctx);
-    g_assert_true(vq_publish_after_and_run(&vq, 5 * NS_PER_MS));
+    g_assert_true(psrc_publish_after_and_run(&psrc, 5 * NS_PER_MS));
     s1 = get_stats(ctx);
     log_stats("huge window, before", &s0);
     log_stats("huge window, after", &s1);
@@ -3076,7 +3079,7 @@ static void test_huge_window_spins(void)
     g_assert_cmpuint(s1.wakeups - s0.wakeups, ==, 0);
 
     aio_timer_del(&bound.t);
-    vq_cleanup_checked(&vq);
+    psrc_cleanup_checked(&psrc);
     aio_context_unref(ctx);
 }
 

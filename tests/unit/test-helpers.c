@@ -4,11 +4,11 @@
  * Theory of operation: the watchdog keeps one static message buffer,
  * formatted (with the program name and the test's path) in the main
  * thread before each test arms alarm(), so that the SIGALRM handler only
- * has to write() it and abort(): both async-signal-safe.  Vq's handlers
- * run in the loop (its context's home thread); vq_publish() and
- * vq_wait_acked() are the producer's side and run in other threads; the
- * two sides meet only through the atomics in Vq (see test-helpers.h for
- * the model, and vq_publish() for the fence that pairs with the loop's).
+ * has to write() it and abort(): both async-signal-safe.  PollSrc's handlers
+ * run in the loop (its context's home thread); psrc_publish() and
+ * psrc_wait_acked() are the producer's side and run in other threads; the
+ * two sides meet only through the atomics in PollSrc (see test-helpers.h for
+ * the model, and psrc_publish() for the fence that pairs with the loop's).
  */
 #include <inttypes.h>
 #include <sched.h>
@@ -278,11 +278,11 @@ void assert_same(const uint8_t *got, const uint8_t *want, size_t n,
 }
 
 /* ------------------------------------------------------------------------ */
-/* Vq                                                                        */
+/* PollSrc                                                                   */
 
-static Vq *vq_of(EventNotifier *e)
+static PollSrc *psrc_of(EventNotifier *e)
 {
-    return (Vq *)e;
+    return (PollSrc *)e;
 }
 
 static uint64_t xorshift(uint64_t *s)
@@ -296,77 +296,77 @@ static uint64_t xorshift(uint64_t *s)
     return x;
 }
 
-static void vq_consume(Vq *vq)
+static void psrc_consume(PollSrc *psrc)
 {
-    uint64_t a = atomic_load(&vq->avail);
+    uint64_t a = atomic_load(&psrc->avail);
 
-    if (a != vq->seen) {
-        vq->seen = a;
-        atomic_store(&vq->acked, a);
+    if (a != psrc->seen) {
+        psrc->seen = a;
+        atomic_store(&psrc->acked, a);
     }
 }
 
-static bool vq_io_poll(EventNotifier *e)
+static bool psrc_io_poll(EventNotifier *e)
 {
-    Vq *vq = vq_of(e);
+    PollSrc *psrc = psrc_of(e);
 
     /*
      * Only the home thread counts: a plain increment, no locked
      * instruction that would act as a full barrier and hide a missing one
      * in the loop.
      */
-    atomic_store_explicit(&vq->polls,
-                          atomic_load_explicit(&vq->polls,
+    atomic_store_explicit(&psrc->polls,
+                          atomic_load_explicit(&psrc->polls,
                                                memory_order_relaxed) + 1,
                           memory_order_relaxed);
-    if (vq->lie_after_end && vq->just_ended) {
-        vq->just_ended = false;
+    if (psrc->lie_after_end && psrc->just_ended) {
+        psrc->just_ended = false;
         return false;
     }
-    return atomic_load(&vq->avail) != vq->seen;
+    return atomic_load(&psrc->avail) != psrc->seen;
 }
 
-static void vq_io_poll_ready(EventNotifier *e)
+static void psrc_io_poll_ready(EventNotifier *e)
 {
-    Vq *vq = vq_of(e);
+    PollSrc *psrc = psrc_of(e);
 
-    atomic_fetch_add(&vq->poll_ready, 1);
-    if (vq->ended) {
+    atomic_fetch_add(&psrc->poll_ready, 1);
+    if (psrc->ended) {
         /* No io_poll_begin since io_poll_end: found by the re-check. */
-        atomic_fetch_add(&vq->recheck_hits, 1);
-        vq->ended = false;
+        atomic_fetch_add(&psrc->recheck_hits, 1);
+        psrc->ended = false;
     }
-    vq_consume(vq);
+    psrc_consume(psrc);
 }
 
-static void vq_io_read(EventNotifier *e)
+static void psrc_io_read(EventNotifier *e)
 {
-    Vq *vq = vq_of(e);
-    uint64_t before = vq->seen;
+    PollSrc *psrc = psrc_of(e);
+    uint64_t before = psrc->seen;
 
-    event_notifier_test_and_clear(&vq->kick);
-    vq->ended = false;
-    atomic_fetch_add(&vq->reads, 1);
-    vq_consume(vq);
-    if (vq->seen != before) {
-        atomic_fetch_add(&vq->reads_work, 1);
+    event_notifier_test_and_clear(&psrc->kick);
+    psrc->ended = false;
+    atomic_fetch_add(&psrc->reads, 1);
+    psrc_consume(psrc);
+    if (psrc->seen != before) {
+        atomic_fetch_add(&psrc->reads_work, 1);
     }
 }
 
-static void vq_io_poll_begin(EventNotifier *e)
+static void psrc_io_poll_begin(EventNotifier *e)
 {
-    Vq *vq = vq_of(e);
+    PollSrc *psrc = psrc_of(e);
 
-    atomic_fetch_add(&vq->begins, 1);
-    vq->ended = false;
-    if (atomic_exchange(&vq->begun, true)) {
-        atomic_fetch_add(&vq->alternation_errors, 1);
+    atomic_fetch_add(&psrc->begins, 1);
+    psrc->ended = false;
+    if (atomic_exchange(&psrc->begun, true)) {
+        atomic_fetch_add(&psrc->alternation_errors, 1);
     }
-    atomic_store(&vq->no_notify, true);
+    atomic_store(&psrc->no_notify, true);
 }
 
 /* io_poll_end side of the rendezvous: wait (bounded) for the producer. */
-static bool vq_wait_flag(_Atomic bool *flag)
+static bool psrc_wait_flag(_Atomic bool *flag)
 {
     int64_t end = clock_now_ns() + 50000;
 
@@ -379,22 +379,22 @@ static bool vq_wait_flag(_Atomic bool *flag)
     return true;
 }
 
-static void vq_io_poll_end(EventNotifier *e)
+static void psrc_io_poll_end(EventNotifier *e)
 {
-    Vq *vq = vq_of(e);
-    uint64_t r = xorshift(&vq->rng);
-    int mode = atomic_load(&vq->hs_want) ? (int)(r % 3) : -1;
+    PollSrc *psrc = psrc_of(e);
+    uint64_t r = xorshift(&psrc->rng);
+    int mode = atomic_load(&psrc->hs_want) ? (int)(r % 3) : -1;
 
-    atomic_store(&vq->end_started, true);
-    atomic_fetch_add(&vq->ends, 1);
-    if (!atomic_exchange(&vq->begun, false)) {
-        atomic_fetch_add(&vq->alternation_errors, 1);
+    atomic_store(&psrc->end_started, true);
+    atomic_fetch_add(&psrc->ends, 1);
+    if (!atomic_exchange(&psrc->begun, false)) {
+        atomic_fetch_add(&psrc->alternation_errors, 1);
     }
-    vq->ended = true;
-    vq->just_ended = vq->lie_after_end;
-    if (mode == 0 && vq_wait_flag(&vq->hs_published)) {
+    psrc->ended = true;
+    psrc->just_ended = psrc->lie_after_end;
+    if (mode == 0 && psrc_wait_flag(&psrc->hs_published)) {
         /* Published while kicks were off: only the re-check can see it. */
-        atomic_fetch_add(&vq->hs_before_store, 1);
+        atomic_fetch_add(&psrc->hs_before_store, 1);
     }
     if (mode == 2) {
         /*
@@ -402,15 +402,15 @@ static void vq_io_poll_end(EventNotifier *e)
          * store and its publish race within nanoseconds (the store-buffer
          * window that the loop's full fence closes).
          */
-        if (vq_wait_flag(&vq->hs_go)) {
-            atomic_fetch_add(&vq->hs_simultaneous, 1);
+        if (psrc_wait_flag(&psrc->hs_go)) {
+            atomic_fetch_add(&psrc->hs_simultaneous, 1);
         }
     } else {
-        if (vq->linger_before_ns) {
-            spin_ns(vq->linger_before_ns);
+        if (psrc->linger_before_ns) {
+            spin_ns(psrc->linger_before_ns);
         }
         /* A third of the time linger a few hundred ns before the store. */
-        if (vq->linger && (r >> 2) % 3 == 1) {
+        if (psrc->linger && (r >> 2) % 3 == 1) {
             spin_ns(100 + (r >> 8) % 400);
         }
     }
@@ -418,66 +418,66 @@ static void vq_io_poll_end(EventNotifier *e)
      * A plain (release) store, as a virtqueue's flag write in guest memory
      * would be: ordering it before the re-check is the loop's job.
      */
-    atomic_store_explicit(&vq->no_notify, false, memory_order_release);
+    atomic_store_explicit(&psrc->no_notify, false, memory_order_release);
     if (mode == 2) {
         return;
     }
     /* A third of the time linger after it. */
-    if (vq->linger && (r >> 2) % 3 == 2) {
+    if (psrc->linger && (r >> 2) % 3 == 2) {
         spin_ns(100 + (r >> 8) % 400);
     }
-    if (mode == 1 && vq_wait_flag(&vq->hs_published)) {
+    if (mode == 1 && psrc_wait_flag(&psrc->hs_published)) {
         /* The kick races with the loop's re-check. */
-        atomic_fetch_add(&vq->hs_after_store, 1);
+        atomic_fetch_add(&psrc->hs_after_store, 1);
     }
 }
 
-void vq_init(Vq *vq, AioContext *ctx, bool with_hooks)
+void psrc_init(PollSrc *psrc, AioContext *ctx, bool with_hooks)
 {
     g_assert(aio_context_in_home_thread(ctx));
-    memset(vq, 0, sizeof(*vq));
-    vq->ctx = ctx;
-    vq->rng = 0x9e3779b97f4a7c15ULL;
-    g_assert_cmpint(event_notifier_init(&vq->kick, false), ==, 0);
-    aio_set_event_notifier(ctx, &vq->kick, vq_io_read, vq_io_poll,
-                           vq_io_poll_ready);
+    memset(psrc, 0, sizeof(*psrc));
+    psrc->ctx = ctx;
+    psrc->rng = 0x9e3779b97f4a7c15ULL;
+    g_assert_cmpint(event_notifier_init(&psrc->kick, false), ==, 0);
+    aio_set_event_notifier(ctx, &psrc->kick, psrc_io_read, psrc_io_poll,
+                           psrc_io_poll_ready);
     if (with_hooks) {
-        aio_set_event_notifier_poll(ctx, &vq->kick, vq_io_poll_begin,
-                                    vq_io_poll_end);
+        aio_set_event_notifier_poll(ctx, &psrc->kick, psrc_io_poll_begin,
+                                    psrc_io_poll_end);
     }
 }
 
-void vq_cleanup(Vq *vq)
+void psrc_cleanup(PollSrc *psrc)
 {
-    g_assert(aio_context_in_home_thread(vq->ctx));
-    aio_set_event_notifier(vq->ctx, &vq->kick, NULL, NULL, NULL);
-    event_notifier_cleanup(&vq->kick);
+    g_assert(aio_context_in_home_thread(psrc->ctx));
+    aio_set_event_notifier(psrc->ctx, &psrc->kick, NULL, NULL, NULL);
+    event_notifier_cleanup(&psrc->kick);
 }
 
-void vq_publish(Vq *vq)
+void psrc_publish(PollSrc *psrc)
 {
-    atomic_fetch_add(&vq->avail, 1);
+    atomic_fetch_add(&psrc->avail, 1);
     /*
      * Full fence: the store to avail must be visible before we read
      * no_notify.  Pairs with the loop's full barrier between io_poll_end
      * (which clears no_notify) and the final io_poll (which reads avail).
      */
     atomic_thread_fence(memory_order_seq_cst);
-    if (!atomic_load(&vq->no_notify)) {
-        atomic_fetch_add(&vq->kicks, 1);
-        g_assert_cmpint(event_notifier_set(&vq->kick), ==, 0);
+    if (!atomic_load(&psrc->no_notify)) {
+        atomic_fetch_add(&psrc->kicks, 1);
+        g_assert_cmpint(event_notifier_set(&psrc->kick), ==, 0);
     }
 }
 
-bool vq_wait_acked(Vq *vq, uint64_t n, int64_t timeout_ns)
+bool psrc_wait_acked(PollSrc *psrc, uint64_t n, int64_t timeout_ns)
 {
     int64_t start = clock_now_ns();
     int64_t now = start;
 
-    while (atomic_load(&vq->acked) < n) {
+    while (atomic_load(&psrc->acked) < n) {
         now = clock_now_ns();
         if (now - start > timeout_ns) {
-            return atomic_load(&vq->acked) >= n;
+            return atomic_load(&psrc->acked) >= n;
         }
         if (now - start < 100000) {
             cpu_relax();

@@ -10,8 +10,10 @@
  * - A one-shot gate for threads (Gate), a delayed call in a thread
  *   (DelayedCall), count_dir_entries().
  * - Constructors that assert success (ctx_new(), iot_new()).
- * - Vq, a model of a virtqueue as a pollable AioContext handler, used to
- *   drive and observe the loop's adaptive polling.
+ * - PollSrc, a counter-based pollable source with a producer and a
+ *   kick eventfd, used to drive and observe the loop's adaptive polling.
+ *   It has no rings or descriptors: tests of real split rings drive them
+ *   with the guest-side library (tools/frontend, local-virtio.h).
  *
  * Every helper fails the running test (g_assert) rather than returning an
  * error; none may be called from a signal handler.
@@ -250,17 +252,17 @@ void assert_same(const uint8_t *got, const uint8_t *want, size_t n,
                  int64_t offset, const char *what);
 
 /* ------------------------------------------------------------------------ */
-/* Vq: a virtqueue-like pollable source                                      */
+/* PollSrc: a pollable source with the notification protocol of a ring        */
 
 /*
  * The model:
  *   - the producer (any thread but ctx's home thread) publishes a message
  *     by incrementing avail, issues a full fence, then kicks the eventfd
- *     only if the consumer's no_notify flag is clear (vq_publish());
+ *     only if the consumer's no_notify flag is clear (psrc_publish());
  *   - the consumer (the loop, in ctx's home thread) polls avail in
  *     io_poll, sets no_notify in io_poll_begin and clears it in
  *     io_poll_end, and acknowledges what it consumed in acked, so that the
- *     producer can wait for it (vq_wait_acked()).
+ *     producer can wait for it (psrc_wait_acked()).
  *
  * The consumer's hooks deliberately use plain (release) stores and its
  * io_poll no locked instructions, so that the loop's own full barrier
@@ -270,11 +272,11 @@ void assert_same(const uint8_t *got, const uint8_t *want, size_t n,
  * The counters are written only by the consumer (kicks: by producers) and
  * may be read from any thread.  The fields from linger on are knobs and
  * probes for the lost-wakeup stress test in test-aio.c; left at zero (as
- * vq_init() leaves them), io_poll_end does nothing but clear no_notify and
+ * psrc_init() leaves them), io_poll_end does nothing but clear no_notify and
  * count.
  */
-typedef struct Vq {
-    EventNotifier kick;            /* first: callbacks get &vq->kick */
+typedef struct PollSrc {
+    EventNotifier kick;            /* first: callbacks get &psrc->kick */
     AioContext *ctx;
 
     _Atomic uint64_t avail;        /* producer: messages published */
@@ -319,34 +321,34 @@ typedef struct Vq {
     /* Self-test: model a loop that forgets the re-check after io_poll_end. */
     bool lie_after_end;
     bool just_ended;
-} Vq;
+} PollSrc;
 
 /*
- * Zero *vq, open its kick eventfd and register it in ctx with io_read,
+ * Zero *psrc, open its kick eventfd and register it in ctx with io_read,
  * io_poll and io_poll_ready, plus io_poll_begin/io_poll_end if with_hooks.
- * ctx's home thread.  vq must stay put until vq_cleanup().
+ * ctx's home thread.  psrc must stay put until psrc_cleanup().
  */
-void vq_init(Vq *vq, AioContext *ctx, bool with_hooks);
+void psrc_init(PollSrc *psrc, AioContext *ctx, bool with_hooks);
 
 /*
- * Unregister vq from its context and close its eventfd.  ctx's home
+ * Unregister psrc from its context and close its eventfd.  ctx's home
  * thread.  Checks nothing: a caller that wants io_poll_begin/io_poll_end
  * to have alternated asserts alternation_errors == 0 itself.
  */
-void vq_cleanup(Vq *vq);
+void psrc_cleanup(PollSrc *psrc);
 
 /*
  * Producer side: publish one message; kick the eventfd unless the consumer
  * is polling.  Any thread (normally not ctx's home thread: the message is
  * consumed by a later aio_poll()).
  */
-void vq_publish(Vq *vq);
+void psrc_publish(PollSrc *psrc);
 
 /*
  * Producer side: wait (spinning, then yielding) until the consumer has
  * acked at least n messages.  True if it has, false if it still has not
  * after timeout_ns.  Any thread but ctx's home thread.
  */
-bool vq_wait_acked(Vq *vq, uint64_t n, int64_t timeout_ns);
+bool psrc_wait_acked(PollSrc *psrc, uint64_t n, int64_t timeout_ns);
 
 #endif

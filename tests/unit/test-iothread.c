@@ -172,32 +172,32 @@ static bool wait_for_int(_Atomic int *v, int want, int64_t timeout_ns)
 }
 
 /*
- * The Vq (test-helpers.h) lives in the IOThread: it is set up and torn
+ * The PollSrc (test-helpers.h) lives in the IOThread: it is set up and torn
  * down there, and this thread is its producer.
  */
-static void vq_start_cb(void *opaque)
+static void psrc_start_cb(void *opaque)
 {
-    Vq *vq = opaque;
-    AioContext *ctx = vq->ctx;     /* vq_init() zeroes *vq */
+    PollSrc *psrc = opaque;
+    AioContext *ctx = psrc->ctx;     /* psrc_init() zeroes *psrc */
 
-    vq_init(vq, ctx, true);
-    aio_set_fd_handler_name(ctx, vq->kick.fd, "test-vq");
+    psrc_init(psrc, ctx, true);
+    aio_set_fd_handler_name(ctx, psrc->kick.fd, "test-vq");
 }
 
-static void vq_stop_cb(void *opaque)
+static void psrc_stop_cb(void *opaque)
 {
-    vq_cleanup(opaque);
+    psrc_cleanup(opaque);
 }
 
-static void vq_start(Vq *vq, AioContext *ctx)
+static void psrc_start(PollSrc *psrc, AioContext *ctx)
 {
-    vq->ctx = ctx;
-    aio_run_sync(ctx, vq_start_cb, vq);
+    psrc->ctx = ctx;
+    aio_run_sync(ctx, psrc_start_cb, psrc);
 }
 
-static void vq_stop(Vq *vq)
+static void psrc_stop(PollSrc *psrc)
 {
-    aio_run_sync(vq->ctx, vq_stop_cb, vq);
+    aio_run_sync(psrc->ctx, psrc_stop_cb, psrc);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -564,11 +564,11 @@ static void test_properties_bad_values(void)
     iothread_destroy(iot);
 }
 
-/* Load for the live property test: ping-pong on a Vq plus BHs. */
+/* Load for the live property test: ping-pong on a PollSrc plus BHs. */
 typedef struct Load {
     IOThread *iot;
     AioContext *ctx;
-    Vq vq;
+    PollSrc psrc;
     _Atomic bool stop;
     _Atomic int bh_runs;
     int msgs;
@@ -583,9 +583,9 @@ static gpointer load_fn(gpointer opaque)
 
     while (!atomic_load(&l->stop)) {
         spin_ns(g_rand_int_range(r, 0, 60000));
-        vq_publish(&l->vq);
+        psrc_publish(&l->psrc);
         l->msgs++;
-        if (!vq_wait_acked(&l->vq, l->msgs, 5 * NS_PER_SEC)) {
+        if (!psrc_wait_acked(&l->psrc, l->msgs, 5 * NS_PER_SEC)) {
             l->lost = true;
             break;
         }
@@ -609,7 +609,7 @@ static void test_properties_live(void)
 
     l.iot = iot_new("live", NULL);
     l.ctx = iothread_get_aio_context(l.iot);
-    vq_start(&l.vq, l.ctx);
+    psrc_start(&l.psrc, l.ctx);
     t = g_thread_new("load", load_fn, &l);
 
     for (int i = 0; i < 2000; i++) {
@@ -702,7 +702,7 @@ static void test_properties_live(void)
         g_assert_true(match);
     }
 
-    vq_stop(&l.vq);
+    psrc_stop(&l.psrc);
     iothread_destroy(l.iot);
 }
 
@@ -851,14 +851,14 @@ static void test_idle_cpu(void)
     int64_t cpu0, cpu1, wall0, wall1;
     int64_t idle_ns = 5 * NS_PER_SEC;
     int n = 0;
-    Vq vq;
+    PollSrc psrc;
 
     /* Busy phase: ping-pong until the window has grown. */
-    vq_start(&vq, ctx);
+    psrc_start(&psrc, ctx);
     while (n < 20000) {
         n++;
-        vq_publish(&vq);
-        g_assert_true(vq_wait_acked(&vq, n, 5 * NS_PER_SEC));
+        psrc_publish(&psrc);
+        g_assert_true(psrc_wait_acked(&psrc, n, 5 * NS_PER_SEC));
         aio_context_get_stats(ctx, &s);
         if (s.poll_ns > 0) {
             saw_window = true;
@@ -914,7 +914,7 @@ static void test_idle_cpu(void)
     g_assert_cmpuint((ticks1 - ticks0) * (NS_PER_SEC / tck), >=,
                      150 * NS_PER_MS);
 
-    vq_stop(&vq);
+    psrc_stop(&psrc);
     iothread_destroy(iot);
 }
 
