@@ -105,17 +105,6 @@ static bool parse_features(const char *str, VufDeviceType dev,
     return true;
 }
 
-/* --device and --completion, indexed by their enums (NULL: not offered). */
-static const char *const device_names[] = {
-    [VUF_DEVICE_BLK] = "blk",
-    [VUF_DEVICE_SCSI] = "scsi",
-};
-
-static const char *const completion_names[] = {
-    [VUF_COMPLETION_POLL] = "poll",
-    [VUF_COMPLETION_INTERRUPT] = "interrupt",
-};
-
 /* An option naming one of names[0..n) (if given) into the enum at *out. */
 static bool parse_enum(const char *name, const char *str,
                        const char *const *names, size_t n, int *out,
@@ -374,8 +363,8 @@ static bool convert_device(const RawOpts *r, BenchOpts *o, Error **errp)
     int dev = o->device;
     uint64_t v;
 
-    if (!parse_enum("--device", r->device, device_names,
-                    G_N_ELEMENTS(device_names), &dev, errp)) {
+    if (!parse_enum("--device", r->device, vuf_device_names,
+                    VUF_DEVICE_NAMES, &dev, errp)) {
         return false;
     }
     o->device = dev;
@@ -410,8 +399,8 @@ static bool convert_opts(const RawOpts *r, BenchOpts *o, Error **errp)
     o->no_event_idx = r->no_event_idx;
     o->no_indirect = r->no_indirect;
     if (!parse_enum("--rw", r->rw, rw_names, RW_RANDRW + 1, &rw, errp) ||
-        !parse_enum("--completion", r->completion, completion_names,
-                    G_N_ELEMENTS(completion_names), &completion, errp)) {
+        !parse_enum("--completion", r->completion, vuf_completion_names,
+                    VUF_COMPLETION_NAMES, &completion, errp)) {
         return false;
     }
     o->rw = rw;

@@ -253,8 +253,7 @@ void bench_print_text(const Bench *b, const Summary *s)
         printf(" phases=%u", o->nphases);
     }
     printf(" iodepth=%u queues=%u completion=%s runtime=%.2f s\n", b->depth,
-           b->nq, o->completion == VUF_COMPLETION_POLL ? "poll" : "interrupt",
-           s->runtime_s);
+           b->nq, vuf_completion_names[o->completion], s->runtime_s);
     printf("  ios=%" PRIu64 " iops=%.1f bw=%.2f MiB/s errors=%" PRIu64,
            s->ios, ratio(s->ios, s->runtime_s),
            ratio(s->bytes / 1048576.0, s->runtime_s), s->errors);
@@ -534,8 +533,7 @@ static void json_setup(JsonObject *j, const Bench *b)
                                                                   : 0);
     json_object_set_int_member(j, "queues", b->nq);
     json_object_set_string_member(j, "completion",
-                                  o->completion == VUF_COMPLETION_POLL
-                                  ? "poll" : "interrupt");
+                                  vuf_completion_names[o->completion]);
     json_object_set_double_member(j, "ramp_s", o->ramp);
     json_object_set_int_member(j, "size", o->size);
     json_object_set_int_member(j, "offset", o->offset);

@@ -46,6 +46,16 @@
 /* ------------------------------------------------------------------------ */
 /* Options and accessors                                                     */
 
+const char *const vuf_completion_names[VUF_COMPLETION_NAMES] = {
+    [VUF_COMPLETION_POLL] = "poll",
+    [VUF_COMPLETION_INTERRUPT] = "interrupt",
+};
+
+const char *const vuf_device_names[VUF_DEVICE_NAMES] = {
+    [VUF_DEVICE_BLK] = "blk",
+    [VUF_DEVICE_SCSI] = "scsi",
+};
+
 void vuf_options_init(VufOptions *opts)
 {
     *opts = (VufOptions) {
@@ -393,7 +403,7 @@ static bool read_config(VuFrontend *fe, Error **errp)
     }
     if (!vuf_get_config(fe, 0, buf, len, errp)) {
         error_prepend(errp, "reading the virtio-%s configuration: ",
-                      scsi ? "scsi" : "blk");
+                      vuf_device_names[fe->opts.device]);
         return false;
     }
     if (scsi && !check_scsi_config(&fe->scsi_config, errp)) {

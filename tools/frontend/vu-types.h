@@ -35,6 +35,17 @@ typedef enum VufDeviceType {
                                  * event queue, 2.. the request queues */
 } VufDeviceType;
 
+/*
+ * The names the command lines of spindle-bench and spindle-vu-client give
+ * the completion modes and the device types, indexed by their enums (for
+ * cli_parse_choice() and the reports).  A device type no command line
+ * offers (VUF_DEVICE_GENERIC) has a NULL name.
+ */
+#define VUF_COMPLETION_NAMES    (VUF_COMPLETION_INTERRUPT + 1)
+#define VUF_DEVICE_NAMES        (VUF_DEVICE_SCSI + 1)
+extern const char *const vuf_completion_names[VUF_COMPLETION_NAMES];
+extern const char *const vuf_device_names[VUF_DEVICE_NAMES];
+
 typedef enum VufMemMethod {
     VUF_MEM_SET_MEM_TABLE,      /* the default */
     VUF_MEM_ADD_MEM_REG,        /* needs CONFIGURE_MEM_SLOTS; error if absent */

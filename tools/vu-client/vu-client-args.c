@@ -22,13 +22,13 @@
  *   checks that involve more than one option.
  */
 
-#include <errno.h>
 #include <inttypes.h>
 #include <stddef.h>
 #include <string.h>
 
 #include <glib.h>
 
+#include "util/cli-parse.h"
 #include "util/error.h"
 #include "vu-client-args.h"
 #include "vu-client-bad.h"
@@ -43,87 +43,6 @@
 
 /* ------------------------------------------------------------------------ */
 /* Values                                                                    */
-
-/* A byte count: decimal or 0x hex, optional suffix k/K, M, G, T (binary). */
-static bool parse_size(const char *what, const char *str, uint64_t *out,
-                       Error **errp)
-{
-    char *end;
-    uint64_t v, mult = 1;
-
-    errno = 0;
-    if (!str || !*str || *str == '-') {
-        goto bad;
-    }
-    v = g_ascii_strtoull(str, &end, 0);
-    if (errno || end == str) {
-        goto bad;
-    }
-    if (*end) {
-        switch (*end) {
-        case 'k': case 'K': mult = 1ull << 10; break;
-        case 'm': case 'M': mult = 1ull << 20; break;
-        case 'g': case 'G': mult = 1ull << 30; break;
-        case 't': case 'T': mult = 1ull << 40; break;
-        default: goto bad;
-        }
-        end++;
-        if (*end == 'i') {
-            end++;
-        }
-        if (*end == 'B') {
-            end++;
-        }
-        if (*end) {
-            goto bad;
-        }
-    }
-    if (__builtin_mul_overflow(v, mult, out)) {
-        goto bad;
-    }
-    return true;
-bad:
-    error_setg(errp, "%s: expected a byte count such as 4096, 64k or 1M, "
-               "got '%s'", what, str ? str : "");
-    return false;
-}
-
-static bool parse_uint(const char *what, const char *str, uint64_t min,
-                       uint64_t max, uint64_t *out, Error **errp)
-{
-    char *end;
-    uint64_t v;
-
-    errno = 0;
-    if (!str || !*str || *str == '-') {
-        goto bad;
-    }
-    v = g_ascii_strtoull(str, &end, 0);
-    if (errno || *end || v < min || v > max) {
-        goto bad;
-    }
-    *out = v;
-    return true;
-bad:
-    error_setg(errp, "%s: expected an integer from %" PRIu64 " to %" PRIu64
-               ", got '%s'", what, min, max, str ? str : "");
-    return false;
-}
-
-static bool parse_seconds(const char *what, const char *str, uint64_t max,
-                          double *out, Error **errp)
-{
-    char *end;
-    double v = g_ascii_strtod(str, &end);
-
-    if (end == str || *end || !(v >= 0) || v > max) {
-        error_setg(errp, "%s: expected seconds from 0 to %" PRIu64 ", got "
-                   "'%s'", what, max, str);
-        return false;
-    }
-    *out = v;
-    return true;
-}
 
 static bool parse_sense_key(const char *what, const char *str, int *out,
                             Error **errp)
@@ -142,11 +61,14 @@ static bool parse_sense_key(const char *what, const char *str, int *out,
 static bool parse_cdb(const char *what, const char *str, unsigned *out,
                       Error **errp)
 {
-    if (strcmp(str, "10") && strcmp(str, "16")) {
-        error_setg(errp, "%s: expected 10 or 16, got '%s'", what, str);
+    static const char *const lengths[] = { "10", "16" };
+    int i;
+
+    if (!cli_parse_choice(what, str, lengths, G_N_ELEMENTS(lengths), &i,
+                          errp)) {
         return false;
     }
-    *out = g_ascii_strtoull(str, NULL, 10);
+    *out = i ? 16 : 10;
     return true;
 }
 
@@ -192,9 +114,9 @@ static bool convert_value(const OptSpec *spec, const char *what,
         *(char **)field = g_strdup(str);
         return true;
     case OPT_SIZE:
-        return parse_size(what, str, field, errp);
+        return cli_parse_size(what, str, field, errp);
     case OPT_SECONDS:
-        return parse_seconds(what, str, spec->max, field, errp);
+        return cli_parse_seconds(what, str, spec->max, field, errp);
     case OPT_SENSE_KEY:
         return parse_sense_key(what, str, field, errp);
     case OPT_CDB:
@@ -202,7 +124,7 @@ static bool convert_value(const OptSpec *spec, const char *what,
     default:
         break;
     }
-    if (!parse_uint(what, str, spec->min, spec->max, &v, errp)) {
+    if (!cli_parse_uint(what, str, spec->min, spec->max, &v, errp)) {
         return false;
     }
     if (spec->conv == OPT_U64) {
@@ -283,8 +205,8 @@ static bool convert_offset_len(Command *cmd, char **pos, const char *unit,
     g_autofree char *w_off = g_strdup_printf("%s OFFSET", cmd->name);
     g_autofree char *w_len = g_strdup_printf("%s LEN", cmd->name);
 
-    if (!parse_size(w_off, pos[0], &cmd->offset, errp) ||
-        !parse_size(w_len, pos[1], &cmd->len, errp)) {
+    if (!cli_parse_size(w_off, pos[0], &cmd->offset, errp) ||
+        !cli_parse_size(w_len, pos[1], &cmd->len, errp)) {
         return false;
     }
     if (cmd->offset % SECTOR || cmd->len % SECTOR || cmd->len == 0) {
@@ -496,10 +418,10 @@ static bool convert_args(const CmdSpec *spec, Command *cmd, char **pos,
         return convert_offset_len(cmd, pos,
                                   "the LUN's block size (512 or 4096)", errp);
     case ARGS_LBA_COUNT:
-        return parse_uint("scsi-unmap LBA", pos[0], 0, UINT64_MAX, &cmd->lba,
-                          errp) &&
-               parse_uint("scsi-unmap COUNT", pos[1], 1, UINT32_MAX,
-                          &cmd->nblocks, errp);
+        return cli_parse_uint("scsi-unmap LBA", pos[0], 0, UINT64_MAX,
+                              &cmd->lba, errp) &&
+               cli_parse_uint("scsi-unmap COUNT", pos[1], 1, UINT32_MAX,
+                              &cmd->nblocks, errp);
     case ARGS_PATH:
         if (!*pos[0]) {
             error_setg(errp, "%s: PATH must not be empty", cmd->name);
@@ -755,6 +677,7 @@ static bool convert_global_opts(const RawOpts *raw, ClientOpts *o,
                                 Error **errp)
 {
     const char *completion = raw_value(raw, "completion");
+    int mode;
 
     if (!raw_value(raw, "socket")) {
         error_setg(errp, "--socket PATH is required");
@@ -769,14 +692,13 @@ static bool convert_global_opts(const RawOpts *raw, ClientOpts *o,
             return false;
         }
     }
-    if (completion && !strcmp(completion, "poll")) {
-        o->completion = VUF_COMPLETION_POLL;
-    } else if (completion && !strcmp(completion, "interrupt")) {
-        o->completion = VUF_COMPLETION_INTERRUPT;
-    } else if (completion) {
-        error_setg(errp, "--completion: expected poll or interrupt, got "
-                   "'%s'", completion);
-        return false;
+    if (completion) {
+        if (!cli_parse_choice("--completion", completion,
+                              vuf_completion_names, VUF_COMPLETION_NAMES,
+                              &mode, errp)) {
+            return false;
+        }
+        o->completion = mode;
     }
     return true;
 }
@@ -820,14 +742,14 @@ static const char *device_name(CmdDevice dev)
 static bool convert_device(const char *device, ClientOpts *o, Error **errp)
 {
     CmdDevice want = CMD_DEV_ANY;
+    int type;
 
-    if (device && !strcmp(device, "blk")) {
-        want = CMD_DEV_BLK;
-    } else if (device && !strcmp(device, "scsi")) {
-        want = CMD_DEV_SCSI;
-    } else if (device) {
-        error_setg(errp, "--device: expected blk or scsi, got '%s'", device);
-        return false;
+    if (device) {
+        if (!cli_parse_choice("--device", device, vuf_device_names,
+                              VUF_DEVICE_NAMES, &type, errp)) {
+            return false;
+        }
+        want = type == VUF_DEVICE_SCSI ? CMD_DEV_SCSI : CMD_DEV_BLK;
     }
     for (guint i = 0; i < o->commands->len; i++) {
         const Command *cmd = o->commands->pdata[i];

@@ -131,8 +131,7 @@ bool cmd_info(Client *c, const Command *cmd, Result *r, Error **errp)
 {
     VuFrontend *fe = c->fe;
     const VirtioBlkConfig *cfg = vuf_blk_config(fe);
-    const char *mode = c->opts->completion == VUF_COMPLETION_POLL
-                       ? "poll" : "interrupt";
+    const char *mode = vuf_completion_names[c->opts->completion];
 
     VufDeviceType dev = c->opts->device;
 

@@ -32,7 +32,6 @@
  * command.
  */
 
-#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -41,6 +40,7 @@
 #include <json-glib/json-glib.h>
 
 #include "util/bswap.h"
+#include "util/cli-parse.h"
 #include "util/error.h"
 #include "vu-client-pattern.h"
 #include "vu-client-result.h"
@@ -93,7 +93,6 @@ static char *scsi_string(const uint8_t *p, size_t n)
 int scsi_sense_key_by_name(const char *name)
 {
     g_autofree char *norm = g_ascii_strup(name, -1);
-    char *end;
     uint64_t v;
 
     g_strdelimit(norm, "-", '_');
@@ -102,8 +101,8 @@ int scsi_sense_key_by_name(const char *name)
             return key;
         }
     }
-    v = g_ascii_strtoull(name, &end, 0);
-    if (end != name && !*end && v < 16) {
+    /* The caller words the error: it also names the keys. */
+    if (cli_parse_uint("sense key", name, 0, 15, &v, NULL)) {
         return (int)v;
     }
     return -1;
