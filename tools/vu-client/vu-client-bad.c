@@ -47,6 +47,7 @@
 
 #include <glib.h>
 
+#include "util/bswap.h"
 #include "util/error.h"
 #include "vu-client-bad.h"
 #include "vu-client-pattern.h"
@@ -126,30 +127,6 @@ typedef struct BrKind {
 /* ------------------------------------------------------------------------ */
 /* Building blocks                                                           */
 
-static void put_le32(uint8_t *p, uint32_t v)
-{
-    for (unsigned i = 0; i < 4; i++) {
-        p[i] = v >> (8 * i);
-    }
-}
-
-static void put_le64(uint8_t *p, uint64_t v)
-{
-    for (unsigned i = 0; i < 8; i++) {
-        p[i] = v >> (8 * i);
-    }
-}
-
-static uint64_t get_le(const uint8_t *p, unsigned bytes)
-{
-    uint64_t v = 0;
-
-    for (unsigned i = 0; i < bytes; i++) {
-        v |= (uint64_t)p[i] << (8 * i);
-    }
-    return v;
-}
-
 static void add_piece(BrReq *b, uint32_t off, uint32_t len, bool writes)
 {
     g_assert(b->n < BR_MAX_PIECES);
@@ -164,9 +141,9 @@ static void put_hdr(BrCtx *x, BrReq *b, uint32_t off, uint32_t type,
 
     b->type = type;
     b->sector = sector;
-    put_le32(p, type);
-    put_le32(p + 4, 0);
-    put_le64(p + 8, sector);
+    st_le32(p, type);
+    st_le32(p + 4, 0);
+    st_le64(p + 8, sector);
 }
 
 /* The header of a type request of the target, cut into n pieces of the
@@ -233,9 +210,9 @@ static void put_seg(BrCtx *x, unsigned i, uint64_t sector, uint32_t nsectors,
     uint8_t *p = x->s + BR_OFF_SEGS + i * BR_SEG_BYTES;
 
     g_assert(i < BR_SEGS_MAX);
-    put_le64(p, sector);
-    put_le32(p + 8, nsectors);
-    put_le32(p + 12, flags);
+    st_le64(p, sector);
+    st_le32(p + 8, nsectors);
+    st_le32(p + 12, flags);
 }
 
 /* A discard / write-zeroes request of nsegs segments already put. */
@@ -624,9 +601,9 @@ static bool read_limits(BrCtx *x, Error **errp)
         error_prepend(errp, "bad-request needs the device config: ");
         return false;
     }
-    x->capacity = get_le(cfg + BR_CFG_CAPACITY, 8);
-    x->max_discard_seg = get_le(cfg + BR_CFG_MAX_DISCARD_SEG, 4);
-    x->max_wz_seg = get_le(cfg + BR_CFG_MAX_WZ_SEG, 4);
+    x->capacity = ld_le64(cfg + BR_CFG_CAPACITY);
+    x->max_discard_seg = ld_le32(cfg + BR_CFG_MAX_DISCARD_SEG);
+    x->max_wz_seg = ld_le32(cfg + BR_CFG_MAX_WZ_SEG);
     if (x->capacity == 0) {
         error_setg(errp, "bad-request: the device has a capacity of 0");
         return false;
