@@ -181,14 +181,6 @@ static bool scsi_setup_cmd(VufQueue *q, VufScsiReq *req, unsigned lun,
     return true;
 }
 
-/* Bytes the device put in the data-in buffer. */
-static size_t scsi_data_in(const VufScsiReq *req)
-{
-    uint32_t resid = req->resp->resid;
-
-    return resid <= req->data_len ? req->data_len - resid : 0;
-}
-
 /* INQUIRY: is there a disk at the LUN? */
 static bool scsi_inquiry(VufQueue *q, VufScsiReq *req, unsigned lun,
                          Error **errp)
@@ -200,7 +192,7 @@ static bool scsi_inquiry(VufQueue *q, VufScsiReq *req, unsigned lun,
                         "INQUIRY", errp)) {
         return false;
     }
-    if (scsi_data_in(req) < 1) {
+    if (vufscsi_data_in(req) < 1) {
         error_setg(errp, "INQUIRY of LUN %u: no data", lun);
         return false;
     }
@@ -230,9 +222,9 @@ static bool scsi_read_capacity(VufQueue *q, VufScsiReq *req, unsigned lun,
                         "READ CAPACITY (16)", errp)) {
         return false;
     }
-    if (scsi_data_in(req) < 12) {
+    if (vufscsi_data_in(req) < 12) {
         error_setg(errp, "READ CAPACITY (16) of LUN %u: %zu bytes of data, "
-                   "expected 32", lun, scsi_data_in(req));
+                   "expected 32", lun, vufscsi_data_in(req));
         return false;
     }
     nblocks = ld_be64(req->data) + 1;

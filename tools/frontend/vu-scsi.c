@@ -215,6 +215,13 @@ int vufscsi_do(VufQueue *q, VufScsiReq *req, unsigned flags,
     return r < 0 ? r : req->resp->response;
 }
 
+size_t vufscsi_data_in(const VufScsiReq *req)
+{
+    uint32_t resid = req->resp->resid;
+
+    return resid <= req->data_len ? req->data_len - resid : 0;
+}
+
 bool vufscsi_sense(const VufScsiReq *req, uint8_t *key, uint8_t *asc,
                    uint8_t *ascq)
 {

@@ -107,6 +107,13 @@ int vufscsi_do(VufQueue *q, VufScsiReq *req, unsigned flags,
                int64_t timeout_ns);
 
 /*
+ * How many bytes of data-in the device put in req->data after it
+ * completed: data_len less the residual it reported, 0 if the residual is
+ * larger (a device that wrote none, or a bogus one).
+ */
+size_t vufscsi_data_in(const VufScsiReq *req);
+
+/*
  * The sense key, ASC and ASCQ of the sense data in req (fixed format 0x70
  * and 0x71, or descriptor format 0x72 and 0x73).  False if there is no
  * sense data (sense_len 0) or it is not in either format.

@@ -345,14 +345,6 @@ static bool scsi_run(Client *c, unsigned qi, const char *what,
     return scsi_judge(req, resp, what, expect_sense, expected, errp);
 }
 
-/* Bytes the device put in the data-in buffer (data_len - resid). */
-static size_t scsi_data_in(const VufScsiReq *req)
-{
-    uint32_t resid = req->resp->resid;
-
-    return resid <= req->data_len ? req->data_len - resid : 0;
-}
-
 static int scsi_prep(Client *c, unsigned qi, unsigned lun, const uint8_t *cdb,
                      unsigned cdb_len, size_t data_len, VufScsiDir dir)
 {
@@ -384,7 +376,7 @@ static bool scsi_query(Client *c, const Command *cmd, const uint8_t *cdb,
                   r, errp)) {
         return false;
     }
-    return expected || parse(cmd, req->data, scsi_data_in(req), r, errp);
+    return expected || parse(cmd, req->data, vufscsi_data_in(req), r, errp);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -799,9 +791,9 @@ static bool scsi_read_done(const Command *cmd, const VufScsiReq *req,
                            uint64_t off, size_t n, const char *what,
                            GChecksum *sum, Result *r, Error **errp)
 {
-    if (scsi_data_in(req) != n) {
+    if (vufscsi_data_in(req) != n) {
         error_setg(errp, "%s: the device moved %zu bytes (resid %u)",
-                   what, scsi_data_in(req), req->resp->resid);
+                   what, vufscsi_data_in(req), req->resp->resid);
         return false;
     }
     g_checksum_update(sum, req->data, n);
