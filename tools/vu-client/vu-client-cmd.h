@@ -1,8 +1,8 @@
 /*
  * spindle-vu-client: a parsed command line.  The global options
  * (ClientOpts) and the commands to run, in order (Command); the parser is
- * vu-client-args.c, the commands' implementations are the vu-client-*.c
- * files that vu-client.h lists.
+ * vu-client-args.c, the commands' implementations are the other
+ * vu-client-*.c files, each declared by the header of the same name.
  */
 #ifndef SPINDLE_TOOLS_VU_CLIENT_CMD_H
 #define SPINDLE_TOOLS_VU_CLIENT_CMD_H
