@@ -56,7 +56,8 @@ def carried_probes(path):
 
 @pytest.fixture(scope="module")
 def sdt_build(build_dir):
-    config = (build_dir / "config-host.h").read_text()
+    # Generated into the build's include/ (include/meson.build).
+    config = (build_dir / "include" / "config-host.h").read_text()
     if not re.search(r"^#define CONFIG_SDT\b", config, re.M):
         pytest.skip("this build has no trace points (sys/sdt.h was missing "
                     "at configure time: apt-get install systemtap-sdt-dev)")
