@@ -70,6 +70,7 @@ struct VufQueue {
     /* Per session, set by the control thread while the queue is idle. */
     int kick_fd;
     int call_fd;
+    int err_fd;                 /* the device signals a broken ring */
     bool ready;
     bool event_idx;
     bool indirect_ok;
@@ -77,6 +78,7 @@ struct VufQueue {
     /* Data path state: the queue's thread. */
     VufCompletion mode;
     bool broken;
+    bool error_signalled;       /* err_fd was seen signalled this session */
     uint16_t avail_idx;         /* shadow of avail->idx */
     uint16_t kicked_idx;        /* avail_idx at the last kick decision */
     uint16_t last_used;         /* next used ring slot to harvest */

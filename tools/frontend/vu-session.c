@@ -573,6 +573,8 @@ static bool setup_queue(VuFrontend *fe, VufQueue *q, Error **errp)
                          NULL, 0, errp) ||
         !vuf_request_u64_set(fe, VHOST_USER_SET_VRING_CALL, index,
                              &q->call_fd, 1, errp) ||
+        !vuf_request_u64_set(fe, VHOST_USER_SET_VRING_ERR, index,
+                             &q->err_fd, 1, errp) ||
         !vuf_request_u64_set(fe, VHOST_USER_SET_VRING_KICK, index,
                              &q->kick_fd, 1, errp)) {
         error_prepend(errp, "setting up queue %u: ", q->index);

@@ -110,7 +110,7 @@ VufQueue *vufq_create(VuFrontend *fe, unsigned index, Error **errp)
     q->index = index;
     q->num = o->queue_size;
     q->indirect_max = o->indirect_max;
-    q->kick_fd = q->call_fd = -1;
+    q->kick_fd = q->call_fd = q->err_fd = -1;
     q->mode = o->completion;
     q->desc_bytes = sizeof(VRingDesc) * q->num;
     q->avail_bytes = sizeof(VRingAvail) + sizeof(uint16_t) * (q->num + 1);
@@ -182,12 +182,14 @@ bool vufq_session_start(VufQueue *q, bool event_idx, bool indirect,
     q->in_flight = 0;
     q->avail_idx = q->kicked_idx = q->last_used = 0;
     q->broken = false;
+    q->error_signalled = false;
     q->event_idx = event_idx;
     q->indirect_ok = indirect && q->indirect;
 
     q->kick_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     q->call_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (q->kick_fd < 0 || q->call_fd < 0) {
+    q->err_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (q->kick_fd < 0 || q->call_fd < 0 || q->err_fd < 0) {
         error_setg_errno(errp, errno, "cannot create the eventfds of queue %u",
                          q->index);
         vufq_session_end(q);
@@ -206,6 +208,7 @@ void vufq_session_end(VufQueue *q)
     q->ready = false;
     vuf_close_fd(&q->kick_fd);
     vuf_close_fd(&q->call_fd);
+    vuf_close_fd(&q->err_fd);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -254,6 +257,23 @@ unsigned vufq_max_segs(const VufQueue *q, unsigned flags)
 bool vufq_broken(const VufQueue *q)
 {
     return q->broken;
+}
+
+int vufq_err_fd(const VufQueue *q)
+{
+    return q->ready ? q->err_fd : -1;
+}
+
+bool vufq_error_signalled(VufQueue *q)
+{
+    uint64_t count;
+
+    if (!q->error_signalled && q->err_fd >= 0 &&
+        read(q->err_fd, &count, sizeof(count)) == sizeof(count) &&
+        count > 0) {
+        q->error_signalled = true;
+    }
+    return q->error_signalled;
 }
 
 int vufq_call_fd(const VufQueue *q)

@@ -110,6 +110,17 @@ void vufq_get_stats(const VufQueue *q, VufQueueStats *out);
 void vufq_reset_stats(VufQueue *q);
 /* True once the device returned something impossible on this queue. */
 bool vufq_broken(const VufQueue *q);
+/*
+ * The error eventfd of the current session (SET_VRING_ERR), or -1 when the
+ * queue is not set up.  The fd stays the queue's: do not read or close it.
+ */
+int vufq_err_fd(const VufQueue *q);
+/*
+ * True once the device signalled the queue's error eventfd in this
+ * session: it found the ring or a request malformed and stopped the queue
+ * (a non-blocking look; it stays true until the next session).
+ */
+bool vufq_error_signalled(VufQueue *q);
 
 /*
  * Ring access for tests that craft their own chains.  The pointers stay
