@@ -18,10 +18,13 @@
  *
  * The header is copied out of guest memory once and only the copy is used,
  * so a driver that changes it while we look cannot make us act on two
- * different values.  Everything is checked before any I/O starts: header
- * present, status byte present, directions (no device-writable data for a
- * write, no device-readable data for a read), length a multiple of 512,
- * sector range within the capacity, writes on a read-only device.  Reads
+ * different values.  Everything is checked before any I/O starts: status
+ * byte present (a request whose last device-writable descriptor is
+ * missing or empty leaves nowhere to report anything: it breaks the
+ * queue, virtqueue_fail_element()), header present, directions (no
+ * device-writable data for a write, no device-readable data for a read),
+ * length a multiple of 512, sector range within the capacity, writes on a
+ * read-only device; those failures are answered in the status.  Reads
  * and writes go to the node with iovecs pointing into guest memory (zero
  * copy).  The completion callback stores the status byte, pushes the
  * element and frees the request.
@@ -258,19 +261,21 @@ static bool virtio_blk_range_ok(VirtioBlk *vb, uint64_t sector,
 
 /*
  * Find the status byte (the last in byte) and make req->u.iov the in
- * buffers without it.  Returns false if there is no in byte at all.
+ * buffers without it.  Returns false if the chain's last device-writable
+ * descriptor, the one the driver reads its status from, holds no byte:
+ * there is none, or it is empty (an empty descriptor adds no iovec, so
+ * without this check the status would land in the data before it, where
+ * the driver does not look).
  */
 static bool virtio_blk_split_in(VirtioBlkReq *req, unsigned *niov)
 {
     const VirtQueueElement *elem = &req->elem;
     int last = (int)elem->in_num - 1;
 
-    while (last >= 0 && elem->in_sg[last].iov_len == 0) {
-        last--;
-    }
-    if (last < 0) {
+    if (elem->in_last_len == 0) {
         return false;
     }
+    g_assert(last >= 0 && elem->in_sg[last].iov_len > 0);
     memcpy(req->u.iov, elem->in_sg, (last + 1) * sizeof(struct iovec));
     req->u.iov[last].iov_len--;
     req->status = (uint8_t *)elem->in_sg[last].iov_base +
@@ -539,11 +544,18 @@ static void virtio_blk_handle_request(VirtioBlkReq *req)
     unsigned in_niov;
 
     if (!virtio_blk_split_in(req, &in_niov)) {
-        /* Nowhere to put a status: hand the buffers back untouched. */
-        virtio_blk_log_bad_request(vb, req->vq, "no device-writable status "
-                                   "byte");
-        req->status = NULL;
-        virtqueue_push(req->vq, &req->elem, 0);
+        /*
+         * Nowhere to put the status (5.2.6: the device writes it as the
+         * last byte of the request): no answer would be honest, and
+         * pushing the buffers back with nothing in them would tell the
+         * driver its request completed.  Break the queue, as for a
+         * malformed chain: the front-end learns of it from the error
+         * eventfd.
+         */
+        virtqueue_fail_element(req->vq, &req->elem, "virtio-blk request "
+                               "at head %u has no device-writable byte for "
+                               "its status (no device-writable descriptor, "
+                               "or the last one is empty)", req->elem.head);
         req->q->in_flight--;
         virtio_blk_req_release(req->q, req);
         return;

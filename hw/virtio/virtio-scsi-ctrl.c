@@ -9,9 +9,12 @@
  * per request queue), answered and freed when done; ctrl.tmfs counts the
  * ones not answered yet so that queue_drain can wait for them.  AN_QUERY
  * and AN_SUBSCRIBE are answered at once: no asynchronous events are
- * supported (event_actual 0).  Malformed requests are logged (once per
- * device) and answered with VIRTIO_SCSI_S_FAILURE when the response fits,
- * else handed back with len 0.
+ * supported (event_actual 0).  A TMF or AN request whose device-writable
+ * part cannot hold its response leaves no way to answer: it breaks the
+ * control queue (virtqueue_fail_element()), as a malformed chain does.
+ * Other malformed requests are logged (once per device) and answered with
+ * VIRTIO_SCSI_S_FAILURE; one without a type, or of an unknown type, is
+ * handed back with len 0 (the response's place depends on the type).
  *
  * Task management runs across threads without locks: the control queue
  * may live in one IOThread and the request queues in others, and the
@@ -54,7 +57,9 @@
  * after it is freed.
  *
  * Event queue.  The driver's buffers are popped and held (FIFO) until an
- * event needs one; queue_drain hands them back with len 0.  An event that
+ * event needs one; queue_drain hands them back with len 0.  A buffer too
+ * small for an event breaks the queue (5.6.6.3.1 says it MUST fit one,
+ * and any buffer handed back would be read as an event).  An event that
  * finds no buffer sets `missed`, and the next buffer the driver gives is
  * used at once for VIRTIO_SCSI_T_NO_EVENT | VIRTIO_SCSI_T_EVENTS_MISSED
  * (any event delivered before that carries the flag instead), so the
@@ -73,6 +78,7 @@
  * finds nothing to reset.
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -121,6 +127,32 @@ static void virtio_scsi_ctrl_push(VirtioScsiTmf *tmf, uint32_t len)
     virtqueue_push(tmf->vq, &tmf->elem, len);
     vs->ctrl.tmfs--;
     g_free(tmf);
+}
+
+/*
+ * Whether the device-writable part holds the response of a `what` request
+ * (resp_size bytes).  If not, no answer is honest: 5.6.6.2 puts the
+ * outcome in `response`, a field of the device-writable part (the last
+ * byte of a TMF's or AN's response), and a buffer handed back with
+ * nothing written would read as whatever was there.  Then tmf is given up
+ * and the control queue broken, as for a malformed chain (the front-end
+ * learns of it from the error eventfd).
+ */
+static bool virtio_scsi_ctrl_resp_fits(VirtioScsiTmf *tmf, size_t resp_size,
+                                       const char *what)
+{
+    VirtioScsi *vs = tmf->vs;
+
+    if (tmf->elem.in_bytes >= resp_size) {
+        return true;
+    }
+    virtqueue_fail_element(tmf->vq, &tmf->elem, "virtio-scsi %s request at "
+                           "head %u has %" PRIu32 " device-writable bytes, "
+                           "no room for the %zu-byte response", what,
+                           tmf->elem.head, tmf->elem.in_bytes, resp_size);
+    vs->ctrl.tmfs--;
+    g_free(tmf);
+    return false;
 }
 
 /* Write the one-byte TMF response and push. */
@@ -272,12 +304,13 @@ static void virtio_scsi_handle_tmf(VirtioScsi *vs, VirtioScsiTmf *tmf,
     uint64_t tag;
     int slot = -1;
 
-    /* The control queue's own LUN table: LUN add/remove update it in this
-     * thread (virtio-scsi-luns.c). */
-    if (out_bytes < sizeof(req) ||
-        tmf->elem.in_bytes < sizeof(VirtioScsiCtrlTmfResp)) {
+    if (!virtio_scsi_ctrl_resp_fits(tmf, sizeof(VirtioScsiCtrlTmfResp),
+                                    "task management")) {
+        return;
+    }
+    if (out_bytes < sizeof(req)) {
         virtio_scsi_log_bad_request(vs, tmf->vq, "task management request "
-                                    "or response too short");
+                                    "too short");
         virtio_scsi_tmf_answer(tmf, VIRTIO_SCSI_S_FAILURE);
         return;
     }
@@ -289,6 +322,8 @@ static void virtio_scsi_handle_tmf(VirtioScsi *vs, VirtioScsiTmf *tmf,
         virtio_scsi_tmf_answer(tmf, VIRTIO_SCSI_S_BAD_TARGET);
         return;
     }
+    /* The control queue's own LUN table: LUN add/remove update it in this
+     * thread (virtio-scsi-luns.c). */
     if (addr == VIRTIO_SCSI_ADDR_LUN) {
         slot = virtio_scsi_lun_find(vs->ctrl.luns, vs->ctrl.nluns, lun);
     }
@@ -352,21 +387,22 @@ static void virtio_scsi_handle_an(VirtioScsi *vs, VirtioScsiTmf *tmf,
     unsigned lun;
     size_t n;
 
-    if (out_bytes < sizeof(req) || tmf->elem.in_bytes < sizeof(resp)) {
-        virtio_scsi_log_bad_request(vs, tmf->vq, "asynchronous notification "
-                                    "request or response too short");
-        resp.response = VIRTIO_SCSI_S_FAILURE;
-        n = tmf->elem.in_bytes < sizeof(resp) ? 0 :
-            iov_from_buf(tmf->elem.in_sg, tmf->elem.in_num, 0,
-                         &resp, sizeof(resp));
-        virtio_scsi_ctrl_push(tmf, (uint32_t)n);
+    if (!virtio_scsi_ctrl_resp_fits(tmf, sizeof(resp),
+                                    "asynchronous notification")) {
         return;
     }
-    iov_to_buf(tmf->elem.out_sg, tmf->elem.out_num, 0, &req, sizeof(req));
+    if (out_bytes < sizeof(req)) {
+        virtio_scsi_log_bad_request(vs, tmf->vq, "asynchronous notification "
+                                    "request too short");
+        resp.response = VIRTIO_SCSI_S_FAILURE;
+    } else {
+        iov_to_buf(tmf->elem.out_sg, tmf->elem.out_num, 0, &req,
+                   sizeof(req));
+        resp.response = virtio_scsi_decode_lun(req.lun, &lun) ==
+                        VIRTIO_SCSI_ADDR_BAD_TARGET ? VIRTIO_SCSI_S_BAD_TARGET
+                                                    : VIRTIO_SCSI_S_OK;
+    }
     resp.event_actual = GUINT32_TO_LE(0);
-    resp.response = virtio_scsi_decode_lun(req.lun, &lun) ==
-                    VIRTIO_SCSI_ADDR_BAD_TARGET ? VIRTIO_SCSI_S_BAD_TARGET
-                                                : VIRTIO_SCSI_S_OK;
     n = iov_from_buf(tmf->elem.in_sg, tmf->elem.in_num, 0, &resp,
                      sizeof(resp));
     virtio_scsi_ctrl_push(tmf, (uint32_t)n);
@@ -505,11 +541,21 @@ void virtio_scsi_handle_event(VirtioScsi *vs, VirtQueue *vq)
             break;
         }
         if (buf->elem.in_bytes < sizeof(VirtioScsiEvent)) {
-            virtio_scsi_log_bad_request(vs, vq, "event buffer shorter than "
-                                        "event_info_size");
-            virtqueue_push(vq, &buf->elem, 0);
+            /*
+             * 5.6.6.3.1: event buffers MUST be at least the size of
+             * struct virtio_scsi_event (SHOULD be event_info_size, the
+             * same here).  Every used buffer of this queue is an event, so
+             * handing it back, even empty, would be read as one: break
+             * the queue instead (the error eventfd tells the front-end).
+             */
+            virtqueue_fail_element(vq, &buf->elem, "virtio-scsi event "
+                                   "buffer at head %u has %" PRIu32
+                                   " device-writable bytes, less than an "
+                                   "event (%zu)", buf->elem.head,
+                                   buf->elem.in_bytes,
+                                   sizeof(VirtioScsiEvent));
             g_free(buf);
-            continue;
+            break;
         }
         buf->next = NULL;
         *ev->held_tail = buf;

@@ -30,10 +30,12 @@
  * probe anyway).
  *
  * Before anything runs the chain is checked: room for the response header
- * (else the chain goes back untouched, len 0), request header and CDB
- * present, response header and sense area present, data in at most one
- * direction (VIRTIO_SCSI_F_INOUT is not offered); a violation is answered
- * VIRTIO_SCSI_S_FAILURE and the first one of the device is logged.  Then
+ * (else no answer can be given: the queue is broken, as for a malformed
+ * chain, with virtqueue_fail_element()), request header and CDB present,
+ * response header and sense area present, data in at most one direction
+ * (VIRTIO_SCSI_F_INOUT is not offered); those violations are answered
+ * VIRTIO_SCSI_S_FAILURE (the header fits, with as much of the sense area
+ * as does) and the first one of the device is logged.  Then
  * the LUN field decides (5.6.6.1: lun[0] = 1, lun[1] = target, lun[2..3]
  * single-level LUN, lun[4..7] = 0):
  *   - another target (or lun[0] != 1): VIRTIO_SCSI_S_BAD_TARGET;
@@ -93,6 +95,7 @@
  * comments).
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -692,10 +695,20 @@ static void virtio_scsi_handle_cmd(VirtioScsi *vs, VirtioScsiReq *req)
     resp_len = VIRTIO_SCSI_RESP_HDR_SIZE + req->sense_size;
 
     if (in_bytes < VIRTIO_SCSI_RESP_HDR_SIZE) {
-        /* Nowhere to put a response: hand the buffers back untouched. */
-        virtio_scsi_log_bad_request(vs, req->vq, "no room for the 12-byte "
-                                    "response header");
-        virtio_scsi_req_push(req, 0);
+        /*
+         * 5.6.6.1: the response byte closes the 12-byte header that opens
+         * the device-writable part; without room for it no answer is
+         * honest (FAILURE included), and a buffer pushed back with
+         * nothing written would read as whatever was there.  Break the
+         * queue: the front-end learns of it from the error eventfd.
+         */
+        virtqueue_fail_element(req->vq, &req->elem, "virtio-scsi command "
+                               "at head %u has %" PRIu64 " device-writable "
+                               "bytes, no room for the %zu-byte response "
+                               "header", req->elem.head, in_bytes,
+                               VIRTIO_SCSI_RESP_HDR_SIZE);
+        req->q->in_flight--;
+        virtio_scsi_req_release(req->q, req);
         return;
     }
     if (out_bytes < req_len) {

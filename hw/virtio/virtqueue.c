@@ -21,7 +21,11 @@
  * chain length (so a loop ends), device-readable before device-writable,
  * indirect rules, addresses, total length, number of iovecs.  A violation
  * marks the queue broken: a warning is logged once, the error eventfd is
- * signalled, and pop returns -EIO from then on.  Nothing else stops.
+ * signalled, and pop returns -EIO from then on.  Nothing else stops.  A
+ * device breaks its queue the same way, with virtqueue_fail_element(),
+ * for a well-formed chain that leaves it no room for an honest answer (a
+ * virtio-blk request without a status byte): that element is given up,
+ * never pushed.
  *
  * Pushing.  virtqueue_push() writes the used element, then publishes the
  * new used->idx with a release store.  It does not signal the driver
@@ -374,19 +378,16 @@ void virtqueue_get_stats(const VirtQueue *vq, VirtQueueStats *out)
  * tell the front-end through the error eventfd.  Returns -EIO for the
  * caller to pass up.  Only this slow path formats a message.
  */
-static int G_GNUC_PRINTF(2, 3) virtqueue_fail(VirtQueue *vq,
-                                              const char *fmt, ...)
+static int G_GNUC_PRINTF(2, 0) virtqueue_vfail(VirtQueue *vq,
+                                               const char *fmt, va_list ap)
 {
-    va_list ap;
     char *reason;
 
     if (atomic_load_explicit(&vq->broken, memory_order_relaxed)) {
         return -EIO;
     }
     atomic_store_explicit(&vq->broken, true, memory_order_relaxed);
-    va_start(ap, fmt);
     reason = g_strdup_vprintf(fmt, ap);
-    va_end(ap);
     g_warning("virtqueue %u is broken and stops: %s", vq->index, reason);
     g_free(reason);
     SPINDLE_TRACE1(vq_broken, vq->index);
@@ -394,6 +395,18 @@ static int G_GNUC_PRINTF(2, 3) virtqueue_fail(VirtQueue *vq,
         event_notifier_set(&vq->err);
     }
     return -EIO;
+}
+
+static int G_GNUC_PRINTF(2, 3) virtqueue_fail(VirtQueue *vq,
+                                              const char *fmt, ...)
+{
+    va_list ap;
+    int ret;
+
+    va_start(ap, fmt);
+    ret = virtqueue_vfail(vq, fmt, ap);
+    va_end(ap);
+    return ret;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -509,6 +522,7 @@ typedef struct VirtQueueChain {
     bool seen_in;            /* a device-writable buffer came already */
     uint64_t total;          /* bytes in all buffers */
     uint64_t in_bytes;
+    uint32_t in_last_len;    /* the last device-writable descriptor's */
 } VirtQueueChain;
 
 /* Copy one descriptor out of shared memory: each field is read once. */
@@ -538,6 +552,7 @@ static int virtqueue_map_desc(VirtQueue *vq, VirtQueueChain *c,
     if (d->flags & VRING_DESC_F_WRITE) {
         c->seen_in = true;
         c->in_bytes += d->len;
+        c->in_last_len = d->len;
         /* Out and in iovecs share one budget of VIRTQUEUE_MAX_SEGS. */
         r = guest_memory_map_iov(vq->mem, d->addr, d->len, elem->in_sg,
                                  &c->in_num, VIRTQUEUE_MAX_SEGS - c->out_num);
@@ -669,6 +684,7 @@ static int virtqueue_walk_chain(VirtQueue *vq, uint16_t head,
     elem->out_num = c.out_num;
     elem->in_num = c.in_num;
     elem->in_bytes = (uint32_t)c.in_bytes;     /* <= total <= UINT32_MAX */
+    elem->in_last_len = c.in_last_len;
     return 0;
 }
 
@@ -732,15 +748,29 @@ static void virtqueue_schedule_notify(VirtQueue *vq)
     }
 }
 
-void virtqueue_push(VirtQueue *vq, const VirtQueueElement *elem, uint32_t len)
+/* One popped element fewer in flight; the last one lets go of what only
+ * elements in flight still needed. */
+static void virtqueue_put_inflight(VirtQueue *vq)
 {
     unsigned inflight = virtqueue_inflight(vq);
+
+    g_assert(inflight > 0);
+    atomic_store_explicit(&vq->inflight, inflight - 1, memory_order_relaxed);
+    if (inflight == 1) {
+        virtqueue_release_retired(vq);
+        if (!vq->started) {
+            virtqueue_set_rings(vq, NULL);    /* their memory may be gone */
+        }
+    }
+}
+
+void virtqueue_push(VirtQueue *vq, const VirtQueueElement *elem, uint32_t len)
+{
     VRingUsedElem *u;
 
     virtqueue_assert_home(vq);
-    g_assert(inflight > 0);
+    g_assert(virtqueue_inflight(vq) > 0);
     g_assert(len <= elem->in_bytes);
-    atomic_store_explicit(&vq->inflight, inflight - 1, memory_order_relaxed);
     vq_stat_inc(&vq->stats.requests);
     SPINDLE_TRACE3(vq_push, vq->index, elem->head, len);
 
@@ -761,12 +791,19 @@ void virtqueue_push(VirtQueue *vq, const VirtQueueElement *elem, uint32_t len)
             virtqueue_notify(vq);
         }
     }
-    if (inflight == 1) {
-        virtqueue_release_retired(vq);
-        if (!vq->started) {
-            virtqueue_set_rings(vq, NULL);    /* their memory may be gone */
-        }
-    }
+    virtqueue_put_inflight(vq);
+}
+
+void virtqueue_fail_element(VirtQueue *vq, const VirtQueueElement *elem,
+                            const char *fmt, ...)
+{
+    va_list ap;
+
+    virtqueue_assert_home(vq);
+    va_start(ap, fmt);
+    virtqueue_vfail(vq, fmt, ap);
+    va_end(ap);
+    virtqueue_put_inflight(vq);
 }
 
 /* ------------------------------------------------------------------------ */

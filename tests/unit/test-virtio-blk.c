@@ -1,7 +1,8 @@
 /*
  * Unit tests for the virtio-blk device (hw/virtio/virtio-blk.c): its
- * capacity after a resize and its accounting.  The request paths are
- * covered end to end by tests/functional/test_virtio_blk_requests.py.
+ * capacity after a resize, its accounting, and the requests that leave no
+ * place for a status (they break the queue).  The other request paths
+ * are covered end to end by tests/functional/test_virtio_blk_requests.py.
  *
  * Theory of operation: a TBlk is a small virtio-blk driver plus the device
  * under test, driven through its VuDevOps callbacks (no vhost-user
@@ -177,6 +178,19 @@ static uint8_t blk_req(TBlk *t, unsigned qi, uint32_t type, uint64_t sector,
     return *(uint8_t *)gptr(t, status_gpa);
 }
 
+/* Let queue qi run for a while: true if it pushed anything. */
+static bool blk_any_used(TBlk *t, unsigned qi)
+{
+    for (unsigned i = 0; i < 200; i++) {
+        if (lq_next_used(&t->q[qi], NULL, NULL)) {
+            return true;
+        }
+        aio_poll(t->ctx, false);
+        g_usleep(50);
+    }
+    return false;
+}
+
 /* ------------------------------------------------------------------------ */
 /* Capacity                                                                  */
 
@@ -319,11 +333,84 @@ static void test_acct(void)
     tblk_cleanup(&t);
 }
 
+/* ------------------------------------------------------------------------ */
+/* Requests with no place for a status                                       */
+
+/*
+ * A request whose last device-writable descriptor is missing or empty
+ * leaves the device nowhere to write its status (the driver reads it
+ * there): it is not completed, queue 0 is broken (one warning, the error
+ * eventfd), nothing written into the request, later requests on the queue
+ * not served; queue 1 keeps serving.
+ */
+static void test_no_status(void)
+{
+    /* The device-writable descriptors after the 16-byte header. */
+    static const struct {
+        uint32_t type;
+        unsigned nin;
+        uint32_t in_len[2];
+    } shapes[] = {
+        { VIRTIO_BLK_T_FLUSH, 0, { 0 } },           /* none at all */
+        { VIRTIO_BLK_T_FLUSH, 1, { 0 } },           /* one, empty */
+        { VIRTIO_BLK_T_IN, 2, { 512, 0 } },         /* data, empty status */
+        { VIRTIO_BLK_T_GET_ID, 2, { 20, 0 } },
+    };
+
+    for (unsigned i = 0; i < G_N_ELEMENTS(shapes); i++) {
+        VirtioBlkOutHdr hdr = { htole32(shapes[i].type), 0, 0 };
+        uint64_t in_gpa[2];
+        VufSeg b[3];
+        unsigned n = 0;
+        TBlk t;
+
+        tblk_new(&t, 512);
+        b[n] = (VufSeg) { galloc(&t, sizeof(hdr)), sizeof(hdr), false };
+        memcpy(gptr(&t, b[n++].gpa), &hdr, sizeof(hdr));
+        for (unsigned j = 0; j < shapes[i].nin; j++) {
+            uint32_t len = shapes[i].in_len[j];
+
+            in_gpa[j] = galloc(&t, MAX(len, 1u));
+            memset(gptr(&t, in_gpa[j]), 0xee, MAX(len, 1u));
+            b[n++] = (VufSeg) { in_gpa[j], len, true };
+        }
+
+        g_test_expect_message(NULL, G_LOG_LEVEL_WARNING,
+                              "virtqueue 0 is broken*no device-writable "
+                              "byte for its status*");
+        lq_publish(&t.q[0], lq_add_chain(&t.q[0], b, n), true);
+        g_assert_false(blk_any_used(&t, 0));
+        g_test_assert_expected_messages();
+        g_assert_true(virtqueue_is_broken(t.q[0].vq));
+        g_assert_true(vufq_error_signalled(t.q[0].fq));
+        g_assert_cmpuint(virtqueue_inflight(t.q[0].vq), ==, 0);
+        for (unsigned j = 0; j < shapes[i].nin; j++) {
+            uint32_t len = MAX(shapes[i].in_len[j], 1u);
+
+            for (uint32_t k = 0; k < len; k++) {
+                g_assert_cmphex(((uint8_t *)gptr(&t, in_gpa[j]))[k], ==,
+                                0xee);
+            }
+        }
+
+        /* A good request on the broken queue is not served... */
+        b[1] = (VufSeg) { galloc(&t, 1), 1, true };
+        lq_publish(&t.q[0], lq_add_chain(&t.q[0], b, 2), true);
+        g_assert_false(blk_any_used(&t, 0));
+        /* ... the other queue serves. */
+        g_assert_cmpuint(blk_req(&t, 1, VIRTIO_BLK_T_IN, 0, 512), ==,
+                         VIRTIO_BLK_S_OK);
+        g_assert_false(vufq_error_signalled(t.q[1].fq));
+        tblk_cleanup(&t);
+    }
+}
+
 static const TestCase tests[] = {
     { "/virtio-blk/refresh-capacity", test_refresh_capacity },
     { "/virtio-blk/refresh-capacity-block-size",
       test_refresh_capacity_block_size },
     { "/virtio-blk/acct", test_acct },
+    { "/virtio-blk/no-status", test_no_status },
 };
 
 TEST_MAIN(tests, 50)

@@ -209,6 +209,28 @@ static void tq_assert_pending(TQueue *q, uint16_t head, unsigned ms)
     }
 }
 
+/*
+ * Publish the chain b on q, which leaves the device no room for an honest
+ * answer: the queue breaks (one warning matching why, the error eventfd
+ * signalled) and nothing is pushed.
+ */
+static void tq_expect_broken(TQueue *q, const VufSeg *b, unsigned n,
+                             const char *why)
+{
+    g_autofree char *pattern = g_strdup_printf("virtqueue %u is broken*%s*",
+                                               q->index, why);
+    uint16_t head;
+
+    g_assert_false(virtqueue_is_broken(q->d.vq));
+    g_test_expect_message(NULL, G_LOG_LEVEL_WARNING, pattern);
+    head = lq_add_chain(&q->d, b, n);
+    tq_publish(q, head, true);
+    tq_assert_pending(q, head, 20);
+    g_test_assert_expected_messages();
+    g_assert_true(virtqueue_is_broken(q->d.vq));
+    g_assert_true(vufq_error_signalled(q->d.fq));
+}
+
 /* ------------------------------------------------------------------------ */
 /* Device set-up                                                             */
 
@@ -1031,20 +1053,8 @@ static void test_malformed(void)
     tdev_new_lun0(&t);
     lun_addr(lun, 0, 0);
 
-    /* No device-writable part at all: handed back untouched. */
-    b[0] = (VufSeg){ cmd_head(&t, lun, 1, cdb_tur, 6), REQ_HDR + 32, false };
-    cmd_publish(&cmd, reqq(&t, 0), b, 1, 0, 0, 0, true);
-    g_assert_cmpuint(tq_wait(cmd.q, cmd.head), ==, 0);
-
-    /* A writable part smaller than the response header: the same. */
-    resp = gbuf(&t, NULL, 8);
-    b[1] = (VufSeg){ resp, 8, true };
-    cmd_publish(&cmd, reqq(&t, 0), b, 2, resp, 0, 0, true);
-    g_assert_cmpuint(tq_wait(cmd.q, cmd.head), ==, 0);
-    g_assert_cmphex(*(uint8_t *)gptr(&t, resp), ==, 0xee);
-
     /* A request shorter than header + CDB: FAILURE. */
-    b[0].len = REQ_HDR + 16;
+    b[0] = (VufSeg){ cmd_head(&t, lun, 1, cdb_tur, 6), REQ_HDR + 16, false };
     resp = gbuf(&t, NULL, RESP_HDR + SENSE_DEFAULT);
     b[1] = (VufSeg){ resp, RESP_HDR + SENSE_DEFAULT, true };
     cmd_publish(&cmd, reqq(&t, 0), b, 2, resp, 0, 0, true);
@@ -1101,6 +1111,105 @@ static void test_malformed(void)
 
     g_assert_false(virtqueue_is_broken(reqq(&t, 0)->d.vq));
     tdev_cleanup(&t);
+}
+
+/*
+ * Chains whose device-writable part cannot hold the response (a command's
+ * 12-byte header, a TMF's or AN's response, an event): no answer would be
+ * honest, so the queue breaks; it serves nothing more, and the device's
+ * other queues keep working.
+ */
+static void test_no_room_for_response(void)
+{
+    static const struct {
+        unsigned vq;
+        uint32_t type;           /* control requests: VIRTIO_SCSI_T_* */
+        uint32_t in_len;         /* the device-writable bytes */
+        const char *why;
+    } cases[] = {
+        { VIRTIO_SCSI_VQ_REQUEST0, 0, 0, "no room for the 12-byte "
+          "response header" },
+        { VIRTIO_SCSI_VQ_REQUEST0, 0, 8, "has 8 device-writable bytes" },
+        { VIRTIO_SCSI_VQ_REQUEST0, 0, 11, "has 11 device-writable bytes" },
+        { VIRTIO_SCSI_VQ_CONTROL, VIRTIO_SCSI_T_TMF, 0, "task management "
+          "request at head * no room for the 1-byte response" },
+        { VIRTIO_SCSI_VQ_CONTROL, VIRTIO_SCSI_T_AN_QUERY, 0,
+          "no room for the 5-byte response" },
+        { VIRTIO_SCSI_VQ_CONTROL, VIRTIO_SCSI_T_AN_SUBSCRIBE, 4,
+          "asynchronous notification request at head * has 4" },
+        { VIRTIO_SCSI_VQ_EVENT, 0, 8, "has 8 device-writable bytes, less "
+          "than an event (16)" },
+        { VIRTIO_SCSI_VQ_EVENT, 0, 15, "has 15 device-writable bytes" },
+    };
+    uint8_t lun[8];
+
+    lun_addr(lun, 0, 0);
+    for (unsigned i = 0; i < G_N_ELEMENTS(cases); i++) {
+        VirtioScsiCtrlTmfReq tmf = { .type = htole32(cases[i].type) };
+        VirtioScsiCtrlAnReq an = { .type = htole32(cases[i].type) };
+        TQueue *q;
+        uint64_t gpa;
+        uint16_t head;
+        VufSeg b[2];
+        unsigned n = 0;
+        TCmd cmd;
+        TTmf m;
+        TDev t;
+
+        tdev_new_lun0(&t);
+        q = &t.q[cases[i].vq];
+        memcpy(tmf.lun, lun, sizeof(lun));
+        memcpy(an.lun, lun, sizeof(lun));
+        if (cases[i].vq == VIRTIO_SCSI_VQ_REQUEST0) {
+            b[n++] = (VufSeg){ cmd_head(&t, lun, 1, cdb_tur, 6),
+                               REQ_HDR + 32, false };
+        } else if (cases[i].type == VIRTIO_SCSI_T_TMF) {
+            b[n++] = (VufSeg){ gbuf(&t, &tmf, sizeof(tmf)), sizeof(tmf),
+                               false };
+        } else if (cases[i].vq == VIRTIO_SCSI_VQ_CONTROL) {
+            b[n++] = (VufSeg){ gbuf(&t, &an, sizeof(an)), sizeof(an), false };
+        }
+        if (cases[i].in_len) {
+            gpa = gbuf(&t, NULL, cases[i].in_len);
+            b[n++] = (VufSeg){ gpa, cases[i].in_len, true };
+        }
+        tq_expect_broken(q, b, n, cases[i].why);
+        if (cases[i].in_len) {
+            /* Nothing written where the driver would look. */
+            for (uint32_t k = 0; k < cases[i].in_len; k++) {
+                g_assert_cmphex(((uint8_t *)gptr(&t, gpa))[k], ==, 0xee);
+            }
+        }
+
+        /* A good request on the broken queue is not served. */
+        if (cases[i].vq == VIRTIO_SCSI_VQ_REQUEST0) {
+            cmd_send(&t, &cmd, lun, 2, cdb_tur, 6, NULL, 0, 0);
+            head = cmd.head;
+        } else if (cases[i].vq == VIRTIO_SCSI_VQ_CONTROL) {
+            tmf_send(&t, &m, VIRTIO_SCSI_T_TMF_QUERY_TASK_SET, lun, 0);
+            head = m.head;
+        } else {
+            head = event_buf_post(&t, 16, &gpa);
+            virtio_scsi_capacity_changed(t.vs, 0);
+        }
+        tq_assert_pending(q, head, 20);
+
+        /* The other queues serve. */
+        if (cases[i].vq != VIRTIO_SCSI_VQ_REQUEST0) {
+            cmd_run(&t, &cmd, lun, cdb_tur, 6, NULL, 0, 0);
+            g_assert_cmpuint(cmd.response, ==, VIRTIO_SCSI_S_OK);
+        }
+        if (cases[i].vq != VIRTIO_SCSI_VQ_CONTROL) {
+            g_assert_cmpuint(tmf_run(&t, VIRTIO_SCSI_T_TMF_QUERY_TASK_SET,
+                                     lun, 0), ==,
+                             VIRTIO_SCSI_S_FUNCTION_COMPLETE);
+        }
+        for (unsigned j = 0; j < t.nvqs; j++) {
+            g_assert_cmpint(virtqueue_is_broken(t.q[j].d.vq), ==,
+                            j == cases[i].vq);
+        }
+        tdev_cleanup(&t);
+    }
 }
 
 /* The driver sets sense_size and cdb_size: the layout follows. */
@@ -1391,16 +1500,22 @@ static void test_ctrl_an(void)
         g_assert_cmpuint(resp.response, ==, VIRTIO_SCSI_S_OK);
     }
 
-    /* Malformed: no type, unknown type, short TMF, short AN. */
+    /* Malformed: no type, unknown type (nowhere known to put a response:
+     * handed back empty), a short TMF or AN request (FAILURE: the
+     * response fits).  Responses that do not fit break the queue
+     * (test_no_room_for_response()). */
     g_assert_cmpuint(ctrl_raw(&t, &type, 2, 8, &gpa), ==, 0);
     g_assert_cmpuint(ctrl_raw(&t, &type, 4, 8, &gpa), ==, 0);
     memset(&tmf, 0, sizeof(tmf));
     tmf.type = htole32(VIRTIO_SCSI_T_TMF);
     g_assert_cmpuint(ctrl_raw(&t, &tmf, 10, 1, &gpa), ==, 1);
     g_assert_cmpuint(*(uint8_t *)gptr(&t, gpa), ==, VIRTIO_SCSI_S_FAILURE);
-    g_assert_cmpuint(ctrl_raw(&t, &tmf, sizeof(tmf), 0, &gpa), ==, 0);
     an.type = htole32(VIRTIO_SCSI_T_AN_QUERY);
-    g_assert_cmpuint(ctrl_raw(&t, &an, sizeof(an), 2, &gpa), ==, 0);
+    g_assert_cmpuint(ctrl_raw(&t, &an, 10, sizeof(resp), &gpa), ==,
+                     sizeof(resp));
+    memcpy(&resp, gptr(&t, gpa), sizeof(resp));
+    g_assert_cmpuint(resp.response, ==, VIRTIO_SCSI_S_FAILURE);
+    g_assert_cmpuint(le32toh(resp.event_actual), ==, 0);
     g_assert_false(virtqueue_is_broken(ctrlq(&t)->d.vq));
     tdev_cleanup(&t);
 }
@@ -1454,8 +1569,8 @@ static void test_event_param_change(void)
                 .nluns = 2 };
     static const uint8_t lun300[8] = { 1, 0, 0x41, 0x2c, 0, 0, 0, 0 };
     static const uint8_t lun0[8] = { 1, 0, 0, 0, 0, 0, 0, 0 };
-    uint64_t gpa[3];
-    uint16_t head[3];
+    uint64_t gpa[2];
+    uint16_t head[2];
     uint8_t lun[8];
     TCmd cmd;
     TDev t;
@@ -1463,9 +1578,8 @@ static void test_event_param_change(void)
     tdev_new(&t, &c);
     head[0] = event_buf_post(&t, 16, &gpa[0]);
     head[1] = event_buf_post(&t, 32, &gpa[1]);
-    /* Too small for an event: given back at once. */
-    head[2] = event_buf_post(&t, 8, &gpa[2]);
-    g_assert_cmpuint(tq_wait(eventq(&t), head[2]), ==, 0);
+    /* (A buffer too small for an event breaks the queue:
+     * test_no_room_for_response().) */
     g_assert_false(tq_check(eventq(&t), head[0]));
 
     /* PARAM_CHANGE, the LUN, and CAPACITY DATA HAS CHANGED (ASC 0x2a,
@@ -1959,6 +2073,8 @@ static const TestCase tests[] = {
     { "/virtio-scsi/read-write", test_read_write },
     { "/virtio-scsi/overrun", test_overrun },
     { "/virtio-scsi/malformed", test_malformed },
+    { "/virtio-scsi/malformed/no-room-for-response",
+      test_no_room_for_response },
     { "/virtio-scsi/config-sizes", test_config_sizes },
     { "/virtio-scsi/tmf/abort-task", test_tmf_abort_task },
     { "/virtio-scsi/tmf/abort-task-iothread",

@@ -706,6 +706,7 @@ static void test_segments(void)
     g_assert_cmpuint(e->in_sg[0].iov_len, ==, 4096);
     g_assert_cmpuint(e->in_sg[1].iov_len, ==, 1);
     g_assert_cmpuint(e->in_bytes, ==, 4097);
+    g_assert_cmpuint(e->in_last_len, ==, 1);
     virtqueue_push(d.vq, e, 4097);
     g_assert_true(drv_get_used(&d, &id, &len));
     g_assert_cmpuint(len, ==, 4097);
@@ -1333,6 +1334,59 @@ static void expect_broken(Drv *d, const char *why)
     g_free(e);
 }
 
+/*
+ * A device gives up an element it cannot answer (virtqueue_fail_element()):
+ * the queue breaks as for a malformed chain, the element never reaches the
+ * used ring, and elements popped before it may still be pushed.
+ */
+static void test_fail_element(void)
+{
+    VirtQueueElement *e = g_new0(VirtQueueElement, 2);
+    VufSeg bufs[3];
+    uint32_t id, len;
+    Drv d;
+
+    drv_setup(&d, 16, 0);
+    drv_start(&d, NULL);
+    submit_n(&d, 1);
+    g_assert_cmpint(virtqueue_pop(d.vq, &e[0]), ==, 1);
+    g_assert_cmpuint(e[0].in_last_len, >, 0);
+
+    /* The last device-writable descriptor is empty: in_last_len says so. */
+    bufs[0] = (VufSeg) { d.data_gpa, 16, false };
+    bufs[1] = (VufSeg) { d.data_gpa + 0x100, 512, true };
+    bufs[2] = (VufSeg) { d.data_gpa + 0x400, 0, true };
+    drv_publish(&d, drv_add_direct(&d, bufs, 3));
+    g_assert_cmpint(virtqueue_pop(d.vq, &e[1]), ==, 1);
+    g_assert_cmpuint(e[1].in_num, ==, 1);
+    g_assert_cmpuint(e[1].in_bytes, ==, 512);
+    g_assert_cmpuint(e[1].in_last_len, ==, 0);
+    g_assert_cmpuint(virtqueue_inflight(d.vq), ==, 2);
+
+    g_test_expect_message(NULL, G_LOG_LEVEL_WARNING,
+                          "virtqueue 0 is broken*no room for head 1*");
+    virtqueue_fail_element(d.vq, &e[1], "no room for head %u", e[1].head);
+    g_test_assert_expected_messages();
+    g_assert_true(virtqueue_is_broken(d.vq));
+    g_assert_true(event_notifier_test_and_clear(&d.err));
+    g_assert_cmpuint(virtqueue_inflight(d.vq), ==, 1);
+    g_assert_cmpint(virtqueue_pop(d.vq, &e[1]), ==, -EIO);
+    aio_poll(d.ctx, false);
+    g_assert_false(drv_get_used(&d, &id, &len));
+
+    /* The element popped before it still completes. */
+    virtqueue_push(d.vq, &e[0], 0);
+    g_assert_true(drv_get_used(&d, &id, &len));
+    g_assert_cmpuint(id, ==, e[0].head);
+    g_assert_false(drv_get_used(&d, &id, &len));
+    g_assert_cmpuint(virtqueue_inflight(d.vq), ==, 0);
+    g_assert_false(event_notifier_test_and_clear(&d.err));
+    /* Stopping works and reports both pops. */
+    g_assert_cmpuint(virtqueue_stop(d.vq), ==, 2);
+    g_free(e);
+    drv_cleanup(&d);
+}
+
 static void broken_setup(Drv *d, uint64_t features)
 {
     drv_setup(d, 16, features);
@@ -1598,6 +1652,7 @@ static const TestCase tests[] = {
     { "/virtqueue/malformed/too-many-segments",
       test_bad_too_many_segments },
     { "/virtqueue/malformed/total-length", test_bad_total_length },
+    { "/virtqueue/malformed/fail-element", test_fail_element },
 };
 
 TEST_MAIN_SETUP(tests, 50, add_malformed_tests, NULL)

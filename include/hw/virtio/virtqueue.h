@@ -46,6 +46,9 @@ typedef struct VirtQueueElement {
     uint16_t out_num;            /* driver -> device buffers */
     uint16_t in_num;             /* device -> driver buffers */
     uint32_t in_bytes;           /* total length of the in buffers */
+    /* Length of the chain's last device-writable descriptor: 0 when it
+     * has none or that descriptor is empty (which adds no iovec). */
+    uint32_t in_last_len;
     struct iovec out_sg[VIRTQUEUE_MAX_SEGS];
     struct iovec in_sg[VIRTQUEUE_MAX_SEGS];
 } VirtQueueElement;
@@ -144,6 +147,18 @@ int virtqueue_pop(VirtQueue *vq, VirtQueueElement *elem);
  * turn if the driver wants an interrupt.
  */
 void virtqueue_push(VirtQueue *vq, const VirtQueueElement *elem, uint32_t len);
+
+/*
+ * Give elem up and break the queue: for a request the driver built so
+ * that no honest answer fits in it (no room for its status or response).
+ * elem is not returned to the driver (nothing goes to the used ring); as
+ * for a malformed chain, why is logged once, the error eventfd signalled
+ * and pop returns -EIO from then on.  Elements in flight may still be
+ * pushed.  Home thread.
+ */
+void G_GNUC_PRINTF(3, 4) virtqueue_fail_element(VirtQueue *vq,
+                                                const VirtQueueElement *elem,
+                                                const char *fmt, ...);
 
 /* Elements popped and not pushed yet. */
 unsigned virtqueue_inflight(const VirtQueue *vq);
