@@ -35,7 +35,11 @@
  * stops a ring and drops its kick fd: the ring starts again only after a
  * new SET_VRING_KICK, as the protocol says.  A new kick fd for a running
  * ring stops it, swaps the fd and starts it again; the call and err fds
- * are swapped in the ring's home thread without stopping it.
+ * are swapped in the ring's home thread without stopping it.  A new call
+ * fd is signalled once as soon as it is set, running ring or not
+ * (virtqueue_set_call_fd(): QEMU's vhost-user-blk test, like some
+ * drivers, waits for an interrupt right after DRIVER_OK); on a stopped
+ * ring that happens here in the main thread, which owns it then.
  *
  * SET_MEM_TABLE, ADD_MEM_REG and REM_MEM_REG build a new immutable
  * GuestMemory and hand it to vu_set_memory(), so rings keep running

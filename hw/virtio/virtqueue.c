@@ -35,6 +35,8 @@
  * EVENT_IDX, from used_event whether the driver wants an interrupt.
  * Elements finished after virtqueue_stop() (the device draining) make that
  * decision at once, as there is no BH any more.
+ * A new call eventfd is signalled once as soon as it is set, started or
+ * not (virtqueue_set_call_fd() says why).
  *
  * Kicks and polling.  The kick eventfd is a pollable AioContext handler:
  *   - io_read (a kick) clears the eventfd and runs the device's handler;
@@ -287,15 +289,27 @@ void virtqueue_set_call_fd(VirtQueue *vq, int fd)
         virtqueue_assert_home(vq);
     }
     virtqueue_replace_fd(&vq->call, fd);
-    if (vq->started && vq->used && fd >= 0) {
-        /*
-         * Elements may have been pushed while there was no eventfd, or
-         * the old one was being swapped out by the front-end: signal the
-         * new one once.  A spurious interrupt costs the driver a look at
-         * its used ring; a lost one hangs it.
-         */
+    if (fd < 0) {
+        return;
+    }
+    /*
+     * Signal every new call eventfd once, whether the queue runs or not.
+     * Running: elements may have been pushed while there was no eventfd,
+     * or while the front-end was swapping the old one out.  Not started
+     * yet: drivers may wait for an interrupt as soon as they set
+     * DRIVER_OK (QEMU's own vhost-user-blk test does), and libvhost-user
+     * back-ends signal a new call fd at once.  A spurious interrupt costs
+     * the driver a look at its used ring; a lost one hangs it.  The
+     * counter stays set in the eventfd until the front-end reads it, so
+     * the signal cannot be lost however late the fd is wired to the
+     * guest; a second one before it is read merges with it.  Stopped, the
+     * caller (the main thread) owns the queue and the fd; started, this
+     * is the home thread (asserted above).  Only the running queue's
+     * interrupts are counted: the statistics are the home thread's.
+     */
+    event_notifier_set(&vq->call);
+    if (vq->started) {
         vq->signalled_valid = false;
-        event_notifier_set(&vq->call);
         vq_stat_inc(&vq->stats.interrupts);
     }
 }

@@ -81,8 +81,9 @@ uint64_t lmem_alloc(LocalMem *m, size_t len);
  * Give a device's queue vq what the front-end's queue fq would send over
  * vhost-user: size, ring addresses (front-end addresses: qva + guest
  * address), dups of the kick, call and error eventfds, features and ctx;
- * and enable it (not started).  vufq_error_signalled(fq) tells whether
- * the device broke the queue.
+ * and enable it (not started).  The call eventfd's first signal (sent as
+ * it is set) is taken; vufq_error_signalled(fq) tells whether the device
+ * broke the queue.
  */
 void local_vq_configure(VirtQueue *vq, VufQueue *fq, uint64_t qva,
                         uint64_t features, AioContext *ctx);

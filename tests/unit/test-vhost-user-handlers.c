@@ -229,6 +229,30 @@ static int set_vring_fd(VuServer *s, uint32_t request, unsigned index)
     return fd;
 }
 
+/*
+ * SET_VRING_CALL for ring index with a new (non-blocking) eventfd; returns
+ * a dup of it that stays the caller's, to read the signals it gets.
+ */
+static int set_vring_call_kept(VuServer *s, unsigned index)
+{
+    uint64_t val = index;
+    int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    int kept;
+
+    g_assert_cmpint(fd, >=, 0);
+    kept = dup(fd);
+    send_ok(s, VHOST_USER_SET_VRING_CALL, &val, sizeof(val), &fd, 1);
+    return kept;
+}
+
+/* The eventfd's counter, read (and so cleared); 0 if it was not set. */
+static uint64_t eventfd_take(int fd)
+{
+    uint64_t v;
+
+    return read(fd, &v, sizeof(v)) == sizeof(v) ? v : 0;
+}
+
 static bool ring_started(VuServer *s, unsigned index)
 {
     return virtqueue_is_started(vu_server_get_queue(s, index));
@@ -356,6 +380,61 @@ static void test_rings(void)
     g_assert_false(fd_is_open(kick));
     g_assert_false(fd_is_open(call2));
     vu_server_free(s);
+    close(ram);
+}
+
+/*
+ * A newly set call eventfd is signalled once, right away: before the ring
+ * runs (QEMU's vhost-user-blk qtest waits for an interrupt right after
+ * DRIVER_OK, and libvhost-user back-ends signal at once), and when a
+ * running ring's fd is swapped (in the ring's home thread).  "No fd" sets
+ * nothing and signals nothing, and starting the ring adds no signal.
+ */
+static void test_call_fd_signalled(void)
+{
+    Dummy d;
+    VuServer *s = server_new(&d);
+    VhostUserVringState st = { .index = 0, .num = 1 };
+    uint64_t nofd = VHOST_USER_VRING_NOFD_MASK;
+    int ram = guest_ram_new();
+    int call, call2, call3;
+
+    /* Nothing negotiated yet, the ring far from running. */
+    call = set_vring_call_kept(s, 0);
+    g_assert_cmpuint(eventfd_take(call), ==, 1);
+    g_assert_cmpuint(eventfd_take(call), ==, 0);
+    send_ok(s, VHOST_USER_SET_VRING_CALL, &nofd, sizeof(nofd), NULL, 0);
+    g_assert_cmpuint(eventfd_take(call), ==, 0);
+
+    negotiate(s);
+    set_mem_table(s, ram);
+    setup_ring(s, 0);
+    call2 = set_vring_call_kept(s, 0);
+    g_assert_cmpuint(eventfd_take(call2), ==, 1);
+    set_vring_fd(s, VHOST_USER_SET_VRING_KICK, 0);    /* the ring's now */
+    send_ok(s, VHOST_USER_SET_VRING_ENABLE, &st, sizeof(st), NULL, 0);
+    g_assert_true(ring_started(s, 0));
+    while (aio_poll(ctx, false)) {
+        /* the ring's start-up BHs */
+    }
+    g_assert_cmpuint(eventfd_take(call2), ==, 0);
+
+    /* Running: swapped in the home thread and signalled once. */
+    call3 = set_vring_call_kept(s, 0);
+    g_assert_cmpuint(eventfd_take(call3), ==, 1);
+    while (aio_poll(ctx, false)) {
+        /* nothing more may come */
+    }
+    g_assert_cmpuint(eventfd_take(call3), ==, 0);
+    g_assert_cmpuint(eventfd_take(call2), ==, 0);
+    g_assert_true(ring_started(s, 0));
+
+    /* The replaced fds got nothing more. */
+    g_assert_cmpuint(eventfd_take(call), ==, 0);
+    vu_server_free(s);
+    close(call);
+    close(call2);
+    close(call3);
     close(ram);
 }
 
@@ -729,6 +808,7 @@ static void test_ring_outside_memory(void)
 static const TestCase tests[] = {
     { "/vhost-user-handlers/negotiate", test_negotiate },
     { "/vhost-user-handlers/rings", test_rings },
+    { "/vhost-user-handlers/call-fd-signalled", test_call_fd_signalled },
     { "/vhost-user-handlers/mem-regions", test_mem_regions },
     { "/vhost-user-handlers/config", test_config },
     { "/vhost-user-handlers/backend-channel", test_backend_channel },

@@ -564,9 +564,9 @@ static void drv_post(Ring *r, const char *text, uint64_t out_gpa)
 
 /*
  * Wait for the interrupt and the used entry of the last request.  An
- * interrupt may come early (the device signals a new call eventfd once,
- * for what it may have pushed while it had none): as a driver does, look
- * at the used ring after each one and wait again if it has not moved.
+ * interrupt may come early (the device signals a new call eventfd once as
+ * soon as it is set): as a driver does, look at the used ring after each
+ * one and wait again if it has not moved.
  */
 static void drv_complete(Ring *r, const char *text)
 {
@@ -903,6 +903,42 @@ static void test_ring_io(void)
     vuf_free(fe);
     dummy_free(d);
     g_free(path);
+}
+
+/*
+ * Over the socket too, a new call eventfd is signalled once as soon as
+ * SET_VRING_CALL is handled (its REPLY_ACK comes after): long before the
+ * ring runs, and on a running ring (swapped in its IOThread).  The ring
+ * then works as usual: the driver takes the early interrupt as a look at
+ * an unchanged used ring.
+ */
+static void test_call_fd_signalled(void)
+{
+    Export e = export_new("call-fd.sock");
+    VuFrontend *fe = fe_connect(e.path);
+    Ring r0;
+
+    ring_init(&r0, fe, 0);
+    fe_negotiate(fe);
+    fe_set_vring_fd(fe, VHOST_USER_SET_VRING_CALL, 0, vufq_call_fd(r0.q));
+    g_assert_cmpuint(vufq_collect_interrupts(r0.q), ==, 1);
+    g_assert_cmpuint(vufq_collect_interrupts(r0.q), ==, 0);
+
+    fe_set_mem_table(fe);
+    fe_setup_ring(fe, &r0, 0);       /* SET_VRING_CALL again: one more */
+    g_assert_true(virtqueue_is_started(server_queue(e.s, 0)));
+    g_assert_cmpuint(vufq_collect_interrupts(r0.q), ==, 1);
+    drv_echo(&r0, "after the early interrupts");
+
+    fe_set_vring_fd(fe, VHOST_USER_SET_VRING_CALL, 0,
+                    vufq_renew_call_fd(r0.q));
+    g_assert_cmpuint(vufq_collect_interrupts(r0.q), ==, 1);
+    drv_echo(&r0, "after the call fd changed");
+    g_assert_cmpint(atomic_load(&e.d->pop_errors), ==, 0);
+
+    vuf_disconnect(fe);
+    export_free(&e);
+    vuf_free(fe);
 }
 
 /* The front-end goes away with rings running; the next one starts over. */
@@ -1479,6 +1515,7 @@ static const TestCase tests[] = {
     { "/vhost-user-server/reply-ack", test_reply_ack },
     { "/vhost-user-server/mem-table", test_mem_table },
     { "/vhost-user-server/ring-io", test_ring_io },
+    { "/vhost-user-server/call-fd-signalled", test_call_fd_signalled },
     { "/vhost-user-server/reconnect", test_reconnect },
     { "/vhost-user-server/second-client-waits", test_second_client_waits },
     { "/vhost-user-server/malformed", test_malformed },

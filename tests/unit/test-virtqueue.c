@@ -839,6 +839,61 @@ static void test_interrupt_without_call_fd(void)
     drv_cleanup(&d);
 }
 
+/*
+ * A new call eventfd is signalled once as soon as it is set, before the
+ * queue runs too (drivers may wait for an interrupt right after DRIVER_OK:
+ * QEMU's vhost-user-blk qtest does).  Only the running queue's signals
+ * count in the statistics.
+ */
+static void test_new_call_fd(void)
+{
+    EventNotifier call2, call3;
+    VirtQueueStats st;
+    uint64_t v;
+    Drv d;
+
+    drv_setup(&d, 16, F_EVENT_IDX);
+    g_assert_cmpint(event_notifier_init(&call2, false), ==, 0);
+    g_assert_cmpint(event_notifier_init(&call3, false), ==, 0);
+
+    /* Not started: signalled at once, and only once. */
+    virtqueue_set_call_fd(d.vq, dup(call2.fd));
+    g_assert_cmpint(read(call2.fd, &v, sizeof(v)), ==, sizeof(v));
+    g_assert_cmpuint(v, ==, 1);
+    g_assert_false(event_notifier_test_and_clear(&call2));
+    /* No fd: nothing to signal (and the old one is closed, not signalled). */
+    virtqueue_set_call_fd(d.vq, -1);
+    g_assert_false(event_notifier_test_and_clear(&call2));
+    virtqueue_get_stats(d.vq, &st);
+    g_assert_cmpuint(st.interrupts, ==, 0);
+
+    /* The start itself sends nothing; the first completion does. */
+    virtqueue_set_call_fd(d.vq, dup(call2.fd));
+    g_assert_true(event_notifier_test_and_clear(&call2));
+    drv_start(&d, NULL);
+    aio_poll(d.ctx, false);
+    g_assert_false(event_notifier_test_and_clear(&call2));
+    st16(used_event(&d), 0);
+    submit_n(&d, 1);
+    device_complete(&d, 1);
+    aio_poll(d.ctx, false);
+    g_assert_cmpint(read(call2.fd, &v, sizeof(v)), ==, sizeof(v));
+    g_assert_cmpuint(v, ==, 1);
+
+    /* Running: signalled once in the home thread, and counted. */
+    virtqueue_set_call_fd(d.vq, dup(call3.fd));
+    g_assert_cmpint(read(call3.fd, &v, sizeof(v)), ==, sizeof(v));
+    g_assert_cmpuint(v, ==, 1);
+    aio_poll(d.ctx, false);
+    g_assert_false(event_notifier_test_and_clear(&call3));
+    g_assert_false(event_notifier_test_and_clear(&call2));
+    virtqueue_get_stats(d.vq, &st);
+    g_assert_cmpuint(st.interrupts, ==, 2);
+    event_notifier_cleanup(&call2);
+    event_notifier_cleanup(&call3);
+    drv_cleanup(&d);
+}
+
 static void test_event_idx_interrupts(void)
 {
     Drv d;
@@ -1637,6 +1692,7 @@ static const TestCase tests[] = {
     { "/virtqueue/notify/no-interrupt-flag", test_no_interrupt_flag },
     { "/virtqueue/notify/event-idx", test_event_idx_interrupts },
     { "/virtqueue/notify/without-call-fd", test_interrupt_without_call_fd },
+    { "/virtqueue/notify/new-call-fd", test_new_call_fd },
     { "/virtqueue/notify/avail-event", test_avail_event },
     { "/virtqueue/notify/one-signal-per-turn", test_one_signal_per_turn },
     { "/virtqueue/dispatch/kick", test_kick_dispatch },

@@ -87,7 +87,8 @@ void virtqueue_set_base(VirtQueue *vq, uint16_t base);
 void virtqueue_set_addrs(VirtQueue *vq, const VirtQueueAddrs *addrs);
 /*
  * Take ownership of the fds (-1: none).  The call and error fds may also
- * be changed on a started queue, from its home thread.
+ * be changed on a started queue, from its home thread.  A new call fd is
+ * signalled once at once, started queue or not (see virtqueue.c).
  */
 void virtqueue_set_kick_fd(VirtQueue *vq, int fd);
 void virtqueue_set_call_fd(VirtQueue *vq, int fd);
