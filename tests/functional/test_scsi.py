@@ -339,16 +339,20 @@ def test_request_queues_in_parallel(client, spindle_daemon, workdir):
 # --------------------------------------------------------------------------
 # Malformed requests
 
+# A request whose device-writable part cannot hold the response (header):
+# no answer would be honest, so the device breaks the queue.
+BROKEN = "broken"
+
 # kind: (response, status, sense key) expected; None: anything, as long as
-# the daemon survives.
+# the daemon survives; BROKEN: not completed, the queue broken.
 BAD_REQUESTS = {
     "good-read": ("OK", "GOOD", None),
     "split-request": ("OK", "GOOD", None),
     "short-request": None,
     "short-cdb": None,
-    "no-response": None,
-    "short-response": None,
-    "response-readable": None,
+    "no-response": BROKEN,
+    "short-response": BROKEN,
+    "response-readable": BROKEN,
     "read-overrun": ("OVERRUN", None, None),
     "write-overrun": ("OVERRUN", None, None),
     "read-wrong-direction": None,
@@ -363,7 +367,7 @@ BAD_REQUESTS = {
     "inquiry-huge-alloc": ("OK", "GOOD", None),
     "ctrl-short": None,
     "ctrl-unknown-type": None,
-    "ctrl-no-response": None,
+    "ctrl-no-response": BROKEN,
     "tmf-bad-subtype": None,
     "tmf-bad-target": None,
 }
@@ -379,11 +383,15 @@ def test_malformed_requests_do_not_stop_the_daemon(client, spindle_daemon,
     with d:
         sock = sock_of(d)
         for kind, want in BAD_REQUESTS.items():
+            if want is BROKEN:
+                check_broken_queue(client, sock, kind)
+                continue
             rc, doc = vu(client, sock, "scsi-bad-request", kind)
             r = doc["results"][-1]
             assert rc == 0, (kind, doc)
             assert r["alive"] is True, (kind, r)
             assert r["reaction"] in ("completed", "no-completion"), (kind, r)
+            assert r["error_signalled"] is False, (kind, r)
             if want is not None:
                 resp, status, key = want
                 assert r["reaction"] == "completed", (kind, r)
@@ -413,6 +421,27 @@ def test_malformed_requests_do_not_stop_the_daemon(client, spindle_daemon,
     assert d.returncode == 0, d.stderr()
     # Malformed requests are logged, at most once per queue.
     assert "malformed request" in d.stderr()
+    assert "virtqueue 0 is broken" in d.stderr()      # ctrl-no-response
+    assert "virtqueue 2 is broken" in d.stderr()      # no-response, ...
+
+
+def check_broken_queue(client, sock, kind):
+    """kind breaks its queue: no completion, the error eventfd signalled;
+    in the same session a later request on that queue is not served
+    either, while the device's other queue (control or request) serves."""
+    control = kind.startswith("ctrl-")
+    later = "tmf-bad-target" if control else "good-read"
+    other = ["scsi-tur"] if control else ["scsi-tmf", "query-task-set"]
+    rc, doc = vu(client, sock, "scsi-bad-request", kind,
+                 "scsi-bad-request", later, *other)
+    assert rc == 0, (kind, doc)
+    bad = [r for r in doc["results"] if r["command"] == "scsi-bad-request"]
+    for r in bad:
+        assert r["queue_kind"] == ("control" if control else "request"), r
+        assert r["reaction"] == "no-completion", (kind, r)
+        assert r["error_signalled"] is True, (kind, r)
+        assert r["alive"] is True, (kind, r)
+    assert doc["results"][-1]["command"] == other[0], doc
 
 
 # --------------------------------------------------------------------------

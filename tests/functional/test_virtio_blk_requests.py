@@ -12,6 +12,10 @@ memory, and whether the device wrote into its data buffers
 
 - the status the spec asks for (IOERR or UNSUPP; OK for the legal layouts
   that are controls, such as a 16-byte header split 8 + 8);
+- for the kinds that leave no place for a status (no device-writable
+  byte, or an empty status descriptor): no completion, the queue broken
+  (its error eventfd signalled) and serving nothing more in that session,
+  while the other queue keeps serving;
 - that guest memory outside the device-writable buffers is untouched, and
   that a refused request wrote nothing into its data buffers;
 - that the disk did not change around the target (a pattern is written
@@ -44,7 +48,8 @@ BAD_SEED = 0xBAD                        # data the bad requests carry
 class Expect:
     """What Spindle must answer to a kind.
 
-    status   the status byte ("none": the request has no place for one)
+    status   the status byte, or BROKEN: the request has no place for one,
+             so the device must not complete it but break the queue
     disk     what a legal kind does to [TARGET, TARGET + 4k): None
              (nothing), "pattern" (BAD_SEED's pattern), "zeroes", or
              "undefined" (a discard)
@@ -57,6 +62,10 @@ class Expect:
         self.disk = disk
         self.reads = reads
         self.writes = writes or reads
+        self.broken = status == BROKEN
+
+
+BROKEN = "broken"
 
 
 KINDS = {
@@ -68,13 +77,13 @@ KINDS = {
     "plain-write": Expect("OK", disk="pattern"),
     "plain-write-zeroes": Expect("OK", disk="zeroes"),
     "plain-discard": Expect("OK", disk="undefined"),
-    # Header and status byte.
+    # Header and status byte.  No device-writable byte, or an empty status
+    # descriptor (the driver reads its status there, even after data):
+    # nothing honest can be answered, the queue breaks.
     "short-header": Expect("IOERR"),
-    "no-status": Expect("none"),
-    "status-len-0": Expect("none"),
-    # By the framing the status is then the data's last byte, and the
-    # 511 bytes before it are not a whole sector.
-    "status-len-0-after-data": Expect("IOERR"),
+    "no-status": Expect(BROKEN),
+    "status-len-0": Expect(BROKEN),
+    "status-len-0-after-data": Expect(BROKEN),
     "header-writable": Expect("IOERR"),
     # Directions and lengths.
     "read-readable-data": Expect("IOERR"),
@@ -112,21 +121,23 @@ KINDS = {
 # for it.  It never crashed and never changed the disk for any kind.
 _QSD_DROPS = ("drops the request without completing it (logs '{}'); the "
               "queue keeps serving, but the driver never gets its buffers "
-              "back. Spindle completes it with {}")
+              "back. Spindle {}")
 _QSD_ONE_SEG = ("supports one segment per request and answers UNSUPP to "
                 "more; Spindle offers max_*_seg 32 and answers IOERR")
 QSD_DIFFERS = {
-    "short-header": _QSD_DROPS.format("outhdr too short", "IOERR"),
-    "no-status": _QSD_DROPS.format("missing headers",
-                                   "no status and used length 0"),
-    "header-writable": _QSD_DROPS.format("missing headers", "IOERR"),
+    "short-header": _QSD_DROPS.format("outhdr too short",
+                                      "completes it with IOERR"),
+    "no-status": _QSD_DROPS.format("missing headers", "breaks the queue "
+                                   "and signals its error eventfd"),
+    "header-writable": _QSD_DROPS.format("missing headers",
+                                         "completes it with IOERR"),
     "status-len-0": "a zero-sized buffer is a vu_panic in libvhost-user: "
-                    "it drops the connection. Spindle completes the "
-                    "request with used length 0",
+                    "it drops the connection. Spindle breaks the queue and "
+                    "signals its error eventfd",
     "status-len-0-after-data": "a zero-sized buffer is a vu_panic in "
                                "libvhost-user: it drops the connection. "
-                               "Spindle answers IOERR in the data's last "
-                               "byte",
+                               "Spindle breaks the queue and signals its "
+                               "error eventfd",
     "read-readable-data": "ignores the device-readable data of a read and "
                           "completes it as a 0-byte read (OK); Spindle "
                           "answers IOERR",
@@ -151,21 +162,22 @@ def good_io(seed, queue):
             "read", off, "4k", "--verify", seed, "--queue", queue]
 
 
-def region_checks(base, expect):
-    """read commands proving the disk holds what it should around TARGET
-    and at the end (none of the kinds may touch the end)."""
+def region_checks(base, expect, queue=0):
+    """read commands (on queue) proving the disk holds what it should
+    around TARGET and at the end (none of the kinds may touch the end)."""
     args = []
     if expect.disk is None:
-        args += pattern_args(base, 0, REGION)
+        args += pattern_args(base, 0, REGION, queue)
     else:
-        args += pattern_args(base, 0, TARGET)
+        args += pattern_args(base, 0, TARGET, queue)
         if expect.disk == "pattern":
-            args += pattern_args(BAD_SEED, TARGET, 4 * KiB)
+            args += pattern_args(BAD_SEED, TARGET, 4 * KiB, queue)
         elif expect.disk == "zeroes":
-            args += ["read", TARGET, "4k", "--expect-zeroes"]
+            args += ["read", TARGET, "4k", "--expect-zeroes", "--queue",
+                     queue]
         after = TARGET + 4 * KiB
-        args += pattern_args(base, after, REGION - after)
-    args += pattern_args(base, END, REGION)
+        args += pattern_args(base, after, REGION - after, queue)
+    args += pattern_args(base, END, REGION, queue)
     return args
 
 
@@ -181,17 +193,34 @@ def check_clean_exit(d):
 
 def check_request(kind, outcome, expect):
     """Spindle's answer to one bad request."""
-    assert outcome["reaction"] == "completed", outcome
-    assert outcome["status"] == expect.status, outcome
+    if expect.broken:
+        # Not completed, nothing written, the error eventfd signalled.
+        assert outcome["reaction"] == "no-completion", outcome
+        assert outcome["status"] == "none", outcome
+        assert outcome["error_signalled"] is True, outcome
+    else:
+        assert outcome["reaction"] == "completed", outcome
+        assert outcome["status"] == expect.status, outcome
+        assert outcome["error_signalled"] is False, outcome
     assert outcome["memory_intact"] is True, outcome
     if not expect.writes:
         assert outcome["data_written"] is False, outcome
-    if expect.status == "none":
-        assert outcome["used_len"] == 0, outcome
     if expect.reads:
         assert outcome["data_ok"] is True, outcome
+    # The used ring itself always stays sound.
     assert outcome["queue_broken"] is False, outcome
     assert outcome["alive"] is True, outcome
+
+
+def after_broken(base):
+    """Commands for the rest of a session whose queue 0 broke: a request
+    that would write the target is not served there (and sees the error
+    eventfd still signalled), queue 1 serves, and the disk is unchanged
+    (read through queue 1)."""
+    return ["bad-request", "plain-write", "--offset", TARGET,
+            "--pattern", BAD_SEED, "--queue", 0,
+            *good_io(base + 2000, 1),
+            *region_checks(base, Expect(BROKEN), queue=1)]
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))
@@ -204,20 +233,29 @@ def test_bad_request(client, make_daemon, backend_kind, kind):
     base = 0x100 + sorted(KINDS).index(kind)
 
     # One session: known data, the bad request on queue 0, then good
-    # requests on queue 0 and queue 1 and the data around the target.
+    # requests on queue 0 and queue 1 and the data around the target (or,
+    # when queue 0 broke, what after_broken() checks).
+    if expect.broken:
+        rest = after_broken(base)
+    else:
+        rest = [*good_io(base + 1000, 0), *good_io(base + 2000, 1),
+                *region_checks(base, expect)]
     res = run_client(
         client, sock(d), "--queues", "2",
         "write", 0, REGION, "--pattern", base,
         "write", END, REGION, "--pattern", base,
         "bad-request", kind, "--offset", TARGET,
-        "--pattern", base if expect.reads else BAD_SEED,
-        *good_io(base + 1000, 0), *good_io(base + 2000, 1),
-        *region_checks(base, expect), check=False)
+        "--pattern", base if expect.reads else BAD_SEED, *rest, check=False)
     assert res.doc is not None, res.describe()
     outcome = res.result("bad-request")
     assert res.returncode == 0, res.describe()
     assert d.alive(), f"{d.flavour} died after {kind}: {d.stderr()}"
     check_request(kind, outcome, expect)
+    if expect.broken:
+        later = res.result("bad-request", 1)
+        assert later["reaction"] == "no-completion", later
+        assert later["error_signalled"] is True, later
+        assert "virtqueue 0 is broken" in d.stderr(), d.stderr()
 
     # A new session sees the same disk, and both queues serve.
     res = run_client(client, sock(d), "--queues", "2",
@@ -279,23 +317,31 @@ def test_read_only_export(client, make_daemon, backend_kind, workdir, kind,
 
 def test_bad_requests_in_indirect_tables(client, make_daemon):
     """The same validation when the chain is in an indirect table, many
-    bad requests in a row on one queue, then good I/O on it."""
+    bad requests in a row on one queue, then good I/O on it; then the two
+    kinds without a status place break queues 1 and 2 (one each), and
+    queue 0 keeps serving."""
     d = make_daemon("spindle", [{"serial": SERIAL}, {}])
-    kinds = ["split-header", "short-header", "no-status",
-             "status-len-0-after-data", "header-writable",
+    kinds = ["split-header", "short-header", "header-writable",
              "read-readable-data", "write-sector-wrap",
              "write-zeroes-too-many-segs", "write-zeroes-range-then-flag"]
-    args = ["--indirect", "write", 0, REGION, "--pattern", 0x70,
+    breaking = ["no-status", "status-len-0-after-data"]
+    args = ["--queues", "3", "--indirect",
+            "write", 0, REGION, "--pattern", 0x70,
             "write", END, REGION, "--pattern", 0x70]
     for kind in kinds:
         args += ["bad-request", kind, "--offset", TARGET, "--pattern",
                  BAD_SEED]
+    for queue, kind in enumerate(breaking, start=1):
+        args += ["bad-request", kind, "--offset", TARGET, "--pattern",
+                 BAD_SEED, "--queue", queue]
     expect = Expect("OK", disk="pattern")      # split-header wrote
     res = run_client(client, sock(d), *args, *good_io(0x71, 0),
                      *region_checks(0x70, expect))
     outcomes = [r for r in res.results if r["command"] == "bad-request"]
-    for kind, outcome in zip(kinds, outcomes):
+    assert len(outcomes) == len(kinds) + len(breaking)
+    for kind, outcome in zip(kinds + breaking, outcomes):
         check_request(kind, outcome, KINDS[kind])
-    assert len(outcomes) == len(kinds)
+    for queue in (1, 2):
+        assert f"virtqueue {queue} is broken" in d.stderr(), d.stderr()
     assert d.alive(), d.log()
     check_clean_exit(d)

@@ -25,6 +25,11 @@
  *   data_written    some byte of a device-writable descriptor other than
  *                   the status byte changed.
  *
+ * It also says whether the device signalled the queue's error eventfd
+ * (error_signalled: it broke the queue, as it must for a request with no
+ * place for a status) and whether the library found the used ring
+ * impossible (queue_broken).
+ *
  * The status byte is where the framing puts it: the last byte of the last
  * non-empty device-writable descriptor ("status" is "none" when there is
  * no such byte or the device left it alone).  Data a kind carries to the
@@ -825,6 +830,8 @@ bool cmd_bad_request(Client *c, const Command *cmd, Result *r, Error **errp)
     reaction = br_wait(q, &x, &used_len, &closed);
     br_report(r, &x, &b, before, status_off, reaction, used_len);
     json_object_set_boolean_member(r->obj, "queue_broken", vufq_broken(q));
+    json_object_set_boolean_member(r->obj, "error_signalled",
+                                   vufq_error_signalled(q));
     res_alive(r, c->fe, closed);
     /* Unless it completed, the device may still write there: leave the
      * scratch area allocated. */

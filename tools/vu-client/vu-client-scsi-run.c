@@ -15,8 +15,10 @@
  * request queue, or the control queue for the ctrl-* and tmf-* kinds),
  * kicks, waits up to 0.5 s, and reports what the device did: reaction
  * (completed, no-completion, closed), used_len, and where the framing
- * puts it the response, status and sense; then whether the connection
- * still answers.  Its buffers live in one scratch area of guest memory.
+ * puts it the response, status and sense; whether the device signalled
+ * the queue's error eventfd (error_signalled: it broke the queue); then
+ * whether the connection still answers.  Its buffers live in one scratch
+ * area of guest memory.
  * It judges nothing; tests do.
  */
 
@@ -627,6 +629,8 @@ bool cmd_scsi_bad_request(Client *c, const Command *cmd, Result *r,
         sbr_report_response(&b, used_len, r);
     }
     json_object_set_boolean_member(r->obj, "queue_broken", vufq_broken(q));
+    json_object_set_boolean_member(r->obj, "error_signalled",
+                                   vufq_error_signalled(q));
     res_alive(r, c->fe, closed);
     /* A request never completed stays in flight and so does its memory:
      * the device may still write it. */
