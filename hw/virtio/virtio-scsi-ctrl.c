@@ -129,30 +129,49 @@ static void virtio_scsi_ctrl_push(VirtioScsiTmf *tmf, uint32_t len)
     g_free(tmf);
 }
 
+/* How a TMF or AN request's sizes fit (virtio_scsi_ctrl_fit()). */
+typedef enum VirtioScsiCtrlFit {
+    VIRTIO_SCSI_CTRL_FITS,       /* request and response both fit */
+    VIRTIO_SCSI_CTRL_SHORT,      /* the request is short: answer FAILURE */
+    VIRTIO_SCSI_CTRL_GONE,       /* no room for the response: tmf is gone */
+} VirtioScsiCtrlFit;
+
 /*
- * Whether the device-writable part holds the response of a `what` request
- * (resp_size bytes).  If not, no answer is honest: 5.6.6.2 puts the
- * outcome in `response`, a field of the device-writable part (the last
- * byte of a TMF's or AN's response), and a buffer handed back with
- * nothing written would read as whatever was there.  Then tmf is given up
- * and the control queue broken, as for a malformed chain (the front-end
- * learns of it from the error eventfd).
+ * Check a `what` request of req_size bytes whose response is resp_size
+ * bytes.  A device-writable part too small for the response leaves no
+ * honest answer: 5.6.6.2 puts the outcome in `response`, a field of the
+ * device-writable part (the last byte of a TMF's or AN's response), and a
+ * buffer handed back with nothing written would read as whatever was
+ * there.  Then tmf is given up and the control queue broken, as for a
+ * malformed chain (the front-end learns of it from the error eventfd).
+ * A short request with room for the response is logged, and answered
+ * FAILURE by the caller.
  */
-static bool virtio_scsi_ctrl_resp_fits(VirtioScsiTmf *tmf, size_t resp_size,
-                                       const char *what)
+static VirtioScsiCtrlFit virtio_scsi_ctrl_fit(VirtioScsiTmf *tmf,
+                                              uint64_t out_bytes,
+                                              size_t req_size,
+                                              size_t resp_size,
+                                              const char *what)
 {
     VirtioScsi *vs = tmf->vs;
 
-    if (tmf->elem.in_bytes >= resp_size) {
-        return true;
+    if (tmf->elem.in_bytes < resp_size) {
+        virtqueue_fail_element(tmf->vq, &tmf->elem, "virtio-scsi %s request "
+                               "at head %u has %" PRIu32 " device-writable "
+                               "bytes, no room for the %zu-byte response",
+                               what, tmf->elem.head, tmf->elem.in_bytes,
+                               resp_size);
+        vs->ctrl.tmfs--;
+        g_free(tmf);
+        return VIRTIO_SCSI_CTRL_GONE;
     }
-    virtqueue_fail_element(tmf->vq, &tmf->elem, "virtio-scsi %s request at "
-                           "head %u has %" PRIu32 " device-writable bytes, "
-                           "no room for the %zu-byte response", what,
-                           tmf->elem.head, tmf->elem.in_bytes, resp_size);
-    vs->ctrl.tmfs--;
-    g_free(tmf);
-    return false;
+    if (out_bytes < req_size) {
+        g_autofree char *why = g_strdup_printf("%s request too short", what);
+
+        virtio_scsi_log_bad_request(vs, tmf->vq, why);
+        return VIRTIO_SCSI_CTRL_SHORT;
+    }
+    return VIRTIO_SCSI_CTRL_FITS;
 }
 
 /* Write the one-byte TMF response and push. */
@@ -304,15 +323,16 @@ static void virtio_scsi_handle_tmf(VirtioScsi *vs, VirtioScsiTmf *tmf,
     uint64_t tag;
     int slot = -1;
 
-    if (!virtio_scsi_ctrl_resp_fits(tmf, sizeof(VirtioScsiCtrlTmfResp),
-                                    "task management")) {
+    switch (virtio_scsi_ctrl_fit(tmf, out_bytes, sizeof(req),
+                                 sizeof(VirtioScsiCtrlTmfResp),
+                                 "task management")) {
+    case VIRTIO_SCSI_CTRL_GONE:
         return;
-    }
-    if (out_bytes < sizeof(req)) {
-        virtio_scsi_log_bad_request(vs, tmf->vq, "task management request "
-                                    "too short");
+    case VIRTIO_SCSI_CTRL_SHORT:
         virtio_scsi_tmf_answer(tmf, VIRTIO_SCSI_S_FAILURE);
         return;
+    case VIRTIO_SCSI_CTRL_FITS:
+        break;
     }
     iov_to_buf(tmf->elem.out_sg, tmf->elem.out_num, 0, &req, sizeof(req));
     tmf->subtype = GUINT32_FROM_LE(req.subtype);
@@ -384,16 +404,16 @@ static void virtio_scsi_handle_an(VirtioScsi *vs, VirtioScsiTmf *tmf,
 {
     VirtioScsiCtrlAnReq req;
     VirtioScsiCtrlAnResp resp = { 0 };
+    VirtioScsiCtrlFit fit;
     unsigned lun;
     size_t n;
 
-    if (!virtio_scsi_ctrl_resp_fits(tmf, sizeof(resp),
-                                    "asynchronous notification")) {
+    fit = virtio_scsi_ctrl_fit(tmf, out_bytes, sizeof(req), sizeof(resp),
+                               "asynchronous notification");
+    if (fit == VIRTIO_SCSI_CTRL_GONE) {
         return;
     }
-    if (out_bytes < sizeof(req)) {
-        virtio_scsi_log_bad_request(vs, tmf->vq, "asynchronous notification "
-                                    "request too short");
+    if (fit == VIRTIO_SCSI_CTRL_SHORT) {
         resp.response = VIRTIO_SCSI_S_FAILURE;
     } else {
         iov_to_buf(tmf->elem.out_sg, tmf->elem.out_num, 0, &req,

@@ -829,10 +829,7 @@ bool cmd_bad_request(Client *c, const Command *cmd, Result *r, Error **errp)
     }
     reaction = br_wait(q, &x, &used_len, &closed);
     br_report(r, &x, &b, before, status_off, reaction, used_len);
-    json_object_set_boolean_member(r->obj, "queue_broken", vufq_broken(q));
-    json_object_set_boolean_member(r->obj, "error_signalled",
-                                   vufq_error_signalled(q));
-    res_alive(r, c->fe, closed);
+    res_queue_alive(r, c->fe, q, closed);
     /* Unless it completed, the device may still write there: leave the
      * scratch area allocated. */
     if (!strcmp(reaction, "completed")) {

@@ -78,6 +78,13 @@ void res_alive(Result *r, VuFrontend *fe, bool closed)
     res_bool(r, "alive", !closed && vuf_check_alive(fe, ALIVE_WAIT_MS));
 }
 
+void res_queue_alive(Result *r, VuFrontend *fe, VufQueue *q, bool closed)
+{
+    res_bool(r, "queue_broken", vufq_broken(q));
+    res_bool(r, "error_signalled", vufq_error_signalled(q));
+    res_alive(r, fe, closed);
+}
+
 JsonArray *res_array(Result *r, const char *key)
 {
     JsonArray *a = json_array_new();

@@ -45,6 +45,11 @@ void res_queue_stats(JsonObject *o, const VufQueueStats *s);
  * within 2 s), unless it closed the connection already. */
 void res_alive(Result *r, VuFrontend *fe, bool closed);
 
+/* Members "queue_broken" (the library found q's used ring impossible),
+ * "error_signalled" (the device signalled q's error eventfd: it broke the
+ * queue) and "alive" (res_alive()). */
+void res_queue_alive(Result *r, VuFrontend *fe, VufQueue *q, bool closed);
+
 /* n bytes as lower-case hex digits.  Caller frees. */
 char *hex_string(const uint8_t *p, size_t n);
 

@@ -373,7 +373,7 @@ static bool malformed_ring(Client *c, const Command *cmd, VufRingFault f,
             vufblk_status_name(vufq_fault_status(q)));
     }
     json_object_set_string_member(r->obj, "reaction", reaction);
-    res_alive(r, c->fe, closed);
+    res_queue_alive(r, c->fe, q, closed);
     return true;
 }
 

@@ -628,10 +628,7 @@ bool cmd_scsi_bad_request(Client *c, const Command *cmd, Result *r,
     if (!strcmp(reaction, "completed")) {
         sbr_report_response(&b, used_len, r);
     }
-    json_object_set_boolean_member(r->obj, "queue_broken", vufq_broken(q));
-    json_object_set_boolean_member(r->obj, "error_signalled",
-                                   vufq_error_signalled(q));
-    res_alive(r, c->fe, closed);
+    res_queue_alive(r, c->fe, q, closed);
     /* A request never completed stays in flight and so does its memory:
      * the device may still write it. */
     if (!strcmp(reaction, "completed")) {
