@@ -75,6 +75,7 @@
  */
 #include <endian.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -265,11 +266,24 @@ void virtqueue_set_addrs(VirtQueue *vq, const VirtQueueAddrs *addrs)
     vq->addrs_set = true;
 }
 
-/* Replace the fd of e (taking ownership of fd; -1 leaves none). */
+/*
+ * Replace the fd of e (taking ownership of fd; -1 leaves none).  The fd is
+ * the front-end's, and we write the call and error fds from the main
+ * thread and the IOThreads: made non-blocking here, a front-end that hands
+ * over a pipe it never reads, or an eventfd at its maximum count, costs a
+ * dropped signal (EAGAIN, see event_notifier_set()) instead of a thread
+ * stuck in write().  O_NONBLOCK is shared with the front-end's copy; QEMU
+ * and tools/frontend create these eventfds non-blocking anyway.
+ */
 static void virtqueue_replace_fd(EventNotifier *e, int fd)
 {
     event_notifier_cleanup(e);
     if (fd >= 0) {
+        int flags = fcntl(fd, F_GETFL);
+
+        if (flags >= 0 && !(flags & O_NONBLOCK)) {
+            (void)fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+        }
         event_notifier_init_fd(e, fd);
     } else {
         e->fd = -1;

@@ -390,6 +390,35 @@ static void test_rings(void)
  * running ring's fd is swapped (in the ring's home thread).  "No fd" sets
  * nothing and signals nothing, and starting the ring adds no signal.
  */
+/*
+ * A hostile front-end's call fd is a blocking pipe that nobody reads, full
+ * to the brim: the signal SET_VRING_CALL sends must not block the thread
+ * (here the test's: a stuck write() would trip the watchdog).  The server
+ * makes the fd non-blocking and the signal is dropped.
+ */
+static void test_call_fd_full_pipe(void)
+{
+    Dummy d;
+    VuServer *s = server_new(&d);
+    uint64_t val = 0;
+    char junk[4096] = { 0 };
+    int p[2];
+
+    g_assert_cmpint(pipe2(p, O_CLOEXEC | O_NONBLOCK), ==, 0);
+    while (write(p[1], junk, sizeof(junk)) > 0) {
+        /* fill it */
+    }
+    g_assert_cmpint(errno, ==, EAGAIN);
+    g_assert_cmpint(fcntl(p[1], F_SETFL, 0), ==, 0);    /* blocking again */
+    int kept = dup(p[1]);
+
+    send_ok(s, VHOST_USER_SET_VRING_CALL, &val, sizeof(val), &p[1], 1);
+    g_assert_true(fcntl(kept, F_GETFL) & O_NONBLOCK);
+    vu_server_free(s);
+    close(kept);
+    close(p[0]);
+}
+
 static void test_call_fd_signalled(void)
 {
     Dummy d;
@@ -809,6 +838,7 @@ static const TestCase tests[] = {
     { "/vhost-user-handlers/negotiate", test_negotiate },
     { "/vhost-user-handlers/rings", test_rings },
     { "/vhost-user-handlers/call-fd-signalled", test_call_fd_signalled },
+    { "/vhost-user-handlers/call-fd-full-pipe", test_call_fd_full_pipe },
     { "/vhost-user-handlers/mem-regions", test_mem_regions },
     { "/vhost-user-handlers/config", test_config },
     { "/vhost-user-handlers/backend-channel", test_backend_channel },
