@@ -4,9 +4,13 @@
 
 BUILD      := build
 BUILD_SAN  := build-san
+BUILD_FUZZ := build-fuzz
 PYTHON     ?= python3
 BENCH_ARGS ?=
 PYTEST_ARGS ?=
+FUZZ_ARGS  ?=
+# Seconds of fuzzing per harness in check-fuzz (3 harnesses: <= 60 s).
+CHECK_FUZZ_TIME ?= 15
 
 # Sanitizer settings for the unit tests in $(BUILD_SAN).
 SAN_ENV := ASAN_OPTIONS=detect_leaks=1 \
@@ -14,8 +18,9 @@ SAN_ENV := ASAN_OPTIONS=detect_leaks=1 \
 
 MAKEFLAGS += --no-print-directory
 
-.PHONY: all san deps check check-unit check-functional install bench-aio \
-        bench-block bench-compare poll-frontier demo clean help
+.PHONY: all san fuzz deps check check-unit check-functional check-fuzz \
+        fuzz-run install bench-aio bench-block bench-compare poll-frontier \
+        demo clean help
 
 all: $(BUILD)/build.ninja
 	ninja -C $(BUILD)
@@ -24,11 +29,20 @@ all: $(BUILD)/build.ninja
 san: $(BUILD_SAN)/build.ninja
 	ninja -C $(BUILD_SAN)
 
+# The libFuzzer harnesses (tests/fuzz/): clang, address + undefined
+# behaviour, every file instrumented for coverage.
+fuzz: $(BUILD_FUZZ)/build.ninja
+	ninja -C $(BUILD_FUZZ)
+
 $(BUILD)/build.ninja:
 	bash ./configure --builddir=$(BUILD)
 
 $(BUILD_SAN)/build.ninja:
 	bash ./configure --builddir=$(BUILD_SAN) --enable-sanitizers
+
+$(BUILD_FUZZ)/build.ninja:
+	CC=clang bash ./configure --builddir=$(BUILD_FUZZ) --enable-sanitizers \
+	    --enable-fuzzing --disable-tests
 
 deps:
 	PYTHON=$(PYTHON) bash scripts/install-deps.sh
@@ -37,6 +51,7 @@ deps:
 check: deps
 	$(MAKE) check-unit
 	$(MAKE) check-functional
+	$(MAKE) check-fuzz
 
 check-unit: all san
 	meson test -C $(BUILD) --print-errorlogs
@@ -44,6 +59,16 @@ check-unit: all san
 
 check-functional: all
 	SPINDLE_BUILD=$(abspath $(BUILD)) $(PYTHON) -m pytest -v tests/functional $(PYTEST_ARGS)
+
+# Every harness over its checked-in corpus, then a short run of each; what
+# the run finds goes to $(BUILD_FUZZ)/check-fuzz/, never into the tree.
+check-fuzz: fuzz
+	BUILD_FUZZ=$(BUILD_FUZZ) $(PYTHON) scripts/fuzz-run --no-build \
+	    --time $(CHECK_FUZZ_TIME) --out $(BUILD_FUZZ)/check-fuzz
+
+# A fuzzing campaign (scripts/fuzz-run --help): FUZZ_ARGS="--time 600".
+fuzz-run: fuzz
+	BUILD_FUZZ=$(BUILD_FUZZ) $(PYTHON) scripts/fuzz-run --no-build $(FUZZ_ARGS)
 
 install: all
 	meson install -C $(BUILD)
@@ -74,14 +99,18 @@ demo:
 	PYTHON=$(PYTHON) BUILD=$(BUILD) bash scripts/demo.sh
 
 clean:
-	rm -rf $(BUILD) $(BUILD_SAN)
+	rm -rf $(BUILD) $(BUILD_SAN) $(BUILD_FUZZ)
 
 help:
 	@echo 'Targets:'
 	@echo '  all               configure $(BUILD)/ if needed and build it (default)'
-	@echo '  check             install dependencies, then check-unit and check-functional'
+	@echo '  check             install dependencies, then check-unit, check-functional'
+	@echo '                    and check-fuzz'
 	@echo '  check-unit        unit tests in $(BUILD)/ and in $(BUILD_SAN)/ (ASan + UBSan)'
 	@echo '  check-functional  pytest suite in tests/functional against $(BUILD)/'
+	@echo '  check-fuzz        every fuzz harness over its corpus, then $(CHECK_FUZZ_TIME) s each'
+	@echo '  fuzz              configure and build $(BUILD_FUZZ)/ (clang, libFuzzer)'
+	@echo '  fuzz-run          a fuzzing campaign (FUZZ_ARGS: scripts/fuzz-run --help)'
 	@echo '  install           meson install from $(BUILD)/'
 	@echo '  bench-aio         build, then run the event loop benchmark'
 	@echo '  bench-block       build, then run the block layer benchmark'
@@ -90,13 +119,14 @@ help:
 	@echo '  demo              boot a Linux guest (QEMU, TCG) on a disk spindle serves'
 	@echo '  deps              run scripts/install-deps.sh'
 	@echo '  san               configure and build $(BUILD_SAN)/ only'
-	@echo '  clean             remove $(BUILD)/ and $(BUILD_SAN)/'
+	@echo '  clean             remove $(BUILD)/, $(BUILD_SAN)/ and $(BUILD_FUZZ)/'
 	@echo '  help              this text'
 	@echo
 	@echo 'Variables:'
 	@echo '  BENCH_ARGS=...    arguments for bench-aio, bench-block, bench-compare and'
 	@echo '                    poll-frontier'
 	@echo '  PYTEST_ARGS=...   extra pytest arguments, e.g. PYTEST_ARGS="-k qmp"'
+	@echo '  FUZZ_ARGS=...     scripts/fuzz-run arguments for fuzz-run'
 	@echo '  PYTHON=...        Python for pytest and deps (default: python3)'
 	@echo
 	@echo 'Other configurations: ./configure --help, then ninja -C <dir>.'

@@ -1,0 +1,72 @@
+/*
+ * What the libFuzzer harnesses share (helpers.h).
+ */
+#include <string.h>
+#include <glib.h>
+
+#include "helpers.h"
+#include "util/main-thread.h"
+
+/* Enough for any chain of BHs an input sets off; more is a hang. */
+#define FUZZ_POLL_MAX_TURNS 1000
+
+AioContext *fuzz_main_context(void)
+{
+    static AioContext *ctx;
+
+    if (!ctx) {
+        Error *err = NULL;
+
+        ctx = aio_context_new(&err);
+        g_assert_no_error(err);
+        main_loop_set_context(ctx);
+    }
+    return ctx;
+}
+
+void fuzz_poll(AioContext *ctx)
+{
+    for (int i = 0; i < FUZZ_POLL_MAX_TURNS && aio_poll(ctx, false); i++) {
+        /* progress */
+    }
+}
+
+bool fuzz_may_name_host_file(const uint8_t *data, size_t size)
+{
+    return memmem(data, size, "file", 4) || memmem(data, size, "\\u", 2);
+}
+
+char *fuzz_input_string(const uint8_t *data, size_t size)
+{
+    if (memchr(data, 0, size)) {
+        return NULL;
+    }
+    return g_strndup((const char *)data, size);
+}
+
+size_t fuzz_read_bytes(FuzzReader *r, void *buf, size_t n)
+{
+    size_t got = MIN(n, r->left);
+
+    memcpy(buf, r->p, got);
+    memset((uint8_t *)buf + got, 0, n - got);
+    r->p += got;
+    r->left -= got;
+    return got;
+}
+
+uint8_t fuzz_read_u8(FuzzReader *r)
+{
+    uint8_t v;
+
+    fuzz_read_bytes(r, &v, sizeof(v));
+    return v;
+}
+
+uint32_t fuzz_read_u32(FuzzReader *r)
+{
+    uint32_t v;
+
+    fuzz_read_bytes(r, &v, sizeof(v));
+    return GUINT32_FROM_LE(v);
+}
