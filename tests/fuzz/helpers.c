@@ -31,9 +31,39 @@ void fuzz_poll(AioContext *ctx)
     }
 }
 
+/* A byte that continues a word: "file" followed by one is another word
+ * ("file.driver", the child's options), not the driver's name. */
+static bool fuzz_is_word_byte(uint8_t c)
+{
+    return g_ascii_isalnum(c) || c == '.' || c == '-' || c == '_';
+}
+
 bool fuzz_may_name_host_file(const uint8_t *data, size_t size)
 {
-    return memmem(data, size, "file", 4) || memmem(data, size, "\\u", 2);
+    const uint8_t *p = data, *end = data + size;
+
+    if (memmem(data, size, "\\u", 2)) {
+        return true;
+    }
+    while ((p = memmem(p, end - p, "file", 4))) {
+        const uint8_t *q = p + 4;
+
+        p++;
+        if (q < end && fuzz_is_word_byte(*q)) {
+            continue;
+        }
+        /* "file": ... is a JSON key (a child), not a value. */
+        if (q < end && *q == '"') {
+            for (q++; q < end && g_ascii_isspace(*q); q++) {
+                /* skip */
+            }
+            if (q < end && *q == ':') {
+                continue;
+            }
+        }
+        return true;
+    }
+    return false;
 }
 
 char *fuzz_input_string(const uint8_t *data, size_t size)

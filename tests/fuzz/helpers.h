@@ -30,11 +30,12 @@ AioContext *fuzz_main_context(void);
 void fuzz_poll(AioContext *ctx);
 
 /*
- * Whether the input could name a host file: it holds "file" (the file
- * driver, the "filename" option) or a JSON \u escape (which could spell
- * either).  The option and QMP harnesses skip such inputs so that a
- * mutation never opens, grows or creates a file of the machine; the
- * file driver has its own unit tests.
+ * Whether the input could open the file driver: it holds the word
+ * "file" other than as a JSON key or before a word byte ("file.driver",
+ * "file": {...}: a child's options), or a JSON \u escape (which could
+ * spell it).  The option and QMP harnesses skip such inputs so that a
+ * mutation never opens or grows a file of the machine; the file driver
+ * has its own unit tests.
  */
 bool fuzz_may_name_host_file(const uint8_t *data, size_t size);
 
