@@ -19,11 +19,14 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1
 PYTHON=${PYTHON:-python3}
 
 # Debian packages: compiler and build tools, libraries, test runner's Python.
+# clang builds the libFuzzer harnesses (make fuzz, make check-fuzz); its
+# libFuzzer and sanitizer runtimes come with it.
 APT_PACKAGES=(
     meson
     ninja-build
     pkg-config
     gcc
+    clang
     libc6-dev
     libglib2.0-dev
     libjson-glib-dev

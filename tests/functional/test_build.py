@@ -22,7 +22,8 @@ def test_configure_help_lists_features(repo_root):
                          check=True).stdout
     for switch in ("--prefix=", "--builddir=", "--enable-sanitizers",
                    "--disable-libaio",
-                   "--disable-liburing", "--disable-sdt", "--disable-tests"):
+                   "--disable-liburing", "--disable-sdt", "--disable-tests",
+                   "--enable-fuzzing"):
         assert switch in out, f"./configure --help does not mention {switch}"
 
 
@@ -55,3 +56,31 @@ def test_unit_programs_list_their_cases(build_dir):
                             f"{proc.returncode} listing {len(cases)} cases; "
                             f"stderr: {proc.stderr.strip()[-500:]}")
     assert not problems, "\n".join(problems)
+
+
+def _fuzz_harnesses(repo_root):
+    fuzz = repo_root / "tests" / "fuzz"
+    return sorted(p.stem for p in fuzz.glob("fuzz-*.c"))
+
+
+def test_fuzz_harnesses_are_complete(repo_root):
+    """Each harness (tests/fuzz/fuzz-NAME.c) is built and has seeds."""
+    fuzz = repo_root / "tests" / "fuzz"
+    harnesses = _fuzz_harnesses(repo_root)
+    assert harnesses, "no fuzz harnesses in tests/fuzz"
+    meson = (fuzz / "meson.build").read_text()
+    for name in harnesses:
+        assert f"'{name}'" in meson, f"{name} is not in tests/fuzz/meson.build"
+        corpus = fuzz / "corpus" / name
+        assert corpus.is_dir() and any(corpus.iterdir()), \
+            f"{name} has no seed corpus in {corpus}"
+
+
+def test_fuzz_run_help_names_the_harnesses(repo_root):
+    out = subprocess.run([str(repo_root / "scripts" / "fuzz-run"), "--help"],
+                         capture_output=True, text=True, timeout=30,
+                         check=True).stdout
+    for switch in ("--time", "--jobs", "--out"):
+        assert switch in out
+    for name in _fuzz_harnesses(repo_root):
+        assert name in out, f"scripts/fuzz-run --help does not list {name}"
