@@ -194,6 +194,11 @@ static void test_add_errors(void)
     add_fails(mem, 0x13fff, 8 * KiB, 0, 0, fd, "overlaps");
     add_fails(mem, 0x0, 1 * MiB, 0, 0, fd, "overlaps");
     add_fails(mem, 0x40000, 4 * KiB, 0, 0, -1, "file descriptor");
+    /* Past the end of the 64 KiB file: mmap() would allow it, and the
+     * first access there would be SIGBUS (tests/fuzz/fuzz-vhost-user). */
+    add_fails(mem, 0x40000, 128 * KiB, 0, 0, fd, "past the end");
+    add_fails(mem, 0x40000, 16 * KiB, 0, 56 * KiB, fd, "past the end");
+    add_fails(mem, 0x40000, 4 * KiB, 0, 64 * KiB, fd, "past the end");
 
     /* mmap failure: a read-only fd cannot be mapped shared writable. */
     g_snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
@@ -207,6 +212,10 @@ static void test_add_errors(void)
     mem = add_ok(mem, 0xc000, 16 * KiB, 0x200000, 16 * KiB, fd);
     mem = add_ok(mem, 0x14000, 16 * KiB, 0x300000, 32 * KiB, fd);
     g_assert_cmpuint(mem->nregions, ==, 3);
+    /* The last page of the file is the last that may be mapped. */
+    mem = add_ok(mem, 0x80000, 4 * KiB, 0x500000, 60 * KiB, fd);
+    assert_maps_to(mem, 0x80000, 60 * KiB);
+    g_assert_cmpuint(mem->nregions, ==, 4);
     /* A region near the top of the address space. */
     mem = add_ok(mem, UINT64_MAX - 0x1fff, 0x1000, 0x400000, 0, fd);
     assert_maps_to(mem, UINT64_MAX - 0x1000, 0xfff);
