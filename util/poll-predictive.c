@@ -866,6 +866,7 @@ static AioPollAdjustment pred_learn(AioPollState *st, AioPollSource *src,
         ph->trial_backoff_ns = 0;
         ph->trial_next_ns = src->ev_ns;
     }
+    /* "|", not "||": since_fold counts every event, whatever else holds. */
     if (shifted | (++ps->since_fold >= ps->fold_every) |
         pred_plan_stale(st, ps) | trial_ended) {
         int64_t old = src->window_ns;
