@@ -1,0 +1,208 @@
+/*
+ * The guest side of the virtio fuzz harnesses (fuzz-virtqueue.c,
+ * fuzz-virtio-blk.c, fuzz-virtio-scsi.c): an input reader, guest memory
+ * the harness owns, and the driver's half of split rings, written by hand
+ * into that memory so that an input can describe any ring, well formed or
+ * not.
+ *
+ * Guest memory is one memfd of FUZZ_MEM_SIZE bytes.  The harness sees it
+ * all at one mapping (fuzz_gpa(): guest address = file offset); the device
+ * sees it through a GuestMemory of three regions, each mapped on its own:
+ *
+ *   A  [0x00000, 0x18000)  front-end address FUZZ_QVA_A + gpa
+ *   B  [0x18000, 0x30000)  FUZZ_QVA_B + (gpa - 0x18000): adjacent to A in
+ *                          guest space, so a buffer crossing 0x18000 is
+ *                          split into two iovecs
+ *      [0x30000, 0x31800)  a hole: no region
+ *   C  [0x31800, 0x40000)  starts at an unaligned file offset
+ *      [0x40000, ...)      past the end of guest memory
+ *
+ * The device's queues run in one AioContext whose home thread is the
+ * harness's (fuzz_ctx()), with polling off, so an input runs the same way
+ * every time: fuzz_run() turns the loop until nothing is left to do.
+ *
+ * Every function fails the run (abort) rather than returning an error it
+ * does not expect.
+ */
+#ifndef TESTS_FUZZ_FUZZ_RING_H
+#define TESTS_FUZZ_FUZZ_RING_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "hw/virtio/guest-memory.h"
+#include "hw/virtio/virtqueue.h"
+#include "util/aio.h"
+
+/* An invariant of the code under test does not hold: a finding. */
+#define FUZZ_CHECK(cond)                                                   \
+    do {                                                                   \
+        if (!(cond)) {                                                     \
+            fprintf(stderr, "%s:%d: fuzz check failed: %s\n", __FILE__,    \
+                    __LINE__, #cond);                                      \
+            abort();                                                       \
+        }                                                                  \
+    } while (0)
+
+/* ------------------------------------------------------------------------ */
+/* Input                                                                     */
+
+/* The rest of the input; reads past its end give zeroes. */
+typedef struct FuzzIn {
+    const uint8_t *p;
+    size_t left;
+} FuzzIn;
+
+bool fin_empty(const FuzzIn *in);
+uint8_t fin_u8(FuzzIn *in);
+uint16_t fin_u16(FuzzIn *in);            /* little-endian */
+uint32_t fin_u32(FuzzIn *in);
+uint64_t fin_u64(FuzzIn *in);
+/* Copy n bytes into buf (zeroes past the end). */
+void fin_bytes(FuzzIn *in, void *buf, size_t n);
+void fin_skip(FuzzIn *in, size_t n);
+
+/* ------------------------------------------------------------------------ */
+/* Guest memory and the loop                                                 */
+
+#define FUZZ_MEM_SIZE     0x40000u
+#define FUZZ_REGION_A     0x00000u
+#define FUZZ_REGION_B     0x18000u
+#define FUZZ_HOLE         0x30000u
+#define FUZZ_REGION_C     0x31800u
+#define FUZZ_QVA_A        0x7f0000000000ull
+#define FUZZ_QVA_B        0x7e0000000000ull
+#define FUZZ_QVA_C        0x7d0000000000ull
+
+/* Variants of the device's table (fuzz_guest_memory()). */
+typedef enum FuzzMemLayout {
+    FUZZ_MEM_ALL,                /* A, B, C */
+    FUZZ_MEM_NO_C,               /* A and B: C's buffers become invalid */
+    FUZZ_MEM_B_MOVED,            /* B at another front-end address: rings
+                                  * placed in B no longer translate */
+    FUZZ_MEM_LAYOUTS,
+} FuzzMemLayout;
+
+/*
+ * Once per process: the memfd, the harness's mapping, the context;
+ * messages below CRITICAL are dropped unless FUZZ_VERBOSE is set.
+ */
+void fuzz_init(void);
+
+/* Per input: zero guest memory. */
+void fuzz_mem_reset(void);
+
+/* The harness's pointer to [gpa, gpa + len), or NULL outside the memfd. */
+void *fuzz_gpa(uint64_t gpa, uint64_t len);
+
+/* The front-end address of gpa in the FUZZ_MEM_ALL layout (an address
+ * that translates nowhere for the hole and past the end). */
+uint64_t fuzz_qva(uint64_t gpa);
+
+/* A new table of the given layout, mapped afresh (the caller owns the
+ * reference: the last unref unmaps it, so a device that keeps using a
+ * table it released faults). */
+GuestMemory *fuzz_guest_memory(FuzzMemLayout layout);
+
+/* Whether [base, base + len) lies inside one region of mem. */
+bool fuzz_host_range_in(const GuestMemory *mem, const void *base, size_t len);
+
+AioContext *fuzz_ctx(void);
+
+/* Turn the loop (not blocking) until a turn does nothing; bounded. */
+void fuzz_run(void);
+
+/* ------------------------------------------------------------------------ */
+/* A ring: the driver's half and the device's VirtQueue                      */
+
+typedef struct FuzzRing {
+    unsigned num;
+    uint64_t desc_gpa, avail_gpa, used_gpa;
+    uint16_t avail_idx;          /* the driver's next avail entry */
+    uint16_t used_seen;          /* the next used entry to read */
+    VirtQueue *vq;
+    int kick_fd;                 /* the driver's ends of the eventfds */
+    int err_fd;
+} FuzzRing;
+
+/*
+ * A VirtQueue of index for a ring of num entries at those guest
+ * addresses, with features, in fuzz_ctx(), enabled (not started); its
+ * kick, call and error eventfds are fresh, the harness keeping ends of the
+ * kick and error ones.  base: the first avail/used index.
+ */
+void fuzz_ring_init(FuzzRing *r, unsigned index, unsigned num,
+                    uint64_t desc_gpa, uint64_t avail_gpa, uint64_t used_gpa,
+                    uint64_t features, uint16_t base);
+
+/* Free the VirtQueue (stopped, nothing in flight) and the driver's fds. */
+void fuzz_ring_cleanup(FuzzRing *r);
+
+/* Driver writes: descriptor i of the table at table_gpa, an avail entry,
+ * avail->idx.  Nothing is written outside the memfd. */
+void fuzz_write_desc(uint64_t table_gpa, unsigned i, uint64_t addr,
+                     uint32_t len, uint16_t flags, uint16_t next);
+void fuzz_ring_add_avail(FuzzRing *r, uint16_t head);
+void fuzz_ring_set_avail_idx(FuzzRing *r, uint16_t idx);
+void fuzz_ring_kick(FuzzRing *r);
+
+/* The next used entry: true with its id and len, false if none.  The
+ * device never publishes more entries than it was given: checked. */
+bool fuzz_ring_next_used(FuzzRing *r, uint32_t *id, uint32_t *len);
+
+/* Consume the error eventfd: whether it had been signalled. */
+bool fuzz_ring_err_signalled(FuzzRing *r);
+
+/* ------------------------------------------------------------------------ */
+/* Chains for the device harnesses                                          */
+
+/* Segment flags of the chain description in an input. */
+#define FUZZ_SEG_WRITE       0x01   /* device-writable */
+#define FUZZ_SEG_CROSS_AB    0x02   /* place it across the A/B boundary */
+#define FUZZ_SEG_BAD         0x04   /* place it across the hole */
+#define FUZZ_SEG_EMPTY       0x08   /* zero length */
+
+#define FUZZ_CHAIN_INDIRECT  0x01   /* the chain is an indirect table */
+
+#define FUZZ_CHAIN_MAX_SEGS  16
+#define FUZZ_SEG_MAX_LEN     8192
+
+typedef struct FuzzSeg {
+    uint64_t gpa;
+    uint32_t len;
+    bool write;
+} FuzzSeg;
+
+/* One chain read from an input and laid out in guest memory. */
+typedef struct FuzzChain {
+    uint16_t head;
+    unsigned nseg;
+    FuzzSeg seg[FUZZ_CHAIN_MAX_SEGS];
+    uint64_t in_bytes;           /* device-writable bytes */
+    uint64_t last_in_gpa;        /* the last device-writable byte */
+    bool bad;                    /* a buffer outside guest memory */
+} FuzzChain;
+
+/*
+ * Guest memory for buffers, from data_gpa up to the hole, handed out in
+ * order and reset per batch of requests (fuzz_chains_reset()); ring
+ * descriptors likewise from 0.
+ */
+void fuzz_chains_reset(FuzzRing *r, uint64_t data_gpa);
+
+/*
+ * Read one chain from in and lay it out:
+ *   u8 nseg (mod FUZZ_CHAIN_MAX_SEGS, + 1), u8 FUZZ_CHAIN_* flags,
+ *   nseg x { u8 FUZZ_SEG_* flags, u16 len (mod FUZZ_SEG_MAX_LEN + 1) },
+ *   u16 n, then n bytes: the device-readable bytes, in order across the
+ *   readable segments (the rest are zero).
+ * Writable segments are filled with 0xee.  Returns false when the ring has
+ * no free descriptor or memory is short (nothing is added then); else
+ * the chain is added and made available (not kicked).
+ */
+bool fuzz_chain_add(FuzzRing *r, FuzzIn *in, FuzzChain *c);
+
+#endif

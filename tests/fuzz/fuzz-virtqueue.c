@@ -1,0 +1,416 @@
+/*
+ * Fuzz harness: split virtqueue parsing (hw/virtio/virtqueue.c).
+ *
+ * Theory of operation: the input is a driver that writes anything it
+ * likes into guest memory (fuzz-ring.h: three regions, a hole, an end),
+ * places the three ring areas where it wants and then plays a sequence of
+ * operations on one VirtQueue started in the harness's own AioContext.
+ * The device is this file's handler: it pops until the ring is empty or
+ * broken, and either pushes each element at once or holds it for a later
+ * PUSH (so elements stay in flight across memory table changes, stops and
+ * restarts).
+ *
+ * Input: a header
+ *     u8  log2 of the ring size (mod 11) | 0x10 EVENT_IDX | 0x20 INDIRECT
+ *         | 0x40 hold popped elements
+ *     u32 desc, avail, used guest addresses
+ *     u16 the first avail / used index
+ * then operations, each a u8 opcode (mod OP_COUNT) and its arguments:
+ *     DESC     u16 i, u32 addr, u32 len, u16 flags, u16 next: ring table
+ *              entry i (mod size)
+ *     DESC64   the same with a u64 addr
+ *     TDESC    u32 table, u8 i, u32 addr, u32 len, u16 flags, u16 next:
+ *              entry i of a table anywhere (an indirect one)
+ *     AVAIL    u16 head: the next avail entry (not published)
+ *     PUBLISH  avail->idx = the next avail index
+ *     SET_IDX  u16 idx: avail->idx = idx (jumps, too)
+ *     KICK     kick and run the loop until it settles
+ *     PUSH     u8 n, u8 len mode: push the n oldest held elements
+ *     POKE     u32 gpa, u8 n (mod 32), n bytes: raw guest writes (flags,
+ *              used_event, the used ring...)
+ *     SET_MEM  u8 layout: a new memory table (FuzzMemLayout)
+ *     RESTART  u8 mode, u16 base: stop, drain, start again (at base if
+ *              mode is odd, else where the queue stopped)
+ *     CALL_FD  u8: a new call eventfd (odd) or none
+ *
+ * Checked: every popped element is the chain the avail ring names, its
+ * iovecs lie inside one region of the table in force and are at most
+ * VIRTQUEUE_MAX_SEGS, in_bytes is their sum; a push publishes exactly one
+ * used entry with its head and length (unless the queue is broken); a
+ * broken queue signals its error eventfd once, stays broken until it is
+ * restarted, pops -EIO and never calls the handler; the in buffers of
+ * elements still in flight stay mapped (they are written at push, after
+ * their table was replaced and released by the harness); nothing is left
+ * in flight or scheduled at the end.
+ */
+#include <endian.h>
+#include <stdatomic.h>
+#include <errno.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <glib.h>
+
+#include "fuzz-ring.h"
+#include "hw/virtio/virtqueue.h"
+
+enum {
+    OP_DESC, OP_DESC64, OP_TDESC, OP_AVAIL, OP_PUBLISH, OP_SET_IDX, OP_KICK,
+    OP_PUSH, OP_POKE, OP_SET_MEM, OP_RESTART, OP_CALL_FD, OP_COUNT,
+};
+
+#define CFG_EVENT_IDX   0x10
+#define CFG_INDIRECT    0x20
+#define CFG_HOLD        0x40
+
+/* Elements the harness holds at most; the handler pushes the oldest when
+ * it needs room. */
+#define HELD_MAX        32
+
+/* Operations per input at most (longer inputs are cut). */
+#define OPS_MAX         1024
+
+typedef struct Fuzz {
+    FuzzRing r;
+    bool hold;
+    uint16_t next_pop;           /* the avail index the next pop takes */
+    uint16_t next_push;          /* the used index the next push fills */
+    bool broken_seen;            /* since the last start */
+    const GuestMemory *mem;      /* the queue's table (its reference) */
+    unsigned nheld;
+    unsigned held_first;         /* a ring of HELD_MAX elements */
+    VirtQueueElement held[HELD_MAX];
+} Fuzz;
+
+static Fuzz f;
+
+/* ------------------------------------------------------------------------ */
+/* The device's side                                                         */
+
+/* The avail entry the next pop must take, from the harness's mapping. */
+static uint16_t expected_head(void)
+{
+    const VRingAvail *avail = fuzz_gpa(f.r.avail_gpa, 4 + 2 * f.r.num);
+
+    FUZZ_CHECK(avail);
+    return le16toh(atomic_load_explicit(&avail->ring[f.next_pop % f.r.num],
+                                        memory_order_relaxed));
+}
+
+static void check_iov(const GuestMemory *mem, const struct iovec *iov,
+                      unsigned n)
+{
+    for (unsigned i = 0; i < n; i++) {
+        FUZZ_CHECK(fuzz_host_range_in(mem, iov[i].iov_base, iov[i].iov_len));
+    }
+}
+
+static void check_elem(const VirtQueueElement *e, uint16_t head,
+                       const GuestMemory *mem)
+{
+    uint64_t in = 0;
+
+    FUZZ_CHECK(e->head == head && head < f.r.num);
+    FUZZ_CHECK(e->out_num + e->in_num <= VIRTQUEUE_MAX_SEGS);
+    for (unsigned i = 0; i < e->in_num; i++) {
+        in += e->in_sg[i].iov_len;
+    }
+    FUZZ_CHECK(in == e->in_bytes);
+    check_iov(mem, e->out_sg, e->out_num);
+    check_iov(mem, e->in_sg, e->in_num);
+}
+
+/* Note the queue is broken: its error eventfd must have fired once. */
+static void note_broken(void)
+{
+    if (virtqueue_is_broken(f.r.vq) && !f.broken_seen) {
+        FUZZ_CHECK(fuzz_ring_err_signalled(&f.r));
+        f.broken_seen = true;
+    }
+    if (f.broken_seen) {
+        FUZZ_CHECK(virtqueue_is_broken(f.r.vq));
+    }
+}
+
+/* Write len bytes of e's in buffers and push it; check the used ring. */
+static void push_elem(VirtQueueElement *e, uint32_t len)
+{
+    VRingUsed *used = fuzz_gpa(f.r.used_gpa, 4 + 8 * (uint64_t)f.r.num);
+    uint32_t left = len;
+
+    for (unsigned i = 0; i < e->in_num && left; i++) {
+        size_t n = MIN(left, e->in_sg[i].iov_len);
+
+        memset(e->in_sg[i].iov_base, 0x5a, n);
+        left -= n;
+    }
+    if (used) {
+        /* Whatever the driver poked there: the device writes it all. */
+        memset(&used->ring[f.next_push % f.r.num], 0xff,
+               sizeof(VRingUsedElem));
+        used->idx = htole16((uint16_t)~(f.next_push + 1));
+    }
+    virtqueue_push(f.r.vq, e, len);
+    if (used && le16toh(used->idx) == (uint16_t)(f.next_push + 1)) {
+        VRingUsedElem u;
+
+        memcpy(&u, &used->ring[f.next_push % f.r.num], sizeof(u));
+        FUZZ_CHECK(le32toh(u.id) == e->head && le32toh(u.len) == len);
+    } else {
+        /* Only a queue that lost its rings publishes nothing. */
+        FUZZ_CHECK(virtqueue_is_broken(f.r.vq));
+    }
+    f.next_push++;
+}
+
+static uint32_t push_len(const VirtQueueElement *e, uint8_t mode)
+{
+    switch (mode % 3) {
+    case 0:
+        return e->in_bytes;
+    case 1:
+        return 0;
+    default:
+        return e->in_bytes / 2;
+    }
+}
+
+static void push_held(unsigned n, uint8_t mode)
+{
+    while (n-- && f.nheld) {
+        VirtQueueElement *e = &f.held[f.held_first];
+
+        push_elem(e, push_len(e, mode));
+        f.held_first = (f.held_first + 1) % HELD_MAX;
+        f.nheld--;
+    }
+}
+
+static void handler(VirtQueue *vq, void *opaque)
+{
+    FUZZ_CHECK(vq == f.r.vq && opaque == &f);
+    FUZZ_CHECK(!virtqueue_is_broken(vq));
+    for (;;) {
+        VirtQueueElement *e;
+        uint16_t head = 0;
+        bool have_avail = fuzz_gpa(f.r.avail_gpa, 4 + 2 * f.r.num) != NULL;
+        int r;
+
+        if (f.nheld == HELD_MAX) {
+            push_held(1, 0);
+        }
+        e = &f.held[(f.held_first + f.nheld) % HELD_MAX];
+        if (have_avail) {
+            head = expected_head();
+        }
+        r = virtqueue_pop(vq, e);
+        if (r < 0) {
+            FUZZ_CHECK(r == -EIO && virtqueue_is_broken(vq));
+            FUZZ_CHECK(virtqueue_pop(vq, e) == -EIO);
+            note_broken();
+            return;
+        }
+        if (r == 0) {
+            return;
+        }
+        FUZZ_CHECK(have_avail);
+        /* The table in force is the one the queue has just used. */
+        check_elem(e, head, f.mem);
+        f.next_pop++;
+        if (f.hold) {
+            f.nheld++;
+        } else {
+            push_elem(e, e->in_bytes);
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Operations                                                                */
+
+static void start(GuestMemory *mem)
+{
+    f.mem = mem;
+    f.broken_seen = false;
+    if (virtqueue_start(f.r.vq, mem, handler, &f) < 0) {
+        FUZZ_CHECK(virtqueue_is_broken(f.r.vq) || !virtqueue_is_ready(f.r.vq));
+        f.mem = NULL;
+    }
+    /* The queue has its own reference: dropping ours lets a table it
+     * released too early be unmapped under it. */
+    guest_memory_unref(mem);
+    note_broken();
+}
+
+/* Stop the queue and give back what is in flight (the device's drain). */
+static uint16_t stop(void)
+{
+    uint16_t base = virtqueue_stop(f.r.vq);
+
+    push_held(HELD_MAX, 0);
+    FUZZ_CHECK(virtqueue_inflight(f.r.vq) == 0);
+    f.mem = NULL;
+    return base;
+}
+
+static void op_desc(FuzzIn *in, bool wide)
+{
+    uint16_t i = fin_u16(in);
+    uint64_t addr = wide ? fin_u64(in) : fin_u32(in);
+    uint32_t len = fin_u32(in);
+    uint16_t flags = fin_u16(in);
+
+    fuzz_write_desc(f.r.desc_gpa, i % f.r.num, addr, len, flags, fin_u16(in));
+}
+
+static void op_tdesc(FuzzIn *in)
+{
+    uint32_t table = fin_u32(in);
+    uint8_t i = fin_u8(in);
+    uint32_t addr = fin_u32(in);
+    uint32_t len = fin_u32(in);
+    uint16_t flags = fin_u16(in);
+
+    fuzz_write_desc(table, i, addr, len, flags, fin_u16(in));
+}
+
+static void op_poke(FuzzIn *in)
+{
+    uint32_t gpa = fin_u32(in);
+    uint8_t n = fin_u8(in) % 32;
+    uint8_t buf[32];
+    void *p = fuzz_gpa(gpa, n);
+
+    fin_bytes(in, buf, n);
+    if (p) {
+        memcpy(p, buf, n);
+    }
+}
+
+static void op_restart(FuzzIn *in)
+{
+    uint8_t mode = fin_u8(in);
+    uint16_t base = fin_u16(in);
+    uint16_t stopped = stop();
+
+    if (!(mode & 1)) {
+        base = stopped;
+    }
+    virtqueue_set_base(f.r.vq, base);
+    f.next_pop = base;
+    f.next_push = base;
+    f.r.avail_idx = base;
+    f.r.used_seen = base;
+    start(fuzz_guest_memory(FUZZ_MEM_ALL));
+}
+
+static void op_set_mem(FuzzIn *in)
+{
+    GuestMemory *mem = fuzz_guest_memory(fin_u8(in) % FUZZ_MEM_LAYOUTS);
+
+    if (virtqueue_is_started(f.r.vq)) {
+        f.mem = virtqueue_set_memory(f.r.vq, mem) == 0 ? mem : NULL;
+    }
+    guest_memory_unref(mem);
+}
+
+static void op_call_fd(FuzzIn *in)
+{
+    int fd = fin_u8(in) & 1 ? eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC) : -1;
+
+    virtqueue_set_call_fd(f.r.vq, fd);
+}
+
+static void run_op(FuzzIn *in)
+{
+    switch (fin_u8(in) % OP_COUNT) {
+    case OP_DESC:
+        op_desc(in, false);
+        break;
+    case OP_DESC64:
+        op_desc(in, true);
+        break;
+    case OP_TDESC:
+        op_tdesc(in);
+        break;
+    case OP_AVAIL:
+        fuzz_ring_add_avail(&f.r, fin_u16(in));
+        break;
+    case OP_PUBLISH:
+        fuzz_ring_set_avail_idx(&f.r, f.r.avail_idx);
+        break;
+    case OP_SET_IDX:
+        f.r.avail_idx = fin_u16(in);
+        fuzz_ring_set_avail_idx(&f.r, f.r.avail_idx);
+        break;
+    case OP_KICK:
+        fuzz_ring_kick(&f.r);
+        fuzz_run();
+        break;
+    case OP_PUSH: {
+        uint8_t n = fin_u8(in);
+
+        push_held(n, fin_u8(in));
+        fuzz_run();
+        break;
+    }
+    case OP_POKE:
+        op_poke(in);
+        break;
+    case OP_SET_MEM:
+        op_set_mem(in);
+        break;
+    case OP_RESTART:
+        op_restart(in);
+        break;
+    case OP_CALL_FD:
+        op_call_fd(in);
+        break;
+    }
+    note_broken();
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv);
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+    fuzz_init();
+    return 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    FuzzIn in = { data, size };
+    uint8_t cfg = fin_u8(&in);
+    unsigned num = 1u << (cfg % 16 % 11);
+    uint64_t features = 0;
+    uint32_t desc = fin_u32(&in), avail = fin_u32(&in), used = fin_u32(&in);
+    uint16_t base = fin_u16(&in);
+
+    fuzz_mem_reset();
+    memset(&f, 0, sizeof(f));
+    f.hold = cfg & CFG_HOLD;
+    f.next_pop = base;
+    f.next_push = base;
+    if (cfg & CFG_EVENT_IDX) {
+        features |= UINT64_C(1) << VIRTIO_RING_F_EVENT_IDX;
+    }
+    if (cfg & CFG_INDIRECT) {
+        features |= UINT64_C(1) << VIRTIO_RING_F_INDIRECT_DESC;
+    }
+    fuzz_ring_init(&f.r, 0, num, desc, avail, used, features, base);
+    start(fuzz_guest_memory(FUZZ_MEM_ALL));
+    fuzz_run();
+
+    for (unsigned n = 0; n < OPS_MAX && !fin_empty(&in); n++) {
+        run_op(&in);
+    }
+
+    stop();
+    fuzz_run();
+    fuzz_ring_cleanup(&f.r);
+    /* Nothing of this input may run in the next one. */
+    FUZZ_CHECK(!aio_poll(fuzz_ctx(), false));
+    return 0;
+}
