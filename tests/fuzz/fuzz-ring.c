@@ -21,6 +21,7 @@
 #define FUZZ_RUN_MAX_TURNS  100000
 
 static int mem_fd = -1;
+static bool verbose;
 static uint8_t *mem_base;
 static AioContext *ctx;
 
@@ -91,8 +92,7 @@ static GLogWriterOutput fuzz_log_writer(GLogLevelFlags level,
                                         const GLogField *fields,
                                         gsize n_fields, gpointer data)
 {
-    if (!(level & (G_LOG_LEVEL_ERROR | G_LOG_LEVEL_CRITICAL)) &&
-        !getenv("FUZZ_VERBOSE")) {
+    if (!(level & (G_LOG_LEVEL_ERROR | G_LOG_LEVEL_CRITICAL)) && !verbose) {
         return G_LOG_WRITER_HANDLED;
     }
     return g_log_writer_default(level, fields, n_fields, data);
@@ -102,6 +102,7 @@ void fuzz_init(void)
 {
     Error *err = NULL;
 
+    verbose = getenv("FUZZ_VERBOSE") != NULL;
     g_log_set_writer_func(fuzz_log_writer, NULL, NULL);
     mem_fd = memfd_create("fuzz-guest", MFD_CLOEXEC);
     FUZZ_CHECK(mem_fd >= 0);
@@ -182,6 +183,11 @@ bool fuzz_host_range_in(const GuestMemory *mem, const void *base, size_t len)
         }
     }
     return false;
+}
+
+bool fuzz_verbose(void)
+{
+    return verbose;
 }
 
 AioContext *fuzz_ctx(void)
@@ -328,14 +334,12 @@ bool fuzz_ring_err_signalled(FuzzRing *r)
 /* ------------------------------------------------------------------------ */
 /* Chains                                                                    */
 
-/* Where the next buffer and ring descriptor go (one ring at a time). */
+/* Where the next buffer goes. */
 static uint64_t data_next;
-static unsigned desc_next;
 
-void fuzz_chains_reset(FuzzRing *r, uint64_t data_gpa)
+void fuzz_data_reset(uint64_t data_gpa)
 {
     data_next = data_gpa;
-    desc_next = 0;
 }
 
 /* len bytes of buffer memory (8-byte aligned), or UINT64_MAX if full. */
@@ -393,7 +397,7 @@ bool fuzz_chain_add(FuzzRing *r, FuzzIn *in, FuzzChain *c)
     }
     n = fin_u16(in);
     table = indirect ? fuzz_data_alloc(nseg * sizeof(VRingDesc)) : 0;
-    if (!ok || table == UINT64_MAX || desc_next + ndesc > r->num) {
+    if (!ok || table == UINT64_MAX || r->desc_next + ndesc > r->num) {
         /* Still consume the bytes, so the next chain reads its own. */
         fin_skip(in, n);
         return false;
@@ -422,21 +426,37 @@ bool fuzz_chain_add(FuzzRing *r, FuzzIn *in, FuzzChain *c)
     fin_skip(in, n);
 
     /* The descriptors: in the ring's table, or in an indirect table. */
-    c->head = desc_next;
+    c->head = r->desc_next;
     for (unsigned i = 0; i < nseg; i++) {
         uint64_t t = indirect ? table : r->desc_gpa;
-        unsigned idx = indirect ? i : desc_next + i;
+        unsigned idx = indirect ? i : r->desc_next + i;
         uint16_t flags = (c->seg[i].write ? VRING_DESC_F_WRITE : 0) |
                          (i + 1 < nseg ? VRING_DESC_F_NEXT : 0);
 
         fuzz_write_desc(t, idx, c->seg[i].gpa, c->seg[i].len, flags, idx + 1);
     }
     if (indirect) {
-        fuzz_write_desc(r->desc_gpa, desc_next, table,
+        fuzz_write_desc(r->desc_gpa, r->desc_next, table,
                         nseg * sizeof(VRingDesc), VRING_DESC_F_INDIRECT, 0);
     }
-    desc_next += ndesc;
+    r->desc_next += ndesc;
     fuzz_ring_add_avail(r, c->head);
     fuzz_ring_set_avail_idx(r, r->avail_idx);
     return true;
+}
+
+uint8_t *fuzz_chain_in_byte(const FuzzChain *c, uint64_t off)
+{
+    for (unsigned i = 0; i < c->nseg; i++) {
+        const FuzzSeg *s = &c->seg[i];
+
+        if (!s->write) {
+            continue;
+        }
+        if (off < s->len) {
+            return fuzz_gpa(s->gpa + off, 1);
+        }
+        off -= s->len;
+    }
+    return NULL;
 }

@@ -112,6 +112,9 @@ bool fuzz_host_range_in(const GuestMemory *mem, const void *base, size_t len);
 
 AioContext *fuzz_ctx(void);
 
+/* Whether FUZZ_VERBOSE is set: log messages, and what the harness sees. */
+bool fuzz_verbose(void);
+
 /* Turn the loop (not blocking) until a turn does nothing; bounded. */
 void fuzz_run(void);
 
@@ -123,6 +126,7 @@ typedef struct FuzzRing {
     uint64_t desc_gpa, avail_gpa, used_gpa;
     uint16_t avail_idx;          /* the driver's next avail entry */
     uint16_t used_seen;          /* the next used entry to read */
+    unsigned desc_next;          /* fuzz_chain_add()'s next descriptor */
     VirtQueue *vq;
     int kick_fd;                 /* the driver's ends of the eventfds */
     int err_fd;
@@ -188,10 +192,10 @@ typedef struct FuzzChain {
 
 /*
  * Guest memory for buffers, from data_gpa up to the hole, handed out in
- * order and reset per batch of requests (fuzz_chains_reset()); ring
- * descriptors likewise from 0.
+ * order; reset per batch of requests, when nothing is in flight.  Ring
+ * descriptors are handed out from r->desc_next (set it back to 0 then).
  */
-void fuzz_chains_reset(FuzzRing *r, uint64_t data_gpa);
+void fuzz_data_reset(uint64_t data_gpa);
 
 /*
  * Read one chain from in and lay it out:
@@ -204,5 +208,9 @@ void fuzz_chains_reset(FuzzRing *r, uint64_t data_gpa);
  * the chain is added and made available (not kicked).
  */
 bool fuzz_chain_add(FuzzRing *r, FuzzIn *in, FuzzChain *c);
+
+/* The harness's pointer to the off-th device-writable byte of c, or NULL
+ * past the end. */
+uint8_t *fuzz_chain_in_byte(const FuzzChain *c, uint64_t off);
 
 #endif

@@ -1,0 +1,486 @@
+/*
+ * Fuzz harness: the virtio-scsi device (hw/virtio/virtio-scsi*.c) and the
+ * SCSI disk behind it (hw/scsi: CDBs, mode pages, VPD pages, sense).
+ *
+ * Theory of operation: each input makes a VirtioScsi with one or two
+ * request queues and up to two LUNs, ScsiDisks over fresh null-co nodes
+ * (latency-ns=0, read-zeroes=on: every block request completes in the
+ * node's bottom half, in the next loop turn): LUN 0 (512-byte blocks,
+ * writable or not, with or without serial and wwn) and LUN 258 (flat
+ * space addressing, 4 KiB blocks, discard=unmap).  Every virtqueue (0
+ * control, 1 event, 2.. requests) runs in the harness's context with the
+ * device's own VuDevOps callbacks.  Operations then send batches of
+ * chains (fuzz-ring.h) to the control and request queues (the
+ * device-readable bytes are the request header, CDB and data-out, or a
+ * TMF / AN request), published on all the queues before one run of the
+ * loop, so a TMF finds the commands of its batch in flight; give the
+ * event queue buffers; write and read the config space (sense_size,
+ * cdb_size); raise a capacity change; unplug and replug LUN 0.
+ *
+ * Input: a header
+ *     u8  0x01 two request queues | 0x02 LUN 0 read-only | 0x04 LUN 258
+ *         | 0x08 LUN 0 has a serial and a wwn | 0x10 LUN 0 writethrough
+ *     u8  features the driver drops: 0x01 HOTPLUG | 0x02 CHANGE; and
+ *         takes: 0x10 EVENT_IDX | 0x20 INDIRECT_DESC
+ *     u8  log2 of the ring size (mod 8)
+ * then operations, a u8 opcode (mod OP_COUNT) and its arguments:
+ *     BATCH       u8 n (mod BATCH_MAX, + 1), then n times: u8 queue (mod
+ *                 the number of queues; the event queue means the control
+ *                 queue) and a chain
+ *     EVENT_BUFS  u8 n (mod 4, + 1), u8 len (mod 64): n event buffers
+ *     SET_CONFIG  u8 offset, u8 len (mod 8, + 1), u32, u32
+ *     GET_CONFIG
+ *     CAPACITY    u8 LUN selector
+ *     HOTPLUG     unplug LUN 0, or plug it back
+ *
+ * Checked, for every batch: the loop settles with no command or TMF in
+ * flight; every used entry names a chain of its queue, once; a command
+ * chain with less device-writable room than the response header gets a
+ * used length of 0 (or breaks the queue), one with room gets at least the
+ * header, a known response code and at most SCSI_SENSE_BUF_SIZE bytes of
+ * sense; a control answer carries a known response code.  At the end
+ * every queue is stopped and drained the way the server does it, and the
+ * device, disks and nodes are freed for ASan's leak check.
+ */
+#include <endian.h>
+#include <stdint.h>
+#include <string.h>
+#include <glib.h>
+
+#include "block/block.h"
+#include "fuzz-ring.h"
+#include "hw/scsi/scsi-disk.h"
+#include "hw/virtio/virtio-scsi.h"
+#include "hw/virtio/virtio-scsi-wire.h"
+
+enum {
+    OP_BATCH, OP_EVENT_BUFS, OP_SET_CONFIG, OP_GET_CONFIG, OP_CAPACITY,
+    OP_HOTPLUG, OP_COUNT,
+};
+
+#define CONF_TWO_QUEUES     0x01
+#define CONF_LUN0_RO        0x02
+#define CONF_LUN258         0x04
+#define CONF_LUN0_IDS       0x08
+#define CONF_LUN0_WT        0x10
+
+#define DROP_HOTPLUG        0x01
+#define DROP_CHANGE         0x02
+#define TAKE_EVENT_IDX      0x10
+#define TAKE_INDIRECT       0x20
+
+#define MAX_VQS             4
+#define BATCH_MAX           8
+#define OPS_MAX             64
+#define LUN_OTHER           258
+
+/* Queue i's rings at RING_GPA(i) (room for 128 entries); event buffers
+ * in their own area (the device keeps them across batches); the
+ * batches' buffers from DATA_GPA. */
+#define RING_GPA(i)         (0x3000u * (i))
+#define EVENT_GPA           (RING_GPA(MAX_VQS))
+#define EVENT_AREA          0x2000u
+#define DATA_GPA            (EVENT_GPA + EVENT_AREA)
+
+#define RESP_HDR            sizeof(VirtioScsiCmdRespHdr)
+
+/* The driver-writable config limits the device enforces (virtio-scsi.h). */
+#define SENSE_SIZE_MAX      256
+#define CDB_SIZE_MIN        6
+#define CDB_SIZE_MAX        256
+
+typedef struct Fuzz {
+    VirtioScsi *vs;
+    unsigned nvqs;
+    FuzzRing r[MAX_VQS];
+    GuestMemory *mem;
+    ScsiDisk *unplugged;         /* LUN 0 while it is out */
+    uint64_t event_next;         /* the next event buffer */
+} Fuzz;
+
+static Fuzz f;
+
+/* ------------------------------------------------------------------------ */
+/* Set-up                                                                    */
+
+static ScsiDisk *disk_new(const char *node, const ScsiDiskConf *conf)
+{
+    Error *err = NULL;
+    BlockNode *bs = block_node_open_str(node, fuzz_ctx(), &err);
+    ScsiDisk *d;
+
+    FUZZ_CHECK(bs && !err);
+    d = scsi_disk_new(conf, bs, &err);
+    FUZZ_CHECK(d && !err);
+    block_node_unref(bs);        /* the disk holds its own reference */
+    return d;
+}
+
+static void add_lun(unsigned lun, ScsiDisk *d)
+{
+    Error *err = NULL;
+
+    FUZZ_CHECK(virtio_scsi_add_lun(f.vs, lun, d, &err) && !err);
+}
+
+static void add_luns(uint8_t conf_sel)
+{
+    ScsiDiskConf lun0 = {
+        .logical_block_size = 512,
+        .writable = !(conf_sel & CONF_LUN0_RO),
+        .writethrough = conf_sel & CONF_LUN0_WT,
+        .serial = conf_sel & CONF_LUN0_IDS ? "FUZZ0001" : NULL,
+        .wwn = conf_sel & CONF_LUN0_IDS ? 0x5000000000001234ull : 0,
+    };
+    ScsiDiskConf other = { .logical_block_size = 4096, .writable = true };
+
+    add_lun(0, disk_new(conf_sel & CONF_LUN0_RO ?
+                        "driver=null-co,node-name=lun0,size=1M,"
+                        "read-zeroes=on,latency-ns=0,read-only=on" :
+                        "driver=null-co,node-name=lun0,size=1M,"
+                        "read-zeroes=on,latency-ns=0", &lun0));
+    if (conf_sel & CONF_LUN258) {
+        add_lun(LUN_OTHER, disk_new("driver=null-co,node-name=lun258,"
+                                    "size=2M,read-zeroes=on,latency-ns=0,"
+                                    "discard=unmap", &other));
+    }
+}
+
+static uint64_t driver_features(uint8_t sel)
+{
+    uint64_t features = virtio_scsi_vu_ops.get_features(f.vs) |
+                        (UINT64_C(1) << VIRTIO_F_VERSION_1);
+
+    if (sel & DROP_HOTPLUG) {
+        features &= ~(UINT64_C(1) << VIRTIO_SCSI_F_HOTPLUG);
+    }
+    if (sel & DROP_CHANGE) {
+        features &= ~(UINT64_C(1) << VIRTIO_SCSI_F_CHANGE);
+    }
+    if (sel & TAKE_EVENT_IDX) {
+        features |= UINT64_C(1) << VIRTIO_RING_F_EVENT_IDX;
+    }
+    if (sel & TAKE_INDIRECT) {
+        features |= UINT64_C(1) << VIRTIO_RING_F_INDIRECT_DESC;
+    }
+    return features;
+}
+
+static void setup(FuzzIn *in)
+{
+    uint8_t conf_sel = fin_u8(in);
+    uint8_t feat_sel = fin_u8(in);
+    unsigned num = 1u << (fin_u8(in) % 8);
+    VirtioScsiConf conf = {
+        .num_queues = conf_sel & CONF_TWO_QUEUES ? 2 : 1,
+    };
+    Error *err = NULL;
+    uint64_t features;
+
+    f.vs = virtio_scsi_new(&conf, &err);
+    FUZZ_CHECK(f.vs && !err);
+    add_luns(conf_sel);
+    features = driver_features(feat_sel);
+    virtio_scsi_vu_ops.set_features(f.vs, features);
+
+    f.nvqs = virtio_scsi_num_virtqueues(f.vs);
+    FUZZ_CHECK(f.nvqs <= MAX_VQS);
+    f.mem = fuzz_guest_memory(FUZZ_MEM_ALL);
+    f.event_next = EVENT_GPA;
+    for (unsigned i = 0; i < f.nvqs; i++) {
+        FuzzRing *r = &f.r[i];
+
+        fuzz_ring_init(r, i, num, RING_GPA(i), RING_GPA(i) + 0x1000,
+                       RING_GPA(i) + 0x2000, features, 0);
+        FUZZ_CHECK(virtqueue_start(r->vq, f.mem,
+                                   virtio_scsi_vu_ops.handle_queue,
+                                   f.vs) == 0);
+        virtio_scsi_vu_ops.queue_started(f.vs, r->vq);
+    }
+    fuzz_run();
+}
+
+static void teardown(void)
+{
+    for (unsigned i = 0; i < f.nvqs; i++) {
+        virtqueue_stop(f.r[i].vq);
+        virtio_scsi_vu_ops.queue_drain(f.vs, f.r[i].vq);
+    }
+    fuzz_run();
+    for (unsigned i = 0; i < f.nvqs; i++) {
+        fuzz_ring_cleanup(&f.r[i]);
+    }
+    virtio_scsi_free(f.vs);
+    if (f.unplugged) {
+        scsi_disk_free(f.unplugged);
+    }
+    guest_memory_unref(f.mem);
+    /* Nothing of this input may run in the next one. */
+    FUZZ_CHECK(!aio_poll(fuzz_ctx(), false));
+}
+
+/* ------------------------------------------------------------------------ */
+/* Batches                                                                   */
+
+typedef struct Sent {
+    unsigned q;
+    FuzzChain c;
+    uint32_t ctrl_type;          /* control queue: the request's type */
+    bool done;
+} Sent;
+
+static uint32_t in_le32(const FuzzChain *c, uint64_t off)
+{
+    uint8_t b[4];
+
+    for (unsigned i = 0; i < 4; i++) {
+        const uint8_t *p = fuzz_chain_in_byte(c, off + i);
+
+        b[i] = p ? *p : 0;
+    }
+    return b[0] | b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
+}
+
+static void check_response_code(const FuzzChain *c, uint64_t off)
+{
+    const uint8_t *resp = fuzz_chain_in_byte(c, off);
+
+    FUZZ_CHECK(resp && *resp <= VIRTIO_SCSI_S_INCORRECT_LUN);
+}
+
+static void check_cmd(const FuzzChain *c, uint32_t len)
+{
+    if (c->in_bytes < RESP_HDR) {
+        /* Nowhere to answer: nothing may claim to be written. */
+        FUZZ_CHECK(len == 0);
+        return;
+    }
+    FUZZ_CHECK(len >= RESP_HDR && len <= c->in_bytes);
+    check_response_code(c, offsetof(VirtioScsiCmdRespHdr, response));
+    FUZZ_CHECK(in_le32(c, offsetof(VirtioScsiCmdRespHdr, sense_len)) <=
+               SCSI_SENSE_BUF_SIZE);
+}
+
+static void check_ctrl(const Sent *s, uint32_t len)
+{
+    FUZZ_CHECK(len <= s->c.in_bytes);
+    if (len == 0) {
+        return;
+    }
+    if (s->ctrl_type == VIRTIO_SCSI_T_TMF) {
+        check_response_code(&s->c, offsetof(VirtioScsiCtrlTmfResp, response));
+    } else if (s->ctrl_type == VIRTIO_SCSI_T_AN_QUERY ||
+               s->ctrl_type == VIRTIO_SCSI_T_AN_SUBSCRIBE) {
+        check_response_code(&s->c, offsetof(VirtioScsiCtrlAnResp, response));
+    }
+}
+
+/* The first device-readable le32 of the chain (the control type). */
+static uint32_t out_le32(const FuzzChain *c)
+{
+    uint8_t b[4] = { 0 };
+    unsigned k = 0;
+
+    for (unsigned i = 0; i < c->nseg && k < 4; i++) {
+        const uint8_t *p = fuzz_gpa(c->seg[i].gpa, c->seg[i].len);
+
+        for (uint32_t j = 0; p && !c->seg[i].write && j < c->seg[i].len &&
+             k < 4; j++) {
+            b[k++] = p[j];
+        }
+    }
+    return b[0] | b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
+}
+
+static void reap(Sent *sent, unsigned nsent, unsigned q)
+{
+    uint32_t id, len;
+
+    while (fuzz_ring_next_used(&f.r[q], &id, &len)) {
+        unsigned i;
+
+        for (i = 0; i < nsent; i++) {
+            if (sent[i].q == q && !sent[i].done && sent[i].c.head == id) {
+                break;
+            }
+        }
+        FUZZ_CHECK(i < nsent);
+        sent[i].done = true;
+        if (fuzz_verbose()) {
+            fprintf(stderr, "queue %u head %u: len %u, in bytes 0-3 %08x, "
+                    "4-7 %08x, 8-11 %08x, 12-15 %08x\n", q, id, len,
+                    in_le32(&sent[i].c, 0), in_le32(&sent[i].c, 4),
+                    in_le32(&sent[i].c, 8), in_le32(&sent[i].c, 12));
+        }
+        if (sent[i].c.bad) {
+            continue;            /* the queue broke at its pop */
+        }
+        if (q == VIRTIO_SCSI_VQ_CONTROL) {
+            check_ctrl(&sent[i], len);
+        } else {
+            check_cmd(&sent[i].c, len);
+        }
+    }
+}
+
+static void op_batch(FuzzIn *in)
+{
+    unsigned n = fin_u8(in) % BATCH_MAX + 1, nsent = 0;
+    Sent sent[BATCH_MAX];
+
+    fuzz_data_reset(DATA_GPA);
+    for (unsigned i = 0; i < f.nvqs; i++) {
+        if (i != VIRTIO_SCSI_VQ_EVENT) {
+            f.r[i].desc_next = 0;
+        }
+    }
+    for (unsigned i = 0; i < n; i++) {
+        unsigned q = fin_u8(in) % f.nvqs;
+        Sent *s = &sent[nsent];
+
+        if (q == VIRTIO_SCSI_VQ_EVENT) {
+            q = VIRTIO_SCSI_VQ_CONTROL;
+        }
+        memset(s, 0, sizeof(*s));
+        s->q = q;
+        if (fuzz_chain_add(&f.r[q], in, &s->c)) {
+            s->ctrl_type = out_le32(&s->c);
+            nsent++;
+        }
+    }
+    /* All published first: the control queue's TMFs see the commands. */
+    for (unsigned i = 0; i < f.nvqs; i++) {
+        if (i != VIRTIO_SCSI_VQ_EVENT) {
+            fuzz_ring_kick(&f.r[i]);
+        }
+    }
+    fuzz_run();
+
+    for (unsigned i = 0; i < f.nvqs; i++) {
+        if (i == VIRTIO_SCSI_VQ_EVENT) {
+            continue;
+        }
+        /* null-co completes everything in the turn after it was
+         * submitted, and a TMF completes with its commands. */
+        FUZZ_CHECK(virtqueue_inflight(f.r[i].vq) == 0);
+        reap(sent, nsent, i);
+    }
+    for (unsigned i = 0; i < nsent; i++) {
+        FUZZ_CHECK(sent[i].done || virtqueue_is_broken(f.r[sent[i].q].vq));
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Other operations                                                          */
+
+/* Event buffers: single device-writable descriptors in the event area. */
+static void op_event_bufs(FuzzIn *in)
+{
+    FuzzRing *r = &f.r[VIRTIO_SCSI_VQ_EVENT];
+    unsigned n = fin_u8(in) % 4 + 1;
+    uint32_t len = fin_u8(in) % 64;
+
+    for (unsigned i = 0; i < n; i++) {
+        if (r->desc_next == r->num ||
+            f.event_next + len > EVENT_GPA + EVENT_AREA) {
+            break;
+        }
+        fuzz_write_desc(r->desc_gpa, r->desc_next, f.event_next, len,
+                        VRING_DESC_F_WRITE, 0);
+        fuzz_ring_add_avail(r, r->desc_next++);
+        f.event_next += (len + 7) & ~7u;
+    }
+    fuzz_ring_set_avail_idx(r, r->avail_idx);
+    fuzz_ring_kick(r);
+    fuzz_run();
+}
+
+/* Events the device delivered (after a capacity change, a hot-plug). */
+static void reap_events(void)
+{
+    FuzzRing *r = &f.r[VIRTIO_SCSI_VQ_EVENT];
+    uint32_t id, len;
+
+    while (fuzz_ring_next_used(r, &id, &len)) {
+        FUZZ_CHECK(id < r->desc_next);
+        FUZZ_CHECK(len == 0 || len == sizeof(VirtioScsiEvent));
+    }
+}
+
+static void op_set_config(FuzzIn *in)
+{
+    uint8_t offset = fin_u8(in);
+    uint8_t len = fin_u8(in) % 8 + 1;
+    uint32_t v[2] = { htole32(fin_u32(in)), htole32(fin_u32(in)) };
+
+    virtio_scsi_vu_ops.set_config(f.vs, (const uint8_t *)v, offset, len);
+}
+
+static void op_get_config(void)
+{
+    VirtioScsiConfig cfg;
+
+    FUZZ_CHECK(virtio_scsi_vu_ops.get_config(f.vs, (uint8_t *)&cfg,
+                                             sizeof(cfg)) == sizeof(cfg));
+    FUZZ_CHECK(le32toh(cfg.sense_size) <= SENSE_SIZE_MAX);
+    FUZZ_CHECK(le32toh(cfg.cdb_size) >= CDB_SIZE_MIN &&
+               le32toh(cfg.cdb_size) <= CDB_SIZE_MAX);
+}
+
+static void op_hotplug(void)
+{
+    if (f.unplugged) {
+        add_lun(0, f.unplugged);
+        f.unplugged = NULL;
+    } else {
+        f.unplugged = virtio_scsi_remove_lun(f.vs, 0);
+        FUZZ_CHECK(f.unplugged);
+    }
+    fuzz_run();
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv);
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+    fuzz_init();
+    return 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    FuzzIn in = { data, size };
+
+    fuzz_mem_reset();
+    memset(&f, 0, sizeof(f));
+    setup(&in);
+    for (unsigned n = 0; n < OPS_MAX && !fin_empty(&in); n++) {
+        switch (fin_u8(&in) % OP_COUNT) {
+        case OP_BATCH:
+            op_batch(&in);
+            break;
+        case OP_EVENT_BUFS:
+            op_event_bufs(&in);
+            break;
+        case OP_SET_CONFIG:
+            op_set_config(&in);
+            break;
+        case OP_GET_CONFIG:
+            op_get_config();
+            break;
+        case OP_CAPACITY:
+            virtio_scsi_capacity_changed(f.vs, fin_u8(&in) & 1 ? LUN_OTHER
+                                                              : 0);
+            fuzz_run();
+            break;
+        case OP_HOTPLUG:
+            op_hotplug();
+            break;
+        }
+        reap_events();
+    }
+    teardown();
+    return 0;
+}
