@@ -98,7 +98,7 @@ static GLogWriterOutput fuzz_log_writer(GLogLevelFlags level,
     return g_log_writer_default(level, fields, n_fields, data);
 }
 
-void fuzz_init(void)
+int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     Error *err = NULL;
 
@@ -115,11 +115,26 @@ void fuzz_init(void)
     FUZZ_CHECK(ctx && !err);
     /* No busy polling: a turn does the same thing every time. */
     aio_context_set_poll_params(ctx, &(AioPollParams){ .max_ns = 0 });
+    return 0;
 }
 
-void fuzz_mem_reset(void)
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
+    const FuzzHarness *h = &fuzz_harness;
+    FuzzIn in = { data, size };
+
     memset(mem_base, 0, FUZZ_MEM_SIZE);
+    h->setup(&in);
+    for (unsigned i = 0; i < h->max_ops && !fin_empty(&in); i++) {
+        h->ops[fin_u8(&in) % h->nops](&in);
+        if (h->after) {
+            h->after();
+        }
+    }
+    h->teardown();
+    /* Nothing of this input may run in the next one. */
+    FUZZ_CHECK(!aio_poll(ctx, false));
+    return 0;
 }
 
 void *fuzz_gpa(uint64_t gpa, uint64_t len)
@@ -227,14 +242,11 @@ void fuzz_ring_init(FuzzRing *r, unsigned index, unsigned num,
     };
     int kick = fuzz_eventfd(), err = fuzz_eventfd();
 
-    memset(r, 0, sizeof(*r));
-    r->num = num;
-    r->desc_gpa = desc_gpa;
-    r->avail_gpa = avail_gpa;
-    r->used_gpa = used_gpa;
-    r->avail_idx = base;
-    r->used_seen = base;
-    r->vq = virtqueue_new(index);
+    *r = (FuzzRing) {
+        .num = num, .desc_gpa = desc_gpa, .avail_gpa = avail_gpa,
+        .used_gpa = used_gpa, .avail_idx = base, .used_seen = base,
+        .vq = virtqueue_new(index),
+    };
     FUZZ_CHECK(virtqueue_set_num(r->vq, num) == 0);
     virtqueue_set_base(r->vq, base);
     virtqueue_set_addrs(r->vq, &addrs);
@@ -417,6 +429,7 @@ bool fuzz_chain_add(FuzzRing *r, FuzzIn *in, FuzzChain *c)
             }
             c->in_bytes += s->len;
         } else if (p) {
+            c->out_bytes += s->len;
             uint32_t k = MIN((uint32_t)n, s->len);
 
             fin_bytes(in, p, k);
@@ -445,12 +458,12 @@ bool fuzz_chain_add(FuzzRing *r, FuzzIn *in, FuzzChain *c)
     return true;
 }
 
-uint8_t *fuzz_chain_in_byte(const FuzzChain *c, uint64_t off)
+uint8_t *fuzz_chain_byte(const FuzzChain *c, bool write, uint64_t off)
 {
     for (unsigned i = 0; i < c->nseg; i++) {
         const FuzzSeg *s = &c->seg[i];
 
-        if (!s->write) {
+        if (s->write != write) {
             continue;
         }
         if (off < s->len) {
@@ -459,4 +472,16 @@ uint8_t *fuzz_chain_in_byte(const FuzzChain *c, uint64_t off)
         off -= s->len;
     }
     return NULL;
+}
+
+uint32_t fuzz_chain_le32(const FuzzChain *c, bool write, uint64_t off)
+{
+    uint32_t v = 0;
+
+    for (unsigned i = 0; i < 4; i++) {
+        const uint8_t *p = fuzz_chain_byte(c, write, off + i);
+
+        v |= (uint32_t)(p ? *p : 0) << (8 * i);
+    }
+    return v;
 }

@@ -65,6 +65,33 @@ uint64_t fin_u64(FuzzIn *in);
 void fin_bytes(FuzzIn *in, void *buf, size_t n);
 void fin_skip(FuzzIn *in, size_t n);
 
+/*
+ * A harness: what LLVMFuzzerTestOneInput() (fuzz-ring.c, the same for
+ * every harness) runs for each input, after zeroing guest memory: setup
+ * reads the input's header and makes the device; then operations, each a
+ * u8 opcode (mod nops) naming ops[opcode] and that operation's arguments,
+ * until the input ends or max_ops have run, after (if not NULL) after
+ * each; then teardown, which stops and frees everything.  Each harness
+ * defines fuzz_harness with FUZZ_HARNESS().
+ */
+typedef void FuzzOpFn(FuzzIn *in);
+
+typedef struct FuzzHarness {
+    void (*setup)(FuzzIn *in);
+    FuzzOpFn *const *ops;
+    unsigned nops;
+    unsigned max_ops;
+    void (*after)(void);
+    void (*teardown)(void);
+} FuzzHarness;
+
+extern const FuzzHarness fuzz_harness;
+
+#define FUZZ_HARNESS(setup, ops, max_ops, after, teardown)                  \
+    const FuzzHarness fuzz_harness = {                                     \
+        setup, ops, G_N_ELEMENTS(ops), max_ops, after, teardown,           \
+    }
+
 /* ------------------------------------------------------------------------ */
 /* Guest memory and the loop                                                 */
 
@@ -87,13 +114,12 @@ typedef enum FuzzMemLayout {
 } FuzzMemLayout;
 
 /*
- * Once per process: the memfd, the harness's mapping, the context;
- * messages below CRITICAL are dropped unless FUZZ_VERBOSE is set.
+ * LLVMFuzzerInitialize(), the same for every harness: once per process,
+ * the memfd, the harness's mapping, the context; messages below CRITICAL
+ * are dropped unless FUZZ_VERBOSE is set.
  */
-void fuzz_init(void);
-
-/* Per input: zero guest memory. */
-void fuzz_mem_reset(void);
+int LLVMFuzzerInitialize(int *argc, char ***argv);
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 /* The harness's pointer to [gpa, gpa + len), or NULL outside the memfd. */
 void *fuzz_gpa(uint64_t gpa, uint64_t len);
@@ -186,6 +212,7 @@ typedef struct FuzzChain {
     unsigned nseg;
     FuzzSeg seg[FUZZ_CHAIN_MAX_SEGS];
     uint64_t in_bytes;           /* device-writable bytes */
+    uint64_t out_bytes;          /* device-readable bytes (inside memory) */
     uint64_t last_in_gpa;        /* the last device-writable byte */
     bool bad;                    /* a buffer outside guest memory */
 } FuzzChain;
@@ -209,8 +236,11 @@ void fuzz_data_reset(uint64_t data_gpa);
  */
 bool fuzz_chain_add(FuzzRing *r, FuzzIn *in, FuzzChain *c);
 
-/* The harness's pointer to the off-th device-writable byte of c, or NULL
- * past the end. */
-uint8_t *fuzz_chain_in_byte(const FuzzChain *c, uint64_t off);
+/* The harness's pointer to the off-th device-writable (write) or
+ * device-readable byte of c, or NULL past the end. */
+uint8_t *fuzz_chain_byte(const FuzzChain *c, bool write, uint64_t off);
+
+/* The le32 at off of those bytes (zeroes past the end). */
+uint32_t fuzz_chain_le32(const FuzzChain *c, bool write, uint64_t off);
 
 #endif

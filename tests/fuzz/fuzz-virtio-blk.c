@@ -21,7 +21,8 @@
  *         | 0x04 DISCARD | 0x08 WRITE_ZEROES; and takes: 0x10 EVENT_IDX
  *         | 0x20 INDIRECT_DESC
  *     u8  log2 of the ring size (mod 9)
- * then operations, a u8 opcode (mod OP_COUNT) and its arguments:
+ * then operations (ops[] below), a u8 opcode (mod their number) and its
+ * arguments:
  *     BATCH       u8 n (mod BATCH_MAX, + 1), then n chains (fuzz-ring.h)
  *     SET_CONFIG  u8 offset, u8 len (mod 4, + 1), u8 value
  *     GET_CONFIG
@@ -45,8 +46,6 @@
 #include "fuzz-ring.h"
 #include "hw/virtio/virtio-blk.h"
 #include "hw/virtio/virtio-blk-wire.h"
-
-enum { OP_BATCH, OP_SET_CONFIG, OP_GET_CONFIG, OP_COUNT };
 
 #define CONF_WRITABLE       0x01
 #define CONF_WRITETHROUGH   0x02
@@ -129,6 +128,7 @@ static void setup(FuzzIn *in)
     Error *err = NULL;
     uint64_t features;
 
+    memset(&f, 0, sizeof(f));
     f.bs = block_node_open_str(node, fuzz_ctx(), &err);
     FUZZ_CHECK(f.bs && !err);
     f.vb = virtio_blk_new(&conf, f.bs, &err);
@@ -153,16 +153,38 @@ static void teardown(void)
     virtio_blk_free(f.vb);
     block_node_unref(f.bs);
     guest_memory_unref(f.mem);
-    /* Nothing of this input may run in the next one. */
-    FUZZ_CHECK(!aio_poll(fuzz_ctx(), false));
 }
 
 /* ------------------------------------------------------------------------ */
 /* Operations                                                                */
 
-/* The used entry of chain c: its length and the status it got. */
+/* Whether the n device-writable bytes of c from off are all v. */
+static bool in_bytes_are(const FuzzChain *c, uint64_t off, uint64_t n,
+                         uint8_t v)
+{
+    for (uint64_t i = 0; i < n; i++) {
+        const uint8_t *p = fuzz_chain_byte(c, true, off + i);
+
+        if (!p || *p != v) {
+            return false;
+        }
+    }
+    return true;
+}
+
+/*
+ * The used entry of chain c: its length and the status it got.  Reads
+ * (read-zeroes) fill every byte before the status with zeroes, GET_ID
+ * the serial NUL-padded (20 bytes at most); other requests write only
+ * the status.
+ */
 static void check_completion(const FuzzChain *c, uint32_t len)
 {
+    static const char serial[VIRTIO_BLK_ID_BYTES] = "fuzz-serial";
+    uint32_t type = fuzz_chain_le32(c, false, 0);
+    uint64_t data = c->in_bytes - 1;
+    const uint8_t *status;
+
     if (c->bad) {
         return;                  /* the queue broke at its pop */
     }
@@ -171,14 +193,24 @@ static void check_completion(const FuzzChain *c, uint32_t len)
         FUZZ_CHECK(len == 0);
         return;
     }
-    FUZZ_CHECK(len >= 1 && len <= c->in_bytes);
-    {
-        const uint8_t *status = fuzz_gpa(c->last_in_gpa, 1);
+    status = fuzz_gpa(c->last_in_gpa, 1);
+    FUZZ_CHECK(status);
+    FUZZ_CHECK(*status == VIRTIO_BLK_S_OK || *status == VIRTIO_BLK_S_IOERR ||
+               *status == VIRTIO_BLK_S_UNSUPP);
+    if (c->out_bytes < VIRTIO_BLK_HDR_SIZE) {
+        FUZZ_CHECK(len == 1 && *status == VIRTIO_BLK_S_IOERR);
+    } else if (type == VIRTIO_BLK_T_IN) {
+        FUZZ_CHECK(len == c->in_bytes);
+        FUZZ_CHECK(*status != VIRTIO_BLK_S_OK || in_bytes_are(c, 0, data, 0));
+    } else if (type == VIRTIO_BLK_T_GET_ID) {
+        uint64_t n = MIN(data, (uint64_t)VIRTIO_BLK_ID_BYTES);
 
-        FUZZ_CHECK(status);
-        FUZZ_CHECK(*status == VIRTIO_BLK_S_OK ||
-                   *status == VIRTIO_BLK_S_IOERR ||
-                   *status == VIRTIO_BLK_S_UNSUPP);
+        FUZZ_CHECK(len == n + 1 && *status == VIRTIO_BLK_S_OK);
+        for (uint64_t i = 0; i < n; i++) {
+            FUZZ_CHECK(*fuzz_chain_byte(c, true, i) == (uint8_t)serial[i]);
+        }
+    } else {
+        FUZZ_CHECK(len == 1);
     }
 }
 
@@ -227,7 +259,7 @@ static void op_set_config(FuzzIn *in)
     virtio_blk_vu_ops.set_config(f.vb, buf, offset, len);
 }
 
-static void op_get_config(void)
+static void op_get_config(FuzzIn *in)
 {
     VirtioBlkConfig cfg;
 
@@ -236,36 +268,7 @@ static void op_get_config(void)
     FUZZ_CHECK(le64toh(cfg.capacity) == virtio_blk_get_capacity(f.vb));
 }
 
-int LLVMFuzzerInitialize(int *argc, char ***argv);
+/* The operations, in opcode order (the header comment's list). */
+static FuzzOpFn *const ops[] = { op_batch, op_set_config, op_get_config };
 
-int LLVMFuzzerInitialize(int *argc, char ***argv)
-{
-    fuzz_init();
-    return 0;
-}
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
-{
-    FuzzIn in = { data, size };
-
-    fuzz_mem_reset();
-    memset(&f, 0, sizeof(f));
-    setup(&in);
-    for (unsigned n = 0; n < OPS_MAX && !fin_empty(&in); n++) {
-        switch (fin_u8(&in) % OP_COUNT) {
-        case OP_BATCH:
-            op_batch(&in);
-            break;
-        case OP_SET_CONFIG:
-            op_set_config(&in);
-            break;
-        case OP_GET_CONFIG:
-            op_get_config();
-            break;
-        }
-    }
-    teardown();
-    return 0;
-}
+FUZZ_HARNESS(setup, ops, OPS_MAX, NULL, teardown);

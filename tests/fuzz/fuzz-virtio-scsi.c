@@ -23,7 +23,8 @@
  *     u8  features the driver drops: 0x01 HOTPLUG | 0x02 CHANGE; and
  *         takes: 0x10 EVENT_IDX | 0x20 INDIRECT_DESC
  *     u8  log2 of the ring size (mod 8)
- * then operations, a u8 opcode (mod OP_COUNT) and its arguments:
+ * then operations (ops[] below), a u8 opcode (mod their number) and its
+ * arguments:
  *     BATCH       u8 n (mod BATCH_MAX, + 1), then n times: u8 queue (mod
  *                 the number of queues; the event queue means the control
  *                 queue) and a chain
@@ -52,11 +53,6 @@
 #include "hw/scsi/scsi-disk.h"
 #include "hw/virtio/virtio-scsi.h"
 #include "hw/virtio/virtio-scsi-wire.h"
-
-enum {
-    OP_BATCH, OP_EVENT_BUFS, OP_SET_CONFIG, OP_GET_CONFIG, OP_CAPACITY,
-    OP_HOTPLUG, OP_COUNT,
-};
 
 #define CONF_TWO_QUEUES     0x01
 #define CONF_LUN0_RO        0x02
@@ -177,6 +173,7 @@ static void setup(FuzzIn *in)
     Error *err = NULL;
     uint64_t features;
 
+    memset(&f, 0, sizeof(f));
     f.vs = virtio_scsi_new(&conf, &err);
     FUZZ_CHECK(f.vs && !err);
     add_luns(conf_sel);
@@ -215,8 +212,6 @@ static void teardown(void)
         scsi_disk_free(f.unplugged);
     }
     guest_memory_unref(f.mem);
-    /* Nothing of this input may run in the next one. */
-    FUZZ_CHECK(!aio_poll(fuzz_ctx(), false));
 }
 
 /* ------------------------------------------------------------------------ */
@@ -229,21 +224,9 @@ typedef struct Sent {
     bool done;
 } Sent;
 
-static uint32_t in_le32(const FuzzChain *c, uint64_t off)
-{
-    uint8_t b[4];
-
-    for (unsigned i = 0; i < 4; i++) {
-        const uint8_t *p = fuzz_chain_in_byte(c, off + i);
-
-        b[i] = p ? *p : 0;
-    }
-    return b[0] | b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
-}
-
 static void check_response_code(const FuzzChain *c, uint64_t off)
 {
-    const uint8_t *resp = fuzz_chain_in_byte(c, off);
+    const uint8_t *resp = fuzz_chain_byte(c, true, off);
 
     FUZZ_CHECK(resp && *resp <= VIRTIO_SCSI_S_INCORRECT_LUN);
 }
@@ -257,7 +240,8 @@ static void check_cmd(const FuzzChain *c, uint32_t len)
     }
     FUZZ_CHECK(len >= RESP_HDR && len <= c->in_bytes);
     check_response_code(c, offsetof(VirtioScsiCmdRespHdr, response));
-    FUZZ_CHECK(in_le32(c, offsetof(VirtioScsiCmdRespHdr, sense_len)) <=
+    FUZZ_CHECK(fuzz_chain_le32(c, true, offsetof(VirtioScsiCmdRespHdr,
+                                                 sense_len)) <=
                SCSI_SENSE_BUF_SIZE);
 }
 
@@ -275,23 +259,6 @@ static void check_ctrl(const Sent *s, uint32_t len)
     }
 }
 
-/* The first device-readable le32 of the chain (the control type). */
-static uint32_t out_le32(const FuzzChain *c)
-{
-    uint8_t b[4] = { 0 };
-    unsigned k = 0;
-
-    for (unsigned i = 0; i < c->nseg && k < 4; i++) {
-        const uint8_t *p = fuzz_gpa(c->seg[i].gpa, c->seg[i].len);
-
-        for (uint32_t j = 0; p && !c->seg[i].write && j < c->seg[i].len &&
-             k < 4; j++) {
-            b[k++] = p[j];
-        }
-    }
-    return b[0] | b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
-}
-
 static void reap(Sent *sent, unsigned nsent, unsigned q)
 {
     uint32_t id, len;
@@ -307,10 +274,12 @@ static void reap(Sent *sent, unsigned nsent, unsigned q)
         FUZZ_CHECK(i < nsent);
         sent[i].done = true;
         if (fuzz_verbose()) {
+            const FuzzChain *c = &sent[i].c;
+
             fprintf(stderr, "queue %u head %u: len %u, in bytes 0-3 %08x, "
                     "4-7 %08x, 8-11 %08x, 12-15 %08x\n", q, id, len,
-                    in_le32(&sent[i].c, 0), in_le32(&sent[i].c, 4),
-                    in_le32(&sent[i].c, 8), in_le32(&sent[i].c, 12));
+                    fuzz_chain_le32(c, true, 0), fuzz_chain_le32(c, true, 4),
+                    fuzz_chain_le32(c, true, 8), fuzz_chain_le32(c, true, 12));
         }
         if (sent[i].c.bad) {
             continue;            /* the queue broke at its pop */
@@ -344,7 +313,7 @@ static void op_batch(FuzzIn *in)
         memset(s, 0, sizeof(*s));
         s->q = q;
         if (fuzz_chain_add(&f.r[q], in, &s->c)) {
-            s->ctrl_type = out_le32(&s->c);
+            s->ctrl_type = fuzz_chain_le32(&s->c, false, 0);
             nsent++;
         }
     }
@@ -416,7 +385,7 @@ static void op_set_config(FuzzIn *in)
     virtio_scsi_vu_ops.set_config(f.vs, (const uint8_t *)v, offset, len);
 }
 
-static void op_get_config(void)
+static void op_get_config(FuzzIn *in)
 {
     VirtioScsiConfig cfg;
 
@@ -427,7 +396,13 @@ static void op_get_config(void)
                le32toh(cfg.cdb_size) <= CDB_SIZE_MAX);
 }
 
-static void op_hotplug(void)
+static void op_capacity(FuzzIn *in)
+{
+    virtio_scsi_capacity_changed(f.vs, fin_u8(in) & 1 ? LUN_OTHER : 0);
+    fuzz_run();
+}
+
+static void op_hotplug(FuzzIn *in)
 {
     if (f.unplugged) {
         add_lun(0, f.unplugged);
@@ -439,48 +414,10 @@ static void op_hotplug(void)
     fuzz_run();
 }
 
-int LLVMFuzzerInitialize(int *argc, char ***argv);
+/* The operations, in opcode order (the header comment's list). */
+static FuzzOpFn *const ops[] = {
+    op_batch, op_event_bufs, op_set_config, op_get_config, op_capacity,
+    op_hotplug,
+};
 
-int LLVMFuzzerInitialize(int *argc, char ***argv)
-{
-    fuzz_init();
-    return 0;
-}
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
-{
-    FuzzIn in = { data, size };
-
-    fuzz_mem_reset();
-    memset(&f, 0, sizeof(f));
-    setup(&in);
-    for (unsigned n = 0; n < OPS_MAX && !fin_empty(&in); n++) {
-        switch (fin_u8(&in) % OP_COUNT) {
-        case OP_BATCH:
-            op_batch(&in);
-            break;
-        case OP_EVENT_BUFS:
-            op_event_bufs(&in);
-            break;
-        case OP_SET_CONFIG:
-            op_set_config(&in);
-            break;
-        case OP_GET_CONFIG:
-            op_get_config();
-            break;
-        case OP_CAPACITY:
-            virtio_scsi_capacity_changed(f.vs, fin_u8(&in) & 1 ? LUN_OTHER
-                                                              : 0);
-            fuzz_run();
-            break;
-        case OP_HOTPLUG:
-            op_hotplug();
-            break;
-        }
-        reap_events();
-    }
-    teardown();
-    return 0;
-}
+FUZZ_HARNESS(setup, ops, OPS_MAX, reap_events, teardown);

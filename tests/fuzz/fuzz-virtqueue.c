@@ -15,7 +15,8 @@
  *         | 0x40 hold popped elements
  *     u32 desc, avail, used guest addresses
  *     u16 the first avail / used index
- * then operations, each a u8 opcode (mod OP_COUNT) and its arguments:
+ * then operations (ops[] below), each a u8 opcode (mod their number) and
+ * its arguments:
  *     DESC     u16 i, u32 addr, u32 len, u16 flags, u16 next: ring table
  *              entry i (mod size)
  *     DESC64   the same with a u64 addr
@@ -52,11 +53,6 @@
 
 #include "fuzz-ring.h"
 #include "hw/virtio/virtqueue.h"
-
-enum {
-    OP_DESC, OP_DESC64, OP_TDESC, OP_AVAIL, OP_PUBLISH, OP_SET_IDX, OP_KICK,
-    OP_PUSH, OP_POKE, OP_SET_MEM, OP_RESTART, OP_CALL_FD, OP_COUNT,
-};
 
 #define CFG_EVENT_IDX   0x10
 #define CFG_INDIRECT    0x20
@@ -252,7 +248,7 @@ static uint16_t stop(void)
     return base;
 }
 
-static void op_desc(FuzzIn *in, bool wide)
+static void op_desc_addr(FuzzIn *in, bool wide)
 {
     uint16_t i = fin_u16(in);
     uint64_t addr = wide ? fin_u64(in) : fin_u32(in);
@@ -260,6 +256,16 @@ static void op_desc(FuzzIn *in, bool wide)
     uint16_t flags = fin_u16(in);
 
     fuzz_write_desc(f.r.desc_gpa, i % f.r.num, addr, len, flags, fin_u16(in));
+}
+
+static void op_desc(FuzzIn *in)
+{
+    op_desc_addr(in, false);
+}
+
+static void op_desc64(FuzzIn *in)
+{
+    op_desc_addr(in, true);
 }
 
 static void op_tdesc(FuzzIn *in)
@@ -320,75 +326,50 @@ static void op_call_fd(FuzzIn *in)
     virtqueue_set_call_fd(f.r.vq, fd);
 }
 
-static void run_op(FuzzIn *in)
+static void op_avail(FuzzIn *in)
 {
-    switch (fin_u8(in) % OP_COUNT) {
-    case OP_DESC:
-        op_desc(in, false);
-        break;
-    case OP_DESC64:
-        op_desc(in, true);
-        break;
-    case OP_TDESC:
-        op_tdesc(in);
-        break;
-    case OP_AVAIL:
-        fuzz_ring_add_avail(&f.r, fin_u16(in));
-        break;
-    case OP_PUBLISH:
-        fuzz_ring_set_avail_idx(&f.r, f.r.avail_idx);
-        break;
-    case OP_SET_IDX:
-        f.r.avail_idx = fin_u16(in);
-        fuzz_ring_set_avail_idx(&f.r, f.r.avail_idx);
-        break;
-    case OP_KICK:
-        fuzz_ring_kick(&f.r);
-        fuzz_run();
-        break;
-    case OP_PUSH: {
-        uint8_t n = fin_u8(in);
-
-        push_held(n, fin_u8(in));
-        fuzz_run();
-        break;
-    }
-    case OP_POKE:
-        op_poke(in);
-        break;
-    case OP_SET_MEM:
-        op_set_mem(in);
-        break;
-    case OP_RESTART:
-        op_restart(in);
-        break;
-    case OP_CALL_FD:
-        op_call_fd(in);
-        break;
-    }
-    note_broken();
+    fuzz_ring_add_avail(&f.r, fin_u16(in));
 }
 
-int LLVMFuzzerInitialize(int *argc, char ***argv);
-
-int LLVMFuzzerInitialize(int *argc, char ***argv)
+static void op_publish(FuzzIn *in)
 {
-    fuzz_init();
-    return 0;
+    fuzz_ring_set_avail_idx(&f.r, f.r.avail_idx);
 }
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+static void op_set_idx(FuzzIn *in)
 {
-    FuzzIn in = { data, size };
-    uint8_t cfg = fin_u8(&in);
+    f.r.avail_idx = fin_u16(in);
+    fuzz_ring_set_avail_idx(&f.r, f.r.avail_idx);
+}
+
+static void op_kick(FuzzIn *in)
+{
+    fuzz_ring_kick(&f.r);
+    fuzz_run();
+}
+
+static void op_push(FuzzIn *in)
+{
+    uint8_t n = fin_u8(in);
+
+    push_held(n, fin_u8(in));
+    fuzz_run();
+}
+
+/* The operations, in opcode order (the header comment's list). */
+static FuzzOpFn *const ops[] = {
+    op_desc, op_desc64, op_tdesc, op_avail, op_publish, op_set_idx, op_kick,
+    op_push, op_poke, op_set_mem, op_restart, op_call_fd,
+};
+
+static void setup(FuzzIn *in)
+{
+    uint8_t cfg = fin_u8(in);
     unsigned num = 1u << (cfg % 16 % 11);
     uint64_t features = 0;
-    uint32_t desc = fin_u32(&in), avail = fin_u32(&in), used = fin_u32(&in);
-    uint16_t base = fin_u16(&in);
+    uint32_t desc = fin_u32(in), avail = fin_u32(in), used = fin_u32(in);
+    uint16_t base = fin_u16(in);
 
-    fuzz_mem_reset();
     memset(&f, 0, sizeof(f));
     f.hold = cfg & CFG_HOLD;
     f.next_pop = base;
@@ -402,15 +383,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     fuzz_ring_init(&f.r, 0, num, desc, avail, used, features, base);
     start(fuzz_guest_memory(FUZZ_MEM_ALL));
     fuzz_run();
+}
 
-    for (unsigned n = 0; n < OPS_MAX && !fin_empty(&in); n++) {
-        run_op(&in);
-    }
-
+static void teardown(void)
+{
     stop();
     fuzz_run();
     fuzz_ring_cleanup(&f.r);
-    /* Nothing of this input may run in the next one. */
-    FUZZ_CHECK(!aio_poll(fuzz_ctx(), false));
-    return 0;
 }
+
+FUZZ_HARNESS(setup, ops, OPS_MAX, note_broken, teardown);
