@@ -87,7 +87,7 @@ typedef struct FuzzHarness {
 
 extern const FuzzHarness fuzz_harness;
 
-#define FUZZ_HARNESS(setup, ops, max_ops, after, teardown)                  \
+#define FUZZ_HARNESS(setup, ops, max_ops, after, teardown)                 \
     const FuzzHarness fuzz_harness = {                                     \
         setup, ops, G_N_ELEMENTS(ops), max_ops, after, teardown,           \
     }

@@ -11,8 +11,8 @@
  * restarts).
  *
  * Input: a header
- *     u8  log2 of the ring size (mod 11) | 0x10 EVENT_IDX | 0x20 INDIRECT
- *         | 0x40 hold popped elements
+ *     u8  log2 of the ring size (the low 4 bits, mod 11) | 0x10 EVENT_IDX
+ *         | 0x20 INDIRECT | 0x40 hold popped elements
  *     u32 desc, avail, used guest addresses
  *     u16 the first avail / used index
  * then operations (ops[] below), each a u8 opcode (mod their number) and
@@ -45,8 +45,8 @@
  * in flight or scheduled at the end.
  */
 #include <endian.h>
-#include <stdatomic.h>
 #include <errno.h>
+#include <stdatomic.h>
 #include <string.h>
 #include <sys/eventfd.h>
 #include <glib.h>
@@ -92,27 +92,129 @@ static uint16_t expected_head(void)
                                         memory_order_relaxed));
 }
 
-static void check_iov(const GuestMemory *mem, const struct iovec *iov,
-                      unsigned n)
+/* A walk through an element's out or in iovecs, as guest addresses. */
+typedef struct IovCursor {
+    const GuestMemory *mem;
+    const struct iovec *iov;
+    unsigned n, i;
+    size_t off;
+} IovCursor;
+
+/* The guest address of host address p of mem's regions (checked inside
+ * one, with len bytes after it). */
+static uint64_t host_to_gpa(const GuestMemory *mem, const void *p, size_t len)
 {
-    for (unsigned i = 0; i < n; i++) {
-        FUZZ_CHECK(fuzz_host_range_in(mem, iov[i].iov_base, iov[i].iov_len));
+    for (unsigned i = 0; i < mem->nregions; i++) {
+        const GuestMemRegion *r = &mem->regions[i];
+        uintptr_t h = (uintptr_t)r->host, q = (uintptr_t)p;
+
+        if (q >= h && len <= r->size && q - h <= r->size - len) {
+            return r->gpa + (q - h);
+        }
+    }
+    FUZZ_CHECK(!"iovec outside every region of the table in force");
+    return 0;
+}
+
+/* The next len bytes of the cursor must be guest memory from gpa on. */
+static void iov_expect(IovCursor *c, uint64_t gpa, uint64_t len)
+{
+    while (len > 0) {
+        const struct iovec *v;
+        size_t n;
+
+        while (c->i < c->n && c->off == c->iov[c->i].iov_len) {
+            c->i++;
+            c->off = 0;
+        }
+        FUZZ_CHECK(c->i < c->n);
+        v = &c->iov[c->i];
+        n = MIN(len, v->iov_len - c->off);
+        FUZZ_CHECK(host_to_gpa(c->mem, (uint8_t *)v->iov_base + c->off, n) ==
+                   gpa);
+        c->off += n;
+        gpa += n;
+        len -= n;
     }
 }
 
+static bool iov_at_end(IovCursor *c)
+{
+    while (c->i < c->n && c->off == c->iov[c->i].iov_len) {
+        c->i++;
+        c->off = 0;
+    }
+    return c->i == c->n;
+}
+
+/* A ring of num descriptors and one table of at most 1024. */
+#define WALK_MAX        (VIRTQUEUE_MAX_SIZE + VIRTQUEUE_MAX_SIZE + 1)
+
+/* One buffer of the chain at the next avail entry, as the driver wrote
+ * it. */
+typedef struct Buf {
+    uint64_t gpa;
+    uint32_t len;
+    bool write;
+} Buf;
+
+static Buf walk[WALK_MAX];
+static unsigned nwalk;
+
+/*
+ * Before a pop: the buffers of the chain at head, in order, through
+ * indirect tables, as a driver that follows the rules reads them; false
+ * if the walk does not end (then the device must refuse the chain).  Read
+ * before the pop, as the device reads them: its pop writes avail_event,
+ * which may lie anywhere.
+ */
+static bool walk_chain(uint16_t head)
+{
+    uint64_t table = f.r.desc_gpa;
+    unsigned i = head;
+
+    nwalk = 0;
+    for (unsigned steps = 0; steps < WALK_MAX; steps++) {
+        const VRingDesc *p = fuzz_gpa(table + 16 * (uint64_t)i, 16);
+        VRingDesc d;
+
+        if (!p) {
+            return false;
+        }
+        memcpy(&d, p, sizeof(d));
+        if (le16toh(d.flags) & VRING_DESC_F_INDIRECT) {
+            table = le64toh(d.addr);
+            i = 0;
+            continue;
+        }
+        walk[nwalk++] = (Buf) {
+            le64toh(d.addr), le32toh(d.len),
+            le16toh(d.flags) & VRING_DESC_F_WRITE,
+        };
+        if (!(le16toh(d.flags) & VRING_DESC_F_NEXT)) {
+            return true;
+        }
+        i = le16toh(d.next);
+    }
+    return false;
+}
+
+/* The element the device popped must be the chain walk_chain() saw. */
 static void check_elem(const VirtQueueElement *e, uint16_t head,
                        const GuestMemory *mem)
 {
-    uint64_t in = 0;
+    IovCursor out = { mem, e->out_sg, e->out_num, 0, 0 };
+    IovCursor in = { mem, e->in_sg, e->in_num, 0, 0 };
+    uint64_t in_bytes = 0;
 
     FUZZ_CHECK(e->head == head && head < f.r.num);
     FUZZ_CHECK(e->out_num + e->in_num <= VIRTQUEUE_MAX_SEGS);
-    for (unsigned i = 0; i < e->in_num; i++) {
-        in += e->in_sg[i].iov_len;
+    for (unsigned i = 0; i < nwalk; i++) {
+        iov_expect(walk[i].write ? &in : &out, walk[i].gpa, walk[i].len);
+        in_bytes += walk[i].write ? walk[i].len : 0;
     }
-    FUZZ_CHECK(in == e->in_bytes);
-    check_iov(mem, e->out_sg, e->out_num);
-    check_iov(mem, e->in_sg, e->in_num);
+    FUZZ_CHECK(iov_at_end(&out) && iov_at_end(&in));
+    FUZZ_CHECK(in_bytes == e->in_bytes);
 }
 
 /* Note the queue is broken: its error eventfd must have fired once. */
@@ -188,6 +290,7 @@ static void handler(VirtQueue *vq, void *opaque)
     for (;;) {
         VirtQueueElement *e;
         uint16_t head = 0;
+        bool walked = false;
         bool have_avail = fuzz_gpa(f.r.avail_gpa, 4 + 2 * f.r.num) != NULL;
         int r;
 
@@ -197,6 +300,7 @@ static void handler(VirtQueue *vq, void *opaque)
         e = &f.held[(f.held_first + f.nheld) % HELD_MAX];
         if (have_avail) {
             head = expected_head();
+            walked = head < f.r.num && walk_chain(head);
         }
         r = virtqueue_pop(vq, e);
         if (r < 0) {
@@ -208,7 +312,7 @@ static void handler(VirtQueue *vq, void *opaque)
         if (r == 0) {
             return;
         }
-        FUZZ_CHECK(have_avail);
+        FUZZ_CHECK(have_avail && walked);
         /* The table in force is the one the queue has just used. */
         check_elem(e, head, f.mem);
         f.next_pop++;
