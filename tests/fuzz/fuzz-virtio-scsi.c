@@ -37,11 +37,14 @@
  * Checked, for every batch: the loop settles with no command or TMF in
  * flight; every used entry names a chain of its queue, once; a command
  * chain with less device-writable room than the response header gets a
- * used length of 0 (or breaks the queue), one with room gets at least the
- * header, a known response code and at most SCSI_SENSE_BUF_SIZE bytes of
- * sense; a control answer carries a known response code.  At the end
- * every queue is stopped and drained the way the server does it, and the
- * device, disks and nodes are freed for ASan's leak check.
+ * used length of 0 (or breaks the queue); one with room gets the header
+ * and sense area (as much as fits: the config's sense_size, which the
+ * harness tracks) plus at most its data-in, a known response code, sense
+ * within that area and the disk's buffer, and when it ran with data-in a
+ * residual that is the data-in not written; a control answer carries a
+ * known response code; the config space reads back what the driver set.
+ * At the end every queue is stopped and drained the way the server does
+ * it, and the device, disks and nodes are freed for ASan's leak check.
  */
 #include <endian.h>
 #include <stdint.h>
@@ -91,6 +94,8 @@ typedef struct Fuzz {
     FuzzRing r[MAX_VQS];
     GuestMemory *mem;
     ScsiDisk *unplugged;         /* LUN 0 while it is out */
+    uint32_t sense_size;         /* the config space, as the driver set it */
+    uint32_t cdb_size;
     uint64_t event_next;         /* the next event buffer */
 } Fuzz;
 
@@ -174,6 +179,8 @@ static void setup(FuzzIn *in)
     uint64_t features;
 
     memset(&f, 0, sizeof(f));
+    f.sense_size = VIRTIO_SCSI_SENSE_DEFAULT_SIZE;
+    f.cdb_size = VIRTIO_SCSI_CDB_DEFAULT_SIZE;
     f.vs = virtio_scsi_new(&conf, &err);
     FUZZ_CHECK(f.vs && !err);
     add_luns(conf_sel);
@@ -231,18 +238,39 @@ static void check_response_code(const FuzzChain *c, uint64_t off)
     FUZZ_CHECK(resp && *resp <= VIRTIO_SCSI_S_INCORRECT_LUN);
 }
 
+/*
+ * A command's answer: the response header and sense area, as much as fits
+ * (room), then the data-in written; sense within both the sense area and
+ * the disk's buffer; and for a command that ran with data-in, the
+ * residual is the data-in not written.
+ */
 static void check_cmd(const FuzzChain *c, uint32_t len)
 {
+    uint64_t resp_len = RESP_HDR + f.sense_size;
+    uint64_t req_len = sizeof(VirtioScsiCmdReqHdr) + f.cdb_size;
+    uint64_t room = MIN(resp_len, c->in_bytes);
+    uint64_t in_data = c->in_bytes > resp_len ? c->in_bytes - resp_len : 0;
+    uint32_t sense_len, resid;
+    const uint8_t *response;
+
     if (c->in_bytes < RESP_HDR) {
         /* Nowhere to answer: nothing may claim to be written. */
         FUZZ_CHECK(len == 0);
         return;
     }
-    FUZZ_CHECK(len >= RESP_HDR && len <= c->in_bytes);
-    check_response_code(c, offsetof(VirtioScsiCmdRespHdr, response));
-    FUZZ_CHECK(fuzz_chain_le32(c, true, offsetof(VirtioScsiCmdRespHdr,
-                                                 sense_len)) <=
-               SCSI_SENSE_BUF_SIZE);
+    response = fuzz_chain_byte(c, true, offsetof(VirtioScsiCmdRespHdr,
+                                                 response));
+    sense_len = fuzz_chain_le32(c, true, offsetof(VirtioScsiCmdRespHdr,
+                                                  sense_len));
+    resid = fuzz_chain_le32(c, true, offsetof(VirtioScsiCmdRespHdr, resid));
+    FUZZ_CHECK(response && *response <= VIRTIO_SCSI_S_INCORRECT_LUN);
+    FUZZ_CHECK(sense_len <= room - RESP_HDR &&
+               sense_len <= SCSI_SENSE_BUF_SIZE);
+    FUZZ_CHECK(len >= room && len <= room + in_data);
+    if (*response == VIRTIO_SCSI_S_OK && in_data &&
+        c->out_bytes == req_len) {
+        FUZZ_CHECK(len == room + in_data - resid);
+    }
 }
 
 static void check_ctrl(const Sent *s, uint32_t len)
@@ -376,13 +404,29 @@ static void reap_events(void)
     }
 }
 
+/* A config write; the fields it sets when the device takes it. */
 static void op_set_config(FuzzIn *in)
 {
     uint8_t offset = fin_u8(in);
     uint8_t len = fin_u8(in) % 8 + 1;
-    uint32_t v[2] = { htole32(fin_u32(in)), htole32(fin_u32(in)) };
+    uint32_t v[2] = { fin_u32(in), fin_u32(in) };
+    uint32_t le[2] = { htole32(v[0]), htole32(v[1]) };
 
-    virtio_scsi_vu_ops.set_config(f.vs, (const uint8_t *)v, offset, len);
+    if (virtio_scsi_vu_ops.set_config(f.vs, (const uint8_t *)le, offset,
+                                      len) < 0) {
+        return;
+    }
+    for (unsigned i = 0; i < len / 4u; i++) {
+        if (offset + 4 * i == offsetof(VirtioScsiConfig, sense_size)) {
+            f.sense_size = v[i];
+        } else {
+            FUZZ_CHECK(offset + 4 * i == offsetof(VirtioScsiConfig,
+                                                  cdb_size));
+            f.cdb_size = v[i];
+        }
+    }
+    FUZZ_CHECK(f.sense_size <= SENSE_SIZE_MAX);
+    FUZZ_CHECK(f.cdb_size >= CDB_SIZE_MIN && f.cdb_size <= CDB_SIZE_MAX);
 }
 
 static void op_get_config(FuzzIn *in)
@@ -391,9 +435,8 @@ static void op_get_config(FuzzIn *in)
 
     FUZZ_CHECK(virtio_scsi_vu_ops.get_config(f.vs, (uint8_t *)&cfg,
                                              sizeof(cfg)) == sizeof(cfg));
-    FUZZ_CHECK(le32toh(cfg.sense_size) <= SENSE_SIZE_MAX);
-    FUZZ_CHECK(le32toh(cfg.cdb_size) >= CDB_SIZE_MIN &&
-               le32toh(cfg.cdb_size) <= CDB_SIZE_MAX);
+    FUZZ_CHECK(le32toh(cfg.sense_size) == f.sense_size);
+    FUZZ_CHECK(le32toh(cfg.cdb_size) == f.cdb_size);
 }
 
 static void op_capacity(FuzzIn *in)
