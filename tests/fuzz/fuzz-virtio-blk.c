@@ -29,13 +29,16 @@
  *
  * Checked, for every batch: the loop settles with nothing in flight (a
  * request that never completes is a hang); every used entry names a chain
- * of the batch, once; a chain that has device-writable bytes got a used
- * length from 1 to those bytes and one of the three status values in its
- * last writable byte; one without gets a used length of 0 or breaks the
- * queue (nowhere to write a status).  Malformed chains (buffers outside
- * guest memory) may break the queue; then nothing more completes.  At the
- * end the queue is stopped and drained the way the server does it, and
- * the device and node are freed: ASan's leak check sees what remains.
+ * of the batch, once; a chain that has device-writable bytes got one of
+ * the three status values in its last writable byte and the used length
+ * its type implies (a read: all its writable bytes, which read as zeroes
+ * when it succeeded; GET_ID: the serial, 20 bytes at most, and the
+ * status; anything else, or a header shorter than 16 bytes: the status
+ * alone); one without gets a used length of 0 or breaks the queue
+ * (nowhere to write a status).  Malformed chains (buffers outside guest
+ * memory) may break the queue; then nothing more completes.  At the end
+ * the queue is stopped and drained the way the server does it, and the
+ * device and node are freed: ASan's leak check sees what remains.
  */
 #include <endian.h>
 #include <stdint.h>
@@ -182,7 +185,7 @@ static void check_completion(const FuzzChain *c, uint32_t len)
 {
     static const char serial[VIRTIO_BLK_ID_BYTES] = "fuzz-serial";
     uint32_t type = fuzz_chain_le32(c, false, 0);
-    uint64_t data = c->in_bytes - 1;
+    uint64_t data;               /* writable bytes before the status */
     const uint8_t *status;
 
     if (c->bad) {
@@ -193,6 +196,7 @@ static void check_completion(const FuzzChain *c, uint32_t len)
         FUZZ_CHECK(len == 0);
         return;
     }
+    data = c->in_bytes - 1;
     status = fuzz_gpa(c->last_in_gpa, 1);
     FUZZ_CHECK(status);
     FUZZ_CHECK(*status == VIRTIO_BLK_S_OK || *status == VIRTIO_BLK_S_IOERR ||
