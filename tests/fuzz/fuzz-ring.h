@@ -133,8 +133,9 @@ uint64_t fuzz_qva(uint64_t gpa);
  * table it released faults). */
 GuestMemory *fuzz_guest_memory(FuzzMemLayout layout);
 
-/* Whether [base, base + len) lies inside one region of mem. */
-bool fuzz_host_range_in(const GuestMemory *mem, const void *base, size_t len);
+/* The guest address of host address p in mem's mappings; [p, p + len)
+ * must lie inside one region (checked). */
+uint64_t fuzz_host_to_gpa(const GuestMemory *mem, const void *p, size_t len);
 
 AioContext *fuzz_ctx(void);
 

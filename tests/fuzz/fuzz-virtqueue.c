@@ -100,22 +100,6 @@ typedef struct IovCursor {
     size_t off;
 } IovCursor;
 
-/* The guest address of host address p of mem's regions (checked inside
- * one, with len bytes after it). */
-static uint64_t host_to_gpa(const GuestMemory *mem, const void *p, size_t len)
-{
-    for (unsigned i = 0; i < mem->nregions; i++) {
-        const GuestMemRegion *r = &mem->regions[i];
-        uintptr_t h = (uintptr_t)r->host, q = (uintptr_t)p;
-
-        if (q >= h && len <= r->size && q - h <= r->size - len) {
-            return r->gpa + (q - h);
-        }
-    }
-    FUZZ_CHECK(!"iovec outside every region of the table in force");
-    return 0;
-}
-
 /* The next len bytes of the cursor must be guest memory from gpa on. */
 static void iov_expect(IovCursor *c, uint64_t gpa, uint64_t len)
 {
@@ -130,8 +114,8 @@ static void iov_expect(IovCursor *c, uint64_t gpa, uint64_t len)
         FUZZ_CHECK(c->i < c->n);
         v = &c->iov[c->i];
         n = MIN(len, v->iov_len - c->off);
-        FUZZ_CHECK(host_to_gpa(c->mem, (uint8_t *)v->iov_base + c->off, n) ==
-                   gpa);
+        FUZZ_CHECK(fuzz_host_to_gpa(c->mem, (uint8_t *)v->iov_base + c->off,
+                                    n) == gpa);
         c->off += n;
         gpa += n;
         len -= n;
