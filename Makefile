@@ -9,8 +9,8 @@ PYTHON     ?= python3
 BENCH_ARGS ?=
 PYTEST_ARGS ?=
 FUZZ_ARGS  ?=
-# Seconds of fuzzing per harness in check-fuzz (3 harnesses: <= 60 s).
-CHECK_FUZZ_TIME ?= 15
+# Seconds of fuzzing per harness in check-fuzz (6 harnesses: <= 60 s).
+CHECK_FUZZ_TIME ?= 8
 
 # Sanitizer settings for the unit tests in $(BUILD_SAN).
 SAN_ENV := ASAN_OPTIONS=detect_leaks=1 \

@@ -8,7 +8,7 @@
  * features the input picks, and one queue of the size it picks, started
  * in the harness's context with the device's own VuDevOps callbacks.  It
  * then plays operations: batches of requests, each a descriptor chain
- * described by the input (fuzz-ring.h: segments of any direction, length
+ * described by the input (ring.h: segments of any direction, length
  * and placement, direct or indirect, the header, data and discard /
  * write-zeroes segments being the device-readable bytes), published
  * together, kicked, and run until the loop settles; config space reads and
@@ -23,7 +23,7 @@
  *     u8  log2 of the ring size (mod 9)
  * then operations (ops[] below), a u8 opcode (mod their number) and its
  * arguments:
- *     BATCH       u8 n (mod BATCH_MAX, + 1), then n chains (fuzz-ring.h)
+ *     BATCH       u8 n (mod BATCH_MAX, + 1), then n chains (ring.h)
  *     SET_CONFIG  u8 offset, u8 len (mod 4, + 1), u8 value
  *     GET_CONFIG
  *
@@ -46,7 +46,7 @@
 #include <glib.h>
 
 #include "block/block.h"
-#include "fuzz-ring.h"
+#include "ring.h"
 #include "hw/virtio/virtio-blk.h"
 #include "hw/virtio/virtio-blk-wire.h"
 

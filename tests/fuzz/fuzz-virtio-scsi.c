@@ -10,7 +10,7 @@
  * space addressing, 4 KiB blocks, discard=unmap).  Every virtqueue (0
  * control, 1 event, 2.. requests) runs in the harness's context with the
  * device's own VuDevOps callbacks.  Operations then send batches of
- * chains (fuzz-ring.h) to the control and request queues (the
+ * chains (ring.h) to the control and request queues (the
  * device-readable bytes are the request header, CDB and data-out, or a
  * TMF / AN request), published on all the queues before one run of the
  * loop, so a TMF finds the commands of its batch in flight; give the
@@ -52,7 +52,7 @@
 #include <glib.h>
 
 #include "block/block.h"
-#include "fuzz-ring.h"
+#include "ring.h"
 #include "hw/scsi/scsi-disk.h"
 #include "hw/virtio/virtio-scsi.h"
 #include "hw/virtio/virtio-scsi-wire.h"

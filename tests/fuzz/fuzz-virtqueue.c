@@ -2,7 +2,7 @@
  * Fuzz harness: split virtqueue parsing (hw/virtio/virtqueue.c).
  *
  * Theory of operation: the input is a driver that writes anything it
- * likes into guest memory (fuzz-ring.h: three regions, a hole, an end),
+ * likes into guest memory (ring.h: three regions, a hole, an end),
  * places the three ring areas where it wants and then plays a sequence of
  * operations on one VirtQueue started in the harness's own AioContext.
  * The device is this file's handler: it pops until the ring is empty or
@@ -51,7 +51,7 @@
 #include <sys/eventfd.h>
 #include <glib.h>
 
-#include "fuzz-ring.h"
+#include "ring.h"
 #include "hw/virtio/virtqueue.h"
 
 #define CFG_EVENT_IDX   0x10

@@ -5,7 +5,7 @@
 
 Each seed is a small input in the harness's format (the comment at the top
 of tests/fuzz/fuzz-virtqueue.c, fuzz-virtio-blk.c, fuzz-virtio-scsi.c, and
-the chain format of fuzz-ring.h): mostly well-formed requests of every
+the chain format of ring.h): mostly well-formed requests of every
 kind, so that the fuzzer starts deep in the parsers, plus one or two of
 each malformed shape the code refuses.  Output is deterministic; the
 corpus in the tree is this script's output (regression inputs added later
@@ -15,7 +15,7 @@ import os
 import struct
 import sys
 
-# Guest memory layout (fuzz-ring.h).
+# Guest memory layout (ring.h).
 REGION_B = 0x18000
 HOLE = 0x30000
 REGION_C = 0x31800
@@ -127,7 +127,7 @@ def vq_seeds():
 
 
 # ---------------------------------------------------------------------------
-# Chains (fuzz-ring.h: fuzz_chain_add())
+# Chains (ring.h: fuzz_chain_add())
 
 SEG_WRITE, SEG_CROSS_AB, SEG_BAD, SEG_EMPTY = 1, 2, 4, 8
 CHAIN_INDIRECT = 1

@@ -1,5 +1,5 @@
 /*
- * The guest side of the virtio fuzz harnesses: see fuzz-ring.h.
+ * The guest side of the virtio fuzz harnesses: see ring.h.
  *
  * The ring writes mirror what a driver does (descriptors, then the avail
  * entry, then avail->idx with a release store), but nothing here checks
@@ -14,7 +14,7 @@
 #include <unistd.h>
 #include <glib.h>
 
-#include "fuzz-ring.h"
+#include "ring.h"
 #include "util/error.h"
 
 /* Turns of the loop fuzz_run() allows: far more than any input needs. */

@@ -24,8 +24,8 @@
  * Every function fails the run (abort) rather than returning an error it
  * does not expect.
  */
-#ifndef TESTS_FUZZ_FUZZ_RING_H
-#define TESTS_FUZZ_FUZZ_RING_H
+#ifndef TESTS_FUZZ_RING_H
+#define TESTS_FUZZ_RING_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -66,7 +66,7 @@ void fin_bytes(FuzzIn *in, void *buf, size_t n);
 void fin_skip(FuzzIn *in, size_t n);
 
 /*
- * A harness: what LLVMFuzzerTestOneInput() (fuzz-ring.c, the same for
+ * A harness: what LLVMFuzzerTestOneInput() (ring.c, the same for
  * every harness) runs for each input, after zeroing guest memory: setup
  * reads the input's header and makes the device; then operations, each a
  * u8 opcode (mod nops) naming ops[opcode] and that operation's arguments,
