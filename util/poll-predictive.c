@@ -822,7 +822,7 @@ static AioPollAdjustment pred_learn(AioPollState *st, AioPollSource *src,
     PredSource *ps;
     PredPhase *ph;
     int64_t seen;
-    bool shifted, trial_ended;
+    bool shifted, trial_ended, fold_due, stale;
 
     if (!src->ev) {
         return AIO_POLL_KEPT;
@@ -866,9 +866,10 @@ static AioPollAdjustment pred_learn(AioPollState *st, AioPollSource *src,
         ph->trial_backoff_ns = 0;
         ph->trial_next_ns = src->ev_ns;
     }
-    /* "|", not "||": since_fold counts every event, whatever else holds. */
-    if (shifted | (++ps->since_fold >= ps->fold_every) |
-        pred_plan_stale(st, ps) | trial_ended) {
+    /* Both evaluated on every event: since_fold counts every one. */
+    fold_due = ++ps->since_fold >= ps->fold_every;
+    stale = pred_plan_stale(st, ps);
+    if (shifted || fold_due || stale || trial_ended) {
         int64_t old = src->window_ns;
 
         pred_replan(st, src, ps);

@@ -34,8 +34,9 @@
  * its type implies (a read: all its writable bytes, which read as zeroes
  * when it succeeded; GET_ID: the serial, 20 bytes at most, and the
  * status; anything else, or a header shorter than 16 bytes: the status
- * alone); one without gets a used length of 0 or breaks the queue
- * (nowhere to write a status).  Malformed chains (buffers outside guest
+ * alone); one with no writable byte, or whose last writable buffer is
+ * empty, is never completed and breaks its queue (nowhere to write a
+ * status the driver will read).  Malformed chains (buffers outside guest
  * memory) may break the queue; then nothing more completes.  At the end
  * the queue is stopped and drained the way the server does it, and the
  * device and node are freed: ASan's leak check sees what remains.
@@ -181,6 +182,13 @@ static bool in_bytes_are(const FuzzChain *c, uint64_t off, uint64_t n,
  * the serial NUL-padded (20 bytes at most); other requests write only
  * the status.
  */
+/* No byte where the driver reads its status: no writable byte at all, or
+ * an empty last writable buffer. */
+static bool no_status(const FuzzChain *c)
+{
+    return c->in_bytes == 0 || c->last_in_len == 0;
+}
+
 static void check_completion(const FuzzChain *c, uint32_t len)
 {
     static const char serial[VIRTIO_BLK_ID_BYTES] = "fuzz-serial";
@@ -191,11 +199,8 @@ static void check_completion(const FuzzChain *c, uint32_t len)
     if (c->bad) {
         return;                  /* the queue broke at its pop */
     }
-    if (c->in_bytes == 0) {
-        /* Nowhere to write a status: nothing may claim to be written. */
-        FUZZ_CHECK(len == 0);
-        return;
-    }
+    /* Nowhere to write a status: the queue breaks instead. */
+    FUZZ_CHECK(!no_status(c));
     data = c->in_bytes - 1;
     status = fuzz_gpa(c->last_in_gpa, 1);
     FUZZ_CHECK(status);
@@ -250,6 +255,7 @@ static void op_batch(FuzzIn *in)
     if (!virtqueue_is_broken(f.r.vq)) {
         for (unsigned i = 0; i < added; i++) {
             FUZZ_CHECK(done[i]);
+            FUZZ_CHECK(chains[i].bad || !no_status(&chains[i]));
         }
     }
 }

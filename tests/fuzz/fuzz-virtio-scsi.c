@@ -36,8 +36,8 @@
  *
  * Checked, for every batch: the loop settles with no command or TMF in
  * flight; every used entry names a chain of its queue, once; a command
- * chain with less device-writable room than the response header gets a
- * used length of 0 (or breaks the queue); one with room gets the header
+ * chain with less device-writable room than the response header is never
+ * completed and breaks its queue; one with room gets the header
  * and sense area (as much as fits: the config's sense_size, which the
  * harness tracks) plus at most its data-in, a known response code, sense
  * within that area and the disk's buffer, and when it ran with data-in a
@@ -253,11 +253,8 @@ static void check_cmd(const FuzzChain *c, uint32_t len)
     uint32_t sense_len, resid;
     const uint8_t *response;
 
-    if (c->in_bytes < RESP_HDR) {
-        /* Nowhere to answer: nothing may claim to be written. */
-        FUZZ_CHECK(len == 0);
-        return;
-    }
+    /* No room for the response header: the queue breaks instead. */
+    FUZZ_CHECK(c->in_bytes >= RESP_HDR);
     response = fuzz_chain_byte(c, true, offsetof(VirtioScsiCmdRespHdr,
                                                  response));
     sense_len = fuzz_chain_le32(c, true, offsetof(VirtioScsiCmdRespHdr,
@@ -363,7 +360,13 @@ static void op_batch(FuzzIn *in)
         reap(sent, nsent, i);
     }
     for (unsigned i = 0; i < nsent; i++) {
-        FUZZ_CHECK(sent[i].done || virtqueue_is_broken(f.r[sent[i].q].vq));
+        bool broken = virtqueue_is_broken(f.r[sent[i].q].vq);
+
+        FUZZ_CHECK(sent[i].done || broken);
+        /* A command with no room for its response header broke its queue
+         * (unless an earlier bad chain broke it first). */
+        FUZZ_CHECK(sent[i].q == VIRTIO_SCSI_VQ_CONTROL || sent[i].c.bad ||
+                   sent[i].c.in_bytes >= RESP_HDR || broken);
     }
 }
 

@@ -434,6 +434,7 @@ bool fuzz_chain_add(FuzzRing *r, FuzzIn *in, FuzzChain *c)
             if (s->len) {
                 c->last_in_gpa = s->gpa + s->len - 1;
             }
+            c->last_in_len = s->len;
             c->in_bytes += s->len;
         } else if (p) {
             c->out_bytes += s->len;

@@ -215,6 +215,7 @@ typedef struct FuzzChain {
     uint64_t in_bytes;           /* device-writable bytes */
     uint64_t out_bytes;          /* device-readable bytes (inside memory) */
     uint64_t last_in_gpa;        /* the last device-writable byte */
+    uint32_t last_in_len;        /* length of the last writable segment */
     bool bad;                    /* a buffer outside guest memory */
 } FuzzChain;
 
