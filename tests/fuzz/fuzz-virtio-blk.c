@@ -112,11 +112,11 @@ static uint64_t driver_features(uint8_t sel)
     return features;
 }
 
-static void setup(FuzzIn *in)
+static void setup(FuzzReader *in)
 {
-    uint8_t conf_sel = fin_u8(in);
-    uint8_t feat_sel = fin_u8(in);
-    unsigned num = 1u << (fin_u8(in) % 9);
+    uint8_t conf_sel = fuzz_read_u8(in);
+    uint8_t feat_sel = fuzz_read_u8(in);
+    unsigned num = 1u << (fuzz_read_u8(in) % 9);
     uint32_t lbs = conf_sel & CONF_LBS_4K ? 4096 : 512;
     VirtioBlkConf conf = {
         .num_queues = 1,
@@ -223,9 +223,9 @@ static void check_completion(const FuzzChain *c, uint32_t len)
     }
 }
 
-static void op_batch(FuzzIn *in)
+static void op_batch(FuzzReader *in)
 {
-    unsigned n = fin_u8(in) % BATCH_MAX + 1, added = 0;
+    unsigned n = fuzz_read_u8(in) % BATCH_MAX + 1, added = 0;
     FuzzChain chains[BATCH_MAX];
     bool done[BATCH_MAX] = { false };
     uint32_t id, len;
@@ -260,16 +260,16 @@ static void op_batch(FuzzIn *in)
     }
 }
 
-static void op_set_config(FuzzIn *in)
+static void op_set_config(FuzzReader *in)
 {
-    uint8_t offset = fin_u8(in);
-    uint8_t len = fin_u8(in) % 4 + 1;
-    uint8_t buf[4] = { fin_u8(in), 0, 0, 0 };
+    uint8_t offset = fuzz_read_u8(in);
+    uint8_t len = fuzz_read_u8(in) % 4 + 1;
+    uint8_t buf[4] = { fuzz_read_u8(in), 0, 0, 0 };
 
     virtio_blk_vu_ops.set_config(f.vb, buf, offset, len);
 }
 
-static void op_get_config(FuzzIn *in)
+static void op_get_config(FuzzReader *in)
 {
     VirtioBlkConfig cfg;
 

@@ -167,11 +167,11 @@ static uint64_t driver_features(uint8_t sel)
     return features;
 }
 
-static void setup(FuzzIn *in)
+static void setup(FuzzReader *in)
 {
-    uint8_t conf_sel = fin_u8(in);
-    uint8_t feat_sel = fin_u8(in);
-    unsigned num = 1u << (fin_u8(in) % 8);
+    uint8_t conf_sel = fuzz_read_u8(in);
+    uint8_t feat_sel = fuzz_read_u8(in);
+    unsigned num = 1u << (fuzz_read_u8(in) % 8);
     VirtioScsiConf conf = {
         .num_queues = conf_sel & CONF_TWO_QUEUES ? 2 : 1,
     };
@@ -317,9 +317,9 @@ static void reap(Sent *sent, unsigned nsent, unsigned q)
     }
 }
 
-static void op_batch(FuzzIn *in)
+static void op_batch(FuzzReader *in)
 {
-    unsigned n = fin_u8(in) % BATCH_MAX + 1, nsent = 0;
+    unsigned n = fuzz_read_u8(in) % BATCH_MAX + 1, nsent = 0;
     Sent sent[BATCH_MAX];
 
     fuzz_data_reset(DATA_GPA);
@@ -329,7 +329,7 @@ static void op_batch(FuzzIn *in)
         }
     }
     for (unsigned i = 0; i < n; i++) {
-        unsigned q = fin_u8(in) % f.nvqs;
+        unsigned q = fuzz_read_u8(in) % f.nvqs;
         Sent *s = &sent[nsent];
 
         if (q == VIRTIO_SCSI_VQ_EVENT) {
@@ -374,11 +374,11 @@ static void op_batch(FuzzIn *in)
 /* Other operations                                                          */
 
 /* Event buffers: single device-writable descriptors in the event area. */
-static void op_event_bufs(FuzzIn *in)
+static void op_event_bufs(FuzzReader *in)
 {
     FuzzRing *r = &f.r[VIRTIO_SCSI_VQ_EVENT];
-    unsigned n = fin_u8(in) % 4 + 1;
-    uint32_t len = fin_u8(in) % 64;
+    unsigned n = fuzz_read_u8(in) % 4 + 1;
+    uint32_t len = fuzz_read_u8(in) % 64;
 
     for (unsigned i = 0; i < n; i++) {
         if (r->desc_next == r->num ||
@@ -408,11 +408,11 @@ static void reap_events(void)
 }
 
 /* A config write; the fields it sets when the device takes it. */
-static void op_set_config(FuzzIn *in)
+static void op_set_config(FuzzReader *in)
 {
-    uint8_t offset = fin_u8(in);
-    uint8_t len = fin_u8(in) % 8 + 1;
-    uint32_t v[2] = { fin_u32(in), fin_u32(in) };
+    uint8_t offset = fuzz_read_u8(in);
+    uint8_t len = fuzz_read_u8(in) % 8 + 1;
+    uint32_t v[2] = { fuzz_read_u32(in), fuzz_read_u32(in) };
     uint32_t le[2] = { htole32(v[0]), htole32(v[1]) };
 
     if (virtio_scsi_vu_ops.set_config(f.vs, (const uint8_t *)le, offset,
@@ -432,7 +432,7 @@ static void op_set_config(FuzzIn *in)
     FUZZ_CHECK(f.cdb_size >= CDB_SIZE_MIN && f.cdb_size <= CDB_SIZE_MAX);
 }
 
-static void op_get_config(FuzzIn *in)
+static void op_get_config(FuzzReader *in)
 {
     VirtioScsiConfig cfg;
 
@@ -442,13 +442,13 @@ static void op_get_config(FuzzIn *in)
     FUZZ_CHECK(le32toh(cfg.cdb_size) == f.cdb_size);
 }
 
-static void op_capacity(FuzzIn *in)
+static void op_capacity(FuzzReader *in)
 {
-    virtio_scsi_capacity_changed(f.vs, fin_u8(in) & 1 ? LUN_OTHER : 0);
+    virtio_scsi_capacity_changed(f.vs, fuzz_read_u8(in) & 1 ? LUN_OTHER : 0);
     fuzz_run();
 }
 
-static void op_hotplug(FuzzIn *in)
+static void op_hotplug(FuzzReader *in)
 {
     if (f.unplugged) {
         add_lun(0, f.unplugged);

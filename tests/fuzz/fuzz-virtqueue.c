@@ -336,54 +336,55 @@ static uint16_t stop(void)
     return base;
 }
 
-static void op_desc_addr(FuzzIn *in, bool wide)
+static void op_desc_addr(FuzzReader *in, bool wide)
 {
-    uint16_t i = fin_u16(in);
-    uint64_t addr = wide ? fin_u64(in) : fin_u32(in);
-    uint32_t len = fin_u32(in);
-    uint16_t flags = fin_u16(in);
+    uint16_t i = fuzz_read_u16(in);
+    uint64_t addr = wide ? fuzz_read_u64(in) : fuzz_read_u32(in);
+    uint32_t len = fuzz_read_u32(in);
+    uint16_t flags = fuzz_read_u16(in);
 
-    fuzz_write_desc(f.r.desc_gpa, i % f.r.num, addr, len, flags, fin_u16(in));
+    fuzz_write_desc(f.r.desc_gpa, i % f.r.num, addr, len, flags,
+                    fuzz_read_u16(in));
 }
 
-static void op_desc(FuzzIn *in)
+static void op_desc(FuzzReader *in)
 {
     op_desc_addr(in, false);
 }
 
-static void op_desc64(FuzzIn *in)
+static void op_desc64(FuzzReader *in)
 {
     op_desc_addr(in, true);
 }
 
-static void op_tdesc(FuzzIn *in)
+static void op_tdesc(FuzzReader *in)
 {
-    uint32_t table = fin_u32(in);
-    uint8_t i = fin_u8(in);
-    uint32_t addr = fin_u32(in);
-    uint32_t len = fin_u32(in);
-    uint16_t flags = fin_u16(in);
+    uint32_t table = fuzz_read_u32(in);
+    uint8_t i = fuzz_read_u8(in);
+    uint32_t addr = fuzz_read_u32(in);
+    uint32_t len = fuzz_read_u32(in);
+    uint16_t flags = fuzz_read_u16(in);
 
-    fuzz_write_desc(table, i, addr, len, flags, fin_u16(in));
+    fuzz_write_desc(table, i, addr, len, flags, fuzz_read_u16(in));
 }
 
-static void op_poke(FuzzIn *in)
+static void op_poke(FuzzReader *in)
 {
-    uint32_t gpa = fin_u32(in);
-    uint8_t n = fin_u8(in) % 32;
+    uint32_t gpa = fuzz_read_u32(in);
+    uint8_t n = fuzz_read_u8(in) % 32;
     uint8_t buf[32];
     void *p = fuzz_gpa(gpa, n);
 
-    fin_bytes(in, buf, n);
+    fuzz_read_bytes(in, buf, n);
     if (p) {
         memcpy(p, buf, n);
     }
 }
 
-static void op_restart(FuzzIn *in)
+static void op_restart(FuzzReader *in)
 {
-    uint8_t mode = fin_u8(in);
-    uint16_t base = fin_u16(in);
+    uint8_t mode = fuzz_read_u8(in);
+    uint16_t base = fuzz_read_u16(in);
     uint16_t stopped = stop();
 
     if (!(mode & 1)) {
@@ -397,9 +398,9 @@ static void op_restart(FuzzIn *in)
     start(fuzz_guest_memory(FUZZ_MEM_ALL));
 }
 
-static void op_set_mem(FuzzIn *in)
+static void op_set_mem(FuzzReader *in)
 {
-    GuestMemory *mem = fuzz_guest_memory(fin_u8(in) % FUZZ_MEM_LAYOUTS);
+    GuestMemory *mem = fuzz_guest_memory(fuzz_read_u8(in) % FUZZ_MEM_LAYOUTS);
 
     if (virtqueue_is_started(f.r.vq)) {
         f.mem = virtqueue_set_memory(f.r.vq, mem) == 0 ? mem : NULL;
@@ -407,40 +408,40 @@ static void op_set_mem(FuzzIn *in)
     guest_memory_unref(mem);
 }
 
-static void op_call_fd(FuzzIn *in)
+static void op_call_fd(FuzzReader *in)
 {
-    int fd = fin_u8(in) & 1 ? eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC) : -1;
+    int fd = fuzz_read_u8(in) & 1 ? eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC) : -1;
 
     virtqueue_set_call_fd(f.r.vq, fd);
 }
 
-static void op_avail(FuzzIn *in)
+static void op_avail(FuzzReader *in)
 {
-    fuzz_ring_add_avail(&f.r, fin_u16(in));
+    fuzz_ring_add_avail(&f.r, fuzz_read_u16(in));
 }
 
-static void op_publish(FuzzIn *in)
+static void op_publish(FuzzReader *in)
 {
     fuzz_ring_set_avail_idx(&f.r, f.r.avail_idx);
 }
 
-static void op_set_idx(FuzzIn *in)
+static void op_set_idx(FuzzReader *in)
 {
-    f.r.avail_idx = fin_u16(in);
+    f.r.avail_idx = fuzz_read_u16(in);
     fuzz_ring_set_avail_idx(&f.r, f.r.avail_idx);
 }
 
-static void op_kick(FuzzIn *in)
+static void op_kick(FuzzReader *in)
 {
     fuzz_ring_kick(&f.r);
     fuzz_run();
 }
 
-static void op_push(FuzzIn *in)
+static void op_push(FuzzReader *in)
 {
-    uint8_t n = fin_u8(in);
+    uint8_t n = fuzz_read_u8(in);
 
-    push_held(n, fin_u8(in));
+    push_held(n, fuzz_read_u8(in));
     fuzz_run();
 }
 
@@ -450,13 +451,15 @@ static FuzzOpFn *const ops[] = {
     op_push, op_poke, op_set_mem, op_restart, op_call_fd,
 };
 
-static void setup(FuzzIn *in)
+static void setup(FuzzReader *in)
 {
-    uint8_t cfg = fin_u8(in);
+    uint8_t cfg = fuzz_read_u8(in);
     unsigned num = 1u << (cfg % 16 % 11);
     uint64_t features = 0;
-    uint32_t desc = fin_u32(in), avail = fin_u32(in), used = fin_u32(in);
-    uint16_t base = fin_u16(in);
+    uint32_t desc = fuzz_read_u32(in);
+    uint32_t avail = fuzz_read_u32(in);
+    uint32_t used = fuzz_read_u32(in);
+    uint16_t base = fuzz_read_u16(in);
 
     memset(&f, 0, sizeof(f));
     f.hold = cfg & CFG_HOLD;

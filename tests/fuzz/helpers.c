@@ -85,6 +85,14 @@ size_t fuzz_read_bytes(FuzzReader *r, void *buf, size_t n)
     return got;
 }
 
+void fuzz_read_skip(FuzzReader *r, size_t n)
+{
+    size_t got = MIN(n, r->left);
+
+    r->p += got;
+    r->left -= got;
+}
+
 uint8_t fuzz_read_u8(FuzzReader *r)
 {
     uint8_t v;
@@ -93,10 +101,26 @@ uint8_t fuzz_read_u8(FuzzReader *r)
     return v;
 }
 
+uint16_t fuzz_read_u16(FuzzReader *r)
+{
+    uint16_t v;
+
+    fuzz_read_bytes(r, &v, sizeof(v));
+    return GUINT16_FROM_LE(v);
+}
+
 uint32_t fuzz_read_u32(FuzzReader *r)
 {
     uint32_t v;
 
     fuzz_read_bytes(r, &v, sizeof(v));
     return GUINT32_FROM_LE(v);
+}
+
+uint64_t fuzz_read_u64(FuzzReader *r)
+{
+    uint64_t v;
+
+    fuzz_read_bytes(r, &v, sizeof(v));
+    return GUINT64_FROM_LE(v);
 }

@@ -54,8 +54,14 @@ static inline bool fuzz_reader_done(const FuzzReader *r)
     return r->left == 0;
 }
 
+/* Little-endian integers. */
 uint8_t fuzz_read_u8(FuzzReader *r);
+uint16_t fuzz_read_u16(FuzzReader *r);
 uint32_t fuzz_read_u32(FuzzReader *r);
+uint64_t fuzz_read_u64(FuzzReader *r);
+
+/* Pass over up to n bytes. */
+void fuzz_read_skip(FuzzReader *r, size_t n);
 
 /* Copy up to n bytes into buf (zero-filling the rest); returns how many
  * came from the input. */

@@ -28,61 +28,6 @@ static AioContext *ctx;
 /* ------------------------------------------------------------------------ */
 /* Input                                                                     */
 
-bool fin_empty(const FuzzIn *in)
-{
-    return in->left == 0;
-}
-
-void fin_bytes(FuzzIn *in, void *buf, size_t n)
-{
-    size_t k = MIN(n, in->left);
-
-    memcpy(buf, in->p, k);
-    memset((uint8_t *)buf + k, 0, n - k);
-    in->p += k;
-    in->left -= k;
-}
-
-void fin_skip(FuzzIn *in, size_t n)
-{
-    size_t k = MIN(n, in->left);
-
-    in->p += k;
-    in->left -= k;
-}
-
-uint8_t fin_u8(FuzzIn *in)
-{
-    uint8_t v;
-
-    fin_bytes(in, &v, sizeof(v));
-    return v;
-}
-
-uint16_t fin_u16(FuzzIn *in)
-{
-    uint16_t v;
-
-    fin_bytes(in, &v, sizeof(v));
-    return le16toh(v);
-}
-
-uint32_t fin_u32(FuzzIn *in)
-{
-    uint32_t v;
-
-    fin_bytes(in, &v, sizeof(v));
-    return le32toh(v);
-}
-
-uint64_t fin_u64(FuzzIn *in)
-{
-    uint64_t v;
-
-    fin_bytes(in, &v, sizeof(v));
-    return le64toh(v);
-}
-
 /* ------------------------------------------------------------------------ */
 /* Guest memory and the loop                                                 */
 
@@ -121,12 +66,12 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     const FuzzHarness *h = &fuzz_harness;
-    FuzzIn in = { data, size };
+    FuzzReader in = { data, size };
 
     memset(mem_base, 0, FUZZ_MEM_SIZE);
     h->setup(&in);
-    for (unsigned i = 0; i < h->max_ops && !fin_empty(&in); i++) {
-        h->ops[fin_u8(&in) % h->nops](&in);
+    for (unsigned i = 0; i < h->max_ops && !fuzz_reader_done(&in); i++) {
+        h->ops[fuzz_read_u8(&in) % h->nops](&in);
         if (h->after) {
             h->after();
         }
@@ -389,10 +334,10 @@ static bool fuzz_seg_place(FuzzSeg *s, uint8_t sflags)
     return s->gpa != UINT64_MAX;
 }
 
-bool fuzz_chain_add(FuzzRing *r, FuzzIn *in, FuzzChain *c)
+bool fuzz_chain_add(FuzzRing *r, FuzzReader *in, FuzzChain *c)
 {
-    unsigned nseg = fin_u8(in) % FUZZ_CHAIN_MAX_SEGS + 1;
-    uint8_t cflags = fin_u8(in);
+    unsigned nseg = fuzz_read_u8(in) % FUZZ_CHAIN_MAX_SEGS + 1;
+    uint8_t cflags = fuzz_read_u8(in);
     bool indirect = cflags & FUZZ_CHAIN_INDIRECT;
     uint8_t sflags[FUZZ_CHAIN_MAX_SEGS];
     uint64_t table;
@@ -405,8 +350,8 @@ bool fuzz_chain_add(FuzzRing *r, FuzzIn *in, FuzzChain *c)
     for (unsigned i = 0; i < nseg; i++) {
         FuzzSeg *s = &c->seg[i];
 
-        sflags[i] = fin_u8(in);
-        s->len = fin_u16(in) % (FUZZ_SEG_MAX_LEN + 1);
+        sflags[i] = fuzz_read_u8(in);
+        s->len = fuzz_read_u16(in) % (FUZZ_SEG_MAX_LEN + 1);
         if (sflags[i] & FUZZ_SEG_EMPTY) {
             s->len = 0;
         }
@@ -414,11 +359,11 @@ bool fuzz_chain_add(FuzzRing *r, FuzzIn *in, FuzzChain *c)
         c->bad |= (sflags[i] & FUZZ_SEG_BAD) != 0;
         ok = ok && fuzz_seg_place(s, sflags[i]);
     }
-    n = fin_u16(in);
+    n = fuzz_read_u16(in);
     table = indirect ? fuzz_data_alloc(nseg * sizeof(VRingDesc)) : 0;
     if (!ok || table == UINT64_MAX || r->desc_next + ndesc > r->num) {
         /* Still consume the bytes, so the next chain reads its own. */
-        fin_skip(in, n);
+        fuzz_read_skip(in, n);
         return false;
     }
 
@@ -440,11 +385,11 @@ bool fuzz_chain_add(FuzzRing *r, FuzzIn *in, FuzzChain *c)
             c->out_bytes += s->len;
             uint32_t k = MIN((uint32_t)n, s->len);
 
-            fin_bytes(in, p, k);
+            fuzz_read_bytes(in, p, k);
             n -= k;
         }
     }
-    fin_skip(in, n);
+    fuzz_read_skip(in, n);
 
     /* The descriptors: in the ring's table, or in an indirect table. */
     c->head = r->desc_next;

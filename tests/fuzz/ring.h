@@ -36,6 +36,7 @@
 #include "hw/virtio/guest-memory.h"
 #include "hw/virtio/virtqueue.h"
 #include "util/aio.h"
+#include "helpers.h"
 
 /* An invariant of the code under test does not hold: a finding. */
 #define FUZZ_CHECK(cond)                                                   \
@@ -50,20 +51,8 @@
 /* ------------------------------------------------------------------------ */
 /* Input                                                                     */
 
-/* The rest of the input; reads past its end give zeroes. */
-typedef struct FuzzIn {
-    const uint8_t *p;
-    size_t left;
-} FuzzIn;
-
-bool fin_empty(const FuzzIn *in);
-uint8_t fin_u8(FuzzIn *in);
-uint16_t fin_u16(FuzzIn *in);            /* little-endian */
-uint32_t fin_u32(FuzzIn *in);
-uint64_t fin_u64(FuzzIn *in);
-/* Copy n bytes into buf (zeroes past the end). */
-void fin_bytes(FuzzIn *in, void *buf, size_t n);
-void fin_skip(FuzzIn *in, size_t n);
+/* The input is read with helpers.h's FuzzReader (reads past its end give
+ * zeroes). */
 
 /*
  * A harness: what LLVMFuzzerTestOneInput() (ring.c, the same for
@@ -74,10 +63,10 @@ void fin_skip(FuzzIn *in, size_t n);
  * each; then teardown, which stops and frees everything.  Each harness
  * defines fuzz_harness with FUZZ_HARNESS().
  */
-typedef void FuzzOpFn(FuzzIn *in);
+typedef void FuzzOpFn(FuzzReader *in);
 
 typedef struct FuzzHarness {
-    void (*setup)(FuzzIn *in);
+    void (*setup)(FuzzReader *in);
     FuzzOpFn *const *ops;
     unsigned nops;
     unsigned max_ops;
@@ -236,7 +225,7 @@ void fuzz_data_reset(uint64_t data_gpa);
  * no free descriptor or memory is short (nothing is added then); else
  * the chain is added and made available (not kicked).
  */
-bool fuzz_chain_add(FuzzRing *r, FuzzIn *in, FuzzChain *c);
+bool fuzz_chain_add(FuzzRing *r, FuzzReader *in, FuzzChain *c);
 
 /* The harness's pointer to the off-th device-writable (write) or
  * device-readable byte of c, or NULL past the end. */
