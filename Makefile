@@ -9,6 +9,7 @@ PYTHON     ?= python3
 BENCH_ARGS ?=
 PYTEST_ARGS ?=
 FUZZ_ARGS  ?=
+SOAK_ARGS  ?=
 # Seconds of fuzzing per harness in check-fuzz (6 harnesses: <= 60 s).
 CHECK_FUZZ_TIME ?= 8
 
@@ -19,8 +20,8 @@ SAN_ENV := ASAN_OPTIONS=detect_leaks=1 \
 MAKEFLAGS += --no-print-directory
 
 .PHONY: all san fuzz deps check check-unit check-functional check-fuzz \
-        fuzz-run install bench-aio bench-block bench-compare poll-frontier \
-        demo clean help
+        fuzz-run soak install bench-aio bench-block bench-compare \
+        poll-frontier demo clean help
 
 all: $(BUILD)/build.ninja
 	ninja -C $(BUILD)
@@ -70,6 +71,11 @@ check-fuzz: fuzz
 fuzz-run: fuzz
 	BUILD_FUZZ=$(BUILD_FUZZ) $(PYTHON) scripts/fuzz-run --no-build $(FUZZ_ARGS)
 
+# A verify soak (scripts/soak --help), 10 minutes by default; under ASan:
+# make san soak SOAK_ARGS="--build $(BUILD_SAN)".
+soak: all
+	$(PYTHON) scripts/soak --build $(BUILD) $(SOAK_ARGS)
+
 install: all
 	meson install -C $(BUILD)
 
@@ -111,6 +117,8 @@ help:
 	@echo '  check-fuzz        every fuzz harness over its corpus, then $(CHECK_FUZZ_TIME) s each'
 	@echo '  fuzz              configure and build $(BUILD_FUZZ)/ (clang, libFuzzer)'
 	@echo '  fuzz-run          a fuzzing campaign (FUZZ_ARGS: scripts/fuzz-run --help)'
+	@echo '  soak              spindle-bench --verify on four exports with QMP traffic,'
+	@echo '                    10 minutes (SOAK_ARGS: scripts/soak --help)'
 	@echo '  install           meson install from $(BUILD)/'
 	@echo '  bench-aio         build, then run the event loop benchmark'
 	@echo '  bench-block       build, then run the block layer benchmark'
@@ -127,6 +135,7 @@ help:
 	@echo '                    poll-frontier'
 	@echo '  PYTEST_ARGS=...   extra pytest arguments, e.g. PYTEST_ARGS="-k qmp"'
 	@echo '  FUZZ_ARGS=...     scripts/fuzz-run arguments for fuzz-run'
+	@echo '  SOAK_ARGS=...     scripts/soak arguments for soak, e.g. SOAK_ARGS="--time 60"'
 	@echo '  PYTHON=...        Python for pytest and deps (default: python3)'
 	@echo
 	@echo 'Other configurations: ./configure --help, then ninja -C <dir>.'
