@@ -155,6 +155,21 @@ typedef struct VhostUserConfig {
 
 #define VHOST_USER_CONFIG_HDR_SIZE 12u
 
+/*
+ * GET_INFLIGHT_FD and SET_INFLIGHT_FD ("inflight description"): the
+ * front-end asks for num_queues rings of queue_size entries (mmap_* 0);
+ * the back-end answers with the region's size and offset in the fd it
+ * sends (mmap_size 0 and no fd: no region), which the front-end hands
+ * back with SET_INFLIGHT_FD.  The region's layout is in
+ * hw/virtio/vhost-inflight.h.
+ */
+typedef struct VhostUserInflight {
+    uint64_t mmap_size;
+    uint64_t mmap_offset;
+    uint16_t num_queues;
+    uint16_t queue_size;
+} VhostUserInflight;
+
 G_STATIC_ASSERT(sizeof(VhostUserHeader) == 12);
 G_STATIC_ASSERT(sizeof(VhostUserVringState) == 8);
 G_STATIC_ASSERT(sizeof(VhostUserVringAddr) == 40);
@@ -166,6 +181,7 @@ G_STATIC_ASSERT(sizeof(VhostUserMemory) ==
 G_STATIC_ASSERT(sizeof(VhostUserMemRegMsg) == 40);
 G_STATIC_ASSERT(offsetof(VhostUserConfig, region) ==
                 VHOST_USER_CONFIG_HDR_SIZE);
+G_STATIC_ASSERT(sizeof(VhostUserInflight) == 24);
 G_STATIC_ASSERT(sizeof(VhostUserConfig) ==
                 VHOST_USER_CONFIG_HDR_SIZE + VHOST_USER_MAX_CONFIG_SIZE);
 
