@@ -322,6 +322,11 @@ int vhost_inflight_resume(VhostInflightQueue *q, unsigned capacity,
     r->fresh = false;
     r->batch = 0;
     r->last_batch_head = 0;
+    if (r->num > capacity) {
+        g_snprintf(why, why_len, "inflight region for rings of %u "
+                   "descriptors: the ring has %u", capacity, r->num);
+        return -EINVAL;
+    }
     if (version == 0) {
         vhost_inflight_init_queue(q, capacity, r->used_idx);
         r->fresh = true;

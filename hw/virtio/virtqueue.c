@@ -63,6 +63,19 @@
  *     with the driver's fence between writing avail->idx and reading
  *     avail_event, so either the driver kicks or we see its entry.
  *
+ * Inflight tracking (VHOST_USER_PROTOCOL_F_INFLIGHT_SHMFD).  A queue given
+ * a part of an inflight region (virtqueue_set_inflight()) logs there every
+ * request it pops and clears it when it pushes it, so that after a crash
+ * the next process can finish exactly the requests this one had taken
+ * (hw/virtio/vhost-inflight.h has the layout and the store order, and
+ * why a crash between any two of those stores is recoverable).  At start
+ * vhost_inflight_resume() compares the region with used->idx in guest
+ * memory: the used index becomes used->idx, the next avail index
+ * used->idx plus the requests still marked, and pop returns those
+ * requests first, oldest first, each chain walked and checked like any
+ * other before new ones from the avail ring.  Without a region the hot
+ * path pays one predictable branch in pop and one in push.
+ *
  * Memory tables in flight.  Elements point into the GuestMemory the queue
  * used when they were popped.  When the table is replaced (set_memory) or
  * the queue stops with elements still in flight, the old table is kept in
@@ -83,6 +96,7 @@
 #include <string.h>
 #include <glib.h>
 
+#include "hw/virtio/vhost-inflight.h"
 #include "hw/virtio/virtqueue.h"
 #include "util/trace.h"
 
@@ -130,6 +144,8 @@ struct VirtQueue {
     AioContext *ctx;
     char name[AIO_HANDLER_NAME_SIZE];   /* "[owner/]vq<N>", the handler's
                                          * label */
+    VhostInflight *inflight_region;  /* a reference, or NULL */
+    unsigned inflight_index;         /* our queue part in it */
 
     /* Running state (home thread). */
     bool started;
@@ -142,6 +158,10 @@ struct VirtQueue {
     uint16_t used_idx;               /* next used entry to fill */
     uint16_t signalled_used;         /* used_idx at the last notify check */
     uint16_t used_flags;             /* what we last stored in used->flags */
+    VhostInflightTrack track;        /* .q NULL: no inflight tracking */
+    uint16_t *resubmit;              /* heads to pop before the avail ring */
+    unsigned resubmit_pos;           /* the next of them to pop */
+    unsigned resubmit_n;
     GuestMemory *mem;
     GPtrArray *retired;              /* old tables kept for in-flight elems */
     const VRingDesc *desc;
@@ -155,6 +175,7 @@ struct VirtQueue {
     QEMUBH *kick_bh;
 
     /* Written by the home thread, readable anywhere. */
+    _Atomic unsigned resubmitted;    /* by the last start */
     _Atomic unsigned inflight;
     _Atomic bool broken;
     VirtQueueCounters stats;
@@ -234,6 +255,8 @@ void virtqueue_free(VirtQueue *vq)
         g_ptr_array_free(vq->retired, true);
     }
     guest_memory_unref(vq->mem);
+    vhost_inflight_unref(vq->inflight_region);
+    g_free(vq->resubmit);
     g_free(vq);
 }
 
@@ -334,6 +357,26 @@ void virtqueue_set_err_fd(VirtQueue *vq, int fd)
         virtqueue_assert_home(vq);
     }
     virtqueue_replace_fd(&vq->err, fd);
+}
+
+void virtqueue_set_inflight(VirtQueue *vq, VhostInflight *region,
+                            unsigned index)
+{
+    g_assert(!vq->started);
+    g_assert(!region || index < vhost_inflight_num_queues(region));
+    /* Elements still draining after stop keep clearing into the old
+     * part: the region goes only once none is in flight. */
+    g_assert(virtqueue_inflight(vq) == 0);
+    vhost_inflight_ref(region);
+    vhost_inflight_unref(vq->inflight_region);
+    vq->inflight_region = region;
+    vq->inflight_index = index;
+    vq->track.q = NULL;
+}
+
+unsigned virtqueue_resubmitted(const VirtQueue *vq)
+{
+    return atomic_load_explicit(&vq->resubmitted, memory_order_relaxed);
 }
 
 void virtqueue_set_features(VirtQueue *vq, uint64_t features)
@@ -719,17 +762,22 @@ static int virtqueue_walk_chain(VirtQueue *vq, uint16_t head,
 /* ------------------------------------------------------------------------ */
 /* Pop and push                                                             */
 
-int virtqueue_pop(VirtQueue *vq, VirtQueueElement *elem)
+/* Walk head's chain into elem and count it in flight.  1, or -EIO. */
+static int virtqueue_take(VirtQueue *vq, uint16_t head, VirtQueueElement *elem)
+{
+    if (virtqueue_walk_chain(vq, head, elem) < 0) {
+        return -EIO;
+    }
+    atomic_store_explicit(&vq->inflight, virtqueue_inflight(vq) + 1,
+                          memory_order_relaxed);
+    return 1;
+}
+
+/* Pop the next entry of the avail ring (see virtqueue_pop()). */
+static int virtqueue_pop_avail(VirtQueue *vq, VirtQueueElement *elem)
 {
     uint16_t avail_idx, pending, head;
 
-    virtqueue_assert_home(vq);
-    if (virtqueue_is_broken(vq)) {
-        return -EIO;
-    }
-    if (!vq->started) {
-        return 0;
-    }
     avail_idx = virtqueue_load_avail_idx(vq);
     if (avail_idx == vq->last_avail_idx) {
         avail_idx = virtqueue_recheck_empty(vq, avail_idx);
@@ -752,18 +800,57 @@ int virtqueue_pop(VirtQueue *vq, VirtQueueElement *elem)
                               "of a ring of %u", vq->last_avail_idx, head,
                               vq->num);
     }
-    if (virtqueue_walk_chain(vq, head, elem) < 0) {
+    if (virtqueue_take(vq, head, elem) < 0) {
         return -EIO;
     }
     vq->last_avail_idx++;
-    atomic_store_explicit(&vq->inflight, virtqueue_inflight(vq) + 1,
-                          memory_order_relaxed);
     if (vq->event_idx && !vq->polling) {
         /* Kicks are on: ask for one when the driver passes what we took. */
         virtqueue_publish_avail_event(vq);
     }
     SPINDLE_TRACE3(vq_pop, vq->index, head, vq->last_avail_idx);
     return 1;
+}
+
+/*
+ * Pop with an inflight region: first the requests a dead process left
+ * marked (they stay marked, with their first counter, so a second crash
+ * resubmits them in the same order), then new ones, each marked before
+ * the device sees it.
+ */
+static int virtqueue_pop_tracked(VirtQueue *vq, VirtQueueElement *elem)
+{
+    int r;
+
+    if (vq->resubmit_pos < vq->resubmit_n) {
+        uint16_t head = vq->resubmit[vq->resubmit_pos++];
+
+        r = virtqueue_take(vq, head, elem);
+        if (r > 0) {
+            SPINDLE_TRACE3(vq_pop, vq->index, head, vq->last_avail_idx);
+        }
+        return r;
+    }
+    r = virtqueue_pop_avail(vq, elem);
+    if (r > 0) {
+        vhost_inflight_mark(&vq->track, elem->head);
+    }
+    return r;
+}
+
+int virtqueue_pop(VirtQueue *vq, VirtQueueElement *elem)
+{
+    virtqueue_assert_home(vq);
+    if (virtqueue_is_broken(vq)) {
+        return -EIO;
+    }
+    if (!vq->started) {
+        return 0;
+    }
+    if (G_UNLIKELY(vq->track.q)) {
+        return virtqueue_pop_tracked(vq, elem);
+    }
+    return virtqueue_pop_avail(vq, elem);
 }
 
 static void virtqueue_notify(VirtQueue *vq);
@@ -792,10 +879,23 @@ static void virtqueue_put_inflight(VirtQueue *vq)
     }
 }
 
+/* Write the used element for head and publish the new used->idx. */
+static void virtqueue_fill_used(VirtQueue *vq, uint16_t head, uint32_t len)
+{
+    VRingUsedElem *u = &vq->used->ring[vq->used_idx & (vq->num - 1)];
+
+    u->id = htole32(head);
+    u->len = htole32(len);
+    vq->used_idx++;
+    /* Release: the element above is visible before the new index;
+     * pairs with the driver's read barrier between loading used->idx
+     * and reading the used elements. */
+    atomic_store_explicit(&vq->used->idx, htole16(vq->used_idx),
+                          memory_order_release);
+}
+
 void virtqueue_push(VirtQueue *vq, const VirtQueueElement *elem, uint32_t len)
 {
-    VRingUsedElem *u;
-
     virtqueue_assert_home(vq);
     g_assert(virtqueue_inflight(vq) > 0);
     g_assert(len <= elem->in_bytes);
@@ -803,15 +903,15 @@ void virtqueue_push(VirtQueue *vq, const VirtQueueElement *elem, uint32_t len)
     SPINDLE_TRACE3(vq_push, vq->index, elem->head, len);
 
     if (vq->used) {
-        u = &vq->used->ring[vq->used_idx & (vq->num - 1)];
-        u->id = htole32(elem->head);
-        u->len = htole32(len);
-        vq->used_idx++;
-        /* Release: the element above is visible before the new index;
-         * pairs with the driver's read barrier between loading used->idx
-         * and reading the used elements. */
-        atomic_store_explicit(&vq->used->idx, htole16(vq->used_idx),
-                              memory_order_release);
+        if (G_UNLIKELY(vq->track.q)) {
+            /* Linked before used->idx moves, cleared after: the order
+             * vhost_inflight_resume() relies on. */
+            vhost_inflight_link(&vq->track, elem->head);
+            virtqueue_fill_used(vq, elem->head, len);
+            vhost_inflight_clear(&vq->track, elem->head, vq->used_idx);
+        } else {
+            virtqueue_fill_used(vq, elem->head, len);
+        }
         if (vq->started) {
             virtqueue_schedule_notify(vq);
         } else {
@@ -1033,6 +1133,48 @@ static void virtqueue_kick_bh(void *opaque)
 /* ------------------------------------------------------------------------ */
 /* Start, stop, memory changes                                              */
 
+/*
+ * Bring the queue in line with its inflight region before it runs (see
+ * "Inflight tracking" above).  0, or -EPROTO with the queue broken if
+ * the region's contents do not fit the ring.
+ */
+static int virtqueue_resume_inflight(VirtQueue *vq)
+{
+    VhostInflightResume r = {
+        /* Only we write used->idx; the ring is not running yet. */
+        .used_idx = le16toh(atomic_load_explicit(&vq->used->idx,
+                                                 memory_order_relaxed)),
+        .num = vq->num,
+    };
+    VhostInflightQueue *q = vhost_inflight_get_queue(vq->inflight_region,
+                                                     vq->inflight_index);
+    char why[200];
+
+    vq->resubmit = g_renew(uint16_t, vq->resubmit, vq->num);
+    r.heads = vq->resubmit;
+    if (vhost_inflight_resume(q, vhost_inflight_queue_size(
+                                  vq->inflight_region),
+                              &r, why, sizeof(why)) < 0) {
+        virtqueue_fail(vq, "%s", why);
+        return -EPROTO;
+    }
+    if (!r.fresh) {
+        /* What the region says beats SET_VRING_BASE: it knows which
+         * requests past used->idx were taken. */
+        vq->used_idx = r.used_idx;
+        vq->last_avail_idx = r.used_idx + r.nheads;
+    }
+    vq->track = (VhostInflightTrack) {
+        .q = q,
+        .next_counter = r.next_counter,
+        .last_head = r.last_batch_head,
+    };
+    vq->resubmit_pos = 0;
+    vq->resubmit_n = r.nheads;
+    atomic_store_explicit(&vq->resubmitted, r.nheads, memory_order_relaxed);
+    return 0;
+}
+
 int virtqueue_start(VirtQueue *vq, GuestMemory *mem, VirtQueueHandler *handler,
                     void *opaque)
 {
@@ -1053,8 +1195,15 @@ int virtqueue_start(VirtQueue *vq, GuestMemory *mem, VirtQueueHandler *handler,
                        vq->addrs.used_qva, vq->num);
         return -EFAULT;
     }
-    vq->mem = guest_memory_ref(mem);
     virtqueue_set_rings(vq, &rings);
+    vq->track.q = NULL;
+    vq->resubmit_n = 0;
+    atomic_store_explicit(&vq->resubmitted, 0, memory_order_relaxed);
+    if (vq->inflight_region && virtqueue_resume_inflight(vq) < 0) {
+        virtqueue_set_rings(vq, NULL);
+        return -EPROTO;
+    }
+    vq->mem = guest_memory_ref(mem);
     vq->event_idx = virtqueue_has_feature(vq, VIRTIO_RING_F_EVENT_IDX);
     vq->indirect = virtqueue_has_feature(vq, VIRTIO_RING_F_INDIRECT_DESC);
     vq->handler = handler;

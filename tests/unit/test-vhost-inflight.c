@@ -452,6 +452,7 @@ typedef struct HostileCase {
     uint16_t log_used;
     uint16_t last_batch_head;
     const char *why;           /* a part of the message */
+    unsigned num;              /* the ring's size; 0: 8 */
 } HostileCase;
 
 #define HOSTILE "/vhost-inflight/resume/hostile/"
@@ -461,6 +462,9 @@ static const HostileCase hostile_cases[] = {
     { HOSTILE "desc-num-too-big", 1, 17, 100, 0, "room for 16" },
     { HOSTILE "desc-num-below-ring", 1, 4, 100, 0, "the ring has 8" },
     { HOSTILE "desc-num-zero", 1, 0, 100, 0, "for 0 descriptors" },
+    /* A fresh region cannot be set up for a ring larger than it. */
+    { HOSTILE "ring-bigger-than-region", 0, 0, 0, 0,
+      "rings of 16 descriptors: the ring has 32", 32 },
     { HOSTILE "batch-too-long", 1, 16, 80, 0, "more than 16 apart" },
     { HOSTILE "batch-behind", 1, 16, 101, 0, "more than 16 apart" },
     { HOSTILE "walk-outside", 1, 16, 99, 16, "descriptor 16 of 16" },
@@ -472,10 +476,13 @@ static void test_hostile(const void *data)
     const HostileCase *c = data;
     g_autofree VhostInflightQueue *q =
         g_malloc0(vhost_inflight_queue_bytes(16));
-    uint16_t heads[8];
+    uint16_t heads[32];
     VhostInflightResume r = { .used_idx = 100, .num = 8, .heads = heads };
     char why[256] = "";
 
+    if (c->num) {
+        r.num = c->num;
+    }
     q->hdr.version = c->version;
     q->hdr.desc_num = c->desc_num;
     q->hdr.used_idx = c->log_used;

@@ -24,6 +24,10 @@
  * naming the queue and the reason (checked with g_test_expect_message()),
  * signal the error eventfd, make pop return -EIO from then on and leave
  * stop working.
+ *
+ * The inflight tests kill the back-end by dropping its VirtQueue with
+ * requests popped and not pushed, then start a new one on the same rings
+ * and inflight region, as a restarted process would.
  */
 #include <errno.h>
 #include <stdatomic.h>
@@ -34,6 +38,7 @@
 #include <glib.h>
 
 #include "hw/virtio/guest-memory.h"
+#include "hw/virtio/vhost-inflight.h"
 #include "hw/virtio/virtqueue.h"
 #include "util/aio.h"
 #include "util/event-notifier.h"
@@ -1682,6 +1687,204 @@ static void test_bad_total_length(void)
     drv_cleanup(&d);
 }
 
+/* ------------------------------------------------------------------------ */
+/* Inflight tracking                                                        */
+
+/* A region of one queue of qs entries, as SET_INFLIGHT_FD maps it. */
+static VhostInflight *inflight_region_new(unsigned qs)
+{
+    uint64_t size = vhost_inflight_region_bytes(1, qs);
+    Error *err = NULL;
+    int fd = vhost_inflight_memfd_new(size, &err);
+    VhostInflight *r;
+
+    g_assert_no_error(err);
+    r = vhost_inflight_map(fd, size, 0, 1, qs, 1, &err);
+    g_assert_no_error(err);
+    close(fd);
+    return r;
+}
+
+/*
+ * The back-end dies: its VirtQueue goes without pushing what it popped,
+ * and a new one takes over the same rings and region, with
+ * SET_VRING_BASE = used->idx as QEMU sends after a crash.  Returns what
+ * the new queue's start returned.
+ */
+static int drv_crash_restart(Drv *d, uint64_t features, VhostInflight *region)
+{
+    int r;
+
+    virtqueue_stop(d->vq);
+    virtqueue_free(d->vq);
+    d->vq = virtqueue_new(0);
+    local_vq_configure(d->vq, d->q, QVA_A, features, d->ctx);
+    virtqueue_set_err_fd(d->vq, dup(d->err.fd));
+    virtqueue_set_base(d->vq, ld16(used_idx_field(d)));
+    virtqueue_set_inflight(d->vq, region, 0);
+    r = virtqueue_start(d->vq, d->mem, NULL, d);
+    while (aio_poll(d->ctx, false)) {
+        /* the start-up BH */
+    }
+    return r;
+}
+
+/* Pop one element; it must be head. */
+static void pop_expect(Drv *d, VirtQueueElement *e, uint16_t head)
+{
+    g_assert_cmpint(virtqueue_pop(d->vq, e), ==, 1);
+    g_assert_cmpuint(e->head, ==, head);
+    g_assert_cmpuint(e->in_bytes, ==, 16);
+}
+
+/* The driver reads exactly the ids want[0..n) from the used ring. */
+static void used_expect(Drv *d, const uint16_t *want, unsigned n)
+{
+    uint32_t id, len;
+
+    for (unsigned i = 0; i < n; i++) {
+        g_assert_true(drv_get_used(d, &id, &len));
+        g_assert_cmpuint(id, ==, want[i]);
+    }
+    g_assert_false(drv_get_used(d, &id, &len));
+}
+
+/*
+ * Pop 6, push 1, 3 and 4 out of order, die.  The new queue resubmits 0,
+ * 2 and 5 in that order, then takes new requests from the avail ring,
+ * and nothing is answered twice; from used index 0 and across the wrap.
+ * A push cut between used->idx and clearing its flag (rolled back by
+ * hand) is not resubmitted.
+ */
+static void test_inflight_resubmit(void)
+{
+    static const uint16_t bases[] = { 0, 65533 };
+
+    for (unsigned b = 0; b < G_N_ELEMENTS(bases); b++) {
+        VhostInflight *region = inflight_region_new(16);
+        VirtQueueElement *e = g_new0(VirtQueueElement, 6);
+        VhostInflightQueue *q = vhost_inflight_get_queue(region, 0);
+        uint16_t h[8];
+        Drv d;
+
+        drv_setup(&d, 16, F_EVENT_IDX);
+        drv_set_base(&d, bases[b]);
+        virtqueue_set_inflight(d.vq, region, 0);
+        drv_start(&d, NULL);
+        g_assert_cmpuint(virtqueue_resubmitted(d.vq), ==, 0);
+        g_assert_cmpuint(q->hdr.version, ==, 1);
+        for (unsigned i = 0; i < 6; i++) {
+            h[i] = drv_submit_one(&d);
+            pop_expect(&d, &e[i], h[i]);
+        }
+        virtqueue_push(d.vq, &e[1], 1);
+        virtqueue_push(d.vq, &e[3], 3);
+        virtqueue_push(d.vq, &e[4], 4);
+        used_expect(&d, (uint16_t[]){ h[1], h[3], h[4] }, 3);
+        /* The last push stopped after used->idx: flag and header as
+         * before it. */
+        q->desc[h[4]].inflight = 1;
+        q->hdr.used_idx -= 1;
+
+        g_assert_cmpint(drv_crash_restart(&d, F_EVENT_IDX, region), ==, 0);
+        g_assert_cmpuint(virtqueue_resubmitted(d.vq), ==, 3);
+        pop_expect(&d, &e[0], h[0]);
+        pop_expect(&d, &e[2], h[2]);
+        pop_expect(&d, &e[5], h[5]);
+        g_assert_cmpint(virtqueue_pop(d.vq, &e[1]), ==, 0);
+        h[6] = drv_submit_one(&d);
+        pop_expect(&d, &e[1], h[6]);
+        virtqueue_push(d.vq, &e[2], 2);
+        /* A second crash: 0, 5 and the new one, still oldest first. */
+        g_assert_cmpint(drv_crash_restart(&d, F_EVENT_IDX, region), ==, 0);
+        g_assert_cmpuint(virtqueue_resubmitted(d.vq), ==, 3);
+        pop_expect(&d, &e[0], h[0]);
+        pop_expect(&d, &e[5], h[5]);
+        pop_expect(&d, &e[1], h[6]);
+        virtqueue_push(d.vq, &e[5], 5);
+        virtqueue_push(d.vq, &e[0], 0);
+        virtqueue_push(d.vq, &e[1], 6);
+        used_expect(&d, (uint16_t[]){ h[2], h[5], h[0], h[6] }, 4);
+        g_assert_cmpuint(ld16(used_idx_field(&d)), ==,
+                         (uint16_t)(bases[b] + 7));
+        g_assert_cmpuint(virtqueue_stop(d.vq), ==, (uint16_t)(bases[b] + 7));
+        for (unsigned i = 0; i < 16; i++) {
+            g_assert_cmpuint(q->desc[i].inflight, ==, 0);
+        }
+        g_free(e);
+        drv_cleanup(&d);
+        vhost_inflight_unref(region);
+    }
+}
+
+/* A region with fewer entries than the ring, or hostile contents, breaks
+ * the queue at start with the reason. */
+static void test_inflight_bad_region(void)
+{
+    VhostInflight *small = inflight_region_new(8);
+    VhostInflight *region = inflight_region_new(16);
+    Drv d;
+
+    drv_setup(&d, 16, 0);
+    /* A region for rings of 8, fresh or initialised for 8: no room for a
+     * ring of 16. */
+    virtqueue_set_inflight(d.vq, small, 0);
+    g_test_expect_message(NULL, G_LOG_LEVEL_WARNING,
+                          "virtqueue 0 is broken*inflight region for rings "
+                          "of 8 descriptors: the ring has 16*");
+    g_assert_cmpint(virtqueue_start(d.vq, d.mem, NULL, &d), ==, -EPROTO);
+    g_test_assert_expected_messages();
+    g_assert_true(virtqueue_is_broken(d.vq));
+    g_assert_false(virtqueue_is_started(d.vq));
+    vhost_inflight_get_queue(small, 0)->hdr.version = 1;
+    vhost_inflight_get_queue(small, 0)->hdr.desc_num = 8;
+    g_test_expect_message(NULL, G_LOG_LEVEL_WARNING,
+                          "virtqueue 0 is broken*the ring has 16*");
+    g_assert_cmpint(drv_crash_restart(&d, 0, small), ==, -EPROTO);
+    g_test_assert_expected_messages();
+
+    vhost_inflight_get_queue(region, 0)->hdr.version = 7;
+    g_test_expect_message(NULL, G_LOG_LEVEL_WARNING,
+                          "virtqueue 0 is broken*version 7*");
+    g_assert_cmpint(drv_crash_restart(&d, 0, region), ==, -EPROTO);
+    g_test_assert_expected_messages();
+
+    /* Without a region the same rings start. */
+    g_assert_cmpint(drv_crash_restart(&d, 0, NULL), ==, 0);
+    g_assert_false(virtqueue_is_broken(d.vq));
+    drv_cleanup(&d);
+    vhost_inflight_unref(small);
+    vhost_inflight_unref(region);
+}
+
+/* A resubmitted chain is walked and checked like a new one. */
+static void test_inflight_resubmit_checked(void)
+{
+    VhostInflight *region = inflight_region_new(16);
+    VirtQueueElement *e = g_new0(VirtQueueElement, 1);
+    uint16_t head;
+    Drv d;
+
+    drv_setup(&d, 16, 0);
+    virtqueue_set_inflight(d.vq, region, 0);
+    drv_start(&d, NULL);
+    head = drv_submit_one(&d);
+    pop_expect(&d, e, head);
+    g_assert_cmpint(drv_crash_restart(&d, 0, region), ==, 0);
+    g_assert_cmpuint(virtqueue_resubmitted(d.vq), ==, 1);
+    /* The guest rewrote the descriptor meanwhile: now outside memory. */
+    drv_set_desc(&d, d.desc_gpa, head, MEM_SIZE + 0x1000, 16,
+                 VRING_DESC_F_WRITE, 0);
+    g_test_expect_message(NULL, G_LOG_LEVEL_WARNING,
+                          "virtqueue 0 is broken*outside guest memory*");
+    g_assert_cmpint(virtqueue_pop(d.vq, e), ==, -EIO);
+    g_test_assert_expected_messages();
+    g_assert_cmpuint(virtqueue_inflight(d.vq), ==, 0);
+    g_free(e);
+    drv_cleanup(&d);
+    vhost_inflight_unref(region);
+}
+
 static const TestCase tests[] = {
     { "/virtqueue/setup", test_setup },
     { "/virtqueue/start/rings-outside", test_start_rings_outside },
@@ -1711,6 +1914,10 @@ static const TestCase tests[] = {
       test_bad_too_many_segments },
     { "/virtqueue/malformed/total-length", test_bad_total_length },
     { "/virtqueue/malformed/fail-element", test_fail_element },
+    { "/virtqueue/inflight/resubmit", test_inflight_resubmit },
+    { "/virtqueue/inflight/bad-region", test_inflight_bad_region },
+    { "/virtqueue/inflight/resubmit-checked",
+      test_inflight_resubmit_checked },
 };
 
 TEST_MAIN_SETUP(tests, 50, add_malformed_tests, NULL)

@@ -160,7 +160,8 @@ typedef struct VhostInflightResume {
 
 /*
  * Bring queue part q (room for capacity entries: the region's queue_size)
- * in line with the used ring before the queue starts:
+ * in line with the used ring before the queue starts.  A ring of more
+ * than capacity entries is refused.  Then:
  *   - version 0 (never used): initialise it for capacity entries at used
  *     index r->used_idx; nothing to resubmit;
  *   - version 1: if the header's used_idx lags r->used_idx, the last

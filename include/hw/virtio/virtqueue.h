@@ -30,6 +30,7 @@
 #include <stdint.h>
 #include <sys/uio.h>
 #include "hw/virtio/guest-memory.h"
+#include "hw/virtio/vhost-inflight.h"
 #include "hw/virtio/virtio-ring-wire.h"
 #include "util/aio.h"
 #include "util/event-notifier.h"
@@ -94,6 +95,16 @@ void virtqueue_set_kick_fd(VirtQueue *vq, int fd);
 void virtqueue_set_call_fd(VirtQueue *vq, int fd);
 void virtqueue_set_err_fd(VirtQueue *vq, int fd);
 void virtqueue_set_features(VirtQueue *vq, uint64_t features);
+/*
+ * Track the queue's requests in queue part index of region from its next
+ * start (NULL: no tracking, the default), taking a reference on region
+ * and dropping the one on the region before.  At that start the region
+ * decides the used and next avail indexes and the requests a dead
+ * process left are popped first (virtqueue_start()).  Main thread, queue
+ * stopped with nothing in flight; index < vhost_inflight_num_queues().
+ */
+void virtqueue_set_inflight(VirtQueue *vq, VhostInflight *region,
+                            unsigned index);
 /* Only recorded (any thread): the caller starts/stops enabled queues. */
 void virtqueue_set_enabled(VirtQueue *vq, bool enabled);
 bool virtqueue_is_enabled(const VirtQueue *vq);
@@ -108,8 +119,14 @@ AioContext *virtqueue_get_aio_context(const VirtQueue *vq);
 
 /*
  * Translate the ring addresses with mem (a reference is taken), register
- * the kick handler, and call handler when there is work.  Returns -EFAULT
- * if the rings are not inside guest memory (the queue is then broken),
+ * the kick handler, and call handler when there is work.  With an
+ * inflight region (virtqueue_set_inflight()), first resume from it
+ * (vhost_inflight_resume() with used->idx read from guest memory): the
+ * used index becomes used->idx, the next avail index used->idx plus the
+ * requests still marked, and pop returns those first, in the order they
+ * were first popped.  Returns -EFAULT if the rings are not inside guest
+ * memory, -EPROTO if the region does not fit the ring (too few entries,
+ * hostile contents; the queue is broken in both cases, why logged), or
  * -EINVAL if the queue is not ready (virtqueue_is_ready()).
  */
 int virtqueue_start(VirtQueue *vq, GuestMemory *mem, VirtQueueHandler *handler,
@@ -126,6 +143,10 @@ int virtqueue_start(VirtQueue *vq, GuestMemory *mem, VirtQueueHandler *handler,
 uint16_t virtqueue_stop(VirtQueue *vq);
 
 bool virtqueue_is_started(const VirtQueue *vq);
+
+/* Requests the last virtqueue_start() found in the inflight region and
+ * pops first (0 without a region).  Any thread. */
+unsigned virtqueue_resubmitted(const VirtQueue *vq);
 
 /*
  * Swap the guest memory table of a started queue (re-translates rings;
