@@ -53,6 +53,17 @@
  * it; RESET_DEVICE keeps it, as it keeps the memory table, since QEMU sets
  * the channel up once per connection.
  *
+ * Inflight tracking (VHOST_USER_PROTOCOL_F_INFLIGHT_SHMFD, offered when
+ * the export has inflight tracking on): GET_INFLIGHT_FD creates a region
+ * (a sealed memfd, hw/virtio/vhost-inflight.c) for the queues the
+ * front-end names and sends it back without keeping it; the front-end
+ * keeps it across our restarts and hands it back with SET_INFLIGHT_FD
+ * before it starts the rings, which is when it is checked and mapped.
+ * Each ring then tracks into and resumes from its part as it starts
+ * (vhost-user-rings.c).  A region is set only while every ring is
+ * stopped, and belongs to the device state: a reset or a disconnect
+ * drops it.
+ *
  * All of it runs in the main thread (the server's main_ctx).
  */
 #include <inttypes.h>
@@ -140,6 +151,9 @@ static uint64_t vu_offered_protocol_features(VuServer *s)
 
     if (s->ops->get_config) {
         f |= 1ull << VHOST_USER_PROTOCOL_F_CONFIG;
+    }
+    if (s->inflight_tracking) {
+        f |= 1ull << VHOST_USER_PROTOCOL_F_INFLIGHT_SHMFD;
     }
     return f;
 }
@@ -483,6 +497,85 @@ static VuResult vu_set_vring_enable(VuServer *s, VuQueue *q, VuMsg *msg,
 }
 
 /* ------------------------------------------------------------------------ */
+/* Inflight tracking                                                         */
+
+static VuResult vu_inflight_error(VuServer *s, Error *err)
+{
+    vu_fail(s, "%s", error_get_pretty(err));
+    error_free(err);
+    return VU_FAILED;
+}
+
+/* GET_INFLIGHT_FD: a new region for the queues the front-end names. */
+static VuResult vu_get_inflight_fd(VuServer *s, VuMsg *msg, VuMsg *reply)
+{
+    const VhostUserInflight *in = &msg->payload.inflight;
+    Error *err = NULL;
+    uint64_t size;
+    int fd;
+
+    if (!vu_has_protocol_feature(s, VHOST_USER_PROTOCOL_F_INFLIGHT_SHMFD)) {
+        return vu_fail(s, "GET_INFLIGHT_FD without the INFLIGHT_SHMFD "
+                       "protocol feature");
+    }
+    if (!vhost_inflight_check_shape("GET_INFLIGHT_FD", in->num_queues,
+                                    in->queue_size, s->num_queues, &err)) {
+        return vu_inflight_error(s, err);
+    }
+    size = vhost_inflight_region_bytes(in->num_queues, in->queue_size);
+    fd = vhost_inflight_memfd_new(size, &err);
+    if (fd < 0) {
+        return vu_inflight_error(s, err);
+    }
+    vu_log(s, "GET_INFLIGHT_FD: new inflight region for %u queues of %u "
+           "entries (%" PRIu64 " bytes)", in->num_queues, in->queue_size,
+           size);
+    reply->hdr.size = sizeof(VhostUserInflight);
+    reply->payload.inflight = (VhostUserInflight) {
+        .mmap_size = size,
+        .mmap_offset = 0,
+        .num_queues = in->num_queues,
+        .queue_size = in->queue_size,
+    };
+    reply->fds[0] = fd;
+    reply->nfds = 1;
+    return VU_REPLY;
+}
+
+/* SET_INFLIGHT_FD: the region the rings track into from their next
+ * start. */
+static VuResult vu_set_inflight_fd(VuServer *s, VuMsg *msg, VuMsg *reply)
+{
+    const VhostUserInflight *in = &msg->payload.inflight;
+    Error *err = NULL;
+    VhostInflight *region;
+    bool resumed = false;
+
+    if (!vu_has_protocol_feature(s, VHOST_USER_PROTOCOL_F_INFLIGHT_SHMFD)) {
+        return vu_fail(s, "SET_INFLIGHT_FD without the INFLIGHT_SHMFD "
+                       "protocol feature");
+    }
+    if (vu_any_queue_started(s)) {
+        return vu_fail(s, "SET_INFLIGHT_FD while rings are running");
+    }
+    region = vhost_inflight_map(msg->fds[0], in->mmap_size, in->mmap_offset,
+                                in->num_queues, in->queue_size,
+                                s->num_queues, &err);
+    if (!region) {
+        return vu_inflight_error(s, err);
+    }
+    vu_set_inflight(s, region);
+    for (unsigned i = 0; i < s->num_queues; i++) {
+        resumed |= s->queues[i].resuming;
+    }
+    vu_log(s, "SET_INFLIGHT_FD: %s inflight region for %u queues of %u "
+           "entries", resumed ? "resumed with an" : "new", in->num_queues,
+           in->queue_size);
+    vu_queues_update(s);
+    return VU_DONE;
+}
+
+/* ------------------------------------------------------------------------ */
 /* Config space, logging                                                     */
 
 static bool vu_config_in_range(const VhostUserConfig *c)
@@ -583,6 +676,8 @@ static const VuHandlerInfo vu_handlers[] = {
     [VHOST_USER_SET_LOG_BASE] = { .fn = vu_set_log },
     [VHOST_USER_SET_LOG_FD] = { .fn = vu_set_log },
     [VHOST_USER_SET_SLAVE_REQ_FD] = { .fn = vu_set_slave_req_fd },
+    [VHOST_USER_GET_INFLIGHT_FD] = { .fn = vu_get_inflight_fd },
+    [VHOST_USER_SET_INFLIGHT_FD] = { .fn = vu_set_inflight_fd },
 };
 
 /* The ring a request names, if it exists (and is stopped if it must be). */
@@ -672,6 +767,8 @@ VuAnswer vu_server_handle_msg(VuServer *s, VuMsg *msg, VuMsg *reply)
 
     assert_main_thread();
     memset(&reply->hdr, 0, sizeof(reply->hdr));
+    reply->nfds = 0;
+    reply->fds_dropped = false;
     res = vu_dispatch(s, msg, reply);
     vu_msg_close_fds(msg);
     return vu_answer(s, msg, reply, res);

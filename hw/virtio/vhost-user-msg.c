@@ -21,8 +21,9 @@
  *     config space as the header says, at most VHOST_USER_MAX_CONFIG_SIZE;
  *   - SET_VRING_KICK/CALL/ERR: a u64 with the ring index and a "no fd"
  *     flag, and one fd unless that flag is set;
- *   - ADD_MEM_REG and SET_SLAVE_REQ_FD carry one fd, REM_MEM_REG carries
- *     none (one is tolerated from old front-ends and closed unused);
+ *   - ADD_MEM_REG, SET_SLAVE_REQ_FD and SET_INFLIGHT_FD carry one fd,
+ *     REM_MEM_REG carries none (one is tolerated from old front-ends and
+ *     closed unused);
  *   - SET_LOG_BASE and SET_LOG_FD are not looked at: dirty logging is not
  *     offered, their handler refuses them whatever they carry.
  * A request without an entry is refused as unsupported.
@@ -68,6 +69,7 @@ typedef struct VuRequestInfo {
 #define VU_STATE sizeof(VhostUserVringState)
 #define VU_ADDR sizeof(VhostUserVringAddr)
 #define VU_MEMREG sizeof(VhostUserMemRegMsg)
+#define VU_INFLIGHT sizeof(VhostUserInflight)
 
 static const VuRequestInfo vu_requests[] = {
     [VHOST_USER_GET_FEATURES] =
@@ -112,6 +114,10 @@ static const VuRequestInfo vu_requests[] = {
         { "GET_CONFIG", true, VU_SIZE_CONFIG, 0, VU_FDS_NONE },
     [VHOST_USER_SET_CONFIG] =
         { "SET_CONFIG", false, VU_SIZE_CONFIG, 0, VU_FDS_NONE },
+    [VHOST_USER_GET_INFLIGHT_FD] =
+        { "GET_INFLIGHT_FD", true, VU_SIZE_EXACT, VU_INFLIGHT, VU_FDS_NONE },
+    [VHOST_USER_SET_INFLIGHT_FD] =
+        { "SET_INFLIGHT_FD", false, VU_SIZE_EXACT, VU_INFLIGHT, VU_FDS_ONE },
     [VHOST_USER_RESET_DEVICE] =
         { "RESET_DEVICE", false, VU_SIZE_EXACT, 0, VU_FDS_NONE },
     [VHOST_USER_GET_MAX_MEM_SLOTS] =

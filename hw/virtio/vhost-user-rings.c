@@ -27,7 +27,14 @@
  * Guest memory: a new table is handed to each running ring in its home
  * thread (virtqueue_set_memory) and only then is the old one dropped, so
  * rings keep running across a table change.
+ *
+ * Inflight tracking: the region of SET_INFLIGHT_FD (vu_set_inflight(),
+ * while every ring is stopped) is handed to each ring as it starts, ring
+ * i getting queue part i; the ring then resumes from it (virtqueue.c).
+ * A part the front-end says was used before (a restart after a crash or
+ * an upgrade) makes that start report how many requests it resubmits.
  */
+#include <errno.h>
 #include <glib.h>
 
 #include "hw/virtio/vhost-user-server-int.h"
@@ -100,6 +107,26 @@ static bool vu_queue_can_start(VuServer *s, const VuQueue *q)
            vu_queue_enabled(s, q);
 }
 
+/* Ring index's part of the inflight region, if it has one. */
+static void vu_queue_attach_inflight(VuServer *s, VuQueue *q, unsigned index)
+{
+    bool tracked = s->inflight &&
+                   index < vhost_inflight_num_queues(s->inflight);
+
+    virtqueue_set_inflight(q->vq, tracked ? s->inflight : NULL, index);
+}
+
+/* After a start that resumed from a region used before. */
+static void vu_queue_report_resumed(VuServer *s, VuQueue *q, unsigned index)
+{
+    unsigned n = virtqueue_resubmitted(q->vq);
+
+    q->resuming = false;
+    vu_log(s, "ring %u resumed from the inflight region: %u requests "
+           "resubmitted", index, n);
+    vu_event(s, VU_EVENT_RESUBMITTED, index, n);
+}
+
 static void vu_queue_start(VuServer *s, VuQueue *q)
 {
     VuQueueOp op = { .s = s, .q = q, .mem = s->mem };
@@ -107,16 +134,25 @@ static void vu_queue_start(VuServer *s, VuQueue *q)
 
     virtqueue_set_aio_context(q->vq, q->ctx);
     virtqueue_set_base(q->vq, q->base);
+    vu_queue_attach_inflight(s, q, index);
     virtqueue_set_enabled(q->vq, true);
     aio_run_sync(q->ctx, vu_queue_start_bh, &op);
     if (op.ret < 0) {
         q->start_failed = true;
         virtqueue_set_enabled(q->vq, false);
-        vu_log(s, "ring %u does not lie in guest memory: ring not started",
-               index);
+        if (op.ret == -EPROTO) {
+            vu_log(s, "ring %u does not fit the inflight region: ring not "
+                   "started", index);
+        } else {
+            vu_log(s, "ring %u does not lie in guest memory: ring not "
+                   "started", index);
+        }
         return;
     }
     q->started = true;
+    if (q->resuming) {
+        vu_queue_report_resumed(s, q, index);
+    }
     SPINDLE_TRACE2(vu_queue_start, index, q->base);
 }
 
@@ -191,6 +227,21 @@ void vu_queues_reset(VuServer *s)
         q->enabled = false;
         q->start_failed = false;
         q->base = 0;
+    }
+    vu_set_inflight(s, NULL);
+}
+
+void vu_set_inflight(VuServer *s, VhostInflight *region)
+{
+    g_assert(!vu_any_queue_started(s));
+    vhost_inflight_unref(s->inflight);
+    s->inflight = region;
+    for (unsigned i = 0; i < s->num_queues; i++) {
+        VuQueue *q = &s->queues[i];
+
+        q->start_failed = false;
+        q->resuming = region && i < vhost_inflight_num_queues(region) &&
+                      vhost_inflight_get_queue(region, i)->hdr.version != 0;
     }
 }
 

@@ -80,6 +80,13 @@ void vu_log(VuServer *s, const char *fmt, ...)
     g_free(msg);
 }
 
+void vu_event(VuServer *s, VuServerEvent ev, unsigned queue, unsigned count)
+{
+    if (s->event) {
+        s->event(s->event_opaque, ev, queue, count);
+    }
+}
+
 /* ------------------------------------------------------------------------ */
 /* Connection                                                                */
 
@@ -105,6 +112,8 @@ static void vu_client_disconnect(VuServer *s)
     close(s->client_fd);
     s->client_fd = -1;
     SPINDLE_TRACE0(vu_disconnect);
+    vu_log(s, "front-end disconnected");
+    vu_event(s, VU_EVENT_DISCONNECTED, 0, 0);
     /* The next front-end (maybe already waiting in the backlog). */
     vu_set_accepting(s, true);
 }
@@ -138,6 +147,7 @@ static void vu_client_read(void *opaque)
         !vu_msg_send(s->client_fd, &reply, s->why, sizeof(s->why))) {
         answer = VU_ANSWER_CLOSE;
     }
+    vu_msg_close_fds(&reply);      /* sent: the front-end has its own */
     if (answer == VU_ANSWER_CLOSE) {
         vu_log(s, "%s; closing the connection", s->why);
         vu_client_disconnect(s);
@@ -163,6 +173,8 @@ static void vu_accept(void *opaque)
     vu_set_accepting(s, false);
     aio_set_fd_handler(s->main_ctx, fd, vu_client_read, NULL, NULL, NULL, s);
     SPINDLE_TRACE1(vu_connect, fd);
+    vu_log(s, "front-end connected");
+    vu_event(s, VU_EVENT_CONNECTED, 0, 0);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -200,6 +212,9 @@ static VuServer *vu_server_alloc(const VuServerConfig *cfg,
     s->dev = cfg->dev;
     s->num_queues = cfg->num_queues;
     s->max_queue_size = cfg->max_queue_size;
+    s->inflight_tracking = cfg->inflight_tracking;
+    s->event = cfg->event;
+    s->event_opaque = cfg->event_opaque;
     s->listen_fd = -1;
     s->client_fd = -1;
     s->slave_fd = -1;

@@ -207,13 +207,32 @@ bool vu_msg_send(int fd, const VuMsg *msg, char *why, size_t why_len)
     size_t hdr_len = sizeof(msg->hdr);
     size_t len = hdr_len + msg->hdr.size;
     size_t sent = 0;
+    union {
+        char buf[CMSG_SPACE(VHOST_USER_MAX_FDS * sizeof(int))];
+        struct cmsghdr align;
+    } ctl;
 
     g_assert(msg->hdr.size <= VHOST_USER_MAX_PAYLOAD);
+    g_assert(msg->nfds <= VHOST_USER_MAX_FDS);
     /* Header and payload go out in one sendmsg() when they fit. */
     while (sent < len) {
         struct iovec iov[2];
         struct msghdr mh = { .msg_iov = iov };
         ssize_t n;
+
+        if (sent == 0 && msg->nfds) {
+            /* The fds travel with the first byte of the message. */
+            struct cmsghdr *c;
+
+            memset(&ctl, 0, sizeof(ctl));
+            mh.msg_control = ctl.buf;
+            mh.msg_controllen = CMSG_SPACE(msg->nfds * sizeof(int));
+            c = CMSG_FIRSTHDR(&mh);
+            c->cmsg_level = SOL_SOCKET;
+            c->cmsg_type = SCM_RIGHTS;
+            c->cmsg_len = CMSG_LEN(msg->nfds * sizeof(int));
+            memcpy(CMSG_DATA(c), msg->fds, msg->nfds * sizeof(int));
+        }
 
         if (sent < hdr_len) {
             iov[0] = (struct iovec) { (void *)(hdr + sent), hdr_len - sent };

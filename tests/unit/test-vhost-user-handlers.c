@@ -21,6 +21,7 @@
 #include <sys/eventfd.h>
 #include <sys/mman.h>   /* memfd_create() */
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <glib.h>
 
@@ -39,7 +40,28 @@
 
 static AioContext *ctx;
 
-static VuServer *server_new(Dummy *d)
+/* The server's events, as the export would turn them into QMP events. */
+typedef struct EventLog {
+    unsigned n;
+    VuServerEvent ev[8];
+    unsigned queue[8];
+    unsigned count[8];
+} EventLog;
+
+static void event_record(void *opaque, VuServerEvent ev, unsigned queue,
+                         unsigned count)
+{
+    EventLog *log = opaque;
+
+    g_assert_cmpuint(log->n, <, G_N_ELEMENTS(log->ev));
+    log->ev[log->n] = ev;
+    log->queue[log->n] = queue;
+    log->count[log->n] = count;
+    log->n++;
+}
+
+/* A server offering inflight tracking (or not) and logging its events. */
+static VuServer *server_new_inflight(Dummy *d, bool inflight, EventLog *log)
 {
     VuServerConfig cfg = {
         .listen_fd = -1,
@@ -50,6 +72,9 @@ static VuServer *server_new(Dummy *d)
         .ops = &dummy_ops,
         .dev = d,
         .name = "test-handlers",
+        .inflight_tracking = inflight,
+        .event = log ? event_record : NULL,
+        .event_opaque = log,
     };
     Error *err = NULL;
     VuServer *s;
@@ -60,6 +85,11 @@ static VuServer *server_new(Dummy *d)
     g_assert_nonnull(s);
     g_assert_false(vu_server_has_client(s));
     return s;
+}
+
+static VuServer *server_new(Dummy *d)
+{
+    return server_new_inflight(d, false, NULL);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -571,7 +601,7 @@ static void test_request_table(void)
             g_assert_true(g_str_has_prefix(s->why, name));
         }
     }
-    g_assert_cmpuint(known, ==, 25);
+    g_assert_cmpuint(known, ==, 27);
     g_assert_cmpstr(vu_request_name(VHOST_USER_SET_MEM_TABLE), ==,
                     "SET_MEM_TABLE");
     g_assert_null(vu_request_name(VHOST_USER_SEND_RARP));
@@ -833,6 +863,328 @@ static void test_ring_outside_memory(void)
 }
 
 /* ------------------------------------------------------------------------ */
+/* Tests: inflight tracking                                                  */
+
+static const VhostUserInflight inflight_2x8 = { .num_queues = 2,
+                                                .queue_size = 8 };
+
+/* GET_INFLIGHT_FD for 2 queues of 8; returns the region's fd (ours). */
+static int get_inflight_fd(VuServer *s, VhostUserInflight *desc)
+{
+    VuMsg reply;
+    int fd;
+
+    get_reply(s, VHOST_USER_GET_INFLIGHT_FD, &inflight_2x8,
+              sizeof(inflight_2x8), &reply);
+    g_assert_cmpuint(reply.hdr.size, ==, sizeof(VhostUserInflight));
+    g_assert_cmpuint(reply.nfds, ==, 1);
+    *desc = reply.payload.inflight;
+    fd = reply.fds[0];
+    g_assert_cmpint(fd, >=, 0);
+    return fd;
+}
+
+/* SET_INFLIGHT_FD with desc and a dup of fd; the server closes its copy. */
+static VuAnswer set_inflight_fd(VuServer *s, uint32_t flags,
+                                const VhostUserInflight *desc, int fd,
+                                VuMsg *reply)
+{
+    VuMsg m;
+    int copy = dup(fd);
+    VuAnswer a;
+
+    msg_init(&m, VHOST_USER_SET_INFLIGHT_FD, flags, desc, sizeof(*desc));
+    msg_add_fd(&m, copy);
+    a = handle(s, &m, reply);
+    g_assert_false(fd_is_open(copy));
+    return a;
+}
+
+static int inflight_bad_fd(int kind);
+
+/* The feature is offered only when the export says so. */
+static void test_inflight_offered(void)
+{
+    Dummy d;
+    VuServer *s = server_new_inflight(&d, true, NULL);
+    uint64_t bit = 1ull << VHOST_USER_PROTOCOL_F_INFLIGHT_SHMFD;
+    VuMsg m, reply;
+    int fd;
+
+    g_assert_cmpuint(get_u64(s, VHOST_USER_GET_PROTOCOL_FEATURES) & bit, ==,
+                     bit);
+    /* Offered but not negotiated yet. */
+    fd = inflight_bad_fd(1);
+    g_assert_cmpint(set_inflight_fd(s, VHOST_USER_VERSION, &inflight_2x8,
+                                    fd, &reply), ==, VU_ANSWER_CLOSE);
+    g_assert_cmpstr(s->why, ==, "SET_INFLIGHT_FD without the INFLIGHT_SHMFD "
+                    "protocol feature");
+    close(fd);
+    vu_server_free(s);
+    s = server_new(&d);
+    g_assert_cmpuint(get_u64(s, VHOST_USER_GET_PROTOCOL_FEATURES) & bit, ==,
+                     0);
+    /* Not offered, not negotiable, and both requests refused. */
+    msg_init(&m, VHOST_USER_SET_PROTOCOL_FEATURES, VHOST_USER_VERSION, &bit,
+             sizeof(bit));
+    g_assert_cmpint(handle(s, &m, &reply), ==, VU_ANSWER_CLOSE);
+    msg_init(&m, VHOST_USER_GET_INFLIGHT_FD, VHOST_USER_VERSION,
+             &inflight_2x8, sizeof(inflight_2x8));
+    g_assert_cmpint(handle(s, &m, &reply), ==, VU_ANSWER_CLOSE);
+    g_assert_cmpuint(reply.nfds, ==, 0);
+    g_assert_cmpstr(s->why, ==, "GET_INFLIGHT_FD without the INFLIGHT_SHMFD "
+                    "protocol feature");
+    vu_server_free(s);
+}
+
+/*
+ * GET_INFLIGHT_FD answers with a sealed region; SET_INFLIGHT_FD hands it
+ * back; a ring that starts tracks into its part; SET while a ring runs is
+ * refused; after a "crash" (requests left marked in the region) the next
+ * start resubmits them and says so.
+ */
+static void test_inflight_get_set(void)
+{
+    Dummy d;
+    EventLog log = { 0 };
+    VuServer *s = server_new_inflight(&d, true, &log);
+    VhostUserVringState st = { .index = 0, .num = 1 };
+    VhostInflightQueue *q0;
+    VhostUserInflight desc;
+    int ram = guest_ram_new();
+    uint8_t *view;
+    VuMsg reply;
+    int fd;
+
+    negotiate(s);
+    fd = get_inflight_fd(s, &desc);
+    g_assert_cmpuint(desc.mmap_size, ==, vhost_inflight_region_bytes(2, 8));
+    g_assert_cmpuint(desc.mmap_offset, ==, 0);
+    g_assert_cmpuint(desc.num_queues, ==, 2);
+    g_assert_cmpuint(desc.queue_size, ==, 8);
+    g_assert_cmpint(fcntl(fd, F_GET_SEALS) & F_SEAL_SHRINK, !=, 0);
+    g_assert_cmpint(lseek(fd, 0, SEEK_END), ==, desc.mmap_size);
+    view = mmap(NULL, desc.mmap_size, PROT_READ | PROT_WRITE, MAP_SHARED,
+                fd, 0);
+    g_assert(view != MAP_FAILED);
+    q0 = (VhostInflightQueue *)view;
+
+    g_assert_cmpint(set_inflight_fd(s, VHOST_USER_VERSION, &desc, fd,
+                                    &reply), ==, VU_ANSWER_NONE);
+    g_assert_nonnull(s->inflight);
+    set_mem_table(s, ram);
+    setup_ring(s, 0);
+    set_vring_fd(s, VHOST_USER_SET_VRING_KICK, 0);
+    send_ok(s, VHOST_USER_SET_VRING_ENABLE, &st, sizeof(st), NULL, 0);
+    g_assert_true(ring_started(s, 0));
+    /* A fresh region: initialised at start, nothing resubmitted. */
+    g_assert_cmpuint(q0->hdr.version, ==, 1);
+    g_assert_cmpuint(q0->hdr.desc_num, ==, 8);
+    g_assert_cmpuint(log.n, ==, 0);
+
+    /* Not while a ring runs. */
+    g_assert_cmpint(set_inflight_fd(s, VHOST_USER_VERSION, &desc, fd,
+                                    &reply), ==, VU_ANSWER_CLOSE);
+    g_assert_cmpstr(s->why, ==, "SET_INFLIGHT_FD while rings are running");
+
+    /* A dead process left requests 5 then 2 marked; the front-end
+     * reconnects, stops nothing, sets the region and starts again. */
+    get_reply(s, VHOST_USER_GET_VRING_BASE, &st, sizeof(st), &reply);
+    q0->desc[2] = (VhostInflightDesc) { .inflight = 1, .counter = 20 };
+    q0->desc[5] = (VhostInflightDesc) { .inflight = 1, .counter = 10 };
+    g_assert_cmpint(set_inflight_fd(s, VHOST_USER_VERSION, &desc, fd,
+                                    &reply), ==, VU_ANSWER_NONE);
+    g_assert_true(s->queues[0].resuming);
+    g_assert_false(s->queues[1].resuming);
+    set_vring_fd(s, VHOST_USER_SET_VRING_KICK, 0);
+    g_assert_true(ring_started(s, 0));
+    g_assert_cmpuint(virtqueue_resubmitted(vu_server_get_queue(s, 0)), ==,
+                     2);
+    g_assert_cmpuint(log.n, ==, 1);
+    g_assert_cmpint(log.ev[0], ==, VU_EVENT_RESUBMITTED);
+    g_assert_cmpuint(log.queue[0], ==, 0);
+    g_assert_cmpuint(log.count[0], ==, 2);
+    g_assert_false(s->queues[0].resuming);
+
+    /* A reset drops the region. */
+    send_ok(s, VHOST_USER_RESET_DEVICE, NULL, 0, NULL, 0);
+    g_assert_null(s->inflight);
+    vu_server_free(s);
+    munmap(view, desc.mmap_size);
+    close(fd);
+    close(ram);
+}
+
+/* A ring larger than the region's queues does not start, with a reason;
+ * the other rings and the connection carry on. */
+static void test_inflight_ring_too_big(void)
+{
+    Dummy d;
+    VuServer *s = server_new_inflight(&d, true, NULL);
+    VhostUserVringState num = { .index = 1, .num = 16 };
+    VhostUserVringState st = { .index = 1, .num = 1 };
+    VhostUserInflight desc;
+    int ram = guest_ram_new();
+    VuMsg reply;
+    int fd;
+
+    negotiate(s);
+    fd = get_inflight_fd(s, &desc);
+    set_inflight_fd(s, VHOST_USER_VERSION, &desc, fd, &reply);
+    set_mem_table(s, ram);
+    setup_ring(s, 1);
+    send_ok(s, VHOST_USER_SET_VRING_NUM, &num, sizeof(num), NULL, 0);
+    send_ok(s, VHOST_USER_SET_VRING_ENABLE, &st, sizeof(st), NULL, 0);
+    g_test_expect_message(NULL, G_LOG_LEVEL_WARNING,
+                          "virtqueue 1 is broken*inflight region for rings "
+                          "of 8 descriptors: the ring has 16*");
+    set_vring_fd(s, VHOST_USER_SET_VRING_KICK, 1);
+    g_test_assert_expected_messages();
+    g_assert_false(ring_started(s, 1));
+    vu_server_free(s);
+    close(fd);
+    close(ram);
+}
+
+typedef struct InflightBadCase {
+    const char *why;
+    uint32_t request;
+    VhostUserInflight desc;
+    int fd_kind;                 /* 0 none, 1 sealed region, 2 unsealed,
+                                  * 3 sealed but small */
+} InflightBadCase;
+
+static const InflightBadCase inflight_bad_cases[] = {
+    { "GET_INFLIGHT_FD for 0 queues: the device has 1 to 2",
+      VHOST_USER_GET_INFLIGHT_FD, { .num_queues = 0, .queue_size = 8 } },
+    { "GET_INFLIGHT_FD for 3 queues: the device has 1 to 2",
+      VHOST_USER_GET_INFLIGHT_FD, { .num_queues = 3, .queue_size = 8 } },
+    { "GET_INFLIGHT_FD with a queue size of 12: not a power of two from 1 "
+      "to 32768", VHOST_USER_GET_INFLIGHT_FD,
+      { .num_queues = 1, .queue_size = 12 } },
+    { "GET_INFLIGHT_FD with a queue size of 0: not a power of two from 1 "
+      "to 32768", VHOST_USER_GET_INFLIGHT_FD,
+      { .num_queues = 1, .queue_size = 0 } },
+    { "SET_INFLIGHT_FD with 0 file descriptors, expected 1",
+      VHOST_USER_SET_INFLIGHT_FD,
+      { .mmap_size = 1024, .num_queues = 2, .queue_size = 8 } },
+    { "SET_INFLIGHT_FD with a file that is not sealed against shrinking "
+      "(F_SEAL_SHRINK): pass back the memfd GET_INFLIGHT_FD gave",
+      VHOST_USER_SET_INFLIGHT_FD,
+      { .mmap_size = 1024, .num_queues = 2, .queue_size = 8 }, 2 },
+    { "SET_INFLIGHT_FD: 1024 bytes at offset 0 run past the end of the "
+      "file (256 bytes)", VHOST_USER_SET_INFLIGHT_FD,
+      { .mmap_size = 1024, .num_queues = 2, .queue_size = 8 }, 3 },
+    { "SET_INFLIGHT_FD with a region of 64 bytes: 2 queues of 8 entries "
+      "need 384", VHOST_USER_SET_INFLIGHT_FD,
+      { .mmap_size = 64, .num_queues = 2, .queue_size = 8 }, 1 },
+    { "SET_INFLIGHT_FD for 3 queues: the device has 1 to 2",
+      VHOST_USER_SET_INFLIGHT_FD,
+      { .mmap_size = 4096, .num_queues = 3, .queue_size = 8 }, 1 },
+    { "SET_INFLIGHT_FD at offset 100: not a multiple of the page size",
+      VHOST_USER_SET_INFLIGHT_FD, { .mmap_size = 384, .mmap_offset = 100,
+                                    .num_queues = 2, .queue_size = 8 }, 1 },
+};
+
+/* An fd of the kind a bad case sends. */
+static int inflight_bad_fd(int kind)
+{
+    Error *err = NULL;
+    int fd;
+
+    switch (kind) {
+    case 2:
+        fd = memfd_create("unsealed", MFD_CLOEXEC);
+        g_assert_cmpint(ftruncate(fd, 4096), ==, 0);
+        return fd;
+    default:
+        fd = vhost_inflight_memfd_new(kind == 3 ? 256 : 4096, &err);
+        g_assert_no_error(err);
+        return fd;
+    }
+}
+
+/* Bad shapes, sizes, fds: an error ack when asked for (GET has its own
+ * reply: it closes), nothing mapped, no fd leaked. */
+static void test_inflight_bad(void)
+{
+    Dummy d;
+    VuServer *s = server_new_inflight(&d, true, NULL);
+    VuMsg m, reply;
+
+    negotiate(s);
+    for (size_t i = 0; i < G_N_ELEMENTS(inflight_bad_cases); i++) {
+        const InflightBadCase *c = &inflight_bad_cases[i];
+        int fd = c->fd_kind ? inflight_bad_fd(c->fd_kind) : -1;
+        VuAnswer a;
+
+        g_test_message("%s", c->why);
+        msg_init(&m, c->request, NEED_REPLY, &c->desc, sizeof(c->desc));
+        if (fd >= 0) {
+            msg_add_fd(&m, fd);
+        }
+        a = handle(s, &m, &reply);
+        g_assert_cmpstr(s->why, ==, c->why);
+        g_assert_cmpuint(reply.nfds, ==, 0);
+        if (fd >= 0) {
+            g_assert_false(fd_is_open(fd));
+        }
+        if (c->request == VHOST_USER_GET_INFLIGHT_FD) {
+            g_assert_cmpint(a, ==, VU_ANSWER_CLOSE);
+        } else {
+            g_assert_cmpint(a, ==, VU_ANSWER_REPLY);
+            check_ack(&reply, c->request, 1);
+        }
+        g_assert_null(s->inflight);
+    }
+    /* A payload of the wrong size. */
+    msg_init(&m, VHOST_USER_GET_INFLIGHT_FD, VHOST_USER_VERSION,
+             &inflight_2x8, 16);
+    g_assert_cmpint(handle(s, &m, &reply), ==, VU_ANSWER_CLOSE);
+    g_assert_cmpstr(s->why, ==, "GET_INFLIGHT_FD with a payload of 16 "
+                    "bytes, expected 24");
+    vu_server_free(s);
+}
+
+/* A reply's fds travel with it over the socket (GET_INFLIGHT_FD's). */
+static void test_reply_carries_fd(void)
+{
+    union {
+        char buf[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } ctl;
+    VuMsg reply = { .hdr = { VHOST_USER_GET_INFLIGHT_FD,
+                             VHOST_USER_VERSION | VHOST_USER_REPLY_MASK,
+                             sizeof(VhostUserInflight) } };
+    uint8_t buf[64];
+    struct iovec iov = { buf, sizeof(buf) };
+    struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1,
+                         .msg_control = ctl.buf,
+                         .msg_controllen = sizeof(ctl.buf) };
+    struct stat a, b;
+    char why[128];
+    int sv[2], got;
+
+    g_assert_cmpint(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv),
+                    ==, 0);
+    reply.fds[0] = inflight_bad_fd(1);
+    reply.nfds = 1;
+    g_assert_true(vu_msg_send(sv[0], &reply, why, sizeof(why)));
+    g_assert_cmpint(recvmsg(sv[1], &mh, 0), ==, 12 + 24);
+    g_assert_nonnull(CMSG_FIRSTHDR(&mh));
+    g_assert_cmpint(CMSG_FIRSTHDR(&mh)->cmsg_type, ==, SCM_RIGHTS);
+    memcpy(&got, CMSG_DATA(CMSG_FIRSTHDR(&mh)), sizeof(got));
+    g_assert_cmpint(fstat(got, &a), ==, 0);
+    g_assert_cmpint(fstat(reply.fds[0], &b), ==, 0);
+    g_assert_cmpuint(a.st_ino, ==, b.st_ino);
+    vu_msg_close_fds(&reply);
+    g_assert_cmpuint(reply.nfds, ==, 0);
+    close(got);
+    close(sv[0]);
+    close(sv[1]);
+}
+
+/* ------------------------------------------------------------------------ */
 
 static const TestCase tests[] = {
     { "/vhost-user-handlers/negotiate", test_negotiate },
@@ -846,6 +1198,13 @@ static const TestCase tests[] = {
     { "/vhost-user-handlers/malformed", test_malformed },
     { "/vhost-user-handlers/malformed-special", test_malformed_special },
     { "/vhost-user-handlers/ring-outside-memory", test_ring_outside_memory },
+    { "/vhost-user-handlers/inflight/offered", test_inflight_offered },
+    { "/vhost-user-handlers/inflight/get-set", test_inflight_get_set },
+    { "/vhost-user-handlers/inflight/ring-too-big",
+      test_inflight_ring_too_big },
+    { "/vhost-user-handlers/inflight/bad", test_inflight_bad },
+    { "/vhost-user-handlers/inflight/reply-carries-fd",
+      test_reply_carries_fd },
 };
 
 static void setup(void)

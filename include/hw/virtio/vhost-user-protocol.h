@@ -27,9 +27,11 @@ typedef struct VuMsg {
         VhostUserMemory memory;
         VhostUserMemRegMsg memreg;
         VhostUserConfig config;
+        VhostUserInflight inflight;
         uint8_t bytes[VHOST_USER_MAX_PAYLOAD];
     } payload;
-    int fds[VHOST_USER_MAX_FDS];  /* received fds, owned by the message */
+    int fds[VHOST_USER_MAX_FDS];  /* received or to send; owned by the
+                                   * message */
     unsigned nfds;
     bool fds_dropped;             /* more fds came than fit: extras closed */
 } VuMsg;
@@ -54,8 +56,9 @@ int vu_msg_recv(int fd, VuMsg *msg, int timeout_ms, char *why,
                 size_t why_len);
 
 /*
- * Send msg's header and hdr.size bytes of payload (no fds).  false, with
- * why set, if the peer is gone or does not read within the socket's send
+ * Send msg's header and hdr.size bytes of payload, with msg's nfds fds
+ * (they stay msg's: close them with vu_msg_close_fds()).  false, with why
+ * set, if the peer is gone or does not read within the socket's send
  * time-out.  Any thread.
  */
 bool vu_msg_send(int fd, const VuMsg *msg, char *why, size_t why_len);

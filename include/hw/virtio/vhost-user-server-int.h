@@ -32,6 +32,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 #include "hw/virtio/guest-memory.h"
+#include "hw/virtio/vhost-inflight.h"
 #include "hw/virtio/vhost-user-protocol.h"
 #include "hw/virtio/vhost-user-server.h"
 
@@ -41,6 +42,9 @@ typedef struct VuQueue {
     bool started;             /* virtqueue_start() succeeded, not stopped */
     bool enabled;             /* SET_VRING_ENABLE */
     bool start_failed;        /* don't retry until the set-up changes */
+    bool resuming;            /* its part of the inflight region was used
+                               * before: report what the next start
+                               * resubmits */
     uint16_t base;            /* next avail index while stopped */
     VirtQueueStats past;      /* of the rings before vq (reset, reconnect) */
 } VuQueue;
@@ -52,6 +56,9 @@ struct VuServer {
     void *dev;
     unsigned num_queues;
     unsigned max_queue_size;
+    bool inflight_tracking;   /* INFLIGHT_SHMFD offered */
+    VuServerEventFn *event;
+    void *event_opaque;
 
     int listen_fd;            /* ours: created, or a dup of the given fd;
                                * -1 for a server without a socket */
@@ -69,6 +76,7 @@ struct VuServer {
     GuestMemory *mem;         /* NULL until the first table */
     int slave_fd;             /* the back-end channel (SET_SLAVE_REQ_FD), or
                                * -1; ours to close */
+    VhostInflight *inflight;  /* SET_INFLIGHT_FD's region, or NULL */
 
     char why[256];            /* reason of the last failure */
     VuQueue queues[];
@@ -76,6 +84,9 @@ struct VuServer {
 
 /* Log one line naming the export (error_report()).  Main thread. */
 void G_GNUC_PRINTF(2, 3) vu_log(VuServer *s, const char *fmt, ...);
+
+/* Tell the server's owner (VuServerConfig.event), if any.  Main thread. */
+void vu_event(VuServer *s, VuServerEvent ev, unsigned queue, unsigned count);
 
 /* ------------------------------------------------------------------------ */
 /* The server without a socket (vhost-user-server.c)                         */
@@ -112,7 +123,9 @@ typedef enum VuAnswer {
  * msg is the caller's; every fd in it is consumed: handed to its new
  * owner (a ring, the back-end channel) or closed, and msg->nfds is 0 on
  * return.  reply is filled for VU_ANSWER_REPLY (the front-end's request
- * code, the version and reply flags, the payload) and undefined otherwise.
+ * code, the version and reply flags, the payload, and the fds to send
+ * with it, which the caller closes after sending: vu_msg_close_fds()),
+ * and holds no fd otherwise.
  * Main thread (the server's main_ctx); rings are started and stopped in
  * their home threads, which must be running their loops unless they are
  * the main thread.
@@ -121,8 +134,8 @@ VuAnswer vu_server_handle_msg(VuServer *s, VuMsg *msg, VuMsg *reply);
 
 /*
  * Forget what the front-end set up: stop and reset every ring, drop the
- * memory table, the features and the back-end channel.  For a
- * disconnect.  Main thread.
+ * memory table, the features, the inflight region and the back-end
+ * channel.  For a disconnect.  Main thread.
  */
 void vu_server_forget_client(VuServer *s);
 
@@ -149,9 +162,13 @@ void vu_queues_update(VuServer *s);
 /* Stop a running ring and finish its requests; remembers its base. */
 void vu_queue_stop(VuServer *s, VuQueue *q);
 
-/* Stop every ring, then forget all ring state (fds, sizes, bases); the
- * statistics are kept. */
+/* Stop every ring, then forget all ring state (fds, sizes, bases) and
+ * the inflight region; the statistics are kept. */
 void vu_queues_reset(VuServer *s);
+
+/* Install the inflight region of SET_INFLIGHT_FD (takes the reference;
+ * NULL: none) for the rings' next starts.  Every ring is stopped. */
+void vu_set_inflight(VuServer *s, VhostInflight *region);
 
 /* Install a new memory table (takes the reference); running rings keep
  * running on it, the old table is dropped after they switched. */

@@ -61,6 +61,18 @@ typedef struct VuDevOps {
     VirtQueueHandler *handle_queue;
 } VuDevOps;
 
+/* What the server tells its owner about the front-end (main thread). */
+typedef enum VuServerEvent {
+    VU_EVENT_CONNECTED,          /* a front-end was accepted */
+    VU_EVENT_DISCONNECTED,       /* it went away, or was dropped */
+    VU_EVENT_RESUBMITTED,        /* ring `queue` resumed from an inflight
+                                  * region used before, with `count`
+                                  * requests of a dead process to redo */
+} VuServerEvent;
+
+typedef void VuServerEventFn(void *opaque, VuServerEvent ev, unsigned queue,
+                             unsigned count);
+
 typedef struct VuServerConfig {
     const char *path;            /* socket path to create (mode 0600) ... */
     int listen_fd;               /* ... or (path NULL) an inherited listening
@@ -73,6 +85,11 @@ typedef struct VuServerConfig {
     const VuDevOps *ops;
     void *dev;                   /* passed to ops */
     const char *name;            /* for messages: the export id */
+    /* Offer VHOST_USER_PROTOCOL_F_INFLIGHT_SHMFD: the front-end keeps a
+     * log of the requests in flight that survives our crash. */
+    bool inflight_tracking;
+    VuServerEventFn *event;      /* NULL: none; called with event_opaque */
+    void *event_opaque;
 } VuServerConfig;
 
 /*
