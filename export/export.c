@@ -72,6 +72,9 @@ static const ExportDriver *const export_drivers[] = {
 /* Every export, in creation order. */
 static GPtrArray *exports;
 
+/* Where the exports' events go (the monitor), or NULL. */
+static ExportEventSink *export_event_sink;
+
 /* ------------------------------------------------------------------------ */
 /* Registry                                                                  */
 
@@ -648,6 +651,21 @@ Export *export_create(Opts *opts, AioContext *main_ctx, Error **errp)
         error_prepend(errp, "export '%s': ", c.id);
     }
     return exp;
+}
+
+void export_set_event_sink(ExportEventSink *sink)
+{
+    assert_main_thread();
+    export_event_sink = sink;
+}
+
+void export_emit_event(const char *event, const char *id, int queue,
+                       int requests)
+{
+    assert_main_thread();
+    if (export_event_sink) {
+        export_event_sink(event, id, queue, requests);
+    }
 }
 
 void export_delete(Export *exp)

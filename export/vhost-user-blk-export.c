@@ -10,6 +10,7 @@
  *   num-queues=N                    1..64, default 1
  *   logical-block-size=N            512..64k, a power of two, default 512
  *   serial=S                        GET_ID's answer, at most 20 bytes
+ *   inflight-tracking=on|off        INFLIGHT_SHMFD offered, default on
  * and checks what can be checked without side effects (an inherited fd must
  * be an open, listening UNIX stream socket: vhost-user-export.c).
  * start() creates the VirtioBlk over the export's node and a VuServer whose
@@ -76,8 +77,7 @@ static void *vhost_user_blk_export_parse(Export *exp, Opts *opts,
                       &num_queues, &err) ||
         !opts_get_size(opts, "logical-block-size", 512, &lbs, &err) ||
         !opts_get_str(opts, "serial", NULL, &serial, &err) ||
-        !vhost_user_export_parse_addr(opts, &vexp->vu.path,
-                                      &vexp->vu.listen_fd, &err)) {
+        !vhost_user_export_parse(opts, &vexp->vu, &err)) {
         goto fail;
     }
     if (lbs < 512 || lbs > 65536 || (lbs & (lbs - 1))) {

@@ -3,6 +3,9 @@
  * (vhost-user-blk, vhost-user-scsi) share, their address and the server on
  * it.
  *
+ * The options they share: inflight-tracking=on|off (offer
+ * VHOST_USER_PROTOCOL_F_INFLIGHT_SHMFD, on by default, so that a restart
+ * finishes the requests a crashed process had taken), and the address.
  * The address is qemu-storage-daemon's SocketAddress restricted to what
  * vhost-user can use: addr.type=unix,addr.path=PATH (a socket the server
  * creates) or addr.type=fd,addr.str=N (a listening UNIX socket inherited
@@ -57,8 +60,8 @@ static bool vhost_user_check_fd(int fd, Error **errp)
     return true;
 }
 
-bool vhost_user_export_parse_addr(Opts *opts, char **path, int *listen_fd,
-                                  Error **errp)
+static bool vhost_user_export_parse_addr(Opts *opts, char **path,
+                                         int *listen_fd, Error **errp)
 {
     static const char *const types[] = {
         "unix", "fd", "inet", "vsock", NULL
@@ -121,6 +124,31 @@ bool vhost_user_export_parse_addr(Opts *opts, char **path, int *listen_fd,
     return opts_check_unused(addr, NULL, errp);
 }
 
+bool vhost_user_export_parse(Opts *opts, VhostUserExport *vu, Error **errp)
+{
+    return vhost_user_export_parse_addr(opts, &vu->path, &vu->listen_fd,
+                                        errp) &&
+           opts_get_bool(opts, "inflight-tracking", true,
+                         &vu->inflight_tracking, errp);
+}
+
+/* VuServerConfig.event: the server's news, as the export's events. */
+static void vhost_user_export_event(void *opaque, VuServerEvent ev,
+                                    unsigned queue, unsigned count)
+{
+    static const char *const names[] = {
+        [VU_EVENT_CONNECTED] = "BLOCK_EXPORT_CONNECTED",
+        [VU_EVENT_DISCONNECTED] = "BLOCK_EXPORT_DISCONNECTED",
+        [VU_EVENT_RESUBMITTED] = "BLOCK_EXPORT_RESUBMITTED",
+    };
+    VhostUserExport *vu = opaque;
+    bool per_queue = ev == VU_EVENT_RESUBMITTED;
+
+    g_assert(ev < G_N_ELEMENTS(names));
+    export_emit_event(names[ev], vu->id, per_queue ? (int)queue : -1,
+                      per_queue ? (int)count : -1);
+}
+
 bool vhost_user_export_serve(VhostUserExport *vu, Export *exp,
                              unsigned num_queues, const VuDevOps *ops,
                              void *dev, Error **errp)
@@ -135,9 +163,13 @@ bool vhost_user_export_serve(VhostUserExport *vu, Export *exp,
         .ops = ops,
         .dev = dev,
         .name = exp->id,
+        .inflight_tracking = vu->inflight_tracking,
+        .event = vhost_user_export_event,
+        .event_opaque = vu,
     };
 
     assert_main_thread();
+    vu->id = g_strdup(exp->id);
     vu->server = vu_server_new(&cfg, exp->main_ctx, errp);
     if (!vu->server) {
         return false;
@@ -159,6 +191,7 @@ void vhost_user_export_stop(VhostUserExport *vu)
         vu->server = NULL;
     }
     g_clear_pointer(&vu->path, g_free);
+    g_clear_pointer(&vu->id, g_free);
 }
 
 bool vhost_user_export_queue_stats(void *state, unsigned i,

@@ -10,6 +10,7 @@
  *   addr.type=unix,addr.path=PATH   a socket the server creates (mode 0600)
  *   addr.type=fd,addr.str=N         a listening UNIX socket inherited as fd N
  *   num-queues=N                    request queues, 1..62, default 1
+ *   inflight-tracking=on|off        INFLIGHT_SHMFD offered, default on
  *   lun.N.node-name=NODE            LUN N's node (lun.N=NODE is short for
  *                                   it; in JSON "lun": [{...}, "NODE"])
  *   lun.N.writable=on|off           default off, as qemu-storage-daemon's
@@ -312,8 +313,7 @@ static void *vhost_user_scsi_export_parse(Export *exp, Opts *opts,
     vexp->luns = g_ptr_array_new_with_free_func(vhost_user_scsi_lun_free);
     if (!opts_get_int(opts, "num-queues", 1, VHOST_USER_SCSI_MAX_QUEUES, 1,
                       &num_queues, &err) ||
-        !vhost_user_export_parse_addr(opts, &vexp->vu.path,
-                                      &vexp->vu.listen_fd, &err) ||
+        !vhost_user_export_parse(opts, &vexp->vu, &err) ||
         !vhost_user_scsi_parse_luns(exp, opts, vexp, &err)) {
         vhost_user_scsi_export_free(vexp);
         error_propagate(errp, g_steal_pointer(&err));

@@ -268,8 +268,23 @@ static JsonNode *qmp_block_export_lun_del(JsonObject *args, Error **errp)
 
 /* ------------------------------------------------------------------------ */
 
+/* The exports' connection events (export_set_event_sink()). */
+static void qmp_export_event(const char *event, const char *id, int queue,
+                             int requests)
+{
+    g_autoptr(JsonObject) data = json_object_new();
+
+    json_object_set_string_member(data, "id", id);
+    if (queue >= 0) {
+        json_object_set_int_member(data, "queue", queue);
+        json_object_set_int_member(data, "requests", requests);
+    }
+    qmp_event_emit(event, data);
+}
+
 void qmp_register_export_commands(void)
 {
+    export_set_event_sink(qmp_export_event);
     qmp_register_command("block-export-add", qmp_block_export_add);
     qmp_register_command("block-export-del", qmp_block_export_del);
     qmp_register_command("query-block-exports", qmp_query_block_exports);

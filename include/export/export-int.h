@@ -147,22 +147,31 @@ void export_unbind_node(Export *exp, BlockNode *bs);
 typedef struct VhostUserExport {
     char *path;                  /* addr.type=unix */
     int listen_fd;               /* addr.type=fd; else -1 */
+    bool inflight_tracking;      /* inflight-tracking=on (the default) */
+    char *id;                    /* the export's, for events */
     VuServer *server;            /* from vhost_user_export_serve() */
 } VhostUserExport;
 
 /*
- * The addr option of a vhost-user export: addr.type=unix,addr.path=P
- * (*path gets a copy, the caller frees it) or addr.type=fd,addr.str=N
- * (*listen_fd = N, checked to be an open, listening UNIX stream socket;
- * still the caller's to close).  Errors name the option.  Main thread.
+ * The options every vhost-user export has, into vu: addr.type=unix,
+ * addr.path=P (vu->path gets a copy) or addr.type=fd,addr.str=N
+ * (vu->listen_fd = N, checked to be an open, listening UNIX stream
+ * socket; still the caller's to close), and inflight-tracking=on|off.
+ * Errors name the option.  Main thread.
  */
-bool vhost_user_export_parse_addr(Opts *opts, char **path, int *listen_fd,
-                                  Error **errp);
+bool vhost_user_export_parse(Opts *opts, VhostUserExport *vu, Error **errp);
+
+/* Pass an event to the sink of export_set_event_sink(), if any.  Main
+ * thread. */
+void export_emit_event(const char *event, const char *id, int queue,
+                       int requests);
 
 /*
  * Serve dev (a device with these VuDevOps and num_queues virtqueues) on
  * vu's address: a VuServer named after the export, whose queues run in
- * exp's contexts, goes in vu->server.  The server listens on a duplicate
+ * exp's contexts, offering inflight tracking unless vu says not to and
+ * reporting its connection's events (export_emit_event()), goes in
+ * vu->server.  The server listens on a duplicate
  * of an inherited fd, so that fd is closed here (listen_fd becomes -1),
  * as when qemu-storage-daemon adopts one.  False with errp set if the
  * server cannot start.  Main thread.

@@ -31,6 +31,21 @@ typedef struct Export Export;
 Export *export_create(Opts *opts, AioContext *main_ctx, Error **errp);
 
 /*
+ * What happens on an export's front-end connection, for the monitor to
+ * turn into QMP events: event is "BLOCK_EXPORT_CONNECTED",
+ * "BLOCK_EXPORT_DISCONNECTED" (queue and requests -1) or
+ * "BLOCK_EXPORT_RESUBMITTED" (queue: the virtqueue that resumed from the
+ * inflight region, requests: how many it resubmitted).  id is the
+ * export's.  Main thread.
+ */
+typedef void ExportEventSink(const char *event, const char *id, int queue,
+                             int requests);
+
+/* Send every export's events to sink from now on (NULL: nowhere, the
+ * default).  Main thread. */
+void export_set_event_sink(ExportEventSink *sink);
+
+/*
  * Parse the argument of --export (key=value with the implied key "type",
  * or JSON) into Opts for export_create().  Unlike opts_parse(), it also
  * takes a JSON list of strings for "iothread".  Returns NULL and sets errp
