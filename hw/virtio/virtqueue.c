@@ -847,7 +847,7 @@ int virtqueue_pop(VirtQueue *vq, VirtQueueElement *elem)
     if (!vq->started) {
         return 0;
     }
-    if (G_UNLIKELY(vq->track.q)) {
+    if (vq->track.q) {
         return virtqueue_pop_tracked(vq, elem);
     }
     return virtqueue_pop_avail(vq, elem);
@@ -903,7 +903,7 @@ void virtqueue_push(VirtQueue *vq, const VirtQueueElement *elem, uint32_t len)
     SPINDLE_TRACE3(vq_push, vq->index, elem->head, len);
 
     if (vq->used) {
-        if (G_UNLIKELY(vq->track.q)) {
+        if (vq->track.q) {
             /* Linked before used->idx moves, cleared after: the order
              * vhost_inflight_resume() relies on. */
             vhost_inflight_link(&vq->track, elem->head);

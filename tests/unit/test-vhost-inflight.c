@@ -401,18 +401,26 @@ static void test_every_cut(void)
     }
 }
 
+/* A queue part of 8 entries in use, the log at used index log_used. */
+static VhostInflightQueue *queue8_in_use(uint16_t log_used)
+{
+    VhostInflightQueue *q = g_malloc0(vhost_inflight_queue_bytes(8));
+
+    q->hdr.version = 1;
+    q->hdr.desc_num = 8;
+    q->hdr.used_idx = log_used;
+    return q;
+}
+
 /* A used-ring update of several entries (another back-end's batch) is
  * finished as a whole; the walk visits exactly the batch. */
 static void test_batch_of_three(void)
 {
-    g_autofree VhostInflightQueue *q = g_malloc0(vhost_inflight_queue_bytes(8));
+    g_autofree VhostInflightQueue *q = queue8_in_use(10);
     uint16_t heads[8];
     VhostInflightResume r = { .used_idx = 13, .num = 8, .heads = heads };
     char why[256];
 
-    q->hdr.version = 1;
-    q->hdr.desc_num = 8;
-    q->hdr.used_idx = 10;
     /* In flight: 1, 4, 5, 6 (counters 7, 3, 9, 2); pushed in one batch:
      * 4 then 5 then 6, so 6 heads the list. */
     for (unsigned i = 0; i < 8; i++) {
@@ -499,14 +507,11 @@ static void test_hostile(const void *data)
  * walk's reach are kept. */
 static void test_looping_batch(void)
 {
-    g_autofree VhostInflightQueue *q = g_malloc0(vhost_inflight_queue_bytes(8));
+    g_autofree VhostInflightQueue *q = queue8_in_use(0);   /* a batch of 8 */
     uint16_t heads[8];
     VhostInflightResume r = { .used_idx = 8, .num = 8, .heads = heads };
     char why[256];
 
-    q->hdr.version = 1;
-    q->hdr.desc_num = 8;
-    q->hdr.used_idx = 0;          /* a batch of 8 */
     q->hdr.last_batch_head = 3;
     q->desc[3].next = 3;
     q->desc[3].inflight = 1;
