@@ -13,10 +13,16 @@
  * A size over VHOST_USER_MAX_PAYLOAD ends the input: the socket layer
  * refuses such a header before any handler sees it.  The fds are real:
  * a memfd (GUEST_MEM_SIZE bytes, sparse) for the requests that carry
- * memory (SET_MEM_TABLE, ADD_MEM_REG, ...), an eventfd for the others.
+ * memory (SET_MEM_TABLE, ADD_MEM_REG, ...), the inflight region for
+ * SET_INFLIGHT_FD (the last one GET_INFLIGHT_FD answered with, or at
+ * first a sealed one of the harness's for NUM_QUEUES queues of
+ * MAX_QUEUE_SIZE entries), an eventfd for the others.
  * Request 0 (no request has that number: the handler would refuse it) is the
  * harness's own: its payload, after a u32 offset, is written into that
- * memfd, so that inputs can lay out rings and requests in guest memory.
+ * memfd, so that inputs can lay out rings and requests in guest memory;
+ * with bit 31 of its flags set, into the inflight region instead, so
+ * that inputs can leave requests marked there (or anything else) for the
+ * next ring start to resume from.
  *
  * Regions may be anywhere relative to the memfd: one that runs past its
  * end was this harness's first finding (a SIGBUS at the ring's start;
@@ -39,6 +45,7 @@
 
 #include "block/block.h"
 #include "helpers.h"
+#include "hw/virtio/vhost-inflight.h"
 #include "hw/virtio/vhost-user-server-int.h"
 #include "hw/virtio/virtio-blk.h"
 
@@ -46,6 +53,7 @@
 #define MAX_QUEUE_SIZE  256
 #define GUEST_MEM_SIZE  (1u << 20)
 #define MAX_EVENTFDS    64        /* kept to kick; more are not kept */
+#define TO_INFLIGHT     (1u << 31) /* request 0's flags: write the region */
 
 typedef struct FuzzVu {
     AioContext *ctx;
@@ -53,6 +61,7 @@ typedef struct FuzzVu {
     VirtioBlk *vb;
     VuServer *server;
     int memfd;                    /* guest memory; requests get dups */
+    int inflight_fd;              /* the inflight region; SET gets dups */
     int eventfds[MAX_EVENTFDS];   /* dups of those handed out */
     unsigned neventfds;
 } FuzzVu;
@@ -64,7 +73,6 @@ static bool request_carries_memory(uint32_t request)
     case VHOST_USER_ADD_MEM_REG:
     case VHOST_USER_REM_MEM_REG:
     case VHOST_USER_SET_LOG_BASE:
-    case VHOST_USER_SET_INFLIGHT_FD:
         return true;
     default:
         return false;
@@ -77,6 +85,9 @@ static int new_fd(FuzzVu *f, uint32_t request)
 
     if (request_carries_memory(request)) {
         return fcntl(f->memfd, F_DUPFD_CLOEXEC, 0);
+    }
+    if (request == VHOST_USER_SET_INFLIGHT_FD) {
+        return fcntl(f->inflight_fd, F_DUPFD_CLOEXEC, 0);
     }
     fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (fd >= 0 && f->neventfds < MAX_EVENTFDS) {
@@ -114,6 +125,7 @@ static void fuzz_vu_setup(FuzzVu *f)
         .nctx = 1,
         .ops = &virtio_blk_vu_ops,
         .name = "fuzz",
+        .inflight_tracking = true,
     };
     Error *err = NULL;
 
@@ -129,6 +141,9 @@ static void fuzz_vu_setup(FuzzVu *f)
     f->memfd = memfd_create("fuzz-guest", MFD_CLOEXEC);
     g_assert(f->memfd >= 0);
     g_assert(ftruncate(f->memfd, GUEST_MEM_SIZE) == 0);
+    f->inflight_fd = vhost_inflight_memfd_new(
+        vhost_inflight_region_bytes(NUM_QUEUES, MAX_QUEUE_SIZE), &err);
+    g_assert_no_error(err);
 }
 
 static void fuzz_vu_cleanup(FuzzVu *f)
@@ -141,23 +156,38 @@ static void fuzz_vu_cleanup(FuzzVu *f)
         close(f->eventfds[i]);
     }
     close(f->memfd);
+    close(f->inflight_fd);
 }
 
-/* Request 0: write the payload (after its u32 offset) into guest memory. */
+/* Request 0: write the payload (after its u32 offset) into guest memory,
+ * or the inflight region (flags TO_INFLIGHT), as far as the file goes. */
 static void write_guest_memory(FuzzVu *f, const VuMsg *m)
 {
+    int fd = (m->hdr.flags & TO_INFLIGHT) ? f->inflight_fd : f->memfd;
+    off_t end = lseek(fd, 0, SEEK_END);
     uint32_t off;
 
-    if (m->hdr.size < sizeof(off)) {
+    if (m->hdr.size < sizeof(off) || end <= 0) {
         return;
     }
     memcpy(&off, m->payload.bytes, sizeof(off));
-    off %= GUEST_MEM_SIZE;
-    if (pwrite(f->memfd, m->payload.bytes + sizeof(off),
-               MIN(m->hdr.size - sizeof(off), GUEST_MEM_SIZE - off),
-               off) < 0) {
+    off %= end;
+    if (pwrite(fd, m->payload.bytes + sizeof(off),
+               MIN(m->hdr.size - sizeof(off), end - off), off) < 0) {
         g_assert_not_reached();
     }
+}
+
+/* A GET_INFLIGHT_FD answer's region is what SET_INFLIGHT_FD gets next,
+ * as a front-end would hand it back. */
+static void keep_reply_fds(FuzzVu *f, VuMsg *reply)
+{
+    if (reply->nfds == 1) {
+        close(f->inflight_fd);
+        f->inflight_fd = reply->fds[0];
+        reply->fds[0] = -1;
+    }
+    vu_msg_close_fds(reply);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -196,6 +226,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             /* The connection is closed, as on a disconnect; what
              * follows comes from the front-end's next connection. */
             vu_server_forget_client(f.server);
+        } else {
+            keep_reply_fds(&f, &reply);
         }
         g_assert(m.nfds == 0);
         kick_all(&f);
