@@ -902,6 +902,44 @@ static VuAnswer set_inflight_fd(VuServer *s, uint32_t flags,
 
 static int inflight_bad_fd(int kind);
 
+/* A reply's fds travel with it over the socket (GET_INFLIGHT_FD's). */
+static void test_reply_carries_fd(void)
+{
+    union {
+        char buf[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } ctl;
+    VuMsg reply = { .hdr = { VHOST_USER_GET_INFLIGHT_FD,
+                             VHOST_USER_VERSION | VHOST_USER_REPLY_MASK,
+                             sizeof(VhostUserInflight) } };
+    uint8_t buf[64];
+    struct iovec iov = { buf, sizeof(buf) };
+    struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1,
+                         .msg_control = ctl.buf,
+                         .msg_controllen = sizeof(ctl.buf) };
+    struct stat a, b;
+    char why[128];
+    int sv[2], got;
+
+    g_assert_cmpint(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv),
+                    ==, 0);
+    reply.fds[0] = inflight_bad_fd(1);
+    reply.nfds = 1;
+    g_assert_true(vu_msg_send(sv[0], &reply, why, sizeof(why)));
+    g_assert_cmpint(recvmsg(sv[1], &mh, 0), ==, 12 + 24);
+    g_assert_nonnull(CMSG_FIRSTHDR(&mh));
+    g_assert_cmpint(CMSG_FIRSTHDR(&mh)->cmsg_type, ==, SCM_RIGHTS);
+    memcpy(&got, CMSG_DATA(CMSG_FIRSTHDR(&mh)), sizeof(got));
+    g_assert_cmpint(fstat(got, &a), ==, 0);
+    g_assert_cmpint(fstat(reply.fds[0], &b), ==, 0);
+    g_assert_cmpuint(a.st_ino, ==, b.st_ino);
+    vu_msg_close_fds(&reply);
+    g_assert_cmpuint(reply.nfds, ==, 0);
+    close(got);
+    close(sv[0]);
+    close(sv[1]);
+}
+
 /* The feature is offered only when the export says so. */
 static void test_inflight_offered(void)
 {
@@ -1144,44 +1182,6 @@ static void test_inflight_bad(void)
     g_assert_cmpstr(s->why, ==, "GET_INFLIGHT_FD with a payload of 16 "
                     "bytes, expected 24");
     vu_server_free(s);
-}
-
-/* A reply's fds travel with it over the socket (GET_INFLIGHT_FD's). */
-static void test_reply_carries_fd(void)
-{
-    union {
-        char buf[CMSG_SPACE(sizeof(int))];
-        struct cmsghdr align;
-    } ctl;
-    VuMsg reply = { .hdr = { VHOST_USER_GET_INFLIGHT_FD,
-                             VHOST_USER_VERSION | VHOST_USER_REPLY_MASK,
-                             sizeof(VhostUserInflight) } };
-    uint8_t buf[64];
-    struct iovec iov = { buf, sizeof(buf) };
-    struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1,
-                         .msg_control = ctl.buf,
-                         .msg_controllen = sizeof(ctl.buf) };
-    struct stat a, b;
-    char why[128];
-    int sv[2], got;
-
-    g_assert_cmpint(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv),
-                    ==, 0);
-    reply.fds[0] = inflight_bad_fd(1);
-    reply.nfds = 1;
-    g_assert_true(vu_msg_send(sv[0], &reply, why, sizeof(why)));
-    g_assert_cmpint(recvmsg(sv[1], &mh, 0), ==, 12 + 24);
-    g_assert_nonnull(CMSG_FIRSTHDR(&mh));
-    g_assert_cmpint(CMSG_FIRSTHDR(&mh)->cmsg_type, ==, SCM_RIGHTS);
-    memcpy(&got, CMSG_DATA(CMSG_FIRSTHDR(&mh)), sizeof(got));
-    g_assert_cmpint(fstat(got, &a), ==, 0);
-    g_assert_cmpint(fstat(reply.fds[0], &b), ==, 0);
-    g_assert_cmpuint(a.st_ino, ==, b.st_ino);
-    vu_msg_close_fds(&reply);
-    g_assert_cmpuint(reply.nfds, ==, 0);
-    close(got);
-    close(sv[0]);
-    close(sv[1]);
 }
 
 /* ------------------------------------------------------------------------ */
