@@ -1,36 +1,53 @@
 /*
- * blkdebug: a filter that makes chosen requests fail, for tests.
+ * blkdebug: a filter that makes chosen requests fail or wait, for tests.
  *
  * Theory of operation.  A blkdebug node sits on a child node (option
  * `image`: an inline node or the node-name of an existing one) and shows
- * it unchanged: same length, same limits.  At open it reads a list of
- * error injection rules (option `inject-error`), each saying which requests
- * fail and with which errno:
+ * it unchanged: same length, same limits.  At open it reads two lists of
+ * rules: `inject-error` (requests that fail) and `inject-delay` (requests
+ * that wait before they go on).  Both kinds of rule say which requests
+ * they match with the same keys:
  *
- *     errno    the error, 1..4095 (default 5, EIO); the request completes
- *              with -errno
  *     op       read, write, flush, discard, write-zeroes or any (default)
  *     sector   first 512-byte sector of the range (default: any offset)
  *     sectors  length of the range in sectors (default 1; needs sector)
- *     once     on: only the first matching request fails (default off)
+ *     once     on: only the first matching request (default off)
+ *
+ * plus what they do:
+ *
+ *     errno     inject-error: the error, 1..4095 (default 5, EIO); the
+ *               request completes with -errno
+ *     delay-ns  inject-delay: required; the request waits this many
+ *               nanoseconds, then goes to the child unchanged
  *
  * in either spelling:
  *     inject-error.0.op=write,inject-error.0.sector=8,inject-error.0.once=on
- *     "inject-error": [{"op": "write", "sector": 8, "once": true}]
+ *     "inject-delay": [{"op": "write", "sector": 8, "delay-ns": 1000000}]
  *
  * A request matches a rule with a range if its bytes overlap the range; a
- * flush has no range, so it matches only rules without one.  submit looks
- * for the first rule (in list order) that matches and has not fired yet if
- * it is a once rule; if there is one, the request completes with its errno
- * through block_request_complete_later() (from a BH: never inside submit)
- * and never reaches the child; otherwise it goes to the child unchanged and
- * the child's completion goes straight to the caller.
+ * flush has no range, so it matches only rules without one.  submit first
+ * looks for the first error rule (in list order) that matches and has not
+ * fired yet if it is a once rule; if there is one, the request completes
+ * with its errno through block_request_complete_later() (from a BH: never
+ * inside submit) and never reaches the child.  Otherwise the first
+ * matching delay rule, if any, delays it; otherwise it goes to the child
+ * at once.  The child's completion goes straight to the caller.
+ *
+ * Delayed requests wait in their queue's BlkdebugQueue (q->opaque, made by
+ * attach_queue in the queue's home thread): a list sorted by deadline
+ * (kept in block_req_int(req)->submit_ns until the request moves on;
+ * equal deadlines keep submission order) and one AioTimer armed for the
+ * head.  Nothing sleeps: the timer fires in the thread that submitted the
+ * request and hands every due request to the child.  Requests with
+ * different delays therefore complete out of order, which is what the
+ * tests of crash recovery need.  A waiting request counts as in flight, so
+ * a drain waits for it.
  *
  * Option `align=N` makes the node report a request and memory alignment of
  * N bytes (a power of two, at least the child's), so that tests can drive
  * the generic layer's bounce buffers and read-modify-write over any child.
  *
- * The rules are an array owned by the node, fixed after open except for
+ * The rules are arrays owned by the node, fixed after open except for
  * the `fired` flags of once rules, which requests from queues in several
  * threads may set: an atomic exchange decides which request fires.
  */
@@ -38,6 +55,8 @@
 #include <inttypes.h>
 #include <stdatomic.h>
 #include "block/block-int.h"
+#include "util/clock.h"
+#include "util/cutils.h"
 #include "util/trace.h"
 
 #define BLKDEBUG_SECTOR_SIZE 512
@@ -55,7 +74,7 @@ static const int blkdebug_op_ops[] = {
 #define BLKDEBUG_OP_ANY_INDEX 5
 
 typedef struct BlkdebugRule {
-    int error;                   /* positive errno */
+    int64_t value;               /* positive errno, or delay in ns */
     int op;                      /* a BlockOp, or -1 for any */
     int64_t start;               /* byte range [start, end); -1: any */
     int64_t end;
@@ -63,24 +82,55 @@ typedef struct BlkdebugRule {
     _Atomic bool fired;          /* a once rule that has failed a request */
 } BlkdebugRule;
 
-typedef struct BlkdebugState {
+/* What a list of rules is called and what its rules do. */
+typedef struct BlkdebugRuleKind {
+    const char *list;            /* the option: "inject-error" */
+    const char *value;           /* the key of the action: "errno" */
+    int64_t min, max, def;       /* its range; def < 0: required */
+} BlkdebugRuleKind;
+
+enum { BLKDEBUG_ERROR, BLKDEBUG_DELAY, BLKDEBUG_NKINDS };
+
+static const BlkdebugRuleKind blkdebug_rule_kinds[BLKDEBUG_NKINDS] = {
+    [BLKDEBUG_ERROR] = { "inject-error", "errno", 1, BLKDEBUG_MAX_ERRNO, EIO },
+    [BLKDEBUG_DELAY] = { "inject-delay", "delay-ns", 1, INT64_MAX, -1 },
+};
+
+typedef struct BlkdebugRules {
     BlkdebugRule *rules;
-    unsigned nrules;
+    unsigned n;
+} BlkdebugRules;
+
+typedef struct BlkdebugState {
+    BlkdebugRules kinds[BLKDEBUG_NKINDS];
 } BlkdebugState;
 
+/* Per BlockQueue (per context): its home thread only. */
+typedef struct BlkdebugQueue {
+    BlockNode *bs;
+    BlockReqFifo delayed;        /* sorted by deadline (submit_ns) */
+    AioTimer timer;              /* armed for the head of delayed */
+} BlkdebugQueue;
+
 /*
- * Read rule number index from its options.  The getters' messages already
- * name the full key ("inject-error.1.errno"): list elements carry their
- * path.
+ * Read rule number index of kind k from its options.  The getters'
+ * messages already name the full key ("inject-error.1.errno"): list
+ * elements carry their path.
  */
-static bool blkdebug_parse_rule(Opts *ropts, unsigned index,
-                                BlkdebugRule *rule, Error **errp)
+static bool blkdebug_parse_rule(Opts *ropts, const BlkdebugRuleKind *k,
+                                unsigned index, BlkdebugRule *rule,
+                                Error **errp)
 {
-    int64_t error, sector = -1, sectors = 1;
+    int64_t value, sector = -1, sectors = 1;
     bool has_sectors = opts_has(ropts, "sectors");
     int op;
 
-    if (!opts_get_int(ropts, "errno", 1, BLKDEBUG_MAX_ERRNO, EIO, &error,
+    if (k->def < 0 && !opts_has(ropts, k->value)) {
+        error_setg(errp, "Parameter '%s.%u.%s' is missing", k->list, index,
+                   k->value);
+        return false;
+    }
+    if (!opts_get_int(ropts, k->value, k->min, k->max, k->def, &value,
                       errp) ||
         !opts_get_enum(ropts, "op", blkdebug_op_names, BLKDEBUG_OP_ANY_INDEX,
                        &op, errp) ||
@@ -94,13 +144,13 @@ static bool blkdebug_parse_rule(Opts *ropts, unsigned index,
         return false;
     }
     if (has_sectors && sector < 0) {
-        error_setg(errp, "Parameter 'inject-error.%u.sectors' needs "
-                   "'inject-error.%u.sector' (the first sector of the range)",
-                   index, index);
+        error_setg(errp, "Parameter '%s.%u.sectors' needs '%s.%u.sector' "
+                   "(the first sector of the range)", k->list, index,
+                   k->list, index);
         return false;
     }
 
-    rule->error = error;
+    rule->value = value;
     rule->op = blkdebug_op_ops[op];
     if (sector < 0) {
         rule->start = rule->end = -1;
@@ -113,18 +163,19 @@ static bool blkdebug_parse_rule(Opts *ropts, unsigned index,
     return true;
 }
 
-static bool blkdebug_parse_rules(BlkdebugState *s, Opts *opts, Error **errp)
+static bool blkdebug_parse_rules(BlkdebugRules *r, const BlkdebugRuleKind *k,
+                                 Opts *opts, Error **errp)
 {
-    g_autoptr(GPtrArray) list = opts_get_list(opts, "inject-error", errp);
+    g_autoptr(GPtrArray) list = opts_get_list(opts, k->list, errp);
 
     if (!list) {
         return false;
     }
-    s->nrules = list->len;
-    s->rules = g_new0(BlkdebugRule, s->nrules);
+    r->n = list->len;
+    r->rules = g_new0(BlkdebugRule, r->n);
     for (unsigned i = 0; i < list->len; i++) {
-        if (!blkdebug_parse_rule(g_ptr_array_index(list, i), i,
-                                 &s->rules[i], errp)) {
+        if (!blkdebug_parse_rule(g_ptr_array_index(list, i), k, i,
+                                 &r->rules[i], errp)) {
             return false;
         }
     }
@@ -133,9 +184,10 @@ static bool blkdebug_parse_rules(BlkdebugState *s, Opts *opts, Error **errp)
 
 static void blkdebug_free_rules(BlkdebugState *s)
 {
-    g_free(s->rules);
-    s->rules = NULL;
-    s->nrules = 0;
+    for (unsigned k = 0; k < BLKDEBUG_NKINDS; k++) {
+        g_free(s->kinds[k].rules);
+        s->kinds[k] = (BlkdebugRules) { 0 };
+    }
 }
 
 /*
@@ -168,8 +220,11 @@ static bool blkdebug_open(BlockNode *bs, Opts *opts, Error **errp)
     BlkdebugState *s = bs->opaque;
     BlockNode *child;
 
-    if (!blkdebug_parse_rules(s, opts, errp)) {
-        goto fail;
+    for (unsigned k = 0; k < BLKDEBUG_NKINDS; k++) {
+        if (!blkdebug_parse_rules(&s->kinds[k], &blkdebug_rule_kinds[k],
+                                  opts, errp)) {
+            goto fail;
+        }
     }
     child = block_node_open_child(bs, opts, "image", errp);
     if (!child) {
@@ -223,25 +278,110 @@ static bool blkdebug_rule_matches(const BlkdebugRule *rule,
     return req->offset < rule->end && rule->start - req->offset < req->bytes;
 }
 
+/*
+ * The first rule of r that matches req and may fire, or NULL.  Queues in
+ * several threads may race for a once rule: the exchange lets exactly one
+ * of them fire it.
+ */
+static BlkdebugRule *blkdebug_find_rule(BlkdebugRules *r,
+                                        const BlockRequest *req)
+{
+    for (unsigned i = 0; i < r->n; i++) {
+        BlkdebugRule *rule = &r->rules[i];
+
+        if (blkdebug_rule_matches(rule, req) &&
+            !(atomic_exchange(&rule->fired, true) && rule->once)) {
+            return rule;
+        }
+    }
+    return NULL;
+}
+
+/* Arm the timer for the first delayed request, or disarm it. */
+static void blkdebug_timer_update(BlkdebugQueue *dq)
+{
+    if (dq->delayed.head) {
+        aio_timer_mod(&dq->timer, block_req_int(dq->delayed.head)->submit_ns);
+    } else {
+        aio_timer_del(&dq->timer);
+    }
+}
+
+/* Hand every delayed request that is due to the child. */
+static void blkdebug_timer_cb(void *opaque)
+{
+    BlkdebugQueue *dq = opaque;
+    int64_t now = clock_now_ns();
+
+    /* submit never completes inside itself, so the list cannot change
+     * under us while we forward. */
+    while (dq->delayed.head &&
+           block_req_int(dq->delayed.head)->submit_ns <= now) {
+        block_driver_submit(dq->bs->child, block_req_fifo_pop(&dq->delayed));
+    }
+    blkdebug_timer_update(dq);
+}
+
+/* Queue req until delay_ns from now, after those due no later. */
+static void blkdebug_delay(BlkdebugQueue *dq, BlockRequest *req,
+                           int64_t delay_ns)
+{
+    int64_t due = add_sat_int64(clock_now_ns(), delay_ns);
+    BlockReqFifo *q = &dq->delayed;
+    BlockRequest **link = &q->head, *prev = NULL;
+
+    block_req_int(req)->submit_ns = due;
+    while (*link && block_req_int(*link)->submit_ns <= due) {
+        prev = *link;
+        link = &block_req_int(prev)->next;
+    }
+    block_req_int(req)->next = *link;
+    *link = req;
+    if (q->tail == prev) {
+        q->tail = req;
+    }
+    q->len++;
+    blkdebug_timer_update(dq);
+}
+
 static void blkdebug_submit(BlockNode *bs, BlockRequest *req)
 {
     BlkdebugState *s = bs->opaque;
+    BlkdebugRule *rule;
 
-    for (unsigned i = 0; i < s->nrules; i++) {
-        BlkdebugRule *rule = &s->rules[i];
-
-        if (blkdebug_rule_matches(rule, req)) {
-            /* Queues in several threads may race for a once rule: the
-             * exchange lets exactly one of them fire it. */
-            if (atomic_exchange(&rule->fired, true) && rule->once) {
-                continue;
-            }
-            SPINDLE_TRACE3(blkdebug_inject_error, bs, req, rule->error);
-            block_request_complete_later(req, -rule->error);
-            return;
-        }
+    rule = blkdebug_find_rule(&s->kinds[BLKDEBUG_ERROR], req);
+    if (rule) {
+        SPINDLE_TRACE3(blkdebug_inject_error, bs, req, rule->value);
+        block_request_complete_later(req, -rule->value);
+        return;
+    }
+    rule = blkdebug_find_rule(&s->kinds[BLKDEBUG_DELAY], req);
+    if (rule) {
+        blkdebug_delay(block_req_queue(bs, req)->opaque, req, rule->value);
+        return;
     }
     block_driver_submit(bs->child, req);
+}
+
+/* Set up the queue's delay list and timer.  q->ctx's home thread. */
+static void blkdebug_attach_queue(BlockQueue *q)
+{
+    BlkdebugQueue *dq = g_new0(BlkdebugQueue, 1);
+
+    dq->bs = q->bs;
+    aio_timer_init(q->ctx, &dq->timer, blkdebug_timer_cb, dq);
+    q->opaque = dq;
+}
+
+/* q->ctx's home thread, q drained: nothing is waiting. */
+static void blkdebug_detach_queue(BlockQueue *q)
+{
+    BlkdebugQueue *dq = q->opaque;
+
+    g_assert(!dq->delayed.head);
+    g_assert(!aio_timer_pending(&dq->timer));
+    g_free(dq);
+    q->opaque = NULL;
 }
 
 const BlockDriver block_driver_blkdebug = {
@@ -251,4 +391,6 @@ const BlockDriver block_driver_blkdebug = {
     .getlength = blkdebug_getlength,
     .truncate = blkdebug_truncate,
     .submit = blkdebug_submit,
+    .attach_queue = blkdebug_attach_queue,
+    .detach_queue = blkdebug_detach_queue,
 };

@@ -895,6 +895,177 @@ static void test_blkdebug_errors(void)
     aio_context_unref(ctx);
 }
 
+/*
+ * inject-delay: a delayed write over a file waits its delay while later
+ * requests complete, then reaches the file unchanged; two rules with
+ * different delays complete in deadline order, not submission order.
+ */
+static void test_blkdebug_delay_order(void)
+{
+    const int64_t slow = 40 * NS_PER_MS;
+    AioContext *ctx = ctx_new();
+    g_autofree char *path = tmp_image(MiB);
+    g_autofree char *str = g_strdup_printf(
+        "driver=blkdebug,image.driver=file,image.filename=%s,"
+        "inject-delay.0.op=write,inject-delay.0.sector=8,"
+        "inject-delay.0.sectors=8,inject-delay.0.delay-ns=%" PRId64 ","
+        "inject-delay.1.op=read,inject-delay.1.sector=64,"
+        "inject-delay.1.delay-ns=%" PRId64, path, slow, slow / 4);
+    BlockNode *bs = open_ok(str, ctx);
+    char a[4096], b[512], c[512], back[4096];
+    TReq r[4];
+
+    memset(a, 0xa1, sizeof(a));
+    memset(b, 0xb2, sizeof(b));
+    /* A: slow write of sectors 8..15; B: write outside; C: slower read
+     * of sector 64; D: a read that matches no rule. */
+    treq_init(&r[0], BLOCK_OP_WRITE, 4096, a, sizeof(a));
+    treq_init(&r[1], BLOCK_OP_WRITE, 0, b, sizeof(b));
+    treq_init(&r[2], BLOCK_OP_READ, 64 * 512, c, sizeof(c));
+    treq_init(&r[3], BLOCK_OP_READ, 0, c, sizeof(c));
+    for (int i = 0; i < 4; i++) {
+        treq_submit(bs, &r[i]);
+    }
+    g_assert_cmpuint(block_node_in_flight(bs), ==, 4);
+    /* Nothing sleeps: a turn of the loop right away finds A waiting. */
+    aio_poll(ctx, false);
+    g_assert_false(r[0].done);
+    block_node_drain(bs);
+    for (int i = 0; i < 4; i++) {
+        g_assert_true(r[i].done);
+        g_assert_cmpint(r[i].ret, ==, 0);
+    }
+    g_assert_cmpint(r[0].done_ns - r[0].submit_ns, >=, slow);
+    g_assert_cmpint(r[2].done_ns - r[2].submit_ns, >=, slow / 4);
+    g_assert_cmpuint(r[1].seq, <, r[2].seq);
+    g_assert_cmpuint(r[3].seq, <, r[2].seq);
+    g_assert_cmpuint(r[2].seq, <, r[0].seq);
+
+    /* A reached the file as it was. */
+    g_assert_cmpint(run_op(bs, BLOCK_OP_READ, 4096, back, sizeof(back)), ==,
+                    0);
+    g_assert_cmpint(memcmp(back, a, sizeof(a)), ==, 0);
+    block_node_unref(bs);
+    g_unlink(path);
+    aio_context_unref(ctx);
+}
+
+/*
+ * Matching is inject-error's: once=on delays only the first match; an
+ * error rule wins over a delay rule for the same request; flushes match
+ * only rules without a range; requests due together keep their order.
+ */
+static void test_blkdebug_delay_rules(void)
+{
+    const int64_t delay = 20 * NS_PER_MS;
+    AioContext *ctx = ctx_new();
+    BlockNode *bs;
+    char buf[4][512];
+    TReq r[4];
+
+    bs = open_ok(BLKDEBUG_NULL ",inject-delay.0.op=read,"
+                 "inject-delay.0.once=on,inject-delay.0.delay-ns=20000000",
+                 ctx);
+    treq_init(&r[0], BLOCK_OP_READ, 0, buf[0], 512);
+    treq_init(&r[1], BLOCK_OP_READ, 512, buf[1], 512);
+    treq_init(&r[2], BLOCK_OP_FLUSH, 0, NULL, 0);
+    for (int i = 0; i < 3; i++) {
+        treq_submit(bs, &r[i]);
+    }
+    block_node_drain(bs);
+    g_assert_cmpint(r[0].done_ns - r[0].submit_ns, >=, delay);
+    g_assert_cmpuint(r[1].seq, <, r[0].seq);
+    g_assert_cmpuint(r[2].seq, <, r[0].seq);
+    block_node_unref(bs);
+
+    bs = open_ok(BLKDEBUG_NULL ",inject-error.0.op=write,"
+                 "inject-error.0.sector=0,inject-error.0.errno=28,"
+                 "inject-delay.0.sector=0,inject-delay.0.sectors=4,"
+                 "inject-delay.0.delay-ns=20000000", ctx);
+    treq_init(&r[0], BLOCK_OP_WRITE, 0, buf[0], 512);
+    treq_init(&r[1], BLOCK_OP_READ, 0, buf[1], 512);
+    treq_init(&r[2], BLOCK_OP_FLUSH, 0, NULL, 0);
+    treq_init(&r[3], BLOCK_OP_READ, 1024, buf[3], 512);
+    for (int i = 0; i < 4; i++) {
+        treq_submit(bs, &r[i]);
+    }
+    block_node_drain(bs);
+    g_assert_cmpint(r[0].ret, ==, -ENOSPC);
+    g_assert_cmpint(r[0].done_ns - r[0].submit_ns, <, delay);
+    g_assert_cmpuint(r[0].seq, <, r[1].seq);
+    g_assert_cmpuint(r[2].seq, <, r[1].seq);
+    g_assert_cmpint(r[1].done_ns - r[1].submit_ns, >=, delay);
+    /* r[1] and r[3] have the same delay: submission order. */
+    g_assert_cmpuint(r[1].seq + 1, ==, r[3].seq);
+    for (int i = 1; i < 4; i++) {
+        g_assert_cmpint(r[i].ret, ==, 0);
+    }
+    block_node_unref(bs);
+    aio_context_unref(ctx);
+}
+
+/* Delayed requests wait in the thread that submitted them: an IOThread. */
+typedef struct DelayIot {
+    BlockNode *bs;
+    TReq r[2];
+    char buf[2][512];
+} DelayIot;
+
+static void delay_iot_cb(void *opaque)
+{
+    DelayIot *d = opaque;
+
+    treq_init(&d->r[0], BLOCK_OP_WRITE, 0, d->buf[0], 512);
+    treq_init(&d->r[1], BLOCK_OP_WRITE, 4096, d->buf[1], 512);
+    treq_submit(d->bs, &d->r[0]);
+    treq_submit(d->bs, &d->r[1]);
+    block_node_drain(d->bs);
+}
+
+static void test_blkdebug_delay_iothread(void)
+{
+    IOThread *iot = iot_new("blkdebug-delay-iot", NULL);
+    AioContext *ictx = iothread_get_aio_context(iot);
+    DelayIot d = {
+        .bs = open_ok(BLKDEBUG_NULL ",inject-delay.0.sector=0,"
+                      "inject-delay.0.delay-ns=10000000", ictx),
+    };
+
+    aio_run_sync(ictx, delay_iot_cb, &d);
+    g_assert_cmpint(d.r[0].ret, ==, 0);
+    g_assert_cmpint(d.r[1].ret, ==, 0);
+    g_assert_cmpuint(d.r[1].seq, <, d.r[0].seq);
+    g_assert_cmpint(d.r[0].done_ns - d.r[0].submit_ns, >=, 10 * NS_PER_MS);
+    block_node_unref(d.bs);
+    iothread_destroy(iot);
+}
+
+static void test_blkdebug_delay_errors(void)
+{
+    AioContext *ctx = ctx_new();
+
+    open_fails(BLKDEBUG_NULL ",inject-delay.0.op=read", ctx,
+               "'inject-delay.0.delay-ns' is missing");
+    open_fails(BLKDEBUG_NULL ",inject-delay.0.delay-ns=0", ctx,
+               "'inject-delay.0.delay-ns'");
+    open_fails(BLKDEBUG_NULL ",inject-delay.0.delay-ns=-5", ctx,
+               "'inject-delay.0.delay-ns'");
+    open_fails(BLKDEBUG_NULL ",inject-delay.0.delay-ns=soon", ctx,
+               "'inject-delay.0.delay-ns'");
+    open_fails(BLKDEBUG_NULL ",inject-delay.0.delay-ns=1,"
+               "inject-delay.0.sectors=4", ctx,
+               "'inject-delay.0.sectors' needs 'inject-delay.0.sector'");
+    open_fails(BLKDEBUG_NULL ",inject-delay.0.delay-ns=1,"
+               "inject-delay.0.errno=5", ctx, "'inject-delay.0.errno'");
+    open_fails(BLKDEBUG_NULL ",inject-delay.0.delay-ns=1,"
+               "inject-delay.0.op=sync", ctx, "'inject-delay.0.op'");
+    open_fails(BLKDEBUG_NULL ",inject-error.0.delay-ns=1", ctx,
+               "'inject-error.0.delay-ns'");
+    open_fails(BLKDEBUG_NULL ",inject-delay.1.delay-ns=5", ctx,
+               "'inject-delay'");
+    aio_context_unref(ctx);
+}
+
 /* A read-only blkdebug node over a read-only image: writes refused. */
 static void test_blkdebug_read_only(void)
 {
@@ -1416,6 +1587,11 @@ static const TestCase tests[] = {
     { "/block-drivers/blkdebug/not-forwarded", test_blkdebug_not_forwarded },
     { "/block-drivers/blkdebug/errors", test_blkdebug_errors },
     { "/block-drivers/blkdebug/read-only", test_blkdebug_read_only },
+    { "/block-drivers/blkdebug/delay-order", test_blkdebug_delay_order },
+    { "/block-drivers/blkdebug/delay-rules", test_blkdebug_delay_rules },
+    { "/block-drivers/blkdebug/delay-iothread",
+      test_blkdebug_delay_iothread },
+    { "/block-drivers/blkdebug/delay-errors", test_blkdebug_delay_errors },
     { "/block-drivers/blkdebug/rmw-serialised", test_rmw_serialised },
 };
 
