@@ -7,6 +7,7 @@
  *   vu-guest-mem.c     guest memory and its allocator
  *   vu-msg.c           vhost-user messages: transport, request/reply, raw
  *   vu-backend-chan.c  the back-end channel (SLAVE_REQ)
+ *   vu-inflight.c      the inflight region, resuming after a crash
  *   vu-features.c      feature bit names
  *   vu-virtqueue.c     the split-ring driver
  *   vu-faults.c        malformed rings, for back-end tests
@@ -64,6 +65,11 @@ struct VufQueue {
     uint16_t *next;
     uint16_t *chain_len;        /* descriptors used by the chain at head */
     void **tokens;              /* non-NULL while the head is in flight */
+    /* What the last chain at each head was, kept after it completed, so
+     * that a used element for a head not in flight can be named (a
+     * replay after vuf_resume()): its token and its avail index. */
+    void **retired;
+    uint16_t *published_at;
     void *fault_scratch;        /* guest buffer for vufq_inject_fault() */
     uint64_t fault_scratch_gpa;
 
@@ -78,7 +84,11 @@ struct VufQueue {
     /* Data path state: the queue's thread. */
     VufCompletion mode;
     bool broken;
+    bool bad_used;              /* broken by a used id not in flight */
+    uint16_t bad_id;            /* ... that id */
     bool error_signalled;       /* err_fd was seen signalled this session */
+    VufqOtherDone *other_done;  /* vufq_do_one(): others' completions */
+    void *other_opaque;
     uint16_t avail_idx;         /* shadow of avail->idx */
     uint16_t kicked_idx;        /* avail_idx at the last kick decision */
     uint16_t last_used;         /* next used ring slot to harvest */
@@ -130,6 +140,15 @@ struct VuFrontend {
 
     unsigned num_queues;
     VufQueue **queues;
+
+    /* Inflight I/O tracking (vu-inflight.c): the region GET_INFLIGHT_FD
+     * gave, kept for as long as the rings, or -1 / NULL. */
+    int inflight_fd;
+    void *inflight_mem;
+    VhostUserInflight inflight;     /* what SET_INFLIGHT_FD sends */
+    unsigned inflight_gets, inflight_sets;
+    bool resuming;                  /* inside vuf_resume() */
+    unsigned resumes;
 };
 
 /* Control-path functions run in the thread that created the front-end. */
@@ -220,6 +239,13 @@ int vuf_read_exact(int fd, void *buf, size_t len, int64_t deadline_ms,
  */
 bool vuf_read_reply(VuFrontend *fe, uint32_t request, void *buf,
                     size_t want, size_t *got, Error **errp);
+/*
+ * vuf_read_reply() of exactly want bytes, for a reply that may carry an
+ * fd: *fd gets the first one that came (the caller's to close), or -1.
+ * On failure *fd is -1 (anything received is closed).
+ */
+bool vuf_read_reply_fd(VuFrontend *fe, uint32_t request, void *buf,
+                       size_t want, int *fd, Error **errp);
 /* A request answered with a u64 (GET_FEATURES and friends). */
 bool vuf_request_u64(VuFrontend *fe, uint32_t request, uint64_t *value,
                      Error **errp);
@@ -234,6 +260,24 @@ bool vuf_request_u64_set(VuFrontend *fe, uint32_t request, uint64_t value,
                          const int *fds, size_t nfds, Error **errp);
 bool vuf_request_vring_state(VuFrontend *fe, uint32_t request,
                              unsigned index, unsigned num, Error **errp);
+
+/* vu-session.c (control thread) */
+/* vuf_connect_socket(), retrying until deadline_ms (vuf_now_ms()). */
+bool vuf_connect_socket_until(VuFrontend *fe, int64_t deadline_ms,
+                              Error **errp);
+/* vuf_setup_queues(); with resume, on the rings as they are, each with
+ * SET_VRING_BASE = its used index (vuf_resume()). */
+bool vuf_setup_queues_as(VuFrontend *fe, bool resume, Error **errp);
+
+/* vu-inflight.c (control thread) */
+/*
+ * The inflight step of vuf_negotiate(), when INFLIGHT_SHMFD was
+ * negotiated: GET_INFLIGHT_FD unless a region is kept for these rings,
+ * then SET_INFLIGHT_FD with it (if the back-end gave one).
+ */
+bool vuf_inflight_negotiate(VuFrontend *fe, Error **errp);
+/* Unmap and close the region, if any (vuf_free()). */
+void vuf_inflight_free(VuFrontend *fe);
 
 /* vu-backend-chan.c (control thread) */
 /* Make the socket pair and send the back-end its end (SET_SLAVE_REQ_FD). */
@@ -256,6 +300,15 @@ bool vufq_session_start(VufQueue *q, bool event_idx, bool indirect,
                         Error **errp);
 /* Close the eventfds; the queue is no longer ready. */
 void vufq_session_end(VufQueue *q);
+/*
+ * Start a new session on the rings as they are (vuf_resume()): the
+ * descriptors, both rings, the chains in flight and our indexes stay;
+ * new eventfds, the completion mode applied again.  The ring features
+ * must be the previous session's (the caller checks).
+ */
+bool vufq_session_resume(VufQueue *q, Error **errp);
+/* used->idx as the device last published it (acquire). */
+uint16_t vufq_used_idx(VufQueue *q);
 /*
  * Build a chain as vufq_add() does, but leave it unpublished: the caller
  * may alter the descriptors, then call vufq_publish().  Returns the head or
@@ -281,8 +334,8 @@ int vufq_add_data_segs(VufSeg *segs, unsigned *n, unsigned max, uint64_t gpa,
  * The rest of a synchronous request whose chain (token) was just added,
  * added being what adding it returned: a negative errno there is returned
  * as is.  Else kick q, wait up to timeout_ns and harvest the one
- * completion, which must be token's: -EIO if it is another's or none
- * came.  0 with *used_len the length the device wrote (if used_len), or
+ * completion, which must be token's: -EIO if it is another's (unless a
+ * handler takes those: vufq_set_other_done()) or none came.  0 with *used_len the length the device wrote (if used_len), or
  * -errno from vufq_kick/wait/get_used.  The queue's thread.
  */
 int vufq_do_one(VufQueue *q, int added, void *token, int64_t timeout_ns,

@@ -29,12 +29,18 @@
  * - The guest memory allocator (vuf_mem_alloc/free) is thread-safe.
  * - Statistics (vufq_get_stats) may be read from any thread at any time.
  *
+ * Crash recovery: with INFLIGHT_SHMFD the front-end keeps the back-end's
+ * inflight region and hands it to the next back-end; vuf_resume() goes on
+ * after the back-end died, keeping rings and requests in flight
+ * (vu-inflight.c).
+ *
  * Guest memory layout
  * -------------------
  * One region, guest physical address 0, user address = our mapping.  The
  * rings and indirect tables of every queue are carved out of it when the
  * VuFrontend is created; the rest is handed out by vuf_mem_alloc().  Memory
- * (and so every buffer) survives a reconnect; rings are reset.
+ * (and so every buffer) survives a reconnect; rings are reset (but by
+ * vuf_resume()).
  *
  * Byte order: the rings and virtio-blk structures are little-endian; this
  * code only builds on little-endian hosts.
@@ -46,6 +52,7 @@
  *   vu-guest-mem.h     guest memory and its allocator
  *   vu-msg.h           raw vhost-user messages (back-end tests)
  *   vu-backend-chan.h  the back-end channel
+ *   vu-inflight.h      the inflight region; resuming after a crash
  *   vu-virtqueue.h     the split-ring driver
  *   vu-faults.h        malformed rings (back-end tests)
  *   vu-blk.h           virtio-blk requests
@@ -59,6 +66,7 @@
 #include "vu-faults.h"
 #include "vu-features.h"
 #include "vu-guest-mem.h"
+#include "vu-inflight.h"
 #include "vu-msg.h"
 #include "vu-scsi.h"
 #include "vu-session.h"

@@ -9,8 +9,9 @@
  * back-end gives EPIPE rather than SIGPIPE; a short send is resumed, the
  * fds going only with the first byte) and read with recvmsg() under a
  * poll() deadline, so that a silent or vanished back-end turns into an
- * Error instead of a hang.  Descriptors a back-end sends us are closed:
- * this front-end never expects any.
+ * Error instead of a hang.  Descriptors a back-end sends us are closed,
+ * but for the one reply that carries one (GET_INFLIGHT_FD, read with
+ * vuf_read_reply_fd()).
  *
  * Three levels sit on that transport:
  * - the raw API (vuf_send_raw(), vuf_send_raw_header(), vuf_recv_raw()),
@@ -72,6 +73,8 @@ const char *vuf_request_name(uint32_t request)
         [VHOST_USER_ADD_MEM_REG] = "ADD_MEM_REG",
         [VHOST_USER_REM_MEM_REG] = "REM_MEM_REG",
         [VHOST_USER_SET_SLAVE_REQ_FD] = "SET_SLAVE_REQ_FD",
+        [VHOST_USER_GET_INFLIGHT_FD] = "GET_INFLIGHT_FD",
+        [VHOST_USER_SET_INFLIGHT_FD] = "SET_INFLIGHT_FD",
     };
 
     return vuf_table_name(names, G_N_ELEMENTS(names), request,
@@ -175,7 +178,11 @@ int vuf_wait_readable(int fd, int64_t deadline_ms)
     }
 }
 
-static void close_received_fds(struct msghdr *msg)
+/*
+ * Received fds: with an fd in *kept (not NULL, -1 on entry), the first
+ * one is stored there; every other one is closed.
+ */
+static void take_received_fds(struct msghdr *msg, int *kept)
 {
     struct cmsghdr *cmsg;
 
@@ -188,14 +195,19 @@ static void close_received_fds(struct msghdr *msg)
             n = MIN(n, G_N_ELEMENTS(fds));
             memcpy(fds, CMSG_DATA(cmsg), n * sizeof(int));
             for (i = 0; i < n; i++) {
-                close(fds[i]);
+                if (kept && *kept < 0) {
+                    *kept = fds[i];
+                } else {
+                    close(fds[i]);
+                }
             }
         }
     }
 }
 
-int vuf_read_exact(int fd, void *buf, size_t len, int64_t deadline_ms,
-                   bool allow_eof)
+/* vuf_read_exact(), keeping the first fd that comes along in *kept. */
+static int read_exact_fd(int fd, void *buf, size_t len, int64_t deadline_ms,
+                         bool allow_eof, int *kept)
 {
     size_t got = 0;
 
@@ -228,13 +240,19 @@ int vuf_read_exact(int fd, void *buf, size_t len, int64_t deadline_ms,
             }
             return -errno;
         }
-        close_received_fds(&msg);
+        take_received_fds(&msg, kept);
         if (n == 0) {
             return got == 0 && allow_eof ? 0 : -ECONNRESET;
         }
         got += n;
     }
     return 1;
+}
+
+int vuf_read_exact(int fd, void *buf, size_t len, int64_t deadline_ms,
+                   bool allow_eof)
+{
+    return read_exact_fd(fd, buf, len, deadline_ms, allow_eof, NULL);
 }
 
 bool vuf_send_raw_header(VuFrontend *fe, uint32_t request, uint32_t flags,
@@ -265,9 +283,10 @@ bool vuf_send_raw(VuFrontend *fe, uint32_t request, uint32_t flags,
                                nfds, errp);
 }
 
-bool vuf_recv_raw(VuFrontend *fe, int timeout_ms, VhostUserHeader *hdr,
-                  void *payload, size_t max, size_t *len,
-                  VufRecvResult *result, Error **errp)
+/* vuf_recv_raw(), keeping the first fd that comes along in *kept. */
+static bool recv_msg(VuFrontend *fe, int timeout_ms, VhostUserHeader *hdr,
+                     void *payload, size_t max, size_t *len,
+                     VufRecvResult *result, int *kept, Error **errp)
 {
     int64_t deadline = vuf_now_ms() + timeout_ms;
     uint8_t discard[256];
@@ -285,7 +304,7 @@ bool vuf_recv_raw(VuFrontend *fe, int timeout_ms, VhostUserHeader *hdr,
         *result = VUF_RECV_TIMEOUT;
         return true;
     }
-    r = vuf_read_exact(fe->sock, hdr, sizeof(*hdr), deadline, true);
+    r = read_exact_fd(fe->sock, hdr, sizeof(*hdr), deadline, true, kept);
     if (r == 0 || r == -ECONNRESET) {
         *result = VUF_RECV_CLOSED;
         return true;
@@ -296,7 +315,7 @@ bool vuf_recv_raw(VuFrontend *fe, int timeout_ms, VhostUserHeader *hdr,
         return false;
     }
     stored = MIN(hdr->size, max);
-    r = vuf_read_exact(fe->sock, payload, stored, deadline, false);
+    r = read_exact_fd(fe->sock, payload, stored, deadline, false, kept);
     for (left = hdr->size - stored; r > 0 && left; ) {
         size_t chunk = MIN(left, sizeof(discard));
 
@@ -314,18 +333,27 @@ bool vuf_recv_raw(VuFrontend *fe, int timeout_ms, VhostUserHeader *hdr,
     return true;
 }
 
+bool vuf_recv_raw(VuFrontend *fe, int timeout_ms, VhostUserHeader *hdr,
+                  void *payload, size_t max, size_t *len,
+                  VufRecvResult *result, Error **errp)
+{
+    return recv_msg(fe, timeout_ms, hdr, payload, max, len, result, NULL,
+                    errp);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Requests and their replies                                                */
 
-bool vuf_read_reply(VuFrontend *fe, uint32_t request, void *buf,
-                    size_t want, size_t *got, Error **errp)
+/* vuf_read_reply(), keeping the first fd that comes along in *kept. */
+static bool read_reply(VuFrontend *fe, uint32_t request, void *buf,
+                       size_t want, size_t *got, int *kept, Error **errp)
 {
     VhostUserHeader hdr;
     VufRecvResult res;
     size_t len;
 
-    if (!vuf_recv_raw(fe, fe->opts.reply_timeout_ms, &hdr, buf, want, &len,
-                      &res, errp)) {
+    if (!recv_msg(fe, fe->opts.reply_timeout_ms, &hdr, buf, want, &len,
+                  &res, kept, errp)) {
         return false;
     }
     if (res == VUF_RECV_TIMEOUT) {
@@ -360,6 +388,23 @@ bool vuf_read_reply(VuFrontend *fe, uint32_t request, void *buf,
     } else if (hdr.size != want) {
         error_setg(errp, "short reply to %s: %u bytes, expected %zu",
                    vuf_request_name(request), hdr.size, want);
+        return false;
+    }
+    return true;
+}
+
+bool vuf_read_reply(VuFrontend *fe, uint32_t request, void *buf,
+                    size_t want, size_t *got, Error **errp)
+{
+    return read_reply(fe, request, buf, want, got, NULL, errp);
+}
+
+bool vuf_read_reply_fd(VuFrontend *fe, uint32_t request, void *buf,
+                       size_t want, int *fd, Error **errp)
+{
+    *fd = -1;
+    if (!read_reply(fe, request, buf, want, NULL, fd, errp)) {
+        vuf_close_fd(fd);
         return false;
     }
     return true;

@@ -9,9 +9,13 @@
  *
  * A session (vuf_connect) is a UNIX socket and the usual QEMU sequence:
  *   GET_FEATURES -> [GET/SET_PROTOCOL_FEATURES -> GET_QUEUE_NUM ->
- *   GET_MAX_MEM_SLOTS] -> SET_OWNER -> [GET_CONFIG] -> SET_FEATURES ->
+ *   GET_MAX_MEM_SLOTS] -> SET_OWNER -> [GET_CONFIG] ->
+ *   [GET_INFLIGHT_FD -> SET_INFLIGHT_FD] -> SET_FEATURES ->
  *   SET_MEM_TABLE or ADD_MEM_REG -> per queue SET_VRING_NUM, _BASE, _ADDR,
  *   _CALL, _KICK, [_ENABLE].
+ * The inflight region (vu-inflight.c) is asked for once and handed back
+ * in every session on the same rings; vuf_resume() starts a session on
+ * the rings as they are, SET_VRING_BASE being each used index.
  * With SLAVE_REQ negotiated, the front-end makes a socket pair right after
  * the protocol features and hands one end over with SET_SLAVE_REQ_FD (the
  * back-end channel); it is read only when a caller asks
@@ -207,6 +211,7 @@ VuFrontend *vuf_new(const VufOptions *opts, Error **errp)
     fe->opts = *opts;
     fe->sock = -1;
     fe->backend_fd = -1;
+    fe->inflight_fd = -1;
     fe->mem_size = opts->mem_size;
     if (!vuf_guest_mem_create(fe, errp)) {
         vuf_free(fe);
@@ -239,6 +244,7 @@ void vuf_free(VuFrontend *fe)
         }
     }
     g_free(fe->queues);
+    vuf_inflight_free(fe);
     vuf_guest_mem_destroy(fe);
     g_free(fe);
 }
@@ -288,8 +294,14 @@ bool vuf_get_config(VuFrontend *fe, uint32_t offset, void *buf,
 
 bool vuf_connect_socket(VuFrontend *fe, Error **errp)
 {
+    return vuf_connect_socket_until(fe, vuf_now_ms() +
+                                    fe->opts.connect_timeout_ms, errp);
+}
+
+bool vuf_connect_socket_until(VuFrontend *fe, int64_t deadline,
+                              Error **errp)
+{
     struct sockaddr_un addr = { .sun_family = AF_UNIX };
-    int64_t deadline = vuf_now_ms() + fe->opts.connect_timeout_ms;
     int fd;
 
     vuf_assert_control_thread(fe);
@@ -541,6 +553,7 @@ bool vuf_negotiate(VuFrontend *fe, Error **errp)
                 VUF_BIT(VHOST_USER_F_PROTOCOL_FEATURES));
     fe->features = features;
     if (!check_queue_count(fe, errp) ||
+        !vuf_inflight_negotiate(fe, errp) ||
         !vuf_request_u64_set(fe, VHOST_USER_SET_FEATURES, features, NULL, 0,
                              errp)) {
         return false;
@@ -548,7 +561,12 @@ bool vuf_negotiate(VuFrontend *fe, Error **errp)
     return share_memory(fe, errp);
 }
 
-static bool setup_queue(VuFrontend *fe, VufQueue *q, Error **errp)
+/*
+ * Hand queue q's rings to the back-end: reset (base 0), or as they are
+ * with base = the used index (resume).
+ */
+static bool setup_queue(VuFrontend *fe, VufQueue *q, bool resume,
+                        Error **errp)
 {
     uint64_t index = q->index;
     VhostUserVringAddr addr = {
@@ -560,15 +578,19 @@ static bool setup_queue(VuFrontend *fe, VufQueue *q, Error **errp)
         .log_guest_addr = 0,
     };
 
-    if (!vufq_session_start(q, vuf_has_feature(fe, VIRTIO_RING_F_EVENT_IDX),
-                            vuf_has_feature(fe, VIRTIO_RING_F_INDIRECT_DESC),
-                            errp)) {
+    bool started = resume ? vufq_session_resume(q, errp)
+                   : vufq_session_start(q,
+                         vuf_has_feature(fe, VIRTIO_RING_F_EVENT_IDX),
+                         vuf_has_feature(fe, VIRTIO_RING_F_INDIRECT_DESC),
+                         errp);
+
+    if (!started) {
         return false;
     }
     if (!vuf_request_vring_state(fe, VHOST_USER_SET_VRING_NUM, q->index, q->num,
                                  errp) ||
-        !vuf_request_vring_state(fe, VHOST_USER_SET_VRING_BASE, q->index, 0,
-                                 errp) ||
+        !vuf_request_vring_state(fe, VHOST_USER_SET_VRING_BASE, q->index,
+                                 resume ? vufq_used_idx(q) : 0, errp) ||
         !vuf_request_set(fe, VHOST_USER_SET_VRING_ADDR, &addr, sizeof(addr),
                          NULL, 0, errp) ||
         !vuf_request_u64_set(fe, VHOST_USER_SET_VRING_CALL, index,
@@ -591,12 +613,17 @@ static bool setup_queue(VuFrontend *fe, VufQueue *q, Error **errp)
 
 bool vuf_setup_queues(VuFrontend *fe, Error **errp)
 {
+    return vuf_setup_queues_as(fe, false, errp);
+}
+
+bool vuf_setup_queues_as(VuFrontend *fe, bool resume, Error **errp)
+{
     uint64_t features;
     unsigned i;
 
     vuf_assert_control_thread(fe);
     for (i = 0; i < fe->num_queues; i++) {
-        if (!setup_queue(fe, fe->queues[i], errp)) {
+        if (!setup_queue(fe, fe->queues[i], resume, errp)) {
             return false;
         }
     }

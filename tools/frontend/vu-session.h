@@ -71,8 +71,9 @@ bool vuf_connect(VuFrontend *fe, Error **errp);
 bool vuf_connect_socket(VuFrontend *fe, Error **errp);
 /* GET_FEATURES, protocol features, GET_QUEUE_NUM, GET_MAX_MEM_SLOTS,
  * the back-end channel (SET_SLAVE_REQ_FD, with the SLAVE_REQ protocol
- * feature), SET_OWNER, GET_CONFIG, feature checks, SET_FEATURES, memory
- * table. */
+ * feature), SET_OWNER, GET_CONFIG, feature checks, the inflight region
+ * (GET_INFLIGHT_FD once, SET_INFLIGHT_FD; with INFLIGHT_SHMFD),
+ * SET_FEATURES, memory table. */
 bool vuf_negotiate(VuFrontend *fe, Error **errp);
 /* Reset and hand over every queue's rings: SET_VRING_NUM/BASE/ADDR/CALL/
  * KICK and SET_VRING_ENABLE. */
@@ -98,7 +99,8 @@ void vuf_disconnect(VuFrontend *fe);
 /*
  * Stop every started queue (errors ignored: the back-end may be gone),
  * disconnect and start a new session with the same options.  Guest memory
- * and everything allocated in it stay; rings start from index 0 again.
+ * and everything allocated in it stay; rings start from index 0 again,
+ * with a new inflight region.  (vuf_resume() keeps the rings.)
  */
 bool vuf_reconnect(VuFrontend *fe, Error **errp);
 

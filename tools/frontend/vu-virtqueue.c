@@ -25,7 +25,11 @@
  * Completion: vufq_get_used() acquire-loads used->idx (pairs with the
  * device's release store after it wrote the used element), validates the
  * element (index in range, head really in flight, idx not beyond the ring)
- * and returns the chain's descriptors to the free list.  Two modes:
+ * and returns the chain's descriptors to the free list.  What the chain
+ * was (its token and avail index) stays with its head until the head is
+ * used again (retired[], published_at[]), so that an element for a head
+ * no longer in flight can be named: after vuf_resume() that is a request
+ * the new back-end ran a second time (vufq_bad_used()).  Two modes:
  * - poll: we ask for no interrupts (VRING_AVAIL_F_NO_INTERRUPT, or with
  *   EVENT_IDX a used_event that trails last_used, refreshed every 16k
  *   completions so that the device's index never crosses it) and
@@ -40,9 +44,14 @@
  * vuf_kick and vuf_kick_avoided (queue, avail index), vuf_complete (queue,
  * head, length), vuf_interrupt (queue, count).
  *
+ * Sessions: vufq_session_start() resets the rings for a new back-end;
+ * vufq_session_resume() keeps them as they are (chains in flight
+ * included) and only renews the eventfds, for a back-end that takes over
+ * where a dead one stopped.
+ *
  * Threads: everything on a queue's data path belongs to the one thread
  * using the queue; the control thread touches the queue only in
- * vufq_session_start/end, while nobody uses it.  Statistics are single-
+ * vufq_session_start/resume/end, while nobody uses it.  Statistics are single-
  * writer relaxed atomics on their own cache line.
  */
 
@@ -119,6 +128,8 @@ VufQueue *vufq_create(VuFrontend *fe, unsigned index, Error **errp)
     q->next = g_new0(uint16_t, q->num);
     q->chain_len = g_new0(uint16_t, q->num);
     q->tokens = g_new0(void *, q->num);
+    q->retired = g_new0(void *, q->num);
+    q->published_at = g_new0(uint16_t, q->num);
 
     q->desc = alloc_ring(fe, q->desc_bytes, &q->desc_gpa,
                          "descriptor table", index, errp);
@@ -160,7 +171,30 @@ void vufq_destroy(VufQueue *q)
     g_free(q->next);
     g_free(q->chain_len);
     g_free(q->tokens);
+    g_free(q->retired);
+    g_free(q->published_at);
     free(q);
+}
+
+/* New eventfds and the completion mode for a session on q's rings. */
+static bool session_open(VufQueue *q, Error **errp)
+{
+    q->error_signalled = false;
+    q->kick_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    q->call_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    q->err_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (q->kick_fd < 0 || q->call_fd < 0 || q->err_fd < 0) {
+        error_setg_errno(errp, errno, "cannot create the eventfds of queue %u",
+                         q->index);
+        vufq_session_end(q);
+        return false;
+    }
+    vufq_set_completion(q, q->mode);
+    /* Publish the rings before the back-end hears about them (the socket
+     * send is a full barrier in practice; say so explicitly). */
+    atomic_thread_fence(memory_order_release);
+    q->ready = true;
+    return true;
 }
 
 bool vufq_session_start(VufQueue *q, bool event_idx, bool indirect,
@@ -176,31 +210,28 @@ bool vufq_session_start(VufQueue *q, bool event_idx, bool indirect,
         q->next[i] = (i + 1) % q->num;
         q->chain_len[i] = 0;
         q->tokens[i] = NULL;
+        q->retired[i] = NULL;
     }
     q->free_head = 0;
     q->num_free = q->num;
     q->in_flight = 0;
     q->avail_idx = q->kicked_idx = q->last_used = 0;
-    q->broken = false;
-    q->error_signalled = false;
+    q->broken = q->bad_used = false;
     q->event_idx = event_idx;
     q->indirect_ok = indirect && q->indirect;
+    return session_open(q, errp);
+}
 
-    q->kick_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    q->call_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    q->err_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (q->kick_fd < 0 || q->call_fd < 0 || q->err_fd < 0) {
-        error_setg_errno(errp, errno, "cannot create the eventfds of queue %u",
-                         q->index);
-        vufq_session_end(q);
-        return false;
-    }
-    vufq_set_completion(q, q->mode);
-    /* Publish the reset rings before the back-end hears about them (the
-     * socket send is a full barrier in practice; say so explicitly). */
-    atomic_thread_fence(memory_order_release);
-    q->ready = true;
-    return true;
+bool vufq_session_resume(VufQueue *q, Error **errp)
+{
+    vufq_session_end(q);
+    return session_open(q, errp);
+}
+
+uint16_t vufq_used_idx(VufQueue *q)
+{
+    /* Acquire: pairs with the device's release store of used->idx. */
+    return atomic_load_explicit(&q->used->idx, memory_order_acquire);
 }
 
 void vufq_session_end(VufQueue *q)
@@ -274,6 +305,34 @@ bool vufq_error_signalled(VufQueue *q)
         q->error_signalled = true;
     }
     return q->error_signalled;
+}
+
+bool vufq_bad_used(const VufQueue *q, unsigned *head, void **token,
+                   uint16_t *avail_pos)
+{
+    bool known = q->bad_used && q->bad_id < q->num;
+
+    if (head) {
+        *head = q->bad_id;
+    }
+    if (token) {
+        *token = known ? q->retired[q->bad_id] : NULL;
+    }
+    if (avail_pos) {
+        *avail_pos = known ? q->published_at[q->bad_id] : 0;
+    }
+    return q->bad_used;
+}
+
+void vufq_set_other_done(VufQueue *q, VufqOtherDone *cb, void *opaque)
+{
+    q->other_done = cb;
+    q->other_opaque = opaque;
+}
+
+uint16_t vufq_avail_idx(const VufQueue *q)
+{
+    return q->avail_idx;
 }
 
 int vufq_call_fd(const VufQueue *q)
@@ -432,6 +491,7 @@ void vufq_publish(VufQueue *q, uint16_t head)
     /* Relaxed: ordered by the release store of avail->idx below. */
     atomic_store_explicit(&q->avail->ring[q->avail_idx % q->num], head,
                           memory_order_relaxed);
+    q->published_at[head] = q->avail_idx;
     q->avail_idx++;
     /* Release: the descriptors and the ring entry above become visible
      * before the new index (pairs with the device's acquire load of
@@ -513,6 +573,7 @@ static void free_chain(VufQueue *q, uint16_t head)
     q->free_head = head;
     q->num_free += q->chain_len[head];
     q->chain_len[head] = 0;
+    q->retired[head] = q->tokens[head];
     q->tokens[head] = NULL;
     q->in_flight--;
 }
@@ -552,6 +613,8 @@ int vufq_get_used(VufQueue *q, void **token, uint32_t *len)
     }
     elem = q->used->ring[q->last_used % q->num];
     if (elem.id >= q->num || !q->tokens[elem.id]) {
+        q->bad_used = true;
+        q->bad_id = elem.id;
         return mark_broken(q);
     }
     *token = q->tokens[elem.id];
@@ -724,6 +787,7 @@ int vufq_add_data_segs(VufSeg *segs, unsigned *n, unsigned max, uint64_t gpa,
 int vufq_do_one(VufQueue *q, int added, void *token, int64_t timeout_ns,
                 uint32_t *used_len)
 {
+    int64_t deadline = timeout_ns < 0 ? -1 : now_ns() + timeout_ns;
     void *done = NULL;
     uint32_t len = 0;
     int r;
@@ -735,16 +799,22 @@ int vufq_do_one(VufQueue *q, int added, void *token, int64_t timeout_ns,
     if (r < 0) {
         return r;
     }
-    r = vufq_wait(q, timeout_ns);
-    if (r < 0) {
-        return r;
-    }
-    r = vufq_get_used(q, &done, &len);
-    if (r < 0) {
-        return r;
-    }
-    if (r == 0 || done != token) {
-        return -EIO;    /* someone else's request: misuse or a bad device */
+    for (;;) {
+        r = vufq_wait(q, deadline < 0 ? -1 : MAX(deadline - now_ns(), 0));
+        if (r < 0) {
+            return r;
+        }
+        r = vufq_get_used(q, &done, &len);
+        if (r < 0) {
+            return r;
+        }
+        if (r == 1 && done == token) {
+            break;
+        }
+        if (r == 0 || !q->other_done) {
+            return -EIO;    /* someone else's: misuse or a bad device */
+        }
+        q->other_done(q, done, len, q->other_opaque);
     }
     if (used_len) {
         *used_len = len;

@@ -62,6 +62,21 @@ int vufq_add(VufQueue *q, const VufSeg *segs, unsigned n, unsigned flags,
              void *token);
 
 /*
+ * What vufq_do_one() (and so vufblk_do(), vufscsi_do()) does with a
+ * completion of another chain than the one it waits for: by default it
+ * fails with -EIO; with a handler set it calls cb(q, token, len, opaque)
+ * and goes on waiting.  For callers that leave requests in flight
+ * (submitted without waiting) while they run synchronous ones.  cb NULL
+ * removes the handler.  The queue's thread.
+ */
+typedef void VufqOtherDone(VufQueue *q, void *token, uint32_t len,
+                           void *opaque);
+void vufq_set_other_done(VufQueue *q, VufqOtherDone *cb, void *opaque);
+
+/* The available ring index the next chain added will be published at. */
+uint16_t vufq_avail_idx(const VufQueue *q);
+
+/*
  * Kick the device if it wants to know about the chains added since the last
  * kick: with EVENT_IDX when they cross used->avail_event, otherwise unless
  * VRING_USED_F_NO_NOTIFY is set.  Returns 1 if it kicked, 0 if the kick was
@@ -76,6 +91,18 @@ int vufq_kick(VufQueue *q);
  * is then broken until the next session).
  */
 int vufq_get_used(VufQueue *q, void **token, uint32_t *len);
+
+/*
+ * Whether vufq_get_used() broke the queue because the device returned a
+ * used element whose id is not a chain in flight (after vuf_resume(): a
+ * request the device had completed already, run again).  If so: *head
+ * the id, *token the token of the chain that last completed at that head
+ * (NULL if none did in this queue's life) and *avail_pos the available
+ * ring index it had been published at.  Any pointer may be NULL.  The
+ * queue's thread.
+ */
+bool vufq_bad_used(const VufQueue *q, unsigned *head, void **token,
+                   uint16_t *avail_pos);
 
 /*
  * Wait until a used element is ready or timeout_ns passes (< 0: forever):
