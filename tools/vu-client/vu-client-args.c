@@ -34,6 +34,7 @@
 #include "vu-client-bad.h"
 #include "vu-client-blk.h"
 #include "vu-client-ctl.h"
+#include "vu-client-inflight.h"
 #include "vu-client-run.h"
 #include "vu-client-scsi.h"
 #include "vu-client-scsi-run.h"
@@ -153,6 +154,7 @@ static const OptSpec opt_specs[] = {
     { "output", OPT_STRING, 0, 0, CMD_FIELD(output), 0 },
     { "unmap", OPT_FLAG, 0, 0, CMD_FIELD(unmap), 0 },
     { "fua", OPT_FLAG, 0, 0, CMD_FIELD(fua), 0 },
+    { "no-wait", OPT_FLAG, 0, 0, CMD_FIELD(no_wait), 0 },
     { "size", OPT_SIZE, 0, 0, CMD_FIELD(size), 0 },
     { "count", OPT_U64, 1, 1000000000, CMD_FIELD(count), 0 },
     { "queues", OPT_UINT, 1, VUF_QUEUES_MAX, CMD_FIELD(run_queues), 0 },
@@ -224,6 +226,17 @@ static bool check_read(Command *cmd, GHashTable *vals, Error **errp)
     if (cmd->expect_zeroes && cmd->have_seed) {
         error_setg(errp, "%s: --verify and --expect-zeroes exclude each "
                    "other", cmd->name);
+        return false;
+    }
+    return true;
+}
+
+/* write --no-wait sends one request: LEN must fit its buffer. */
+static bool check_write(Command *cmd, GHashTable *vals, Error **errp)
+{
+    if (cmd->no_wait && cmd->len > CHUNK_MAX) {
+        error_setg(errp, "%s --no-wait: LEN is at most %u bytes (one "
+                   "request)", cmd->name, CHUNK_MAX);
         return false;
     }
     return true;
@@ -304,8 +317,9 @@ static const CmdSpec cmd_specs[] = {
     { "get-id", CMD_GET_ID, CMD_DEV_BLK, cmd_get_id, "get-id [--queue Q]",
       .options = { "queue" } },
     { "write", CMD_WRITE, CMD_DEV_BLK, cmd_write,
-      "write OFFSET LEN [--pattern SEED] [--queue Q]", ARGS_BLK_IO,
-      .options = { "pattern", "queue" } },
+      "write OFFSET LEN [--pattern SEED] [--no-wait] [--queue Q]",
+      ARGS_BLK_IO, .check = check_write,
+      .options = { "pattern", "no-wait", "queue" } },
     { "read", CMD_READ, CMD_DEV_BLK, cmd_read,
       "read OFFSET LEN [--verify SEED | --expect-zeroes] [--output FILE] "
       "[--queue Q]", ARGS_BLK_IO, .check = check_read,
@@ -341,6 +355,9 @@ static const CmdSpec cmd_specs[] = {
     { "wait-file", CMD_WAIT_FILE, CMD_DEV_ANY, cmd_wait_file,
       "wait-file PATH [--timeout SECONDS]", ARGS_PATH,
       .options = { "timeout" } },
+    { "touch", CMD_TOUCH, CMD_DEV_ANY, cmd_touch, "touch PATH", ARGS_PATH },
+    { "resume", CMD_RESUME, CMD_DEV_ANY, cmd_resume,
+      "resume [--timeout SECONDS]", .options = { "timeout" } },
     /* virtio-scsi; --queue Q is request queue Q (virtqueue 2 + Q). */
     { "scsi-inquiry", CMD_SCSI_INQUIRY, CMD_DEV_SCSI, cmd_scsi_inquiry,
       "scsi-inquiry [--lun N] [--evpd PAGE] [--queue Q]",
@@ -363,9 +380,10 @@ static const CmdSpec cmd_specs[] = {
                    "queue" } },
     { "scsi-write", CMD_SCSI_WRITE, CMD_DEV_SCSI, cmd_scsi_write,
       "scsi-write OFFSET LEN [--lun N] [--pattern SEED] [--cdb 10|16] "
-      "[--fua] [--expect-sense KEY] [--queue Q]", ARGS_SCSI_IO,
+      "[--fua] [--expect-sense KEY] [--no-wait] [--queue Q]", ARGS_SCSI_IO,
+      .check = check_write,
       .options = { "lun", "pattern", "cdb", "fua", "expect-sense",
-                   "queue" } },
+                   "no-wait", "queue" } },
     { "scsi-unmap", CMD_SCSI_UNMAP, CMD_DEV_SCSI, cmd_scsi_unmap,
       "scsi-unmap LBA COUNT [--lun N] [--expect-sense KEY] [--queue Q]",
       ARGS_LBA_COUNT, .options = { "lun", "expect-sense", "queue" } },
@@ -818,7 +836,15 @@ static const char *help_description(void)
             "wait-config-change\nwaits for the back-end's config-change "
             "message (a resized disk) on the\nback-end channel, then does "
             "the same; wait-file PATH waits until PATH\nexists, so that a "
-            "test can act between two commands of one session.\n"
+            "test can act between two commands of one session;\ntouch PATH "
+            "creates PATH, so that a test knows the commands before it\n"
+            "are done.\n"
+            "\nwrite --no-wait and scsi-write --no-wait leave the write in "
+            "flight\n(outstanding).  resume waits until the back-end's "
+            "socket drops, connects\nagain keeping the rings and the "
+            "inflight region, and waits for every\noutstanding request; it "
+            "fails if the new back-end runs a completed request\nagain "
+            "(replay) or never completes an outstanding one (lost).\n"
             "--timeout defaults to the global --timeout.\n"
             "\nExit status: 0 success, 1 a command failed (I/O error, data "
             "mismatch,\nprotocol error), 2 bad command line.", kinds);

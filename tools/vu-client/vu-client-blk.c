@@ -23,6 +23,7 @@
 
 #include "util/error.h"
 #include "vu-client-blk.h"
+#include "vu-client-inflight.h"
 #include "vu-client-pattern.h"
 #include "vu-client-result.h"
 #include "vu-client-session.h"
@@ -37,10 +38,15 @@ static bool run_request(Client *c, unsigned qi, const char *what,
                         int *status, Error **errp)
 {
     VufBlkReq *req = c->reqs[qi];
-    int r = vufblk_do(vuf_queue(c->fe, qi), req, c->add_flags, c->timeout_ns);
+    VufQueue *q = vuf_queue(c->fe, qi);
+    int r;
 
+    client_note_request(c, q, what);
+    r = vufblk_do(q, req, c->add_flags, c->timeout_ns);
     if (r < 0) {
-        error_setg(errp, "%s on queue %u: %s", what, qi, client_strerror(-r));
+        g_autofree char *msg = client_queue_error(c, q, r);
+
+        error_setg(errp, "%s on queue %u: %s", what, qi, msg);
         return false;
     }
     *status = r;
@@ -67,6 +73,7 @@ bool blk_get_serial(Client *c, unsigned qi, Result *r, Error **errp)
 
     vufblk_prep_get_id(req);
     memset(req->data, 0, VIRTIO_BLK_ID_BYTES);
+    client_note_request(c, vuf_queue(c->fe, qi), "GET_ID");
     status = vufblk_do(vuf_queue(c->fe, qi), req, c->add_flags,
                        c->timeout_ns);
     if (status < 0) {
@@ -131,6 +138,9 @@ bool cmd_write(Client *c, const Command *cmd, Result *r, Error **errp)
     uint64_t done = 0;
     int status = VIRTIO_BLK_S_OK;
 
+    if (cmd->no_wait) {
+        return client_submit_write(c, cmd, r, errp);
+    }
     res_io(r, cmd);
     res_int(r, "seed", cmd->seed);
     check_range(c, cmd, errp);

@@ -34,6 +34,8 @@ typedef enum CmdKind {
     CMD_GET_CONFIG,
     CMD_WAIT_CONFIG_CHANGE,
     CMD_WAIT_FILE,
+    CMD_TOUCH,
+    CMD_RESUME,
     /* virtio-scsi (vu-client-scsi.c, vu-client-scsi-run.c) */
     CMD_SCSI_INQUIRY,
     CMD_SCSI_READ_CAPACITY,
@@ -54,7 +56,7 @@ typedef enum CmdKind {
 typedef enum CmdDevice {
     CMD_DEV_ANY,                /* info, reconnect, stop, stats, malformed,
                                  * get-config, wait-config-change,
-                                 * wait-file */
+                                 * wait-file, touch, resume */
     CMD_DEV_BLK,
     CMD_DEV_SCSI,
 } CmdDevice;
@@ -90,21 +92,22 @@ struct Command {
     uint64_t size, count, bs, iodepth;
     unsigned run_queues;
     /* malformed, bad-request, scsi-tmf, scsi-bad-request; wait-file's
-     * PATH */
+     * and touch's PATH */
     char *what;
     /* scsi-* */
     unsigned lun;
     int evpd_page;              /* scsi-inquiry --evpd; -1: standard data */
     unsigned cdb_bits;          /* 10 or 16: READ/WRITE/READ CAPACITY */
     bool fua;                   /* scsi-write --fua */
+    bool no_wait;               /* write, scsi-write --no-wait */
     bool have_tag;              /* scsi-tmf --tag */
     uint64_t tag;
     uint64_t lba, nblocks;      /* scsi-unmap */
     int expect_sense;           /* --expect-sense KEY; -1: GOOD expected */
     uint64_t events;            /* scsi-an-query --events */
-    double wait_s;              /* scsi-events --wait; wait-config-change
-                                 * and wait-file --timeout (< 0: the
-                                 * global --timeout) */
+    double wait_s;              /* scsi-events --wait; wait-config-change,
+                                 * wait-file and resume --timeout (< 0:
+                                 * the global --timeout) */
 };
 
 typedef struct ClientOpts {

@@ -1,7 +1,7 @@
 /*
  * spindle-vu-client: the commands about the session and the device, for
  * either device type: info, reconnect, stop, stats, get-config,
- * wait-config-change and wait-file.
+ * wait-config-change, wait-file and touch.
  *
  * Theory of operation
  * -------------------
@@ -17,13 +17,16 @@
  * up when the back-end offers BACKEND_REQ) and the client reads the
  * config again, as QEMU does.  wait-file PATH sleeps until PATH exists
  * (announcing it on stderr), so that a test can resize or hot-plug
- * between two commands of one session.
+ * between two commands of one session; touch PATH is the other way
+ * round: it creates PATH, so that a test knows where the session is.
  */
 
-#include <limits.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <glib.h>
 #include <json-glib/json-glib.h>
@@ -31,6 +34,7 @@
 #include "util/error.h"
 #include "vu-client-blk.h"
 #include "vu-client-ctl.h"
+#include "vu-client-inflight.h"
 #include "vu-client-result.h"
 #include "vu-client-scsi.h"
 #include "vu-client-session.h"
@@ -145,6 +149,7 @@ bool cmd_info(Client *c, const Command *cmd, Result *r, Error **errp)
                  true);
     res_int(r, "queue_num_max", vuf_queue_num_max(fe));
     res_int(r, "max_mem_slots", vuf_max_mem_slots(fe));
+    res_inflight(r, fe);
     res_int(r, "queues", vuf_num_queues(fe));
     res_int(r, "queue_size", vufq_size(vuf_queue(fe, 0)));
     res_str(r, "completion", mode);
@@ -180,6 +185,12 @@ bool cmd_reconnect(Client *c, const Command *cmd, Result *r, Error **errp)
     uint64_t bytes = 0;
     guint i;
 
+    if (client_outstanding(c)) {
+        error_setg(errp, "%u requests are outstanding (--no-wait); a new "
+                   "session would forget them (resume keeps them)",
+                   client_outstanding(c));
+        return false;
+    }
     if (!vuf_reconnect(c->fe, errp)) {
         error_prepend(errp, "reconnect: ");
         return false;
@@ -267,14 +278,6 @@ static bool report_config(Client *c, Result *r, Error **errp)
     return true;
 }
 
-/* A command's --timeout in ms: its own, else the global one. */
-static int wait_timeout_ms(const Client *c, const Command *cmd)
-{
-    double s = cmd->wait_s >= 0 ? cmd->wait_s : c->opts->timeout_s;
-
-    return (int)MIN(s * 1000, (double)INT_MAX);
-}
-
 bool cmd_get_config(Client *c, const Command *cmd, Result *r, Error **errp)
 {
     /* Count what the back-end already said, without waiting. */
@@ -291,7 +294,7 @@ bool cmd_wait_config_change(Client *c, const Command *cmd, Result *r,
 {
     int64_t start = g_get_monotonic_time();
 
-    if (!vuf_wait_config_change(c->fe, wait_timeout_ms(c, cmd), errp)) {
+    if (!vuf_wait_config_change(c->fe, client_wait_timeout_ms(c, cmd), errp)) {
         return false;
     }
     res_int(r, "waited_ms", (g_get_monotonic_time() - start) / 1000);
@@ -301,7 +304,7 @@ bool cmd_wait_config_change(Client *c, const Command *cmd, Result *r,
 bool cmd_wait_file(Client *c, const Command *cmd, Result *r, Error **errp)
 {
     int64_t start = g_get_monotonic_time();
-    int64_t deadline = start + (int64_t)wait_timeout_ms(c, cmd) * 1000;
+    int64_t deadline = start + (int64_t)client_wait_timeout_ms(c, cmd) * 1000;
 
     /* A test watching stderr knows the earlier commands are done. */
     fprintf(stderr, "spindle-vu-client: waiting for %s\n", cmd->what);
@@ -310,11 +313,24 @@ bool cmd_wait_file(Client *c, const Command *cmd, Result *r, Error **errp)
     while (!g_file_test(cmd->what, G_FILE_TEST_EXISTS)) {
         if (g_get_monotonic_time() >= deadline) {
             error_setg(errp, "'%s' did not appear within %.1f s", cmd->what,
-                       wait_timeout_ms(c, cmd) / 1000.0);
+                       client_wait_timeout_ms(c, cmd) / 1000.0);
             return false;
         }
         g_usleep(10 * 1000);
     }
     res_int(r, "waited_ms", (g_get_monotonic_time() - start) / 1000);
+    return true;
+}
+
+bool cmd_touch(Client *c, const Command *cmd, Result *r, Error **errp)
+{
+    int fd = open(cmd->what, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+
+    res_str(r, "path", cmd->what);
+    if (fd < 0) {
+        error_setg_errno(errp, errno, "cannot create '%s'", cmd->what);
+        return false;
+    }
+    close(fd);
     return true;
 }

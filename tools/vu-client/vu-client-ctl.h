@@ -12,5 +12,6 @@
 
 CmdHandler cmd_info, cmd_reconnect, cmd_stop, cmd_stats;
 CmdHandler cmd_get_config, cmd_wait_config_change, cmd_wait_file;
+CmdHandler cmd_touch;
 
 #endif

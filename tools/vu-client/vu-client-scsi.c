@@ -42,6 +42,7 @@
 #include "util/bswap.h"
 #include "util/cli-parse.h"
 #include "util/error.h"
+#include "vu-client-inflight.h"
 #include "vu-client-pattern.h"
 #include "vu-client-result.h"
 #include "vu-client-scsi.h"
@@ -324,10 +325,12 @@ static bool scsi_run(Client *c, unsigned qi, const char *what,
         req->resp->status = VUFSCSI_STATUS_NONE;
         req->resp->sense_len = UINT32_MAX;
         req->resp->resid = UINT32_MAX;
+        client_note_request(c, q, what);
         resp = vufscsi_do(q, req, c->add_flags, c->timeout_ns);
         if (resp < 0) {
-            error_setg(errp, "%s on request queue %u: %s", what, qi,
-                       client_strerror(-resp));
+            g_autofree char *msg = client_queue_error(c, q, resp);
+
+            error_setg(errp, "%s on request queue %u: %s", what, qi, msg);
             return false;
         }
         if (retry_ua && ua < SCSI_UA_RETRIES &&
@@ -840,10 +843,32 @@ static bool scsi_rw_range(Client *c, const Command *cmd, bool write,
     return true;
 }
 
+bool scsi_prep_write(Client *c, const Command *cmd, VufScsiReq *req,
+                     Result *r, Error **errp)
+{
+    uint8_t cdb[16];
+    unsigned cdb_len;
+    uint32_t bs;
+
+    if (!scsi_io_geometry(c, cmd, r, &bs, errp)) {
+        return false;
+    }
+    pattern_fill(req->data, cmd->offset, cmd->len, cmd->seed);
+    cdb_len = scsi_cdb_rw(cdb, true, cmd->offset / bs, cmd->len / bs,
+                          cmd->cdb_bits, cmd->fua);
+    vufscsi_prep(req, cmd->lun, scsi_next_tag(c), cdb, cdb_len, cmd->len,
+                 VUFSCSI_DIR_TO_DEV);
+    res_int(r, "tag", req->hdr->tag);
+    return true;
+}
+
 bool cmd_scsi_write(Client *c, const Command *cmd, Result *r, Error **errp)
 {
     bool expected;
 
+    if (cmd->no_wait) {
+        return client_submit_write(c, cmd, r, errp);
+    }
     res_io(r, cmd);
     res_int(r, "seed", cmd->seed);
     res_bool(r, "fua", cmd->fua);

@@ -35,5 +35,13 @@ bool scsi_lun_geometry(Client *c, unsigned qi, unsigned lun, uint32_t *bs,
                        uint64_t *nblocks, Error **errp);
 /* The tag for the next command. */
 uint64_t scsi_next_tag(Client *c);
+/*
+ * Prepare req (its buffer holds cmd->len bytes) as one WRITE of cmd's
+ * range and LUN with pattern cmd->seed and a new tag (in r), after
+ * checking the range against the LUN (whose geometry a READ CAPACITY on
+ * cmd's request queue may have to find first).  False with errp set.
+ */
+bool scsi_prep_write(Client *c, const Command *cmd, VufScsiReq *req,
+                     Result *r, Error **errp);
 
 #endif

@@ -12,9 +12,16 @@
  * client_strerror() words the data path's errnos for a user, and
  * client_reaction() names what a device did with a test request
  * (malformed, scsi-bad-request).
+ *
+ * Every request the commands add is noted by its virtqueue and available
+ * ring index (client_note_request()), so that when a back-end that took
+ * over after a crash completes one that was done already (a replay: its
+ * descriptor head is not in flight any more), client_queue_error() can
+ * say which request it ran again.
  */
 
 #include <errno.h>
+#include <limits.h>
 
 #include <glib.h>
 
@@ -42,6 +49,52 @@ const char *client_strerror(int err)
         }
     }
     return g_strerror(err);
+}
+
+static guint request_key(VufQueue *q, uint16_t avail_pos)
+{
+    return vufq_index(q) << 16 | avail_pos;
+}
+
+void client_note_request(Client *c, VufQueue *q, const char *what)
+{
+    if (!c->names) {
+        c->names = g_hash_table_new_full(g_direct_hash, g_direct_equal,
+                                         NULL, g_free);
+    }
+    g_hash_table_insert(c->names,
+                        GUINT_TO_POINTER(request_key(q, vufq_avail_idx(q))),
+                        g_strdup(what));
+}
+
+char *client_queue_error(Client *c, VufQueue *q, int err)
+{
+    const char *what = NULL;
+    uint16_t pos;
+    unsigned head;
+    void *token;
+
+    if (err != -EIO || !vufq_bad_used(q, &head, &token, &pos)) {
+        return g_strdup(client_strerror(-err));
+    }
+    if (token && c->names) {
+        what = g_hash_table_lookup(c->names,
+                                   GUINT_TO_POINTER(request_key(q, pos)));
+    }
+    if (!what) {
+        return g_strdup_printf("the device completed descriptor head %u, "
+                               "which is not in flight", head);
+    }
+    return g_strdup_printf("replay: the device completed %s (avail index "
+                           "%u, descriptor head %u) again, which had "
+                           "completed already", what, pos, head);
+}
+
+int client_wait_timeout_ms(const Client *c, const Command *cmd)
+{
+    double s = cmd->wait_s >= 0 ? cmd->wait_s : c->opts->timeout_s;
+
+    return (int)MIN(s * 1000, (double)INT_MAX);
 }
 
 const char *client_reaction(VufQueue *q, void *token, int timeout_ms,

@@ -45,6 +45,11 @@ struct Client {
     uint64_t next_tag;          /* tag of the next command (from 1) */
     uint64_t last_tag;          /* tag of the last command sent */
     GHashTable *block_sizes;    /* LUN -> READ CAPACITY's block size */
+    /* Crash recovery (vu-client-inflight.c) */
+    GPtrArray *pending;         /* Pending *: writes submitted without
+                                 * waiting, in submission order */
+    GHashTable *names;          /* virtqueue << 16 | avail index -> what
+                                 * the request published there was */
 };
 
 /* The number of request queues (SCSI) or queues (blk) to use. */
@@ -58,6 +63,22 @@ static inline unsigned client_io_queues(const Client *c)
 
 /* Message for a data-path errno from the vufq/vufblk/vufscsi functions. */
 const char *client_strerror(int err);
+
+/*
+ * Remember what the request about to be added to q is (what, copied), so
+ * that a replay of it can be named (client_queue_error()).
+ */
+void client_note_request(Client *c, VufQueue *q, const char *what);
+
+/*
+ * The message for data-path error err on q: client_strerror(), but when
+ * the device returned a used element for a request that is not in flight
+ * (vufq_bad_used()), which request that was.  Caller frees.
+ */
+char *client_queue_error(Client *c, VufQueue *q, int err);
+
+/* A command's --timeout in ms: its own, else the global one. */
+int client_wait_timeout_ms(const Client *c, const Command *cmd);
 
 /*
  * After a test request was queued on q: wait up to timeout_ms and say how

@@ -39,7 +39,9 @@
  *   vu-client-verify.c   the engine of verify-run and scsi-verify-run
  *   vu-client-blk.c      the virtio-blk commands
  *   vu-client-scsi.c     the scsi-* commands (a virtio-scsi device)
- *   vu-client-ctl.c      info, reconnect, stop, stats, get-config, wait-*
+ *   vu-client-inflight.c writes left in flight (--no-wait), resume
+ *   vu-client-ctl.c      info, reconnect, stop, stats, get-config, wait-*,
+ *                        touch
  *   vu-client-run.c      verify-run and malformed
  *   vu-client-bad.c      bad-request (malformed virtio-blk requests)
  *   vu-client-scsi-run.c scsi-verify-run and scsi-bad-request
@@ -60,6 +62,7 @@
 #include "util/error.h"
 #include "vu-client-args.h"
 #include "vu-client-cmd.h"
+#include "vu-client-inflight.h"
 #include "vu-client-result.h"
 #include "vu-client-scsi.h"
 #include "vu-client-session.h"
@@ -233,6 +236,7 @@ int main(int argc, char **argv)
         vufblk_req_free(c.fe, c.reqs[i]);
     }
     g_free(c.reqs);
+    client_inflight_free(&c);
     client_scsi_free(&c);
     vuf_free(c.fe);
     g_array_free(c.extents, TRUE);
