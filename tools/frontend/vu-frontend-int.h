@@ -149,6 +149,7 @@ struct VuFrontend {
     unsigned inflight_gets, inflight_sets;
     bool resuming;                  /* inside vuf_resume() */
     unsigned resumes;
+    unsigned resume_retries;        /* sessions dropped while resuming */
 };
 
 /* Control-path functions run in the thread that created the front-end. */

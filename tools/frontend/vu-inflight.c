@@ -47,6 +47,9 @@
  * of 32768 entries take 32 MiB). */
 #define INFLIGHT_MAX_BYTES      (1ull << 30)
 
+/* Pause between two tries of vuf_resume() at a session. */
+#define RESUME_RETRY_MS         20
+
 /* ------------------------------------------------------------------------ */
 /* The region                                                                */
 
@@ -173,30 +176,43 @@ void vuf_inflight_info(const VuFrontend *fe, VufInflightInfo *out)
         .gets = fe->inflight_gets,
         .sets = fe->inflight_sets,
         .resumes = fe->resumes,
+        .resume_retries = fe->resume_retries,
     };
 }
 
 /* ------------------------------------------------------------------------ */
 /* Resuming                                                                  */
 
+/* 1 if the peer of socket fd hung up within timeout_ms, 0 if not,
+ * -errno. */
+static int poll_hangup(int fd, int timeout_ms)
+{
+    struct pollfd pfd = { .fd = fd, .events = POLLRDHUP };
+    int r = poll(&pfd, 1, timeout_ms);
+
+    if (r < 0) {
+        return errno == EINTR ? 0 : -errno;
+    }
+    return r > 0 &&
+           (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
+}
+
 /* Wait until the back-end's end of the socket is gone. */
 static bool wait_hangup(VuFrontend *fe, int64_t deadline_ms, Error **errp)
 {
     while (fe->sock >= 0) {
-        struct pollfd pfd = { .fd = fe->sock, .events = POLLRDHUP };
         int64_t left = MAX(deadline_ms - vuf_now_ms(), 0);
-        int r = poll(&pfd, 1, (int)MIN(left, INT_MAX));
+        int r = poll_hangup(fe->sock, (int)MIN(left, INT_MAX));
 
-        if (r > 0 &&
-            (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL))) {
+        if (r > 0) {
             return true;
         }
-        if (r < 0 && errno != EINTR) {
-            error_setg_errno(errp, errno, "waiting for the back-end to hang "
+        if (r < 0) {
+            error_setg_errno(errp, -r, "waiting for the back-end to hang "
                              "up");
             return false;
         }
-        if (r == 0 && left == 0) {
+        if (left == 0) {
             error_setg(errp, "the back-end is still connected: its socket "
                        "did not drop within the timeout");
             return false;
@@ -236,17 +252,15 @@ static bool kick_in_flight(VuFrontend *fe, Error **errp)
     return true;
 }
 
-bool vuf_resume(VuFrontend *fe, int timeout_ms, Error **errp)
+/*
+ * One try at a session on the rings as they are.  On failure *dropped
+ * says whether the back-end had closed the connection.
+ */
+static bool resume_session(VuFrontend *fe, int64_t deadline,
+                           uint64_t features, bool *dropped, Error **errp)
 {
-    int64_t deadline = vuf_now_ms() + timeout_ms;
-    uint64_t features = fe->features;
     bool ok;
 
-    vuf_assert_control_thread(fe);
-    if (!wait_hangup(fe, deadline, errp)) {
-        return false;
-    }
-    vuf_disconnect(fe);
     fe->resuming = true;
     ok = vuf_connect_socket_until(fe, deadline, errp) &&
          vuf_negotiate(fe, errp) &&
@@ -255,11 +269,42 @@ bool vuf_resume(VuFrontend *fe, int timeout_ms, Error **errp)
          kick_in_flight(fe, errp);
     fe->resuming = false;
     if (!ok) {
-        error_prepend(errp, "resuming after the back-end died: ");
+        *dropped = fe->sock >= 0 && poll_hangup(fe->sock, 0) > 0;
         vuf_disconnect(fe);
-        /* A later try compares with what the rings were made for. */
+        /* The next try compares with what the rings were made for. */
         fe->features = features;
+    }
+    return ok;
+}
+
+bool vuf_resume(VuFrontend *fe, int timeout_ms, Error **errp)
+{
+    int64_t deadline = vuf_now_ms() + timeout_ms;
+    uint64_t features = fe->features;
+    Error *err = NULL;
+    bool dropped;
+
+    vuf_assert_control_thread(fe);
+    if (!wait_hangup(fe, deadline, errp)) {
         return false;
+    }
+    vuf_disconnect(fe);
+    /*
+     * A back-end that drops the new connection before the session is up
+     * is tried again while there is time, as QEMU's reconnecting chardev
+     * does: a process on its way out may still have taken it.  Any other
+     * failure is an answer.
+     */
+    while (!resume_session(fe, deadline, features, &dropped, &err)) {
+        if (!dropped || vuf_now_ms() >= deadline) {
+            error_propagate(errp, err);
+            error_prepend(errp, "resuming after the back-end died: ");
+            return false;
+        }
+        error_free(err);
+        err = NULL;
+        fe->resume_retries++;
+        g_usleep(RESUME_RETRY_MS * 1000);
     }
     fe->resumes++;
     return true;

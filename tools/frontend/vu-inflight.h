@@ -15,6 +15,7 @@ typedef struct VufInflightInfo {
     unsigned gets;              /* GET_INFLIGHT_FD sent for this region */
     unsigned sets;              /* SET_INFLIGHT_FD sent with it */
     unsigned resumes;           /* sessions vuf_resume() started */
+    unsigned resume_retries;    /* ... tries the back-end dropped */
 } VufInflightInfo;
 
 /* What the front-end knows of its inflight region.  Control thread. */
@@ -31,6 +32,9 @@ void vuf_inflight_info(const VuFrontend *fe, VufInflightInfo *out);
  * those; one that does not starts at the used index, so it runs again
  * what completed after it (vufq_bad_used()) or never finishes what it had
  * (the caller's timeout says so).  Everything happens within timeout_ms.
+ *
+ * A connection the back-end drops before the session is up is tried
+ * again (a process on its way out may still take one).
  *
  * Fails with errp set when the socket does not hang up, nobody listens
  * again in time, the new back-end negotiates other virtio features (the

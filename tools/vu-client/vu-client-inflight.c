@@ -184,6 +184,7 @@ void res_inflight(Result *r, VuFrontend *fe)
     json_object_set_int_member(o, "get_inflight_fd", i.gets);
     json_object_set_int_member(o, "set_inflight_fd", i.sets);
     json_object_set_int_member(o, "resumes", i.resumes);
+    json_object_set_int_member(o, "resume_retries", i.resume_retries);
     json_object_set_object_member(r->obj, "inflight", o);
 }
 
