@@ -44,9 +44,7 @@ static bool run_request(Client *c, unsigned qi, const char *what,
     client_note_request(c, q, what);
     r = vufblk_do(q, req, c->add_flags, c->timeout_ns);
     if (r < 0) {
-        g_autofree char *msg = client_queue_error(c, q, r);
-
-        error_setg(errp, "%s on queue %u: %s", what, qi, msg);
+        client_io_error(c, q, r, what, errp);
         return false;
     }
     *status = r;

@@ -20,7 +20,7 @@
  * reports:
  *   - a replay: a used element whose head is not in flight, i.e. the
  *     new back-end ran a request that had completed already
- *     (client_queue_error() names it);
+ *     (client_io_error() names it);
  *   - a loss: an outstanding request that does not complete in time.
  * A virtio-blk write that completes with OK joins the session's extents,
  * which `reconnect` verifies; any write that completes with an error
@@ -43,7 +43,8 @@
 #define SCSI_STATUS_GOOD    0x00
 
 typedef struct Pending {
-    char *what;                 /* "write at 0+4096 (queue 0)" */
+    char *what;                 /* "write at 0+4096" */
+    unsigned queue;             /* --queue */
     VufQueue *q;
     VufBlkReq *blk;             /* one of the two is the token */
     VufScsiReq *scsi;
@@ -132,14 +133,12 @@ bool client_submit_write(Client *c, const Command *cmd, Result *r,
     VufQueue *q = vuf_queue(c->fe, scsi ? VUFSCSI_VQ_REQUEST(cmd->queue)
                                         : cmd->queue);
     Pending *p = g_new0(Pending, 1);
-    g_autofree char *msg = NULL;
     int ret;
 
     *p = (Pending) {
-        .what = g_strdup_printf("%s at %" PRIu64 "+%" PRIu64 " (queue %u)",
-                                cmd->name, cmd->offset, cmd->len,
-                                cmd->queue),
-        .q = q, .offset = cmd->offset, .len = cmd->len, .seed = cmd->seed,
+        .what = g_strdup_printf("%s at %" PRIu64 "+%" PRIu64, cmd->name,
+                                cmd->offset, cmd->len),
+        .queue = cmd->queue, .q = q, .offset = cmd->offset, .len = cmd->len, .seed = cmd->seed,
         .done = true,           /* until it is in flight */
     };
     if (!c->pending) {
@@ -164,8 +163,7 @@ bool client_submit_write(Client *c, const Command *cmd, Result *r,
         ret = vufq_kick(q);
     }
     if (ret < 0) {
-        msg = client_queue_error(c, q, ret);
-        error_setg(errp, "%s: %s", p->what, msg);
+        client_io_error(c, q, ret, p->what, errp);
         return false;
     }
     res_bool(r, "outstanding", true);
@@ -197,7 +195,8 @@ static char *outstanding_names(Client *c, VufQueue *q)
         Pending *p = c->pending->pdata[i];
 
         if (!p->done && (!q || p->q == q)) {
-            g_string_append_printf(s, "%s%s", s->len ? ", " : "", p->what);
+            g_string_append_printf(s, "%s%s (queue %u)", s->len ? ", " : "",
+                                   p->what, p->queue);
         }
     }
     return g_string_free(s, FALSE);
@@ -228,9 +227,8 @@ static bool collect_one(Client *c, VufQueue *q, int64_t deadline_us,
         return false;
     }
     if (ret < 0) {
-        msg = client_queue_error(c, q, ret);
         res_int(r, "replayed", vufq_bad_used(q, NULL, NULL, NULL));
-        error_setg(errp, "queue %u after the resume: %s", vufq_index(q), msg);
+        client_io_error(c, q, ret, "after the resume", errp);
         return false;
     }
     p = ret == 1 ? pending_find(c, token) : NULL;
@@ -250,11 +248,8 @@ static bool check_quiet(Client *c, Result *r, Error **errp)
         int ret = vufq_get_used(q, &token, NULL);
 
         if (ret < 0) {
-            g_autofree char *msg = client_queue_error(c, q, ret);
-
             res_int(r, "replayed", vufq_bad_used(q, NULL, NULL, NULL));
-            error_setg(errp, "queue %u after the resume: %s",
-                       vufq_index(q), msg);
+            client_io_error(c, q, ret, "after the resume", errp);
             return false;
         }
     }
@@ -267,26 +262,28 @@ static bool report_pending(Client *c, unsigned before, Result *r,
 {
     JsonArray *a = res_array(r, "requests");
     unsigned by_resume = 0;
-    const char *failed = NULL;
+    Pending *failed = NULL;
 
     for (guint i = 0; i < c->pending->len; i++) {
         Pending *p = c->pending->pdata[i];
         JsonObject *o = json_object_new();
 
         json_object_set_string_member(o, "request", p->what);
+        json_object_set_int_member(o, "queue", p->queue);
         json_object_set_boolean_member(o, "ok", p->ok);
         json_object_set_boolean_member(o, "by_resume", p->by_resume);
         json_array_add_object_element(a, o);
         by_resume += p->by_resume;
         if (!p->ok && !failed) {
-            failed = p->what;
+            failed = p;
         }
     }
     res_int(r, "completed_after_resume", by_resume);
     res_int(r, "completed_before_resume", c->pending->len - before);
     res_int(r, "replayed", 0);
     if (failed) {
-        error_setg(errp, "%s completed with an error", failed);
+        error_setg(errp, "%s (queue %u) completed with an error",
+                   failed->what, failed->queue);
         return false;
     }
     return true;

@@ -328,9 +328,7 @@ static bool scsi_run(Client *c, unsigned qi, const char *what,
         client_note_request(c, q, what);
         resp = vufscsi_do(q, req, c->add_flags, c->timeout_ns);
         if (resp < 0) {
-            g_autofree char *msg = client_queue_error(c, q, resp);
-
-            error_setg(errp, "%s on request queue %u: %s", what, qi, msg);
+            client_io_error(c, q, resp, what, errp);
             return false;
         }
         if (retry_ua && ua < SCSI_UA_RETRIES &&

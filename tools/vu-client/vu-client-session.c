@@ -16,7 +16,7 @@
  * Every request the commands add is noted by its virtqueue and available
  * ring index (client_note_request()), so that when a back-end that took
  * over after a crash completes one that was done already (a replay: its
- * descriptor head is not in flight any more), client_queue_error() can
+ * descriptor head is not in flight any more), client_io_error() can
  * say which request it ran again.
  */
 
@@ -67,7 +67,8 @@ void client_note_request(Client *c, VufQueue *q, const char *what)
                         g_strdup(what));
 }
 
-char *client_queue_error(Client *c, VufQueue *q, int err)
+/* Why err happened on q, as client_io_error() says it.  Caller frees. */
+static char *queue_error(Client *c, VufQueue *q, int err)
 {
     const char *what = NULL;
     uint16_t pos;
@@ -88,6 +89,16 @@ char *client_queue_error(Client *c, VufQueue *q, int err)
     return g_strdup_printf("replay: the device completed %s (avail index "
                            "%u, descriptor head %u) again, which had "
                            "completed already", what, pos, head);
+}
+
+void client_io_error(Client *c, VufQueue *q, int err, const char *what,
+                     Error **errp)
+{
+    g_autofree char *why = queue_error(c, q, err);
+    bool scsi = c->opts->device == VUF_DEVICE_SCSI;
+
+    error_setg(errp, "%s on %squeue %u: %s", what, scsi ? "request " : "",
+               vufq_index(q) - (scsi ? VIRTIO_SCSI_VQ_REQUEST0 : 0), why);
 }
 
 int client_wait_timeout_ms(const Client *c, const Command *cmd)

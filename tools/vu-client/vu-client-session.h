@@ -66,16 +66,18 @@ const char *client_strerror(int err);
 
 /*
  * Remember what the request about to be added to q is (what, copied), so
- * that a replay of it can be named (client_queue_error()).
+ * that a replay of it can be named (client_io_error()).
  */
 void client_note_request(Client *c, VufQueue *q, const char *what);
 
 /*
- * The message for data-path error err on q: client_strerror(), but when
- * the device returned a used element for a request that is not in flight
- * (vufq_bad_used()), which request that was.  Caller frees.
+ * Set errp to "WHAT on [request ]queue N: WHY" for data-path error err
+ * (-errno) on q: why is client_strerror(), but when the device returned a
+ * used element for a request that is not in flight (vufq_bad_used()),
+ * which request that was (a replay).
  */
-char *client_queue_error(Client *c, VufQueue *q, int err);
+void client_io_error(Client *c, VufQueue *q, int err, const char *what,
+                     Error **errp);
 
 /* A command's --timeout in ms: its own, else the global one. */
 int client_wait_timeout_ms(const Client *c, const Command *cmd);
