@@ -491,7 +491,9 @@ void vufq_publish(VufQueue *q, uint16_t head)
     /* Relaxed: ordered by the release store of avail->idx below. */
     atomic_store_explicit(&q->avail->ring[q->avail_idx % q->num], head,
                           memory_order_relaxed);
-    q->published_at[head] = q->avail_idx;
+    if (head < q->num) {        /* tests publish impossible heads too */
+        q->published_at[head] = q->avail_idx;
+    }
     q->avail_idx++;
     /* Release: the descriptors and the ring entry above become visible
      * before the new index (pairs with the device's acquire load of
