@@ -79,7 +79,7 @@ typedef struct BlkdebugRule {
     int64_t start;               /* byte range [start, end); -1: any */
     int64_t end;
     bool once;
-    _Atomic bool fired;          /* a once rule that has failed a request */
+    _Atomic bool fired;          /* a once rule that has acted on a request */
 } BlkdebugRule;
 
 /* What a list of rules is called and what its rules do. */

@@ -336,8 +336,9 @@ int vufq_add_data_segs(VufSeg *segs, unsigned *n, unsigned max, uint64_t gpa,
  * added being what adding it returned: a negative errno there is returned
  * as is.  Else kick q, wait up to timeout_ns and harvest the one
  * completion, which must be token's: -EIO if it is another's (unless a
- * handler takes those: vufq_set_other_done()) or none came.  0 with *used_len the length the device wrote (if used_len), or
- * -errno from vufq_kick/wait/get_used.  The queue's thread.
+ * handler takes those: vufq_set_other_done()) or none came.  0 with
+ * *used_len the length the device wrote (if used_len), or -errno from
+ * vufq_kick/wait/get_used.  The queue's thread.
  */
 int vufq_do_one(VufQueue *q, int added, void *token, int64_t timeout_ns,
                 uint32_t *used_len);

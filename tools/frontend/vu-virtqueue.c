@@ -51,8 +51,8 @@
  *
  * Threads: everything on a queue's data path belongs to the one thread
  * using the queue; the control thread touches the queue only in
- * vufq_session_start/resume/end, while nobody uses it.  Statistics are single-
- * writer relaxed atomics on their own cache line.
+ * vufq_session_start/resume/end, while nobody uses it.  Statistics are
+ * single-writer relaxed atomics on their own cache line.
  */
 
 #include <errno.h>

@@ -138,7 +138,8 @@ bool client_submit_write(Client *c, const Command *cmd, Result *r,
     *p = (Pending) {
         .what = g_strdup_printf("%s at %" PRIu64 "+%" PRIu64, cmd->name,
                                 cmd->offset, cmd->len),
-        .queue = cmd->queue, .q = q, .offset = cmd->offset, .len = cmd->len, .seed = cmd->seed,
+        .queue = cmd->queue, .q = q, .offset = cmd->offset,
+        .len = cmd->len, .seed = cmd->seed,
         .done = true,           /* until it is in flight */
     };
     if (!c->pending) {
