@@ -187,7 +187,7 @@ void res_inflight(Result *r, VuFrontend *fe)
     json_object_set_object_member(r->obj, "inflight", o);
 }
 
-/* The outstanding requests on q (all queues: NULL), "a, b". */
+/* The outstanding requests on q: "a (queue 0), b (queue 0)". */
 static char *outstanding_names(Client *c, VufQueue *q)
 {
     GString *s = g_string_new(NULL);
@@ -195,7 +195,7 @@ static char *outstanding_names(Client *c, VufQueue *q)
     for (guint i = 0; i < c->pending->len; i++) {
         Pending *p = c->pending->pdata[i];
 
-        if (!p->done && (!q || p->q == q)) {
+        if (!p->done && p->q == q) {
             g_string_append_printf(s, "%s%s (queue %u)", s->len ? ", " : "",
                                    p->what, p->queue);
         }
@@ -305,6 +305,7 @@ bool cmd_resume(Client *c, const Command *cmd, Result *r, Error **errp)
             "away\n");
     fflush(stderr);
     if (!vuf_resume(c->fe, timeout_ms, errp)) {
+        res_inflight(r, c->fe);
         return false;
     }
     res_inflight(r, c->fe);
