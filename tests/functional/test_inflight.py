@@ -64,21 +64,22 @@ def daemon_args(device, image, sock, tracking, delay_s=DELAY_S):
     return ["--blockdev", node, "--export", ",".join(export)]
 
 
-def client_commands(device, marker):
+def client_commands(device, marker, resume_timeout_s=RESUME_TIMEOUT_S):
     write, read = DEVICES[device]
     cmds = []
     for i, (_, offset, seed) in enumerate(WRITES):
         cmds += [write, offset, LEN, "--pattern", seed]
         if i == 0:
             cmds.append("--no-wait")
-    cmds += ["touch", marker, "resume", "--timeout", RESUME_TIMEOUT_S]
+    cmds += ["touch", marker, "resume", "--timeout", resume_timeout_s]
     for _, offset, seed in WRITES:
         cmds += [read, offset, LEN, "--verify", seed]
     return cmds
 
 
 def crash_and_resume(spindle_daemon, client, workdir, device,
-                     tracking=None, client_opts=()):
+                     tracking=None, client_opts=(),
+                     resume_timeout_s=RESUME_TIMEOUT_S):
     """Run the scenario; return (client's exit status, its JSON document,
     the restarted daemon)."""
     image = make_image(workdir / "disk.img", IMAGE_SIZE)
@@ -86,7 +87,8 @@ def crash_and_resume(spindle_daemon, client, workdir, device,
     marker = workdir / "ready"
     d = spindle_daemon(daemon_args(device, image, sock, tracking),
                        iothreads=1, ready=[sock], workdir=workdir)
-    argv = vu_argv(client, sock, client_commands(device, marker),
+    argv = vu_argv(client, sock,
+                   client_commands(device, marker, resume_timeout_s),
                    extra=["--completion", "interrupt", *client_opts])
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
@@ -171,6 +173,21 @@ def test_resume_without_tracking_replays_or_loses(
     # The new daemon starts at the used index, past A: C runs again.
     assert resume.get("replayed") == 1, resume
     assert "write at 131072+4096" in error or "WRITE at 131072+4096" in error
+    assert d.alive()
+
+
+def test_resume_reports_a_request_that_does_not_come_back(
+        spindle_daemon, client, workdir):
+    """A loss as resume reports it: the restarted daemon redoes A, but A
+    takes DELAY_S again, longer than resume waits."""
+    rc, doc, d = crash_and_resume(spindle_daemon, client, workdir, "blk",
+                                  resume_timeout_s=DELAY_S - 1)
+    assert rc == 1, doc
+    check_premise(doc)
+    assert doc["error"] == ("resume: lost: write at 0+4096 (queue 0) did not "
+                            f"complete within {DELAY_S - 1}.0 s after the "
+                            "resume"), doc["error"]
+    assert result_of(doc, "resume")["lost"] == 1
     assert d.alive()
 
 
