@@ -63,6 +63,7 @@ class Export:
     node_opts: str = ""          # more ",key=value" for --blockdev
     blockdev: str = None         # instead of the file node, e.g.
                                  # "driver=null-co,size=1G" (image unused)
+    options: str = ""            # more ",key=value" for --export
 
 
 @dataclass
@@ -83,6 +84,7 @@ class ScsiExport:
     socket: str
     num_queues: int = 1
     iothread: str = "iot0"
+    options: str = ""            # more ",key=value" for --export
 
 
 def export_args(exports, flavour, iothread_props="", iothreads=()):
@@ -116,7 +118,7 @@ def export_args(exports, flavour, iothread_props="", iothreads=()):
             opts.append(f"logical-block-size={exp.logical_block_size}")
         if exp.serial is not None and flavour == "spindle":
             opts.append(f"serial={exp.serial}")
-        args += ["--export", ",".join(opts)]
+        args += ["--export", ",".join(opts) + exp.options]
     return args
 
 
@@ -132,7 +134,7 @@ def _scsi_export_args(exp, i):
         if lun.writable is not None:
             opts.append(f"lun.{n}.writable={'on' if lun.writable else 'off'}")
         opts += [f"lun.{n}.{k}={v}" for k, v in (lun.props or {}).items()]
-    return args + ["--export", ",".join(opts)]
+    return args + ["--export", ",".join(opts) + exp.options]
 
 
 def _node_args(src, node):

@@ -107,6 +107,8 @@ class Disk:
     num_queues: int = 1
     kind: str = "blk"            # "blk" or "scsi"
     extra: str = ""              # more ",key=value" properties for -device
+    reconnect: int = 0           # seconds between QEMU's tries to reconnect
+                                 # when the back-end goes away (0: never)
 
 
 @dataclass
@@ -190,15 +192,17 @@ def qemu_command(kernel, initrd, disks, smp=1, mem_mb=DEFAULT_MEM_MB,
         prop = "num-queues" if disk.kind == "blk" else "num_queues"
         dev += f",{prop}={disk.num_queues}"
         dev += disk.extra
-        cmd += ["-chardev", f"socket,id=vu{i},path={disk.socket}",
-                "-device", dev]
+        chardev = f"socket,id=vu{i},path={disk.socket}"
+        if disk.reconnect:
+            chardev += f",reconnect={disk.reconnect}"
+        cmd += ["-chardev", chardev, "-device", dev]
     return cmd + list(qemu_args)
 
 
 def run_guest(disks, script, files=None, timeout=90, smp=1,
               mem_mb=DEFAULT_MEM_MB, cache_dir=None, kernel=None,
               console_log=None, append_extra="", echo=False, qemu_args=(),
-              on_line=None):
+              on_line=None, on_start=None):
     """Boot a guest on `disks`, run `script` in it, return a GuestRun.
 
     `script` is shell code run by /init after modules are loaded (results are
@@ -214,6 +218,12 @@ def run_guest(disks, script, files=None, timeout=90, smp=1,
     act on the host when the guest prints, say, "SPINDLE-STAGE ready".  The
     guest's console output waits meanwhile, so keep it short; an exception it
     raises stops the guest and propagates.
+
+    `on_start`, if given, is called with QEMU's subprocess.Popen as soon as
+    it runs, and QEMU's stdin is then a pipe: what the caller writes to
+    proc.stdin reaches the guest's console (its /init's stdin), so a host
+    thread can tell a running guest to stop; proc.kill() ends a guest that
+    hangs.  Without it, the guest's console input is empty.
     """
     cache_dir = Path(cache_dir) if cache_dir else default_cache_dir()
     kernel_path, version = find_kernel(kernel)
@@ -223,7 +233,7 @@ def run_guest(disks, script, files=None, timeout=90, smp=1,
                                  kernel_version=version, out_dir=work)
         cmd = qemu_command(kernel_path, initrd, disks, smp=smp, mem_mb=mem_mb,
                            append_extra=append_extra, qemu_args=qemu_args)
-        return _run(cmd, timeout, console_log, echo, on_line)
+        return _run(cmd, timeout, console_log, echo, on_line, on_start)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -233,14 +243,16 @@ def _ensure(path):
     return path
 
 
-def _run(cmd, timeout, console_log, echo, on_line=None):
+def _run(cmd, timeout, console_log, echo, on_line=None, on_start=None):
     start = time.monotonic()
     chunks = []
     partial = ""                 # the console's last, unfinished line
     log = open(console_log, "w") if console_log else None
-    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT,
+    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE if on_start else subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             preexec_fn=die_with_parent(signal.SIGKILL))
+    if on_start:
+        on_start(proc)
     fd = proc.stdout.fileno()
     timed_out = False
     stopped = False              # the loop ended (rather than an exception)
@@ -279,6 +291,11 @@ def _run(cmd, timeout, console_log, echo, on_line=None):
             proc.kill()
             proc.wait()
         proc.stdout.close()
+        if proc.stdin:
+            try:
+                proc.stdin.close()
+            except OSError:
+                pass
         if log:
             log.close()
     console = "".join(chunks).replace("\r\n", "\n")
