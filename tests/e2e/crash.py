@@ -19,7 +19,10 @@ time (`run_s`), SIGKILL spindle, start it again at once with the same
 command line (the stale socket is replaced, the dead process's image lock
 went with it), and wait until the guest's count of acknowledged writes
 grows again: QEMU has reconnected and the guest writes.  The time from the
-kill to then is the cycle's recovery time.  A guest that writes nothing for
+kill to then is the cycle's recovery time.  With `early_kill` (a chance) a
+kill comes instead 0-EARLY_KILL_S after the restart before it, without
+waiting for the guest: while QEMU reconnects, hands the inflight region
+over or the new process resubmits.  A guest that writes nothing for
 `hung_s` after a restart, or a writer whose one write has waited `hung_s`
 (crashio's SPINDLE-HUNG: a request the back-end lost) ends the run as a
 hang.  Afterwards the host types "stop" on the guest's console, crashio
@@ -71,6 +74,9 @@ GUEST_CRASHIO = "/crashio"
 # be acknowledged within this long of a kill: progress the guest prints
 # then was the killed process's.
 QUIET_AFTER_KILL_S = 0.3
+# An early kill comes this long at most after the restart before it: QEMU
+# reconnects about 1 s after a kill.
+EARLY_KILL_S = 1.5
 # After "stop", how long the guest may take to finish (on top of hung_s,
 # which crashio gives its writers) before QEMU is killed.
 STOP_GRACE_S = 60
@@ -96,6 +102,8 @@ class CrashConfig:
     writers: int = 8
     blocks: int = 16              # per writer
     run_s: tuple = (0.5, 3.0)     # guest I/O between a recovery and a kill
+    early_kill: float = 0.0       # chance that a kill comes 0-EARLY_KILL_S
+                                  # after a restart, not after a recovery
     hung_s: float = 30.0
     delay_ms: int = 0             # blkdebug inject-delay (0: plain file)
     inflight: str = None          # inflight-tracking=on|off, None: default
@@ -110,15 +118,23 @@ class Cycle:
     ran_s: float                  # guest I/O before the kill
     acked_at_kill: int
     restart_s: float              # kill -> the new spindle listens
+    early: bool = False           # killed ran_s after the last restart,
+                                  # without waiting for the guest
     recover_s: float = None       # kill -> the guest writes again
+    next_early: bool = False      # the next kill did not wait for it
 
     def line(self, cycles):
-        recover = (f"{self.recover_s:.2f} s" if self.recover_s is not None
-                   else "never")
-        return (f"cycle {self.number}/{cycles}: killed after {self.ran_s:.2f} s "
-                f"of I/O ({self.acked_at_kill} writes acknowledged so far), "
-                f"listening again in {self.restart_s:.3f} s, guest writing "
-                f"again after {recover}")
+        if self.next_early:
+            then = "the next kill does not wait for the guest"
+        elif self.recover_s is None:
+            then = "the guest never wrote again"
+        else:
+            then = f"guest writing again after {self.recover_s:.2f} s"
+        ran = (f"{self.ran_s:.2f} s after the restart" if self.early
+               else f"after {self.ran_s:.2f} s of I/O")
+        return (f"cycle {self.number}/{cycles}: killed {ran} "
+                f"({self.acked_at_kill} writes acknowledged so far), "
+                f"listening again in {self.restart_s:.3f} s, {then}")
 
 
 @dataclass
@@ -153,6 +169,8 @@ class CrashReport:
         recover = [c.recover_s for c in self.cycles if c.recover_s is not None]
         return [
             ("cycles", len(self.cycles)),
+            ("early kills (during a reconnect)",
+             sum(1 for c in self.cycles if c.early)),
             ("acknowledged writes", self.counter("acked")),
             ("acknowledged writes checked", self.counter("checked")),
             ("lost", self.counter("lost")),
@@ -472,8 +490,11 @@ def _cycles(config, daemon, state, rng, report, log):
             report.failures.append("the guest did not start writing within "
                                    f"{config.boot_timeout_s:g} s")
         return
+    early = False
     for number in range(1, config.cycles + 1):
-        ran = rng.uniform(*config.run_s)
+        # An early kill comes while QEMU reconnects, hands over the
+        # inflight region or the new process resubmits.
+        ran = rng.uniform(0, EARLY_KILL_S) if early else rng.uniform(*config.run_s)
         t_run = time.monotonic()
         state.wait(lambda: False, ran)
         if state.finished or state.hung:
@@ -490,8 +511,13 @@ def _cycles(config, daemon, state, rng, report, log):
             report.failures.append(f"spindle did not start again: {e}")
             return
         cycle = Cycle(number, t_kill - t_run, acked,
-                      time.monotonic() - t_kill)
+                      time.monotonic() - t_kill, early=early)
         report.cycles.append(cycle)
+        early = number < config.cycles and rng.random() < config.early_kill
+        if early:
+            cycle.next_early = True
+            log(cycle.line(config.cycles))
+            continue
         time.sleep(max(0.0, t_kill + QUIET_AFTER_KILL_S - time.monotonic()))
         with state.cond:
             base = state.acked
@@ -504,7 +530,7 @@ def _cycles(config, daemon, state, rng, report, log):
         report.failures.append(f"hang: {state.hung[0]}")
     elif state.finished:
         report.failures.append("the guest ended before the cycles did")
-    elif report.cycles and report.cycles[-1].recover_s is None:
+    elif report.cycles and report.cycles[-1].recover_s is None and not early:
         report.failures.append(
             f"hang: the guest acknowledged no write for {config.hung_s:g} s "
             f"after restart {report.cycles[-1].number}")
