@@ -10,6 +10,7 @@ BENCH_ARGS ?=
 PYTEST_ARGS ?=
 FUZZ_ARGS  ?=
 SOAK_ARGS  ?=
+CRASH_SOAK_ARGS ?= 10
 # Seconds of fuzzing per harness in check-fuzz (6 harnesses: <= 60 s).
 CHECK_FUZZ_TIME ?= 8
 
@@ -20,7 +21,7 @@ SAN_ENV := ASAN_OPTIONS=detect_leaks=1 \
 MAKEFLAGS += --no-print-directory
 
 .PHONY: all san fuzz deps check check-unit check-functional check-fuzz \
-        fuzz-run soak install bench-aio bench-block bench-compare \
+        fuzz-run soak crash-soak install bench-aio bench-block bench-compare \
         poll-frontier demo clean help
 
 all: $(BUILD)/build.ninja
@@ -76,6 +77,11 @@ fuzz-run: fuzz
 soak: all
 	$(PYTHON) scripts/soak --build $(BUILD) $(SOAK_ARGS)
 
+# Kill spindle N times under a writing guest (scripts/crash-soak --help):
+# CRASH_SOAK_ARGS="100" for the recorded run, the cycle count first.
+crash-soak: all
+	$(PYTHON) scripts/crash-soak --build $(BUILD) $(CRASH_SOAK_ARGS)
+
 install: all
 	meson install -C $(BUILD)
 
@@ -119,6 +125,8 @@ help:
 	@echo '  fuzz-run          a fuzzing campaign (FUZZ_ARGS: scripts/fuzz-run --help)'
 	@echo '  soak              spindle-bench --verify on four exports with QMP traffic,'
 	@echo '                    10 minutes (SOAK_ARGS: scripts/soak --help)'
+	@echo '  crash-soak        SIGKILL and restart spindle under a writing guest, 10 times'
+	@echo '                    (CRASH_SOAK_ARGS: scripts/crash-soak --help)'
 	@echo '  install           meson install from $(BUILD)/'
 	@echo '  bench-aio         build, then run the event loop benchmark'
 	@echo '  bench-block       build, then run the block layer benchmark'
@@ -136,6 +144,7 @@ help:
 	@echo '  PYTEST_ARGS=...   extra pytest arguments, e.g. PYTEST_ARGS="-k qmp"'
 	@echo '  FUZZ_ARGS=...     scripts/fuzz-run arguments for fuzz-run'
 	@echo '  SOAK_ARGS=...     scripts/soak arguments for soak, e.g. SOAK_ARGS="--time 60"'
+	@echo '  CRASH_SOAK_ARGS=... scripts/crash-soak arguments, cycles first, e.g. "100"'
 	@echo '  PYTHON=...        Python for pytest and deps (default: python3)'
 	@echo
 	@echo 'Other configurations: ./configure --help, then ninja -C <dir>.'
