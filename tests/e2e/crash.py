@@ -45,6 +45,7 @@ requests each restart resubmitted.
 Only Python's standard library is used.
 """
 
+import fcntl
 import hashlib
 import os
 import random
@@ -66,6 +67,10 @@ FIRST_BLOCK = 256                 # crashio's default: regions start 1 MiB in
 MAGIC = 0x53504E444C435231        # crashio's block magic, "SPNDLCR1"
 HEADER = struct.Struct("<QIIQQQ")   # magic, writer, block, seq, run, sum
 DELAYED_BLOCKS = 2                # blocks of each region that delay_ms slows
+# The byte of an image file whose OFD lock a writable spindle node holds
+# (block/file-posix.c: "SPIN").
+SPINDLE_LOCK_BYTE = 0x5350494E
+LOCK_WAIT_MAX_S = 5.0
 
 CRASHIO_SOURCE = Path(__file__).resolve().with_name("crashio.c")
 GUEST_CRASHIO = "/crashio"
@@ -104,6 +109,7 @@ class CrashConfig:
     run_s: tuple = (0.5, 3.0)     # guest I/O between a recovery and a kill
     early_kill: float = 0.0       # chance that a kill comes 0-EARLY_KILL_S
                                   # after a restart, not after a recovery
+    wait_for_lock: bool = False   # restart only once the image is unlocked
     hung_s: float = 30.0
     delay_ms: int = 0             # blkdebug inject-delay (0: plain file)
     inflight: str = None          # inflight-tracking=on|off, None: default
@@ -118,6 +124,8 @@ class Cycle:
     ran_s: float                  # guest I/O before the kill
     acked_at_kill: int
     restart_s: float              # kill -> the new spindle listens
+    lock_wait_s: float = 0.0      # kill -> the dead process's image lock
+                                  # was gone (with wait_for_lock)
     early: bool = False           # killed ran_s after the last restart,
                                   # without waiting for the guest
     recover_s: float = None       # kill -> the guest writes again
@@ -132,8 +140,10 @@ class Cycle:
             then = f"guest writing again after {self.recover_s:.2f} s"
         ran = (f"{self.ran_s:.2f} s after the restart" if self.early
                else f"after {self.ran_s:.2f} s of I/O")
+        lock = (f", its image lock outlived it by {self.lock_wait_s:.3f} s"
+                if self.lock_wait_s else "")
         return (f"cycle {self.number}/{cycles}: killed {ran} "
-                f"({self.acked_at_kill} writes acknowledged so far), "
+                f"({self.acked_at_kill} writes acknowledged so far){lock}, "
                 f"listening again in {self.restart_s:.3f} s, {then}")
 
 
@@ -167,6 +177,7 @@ class CrashReport:
     def summary(self):
         """The totals scripts/crash-soak prints, as (label, value) pairs."""
         recover = [c.recover_s for c in self.cycles if c.recover_s is not None]
+        locks = [c.lock_wait_s for c in self.cycles if c.lock_wait_s]
         return [
             ("cycles", len(self.cycles)),
             ("early kills (during a reconnect)",
@@ -180,6 +191,8 @@ class CrashReport:
                 1 for f in self.failures if f.startswith("hang"))),
             ("blocks checked in the image", self.host_checked),
             ("recovery s (min/median/max)", _spread(recover)),
+            *((("restarts that waited for the dead process's image lock",
+                f"{len(locks)} (longest {max(locks):.3f} s)"),) if locks else ()),
             ("requests resubmitted by spindle", self.resubmitted),
             *((f"QEMU sent {name}", n) for name, n in self.qemu_requests.items()),
         ]
@@ -346,8 +359,11 @@ done
                 "sleep 0.1; i=$((i + 1)); done\n"
                 'echo "SPINDLE-RESULT vda.hw_queues=$(ls /sys/block/vda/mq | '
                 'wc -l)"\n')
+    # Without kills, no reconnect=: QEMU before 8.2 cannot start a
+    # vhost-user-scsi device with it, and this way the SCSI layout is
+    # checked there too.
     disks = [guest.Disk(sock, num_queues=config.queues, kind=config.kind,
-                        reconnect=1)]
+                        reconnect=1 if config.cycles else 0)]
     # Longer than any run can take: the host stops crashio with "stop".
     max_s = config.boot_timeout_s + config.cycles * (
         config.run_s[1] + 2 * config.hung_s) + 600
@@ -503,15 +519,17 @@ def _cycles(config, daemon, state, rng, report, log):
             acked = state.acked
         t_kill = time.monotonic()
         daemon.kill()
+        lock_wait = (_wait_unlocked(daemon.exports, t_kill)
+                     if config.wait_for_lock else 0.0)
         daemon.log_path = daemon.stderr_path = (
             daemon.workdir / f"spindle.{number}.log")
         try:
             daemon.start()
         except daemons.DaemonError as e:
-            report.failures.append(f"spindle did not start again: {e}")
+            report.failures.append(_restart_failure(e))
             return
         cycle = Cycle(number, t_kill - t_run, acked,
-                      time.monotonic() - t_kill, early=early)
+                      time.monotonic() - t_kill, lock_wait, early=early)
         report.cycles.append(cycle)
         early = number < config.cycles and rng.random() < config.early_kill
         if early:
@@ -526,6 +544,11 @@ def _cycles(config, daemon, state, rng, report, log):
         log(cycle.line(config.cycles))
         if cycle.recover_s is None:
             break
+    # The last stretch: every writer writes and checks after the last
+    # recovery (or, without cycles, at all) before the guest is stopped.
+    if not (state.hung or state.finished) and not (
+            report.cycles and report.cycles[-1].recover_s is None):
+        state.wait(lambda: False, config.run_s[0])
     if state.hung:
         report.failures.append(f"hang: {state.hung[0]}")
     elif state.finished:
@@ -534,6 +557,53 @@ def _cycles(config, daemon, state, rng, report, log):
         report.failures.append(
             f"hang: the guest acknowledged no write for {config.hung_s:g} s "
             f"after restart {report.cycles[-1].number}")
+
+
+def _restart_failure(error):
+    text = f"spindle did not start again: {error}"
+    if "Failed to get write lock" in str(error):
+        text = ("spindle did not start again: the killed process's image "
+                "lock was still held (" + LOCK_OUTLIVES_PROCESS + "); " + text)
+    return text
+
+
+# Why a killed spindle's image lock can outlive it (scripts/crash-soak and
+# tests/functional/test_e2e_crash.py name it).
+LOCK_OUTLIVES_PROCESS = (
+    "with aio=io_uring, the default, the kernel tears a killed process's "
+    "ring down in a worker after the process is reaped, and requests still "
+    "in flight keep the image's open file description, and so its OFD lock, "
+    "until then")
+
+
+def _image_locked(path):
+    """Whether someone holds spindle's lock byte of the image at path."""
+    fd = os.open(path, os.O_RDWR)
+    try:
+        fl = struct.pack("hhqqi4x", fcntl.F_WRLCK, os.SEEK_SET,
+                         SPINDLE_LOCK_BYTE, 1, 0)
+        try:
+            fcntl.fcntl(fd, fcntl.F_OFD_SETLK, fl)
+        except OSError:
+            return True
+        return False
+    finally:
+        os.close(fd)            # and with it the lock just taken
+
+
+def _wait_unlocked(exports, since):
+    """Wait (at most LOCK_WAIT_MAX_S) until no one holds the lock of any
+    image of `exports`; return how long after `since` that was, 0.0 if it
+    was free at once."""
+    images = [lun.image for exp in exports
+              for lun in (exp.luns if isinstance(exp, daemons.ScsiExport)
+                          else [exp])]
+    waited = False
+    while (any(_image_locked(p) for p in images) and
+           time.monotonic() - since < LOCK_WAIT_MAX_S):
+        waited = True
+        time.sleep(0.001)
+    return time.monotonic() - since if waited else 0.0
 
 
 def _stop_guest(config, state, thread):
