@@ -90,6 +90,10 @@ POWEROFF_S = 15
 
 # The counters crashio prints (crash.KEY), each a failure when not zero.
 FAILURE_COUNTERS = ("lost", "replayed", "corrupt", "io_errors", "hung")
+# A sanitizer's report in spindle's output (a build-san/ spindle).
+SANITIZER_REPORT = re.compile(
+    r"ERROR: (AddressSanitizer|LeakSanitizer|ThreadSanitizer)|"
+    r"runtime error:|SUMMARY: \w+Sanitizer")
 # What QEMU's vhost-user trace calls the inflight messages.
 INFLIGHT_REQUESTS = {"GET_INFLIGHT_FD": 31, "SET_INFLIGHT_FD": 32}
 
@@ -661,6 +665,11 @@ def _collect(config, layout, state, report, trace_log):
         if "INFLIGHT_FD" in line or "resubmitted" in line]
     report.resubmitted = sum(
         int(n) for n in re.findall(r"(\d+) requests? resubmitted", logs))
+    sanitizer = [line for line in logs.splitlines()
+                 if SANITIZER_REPORT.search(line)]
+    if sanitizer:
+        report.failures.append(f"a sanitizer report in spindle's output: "
+                               f"{sanitizer[0]}")
 
 
 def _check_images(config, layout, report):
