@@ -450,7 +450,8 @@ def run_crash(program, workdir, config, log=lambda text: None):
     `program` is the spindle binary, `workdir` a directory with a short
     path (UNIX socket paths are limited to 107 bytes) where the images,
     logs and console are kept.  `log(text)` is called with each cycle's
-    line as it ends.  Raises CrashSetupError if a prerequisite is missing.
+    line as it ends.  Raises CrashSetupError if a prerequisite is missing
+    or spindle does not start at all (an option it lacks, for example).
     """
     start = time.monotonic()
     workdir = Path(workdir)
@@ -483,7 +484,10 @@ def run_crash(program, workdir, config, log=lambda text: None):
     # spindle is started (and restarted) by this thread, and QEMU by the
     # guest thread: each dies with the thread that started it (the
     # launchers' PR_SET_PDEATHSIG follows the thread).
-    daemon.start()
+    try:
+        daemon.start()
+    except daemons.DaemonError as e:
+        raise CrashSetupError(f"spindle did not start: {e}") from None
     thread = threading.Thread(target=guest_main, name="crash-guest")
     thread.start()
     try:
