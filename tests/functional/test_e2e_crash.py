@@ -23,7 +23,8 @@ fail, which shows that the test sees what the region prevents.
 
 Restarting at once can meet the killed process's image lock (with
 aio=io_uring the kernel lets go of the file a little after the process is
-reaped); the test reports that one failure as a known problem (xfail).
+reaped); spindle gives such a lock up to a second at open, so the restart
+must succeed.
 
 virtio-scsi with two LUNs runs the same where QEMU can reconnect a
 vhost-user-scsi device (8.2 and later); on QEMU 7.2 it is skipped with the
@@ -112,19 +113,13 @@ def _check_inflight_used(report):
 def test_blk_survives_kills():
     """spindle is started again the moment the killed one is reaped, as a
     supervisor does.  With aio=io_uring (the default) the killed process's
-    image lock can outlive it by some milliseconds, and the new process
-    then refuses the image: that one failure is reported as a known
-    problem (xfail) until spindle waits for such a lock; any other fails
-    the test."""
+    image lock can outlive it by some milliseconds; the new process waits
+    for it (block/file-posix.c), so every restart must succeed."""
     spindle, delay = _setup()
     with boot_dir("crash blk") as workdir:
         _skip_without_inflight_tracking(spindle, workdir)
         report = _run(workdir, crash.CrashConfig(
             cycles=CYCLES, delay_ms=delay, hung_s=HUNG_S))
-        if (report.failures and
-                crash.LOCK_OUTLIVES_PROCESS in report.failures[0]):
-            pytest.xfail("the killed spindle's image lock outlived it: "
-                         + crash.LOCK_OUTLIVES_PROCESS)
         _check_survived(report, CYCLES)
         _check_inflight_used(report)
 

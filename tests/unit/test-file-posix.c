@@ -941,6 +941,54 @@ static void test_locking(void)
     aio_context_unref(ctx);
 }
 
+/*
+ * A holder that lets go shortly after the open began (a killed daemon
+ * whose io_uring teardown still holds the image): the open waits for it
+ * instead of calling the image busy.
+ */
+static void test_locking_waits_for_a_dying_holder(void)
+{
+    AioContext *ctx = ctx_new();
+    g_autofree char *path = temp_file_in(g_get_tmp_dir());
+    g_autofree char *rw = g_strdup_printf("driver=file,filename=%s", path);
+    int ready[2], status;
+    gint64 start;
+    BlockNode *a;
+    char byte;
+    pid_t pid;
+
+    g_assert_cmpint(truncate(path, 65536), ==, 0);
+    g_assert_cmpint(pipe(ready), ==, 0);
+    pid = fork();
+    g_assert_cmpint(pid, >=, 0);
+    if (pid == 0) {
+        struct flock fl = {
+            .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = LOCK_BYTE,
+            .l_len = 1,
+        };
+        int fd = open(path, O_RDWR);
+
+        if (fd < 0 || fcntl(fd, F_OFD_SETLK, &fl) < 0 ||
+            write(ready[1], "x", 1) != 1) {
+            _exit(2);
+        }
+        g_usleep(200 * 1000);
+        _exit(0);               /* the lock goes with the process */
+    }
+    close(ready[1]);
+    g_assert_cmpint(read(ready[0], &byte, 1), ==, 1);
+    close(ready[0]);
+    start = g_get_monotonic_time();
+    a = open_ok(rw, ctx);
+    /* It cannot have got the lock before the holder was gone. */
+    g_assert_cmpint(g_get_monotonic_time() - start, >=, 100 * 1000);
+    g_assert_cmpint(waitpid(pid, &status, 0), ==, pid);
+    g_assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    block_node_unref(a);
+    unlink(path);
+    aio_context_unref(ctx);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Engines: the default, and moving between contexts                         */
 
@@ -1165,6 +1213,8 @@ static const TestCase tests[] = {
     { "/file-posix/discard-ignore-no-flush",
       test_discard_ignore_no_flush },
     { "/file-posix/locking", test_locking },
+    { "/file-posix/locking-waits-for-a-dying-holder",
+      test_locking_waits_for_a_dying_holder },
     { "/file-posix/default-engine", test_default_engine },
 };
 
