@@ -126,6 +126,46 @@ install_pip_packages() {
     rm -f "$errfile"
 }
 
+# A newer QEMU for the one end-to-end test QEMU 7.2 cannot run: killing
+# the back-end of a vhost-user-scsi-pci device (QEMU 8.2 learnt to
+# reconnect it).  Debian 12's bookworm-backports has one; it is unpacked
+# (never installed: the guests keep Debian's QEMU) into
+# $SPINDLE_QEMU_BACKPORTS.  Best effort: without it that test is skipped
+# and says why.
+QEMU_BACKPORTS_DIR=${SPINDLE_QEMU_BACKPORTS:-/var/cache/spindle/qemu-backports}
+QEMU_BACKPORTS_DEBS=(qemu-system-x86 qemu-system-common qemu-system-data)
+
+fetch_backports_qemu() {
+    local qemu=$QEMU_BACKPORTS_DIR/usr/bin/qemu-system-x86_64 tmp deb
+    local -a apt_opts
+
+    [[ -x $qemu ]] && return 0
+    grep -qs '^VERSION_CODENAME=bookworm$' /etc/os-release || return 0
+    is_root || return 0
+    log "unpacking QEMU from bookworm-backports into $QEMU_BACKPORTS_DIR"
+    tmp=$(mktemp -d)
+    mkdir -p "$tmp/lists/partial" "$tmp/debs"
+    echo "deb http://deb.debian.org/debian bookworm-backports main" \
+        >"$tmp/sources.list"
+    apt_opts=(-q -o APT::Sandbox::User=root
+              -o "Dir::Etc::sourcelist=$tmp/sources.list"
+              -o "Dir::Etc::sourceparts=-" -o "Dir::State::Lists=$tmp/lists")
+    if apt-get "${apt_opts[@]}" update >/dev/null &&
+       (cd "$tmp/debs" && apt-get "${apt_opts[@]}" download \
+            "${QEMU_BACKPORTS_DEBS[@]/%//bookworm-backports}" >/dev/null 2>&1); then
+        mkdir -p "$QEMU_BACKPORTS_DIR"
+        for deb in "$tmp"/debs/*.deb; do
+            dpkg -x "$deb" "$QEMU_BACKPORTS_DIR"
+        done
+    fi
+    rm -rf "$tmp"
+    if [[ ! -x $qemu ]] || ! "$qemu" --version >/dev/null 2>&1; then
+        log "warning: no QEMU from bookworm-backports; the vhost-user-scsi crash test will be skipped"
+        rm -rf "$QEMU_BACKPORTS_DIR"
+    fi
+    return 0
+}
+
 main() {
     local -a apt_missing guest_missing pip_missing
 
@@ -142,6 +182,8 @@ main() {
     install them as root with:  apt-get install --no-install-recommends ${guest_missing[*]}"
         install_apt_packages --no-install-recommends "${guest_missing[@]}"
     fi
+
+    fetch_backports_qemu
 
     # Checked after apt, which may just have provided python3 and pip.
     command -v "$PYTHON" >/dev/null 2>&1 || die "$PYTHON not found"

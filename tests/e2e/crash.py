@@ -276,6 +276,28 @@ def scsi_reconnect_unsupported(qemu=None):
     return None
 
 
+# Where scripts/install-deps.sh unpacks a QEMU from bookworm-backports.
+BACKPORTS_QEMU_DIR = Path(os.environ.get(
+    "SPINDLE_QEMU_BACKPORTS", "/var/cache/spindle/qemu-backports"))
+
+
+def use_qemu_for_scsi_reconnect():
+    """Make the guests of this process use a QEMU that can reconnect a
+    vhost-user-scsi-pci device: the default one if it can, else the one
+    install-deps unpacked from bookworm-backports (through $SPINDLE_QEMU).
+    Returns None, or why there is none."""
+    reason = scsi_reconnect_unsupported()
+    if reason is None:
+        return None
+    backports = BACKPORTS_QEMU_DIR / "usr" / "bin" / "qemu-system-x86_64"
+    if os.access(backports, os.X_OK) and \
+            scsi_reconnect_unsupported(backports) is None:
+        os.environ["SPINDLE_QEMU"] = str(backports)
+        return None
+    return (reason + "; and no newer QEMU in " + str(BACKPORTS_QEMU_DIR) +
+            " (scripts/install-deps.sh unpacks one from bookworm-backports)")
+
+
 def has_inject_delay(spindle):
     """Whether this spindle's blkdebug takes inject-delay rules: the node
     is parsed before the (deliberately broken) export is refused."""
