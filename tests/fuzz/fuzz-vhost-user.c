@@ -173,7 +173,7 @@ static void write_guest_memory(FuzzVu *f, const VuMsg *m)
     memcpy(&off, m->payload.bytes, sizeof(off));
     off %= end;
     if (pwrite(fd, m->payload.bytes + sizeof(off),
-               MIN(m->hdr.size - sizeof(off), end - off), off) < 0) {
+               MIN(m->hdr.size - sizeof(off), (size_t)(end - off)), off) < 0) {
         g_assert_not_reached();
     }
 }
