@@ -101,6 +101,21 @@ void test_add_variants(const char *const *variants, size_t n_variants,
     test_add_with_watchdog(tests, k, watchdog_s);
 }
 
+void test_add_rows(const void *rows, size_t n, size_t row_size,
+                   void (*fn)(const void *), unsigned watchdog_s)
+{
+    /* Registered tests keep pointers into it: never freed. */
+    TestCase *t = g_new0(TestCase, n);
+
+    for (size_t i = 0; i < n; i++) {
+        const void *row = (const char *)rows + i * row_size;
+
+        t[i] = (TestCase) { .path = *(const char *const *)row,
+                            .fn_data = fn, .data = row };
+    }
+    test_add_with_watchdog(t, n, watchdog_s);
+}
+
 int test_main(int argc, char **argv, const TestProgram *prog)
 {
     int r;

@@ -95,6 +95,17 @@ void test_add_variants(const char *const *variants, size_t n_variants,
                        unsigned watchdog_s);
 
 /*
+ * Register, under the watchdog, one test per row of a static table
+ * rows[0..n-1] of row_size bytes whose rows start with their path (a
+ * const char *): fn gets the row.  Main thread, where
+ * test_add_with_watchdog() may be called.
+ */
+void test_add_rows(const void *rows, size_t n, size_t row_size,
+                   void (*fn)(const void *), unsigned watchdog_s);
+#define TEST_ADD_ROWS(rows, fn, watchdog_s) \
+    test_add_rows(rows, G_N_ELEMENTS(rows), sizeof(rows[0]), fn, watchdog_s)
+
+/*
  * A unit test program: its table of tests, their watchdog (seconds, below
  * the program's meson timeout, so that the watchdog reports first), and
  * optional set-up of what all its tests share (run once, in the main

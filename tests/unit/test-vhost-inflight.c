@@ -696,33 +696,11 @@ static const TestCase tests[] = {
     { "/vhost-inflight/resume/looping-batch", test_looping_batch },
 };
 
-/* Register one test per row of a table whose rows start with a path. */
-static void add_rows(const void *rows, size_t n, size_t row_size,
-                     void (*fn)(const void *))
-{
-    static TestCase storage[32];       /* registered tests must stay */
-    static size_t used;
-    TestCase *t = &storage[used];
-
-    g_assert_cmpuint(used + n, <=, G_N_ELEMENTS(storage));
-    for (size_t i = 0; i < n; i++) {
-        const void *row = (const char *)rows + i * row_size;
-
-        t[i] = (TestCase) { .path = *(const char *const *)row,
-                            .fn_data = fn, .data = row };
-    }
-    used += n;
-    test_add_with_watchdog(t, n, 50);
-}
-
-#define ADD_ROWS(rows, fn) \
-    add_rows(rows, G_N_ELEMENTS(rows), sizeof(rows[0]), fn)
-
 static void add_table_tests(void)
 {
-    ADD_ROWS(map_cases, test_map_refused);
-    ADD_ROWS(random_cases, test_random_crashes);
-    ADD_ROWS(hostile_cases, test_hostile);
+    TEST_ADD_ROWS(map_cases, test_map_refused, 50);
+    TEST_ADD_ROWS(random_cases, test_random_crashes, 50);
+    TEST_ADD_ROWS(hostile_cases, test_hostile, 50);
 }
 
 TEST_MAIN_SETUP(tests, 50, add_table_tests, NULL)
