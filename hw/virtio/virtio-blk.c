@@ -215,7 +215,7 @@ static void virtio_blk_req_finish(VirtioBlkReq *req, uint8_t status)
     VirtioBlkQueue *q = req->q;
 
     *req->status = status;
-    virtqueue_push(req->vq, &req->elem, req->in_len);
+    virtqueue_push_status_last(req->vq, &req->elem, req->in_len);
     SPINDLE_TRACE3(virtio_blk_complete, virtqueue_index(req->vq), req->type,
                    status);
     q->in_flight--;

@@ -61,6 +61,9 @@ struct VirtQueue {
                                          * label */
     VhostInflight *inflight_region;  /* a reference, or NULL */
     unsigned inflight_index;         /* our queue part in it */
+    VhostLog *log;                   /* a reference: dirty logging on;
+                                      * NULL: off (home thread once
+                                      * started) */
 
     /* Running state (home thread). */
     bool started;
@@ -100,5 +103,35 @@ static inline void virtqueue_assert_home(const VirtQueue *vq)
 {
     g_assert(vq->ctx && aio_context_in_home_thread(vq->ctx));
 }
+
+/* ------------------------------------------------------------------------ */
+/* Dirty logging (virtqueue-log.c), home thread                              */
+
+/*
+ * The in iovecs [from, to) of elem were just mapped from one descriptor
+ * at guest address gpa: record where each starts.  Pop calls it only
+ * while the queue has a log.
+ */
+static inline void virtqueue_record_in_gpa(VirtQueueElement *elem,
+                                           unsigned from, unsigned to,
+                                           uint64_t gpa)
+{
+    for (unsigned i = from; i < to; i++) {
+        elem->in_gpa[i] = gpa;
+        gpa += elem->in_sg[i].iov_len;
+    }
+}
+
+/*
+ * Mark what pushing elem with len bytes written writes into guest memory
+ * (virtqueue_push(), or virtqueue_push_status_last() with status_last):
+ * the in buffers' bytes, then the used ring.  vq->log is set.
+ */
+void virtqueue_log_push(VirtQueue *vq, const VirtQueueElement *elem,
+                        uint32_t len, bool status_last);
+
+/* Mark the whole used ring if the ring logs it (VHOST_VRING_F_LOG);
+ * vq->log is set and the rings are mapped. */
+void virtqueue_log_used(VirtQueue *vq);
 
 #endif

@@ -76,6 +76,12 @@
  * other before new ones from the avail ring.  Without a region the hot
  * path pays one predictable branch in pop and one in push.
  *
+ * Dirty logging (live migration).  A queue given a dirty log
+ * (virtqueue_set_log(), on a running queue too) marks there every guest
+ * page it writes, before it publishes the used index: virtqueue-log.c
+ * says what and how.  Without a log the hot path pays one predictable
+ * branch per device-writable descriptor in pop and one in push.
+ *
  * Memory tables in flight.  Elements point into the GuestMemory the queue
  * used when they were popped.  When the table is replaced (set_memory) or
  * the queue stops with elements still in flight, the old table is kept in
@@ -171,6 +177,7 @@ void virtqueue_free(VirtQueue *vq)
     }
     guest_memory_unref(vq->mem);
     vhost_inflight_unref(vq->inflight_region);
+    vhost_log_unref(vq->log);
     g_free(vq->resubmit);
     g_free(vq);
 }
@@ -536,12 +543,17 @@ static int virtqueue_map_desc(VirtQueue *vq, VirtQueueChain *c,
                               "than 4 GiB", c->head);
     }
     if (d->flags & VRING_DESC_F_WRITE) {
+        unsigned first = c->in_num;
+
         c->seen_in = true;
         c->in_bytes += d->len;
         c->in_last_len = d->len;
         /* Out and in iovecs share one budget of VIRTQUEUE_MAX_SEGS. */
         r = guest_memory_map_iov(vq->mem, d->addr, d->len, elem->in_sg,
                                  &c->in_num, VIRTQUEUE_MAX_SEGS - c->out_num);
+        if (vq->log && r == 0) {
+            virtqueue_record_in_gpa(elem, first, c->in_num, d->addr);
+        }
     } else {
         if (c->seen_in) {
             return virtqueue_fail(vq, "descriptor chain at head %u has a "
@@ -671,6 +683,7 @@ static int virtqueue_walk_chain(VirtQueue *vq, uint16_t head,
     elem->in_num = c.in_num;
     elem->in_bytes = (uint32_t)c.in_bytes;     /* <= total <= UINT32_MAX */
     elem->in_last_len = c.in_last_len;
+    elem->in_gpa_valid = vq->log != NULL;
     return 0;
 }
 
@@ -809,7 +822,8 @@ static void virtqueue_fill_used(VirtQueue *vq, uint16_t head, uint32_t len)
                           memory_order_release);
 }
 
-void virtqueue_push(VirtQueue *vq, const VirtQueueElement *elem, uint32_t len)
+static void virtqueue_push_logged(VirtQueue *vq, const VirtQueueElement *elem,
+                                  uint32_t len, bool status_last)
 {
     virtqueue_assert_home(vq);
     g_assert(virtqueue_inflight(vq) > 0);
@@ -818,6 +832,10 @@ void virtqueue_push(VirtQueue *vq, const VirtQueueElement *elem, uint32_t len)
     SPINDLE_TRACE3(vq_push, vq->index, elem->head, len);
 
     if (vq->used) {
+        if (vq->log) {
+            /* Before used->idx is published (release, in fill_used). */
+            virtqueue_log_push(vq, elem, len, status_last);
+        }
         if (vq->track.q) {
             /* Linked before used->idx moves, cleared after: the order
              * vhost_inflight_resume() relies on. */
@@ -835,6 +853,18 @@ void virtqueue_push(VirtQueue *vq, const VirtQueueElement *elem, uint32_t len)
         }
     }
     virtqueue_put_inflight(vq);
+}
+
+void virtqueue_push(VirtQueue *vq, const VirtQueueElement *elem, uint32_t len)
+{
+    virtqueue_push_logged(vq, elem, len, false);
+}
+
+void virtqueue_push_status_last(VirtQueue *vq, const VirtQueueElement *elem,
+                                uint32_t len)
+{
+    g_assert(len >= 1 && elem->in_bytes >= 1);
+    virtqueue_push_logged(vq, elem, len, true);
 }
 
 void virtqueue_fail_element(VirtQueue *vq, const VirtQueueElement *elem,
@@ -1156,6 +1186,10 @@ uint16_t virtqueue_stop(VirtQueue *vq)
         return vq->last_avail_idx;
     }
     virtqueue_assert_home(vq);
+    if (vq->log) {
+        /* The flag and event writes since the last push. */
+        virtqueue_log_used(vq);
+    }
     /* Removing the handler runs io_poll_end if polling had begun. */
     aio_set_event_notifier(vq->ctx, &vq->kick, NULL, NULL, NULL);
     if (vq->notify_pending) {

@@ -39,6 +39,7 @@
 
 #include "hw/virtio/guest-memory.h"
 #include "hw/virtio/vhost-inflight.h"
+#include "hw/virtio/vhost-log.h"
 #include "hw/virtio/virtqueue.h"
 #include "util/aio.h"
 #include "util/event-notifier.h"
@@ -1885,6 +1886,198 @@ static void test_inflight_resubmit_checked(void)
     vhost_inflight_unref(region);
 }
 
+/* ------------------------------------------------------------------------ */
+/* Dirty logging                                                            */
+
+/* A dirty log for the whole of the test's guest memory, and its fd. */
+typedef struct TestLog {
+    int fd;
+    VhostLog *log;
+    uint64_t bytes;
+} TestLog;
+
+static void test_log_init(TestLog *l, Drv *d)
+{
+    Error *err = NULL;
+
+    l->bytes = vhost_log_bytes_for_memory(d->mem);
+    l->fd = memfd_create("test-virtqueue-log", MFD_CLOEXEC);
+    g_assert_cmpint(l->fd, >=, 0);
+    g_assert_cmpint(ftruncate(l->fd, (off_t)l->bytes), ==, 0);
+    l->log = vhost_log_map(l->fd, l->bytes, 0, d->mem, &err);
+    g_assert_no_error(err);
+}
+
+static void test_log_cleanup(TestLog *l)
+{
+    vhost_log_unref(l->log);
+    close(l->fd);
+}
+
+/* What the front-end does between two passes: read and clear. */
+static void test_log_clear(TestLog *l)
+{
+    g_autofree uint8_t *zero = g_malloc0(l->bytes);
+
+    g_assert_cmpint(pwrite(l->fd, zero, l->bytes, 0), ==, (ssize_t)l->bytes);
+}
+
+/*
+ * The log must mark exactly the pages of ranges[0..n) (gpa, len pairs);
+ * each page wrongly marked or not marked is named.
+ */
+static void test_log_expect(TestLog *l, const uint64_t (*ranges)[2],
+                            unsigned n)
+{
+    g_autofree uint8_t *got = g_malloc(l->bytes);
+    g_autofree uint8_t *want = g_malloc0(l->bytes);
+    bool ok = true;
+
+    for (unsigned i = 0; i < n; i++) {
+        for (uint64_t p = ranges[i][0] / VHOST_LOG_PAGE;
+             p <= (ranges[i][0] + ranges[i][1] - 1) / VHOST_LOG_PAGE; p++) {
+            want[p / 8] |= 1u << (p % 8);
+        }
+    }
+    g_assert_cmpint(pread(l->fd, got, l->bytes, 0), ==, (ssize_t)l->bytes);
+    for (uint64_t p = 0; p < l->bytes * 8; p++) {
+        bool g = got[p / 8] & (1u << (p % 8)), w = want[p / 8] & (1u << (p % 8));
+
+        if (g != w) {
+            g_test_message("page %" G_GUINT64_FORMAT " (GPA 0x%"
+                           G_GINT64_MODIFIER "x) is %s", p,
+                           p * VHOST_LOG_PAGE, g ? "marked" : "not marked");
+            ok = false;
+        }
+    }
+    g_assert_true(ok);
+}
+
+typedef struct LogCase {
+    const char *path;
+    bool popped_before;      /* logging starts with the element in flight */
+    bool status_last;        /* virtqueue_push_status_last() */
+    bool no_used_flag;       /* the ring's addresses lack VHOST_VRING_F_LOG */
+} LogCase;
+
+static const LogCase log_cases[] = {
+    { "/virtqueue/log/in-and-used" },
+    { "/virtqueue/log/status-last", .status_last = true },
+    { "/virtqueue/log/popped-before", .popped_before = true },
+    { "/virtqueue/log/used-not-asked", .no_used_flag = true },
+};
+
+/*
+ * One element with an out buffer and three in buffers (one across pages,
+ * one across the boundary of the two regions, one status-like byte far
+ * away); the device writes all of the first, part of the second (both of
+ * its iovecs, on two pages) and, as virtio-blk does, the status.  The log
+ * must hold exactly those pages and the used ring's: it fails if the
+ * in buffers' (read data) or the used ring's pages are not logged, or if
+ * anything else is.
+ */
+static void test_log(const void *data)
+{
+    const LogCase *c = data;
+    Drv d;
+    TestLog l;
+    VirtQueueElement *e = g_new0(VirtQueueElement, 1);
+    uint64_t status;
+    VufSeg bufs[4];
+    uint64_t want[4][2];
+    unsigned nwant = 0;
+    uint32_t len = 0x2000 + 0xa00, id, got_len;
+
+    drv_setup(&d, 16, 0);
+    status = d.data_gpa + 0x6000 + 0xf;
+    bufs[0] = (VufSeg) { d.data_gpa, 0x1000, false };
+    bufs[1] = (VufSeg) { d.data_gpa + 0x2f00, 0x2000, true };
+    bufs[2] = (VufSeg) { SIZE_A - 0x100, 0x1000, true };
+    bufs[3] = (VufSeg) { d.data_gpa + 0x6000, 0x10, true };
+    test_log_init(&l, &d);
+    if (!c->no_used_flag) {
+        virtqueue_set_log_used(d.vq, VHOST_VRING_F_LOG, d.used_gpa);
+    }
+    if (!c->popped_before) {
+        virtqueue_set_log(d.vq, l.log);
+    }
+    drv_start(&d, NULL);
+    publish_and_pop(&d, drv_add_direct(&d, bufs, 4), e, 1, 4,
+                    0x2000 + 0x1000 + 0x10);
+    g_assert_cmpint(e->in_gpa_valid, ==, !c->popped_before);
+    if (c->popped_before) {
+        virtqueue_set_log(d.vq, l.log);
+    }
+    test_log_clear(&l);
+
+    memset(e->in_sg[0].iov_base, 0xaa, 0x2000);
+    memset(e->in_sg[1].iov_base, 0xbb, 0x100);
+    memset(e->in_sg[2].iov_base, 0xbb, 0x900);
+    want[nwant][0] = d.data_gpa + 0x2f00;
+    want[nwant++][1] = 0x2000;
+    want[nwant][0] = SIZE_A - 0x100;
+    want[nwant++][1] = 0xa00;
+    if (!c->no_used_flag) {
+        want[nwant][0] = d.used_gpa;
+        want[nwant++][1] = 6 + 8 * 16;
+    }
+    /* Disjoint pages, or a missing class could hide behind another. */
+    g_assert_cmpuint(d.used_gpa / VHOST_LOG_PAGE, !=,
+                     (d.data_gpa + 0x2f00) / VHOST_LOG_PAGE);
+    g_assert_cmpuint((SIZE_A + 0x900) / VHOST_LOG_PAGE, !=,
+                     (SIZE_A - 0x100) / VHOST_LOG_PAGE);
+    if (c->status_last) {
+        *(uint8_t *)guest_memory_gpa_to_host(d.mem, status, 1) = 0;
+        virtqueue_push_status_last(d.vq, e, len + 1);
+        want[nwant][0] = status;
+        want[nwant++][1] = 1;
+    } else {
+        virtqueue_push(d.vq, e, len);
+    }
+    test_log_expect(&l, want, nwant);
+    g_assert_true(drv_get_used(&d, &id, &got_len));
+
+    /* Stopping marks the used ring again (its flags and event). */
+    test_log_clear(&l);
+    virtqueue_stop(d.vq);
+    test_log_expect(&l, want + nwant - !c->no_used_flag - c->status_last,
+                    !c->no_used_flag);
+    g_free(e);
+    drv_cleanup(&d);
+    test_log_cleanup(&l);
+}
+
+/* Logging switched off on a running ring: nothing is marked any more. */
+static void test_log_off(void)
+{
+    Drv d;
+    TestLog l;
+    VirtQueueElement *e = g_new0(VirtQueueElement, 1);
+    VufSeg b = { 0, 0x100, true };
+    uint32_t id, len;
+
+    drv_setup(&d, 16, 0);
+    b.gpa = d.data_gpa;
+    test_log_init(&l, &d);
+    virtqueue_set_log_used(d.vq, VHOST_VRING_F_LOG, d.used_gpa);
+    virtqueue_set_log(d.vq, l.log);
+    drv_start(&d, NULL);
+    publish_and_pop(&d, drv_add_direct(&d, &b, 1), e, 0, 1, 0x100);
+    virtqueue_set_log(d.vq, NULL);
+    virtqueue_set_log_used(d.vq, 0, 0);
+    test_log_clear(&l);
+    virtqueue_push(d.vq, e, 0x100);
+    g_assert_true(drv_get_used(&d, &id, &len));
+    publish_and_pop(&d, drv_add_direct(&d, &b, 1), e, 0, 1, 0x100);
+    g_assert_false(e->in_gpa_valid);
+    virtqueue_push(d.vq, e, 0x100);
+    virtqueue_stop(d.vq);
+    test_log_expect(&l, NULL, 0);
+    g_free(e);
+    drv_cleanup(&d);
+    test_log_cleanup(&l);
+}
+
 static const TestCase tests[] = {
     { "/virtqueue/setup", test_setup },
     { "/virtqueue/start/rings-outside", test_start_rings_outside },
@@ -1918,6 +2111,13 @@ static const TestCase tests[] = {
     { "/virtqueue/inflight/bad-region", test_inflight_bad_region },
     { "/virtqueue/inflight/resubmit-checked",
       test_inflight_resubmit_checked },
+    { "/virtqueue/log/off", test_log_off },
 };
 
-TEST_MAIN_SETUP(tests, 50, add_malformed_tests, NULL)
+static void add_table_tests(void)
+{
+    add_malformed_tests();
+    TEST_ADD_ROWS(log_cases, test_log, 50);
+}
+
+TEST_MAIN_SETUP(tests, 50, add_table_tests, NULL)

@@ -29,6 +29,13 @@
 /* Virtio feature bit 30, reused to announce protocol feature negotiation. */
 #define VHOST_USER_F_PROTOCOL_FEATURES 30
 
+/* Virtio feature bit 26: the back-end logs what it writes into guest
+ * memory (dirty logging for live migration; SET_LOG_BASE). */
+#define VHOST_F_LOG_ALL 26
+
+/* SET_VRING_ADDR flags: log the used ring's writes at log_guest_addr. */
+#define VHOST_VRING_F_LOG 0x1u
+
 /* Protocol feature bits */
 #define VHOST_USER_PROTOCOL_F_MQ                   0
 #define VHOST_USER_PROTOCOL_F_LOG_SHMFD            1
@@ -170,7 +177,17 @@ typedef struct VhostUserInflight {
     uint16_t queue_size;
 } VhostUserInflight;
 
+/*
+ * SET_LOG_BASE ("log description"), with the log's fd: the dirty bitmap
+ * is mmap_size bytes at mmap_offset of the fd (hw/virtio/vhost-log.h).
+ */
+typedef struct VhostUserLog {
+    uint64_t mmap_size;
+    uint64_t mmap_offset;
+} VhostUserLog;
+
 G_STATIC_ASSERT(sizeof(VhostUserHeader) == 12);
+G_STATIC_ASSERT(sizeof(VhostUserLog) == 16);
 G_STATIC_ASSERT(sizeof(VhostUserVringState) == 8);
 G_STATIC_ASSERT(sizeof(VhostUserVringAddr) == 40);
 G_STATIC_ASSERT(offsetof(VhostUserVringAddr, desc_user_addr) == 8);

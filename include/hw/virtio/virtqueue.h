@@ -31,6 +31,8 @@
 #include <sys/uio.h>
 #include "hw/virtio/guest-memory.h"
 #include "hw/virtio/vhost-inflight.h"
+#include "hw/virtio/vhost-log.h"
+#include "hw/virtio/vhost-user-wire.h"
 #include "hw/virtio/virtio-ring-wire.h"
 #include "util/aio.h"
 #include "util/event-notifier.h"
@@ -50,8 +52,12 @@ typedef struct VirtQueueElement {
     /* Length of the chain's last device-writable descriptor: 0 when it
      * has none or that descriptor is empty (which adds no iovec). */
     uint32_t in_last_len;
+    /* Popped while the queue had a dirty log: in_gpa[i] is the guest
+     * physical address of in_sg[i] (otherwise in_gpa is not filled). */
+    bool in_gpa_valid;
     struct iovec out_sg[VIRTQUEUE_MAX_SEGS];
     struct iovec in_sg[VIRTQUEUE_MAX_SEGS];
+    uint64_t in_gpa[VIRTQUEUE_MAX_SEGS];
 } VirtQueueElement;
 
 /* Called in the queue's home thread when the queue may have work. */
@@ -62,8 +68,8 @@ typedef struct VirtQueueAddrs {
     uint64_t desc_qva;
     uint64_t avail_qva;
     uint64_t used_qva;
-    uint64_t log_gpa;
-    uint32_t flags;
+    uint64_t log_gpa;            /* the used ring's guest address */
+    uint32_t flags;              /* VHOST_VRING_F_LOG: log the used ring */
 } VirtQueueAddrs;
 
 /* ------------------------------------------------------------------------ */
@@ -105,6 +111,27 @@ void virtqueue_set_features(VirtQueue *vq, uint64_t features);
  */
 void virtqueue_set_inflight(VirtQueue *vq, VhostInflight *region,
                             unsigned index);
+/*
+ * Dirty logging (live migration).  With a log, the queue marks in it
+ * every guest page it and its device write: the part of each element's
+ * in buffers that push reports written, and, when the ring's addresses
+ * carry VHOST_VRING_F_LOG, the whole used ring at its log_gpa; all of an
+ * element's marks are made before its used index is published.  log
+ * NULL stops logging (the default).  A reference is taken on log and the
+ * one on the log before is dropped.  On a started queue: its home thread
+ * (elements in flight that were popped before are logged too, slower,
+ * from their host addresses); on a stopped one: the main thread, with
+ * nothing in flight.  Turning logging on marks the used ring at once.
+ */
+void virtqueue_set_log(VirtQueue *vq, VhostLog *log);
+
+/*
+ * Change only the used ring's logging of the addresses set: flags
+ * (VHOST_VRING_F_LOG) and log_gpa, as a front-end does on a running ring
+ * to start and end a migration.  Same threads as virtqueue_set_log().
+ */
+void virtqueue_set_log_used(VirtQueue *vq, uint32_t flags, uint64_t log_gpa);
+
 /* Only recorded (any thread): the caller starts/stops enabled queues. */
 void virtqueue_set_enabled(VirtQueue *vq, bool enabled);
 bool virtqueue_is_enabled(const VirtQueue *vq);
@@ -164,11 +191,20 @@ int virtqueue_set_memory(VirtQueue *vq, GuestMemory *mem);
 int virtqueue_pop(VirtQueue *vq, VirtQueueElement *elem);
 
 /*
- * Return elem to the driver with len bytes written into its in buffers,
- * and arrange for the call eventfd to be signalled at the end of the loop
+ * Return elem to the driver with len bytes written into its in buffers
+ * (at their start: the bytes a dirty log marks), and arrange for the call eventfd to be signalled at the end of the loop
  * turn if the driver wants an interrupt.
  */
 void virtqueue_push(VirtQueue *vq, const VirtQueueElement *elem, uint32_t len);
+
+/*
+ * virtqueue_push() for a device whose status is the very last byte of the
+ * in buffers (virtio-blk): len counts it, and the other len - 1 bytes
+ * written are at the start of the in buffers.  The same but for what a
+ * dirty log marks.  len >= 1 and elem->in_bytes >= 1.
+ */
+void virtqueue_push_status_last(VirtQueue *vq, const VirtQueueElement *elem,
+                                uint32_t len);
 
 /*
  * Give elem up and break the queue: for a request the driver built so
