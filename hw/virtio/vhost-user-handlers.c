@@ -19,8 +19,9 @@
  *      harmless (s->why).  A request about one ring (SET_VRING_*,
  *      GET_VRING_BASE) reaches its handler with the ring its payload
  *      names, once that ring is known to exist and, for the set-up that
- *      is only valid on a stopped ring (size, addresses, base), to be
- *      stopped;
+ *      is only valid on a stopped ring (size, base), to be stopped (the
+ *      addresses' handler checks that itself: their logging flag may
+ *      change on a running ring);
  *   3. vu_answer() turns the result into the answer.  A refusal is
  *      logged (one line naming the export) and answered with a non-zero
  *      REPLY_ACK status when the front-end asked for one; otherwise, and
@@ -64,6 +65,18 @@
  * stopped, and belongs to the device state: a reset or a disconnect
  * drops it.
  *
+ * Dirty logging (live migration; VHOST_F_LOG_ALL and
+ * VHOST_USER_PROTOCOL_F_LOG_SHMFD, offered for every device): the
+ * front-end sends a log with SET_LOG_BASE (mapped and checked against the
+ * memory table: hw/virtio/vhost-log.c; answered with a u64 0 once every
+ * ring uses it), switches logging on and off with SET_FEATURES (only
+ * LOG_ALL may change while rings run) and the used ring's logging with
+ * SET_VRING_ADDR (only VHOST_VRING_F_LOG and the log address may change
+ * while the ring runs).  While LOG_ALL is on, every ring logs what it
+ * writes (virtqueue-log.c), and a memory table the log does not cover is
+ * refused.  The log belongs to the connection, like the memory table:
+ * RESET_DEVICE keeps it, a disconnect drops it.
+ *
  * All of it runs in the main thread (the server's main_ctx).
  */
 #include <inttypes.h>
@@ -80,11 +93,17 @@
     ((1ull << VIRTIO_F_VERSION_1) |                 \
      (1ull << VIRTIO_RING_F_INDIRECT_DESC) |        \
      (1ull << VIRTIO_RING_F_EVENT_IDX) |            \
+     (1ull << VHOST_F_LOG_ALL) |                    \
      (1ull << VHOST_USER_F_PROTOCOL_FEATURES))
+
+/* Transport features the device does not see. */
+#define VU_SERVER_FEATURES \
+    ((1ull << VHOST_F_LOG_ALL) | (1ull << VHOST_USER_F_PROTOCOL_FEATURES))
 
 /* Protocol features offered (CONFIG only when the device has a config). */
 #define VU_PROTOCOL_FEATURES                                \
     ((1ull << VHOST_USER_PROTOCOL_F_MQ) |                   \
+     (1ull << VHOST_USER_PROTOCOL_F_LOG_SHMFD) |            \
      (1ull << VHOST_USER_PROTOCOL_F_REPLY_ACK) |            \
      (1ull << VHOST_USER_PROTOCOL_F_SLAVE_REQ) |            \
      (1ull << VHOST_USER_PROTOCOL_F_CONFIGURE_MEM_SLOTS) |  \
@@ -121,6 +140,14 @@ static VuResult G_GNUC_PRINTF(2, 3) vu_fail(VuServer *s, const char *fmt, ...)
     va_start(ap, fmt);
     g_vsnprintf(s->why, sizeof(s->why), fmt, ap);
     va_end(ap);
+    return VU_FAILED;
+}
+
+/* Refuse the request with err's message (err is freed). */
+static VuResult vu_error(VuServer *s, Error *err)
+{
+    vu_fail(s, "%s", error_get_pretty(err));
+    error_free(err);
     return VU_FAILED;
 }
 
@@ -171,6 +198,20 @@ static VuResult vu_get_features(VuServer *s, VuMsg *msg, VuMsg *reply)
     return vu_reply_u64(reply, vu_offered_features(s));
 }
 
+/* SET_FEATURES on running rings: only VHOST_F_LOG_ALL may change. */
+static void vu_set_log_all(VuServer *s, uint64_t features)
+{
+    bool on = features & (1ull << VHOST_F_LOG_ALL);
+
+    if (features == s->features) {
+        return;
+    }
+    s->features = features;
+    vu_set_log(s, s->log);
+    vu_log(s, "dirty logging %s%s", on ? "on" : "off",
+           on && !s->log ? " (no log yet: SET_LOG_BASE)" : "");
+}
+
 static VuResult vu_set_features(VuServer *s, VuMsg *msg, VuMsg *reply)
 {
     uint64_t features = msg->payload.u64;
@@ -181,7 +222,10 @@ static VuResult vu_set_features(VuServer *s, VuMsg *msg, VuMsg *reply)
                        " that were not offered", unknown);
     }
     if (vu_any_queue_started(s)) {
-        if (s->features_set && features == s->features) {
+        /* Front-ends start and end dirty logging on running rings. */
+        if (s->features_set &&
+            !((features ^ s->features) & ~(1ull << VHOST_F_LOG_ALL))) {
+            vu_set_log_all(s, features);
             return VU_DONE;
         }
         return vu_fail(s, "SET_FEATURES changes the features while rings "
@@ -189,8 +233,7 @@ static VuResult vu_set_features(VuServer *s, VuMsg *msg, VuMsg *reply)
     }
     s->features = features;
     s->features_set = true;
-    s->ops->set_features(s->dev,
-                         features & ~(1ull << VHOST_USER_F_PROTOCOL_FEATURES));
+    s->ops->set_features(s->dev, features & ~VU_SERVER_FEATURES);
     for (unsigned i = 0; i < s->num_queues; i++) {
         virtqueue_set_features(s->queues[i].vq, features);
     }
@@ -272,9 +315,20 @@ static VuResult vu_reset_device(VuServer *s, VuMsg *msg, VuMsg *reply)
     return VU_DONE;
 }
 
+/* Drop the dirty log and SET_LOG_FD's fd (every ring stopped). */
+static void vu_forget_log(VuServer *s)
+{
+    vu_set_log(s, NULL);
+    if (s->log_fd >= 0) {
+        close(s->log_fd);
+        s->log_fd = -1;
+    }
+}
+
 void vu_server_forget_client(VuServer *s)
 {
     vu_queues_reset(s);
+    vu_forget_log(s);
     if (s->mem) {
         guest_memory_unref(s->mem);
         s->mem = NULL;
@@ -304,6 +358,26 @@ static VuResult vu_memory_error(VuServer *s, const VuMsg *msg, Error *err)
     return VU_FAILED;
 }
 
+/*
+ * Install mem (the caller's reference), unless dirty logging is on and
+ * its log does not cover mem: a front-end sends a bigger log before it
+ * adds memory.
+ */
+static VuResult vu_install_memory(VuServer *s, const VuMsg *msg,
+                                  GuestMemory *mem)
+{
+    Error *err = NULL;
+
+    if (s->log && (s->features & (1ull << VHOST_F_LOG_ALL)) &&
+        !vhost_log_covers(s->log, mem, vu_request_name(msg->hdr.request),
+                          &err)) {
+        guest_memory_unref(mem);
+        return vu_error(s, err);
+    }
+    vu_set_memory(s, mem);
+    return VU_DONE;
+}
+
 static VuResult vu_set_mem_table(VuServer *s, VuMsg *msg, VuMsg *reply)
 {
     const VhostUserMemory *table = &msg->payload.memory;
@@ -324,8 +398,7 @@ static VuResult vu_set_mem_table(VuServer *s, VuMsg *msg, VuMsg *reply)
         }
         mem = next;
     }
-    vu_set_memory(s, mem);
-    return VU_DONE;
+    return vu_install_memory(s, msg, mem);
 }
 
 static VuResult vu_get_max_mem_slots(VuServer *s, VuMsg *msg, VuMsg *reply)
@@ -344,8 +417,7 @@ static VuResult vu_add_mem_reg(VuServer *s, VuMsg *msg, VuMsg *reply)
     if (!mem) {
         return vu_memory_error(s, msg, err);
     }
-    vu_set_memory(s, mem);
-    return VU_DONE;
+    return vu_install_memory(s, msg, mem);
 }
 
 /* One fd is tolerated for old front-ends: it is closed unused. */
@@ -363,8 +435,7 @@ static VuResult vu_rem_mem_reg(VuServer *s, VuMsg *msg, VuMsg *reply)
     if (!mem) {
         return vu_memory_error(s, msg, err);
     }
-    vu_set_memory(s, mem);
-    return VU_DONE;
+    return vu_install_memory(s, msg, mem);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -399,6 +470,20 @@ static VuResult vu_set_vring_addr(VuServer *s, VuQueue *q, VuMsg *msg,
         .flags = a->flags,
     };
 
+    if (q->started) {
+        /* Front-ends switch the used ring's logging on running rings,
+         * with the same addresses; nothing else may change there. */
+        if (addrs.desc_qva != q->addrs.desc_qva ||
+            addrs.avail_qva != q->addrs.avail_qva ||
+            addrs.used_qva != q->addrs.used_qva) {
+            return vu_fail(s, "SET_VRING_ADDR for ring %" PRIu32 " while "
+                           "it is running", a->index);
+        }
+        q->addrs = addrs;
+        vu_queue_set_log_used(q, &addrs);
+        return VU_DONE;
+    }
+    q->addrs = addrs;
     virtqueue_set_addrs(q->vq, &addrs);
     q->start_failed = false;
     vu_queues_update(s);
@@ -499,13 +584,6 @@ static VuResult vu_set_vring_enable(VuServer *s, VuQueue *q, VuMsg *msg,
 /* ------------------------------------------------------------------------ */
 /* Inflight tracking                                                         */
 
-static VuResult vu_inflight_error(VuServer *s, Error *err)
-{
-    vu_fail(s, "%s", error_get_pretty(err));
-    error_free(err);
-    return VU_FAILED;
-}
-
 /* GET_INFLIGHT_FD: a new region for the queues the front-end names. */
 static VuResult vu_get_inflight_fd(VuServer *s, VuMsg *msg, VuMsg *reply)
 {
@@ -520,12 +598,12 @@ static VuResult vu_get_inflight_fd(VuServer *s, VuMsg *msg, VuMsg *reply)
     }
     if (!vhost_inflight_check_shape("GET_INFLIGHT_FD", in->num_queues,
                                     in->queue_size, s->num_queues, &err)) {
-        return vu_inflight_error(s, err);
+        return vu_error(s, err);
     }
     size = vhost_inflight_region_bytes(in->num_queues, in->queue_size);
     fd = vhost_inflight_memfd_new(size, &err);
     if (fd < 0) {
-        return vu_inflight_error(s, err);
+        return vu_error(s, err);
     }
     vu_log(s, "GET_INFLIGHT_FD: new inflight region for %u queues of %u "
            "entries (%" PRIu64 " bytes)", in->num_queues, in->queue_size,
@@ -562,7 +640,7 @@ static VuResult vu_set_inflight_fd(VuServer *s, VuMsg *msg, VuMsg *reply)
                                 in->num_queues, in->queue_size,
                                 s->num_queues, &err);
     if (!region) {
-        return vu_inflight_error(s, err);
+        return vu_error(s, err);
     }
     vu_set_inflight(s, region);
     for (unsigned i = 0; i < s->num_queues; i++) {
@@ -576,7 +654,7 @@ static VuResult vu_set_inflight_fd(VuServer *s, VuMsg *msg, VuMsg *reply)
 }
 
 /* ------------------------------------------------------------------------ */
-/* Config space, logging                                                     */
+/* Config space                                                              */
 
 static bool vu_config_in_range(const VhostUserConfig *c)
 {
@@ -628,12 +706,53 @@ static VuResult vu_set_config(VuServer *s, VuMsg *msg, VuMsg *reply)
     return VU_DONE;
 }
 
-/* Dirty logging is not offered (QEMU then blocks migration). */
-static VuResult vu_set_log(VuServer *s, VuMsg *msg, VuMsg *reply)
+/* ------------------------------------------------------------------------ */
+/* Dirty logging                                                             */
+
+/*
+ * SET_LOG_BASE: a log description and the log's fd.  Mapped and checked
+ * against the memory table (hw/virtio/vhost-log.c), handed to every ring
+ * (those that run switch in their home threads), and only then is the
+ * old log dropped and the front-end told (a u64 0: the reply LOG_SHMFD
+ * asks for).
+ */
+static VuResult vu_set_log_base(VuServer *s, VuMsg *msg, VuMsg *reply)
 {
-    vu_fail(s, "%s: dirty page logging is not supported",
-            vu_request_name(msg->hdr.request));
-    return VU_IGNORED;
+    const VhostUserLog *l = &msg->payload.log;
+    Error *err = NULL;
+    VhostLog *log;
+
+    if (!vu_has_protocol_feature(s, VHOST_USER_PROTOCOL_F_LOG_SHMFD)) {
+        return vu_fail(s, "SET_LOG_BASE without the LOG_SHMFD protocol "
+                       "feature");
+    }
+    log = vhost_log_map(msg->fds[0], l->mmap_size, l->mmap_offset, s->mem,
+                        &err);
+    if (!log) {
+        return vu_error(s, err);
+    }
+    vu_set_log(s, log);
+    vu_log(s, "SET_LOG_BASE: dirty log of %" PRIu64 " bytes", l->mmap_size);
+    return vu_reply_u64(reply, 0);
+}
+
+/*
+ * SET_LOG_FD: an eventfd the back-end may signal after it wrote the log.
+ * Kept (until the next one or the disconnect) and never signalled:
+ * front-ends read the bitmap when they synchronise, and QEMU does not
+ * wait for it.
+ */
+static VuResult vu_set_log_fd(VuServer *s, VuMsg *msg, VuMsg *reply)
+{
+    if (!vu_has_protocol_feature(s, VHOST_USER_PROTOCOL_F_LOG_SHMFD)) {
+        return vu_fail(s, "SET_LOG_FD without the LOG_SHMFD protocol "
+                       "feature");
+    }
+    if (s->log_fd >= 0) {
+        close(s->log_fd);
+    }
+    s->log_fd = vu_msg_take_fd(msg, 0);
+    return VU_DONE;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -661,8 +780,7 @@ static const VuHandlerInfo vu_handlers[] = {
     [VHOST_USER_REM_MEM_REG] = { .fn = vu_rem_mem_reg },
     [VHOST_USER_SET_VRING_NUM] = { .ring_fn = vu_set_vring_num,
                                    .stopped = true },
-    [VHOST_USER_SET_VRING_ADDR] = { .ring_fn = vu_set_vring_addr,
-                                    .stopped = true },
+    [VHOST_USER_SET_VRING_ADDR] = { .ring_fn = vu_set_vring_addr },
     [VHOST_USER_SET_VRING_BASE] = { .ring_fn = vu_set_vring_base,
                                     .stopped = true },
     [VHOST_USER_GET_VRING_BASE] = { .ring_fn = vu_get_vring_base },
@@ -673,8 +791,8 @@ static const VuHandlerInfo vu_handlers[] = {
     [VHOST_USER_SET_VRING_ENABLE] = { .ring_fn = vu_set_vring_enable },
     [VHOST_USER_GET_CONFIG] = { .fn = vu_get_config },
     [VHOST_USER_SET_CONFIG] = { .fn = vu_set_config },
-    [VHOST_USER_SET_LOG_BASE] = { .fn = vu_set_log },
-    [VHOST_USER_SET_LOG_FD] = { .fn = vu_set_log },
+    [VHOST_USER_SET_LOG_BASE] = { .fn = vu_set_log_base },
+    [VHOST_USER_SET_LOG_FD] = { .fn = vu_set_log_fd },
     [VHOST_USER_SET_SLAVE_REQ_FD] = { .fn = vu_set_slave_req_fd },
     [VHOST_USER_GET_INFLIGHT_FD] = { .fn = vu_get_inflight_fd },
     [VHOST_USER_SET_INFLIGHT_FD] = { .fn = vu_set_inflight_fd },

@@ -24,8 +24,9 @@
  *   - ADD_MEM_REG, SET_SLAVE_REQ_FD and SET_INFLIGHT_FD carry one fd,
  *     REM_MEM_REG carries none (one is tolerated from old front-ends and
  *     closed unused);
- *   - SET_LOG_BASE and SET_LOG_FD are not looked at: dirty logging is not
- *     offered, their handler refuses them whatever they carry.
+ *   - SET_LOG_BASE carries a log description and one fd (the log), and
+ *     has a reply of its own; SET_LOG_FD carries one fd and a payload
+ *     that is not looked at (the specification gives it none);
  * A request without an entry is refused as unsupported.
  *
  * The checks run in a fixed order (fds dropped on receipt, payload size,
@@ -70,6 +71,7 @@ typedef struct VuRequestInfo {
 #define VU_ADDR sizeof(VhostUserVringAddr)
 #define VU_MEMREG sizeof(VhostUserMemRegMsg)
 #define VU_INFLIGHT sizeof(VhostUserInflight)
+#define VU_LOG sizeof(VhostUserLog)
 
 static const VuRequestInfo vu_requests[] = {
     [VHOST_USER_GET_FEATURES] =
@@ -83,9 +85,9 @@ static const VuRequestInfo vu_requests[] = {
     [VHOST_USER_SET_MEM_TABLE] =
         { "SET_MEM_TABLE", false, VU_SIZE_MEM_TABLE, 0, VU_FDS_PER_REGION },
     [VHOST_USER_SET_LOG_BASE] =
-        { "SET_LOG_BASE", false, VU_SIZE_ANY, 0, VU_FDS_ANY },
+        { "SET_LOG_BASE", true, VU_SIZE_EXACT, VU_LOG, VU_FDS_ONE },
     [VHOST_USER_SET_LOG_FD] =
-        { "SET_LOG_FD", false, VU_SIZE_ANY, 0, VU_FDS_ANY },
+        { "SET_LOG_FD", false, VU_SIZE_ANY, 0, VU_FDS_ONE },
     [VHOST_USER_SET_VRING_NUM] =
         { "SET_VRING_NUM", false, VU_SIZE_EXACT, VU_STATE, VU_FDS_NONE },
     [VHOST_USER_SET_VRING_ADDR] =

@@ -33,6 +33,13 @@
  * i getting queue part i; the ring then resumes from it (virtqueue.c).
  * A part the front-end says was used before (a restart after a crash or
  * an upgrade) makes that start report how many requests it resubmits.
+ *
+ * Dirty logging: while VHOST_F_LOG_ALL is negotiated, every ring logs
+ * into the server's log (SET_LOG_BASE), handed over as it starts, or in
+ * its home thread while it runs when the log or LOG_ALL changes
+ * (vu_set_log()); a stopped ring gets it from the main thread, which owns
+ * it then.  The used ring's logging (SET_VRING_ADDR's VHOST_VRING_F_LOG)
+ * changes the same way (vu_queue_set_log_used()).
  */
 #include <errno.h>
 #include <glib.h>
@@ -44,6 +51,8 @@ typedef struct VuQueueOp {
     VuServer *s;
     VuQueue *q;
     GuestMemory *mem;
+    VhostLog *log;
+    const VirtQueueAddrs *addrs;
     int ret;
     uint16_t base;
     unsigned inflight;
@@ -127,6 +136,12 @@ static void vu_queue_report_resumed(VuServer *s, VuQueue *q, unsigned index)
     vu_event(s, VU_EVENT_RESUBMITTED, index, n);
 }
 
+/* The log the rings write into now: s->log while LOG_ALL is on. */
+static VhostLog *vu_active_log(VuServer *s)
+{
+    return s->features & (1ull << VHOST_F_LOG_ALL) ? s->log : NULL;
+}
+
 static void vu_queue_start(VuServer *s, VuQueue *q)
 {
     VuQueueOp op = { .s = s, .q = q, .mem = s->mem };
@@ -135,6 +150,7 @@ static void vu_queue_start(VuServer *s, VuQueue *q)
     virtqueue_set_aio_context(q->vq, q->ctx);
     virtqueue_set_base(q->vq, q->base);
     vu_queue_attach_inflight(s, q, index);
+    virtqueue_set_log(q->vq, vu_active_log(s));
     virtqueue_set_enabled(q->vq, true);
     aio_run_sync(q->ctx, vu_queue_start_bh, &op);
     if (op.ret < 0) {
@@ -268,6 +284,49 @@ void vu_set_memory(VuServer *s, GuestMemory *mem)
         guest_memory_unref(old);
     }
     vu_queues_update(s);
+}
+
+static void vu_queue_set_log_bh(void *opaque)
+{
+    VuQueueOp *op = opaque;
+
+    g_assert(aio_context_in_home_thread(op->q->ctx));
+    virtqueue_set_log(op->q->vq, op->log);
+}
+
+void vu_set_log(VuServer *s, VhostLog *log)
+{
+    VhostLog *old = s->log;
+
+    s->log = log;
+    for (unsigned i = 0; i < s->num_queues; i++) {
+        VuQueue *q = &s->queues[i];
+        VuQueueOp op = { .s = s, .q = q, .log = vu_active_log(s) };
+
+        if (q->started) {
+            aio_run_sync(q->ctx, vu_queue_set_log_bh, &op);
+        } else {
+            virtqueue_set_log(q->vq, op.log);
+        }
+    }
+    if (old != log) {
+        vhost_log_unref(old);
+    }
+}
+
+static void vu_queue_set_log_used_bh(void *opaque)
+{
+    VuQueueOp *op = opaque;
+
+    g_assert(aio_context_in_home_thread(op->q->ctx));
+    virtqueue_set_log_used(op->q->vq, op->addrs->flags, op->addrs->log_gpa);
+}
+
+void vu_queue_set_log_used(VuQueue *q, const VirtQueueAddrs *addrs)
+{
+    VuQueueOp op = { .q = q, .addrs = addrs };
+
+    aio_run_sync(q->ctx, vu_queue_set_log_used_bh, &op);
 }
 
 typedef struct VuSetFdOp {

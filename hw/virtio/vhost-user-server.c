@@ -218,6 +218,7 @@ static VuServer *vu_server_alloc(const VuServerConfig *cfg,
     s->listen_fd = -1;
     s->client_fd = -1;
     s->slave_fd = -1;
+    s->log_fd = -1;
     for (unsigned i = 0; i < s->num_queues; i++) {
         vu_queue_init(s, i, cfg->ctxs[i % cfg->nctx]);
     }

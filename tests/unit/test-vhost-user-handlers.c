@@ -304,9 +304,11 @@ static void test_negotiate(void)
                      (1ull << VIRTIO_F_VERSION_1) |
                      (1ull << VIRTIO_RING_F_INDIRECT_DESC) |
                      (1ull << VIRTIO_RING_F_EVENT_IDX) |
+                     (1ull << VHOST_F_LOG_ALL) |
                      (1ull << VHOST_USER_F_PROTOCOL_FEATURES));
     g_assert_cmpuint(pf, ==,
                      (1ull << VHOST_USER_PROTOCOL_F_MQ) |
+                     (1ull << VHOST_USER_PROTOCOL_F_LOG_SHMFD) |
                      (1ull << VHOST_USER_PROTOCOL_F_REPLY_ACK) |
                      (1ull << VHOST_USER_PROTOCOL_F_SLAVE_REQ) |
                      (1ull << VHOST_USER_PROTOCOL_F_CONFIG) |
@@ -328,9 +330,10 @@ static void test_negotiate(void)
     g_assert_cmpint(handle(s, &m, &reply), ==, VU_ANSWER_REPLY);
     check_ack(&reply, VHOST_USER_SET_FEATURES, 0);
     g_assert_cmpint(d.set_features_calls, ==, 1);
-    /* The device does not see the vhost-user bit. */
+    /* The device does not see the vhost-user bits. */
     g_assert_cmpuint(d.features, ==,
-                     features & ~(1ull << VHOST_USER_F_PROTOCOL_FEATURES));
+                     features & ~(1ull << VHOST_USER_F_PROTOCOL_FEATURES) &
+                     ~(1ull << VHOST_F_LOG_ALL));
 
     /* Requests with their own reply answer with it, ack or not. */
     msg_init(&m, VHOST_USER_GET_QUEUE_NUM, NEED_REPLY, NULL, 0);
@@ -595,7 +598,9 @@ static void test_request_table(void)
             continue;
         }
         known++;
-        g_assert_true(g_str_has_prefix(name, "GET_") ==
+        /* SET_LOG_BASE is answered once the log is in use. */
+        g_assert_true((g_str_has_prefix(name, "GET_") ||
+                       req == VHOST_USER_SET_LOG_BASE) ==
                       vu_request_has_reply(req));
         if (a == VU_ANSWER_CLOSE) {
             g_assert_true(g_str_has_prefix(s->why, name));
@@ -639,6 +644,7 @@ static const VhostUserConfig config_beyond = {
     .offset = VHOST_USER_MAX_CONFIG_SIZE - 2, .size = 4,
 };
 static const VhostUserMemRegMsg reg_zero;
+static const VhostUserLog log_desc = { .mmap_size = 4096 };
 
 static const BadCase bad_cases[] = {
     /* Unknown requests */
@@ -682,6 +688,17 @@ static const BadCase bad_cases[] = {
       "REM_MEM_REG with 2 file descriptors" },
     { VHOST_USER_SET_SLAVE_REQ_FD, NULL, 0, 0,
       "SET_SLAVE_REQ_FD with 0 file descriptors, expected 1" },
+    { VHOST_USER_SET_LOG_BASE, &log_desc, 8, 1,
+      "SET_LOG_BASE with a payload of 8 bytes, expected 16" },
+    { VHOST_USER_SET_LOG_BASE, &log_desc, 16, 0,
+      "SET_LOG_BASE with 0 file descriptors, expected 1" },
+    { VHOST_USER_SET_LOG_FD, NULL, 0, 2,
+      "SET_LOG_FD with 2 file descriptors, expected 1" },
+    /* Dirty logging needs its protocol feature. */
+    { VHOST_USER_SET_LOG_BASE, &log_desc, 16, 1,
+      "SET_LOG_BASE without the LOG_SHMFD protocol feature" },
+    { VHOST_USER_SET_LOG_FD, NULL, 0, 1,
+      "SET_LOG_FD without the LOG_SHMFD protocol feature" },
     /* Ring indexes and values */
     { VHOST_USER_SET_VRING_NUM, &ring_99, 8, 0,
       "SET_VRING_NUM for ring 99, but there are only 2" },
@@ -804,16 +821,12 @@ static void test_malformed_special(void)
     g_assert_cmpstr(s->why, ==,
                     "GET_VRING_BASE for ring 2, but there are only 2");
 
-    /* Dirty logging is ignored: an error ack if asked, else nothing. */
+    /* SET_LOG_BASE has a reply of its own: a refusal closes, even when
+     * an ack was asked for. */
     msg_init(&m, VHOST_USER_SET_LOG_BASE, NEED_REPLY, NULL, 0);
-    g_assert_cmpint(handle(s, &m, &reply), ==, VU_ANSWER_REPLY);
-    check_ack(&reply, VHOST_USER_SET_LOG_BASE, 1);
-    msg_init(&m, VHOST_USER_SET_LOG_FD, VHOST_USER_VERSION, NULL, 0);
-    msg_add_fd(&m, fds[0] = new_eventfd());
-    g_assert_cmpint(handle(s, &m, &reply), ==, VU_ANSWER_NONE);
-    g_assert_false(fd_is_open(fds[0]));
+    g_assert_cmpint(handle(s, &m, &reply), ==, VU_ANSWER_CLOSE);
     g_assert_cmpstr(s->why, ==,
-                    "SET_LOG_FD: dirty page logging is not supported");
+                    "SET_LOG_BASE with a payload of 0 bytes, expected 16");
 
     /* The back-end channel needs its protocol feature. */
     msg_init(&m, VHOST_USER_SET_SLAVE_REQ_FD, NEED_REPLY, NULL, 0);
@@ -1186,6 +1199,212 @@ static void test_inflight_bad(void)
 
 /* ------------------------------------------------------------------------ */
 
+/* ------------------------------------------------------------------------ */
+/* Tests: dirty logging                                                      */
+
+/* Guest page of ring 0's used ring (setup_ring()). */
+#define RING0_USED_GPA (GPA_BASE + 0x12000)
+
+/* A dirty log memfd of size bytes. */
+static int log_memfd_new(uint64_t size)
+{
+    int fd = memfd_create("handlers-log", MFD_CLOEXEC);
+
+    g_assert_cmpint(fd, >=, 0);
+    g_assert_cmpint(ftruncate(fd, (off_t)size), ==, 0);
+    return fd;
+}
+
+/* Whether the log in fd marks the page of gpa. */
+static bool log_marked(int fd, uint64_t gpa)
+{
+    uint64_t page = gpa / VHOST_LOG_PAGE;
+    uint8_t b;
+
+    g_assert_cmpint(pread(fd, &b, 1, (off_t)(page / 8)), ==, 1);
+    return b & (1u << (page % 8));
+}
+
+static void log_clear(int fd, uint64_t size)
+{
+    g_autofree uint8_t *zero = g_malloc0(size);
+
+    g_assert_cmpint(pwrite(fd, zero, size, 0), ==, (ssize_t)size);
+}
+
+/* SET_LOG_BASE with a dup of fd: the answer, and the reply if any. */
+static VuAnswer set_log_base(VuServer *s, int fd, uint64_t size,
+                             VuMsg *reply)
+{
+    VhostUserLog desc = { .mmap_size = size };
+    VuMsg m;
+    VuAnswer a;
+
+    msg_init(&m, VHOST_USER_SET_LOG_BASE, VHOST_USER_VERSION, &desc,
+             sizeof(desc));
+    msg_add_fd(&m, dup(fd));
+    a = handle(s, &m, reply);
+    if (a == VU_ANSWER_REPLY) {
+        /* The reply LOG_SHMFD asks for: the same request, a u64 0. */
+        check_ack(reply, VHOST_USER_SET_LOG_BASE, 0);
+    }
+    return a;
+}
+
+/* SET_VRING_ADDR for ring 0 as setup_ring() laid it out, with flags. */
+static VuAnswer set_ring0_addr(VuServer *s, uint32_t flags, uint64_t desc)
+{
+    VhostUserVringAddr addr = {
+        .index = 0,
+        .flags = flags,
+        .desc_user_addr = desc,
+        .avail_user_addr = QVA_BASE + 0x11000,
+        .used_user_addr = QVA_BASE + 0x12000,
+        .log_guest_addr = RING0_USED_GPA,
+    };
+    VuMsg m, reply;
+
+    msg_init(&m, VHOST_USER_SET_VRING_ADDR, VHOST_USER_VERSION, &addr,
+             sizeof(addr));
+    return handle(s, &m, &reply);
+}
+
+/*
+ * A migration as QEMU drives it, on a running ring: the log (answered),
+ * the used ring's logging, LOG_ALL on (the ring starts logging: its used
+ * ring is marked at once), a bigger log while it runs, GET_VRING_BASE
+ * (marked again at the stop), LOG_ALL off.  Only the logging may change
+ * on the running ring.
+ */
+static void test_log_migration(void)
+{
+    Dummy d;
+    VuServer *s = server_new(&d);
+    uint64_t features = get_u64(s, VHOST_USER_GET_FEATURES);
+    uint64_t log_all = 1ull << VHOST_F_LOG_ALL;
+    uint64_t size = vhost_log_bytes_for(GPA_BASE + MEM_SIZE);
+    uint64_t bigger = size + 4096;
+    VhostUserVringState st = { .index = 0, .num = 1 };
+    int ram = guest_ram_new();
+    int log1 = log_memfd_new(size), log2 = log_memfd_new(bigger);
+    int efd[2];
+    VuMsg reply;
+
+    g_assert_true(features & log_all);
+    send_u64(s, VHOST_USER_SET_PROTOCOL_FEATURES,
+             get_u64(s, VHOST_USER_GET_PROTOCOL_FEATURES));
+    send_u64(s, VHOST_USER_SET_FEATURES, features & ~log_all);
+    set_mem_table(s, ram);
+    setup_ring(s, 0);
+    set_vring_fd(s, VHOST_USER_SET_VRING_CALL, 0);
+    set_vring_fd(s, VHOST_USER_SET_VRING_KICK, 0);
+    send_ok(s, VHOST_USER_SET_VRING_ENABLE, &st, sizeof(st), NULL, 0);
+    g_assert_true(ring_started(s, 0));
+
+    /* The log and the used ring's flag: nothing logged before LOG_ALL. */
+    g_assert_cmpint(set_log_base(s, log1, size, &reply), ==,
+                    VU_ANSWER_REPLY);
+    g_assert_cmpint(set_ring0_addr(s, VHOST_VRING_F_LOG, QVA_BASE + 0x10000),
+                    ==, VU_ANSWER_NONE);
+    g_assert_true(ring_started(s, 0));
+    g_assert_false(log_marked(log1, RING0_USED_GPA));
+    send_u64(s, VHOST_USER_SET_FEATURES, features);
+    g_assert_true(ring_started(s, 0));
+    g_assert_true(log_marked(log1, RING0_USED_GPA));
+    g_assert_cmpint(d.set_features_calls, ==, 1);
+
+    /* A bigger log while the ring runs: the ring logs into it. */
+    g_assert_cmpint(set_log_base(s, log2, bigger, &reply), ==,
+                    VU_ANSWER_REPLY);
+    g_assert_true(log_marked(log2, RING0_USED_GPA));
+    log_clear(log1, size);
+    log_clear(log2, bigger);
+
+    /* SET_LOG_FD: kept, a second one replaces it. */
+    for (unsigned i = 0; i < 2; i++) {
+        efd[i] = new_eventfd();
+        send_ok(s, VHOST_USER_SET_LOG_FD, NULL, 0, &efd[i], 1);
+        g_assert_true(fd_is_open(efd[i]));
+    }
+    g_assert_false(fd_is_open(efd[0]));
+
+    /* Other addresses or other features on a running ring: refused. */
+    g_assert_cmpint(set_ring0_addr(s, VHOST_VRING_F_LOG, QVA_BASE + 0x30000),
+                    ==, VU_ANSWER_CLOSE);
+    g_assert_cmpstr(s->why, ==,
+                    "SET_VRING_ADDR for ring 0 while it is running");
+    {
+        VuMsg m;
+        uint64_t f = features & ~(1ull << VIRTIO_RING_F_EVENT_IDX);
+
+        msg_init(&m, VHOST_USER_SET_FEATURES, VHOST_USER_VERSION, &f,
+                 sizeof(f));
+        g_assert_cmpint(handle(s, &m, &reply), ==, VU_ANSWER_CLOSE);
+    }
+    g_assert_false(log_marked(log2, RING0_USED_GPA));
+
+    /* Stopping marks the used ring once more, in the log in use. */
+    st = (VhostUserVringState) { .index = 0 };
+    get_reply(s, VHOST_USER_GET_VRING_BASE, &st, sizeof(st), &reply);
+    g_assert_true(log_marked(log2, RING0_USED_GPA));
+    g_assert_false(log_marked(log1, RING0_USED_GPA));
+
+    /* LOG_ALL off: a restarted ring logs nothing. */
+    send_u64(s, VHOST_USER_SET_FEATURES, features & ~log_all);
+    log_clear(log2, bigger);
+    set_vring_fd(s, VHOST_USER_SET_VRING_KICK, 0);
+    g_assert_true(ring_started(s, 0));
+    g_assert_cmpint(set_ring0_addr(s, VHOST_VRING_F_LOG, QVA_BASE + 0x10000),
+                    ==, VU_ANSWER_NONE);
+    get_reply(s, VHOST_USER_GET_VRING_BASE, &st, sizeof(st), &reply);
+    g_assert_false(log_marked(log2, RING0_USED_GPA));
+
+    vu_server_free(s);
+    g_assert_false(fd_is_open(efd[1]));
+    close(log1);
+    close(log2);
+    close(ram);
+}
+
+/*
+ * A log too small for the memory table is refused and the connection
+ * closed; so is memory added past the log while logging.
+ */
+static void test_log_too_small(void)
+{
+    Dummy d;
+    VuServer *s = server_new(&d);
+    uint64_t size = vhost_log_bytes_for(GPA_BASE + MEM_SIZE);
+    int ram = guest_ram_new();
+    int log = log_memfd_new(size);
+    VhostUserMemRegMsg reg = { .region = guest_region() };
+    int fd = dup(ram);
+    VuMsg m, reply;
+
+    negotiate(s);
+    set_mem_table(s, ram);
+    g_assert_cmpint(set_log_base(s, log, size - 1, &reply), ==,
+                    VU_ANSWER_CLOSE);
+    g_assert_nonnull(strstr(s->why, "SET_LOG_BASE: a dirty log of"));
+    g_assert_nonnull(strstr(s->why, "needs"));
+    /* A file shorter than the log it describes. */
+    g_assert_cmpint(set_log_base(s, log, size + 1, &reply), ==,
+                    VU_ANSWER_CLOSE);
+    g_assert_nonnull(strstr(s->why, "past the end of its file"));
+
+    /* negotiate() took every feature, LOG_ALL too: logging is on. */
+    g_assert_cmpint(set_log_base(s, log, size, &reply), ==, VU_ANSWER_REPLY);
+    reg.region.guest_phys_addr = GPA_BASE + MEM_SIZE;
+    msg_init(&m, VHOST_USER_ADD_MEM_REG, VHOST_USER_VERSION, &reg,
+             sizeof(reg));
+    msg_add_fd(&m, fd);
+    g_assert_cmpint(handle(s, &m, &reply), ==, VU_ANSWER_CLOSE);
+    g_assert_nonnull(strstr(s->why, "ADD_MEM_REG: a dirty log of"));
+    vu_server_free(s);
+    close(log);
+    close(ram);
+}
+
 static const TestCase tests[] = {
     { "/vhost-user-handlers/negotiate", test_negotiate },
     { "/vhost-user-handlers/rings", test_rings },
@@ -1198,6 +1417,8 @@ static const TestCase tests[] = {
     { "/vhost-user-handlers/malformed", test_malformed },
     { "/vhost-user-handlers/malformed-special", test_malformed_special },
     { "/vhost-user-handlers/ring-outside-memory", test_ring_outside_memory },
+    { "/vhost-user-handlers/log/migration", test_log_migration },
+    { "/vhost-user-handlers/log/too-small", test_log_too_small },
     { "/vhost-user-handlers/inflight/offered", test_inflight_offered },
     { "/vhost-user-handlers/inflight/get-set", test_inflight_get_set },
     { "/vhost-user-handlers/inflight/ring-too-big",

@@ -56,10 +56,12 @@
 
 static const uint64_t transport_features =
     (1ull << VIRTIO_F_VERSION_1) | (1ull << VIRTIO_RING_F_INDIRECT_DESC) |
-    (1ull << VIRTIO_RING_F_EVENT_IDX) | (1ull << VHOST_USER_F_PROTOCOL_FEATURES);
+    (1ull << VIRTIO_RING_F_EVENT_IDX) | (1ull << VHOST_F_LOG_ALL) |
+    (1ull << VHOST_USER_F_PROTOCOL_FEATURES);
 
 static const uint64_t expected_protocol_features =
     (1ull << VHOST_USER_PROTOCOL_F_MQ) |
+    (1ull << VHOST_USER_PROTOCOL_F_LOG_SHMFD) |
     (1ull << VHOST_USER_PROTOCOL_F_REPLY_ACK) |
     (1ull << VHOST_USER_PROTOCOL_F_SLAVE_REQ) |
     (1ull << VHOST_USER_PROTOCOL_F_CONFIG) |
@@ -698,7 +700,7 @@ static void test_negotiate(void)
     fe_fails(fe, VHOST_USER_SET_FEATURES, &(uint64_t) { 1ull << 40 }, 8,
              NULL, 0);
     fe_fails(fe, VHOST_USER_SET_PROTOCOL_FEATURES,
-             &(uint64_t) { 1ull << VHOST_USER_PROTOCOL_F_LOG_SHMFD }, 8,
+             &(uint64_t) { 1ull << VHOST_USER_PROTOCOL_F_STATUS }, 8,
              NULL, 0);
     /* RESET_DEVICE forgets the features, keeps the connection. */
     fe_ok(fe, VHOST_USER_RESET_DEVICE, NULL, 0, NULL, 0);
@@ -720,6 +722,7 @@ static void test_reply_ack(void)
     Export e = export_new("reply-ack.sock");
     VuFrontend *fe = fe_connect(e.path);
     uint64_t pf = 1ull << VHOST_USER_PROTOCOL_F_REPLY_ACK;
+    int efd;
 
     fe_send(fe, VHOST_USER_SET_OWNER, NEED_REPLY, NULL, 0, NULL, 0);
     /* The next reply is GET_FEATURES', not an ack. */
@@ -732,8 +735,10 @@ static void test_reply_ack(void)
     fe_fails(fe, VHOST_USER_SET_VRING_NUM,
              &(VhostUserVringState) { .index = 0, .num = 3 }, 8, NULL, 0);
     fe_ok_state(fe, VHOST_USER_SET_VRING_NUM, 0, 16);
-    /* Dirty logging is not offered: refused, connection kept. */
-    fe_fails(fe, VHOST_USER_SET_LOG_BASE, &(uint64_t) { 0 }, 8, NULL, 0);
+    /* Dirty logging was not negotiated: refused, connection kept. */
+    efd = eventfd(0, EFD_CLOEXEC);
+    fe_fails(fe, VHOST_USER_SET_LOG_FD, NULL, 0, &efd, 1);
+    close(efd);
     /* A request with its own reply answers with it, not with an ack. */
     fe_send(fe, VHOST_USER_GET_QUEUE_NUM, NEED_REPLY, NULL, 0, NULL, 0);
     g_assert_cmpuint(fe_recv(fe, VHOST_USER_GET_QUEUE_NUM, &pf, sizeof(pf)),

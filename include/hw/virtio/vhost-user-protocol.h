@@ -28,6 +28,7 @@ typedef struct VuMsg {
         VhostUserMemRegMsg memreg;
         VhostUserConfig config;
         VhostUserInflight inflight;
+        VhostUserLog log;
         uint8_t bytes[VHOST_USER_MAX_PAYLOAD];
     } payload;
     int fds[VHOST_USER_MAX_FDS];  /* received or to send; owned by the

@@ -33,6 +33,7 @@
 #include <sys/types.h>
 #include "hw/virtio/guest-memory.h"
 #include "hw/virtio/vhost-inflight.h"
+#include "hw/virtio/vhost-log.h"
 #include "hw/virtio/vhost-user-protocol.h"
 #include "hw/virtio/vhost-user-server.h"
 
@@ -46,6 +47,7 @@ typedef struct VuQueue {
                                * before: report what the next start
                                * resubmits */
     uint16_t base;            /* next avail index while stopped */
+    VirtQueueAddrs addrs;     /* the last SET_VRING_ADDR */
     VirtQueueStats past;      /* of the rings before vq (reset, reconnect) */
 } VuQueue;
 
@@ -77,6 +79,8 @@ struct VuServer {
     int slave_fd;             /* the back-end channel (SET_SLAVE_REQ_FD), or
                                * -1; ours to close */
     VhostInflight *inflight;  /* SET_INFLIGHT_FD's region, or NULL */
+    VhostLog *log;            /* SET_LOG_BASE's dirty log, or NULL */
+    int log_fd;               /* SET_LOG_FD's eventfd, or -1; ours */
 
     char why[256];            /* reason of the last failure */
     VuQueue queues[];
@@ -169,6 +173,19 @@ void vu_queues_reset(VuServer *s);
 /* Install the inflight region of SET_INFLIGHT_FD (takes the reference;
  * NULL: none) for the rings' next starts.  Every ring is stopped. */
 void vu_set_inflight(VuServer *s, VhostInflight *region);
+
+/*
+ * Install the dirty log of SET_LOG_BASE (takes the reference; NULL: none)
+ * and hand every ring what it logs into now: the log while
+ * VHOST_F_LOG_ALL is negotiated, else nothing; running rings switch in
+ * their home threads, and only then is the old log dropped.  Also what
+ * SET_FEATURES calls (with s->log) when LOG_ALL changes.
+ */
+void vu_set_log(VuServer *s, VhostLog *log);
+
+/* Change a running ring's used ring logging (SET_VRING_ADDR's flags and
+ * log address) in its home thread. */
+void vu_queue_set_log_used(VuQueue *q, const VirtQueueAddrs *addrs);
 
 /* Install a new memory table (takes the reference); running rings keep
  * running on it, the old table is dropped after they switched. */
