@@ -78,33 +78,33 @@ static uint64_t guest_mem_map_alignment(int fd)
 }
 
 /*
- * A region must lie within its file: mmap() maps past the end without
- * complaint, and the first access there raises SIGBUS, which would take
- * the whole daemon down (found by tests/fuzz/fuzz-vhost-user).  Regular
- * files, memfds and hugetlbfs files have a size to check; other fds (a
- * device) are left to mmap().  A front-end that shrinks the file after
- * sending it could still cause SIGBUS; QEMU's memfd backends are sealed
- * against shrinking (seal=on, the default).
+ * Shared memory must lie within its file: mmap() maps past the end
+ * without complaint, and the first access there raises SIGBUS, which
+ * would take the whole daemon down (found by tests/fuzz/fuzz-vhost-user).
+ * Regular files, memfds and hugetlbfs files have a size to check; other
+ * fds (a device) are left to mmap().  A front-end that shrinks the file
+ * after sending it could still cause SIGBUS; QEMU's memfd backends are
+ * sealed against shrinking (seal=on, the default).
  */
-static bool guest_mem_fits_file(int fd, uint64_t mmap_offset, uint64_t size,
-                                Error **errp)
+bool guest_memory_fd_holds(int fd, uint64_t offset, uint64_t size,
+                           const char *what, Error **errp)
 {
     struct stat st;
     uint64_t end;
 
     if (fstat(fd, &st) < 0) {
-        error_setg_errno(errp, errno, "cannot stat a guest memory fd");
+        error_setg_errno(errp, errno, "%s: cannot stat the fd", what);
         return false;
     }
     if (!S_ISREG(st.st_mode)) {
         return true;
     }
-    if (__builtin_add_overflow(mmap_offset, size, &end) ||
+    if (__builtin_add_overflow(offset, size, &end) ||
         end > (uint64_t)st.st_size) {
-        error_setg(errp, "guest memory region of %" G_GUINT64_FORMAT
-                   " bytes at fd offset 0x%" G_GINT64_MODIFIER "x runs past "
-                   "the end of its file (%" G_GINT64_MODIFIER "d bytes)",
-                   size, mmap_offset, (gint64)st.st_size);
+        error_setg(errp, "%s of %" G_GUINT64_FORMAT " bytes at fd offset "
+                   "0x%" G_GINT64_MODIFIER "x runs past the end of its file "
+                   "(%" G_GINT64_MODIFIER "d bytes)", what, size, offset,
+                   (gint64)st.st_size);
         return false;
     }
     return true;
@@ -134,7 +134,8 @@ static GuestMemMapping *guest_mem_mapping_new(int fd, uint64_t mmap_offset,
         return NULL;
     }
     len &= ~(align - 1);
-    if (!guest_mem_fits_file(fd, mmap_offset, size, errp)) {
+    if (!guest_memory_fd_holds(fd, mmap_offset, size, "guest memory region",
+                               errp)) {
         return NULL;
     }
     addr = mmap(NULL, (size_t)len, PROT_READ | PROT_WRITE,

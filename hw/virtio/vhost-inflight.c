@@ -48,10 +48,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 #include <glib.h>
 
+#include "hw/virtio/guest-memory.h"
 #include "hw/virtio/vhost-inflight.h"
 
 struct VhostInflight {
@@ -126,8 +126,6 @@ static bool vhost_inflight_check_fd(int fd, uint64_t offset, uint64_t len,
                                     Error **errp)
 {
     int seals = fcntl(fd, F_GET_SEALS);
-    struct stat st;
-    uint64_t end;
 
     if (seals < 0 || !(seals & F_SEAL_SHRINK)) {
         error_setg(errp, "SET_INFLIGHT_FD with a file that is not sealed "
@@ -135,18 +133,8 @@ static bool vhost_inflight_check_fd(int fd, uint64_t offset, uint64_t len,
                    "GET_INFLIGHT_FD gave");
         return false;
     }
-    if (fstat(fd, &st) < 0) {
-        error_setg_errno(errp, errno, "SET_INFLIGHT_FD: cannot stat the fd");
-        return false;
-    }
-    if (__builtin_add_overflow(offset, len, &end) ||
-        end > (uint64_t)st.st_size) {
-        error_setg(errp, "SET_INFLIGHT_FD: %" PRIu64 " bytes at offset %"
-                   PRIu64 " run past the end of the file (%" PRId64
-                   " bytes)", len, offset, (int64_t)st.st_size);
-        return false;
-    }
-    return true;
+    return guest_memory_fd_holds(fd, offset, len,
+                                 "SET_INFLIGHT_FD: an inflight region", errp);
 }
 
 VhostInflight *vhost_inflight_map(int fd, uint64_t mmap_size,

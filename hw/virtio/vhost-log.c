@@ -32,7 +32,6 @@
 #include <inttypes.h>
 #include <stdatomic.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 #include <glib.h>
 
@@ -85,27 +84,6 @@ bool vhost_log_covers(const VhostLog *log, const GuestMemory *mem,
 /* ------------------------------------------------------------------------ */
 /* Mapping                                                                   */
 
-/* [offset, offset + len) must lie inside fd's file. */
-static bool vhost_log_check_fd(int fd, uint64_t offset, uint64_t len,
-                               Error **errp)
-{
-    struct stat st;
-    uint64_t end;
-
-    if (fstat(fd, &st) < 0) {
-        error_setg_errno(errp, errno, "SET_LOG_BASE: cannot stat the fd");
-        return false;
-    }
-    if (__builtin_add_overflow(offset, len, &end) ||
-        end > (uint64_t)st.st_size) {
-        error_setg(errp, "SET_LOG_BASE: a log of %" PRIu64 " bytes at "
-                   "offset %" PRIu64 " runs past the end of its file (%"
-                   PRId64 " bytes)", len, offset, (int64_t)st.st_size);
-        return false;
-    }
-    return true;
-}
-
 VhostLog *vhost_log_map(int fd, uint64_t mmap_size, uint64_t mmap_offset,
                         const GuestMemory *mem, Error **errp)
 {
@@ -119,7 +97,8 @@ VhostLog *vhost_log_map(int fd, uint64_t mmap_size, uint64_t mmap_offset,
         return NULL;
     }
     if (!vhost_log_covers(&log, mem, "SET_LOG_BASE", errp) ||
-        !vhost_log_check_fd(fd, mmap_offset, mmap_size, errp)) {
+        !guest_memory_fd_holds(fd, mmap_offset, mmap_size,
+                               "SET_LOG_BASE: a dirty log", errp)) {
         return NULL;
     }
     /* Inside a file, so no overflow: offset + size <= st_size. */

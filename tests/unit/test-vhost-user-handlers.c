@@ -1123,8 +1123,8 @@ static const InflightBadCase inflight_bad_cases[] = {
       "(F_SEAL_SHRINK): pass back the memfd GET_INFLIGHT_FD gave",
       VHOST_USER_SET_INFLIGHT_FD,
       { .mmap_size = 1024, .num_queues = 2, .queue_size = 8 }, 2 },
-    { "SET_INFLIGHT_FD: 1024 bytes at offset 0 run past the end of the "
-      "file (256 bytes)", VHOST_USER_SET_INFLIGHT_FD,
+    { "SET_INFLIGHT_FD: an inflight region of 1024 bytes at fd offset 0x0 "
+      "runs past the end of its file (256 bytes)", VHOST_USER_SET_INFLIGHT_FD,
       { .mmap_size = 1024, .num_queues = 2, .queue_size = 8 }, 3 },
     { "SET_INFLIGHT_FD with a region of 64 bytes: 2 queues of 8 entries "
       "need 384", VHOST_USER_SET_INFLIGHT_FD,

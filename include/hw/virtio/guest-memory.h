@@ -51,6 +51,16 @@ typedef struct GuestMemRegionDesc {
     uint64_t mmap_offset;
 } GuestMemRegionDesc;
 
+/*
+ * Whether [offset, offset + size) lies inside fd's file (no overflow),
+ * for shared memory a front-end sends: mapping past the end would fault
+ * at the first access.  fds that are not regular files are not checked.
+ * false with errp set ("WHAT of N bytes at fd offset ... runs past the
+ * end of its file") if not.  Any thread.
+ */
+bool guest_memory_fd_holds(int fd, uint64_t offset, uint64_t size,
+                           const char *what, Error **errp);
+
 /* An empty table. */
 GuestMemory *guest_memory_new_empty(void);
 
