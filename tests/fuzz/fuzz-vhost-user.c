@@ -13,7 +13,9 @@
  * A size over VHOST_USER_MAX_PAYLOAD ends the input: the socket layer
  * refuses such a header before any handler sees it.  The fds are real:
  * a memfd (GUEST_MEM_SIZE bytes, sparse) for the requests that carry
- * memory (SET_MEM_TABLE, ADD_MEM_REG, ...), the inflight region for
+ * memory (SET_MEM_TABLE, ADD_MEM_REG, ...), a dirty log (LOG_FILE_SIZE
+ * bytes, sparse, enough for guest memory up to 2 GiB) for SET_LOG_BASE,
+ * so that rings started with logging on mark it, the inflight region for
  * SET_INFLIGHT_FD (the last one GET_INFLIGHT_FD answered with, or at
  * first a sealed one of the harness's for NUM_QUEUES queues of
  * MAX_QUEUE_SIZE entries), an eventfd for the others.
@@ -54,6 +56,7 @@
 #define GUEST_MEM_SIZE  (1u << 20)
 #define MAX_EVENTFDS    64        /* kept to kick; more are not kept */
 #define TO_INFLIGHT     (1u << 31) /* request 0's flags: write the region */
+#define LOG_FILE_SIZE   (1u << 16)
 
 typedef struct FuzzVu {
     AioContext *ctx;
@@ -62,6 +65,7 @@ typedef struct FuzzVu {
     VuServer *server;
     int memfd;                    /* guest memory; requests get dups */
     int inflight_fd;              /* the inflight region; SET gets dups */
+    int log_fd;                   /* the dirty log; SET_LOG_BASE gets dups */
     int eventfds[MAX_EVENTFDS];   /* dups of those handed out */
     unsigned neventfds;
 } FuzzVu;
@@ -72,7 +76,6 @@ static bool request_carries_memory(uint32_t request)
     case VHOST_USER_SET_MEM_TABLE:
     case VHOST_USER_ADD_MEM_REG:
     case VHOST_USER_REM_MEM_REG:
-    case VHOST_USER_SET_LOG_BASE:
         return true;
     default:
         return false;
@@ -88,6 +91,9 @@ static int new_fd(FuzzVu *f, uint32_t request)
     }
     if (request == VHOST_USER_SET_INFLIGHT_FD) {
         return fcntl(f->inflight_fd, F_DUPFD_CLOEXEC, 0);
+    }
+    if (request == VHOST_USER_SET_LOG_BASE) {
+        return fcntl(f->log_fd, F_DUPFD_CLOEXEC, 0);
     }
     fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (fd >= 0 && f->neventfds < MAX_EVENTFDS) {
@@ -141,6 +147,9 @@ static void fuzz_vu_setup(FuzzVu *f)
     f->memfd = memfd_create("fuzz-guest", MFD_CLOEXEC);
     g_assert(f->memfd >= 0);
     g_assert(ftruncate(f->memfd, GUEST_MEM_SIZE) == 0);
+    f->log_fd = memfd_create("fuzz-log", MFD_CLOEXEC);
+    g_assert(f->log_fd >= 0);
+    g_assert(ftruncate(f->log_fd, LOG_FILE_SIZE) == 0);
     f->inflight_fd = vhost_inflight_memfd_new(
         vhost_inflight_region_bytes(NUM_QUEUES, MAX_QUEUE_SIZE), &err);
     g_assert_no_error(err);
@@ -156,6 +165,7 @@ static void fuzz_vu_cleanup(FuzzVu *f)
         close(f->eventfds[i]);
     }
     close(f->memfd);
+    close(f->log_fd);
     close(f->inflight_fd);
 }
 
