@@ -26,6 +26,7 @@
  * counting may happen in any thread that holds a reference.
  */
 #include <errno.h>
+#include <stdint.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -108,6 +109,53 @@ bool guest_memory_fd_holds(int fd, uint64_t offset, uint64_t size,
         return false;
     }
     return true;
+}
+
+uint8_t *shared_mapping_map(SharedMapping *m, int fd, uint64_t offset,
+                            uint64_t size, const char *what, Error **errp)
+{
+    uint64_t slack = offset % (uint64_t)sysconf(_SC_PAGESIZE);
+    void *addr;
+
+    if (size > SIZE_MAX - slack) {
+        error_setg(errp, "%s: %" G_GUINT64_FORMAT " bytes are too many to "
+                   "map", what, size);
+        return NULL;
+    }
+    addr = mmap(NULL, (size_t)(size + slack), PROT_READ | PROT_WRITE,
+                MAP_SHARED, fd, (off_t)(offset - slack));
+    if (addr == MAP_FAILED) {
+        error_setg_errno(errp, errno, "%s: cannot map %" G_GUINT64_FORMAT
+                         " bytes at fd offset 0x%" G_GINT64_MODIFIER "x",
+                         what, size, offset);
+        return NULL;
+    }
+    atomic_init(&m->refcnt, 1);
+    m->addr = addr;
+    m->len = (size_t)(size + slack);
+    return (uint8_t *)addr + slack;
+}
+
+void *shared_mapping_ref(void *obj)
+{
+    SharedMapping *m = obj;
+
+    if (m) {
+        atomic_fetch_add_explicit(&m->refcnt, 1, memory_order_relaxed);
+    }
+    return obj;
+}
+
+void shared_mapping_unref(void *obj)
+{
+    SharedMapping *m = obj;
+
+    /* acq_rel: every user's stores happen before the munmap(). */
+    if (m && atomic_fetch_sub_explicit(&m->refcnt, 1,
+                                       memory_order_acq_rel) == 1) {
+        munmap(m->addr, m->len);
+        g_free(obj);
+    }
 }
 
 /*

@@ -55,9 +55,8 @@
 #include "hw/virtio/vhost-inflight.h"
 
 struct VhostInflight {
-    _Atomic int refcnt;
-    void *addr;                  /* what mmap() returned */
-    size_t len;
+    SharedMapping map;           /* first: the reference count */
+    uint8_t *base;               /* queue 0's part */
     unsigned num_queues;
     unsigned queue_size;
     uint64_t queue_bytes;        /* one queue's part */
@@ -144,7 +143,6 @@ VhostInflight *vhost_inflight_map(int fd, uint64_t mmap_size,
 {
     uint64_t need;
     VhostInflight *r;
-    void *addr;
 
     if (!vhost_inflight_check_shape("SET_INFLIGHT_FD", num_queues,
                                     queue_size, max_queues, errp)) {
@@ -166,39 +164,17 @@ VhostInflight *vhost_inflight_map(int fd, uint64_t mmap_size,
     if (!vhost_inflight_check_fd(fd, mmap_offset, mmap_size, errp)) {
         return NULL;
     }
-    addr = mmap(NULL, need, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
-                (off_t)mmap_offset);
-    if (addr == MAP_FAILED) {
-        error_setg_errno(errp, errno, "SET_INFLIGHT_FD: cannot map %" PRIu64
-                         " bytes", need);
+    r = g_new0(VhostInflight, 1);
+    r->base = shared_mapping_map(&r->map, fd, mmap_offset, need,
+                                 "SET_INFLIGHT_FD", errp);
+    if (!r->base) {
+        g_free(r);
         return NULL;
     }
-    r = g_new0(VhostInflight, 1);
-    atomic_init(&r->refcnt, 1);
-    r->addr = addr;
-    r->len = need;
     r->num_queues = num_queues;
     r->queue_size = queue_size;
     r->queue_bytes = vhost_inflight_queue_bytes(queue_size);
     return r;
-}
-
-VhostInflight *vhost_inflight_ref(VhostInflight *r)
-{
-    if (r) {
-        atomic_fetch_add_explicit(&r->refcnt, 1, memory_order_relaxed);
-    }
-    return r;
-}
-
-void vhost_inflight_unref(VhostInflight *r)
-{
-    /* acq_rel: every user's stores happen before the munmap(). */
-    if (r && atomic_fetch_sub_explicit(&r->refcnt, 1,
-                                       memory_order_acq_rel) == 1) {
-        munmap(r->addr, r->len);
-        g_free(r);
-    }
 }
 
 unsigned vhost_inflight_num_queues(const VhostInflight *r)
@@ -214,7 +190,7 @@ unsigned vhost_inflight_queue_size(const VhostInflight *r)
 VhostInflightQueue *vhost_inflight_get_queue(VhostInflight *r, unsigned i)
 {
     g_assert(i < r->num_queues);
-    return (VhostInflightQueue *)((uint8_t *)r->addr + i * r->queue_bytes);
+    return (VhostInflightQueue *)(r->base + i * r->queue_bytes);
 }
 
 /* ------------------------------------------------------------------------ */

@@ -38,10 +38,8 @@
 #include "hw/virtio/vhost-log.h"
 
 struct VhostLog {
-    _Atomic int refcnt;
-    void *addr;                  /* what mmap() returned */
-    size_t len;
-    _Atomic uint8_t *bits;       /* addr + the offset's slack */
+    SharedMapping map;           /* first: the reference count */
+    _Atomic uint8_t *bits;       /* the byte at the log's offset */
     uint64_t size;               /* bytes of bitmap */
 };
 
@@ -87,10 +85,8 @@ bool vhost_log_covers(const VhostLog *log, const GuestMemory *mem,
 VhostLog *vhost_log_map(int fd, uint64_t mmap_size, uint64_t mmap_offset,
                         const GuestMemory *mem, Error **errp)
 {
-    uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
-    uint64_t slack = mmap_offset % page;
     VhostLog log = { .size = mmap_size }, *r;
-    void *addr;
+    uint8_t *bits;
 
     if (mmap_size == 0) {
         error_setg(errp, "SET_LOG_BASE with an empty log");
@@ -101,45 +97,16 @@ VhostLog *vhost_log_map(int fd, uint64_t mmap_size, uint64_t mmap_offset,
                                "SET_LOG_BASE: a dirty log", errp)) {
         return NULL;
     }
-    /* Inside a file, so no overflow: offset + size <= st_size. */
-    if (mmap_size + slack > SIZE_MAX) {
-        error_setg(errp, "SET_LOG_BASE: a log of %" PRIu64 " bytes is too "
-                   "large to map", mmap_size);
-        return NULL;
-    }
-    addr = mmap(NULL, (size_t)(mmap_size + slack), PROT_READ | PROT_WRITE,
-                MAP_SHARED, fd, (off_t)(mmap_offset - slack));
-    if (addr == MAP_FAILED) {
-        error_setg_errno(errp, errno, "SET_LOG_BASE: cannot map %" PRIu64
-                         " bytes at offset %" PRIu64, mmap_size,
-                         mmap_offset);
-        return NULL;
-    }
     r = g_new0(VhostLog, 1);
-    atomic_init(&r->refcnt, 1);
-    r->addr = addr;
-    r->len = (size_t)(mmap_size + slack);
-    r->bits = (_Atomic uint8_t *)((uint8_t *)addr + slack);
+    bits = shared_mapping_map(&r->map, fd, mmap_offset, mmap_size,
+                              "SET_LOG_BASE", errp);
+    if (!bits) {
+        g_free(r);
+        return NULL;
+    }
+    r->bits = (_Atomic uint8_t *)bits;
     r->size = mmap_size;
     return r;
-}
-
-VhostLog *vhost_log_ref(VhostLog *log)
-{
-    if (log) {
-        atomic_fetch_add_explicit(&log->refcnt, 1, memory_order_relaxed);
-    }
-    return log;
-}
-
-void vhost_log_unref(VhostLog *log)
-{
-    /* acq_rel: every marker's ORs happen before the munmap(). */
-    if (log && atomic_fetch_sub_explicit(&log->refcnt, 1,
-                                         memory_order_acq_rel) == 1) {
-        munmap(log->addr, log->len);
-        g_free(log);
-    }
 }
 
 uint64_t vhost_log_size(const VhostLog *log)

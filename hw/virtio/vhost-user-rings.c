@@ -250,7 +250,7 @@ void vu_queues_reset(VuServer *s)
 void vu_set_inflight(VuServer *s, VhostInflight *region)
 {
     g_assert(!vu_any_queue_started(s));
-    vhost_inflight_unref(s->inflight);
+    shared_mapping_unref(s->inflight);
     s->inflight = region;
     for (unsigned i = 0; i < s->num_queues; i++) {
         VuQueue *q = &s->queues[i];
@@ -310,7 +310,7 @@ void vu_set_log(VuServer *s, VhostLog *log)
         }
     }
     if (old != log) {
-        vhost_log_unref(old);
+        shared_mapping_unref(old);
     }
 }
 

@@ -135,8 +135,8 @@ static void virtqueue_assert_log_owner(const VirtQueue *vq)
 void virtqueue_set_log(VirtQueue *vq, VhostLog *log)
 {
     virtqueue_assert_log_owner(vq);
-    vhost_log_ref(log);
-    vhost_log_unref(vq->log);
+    shared_mapping_ref(log);
+    shared_mapping_unref(vq->log);
     vq->log = log;
     if (log && vq->used) {
         /* What was written there before logging began. */

@@ -176,8 +176,8 @@ void virtqueue_free(VirtQueue *vq)
         g_ptr_array_free(vq->retired, true);
     }
     guest_memory_unref(vq->mem);
-    vhost_inflight_unref(vq->inflight_region);
-    vhost_log_unref(vq->log);
+    shared_mapping_unref(vq->inflight_region);
+    shared_mapping_unref(vq->log);
     g_free(vq->resubmit);
     g_free(vq);
 }
@@ -289,8 +289,8 @@ void virtqueue_set_inflight(VirtQueue *vq, VhostInflight *region,
     /* Elements still draining after stop keep clearing into the old
      * part: the region goes only once none is in flight. */
     g_assert(virtqueue_inflight(vq) == 0);
-    vhost_inflight_ref(region);
-    vhost_inflight_unref(vq->inflight_region);
+    shared_mapping_ref(region);
+    shared_mapping_unref(vq->inflight_region);
     vq->inflight_region = region;
     vq->inflight_index = index;
     vq->track.q = NULL;

@@ -582,14 +582,14 @@ static void test_map_shares(void)
         g_assert_cmpuint(((VhostInflightQueue *)(view + i * (16 + 2048 +
                           48)))->desc[127].counter, ==, 1000 + i);
     }
-    r2 = vhost_inflight_ref(r);
+    r2 = shared_mapping_ref(r);
     g_assert_true(r2 == r);
-    vhost_inflight_unref(r);
+    shared_mapping_unref(r);
     vhost_inflight_get_queue(r2, 0)->hdr.version = 1;
-    vhost_inflight_unref(r2);
+    shared_mapping_unref(r2);
     g_assert_cmpuint(((VhostInflightQueue *)view)->hdr.version, ==, 1);
-    vhost_inflight_ref(NULL);
-    vhost_inflight_unref(NULL);
+    shared_mapping_ref(NULL);
+    shared_mapping_unref(NULL);
     munmap(view, size);
 }
 

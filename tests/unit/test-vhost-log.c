@@ -156,7 +156,7 @@ static void test_mark(const void *data)
                     set ? "marked" : "not marked");
         }
     }
-    vhost_log_unref(log);
+    shared_mapping_unref(log);
     close(fd);
 }
 
@@ -179,7 +179,7 @@ static void test_mark_ors(void)
     g_assert_cmphex(b[0], ==, 0);
     g_assert_cmphex(b[1], ==, 0x02);
     g_assert_cmphex(vhost_log_bitmap(log)[1], ==, 0x02);
-    vhost_log_unref(log);
+    shared_mapping_unref(log);
     close(fd);
 }
 
@@ -206,7 +206,7 @@ static void test_map_offset(void)
         g_assert_cmphex(b[0], ==, 0x01);
         g_assert_cmphex(b[3], ==, 0x80);
         g_assert_cmphex(b[4], ==, 0);
-        vhost_log_unref(log);
+        shared_mapping_unref(log);
         close(fd);
     }
 }
@@ -216,15 +216,15 @@ static void test_refcount(void)
 {
     int fd = memfd_of(PAGE);
     VhostLog *log = map_ok(fd, PAGE, 0, NULL);
-    VhostLog *ring = vhost_log_ref(log);
+    VhostLog *ring = shared_mapping_ref(log);
 
     g_assert_true(ring == log);
-    vhost_log_unref(log);
+    shared_mapping_unref(log);
     vhost_log_mark(ring, 0, 1);
     g_assert_cmphex(vhost_log_bitmap(ring)[0], ==, 1);
-    vhost_log_unref(ring);
-    vhost_log_unref(NULL);
-    g_assert_null(vhost_log_ref(NULL));
+    shared_mapping_unref(ring);
+    shared_mapping_unref(NULL);
+    g_assert_null(shared_mapping_ref(NULL));
     close(fd);
 }
 
@@ -281,7 +281,7 @@ static void test_map(const void *data)
         }
         error_free(err);
     }
-    vhost_log_unref(log);
+    shared_mapping_unref(log);
     guest_memory_unref(mem);
     close(fd);
 }
@@ -301,7 +301,7 @@ static void test_covers(void)
     g_assert_nonnull(strstr(error_get_pretty(err), "ADD_MEM_REG"));
     g_assert_nonnull(strstr(error_get_pretty(err), "needs 65 bytes"));
     error_free(err);
-    vhost_log_unref(log);
+    shared_mapping_unref(log);
     guest_memory_unref(a);
     guest_memory_unref(b);
     close(fd);

@@ -1814,7 +1814,7 @@ static void test_inflight_resubmit(void)
         }
         g_free(e);
         drv_cleanup(&d);
-        vhost_inflight_unref(region);
+        shared_mapping_unref(region);
     }
 }
 
@@ -1854,8 +1854,8 @@ static void test_inflight_bad_region(void)
     g_assert_cmpint(drv_crash_restart(&d, 0, NULL), ==, 0);
     g_assert_false(virtqueue_is_broken(d.vq));
     drv_cleanup(&d);
-    vhost_inflight_unref(small);
-    vhost_inflight_unref(region);
+    shared_mapping_unref(small);
+    shared_mapping_unref(region);
 }
 
 /* A resubmitted chain is walked and checked like a new one. */
@@ -1883,7 +1883,7 @@ static void test_inflight_resubmit_checked(void)
     g_assert_cmpuint(virtqueue_inflight(d.vq), ==, 0);
     g_free(e);
     drv_cleanup(&d);
-    vhost_inflight_unref(region);
+    shared_mapping_unref(region);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1910,7 +1910,7 @@ static void test_log_init(TestLog *l, Drv *d)
 
 static void test_log_cleanup(TestLog *l)
 {
-    vhost_log_unref(l->log);
+    shared_mapping_unref(l->log);
     close(l->fd);
 }
 

@@ -61,6 +61,32 @@ typedef struct GuestMemRegionDesc {
 bool guest_memory_fd_holds(int fd, uint64_t offset, uint64_t size,
                            const char *what, Error **errp);
 
+/*
+ * Shared memory a front-end hands over for the device's own bookkeeping
+ * (the inflight region, the dirty log), mapped read-write and reference
+ * counted.  An object embeds one as its first member; shared_mapping_ref()
+ * and shared_mapping_unref() then take and drop references on the object
+ * (NULL is fine), and the last unref unmaps the memory and g_free()s the
+ * object.  Any thread.
+ */
+typedef struct SharedMapping {
+    _Atomic int refcnt;
+    void *addr;                  /* what mmap() returned */
+    size_t len;
+} SharedMapping;
+
+/*
+ * Map size bytes of fd from offset (any offset: the mapping starts at the
+ * page below it) into m, holding one reference.  Returns where the byte at
+ * offset landed, or NULL with errp set ("WHAT: cannot map ...").  The
+ * caller checks first that the range lies inside fd's file
+ * (guest_memory_fd_holds()).
+ */
+uint8_t *shared_mapping_map(SharedMapping *m, int fd, uint64_t offset,
+                            uint64_t size, const char *what, Error **errp);
+void *shared_mapping_ref(void *obj);
+void shared_mapping_unref(void *obj);
+
 /* An empty table. */
 GuestMemory *guest_memory_new_empty(void);
 

@@ -44,6 +44,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <glib.h>
+#include "hw/virtio/guest-memory.h"
 #include "util/error.h"
 
 /* The only layout version; 0 means "never used by a back-end". */
@@ -127,11 +128,9 @@ VhostInflight *vhost_inflight_map(int fd, uint64_t mmap_size,
                                   unsigned queue_size, unsigned max_queues,
                                   Error **errp);
 
-/* Take a reference (r may be NULL).  Returns r.  Any thread. */
-VhostInflight *vhost_inflight_ref(VhostInflight *r);
-
-/* Drop a reference (r may be NULL); the last one unmaps.  Any thread. */
-void vhost_inflight_unref(VhostInflight *r);
+/* A VhostInflight is a SharedMapping (guest-memory.h): take and drop
+ * references with shared_mapping_ref() / shared_mapping_unref(); the last
+ * one unmaps.  Any thread. */
 
 unsigned vhost_inflight_num_queues(const VhostInflight *r);
 unsigned vhost_inflight_queue_size(const VhostInflight *r);

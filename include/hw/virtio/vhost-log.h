@@ -61,11 +61,9 @@ uint64_t vhost_log_bytes_for_memory(const GuestMemory *mem);
 VhostLog *vhost_log_map(int fd, uint64_t mmap_size, uint64_t mmap_offset,
                         const GuestMemory *mem, Error **errp);
 
-/* Take a reference (log may be NULL).  Returns log.  Any thread. */
-VhostLog *vhost_log_ref(VhostLog *log);
-
-/* Drop a reference (log may be NULL); the last one unmaps.  Any thread. */
-void vhost_log_unref(VhostLog *log);
+/* A VhostLog is a SharedMapping (guest-memory.h): take and drop
+ * references with shared_mapping_ref() / shared_mapping_unref(); the last
+ * one unmaps (after every marker's ORs).  Any thread. */
 
 /* The log's size in bytes (mmap_size). */
 uint64_t vhost_log_size(const VhostLog *log);
