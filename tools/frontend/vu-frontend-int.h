@@ -8,6 +8,7 @@
  *   vu-msg.c           vhost-user messages: transport, request/reply, raw
  *   vu-backend-chan.c  the back-end channel (SLAVE_REQ)
  *   vu-inflight.c      the inflight region, resuming after a crash
+ *   vu-dirty-log.c     dirty page logging, the pages expected dirty
  *   vu-features.c      feature bit names
  *   vu-virtqueue.c     the split-ring driver
  *   vu-faults.c        malformed rings, for back-end tests
@@ -72,6 +73,15 @@ struct VufQueue {
     uint16_t *published_at;
     void *fault_scratch;        /* guest buffer for vufq_inject_fault() */
     uint64_t fault_scratch_gpa;
+
+    /* Dirty logging (vu-dirty-log.c): while the front-end logs, a private
+     * copy of each chain's segments, indexed as the descriptors are (the
+     * num direct ones, then indirect_max per head), and per head the
+     * chain's segment count (| LOG_CHAIN_INDIRECT), 0 for a chain added
+     * before logging started.  NULL when not logging.  Set by the control
+     * thread while the queue is idle. */
+    VufSeg *log_segs;
+    uint32_t *log_nsegs;
 
     /* Per session, set by the control thread while the queue is idle. */
     int kick_fd;
@@ -150,6 +160,19 @@ struct VuFrontend {
     bool resuming;                  /* inside vuf_resume() */
     unsigned resumes;
     unsigned resume_retries;        /* sessions dropped while resuming */
+
+    /* Dirty logging (vu-dirty-log.c): the log last sent with
+     * SET_LOG_BASE (fd and mapping, or -1 / NULL), kept until the next
+     * one so that it can be read after logging stopped; the pages
+     * tracked chains were expected to dirty (log_words words, set by the
+     * queues' threads with atomic ORs, or NULL). */
+    int log_fd;
+    _Atomic uint64_t *log_mem;
+    uint64_t log_size;
+    bool logging;
+    unsigned log_bases;             /* SET_LOG_BASE answered this session */
+    uint64_t log_base_reply;        /* ... the last answer */
+    _Atomic uint64_t *log_expected;
 };
 
 /* Control-path functions run in the thread that created the front-end. */
@@ -279,6 +302,27 @@ bool vuf_setup_queues_as(VuFrontend *fe, bool resume, Error **errp);
 bool vuf_inflight_negotiate(VuFrontend *fe, Error **errp);
 /* Unmap and close the region, if any (vuf_free()). */
 void vuf_inflight_free(VuFrontend *fe);
+
+/* vu-dirty-log.c */
+/* Bit of VufQueue.log_nsegs: the chain is in an indirect table. */
+#define LOG_CHAIN_INDIRECT      (1u << 31)
+/* Keep a copy of the n segments of the chain just built at head (the
+ * queue's thread, while logging: q->log_segs set). */
+void vufq_log_note_chain(VufQueue *q, uint16_t head, const VufSeg *segs,
+                         unsigned n, bool indirect);
+/* The chain at head completed in used ring slot used_slot with used
+ * length len: mark what the device must have written as expected dirty
+ * (the queue's thread, while logging, before the chain is freed). */
+void vufq_log_expect_chain(VufQueue *q, uint16_t head, uint16_t used_slot,
+                           uint32_t len);
+/* The session ended: logging is off (vuf_disconnect()). */
+void vuf_log_session_end(VuFrontend *fe);
+/* Unmap and close the log, free the bitmaps (vuf_free()). */
+void vuf_log_free(VuFrontend *fe);
+
+/* vu-session.c: SET_VRING_ADDR for q, with VUF_VRING_F_LOG and the used
+ * ring's guest address as log_guest_addr when log (control thread). */
+bool vuf_set_vring_addr(VuFrontend *fe, VufQueue *q, bool log, Error **errp);
 
 /* vu-backend-chan.c (control thread) */
 /* Make the socket pair and send the back-end its end (SET_SLAVE_REQ_FD). */

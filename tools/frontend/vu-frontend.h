@@ -34,6 +34,11 @@
  * after the back-end died, keeping rings and requests in flight
  * (vu-inflight.c).
  *
+ * Migration: with LOG_SHMFD, vuf_log_start() and vuf_log_stop() switch
+ * dirty page logging on and off on running rings as QEMU does, and the
+ * front-end knows which pages the device must have dirtied meanwhile
+ * (vu-dirty-log.c).
+ *
  * Guest memory layout
  * -------------------
  * One region, guest physical address 0, user address = our mapping.  The
@@ -53,6 +58,7 @@
  *   vu-msg.h           raw vhost-user messages (back-end tests)
  *   vu-backend-chan.h  the back-end channel
  *   vu-inflight.h      the inflight region; resuming after a crash
+ *   vu-dirty-log.h     dirty page logging, as a migration drives it
  *   vu-virtqueue.h     the split-ring driver
  *   vu-faults.h        malformed rings (back-end tests)
  *   vu-blk.h           virtio-blk requests
@@ -63,6 +69,7 @@
 
 #include "vu-backend-chan.h"
 #include "vu-blk.h"
+#include "vu-dirty-log.h"
 #include "vu-faults.h"
 #include "vu-features.h"
 #include "vu-guest-mem.h"

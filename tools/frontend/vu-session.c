@@ -212,6 +212,7 @@ VuFrontend *vuf_new(const VufOptions *opts, Error **errp)
     fe->sock = -1;
     fe->backend_fd = -1;
     fe->inflight_fd = -1;
+    fe->log_fd = -1;
     fe->mem_size = opts->mem_size;
     if (!vuf_guest_mem_create(fe, errp)) {
         vuf_free(fe);
@@ -245,6 +246,7 @@ void vuf_free(VuFrontend *fe)
     }
     g_free(fe->queues);
     vuf_inflight_free(fe);
+    vuf_log_free(fe);
     vuf_guest_mem_destroy(fe);
     g_free(fe);
 }
@@ -561,6 +563,21 @@ bool vuf_negotiate(VuFrontend *fe, Error **errp)
     return share_memory(fe, errp);
 }
 
+bool vuf_set_vring_addr(VuFrontend *fe, VufQueue *q, bool log, Error **errp)
+{
+    VhostUserVringAddr addr = {
+        .index = q->index,
+        .flags = log ? VUF_VRING_F_LOG : 0,
+        .desc_user_addr = (uintptr_t)q->desc,
+        .used_user_addr = (uintptr_t)q->used,
+        .avail_user_addr = (uintptr_t)q->avail,
+        .log_guest_addr = log ? q->used_gpa : 0,
+    };
+
+    return vuf_request_set(fe, VHOST_USER_SET_VRING_ADDR, &addr, sizeof(addr),
+                           NULL, 0, errp);
+}
+
 /*
  * Hand queue q's rings to the back-end: reset (base 0), or as they are
  * with base = the used index (resume).
@@ -569,15 +586,6 @@ static bool setup_queue(VuFrontend *fe, VufQueue *q, bool resume,
                         Error **errp)
 {
     uint64_t index = q->index;
-    VhostUserVringAddr addr = {
-        .index = q->index,
-        .flags = 0,
-        .desc_user_addr = (uintptr_t)q->desc,
-        .used_user_addr = (uintptr_t)q->used,
-        .avail_user_addr = (uintptr_t)q->avail,
-        .log_guest_addr = 0,
-    };
-
     bool started = resume ? vufq_session_resume(q, errp)
                    : vufq_session_start(q,
                          vuf_has_feature(fe, VIRTIO_RING_F_EVENT_IDX),
@@ -591,8 +599,7 @@ static bool setup_queue(VuFrontend *fe, VufQueue *q, bool resume,
                                  errp) ||
         !vuf_request_vring_state(fe, VHOST_USER_SET_VRING_BASE, q->index,
                                  resume ? vufq_used_idx(q) : 0, errp) ||
-        !vuf_request_set(fe, VHOST_USER_SET_VRING_ADDR, &addr, sizeof(addr),
-                         NULL, 0, errp) ||
+        !vuf_set_vring_addr(fe, q, false, errp) ||
         !vuf_request_u64_set(fe, VHOST_USER_SET_VRING_CALL, index,
                              &q->call_fd, 1, errp) ||
         !vuf_request_u64_set(fe, VHOST_USER_SET_VRING_ERR, index,
@@ -703,6 +710,7 @@ void vuf_disconnect(VuFrontend *fe)
     vuf_assert_control_thread(fe);
     vuf_close_fd(&fe->sock);
     vuf_backend_channel_close(fe);
+    vuf_log_session_end(fe);
     for (i = 0; fe->queues && i < fe->num_queues; i++) {
         if (fe->queues[i]) {
             vufq_session_end(fe->queues[i]);

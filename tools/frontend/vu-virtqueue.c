@@ -44,6 +44,10 @@
  * vuf_kick and vuf_kick_avoided (queue, avail index), vuf_complete (queue,
  * head, length), vuf_interrupt (queue, count).
  *
+ * Dirty logging (vu-dirty-log.c): while the front-end logs, each chain
+ * built is copied privately and each one harvested marks what the device
+ * must have written; one branch each when not logging.
+ *
  * Sessions: vufq_session_start() resets the rings for a new back-end;
  * vufq_session_resume() keeps them as they are (chains in flight
  * included) and only renews the eventfds, for a back-end that takes over
@@ -479,6 +483,9 @@ int vufq_build_chain(VufQueue *q, const VufSeg *segs, unsigned n,
         }
         q->free_head = idx;
     }
+    if (q->log_segs) {
+        vufq_log_note_chain(q, head, segs, n, indirect);
+    }
     q->num_free -= need;
     q->chain_len[head] = need;
     q->tokens[head] = token;
@@ -622,6 +629,9 @@ int vufq_get_used(VufQueue *q, void **token, uint32_t *len)
     *token = q->tokens[elem.id];
     if (len) {
         *len = elem.len;
+    }
+    if (q->log_nsegs) {
+        vufq_log_expect_chain(q, elem.id, q->last_used % q->num, elem.len);
     }
     free_chain(q, elem.id);
     q->last_used++;
