@@ -35,6 +35,7 @@
 #include "vu-client-blk.h"
 #include "vu-client-ctl.h"
 #include "vu-client-inflight.h"
+#include "vu-client-log.h"
 #include "vu-client-run.h"
 #include "vu-client-scsi.h"
 #include "vu-client-scsi-run.h"
@@ -358,6 +359,10 @@ static const CmdSpec cmd_specs[] = {
     { "touch", CMD_TOUCH, CMD_DEV_ANY, cmd_touch, "touch PATH", ARGS_PATH },
     { "resume", CMD_RESUME, CMD_DEV_ANY, cmd_resume,
       "resume [--timeout SECONDS]", .options = { "timeout" } },
+    { "log-start", CMD_LOG_START, CMD_DEV_ANY, cmd_log_start,
+      "log-start [--size BYTES]", .options = { "size" } },
+    { "log-stop", CMD_LOG_STOP, CMD_DEV_ANY, cmd_log_stop, "log-stop" },
+    { "log-dirty", CMD_LOG_DIRTY, CMD_DEV_ANY, cmd_log_dirty, "log-dirty" },
     /* virtio-scsi; --queue Q is request queue Q (virtqueue 2 + Q). */
     { "scsi-inquiry", CMD_SCSI_INQUIRY, CMD_DEV_SCSI, cmd_scsi_inquiry,
       "scsi-inquiry [--lun N] [--evpd PAGE] [--queue Q]",
@@ -846,6 +851,12 @@ static const char *help_description(void)
             "fails if the new back-end runs a completed request\nagain "
             "(replay) or never completes an outstanding one (lost).\n"
             "--timeout defaults to the global --timeout.\n"
+            "\nlog-start and log-stop switch dirty page logging on and off "
+            "on the running\nrings as a migrating QEMU does (LOG_SHMFD is "
+            "asked for when a log-*\ncommand is given; --size: a log of "
+            "other than the right size).\nlog-dirty reads and clears the "
+            "log and fails if a page the device must\nhave written since "
+            "log-start is not marked.\n"
             "\nExit status: 0 success, 1 a command failed (I/O error, data "
             "mismatch,\nprotocol error), 2 bad command line.", kinds);
         text = g_string_free(s, FALSE);

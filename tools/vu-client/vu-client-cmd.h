@@ -36,6 +36,9 @@ typedef enum CmdKind {
     CMD_WAIT_FILE,
     CMD_TOUCH,
     CMD_RESUME,
+    CMD_LOG_START,
+    CMD_LOG_STOP,
+    CMD_LOG_DIRTY,
     /* virtio-scsi (vu-client-scsi.c, vu-client-scsi-run.c) */
     CMD_SCSI_INQUIRY,
     CMD_SCSI_READ_CAPACITY,
@@ -56,7 +59,7 @@ typedef enum CmdKind {
 typedef enum CmdDevice {
     CMD_DEV_ANY,                /* info, reconnect, stop, stats, malformed,
                                  * get-config, wait-config-change,
-                                 * wait-file, touch, resume */
+                                 * wait-file, touch, resume, log-* */
     CMD_DEV_BLK,
     CMD_DEV_SCSI,
 } CmdDevice;
@@ -89,7 +92,7 @@ struct Command {
     bool unmap;                 /* write-zeroes */
     char *output;               /* read --output FILE */
     /* verify-run */
-    uint64_t size, count, bs, iodepth;
+    uint64_t size, count, bs, iodepth;   /* size: also log-start's */
     unsigned run_queues;
     /* malformed, bad-request, scsi-tmf, scsi-bad-request; wait-file's
      * and touch's PATH */

@@ -35,6 +35,7 @@
 #include "vu-client-blk.h"
 #include "vu-client-ctl.h"
 #include "vu-client-inflight.h"
+#include "vu-client-log.h"
 #include "vu-client-result.h"
 #include "vu-client-scsi.h"
 #include "vu-client-session.h"
@@ -150,6 +151,7 @@ bool cmd_info(Client *c, const Command *cmd, Result *r, Error **errp)
     res_int(r, "queue_num_max", vuf_queue_num_max(fe));
     res_int(r, "max_mem_slots", vuf_max_mem_slots(fe));
     res_inflight(r, fe);
+    res_dirty_log(r, fe);
     res_int(r, "queues", vuf_num_queues(fe));
     res_int(r, "queue_size", vufq_size(vuf_queue(fe, 0)));
     res_str(r, "completion", mode);

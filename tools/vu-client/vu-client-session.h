@@ -50,6 +50,11 @@ struct Client {
                                  * waiting, in submission order */
     GHashTable *names;          /* virtqueue << 16 | avail index -> what
                                  * the request published there was */
+    /* Dirty logging (vu-client-log.c), since log-start: pages found
+     * dirty and pages expected, page bitmaps of vuf_log_words() words,
+     * or NULL. */
+    uint64_t *log_seen;
+    uint64_t *log_expected;
 };
 
 /* The number of request queues (SCSI) or queues (blk) to use. */

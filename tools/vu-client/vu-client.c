@@ -40,6 +40,7 @@
  *   vu-client-blk.c      the virtio-blk commands
  *   vu-client-scsi.c     the scsi-* commands (a virtio-scsi device)
  *   vu-client-inflight.c writes left in flight (--no-wait), resume
+ *   vu-client-log.c      dirty page logging: log-start, -stop, -dirty
  *   vu-client-ctl.c      info, reconnect, stop, stats, get-config, wait-*,
  *                        touch
  *   vu-client-run.c      verify-run and malformed
@@ -63,6 +64,7 @@
 #include "vu-client-args.h"
 #include "vu-client-cmd.h"
 #include "vu-client-inflight.h"
+#include "vu-client-log.h"
 #include "vu-client-result.h"
 #include "vu-client-scsi.h"
 #include "vu-client-session.h"
@@ -104,6 +106,10 @@ static bool client_connect(Client *c, Error **errp)
     vo.features_wanted &= ~o->features_disabled;
     vo.features_required |= o->features_required;
     vo.features_required &= ~o->features_disabled;
+    if (client_wants_dirty_log(o)) {
+        vo.protocol_features_wanted |=
+            VUF_BIT(VHOST_USER_PROTOCOL_F_LOG_SHMFD);
+    }
     vo.protocol_features_wanted &= ~o->protocol_features_disabled;
     vo.mem_method = o->mem_slots ? VUF_MEM_ADD_MEM_REG : VUF_MEM_SET_MEM_TABLE;
     vo.reply_timeout_ms = MAX(1, o->timeout_s * 1000);
@@ -237,6 +243,7 @@ int main(int argc, char **argv)
     }
     g_free(c.reqs);
     client_inflight_free(&c);
+    client_log_free(&c);
     client_scsi_free(&c);
     vuf_free(c.fe);
     g_array_free(c.extents, TRUE);
