@@ -54,22 +54,13 @@ static void res_features(Result *r, const char *key, VufDeviceType dev,
     }
 }
 
-/* A member of a config space structure, for config_object(). */
-typedef struct ConfigField {
-    const char *name;
-    size_t offset;
-    size_t size;                /* 1, 2, 4 or 8 bytes (little-endian) */
-    uint64_t scale;             /* reported as the value times this */
-} ConfigField;
-
+/* The config spaces are little-endian, as is the host (vu-frontend.h). */
 #define BLK_FIELD(name, field, scale) \
-    { name, offsetof(VirtioBlkConfig, field), \
-      sizeof(((VirtioBlkConfig *)0)->field), scale }
+    RES_FIELD(VirtioBlkConfig, field, name, scale)
 #define SCSI_FIELD(field) \
-    { #field, offsetof(VirtioScsiConfig, field), \
-      sizeof(((VirtioScsiConfig *)0)->field), 1 }
+    RES_FIELD(VirtioScsiConfig, field, #field, 1)
 
-static const ConfigField blk_config_fields[] = {
+static const ResField blk_config_fields[] = {
     BLK_FIELD("capacity_sectors", capacity, 1),
     BLK_FIELD("capacity_bytes", capacity, SECTOR),
     BLK_FIELD("size_max", size_max, 1),
@@ -88,7 +79,7 @@ static const ConfigField blk_config_fields[] = {
     BLK_FIELD("write_zeroes_may_unmap", write_zeroes_may_unmap, 1),
 };
 
-static const ConfigField scsi_config_fields[] = {
+static const ResField scsi_config_fields[] = {
     SCSI_FIELD(num_queues),
     SCSI_FIELD(seg_max),
     SCSI_FIELD(max_sectors),
@@ -104,32 +95,16 @@ static const ConfigField scsi_config_fields[] = {
 #undef BLK_FIELD
 #undef SCSI_FIELD
 
-/* The n fields of the config space at cfg as a JSON object. */
-static JsonObject *config_object(const void *cfg, const ConfigField *fields,
-                                 size_t n)
-{
-    JsonObject *o = json_object_new();
-
-    for (size_t i = 0; i < n; i++) {
-        uint64_t v = 0;
-
-        /* Little-endian fields on a little-endian host (vu-frontend.h). */
-        memcpy(&v, (const uint8_t *)cfg + fields[i].offset, fields[i].size);
-        json_object_set_int_member(o, fields[i].name, v * fields[i].scale);
-    }
-    return o;
-}
-
 static JsonObject *blk_config_object(const VirtioBlkConfig *cfg)
 {
-    return config_object(cfg, blk_config_fields,
-                         G_N_ELEMENTS(blk_config_fields));
+    return res_fields_object(cfg, blk_config_fields,
+                             G_N_ELEMENTS(blk_config_fields));
 }
 
 static JsonObject *scsi_config_object(const VirtioScsiConfig *cfg)
 {
-    return config_object(cfg, scsi_config_fields,
-                         G_N_ELEMENTS(scsi_config_fields));
+    return res_fields_object(cfg, scsi_config_fields,
+                             G_N_ELEMENTS(scsi_config_fields));
 }
 
 bool cmd_info(Client *c, const Command *cmd, Result *r, Error **errp)

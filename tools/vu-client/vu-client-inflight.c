@@ -171,20 +171,26 @@ bool client_submit_write(Client *c, const Command *cmd, Result *r,
     return true;
 }
 
+#define INFLIGHT_BOOL(field, name)  RES_BOOL(VufInflightInfo, field, name)
+#define INFLIGHT_INT(field, name)   RES_FIELD(VufInflightInfo, field, name, 1)
+
+static const ResField inflight_fields[] = {
+    INFLIGHT_BOOL(negotiated, "negotiated"),
+    INFLIGHT_BOOL(have_region, "region"),
+    INFLIGHT_INT(mmap_size, "mmap_size"),
+    INFLIGHT_INT(gets, "get_inflight_fd"),
+    INFLIGHT_INT(sets, "set_inflight_fd"),
+    INFLIGHT_INT(resumes, "resumes"),
+    INFLIGHT_INT(resume_retries, "resume_retries"),
+};
+
 void res_inflight(Result *r, VuFrontend *fe)
 {
-    JsonObject *o = json_object_new();
     VufInflightInfo i;
 
     vuf_inflight_info(fe, &i);
-    json_object_set_boolean_member(o, "negotiated", i.negotiated);
-    json_object_set_boolean_member(o, "region", i.have_region);
-    json_object_set_int_member(o, "mmap_size", i.mmap_size);
-    json_object_set_int_member(o, "get_inflight_fd", i.gets);
-    json_object_set_int_member(o, "set_inflight_fd", i.sets);
-    json_object_set_int_member(o, "resumes", i.resumes);
-    json_object_set_int_member(o, "resume_retries", i.resume_retries);
-    json_object_set_object_member(r->obj, "inflight", o);
+    res_fields(r, "inflight", &i, inflight_fields,
+               G_N_ELEMENTS(inflight_fields));
 }
 
 /* The outstanding requests on q: "a (queue 0), b (queue 0)". */

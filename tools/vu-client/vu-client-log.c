@@ -53,21 +53,27 @@ bool client_wants_dirty_log(const ClientOpts *o)
     return false;
 }
 
+#define LOG_BOOL(field)     RES_BOOL(VufLogInfo, field, #field)
+#define LOG_INT(field)      RES_FIELD(VufLogInfo, field, #field, 1)
+
+static const ResField dirty_log_fields[] = {
+    LOG_BOOL(negotiated),
+    LOG_BOOL(log_all_offered),
+    LOG_BOOL(logging),
+    LOG_INT(log_size),
+    LOG_INT(log_size_needed),
+    LOG_INT(pages),
+    LOG_INT(set_log_base),
+    RES_FIELD(VufLogInfo, log_base_reply, "set_log_base_reply", 1),
+};
+
 void res_dirty_log(Result *r, VuFrontend *fe)
 {
-    JsonObject *o = json_object_new();
     VufLogInfo i;
 
     vuf_log_info(fe, &i);
-    json_object_set_boolean_member(o, "negotiated", i.negotiated);
-    json_object_set_boolean_member(o, "log_all_offered", i.log_all_offered);
-    json_object_set_boolean_member(o, "logging", i.logging);
-    json_object_set_int_member(o, "log_size", i.log_size);
-    json_object_set_int_member(o, "log_size_needed", i.log_size_needed);
-    json_object_set_int_member(o, "pages", i.pages);
-    json_object_set_int_member(o, "set_log_base", i.set_log_base);
-    json_object_set_int_member(o, "set_log_base_reply", i.log_base_reply);
-    json_object_set_object_member(r->obj, "dirty_log", o);
+    res_fields(r, "dirty_log", &i, dirty_log_fields,
+               G_N_ELEMENTS(dirty_log_fields));
 }
 
 void client_log_free(Client *c)

@@ -13,6 +13,7 @@
 
 #include <inttypes.h>
 #include <stdio.h>
+#include <string.h>
 
 #include <glib.h>
 #include <json-glib/json-glib.h>
@@ -100,6 +101,33 @@ JsonObject *res_queue_entry(JsonArray *a, unsigned queue)
     json_object_set_int_member(o, "queue", queue);
     json_array_add_object_element(a, o);
     return o;
+}
+
+JsonObject *res_fields_object(const void *s, const ResField *fields,
+                              size_t n)
+{
+    JsonObject *o = json_object_new();
+
+    for (size_t i = 0; i < n; i++) {
+        const ResField *f = &fields[i];
+        uint64_t v = 0;
+
+        /* The low bytes of v on a little-endian host (vu-frontend.h). */
+        memcpy(&v, (const uint8_t *)s + f->offset, f->size);
+        if (f->scale) {
+            json_object_set_int_member(o, f->name, v * f->scale);
+        } else {
+            json_object_set_boolean_member(o, f->name, v != 0);
+        }
+    }
+    return o;
+}
+
+void res_fields(Result *r, const char *key, const void *s,
+                const ResField *fields, size_t n)
+{
+    json_object_set_object_member(r->obj, key,
+                                  res_fields_object(s, fields, n));
 }
 
 char *hex_string(const uint8_t *p, size_t n)

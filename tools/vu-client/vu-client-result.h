@@ -7,6 +7,7 @@
 #define SPINDLE_TOOLS_VU_CLIENT_RESULT_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include <glib.h>
@@ -49,6 +50,29 @@ void res_alive(Result *r, VuFrontend *fe, bool closed);
  * "error_signalled" (the device signalled q's error eventfd: it broke the
  * queue) and "alive" (res_alive()). */
 void res_queue_alive(Result *r, VuFrontend *fe, VufQueue *q, bool closed);
+
+/*
+ * A member of a structure, for res_fields_object(): its name in the
+ * result, where it is and how big (1, 2, 4 or 8 bytes, host order, an
+ * unsigned or a bool), and the factor it is reported with (0: a bool).
+ */
+typedef struct ResField {
+    const char *name;
+    size_t offset;
+    size_t size;
+    uint64_t scale;
+} ResField;
+
+#define RES_FIELD(type, field, name, scale) \
+    { name, offsetof(type, field), sizeof(((type *)0)->field), scale }
+#define RES_BOOL(type, field, name)     RES_FIELD(type, field, name, 0)
+
+/* The n fields of the structure at s as a new JSON object. */
+JsonObject *res_fields_object(const void *s, const ResField *fields,
+                              size_t n);
+/* ... as member key of r. */
+void res_fields(Result *r, const char *key, const void *s,
+                const ResField *fields, size_t n);
 
 /* n bytes as lower-case hex digits.  Caller frees. */
 char *hex_string(const uint8_t *p, size_t n);
