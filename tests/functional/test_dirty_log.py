@@ -17,6 +17,7 @@ that does not offer LOG_SHMFD is skipped with that reason; never a pass.
 """
 
 import shutil
+import subprocess
 
 import pytest
 
@@ -259,3 +260,28 @@ def test_too_small_log_refused(spindle_daemon, workdir, client, device):
     assert str(needed) in log, log
     assert d.alive()
     vu_ok(client, sock_of(d), *IO[device][:10])
+
+
+# --------------------------------------------------------------------------
+# The commands' own errors
+
+@pytest.mark.parametrize("size", ["0", "12"])
+def test_log_start_size_must_be_whole_words(client, workdir, size):
+    """--size is checked before anything is sent (exit status 2)."""
+    proc = subprocess.run([str(client), "--socket", str(workdir / "none"),
+                           "log-start", "--size", size],
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 2, proc
+    assert proc.stderr == ("spindle-vu-client: log-start --size must be a "
+                           f"non-zero multiple of 8, got {size}\n")
+
+
+def test_log_dirty_needs_log_start(backend, client):
+    d, _ = backend
+    skip_unless_logging(client, d)
+    rc, doc = vu(client, sock_of(d), "log-dirty")
+    assert rc == 1, doc
+    assert doc["error"] == ("log-dirty: no dirty log to read: run log-start "
+                            "first"), doc["error"]
+    rc, doc = vu(client, sock_of(d), "log-stop")
+    assert rc == 1 and doc["error"] == "log-stop: dirty logging is not on"

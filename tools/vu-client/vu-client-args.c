@@ -280,6 +280,18 @@ static bool check_verify_run(Command *cmd, GHashTable *vals, Error **errp)
     return check_offset(cmd, vals, errp);
 }
 
+/* log-start --size: whole 64-bit words of log (0 is not given). */
+static bool check_log_start(Command *cmd, GHashTable *vals, Error **errp)
+{
+    if (g_hash_table_contains(vals, "size") &&
+        (cmd->size == 0 || cmd->size % sizeof(uint64_t))) {
+        error_setg(errp, "%s --size must be a non-zero multiple of 8, got %"
+                   PRIu64, cmd->name, cmd->size);
+        return false;
+    }
+    return true;
+}
+
 static bool scsi_tmf_kind_valid(const char *name)
 {
     return vufscsi_tmf_by_name(name) >= 0;
@@ -360,7 +372,8 @@ static const CmdSpec cmd_specs[] = {
     { "resume", CMD_RESUME, CMD_DEV_ANY, cmd_resume,
       "resume [--timeout SECONDS]", .options = { "timeout" } },
     { "log-start", CMD_LOG_START, CMD_DEV_ANY, cmd_log_start,
-      "log-start [--size BYTES]", .options = { "size" } },
+      "log-start [--size BYTES]", .check = check_log_start,
+      .options = { "size" } },
     { "log-stop", CMD_LOG_STOP, CMD_DEV_ANY, cmd_log_stop, "log-stop" },
     { "log-dirty", CMD_LOG_DIRTY, CMD_DEV_ANY, cmd_log_dirty, "log-dirty" },
     /* virtio-scsi; --queue Q is request queue Q (virtqueue 2 + Q). */
