@@ -49,8 +49,9 @@ def start_backend(spindle_daemon, workdir, kind, device, queues=1):
     sock = str(workdir / f"{kind}.sock")
     if device == "scsi":
         export = daemons.ScsiExport(
-            luns=[daemons.ScsiLun(image=image, writable=True)], socket=sock,
-            num_queues=queues)
+            luns=[daemons.ScsiLun(image=image, writable=True,
+                                  props={"serial": "DIRTYLOG"})],
+            socket=sock, num_queues=queues)
     else:
         export = daemons.Export(image=image, socket=sock, num_queues=queues)
     return spindle_daemon(exports=[export], program=program, flavour=kind,
@@ -88,11 +89,14 @@ def pages_of(ranges):
 
 def check_round(r, spindle):
     """One log-dirty round that passed: nothing missing, every expected
-    page dirty; Spindle logs no more than it must."""
+    page dirty.  Spindle logs no data page more than it must: what it
+    logs beyond the expected pages are used ring pages, whose flags and
+    avail_event it writes when it changes its notification state (the
+    front-end cannot tell when)."""
     assert r["ok"] and r["missing"] == [] and r["missing_pages"] == 0, r
     assert pages_of(r["expected"]) <= pages_of(r["dirty"]), r
     if spindle:
-        assert r["extra"] == [], r
+        assert pages_of(r["extra"]) <= pages_of(r["used_rings"]), r
 
 
 # --------------------------------------------------------------------------

@@ -18,8 +18,10 @@
  * (vuf_log_take_expected()).  A page expected but never found dirty since
  * log-start is missing: the log would have let a migration lose what the
  * device wrote there, and log-dirty fails.  A page dirty but never
- * expected is extra: allowed (the device may log more than it must),
- * reported.  Both are judged against everything seen since log-start, so
+ * expected is extra: allowed, reported.  A device writes more than the
+ * front-end can tell: the used rings' flags and avail_event, whenever it
+ * changes its notification state; the used rings' pages are reported
+ * too (used_rings), so that a test can tell those from data pages.  Both are judged against everything seen since log-start, so
  * that a request whose completion is harvested a round after the device
  * logged it (a write left in flight) counts right.
  *
@@ -132,6 +134,23 @@ static uint64_t res_pages(Result *r, const char *key, const uint64_t *bits,
     return count;
 }
 
+/* The pages of every queue's used ring (flags, idx, ring, avail_event)
+ * into bits. */
+static void used_ring_pages(VuFrontend *fe, uint64_t *bits)
+{
+    for (unsigned i = 0; i < vuf_num_queues(fe); i++) {
+        VufQueue *q = vuf_queue(fe, i);
+        uint64_t gpa = vuf_gpa(fe, vufq_used(q));
+        uint64_t end = gpa + sizeof(VRingUsed) +
+                       sizeof(VRingUsedElem) * vufq_size(q) + sizeof(uint16_t);
+
+        for (uint64_t p = gpa / VUF_LOG_PAGE; p <= (end - 1) / VUF_LOG_PAGE;
+             p++) {
+            bits[p / 64] |= 1ull << (p % 64);
+        }
+    }
+}
+
 /* "0x3000+0x2000, 0x9000+0x1000" for the first ranges of a (as
  * res_pages() made it).  Caller frees. */
 static char *ranges_text(JsonArray *a)
@@ -162,6 +181,7 @@ bool cmd_log_dirty(Client *c, const Command *cmd, Result *r, Error **errp)
     g_autofree uint64_t *expected = g_new0(uint64_t, words);
     g_autofree uint64_t *missing = g_new0(uint64_t, words);
     g_autofree uint64_t *extra = g_new0(uint64_t, words);
+    g_autofree uint64_t *rings = g_new0(uint64_t, words);
     g_autofree char *named = NULL;
     uint64_t n_missing;
 
@@ -182,6 +202,8 @@ bool cmd_log_dirty(Client *c, const Command *cmd, Result *r, Error **errp)
     n_missing = res_pages(r, "missing", missing, words);
     res_int(r, "missing_pages", n_missing);
     res_int(r, "extra_pages", res_pages(r, "extra", extra, words));
+    used_ring_pages(c->fe, rings);
+    res_pages(r, "used_rings", rings, words);
     if (n_missing) {
         named = ranges_text(json_object_get_array_member(r->obj, "missing"));
         error_setg(errp, "%" PRIu64 " page(s) the device wrote are not "
