@@ -64,7 +64,7 @@ void vuf_log_info(const VuFrontend *fe, VufLogInfo *out)
     *out = (VufLogInfo) {
         .negotiated = vuf_has_protocol_feature(
             fe, VHOST_USER_PROTOCOL_F_LOG_SHMFD),
-        .log_all_offered = fe->features_offered & VUF_BIT(VUF_F_LOG_ALL),
+        .log_all_offered = fe->features_offered & VUF_BIT(VHOST_F_LOG_ALL),
         .logging = fe->logging,
         .log_size = fe->log_mem ? fe->log_size : 0,
         .log_size_needed = vuf_log_words(fe) * sizeof(uint64_t),
@@ -258,7 +258,7 @@ static bool log_create(uint64_t size, int *fd, void **mem, Error **errp)
 static bool send_log_base(VuFrontend *fe, int fd, uint64_t size,
                           Error **errp)
 {
-    VufLogDesc d = { .mmap_size = size, .mmap_offset = 0 };
+    VhostUserLog d = { .mmap_size = size, .mmap_offset = 0 };
 
     if (!vuf_send_raw(fe, VHOST_USER_SET_LOG_BASE, VHOST_USER_VERSION, &d,
                       sizeof(d), &fd, 1, errp) ||
@@ -285,7 +285,7 @@ static bool sync_backend(VuFrontend *fe, Error **errp)
 /* LOG_ALL on or off: SET_FEATURES, then every queue's SET_VRING_ADDR. */
 static bool switch_logging(VuFrontend *fe, bool on, Error **errp)
 {
-    uint64_t features = fe->features | (on ? VUF_BIT(VUF_F_LOG_ALL) : 0);
+    uint64_t features = fe->features | (on ? VUF_BIT(VHOST_F_LOG_ALL) : 0);
 
     if (!vuf_request_u64_set(fe, VHOST_USER_SET_FEATURES, features, NULL, 0,
                              errp)) {
@@ -320,7 +320,7 @@ static bool check_can_log(VuFrontend *fe, uint64_t log_size, Error **errp)
                    "it");
         return false;
     }
-    if (!(fe->features_offered & VUF_BIT(VUF_F_LOG_ALL))) {
+    if (!(fe->features_offered & VUF_BIT(VHOST_F_LOG_ALL))) {
         error_setg(errp, "the back-end offers LOG_SHMFD but not the LOG_ALL "
                    "feature: it cannot be asked to log");
         return false;

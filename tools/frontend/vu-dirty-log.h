@@ -9,18 +9,12 @@
 
 #include "vu-types.h"
 
-/* Virtio feature bit: the device logs every guest write (vhost). */
-#define VUF_F_LOG_ALL           26
-/* SET_VRING_ADDR flag: log the used ring at log_guest_addr. */
-#define VUF_VRING_F_LOG         0x1u
-/* One log bit covers this many bytes of guest physical memory. */
+/*
+ * One log bit covers this many bytes of guest physical memory.  The wire
+ * format (VHOST_F_LOG_ALL, VHOST_VRING_F_LOG, SET_LOG_BASE's VhostUserLog)
+ * is hw/virtio/vhost-user-wire.h's.
+ */
 #define VUF_LOG_PAGE            4096u
-
-/* SET_LOG_BASE's payload ("log description"); the log's fd comes along. */
-typedef struct VufLogDesc {
-    uint64_t mmap_size;
-    uint64_t mmap_offset;
-} VufLogDesc;
 
 typedef struct VufLogInfo {
     bool negotiated;            /* LOG_SHMFD was negotiated */
@@ -45,9 +39,10 @@ size_t vuf_log_words(const VuFrontend *fe);
  * log (a memfd of log_size bytes, 0: vuf_log_info()'s log_size_needed;
  * else a multiple of 8, for tests of a back-end's checks), hand it over
  * with SET_LOG_BASE and wait for the back-end's reply (same request,
- * a u64: 0 per the spec, kept in VufLogInfo.log_base_reply); then SET_FEATURES with VHOST_F_LOG_ALL added and, on every
- * queue set up, SET_VRING_ADDR with the same addresses, VUF_VRING_F_LOG
- * and log_guest_addr = the used ring's guest address; each waited for
+ * a u64: 0 per the spec, kept in VufLogInfo.log_base_reply); then
+ * SET_FEATURES with VHOST_F_LOG_ALL added and, on every queue set up,
+ * SET_VRING_ADDR with the same addresses, VHOST_VRING_F_LOG and
+ * log_guest_addr = the used ring's guest address; each waited for
  * (REPLY_ACK, or a GET_FEATURES round trip).  From then on every chain
  * added is tracked: when it completes, the first used-length bytes of
  * its device-writable buffers and its used ring entry count as expected
@@ -56,13 +51,14 @@ size_t vuf_log_words(const VuFrontend *fe);
  * Fails with errp set when not connected, already logging, LOG_SHMFD was
  * not negotiated or LOG_ALL not offered, the log cannot be created, the
  * back-end does not answer SET_LOG_BASE (it hangs up on a log it
- * refuses), or a later step fails.  Control thread; no queue in use by another thread.
+ * refuses), or a later step fails.  Control thread; no queue in use by
+ * another thread.
  */
 bool vuf_log_start(VuFrontend *fe, uint64_t log_size, Error **errp);
 
 /*
  * Stop logging likewise: SET_FEATURES without VHOST_F_LOG_ALL, then
- * SET_VRING_ADDR without VUF_VRING_F_LOG on every queue set up, each
+ * SET_VRING_ADDR without VHOST_VRING_F_LOG on every queue set up, each
  * waited for; chains are no longer tracked.  The log stays mapped, to be
  * read once more.  Fails with errp set when not logging or a step fails.
  * Control thread; no queue in use by another thread.

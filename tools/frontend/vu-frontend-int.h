@@ -320,7 +320,7 @@ void vuf_log_session_end(VuFrontend *fe);
 /* Unmap and close the log, free the bitmaps (vuf_free()). */
 void vuf_log_free(VuFrontend *fe);
 
-/* vu-session.c: SET_VRING_ADDR for q, with VUF_VRING_F_LOG and the used
+/* vu-session.c: SET_VRING_ADDR for q, with VHOST_VRING_F_LOG and the used
  * ring's guest address as log_guest_addr when log (control thread). */
 bool vuf_set_vring_addr(VuFrontend *fe, VufQueue *q, bool log, Error **errp);
 

@@ -567,7 +567,7 @@ bool vuf_set_vring_addr(VuFrontend *fe, VufQueue *q, bool log, Error **errp)
 {
     VhostUserVringAddr addr = {
         .index = q->index,
-        .flags = log ? VUF_VRING_F_LOG : 0,
+        .flags = log ? VHOST_VRING_F_LOG : 0,
         .desc_user_addr = (uintptr_t)q->desc,
         .used_user_addr = (uintptr_t)q->used,
         .avail_user_addr = (uintptr_t)q->avail,
