@@ -21,9 +21,10 @@
  * expected is extra: allowed, reported.  A device writes more than the
  * front-end can tell: the used rings' flags and avail_event, whenever it
  * changes its notification state; the used rings' pages are reported
- * too (used_rings), so that a test can tell those from data pages.  Both are judged against everything seen since log-start, so
- * that a request whose completion is harvested a round after the device
- * logged it (a write left in flight) counts right.
+ * too (used_rings), so that a test can tell those from data pages.
+ * Both are judged against everything seen since log-start, so that a
+ * request whose completion is harvested a round after the device logged
+ * it (a write left in flight) counts right.
  *
  * Page sets are bitmaps in the log's layout (bit p of word p / 64 is the
  * page at guest address p * 4096), reported as [first page, count]
