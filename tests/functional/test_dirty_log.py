@@ -191,6 +191,7 @@ def test_every_page_the_device_writes_is_logged(backend, client, layout):
     # 16 pages of read data at least (64k, 4k-aligned buffers), plus
     # status bytes and used ring entries.
     assert r["expected_pages"] >= 64 * 1024 // PAGE + 1, r
+    assert d.stop() == 0, d.stderr()
 
 
 def test_logging_off_after_log_stop(backend, client):
@@ -268,6 +269,7 @@ def test_too_small_log_refused(spindle_daemon, workdir, client, device):
     assert str(needed) in log, log
     assert d.alive()
     vu_ok(client, sock_of(d), *IO[device][:10])
+    assert d.stop() == 0, d.stderr()
 
 
 # --------------------------------------------------------------------------
