@@ -9,7 +9,7 @@
  * guest memory behind QEMU's back, so it records every page it writes in
  * a log QEMU shares with it (VHOST_USER_PROTOCOL_F_LOG_SHMFD): one bit
  * per 4 KiB page of guest physical address, little-endian words.  QEMU
- * never offers VHOST_F_LOG_ALL at the start; during a migration it sends
+ * does not ask for VHOST_F_LOG_ALL at the start; during a migration it sends
  * the log (SET_LOG_BASE, answered once the back-end mapped it), switches
  * LOG_ALL on with SET_FEATURES and re-sends every running ring's
  * SET_VRING_ADDR with VHOST_VRING_F_LOG and the used ring's guest address,
