@@ -152,20 +152,15 @@ class Cycle:
 
 
 @dataclass
-class CrashReport:
-    config: CrashConfig
+class CrashioReport:
+    """What a guest running crashio came to: the part the crash test and
+    the migration test (migrate.py) share."""
+    config: object
     workdir: Path
-    cycles: list = field(default_factory=list)
     results: dict = field(default_factory=dict)
     failures: list = field(default_factory=list)
     warnings: list = field(default_factory=list)
     host_checked: int = 0
-    qemu_requests: dict = field(default_factory=dict)   # name -> times sent
-    qemu_messages: dict = field(default_factory=dict)   # QEMU's errors -> times
-    resubmitted: int = 0          # spindle's count, over all restarts
-    spindle_inflight_lines: list = field(default_factory=list)
-    console_tail: str = ""
-    seconds: float = 0.0
 
     @property
     def ok(self):
@@ -177,6 +172,17 @@ class CrashReport:
             return int(self.results.get(f"crash.{key}", 0))
         except ValueError:
             return 0
+
+
+@dataclass
+class CrashReport(CrashioReport):
+    cycles: list = field(default_factory=list)
+    qemu_requests: dict = field(default_factory=dict)   # name -> times sent
+    qemu_messages: dict = field(default_factory=dict)   # QEMU's errors -> times
+    resubmitted: int = 0          # spindle's count, over all restarts
+    spindle_inflight_lines: list = field(default_factory=list)
+    console_tail: str = ""
+    seconds: float = 0.0
 
     def summary(self):
         """The totals scripts/crash-soak prints, as (label, value) pairs."""
@@ -516,12 +522,17 @@ def run_crash(program, workdir, config, log=lambda text: None):
         _cycles(config, daemon, state, rng, report, log)
     finally:
         _stop_guest(config, state, thread)
-        status = daemon.stop()
-    if status != 0:
-        report.failures.append(f"spindle exited with status {status} at SIGTERM")
+        stop_spindle(daemon, report)
     _collect(config, layout, state, report, trace_log)
     report.seconds = time.monotonic() - start
     return report
+
+
+def stop_spindle(daemon, report):
+    """Stop spindle with SIGTERM; a status other than 0 is a failure."""
+    status = daemon.stop()
+    if status != 0:
+        report.failures.append(f"spindle exited with status {status} at SIGTERM")
 
 
 def _guest_timeout(config):
@@ -673,13 +684,7 @@ def _collect(config, layout, state, report, trace_log):
             report.failures.append("the guest printed no crashio results")
         elif not run.finished:
             report.failures.append("the guest did not finish its script")
-    for key in FAILURE_COUNTERS:
-        if report.counter(key):
-            report.failures.append(f"{report.counter(key)} {key.replace('_', ' ')}"
-                                   " (crashio)")
-    if report.results.get("crash.verdict") == "fail" and not any(
-            "(crashio)" in f for f in report.failures):
-        report.failures.append("crashio says fail")
+    add_crashio_failures(report)
     _check_images(config, layout, report)
     trace = _read(trace_log)
     for name, code in INFLIGHT_REQUESTS.items():
@@ -696,6 +701,18 @@ def _collect(config, layout, state, report, trace_log):
     if sanitizer:
         report.failures.append(f"a sanitizer report in spindle's output: "
                                f"{sanitizer[0]}")
+
+
+def add_crashio_failures(report):
+    """Add to report.failures what crashio's counters (report.results)
+    say went wrong; also used by migrate.py."""
+    for key in FAILURE_COUNTERS:
+        if report.counter(key):
+            report.failures.append(f"{report.counter(key)} {key.replace('_', ' ')}"
+                                   " (crashio)")
+    if report.results.get("crash.verdict") == "fail" and not any(
+            "(crashio)" in f for f in report.failures):
+        report.failures.append("crashio says fail")
 
 
 def _check_images(config, layout, report):

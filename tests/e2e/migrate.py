@@ -126,30 +126,14 @@ class Migration:
 
 
 @dataclass
-class MigrateReport:
-    config: MigrateConfig
-    workdir: Path
+class MigrateReport(crash.CrashioReport):
     migrations: list = field(default_factory=list)
-    results: dict = field(default_factory=dict)
-    failures: list = field(default_factory=list)
-    warnings: list = field(default_factory=list)
     reads_ok: int = 0
     reads_bad: int = 0
     reads_after_migration: int = 0
-    host_checked: int = 0
     spindle_log_lines: list = field(default_factory=list)
     qemu_messages: list = field(default_factory=list)
     seconds: float = 0.0
-
-    @property
-    def ok(self):
-        return not self.failures
-
-    def counter(self, key):
-        try:
-            return int(self.results.get(f"crash.{key}", 0))
-        except ValueError:
-            return 0
 
 
 # --- QMP, the little that is needed ----------------------------------------------
@@ -241,42 +225,26 @@ def _script(config, run_id, want_md5):
     return script
 
 
-class _State:
-    """What the guest's console said, whichever QEMU it came from."""
+class _State(crash._GuestState):
+    """What the guest's console said, whichever QEMU it came from: the
+    crash test's, and the reader's counts."""
 
     def __init__(self):
-        self.cond = threading.Condition()
-        self.writing = False
-        self.acked = 0
-        self.progress_at = 0.0
+        super().__init__()
         self.reads_ok = 0
         self.reads_bad = 0
-        self.hung = []
-        self.verdict = None
 
     def on_line(self, line):
+        m = re.search(r"SPINDLE-READS ok=(\d+) bad=(\d+)", line)
+        if not m:
+            return super().on_line(line)
         with self.cond:
-            if "SPINDLE-PROGRESS acked=" in line:
-                try:
-                    self.acked = int(line.split("acked=", 1)[1].split()[0])
-                except (ValueError, IndexError):
-                    return
-                self.progress_at = time.monotonic()
-            elif "SPINDLE-READS " in line:
-                m = re.search(r"ok=(\d+) bad=(\d+)", line)
-                if m:
-                    self.reads_ok, self.reads_bad = map(int, m.groups())
-            elif "SPINDLE-STAGE writing" in line:
-                self.writing = True
-            elif "SPINDLE-HUNG" in line:
-                self.hung.append(line[line.find("SPINDLE-HUNG"):])
-            elif "SPINDLE-RESULT crash.verdict=" in line:
-                self.verdict = line.split("crash.verdict=", 1)[1].strip()
-            else:
-                return
+            self.reads_ok, self.reads_bad = map(int, m.groups())
             self.cond.notify_all()
 
     def wait(self, predicate, timeout, qemu=None):
+        """Wait until predicate() (under the lock), a writer hung or `qemu`
+        ended; return predicate()."""
         with self.cond:
             self.cond.wait_for(
                 lambda: predicate() or self.hung or (qemu and qemu.finished),
@@ -455,9 +423,7 @@ def run_migrate(program, workdir, config, log=lambda text: None):
             if q is not qemus[-1]:
                 q.quit()
         qemus[-1].quit(timeout=30)
-        status = daemon.stop()
-    if status != 0:
-        report.failures.append(f"spindle exited with status {status} at SIGTERM")
+        crash.stop_spindle(daemon, report)
     _collect(config, image, state, qemus, report)
     report.seconds = time.monotonic() - start
     return report
@@ -604,13 +570,7 @@ def _collect(config, image, state, qemus, report):
         report.failures.append(f"hang: {state.hung[0]}")
     if "crash.verdict" not in report.results:
         report.failures.append("the guest printed no crashio results")
-    for key in crash.FAILURE_COUNTERS:
-        if report.counter(key):
-            report.failures.append(f"{report.counter(key)} "
-                                   f"{key.replace('_', ' ')} (crashio)")
-    if report.results.get("crash.verdict") == "fail" and not any(
-            "(crashio)" in f for f in report.failures):
-        report.failures.append("crashio says fail")
+    crash.add_crashio_failures(report)
     if config.reader:
         if report.reads_bad or report.results.get("reader.bad", "0") != "0":
             report.failures.append(f"{report.reads_bad} reads of the host's "
