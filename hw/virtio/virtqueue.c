@@ -822,8 +822,8 @@ static void virtqueue_fill_used(VirtQueue *vq, uint16_t head, uint32_t len)
                           memory_order_release);
 }
 
-static void virtqueue_push_logged(VirtQueue *vq, const VirtQueueElement *elem,
-                                  uint32_t len, bool status_last)
+static void virtqueue_push_elem(VirtQueue *vq, const VirtQueueElement *elem,
+                                uint32_t len, bool status_last)
 {
     virtqueue_assert_home(vq);
     g_assert(virtqueue_inflight(vq) > 0);
@@ -857,14 +857,14 @@ static void virtqueue_push_logged(VirtQueue *vq, const VirtQueueElement *elem,
 
 void virtqueue_push(VirtQueue *vq, const VirtQueueElement *elem, uint32_t len)
 {
-    virtqueue_push_logged(vq, elem, len, false);
+    virtqueue_push_elem(vq, elem, len, false);
 }
 
 void virtqueue_push_status_last(VirtQueue *vq, const VirtQueueElement *elem,
                                 uint32_t len)
 {
     g_assert(len >= 1 && elem->in_bytes >= 1);
-    virtqueue_push_logged(vq, elem, len, true);
+    virtqueue_push_elem(vq, elem, len, true);
 }
 
 void virtqueue_fail_element(VirtQueue *vq, const VirtQueueElement *elem,
