@@ -298,6 +298,34 @@ def test_verify_catches_a_changed_byte_in_the_image(start_spindle, bench,
     assert str(bad // 512 * 512) in proc.stderr
 
 
+def test_dirty_log_run(start_spindle, bench, workdir):
+    """--dirty-log: the run goes on with logging on, its data verified, and
+    the syncs find the pages the back-end wrote: at least each request's
+    read buffer (2 queues x 8 requests, each read into its own page)."""
+    d = start_spindle()
+    try:
+        r, _ = run_json(bench, d.exports[0].socket, "--dirty-log",
+                        "--dirty-log-sync=20", "--verify", "--rw=randrw",
+                        "--queues=2", "--iodepth=8", "--size=4M",
+                        "--runtime=0.5")
+        off, _ = run_json(bench, d.exports[0].socket, "--runtime=0.1")
+    finally:
+        d.stop()
+    check_consistent(r)
+    assert r["verify"]["mismatches"] == 0
+    log = r["dirty_log"]
+    assert log["sync_ms"] == 20 and log["syncs"] >= 10, log
+    assert log["dirty_pages"] >= 2 * 8, log
+    assert off["dirty_log"] is None
+    assert "dirty logging on" in d.stderr(), d.describe()
+
+
+def test_dirty_log_sync_needs_dirty_log(bench, workdir):
+    proc = run_bench(bench, workdir / "vu.sock", "--dirty-log-sync=5",
+                     expect=2)
+    assert "--dirty-log-sync needs --dirty-log" in proc.stderr
+
+
 def test_human_report(start_spindle, bench, workdir):
     d = start_spindle(blockdev="driver=null-co,size=1G")
     try:

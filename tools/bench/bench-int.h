@@ -117,6 +117,10 @@ typedef struct BenchOpts {
     unsigned queue_size;
     bool no_event_idx;
     bool no_indirect;
+    /* --dirty-log: logging on from the start of the run, the log read
+     * and cleared every dirty_log_sync_ms (0: never). */
+    bool dirty_log;
+    unsigned dirty_log_sync_ms;
     uint64_t required;          /* feature bits --require names */
     uint64_t seed;
     int connect_timeout_ms;
@@ -331,6 +335,11 @@ struct Bench {
     /* Threads whose window has ended; the main thread waits for all. */
     pthread_cond_t cond;
     unsigned closed;
+    /* --dirty-log: the main thread's copy of the log at each sync, the
+     * syncs made and the dirty pages they found (summed). */
+    uint64_t *log_bits;
+    uint64_t log_syncs;
+    uint64_t log_pages;
 };
 
 /*

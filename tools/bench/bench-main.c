@@ -44,6 +44,14 @@
  * the window's start, at each --phase boundary and when every queue has
  * closed its window, then joins the threads.
  *
+ * --dirty-log runs the whole session as a live migration's copy phase
+ * would: the back-end gets a log (SET_LOG_BASE) and VHOST_F_LOG_ALL with
+ * each ring's VHOST_VRING_F_LOG before the threads start, and the main
+ * thread, between its other duties, reads and clears the log every
+ * --dirty-log-sync ms as QEMU's bitmap sync does.  The front-end does not
+ * track what the device should have logged (spindle-vu-client log-dirty
+ * does that): the point is what logging costs the back-end.
+ *
  * Reporting (main thread, after join): see bench-report.c.  Exit status:
  * 2 for usage and setup errors (nothing measured), 1 when the run failed
  * (an I/O error, a verify mismatch, a hung-up or broken queue), 0
@@ -158,6 +166,10 @@ static VuFrontend *bench_connect(const BenchDevOps *dev, const BenchOpts *o,
         vo.features_wanted &= ~VUF_BIT(VIRTIO_RING_F_INDIRECT_DESC);
     }
     vo.features_required |= o->required;
+    if (o->dirty_log) {
+        vo.protocol_features_wanted |=
+            VUF_BIT(VHOST_USER_PROTOCOL_F_LOG_SHMFD);
+    }
 
     fe = vuf_new(&vo, errp);
     if (!fe) {
@@ -410,6 +422,42 @@ static bool wait_closed_until(Bench *b, uint64_t t)
     return all;
 }
 
+/* --dirty-log: one sync, as QEMU's: read and clear the log, count. */
+static void log_sync(Bench *b)
+{
+    size_t words = vuf_log_words(b->fe);
+
+    vuf_log_take_dirty(b->fe, b->log_bits);
+    for (size_t w = 0; w < words; w++) {
+        b->log_pages += __builtin_popcountll(b->log_bits[w]);
+    }
+    b->log_syncs++;
+}
+
+/*
+ * wait_closed_until(), syncing the dirty log every --dirty-log-sync ms
+ * meanwhile when --dirty-log asks for it.
+ */
+static bool wait_closed_syncing(Bench *b, uint64_t t)
+{
+    uint64_t period = (uint64_t)b->o->dirty_log_sync_ms * 1000000;
+
+    if (!b->o->dirty_log || period == 0) {
+        return wait_closed_until(b, t);
+    }
+    for (;;) {
+        uint64_t now = now_ns();
+
+        if (now >= t) {
+            return false;
+        }
+        if (wait_closed_until(b, t - now > period ? now + period : t)) {
+            return true;
+        }
+        log_sync(b);
+    }
+}
+
 /* --phase: the phases back to back from the window start. */
 static void set_phase_starts(Bench *b)
 {
@@ -468,16 +516,19 @@ static bool bench_run(Bench *b, CpuWindow *cpu, Error **errp)
     }
     /* --phase: the back-end's CPU at each boundary inside the window. */
     for (i = 1; i < o->nphases; i++) {
-        if (wait_closed_until(b, b->phase_start[i])) {
+        if (wait_closed_syncing(b, b->phase_start[i])) {
             break;
         }
         if (cpu->start) {
             cpu->phase[i] = snapshot(o);
         }
     }
-    wait_closed_until(b, b->deadline);
+    wait_closed_syncing(b, b->deadline);
     if (cpu->start) {
         cpu->end = snapshot(o);
+    }
+    if (o->dirty_log) {
+        log_sync(b);            /* what the last period dirtied */
     }
     for (i = 0; i < b->nq; i++) {
         pthread_join(b->queues[i].thread, NULL);
@@ -534,6 +585,13 @@ static bool bench_setup(Bench *b, BenchOpts *o, Error **errp)
             return false;
         }
     }
+    if (o->dirty_log) {
+        if (!vuf_log_start_untracked(b->fe, 0, errp)) {
+            error_prepend(errp, "--dirty-log: ");
+            return false;
+        }
+        b->log_bits = g_new0(uint64_t, vuf_log_words(b->fe));
+    }
     return true;
 }
 
@@ -558,6 +616,7 @@ static void bench_teardown(Bench *b)
     }
     g_free(b->queues);
     g_free(b->phase_start);
+    g_free(b->log_bits);
     vuf_free(b->fe);
 }
 

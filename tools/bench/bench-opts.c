@@ -42,9 +42,9 @@ typedef struct RawOpts {
     char *socket, *queues, *cpus, *rw, *rwmixread, *bs, *iodepth, *rate;
     char *runtime, *count, *ramp, *size, *offset, *completion;
     char *backend_pid, *queue_size, *require, *seed, *connect_timeout;
-    char *device, *lun;
+    char *device, *lun, *dirty_log_sync;
     char **phases;
-    gboolean verify, json, no_event_idx, no_indirect;
+    gboolean verify, json, no_event_idx, no_indirect, dirty_log;
 } RawOpts;
 
 static void raw_opts_free(RawOpts *r)
@@ -54,6 +54,7 @@ static void raw_opts_free(RawOpts *r)
         &r->iodepth, &r->rate, &r->runtime, &r->count, &r->ramp, &r->size,
         &r->offset, &r->completion, &r->backend_pid, &r->queue_size,
         &r->require, &r->seed, &r->connect_timeout, &r->device, &r->lun,
+        &r->dirty_log_sync,
     };
     size_t i;
 
@@ -175,6 +176,8 @@ static const struct {
       offsetof(BenchOpts, connect_timeout_ms), false },
     { "--seed", offsetof(RawOpts, seed), 0, UINT64_MAX,
       offsetof(BenchOpts, seed), true },
+    { "--dirty-log-sync", offsetof(RawOpts, dirty_log_sync), 0, INT_MAX,
+      offsetof(BenchOpts, dirty_log_sync_ms), false },
 };
 
 /* The int fields above are stored through an unsigned pointer. */
@@ -398,6 +401,11 @@ static bool convert_opts(const RawOpts *r, BenchOpts *o, Error **errp)
     o->json = r->json;
     o->no_event_idx = r->no_event_idx;
     o->no_indirect = r->no_indirect;
+    o->dirty_log = r->dirty_log;
+    if (r->dirty_log_sync && !r->dirty_log) {
+        error_setg(errp, "--dirty-log-sync needs --dirty-log");
+        return false;
+    }
     if (!parse_enum("--rw", r->rw, rw_names, RW_RANDRW + 1, &rw, errp) ||
         !parse_enum("--completion", r->completion, vuf_completion_names,
                     VUF_COMPLETION_NAMES, &completion, errp)) {
@@ -469,6 +477,12 @@ bool bench_parse_command_line(int argc, char **argv, BenchOpts *o,
           "Do not negotiate RING_EVENT_IDX", NULL },
         { "no-indirect", 0, 0, G_OPTION_ARG_NONE, &r.no_indirect,
           "Do not negotiate RING_INDIRECT_DESC", NULL },
+        { "dirty-log", 0, 0, G_OPTION_ARG_NONE, &r.dirty_log,
+          "Run with dirty page logging on, as during a live migration "
+          "(needs LOG_SHMFD)", NULL },
+        { "dirty-log-sync", 0, 0, G_OPTION_ARG_STRING, &r.dirty_log_sync,
+          "With --dirty-log: read and clear the log every MS (default "
+          "100; 0: never)", "MS" },
         { "require", 0, 0, G_OPTION_ARG_STRING, &r.require,
           "Fail unless the back-end offers these features", "NAME[,NAME]" },
         { "seed", 0, 0, G_OPTION_ARG_STRING, &r.seed,
@@ -509,6 +523,7 @@ void bench_opts_init(BenchOpts *o)
         .completion = VUF_COMPLETION_POLL,
         .queue_size = VUF_QUEUE_SIZE_DEFAULT,
         .seed = 1,
+        .dirty_log_sync_ms = 100,
     };
 }
 

@@ -291,6 +291,11 @@ void bench_print_text(const Bench *b, const Summary *s)
         printf("  verify: %" PRIu64 " sectors checked, %" PRIu64
                " mismatches\n", s->sectors_checked, s->bad_sectors);
     }
+    if (o->dirty_log) {
+        printf("  dirty log: %" PRIu64 " pages found dirty in %" PRIu64
+               " syncs (every %u ms)\n", b->log_pages, b->log_syncs,
+               o->dirty_log_sync_ms);
+    }
     for (i = 0; s->phases && i < o->nphases; i++) {
         const SummaryPhase *p = &s->phases[i];
         char load[32];
@@ -592,6 +597,16 @@ void bench_print_json(const Bench *b, const Summary *s, int status)
     json_object_set_double_member(j, "bench_cpu_us_per_io",
                                   per_io(s->bench_cpu_s * 1e6, s->ios));
     json_object_set_object_member(j, "verify", json_verify(b->o, s));
+    if (b->o->dirty_log) {
+        JsonObject *d = json_object_new();
+
+        json_object_set_int_member(d, "sync_ms", b->o->dirty_log_sync_ms);
+        json_object_set_int_member(d, "syncs", b->log_syncs);
+        json_object_set_int_member(d, "dirty_pages", b->log_pages);
+        json_object_set_object_member(j, "dirty_log", d);
+    } else {
+        json_object_set_null_member(j, "dirty_log");
+    }
     if (s->error_q) {
         const BenchQueue *bq = s->error_q;
         JsonObject *e = json_object_new();

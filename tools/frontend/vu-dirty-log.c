@@ -333,7 +333,8 @@ static bool check_can_log(VuFrontend *fe, uint64_t log_size, Error **errp)
     return true;
 }
 
-bool vuf_log_start(VuFrontend *fe, uint64_t log_size, Error **errp)
+static bool log_start(VuFrontend *fe, uint64_t log_size, bool track,
+                      Error **errp)
 {
     int fd = -1;
     void *mem;
@@ -361,13 +362,24 @@ bool vuf_log_start(VuFrontend *fe, uint64_t log_size, Error **errp)
     }
     memset((void *)fe->log_expected, 0,
            vuf_log_words(fe) * sizeof(uint64_t));
-    track_chains(fe, true);
+    track_chains(fe, track);
     fe->logging = true;
     if (!switch_logging(fe, true, errp)) {
         error_prepend(errp, "starting dirty logging: ");
         return false;
     }
     return true;
+}
+
+bool vuf_log_start(VuFrontend *fe, uint64_t log_size, Error **errp)
+{
+    return log_start(fe, log_size, true, errp);
+}
+
+bool vuf_log_start_untracked(VuFrontend *fe, uint64_t log_size,
+                             Error **errp)
+{
+    return log_start(fe, log_size, false, errp);
 }
 
 bool vuf_log_stop(VuFrontend *fe, Error **errp)

@@ -57,6 +57,15 @@ size_t vuf_log_words(const VuFrontend *fe);
 bool vuf_log_start(VuFrontend *fe, uint64_t log_size, Error **errp);
 
 /*
+ * vuf_log_start() without the tracking: the front-end keeps no copy of
+ * the chains and expects nothing (vuf_log_take_expected() stays empty),
+ * as a real QEMU, which only reads and clears the log.  For measuring
+ * what logging costs the back-end (spindle-bench --dirty-log).
+ */
+bool vuf_log_start_untracked(VuFrontend *fe, uint64_t log_size,
+                             Error **errp);
+
+/*
  * Stop logging likewise: SET_FEATURES without VHOST_F_LOG_ALL, then
  * SET_VRING_ADDR without VHOST_VRING_F_LOG on every queue set up, each
  * waited for; chains are no longer tracked.  The log stays mapped, to be
