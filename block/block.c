@@ -52,6 +52,11 @@ static const BlockDriverName block_drivers[] = {
     { "null-aio", &block_driver_null },     /* QEMU's other name for it */
     { "raw", &block_driver_raw },
     { "blkdebug", &block_driver_blkdebug },
+#ifdef CONFIG_LIBNBD
+    { "nbd", &block_driver_nbd },
+#else
+    { "nbd", NULL },             /* known, refused: built without libnbd */
+#endif
 };
 
 static const BlockDriverName *block_driver_lookup(const char *name)
@@ -334,6 +339,11 @@ BlockNode *block_node_open(Opts *opts, AioContext *ctx, Error **errp)
     entry = block_driver_lookup(driver);
     if (!entry) {
         block_driver_unknown(driver, errp);
+        return NULL;
+    }
+    if (!entry->drv) {
+        error_setg(errp, "Driver '%s': spindle was built without lib%s",
+                   driver, driver);
         return NULL;
     }
     if (node_name && !block_node_name_valid(node_name, errp)) {

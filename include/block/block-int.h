@@ -56,6 +56,13 @@ typedef struct BlockRequestInt {
             int fd;
             int rw_flags;        /* RWF_DSYNC for a FUA write */
         } threads;
+        struct {
+            void *conn;          /* nbd: the connection it went to */
+            unsigned parts;      /* nbd: commands not yet answered */
+            int ret;             /* nbd: the first error */
+            bool lost;           /* nbd: a command died with the connection */
+            bool then_flush;     /* nbd: FUA by a flush after the write */
+        } nbd;
     } engine;
 } BlockRequestInt;
 
@@ -389,5 +396,8 @@ extern const BlockDriver block_driver_file;
 extern const BlockDriver block_driver_null;
 extern const BlockDriver block_driver_raw;
 extern const BlockDriver block_driver_blkdebug;
+#ifdef CONFIG_LIBNBD
+extern const BlockDriver block_driver_nbd;
+#endif
 
 #endif
