@@ -83,6 +83,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <netdb.h>
+#include <poll.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -309,6 +310,34 @@ static const char *nbd_error_or(const char *fallback)
     return msg ? msg : fallback;
 }
 
+/*
+ * Wait up to ms for h's socket and tell libnbd what came.  (Not
+ * nbd_poll(): it reports a refused connection as a read, which libnbd
+ * 1.14 rejects while connecting, and loses the reason.)  False: time out.
+ */
+static bool nbd_handle_wait(struct nbd_handle *h, int ms)
+{
+    unsigned dir = nbd_aio_get_direction(h);
+    struct pollfd pfd = {
+        .fd = nbd_aio_get_fd(h),
+        .events = (dir & LIBNBD_AIO_DIRECTION_READ ? POLLIN : 0) |
+                  (dir & LIBNBD_AIO_DIRECTION_WRITE ? POLLOUT : 0),
+    };
+    int r = pfd.fd >= 0 ? poll(&pfd, 1, ms) : -1;
+
+    if (r <= 0) {
+        return r < 0 && errno == EINTR;
+    }
+    if ((pfd.revents & POLLIN) ||
+        ((pfd.revents & (POLLHUP | POLLERR)) &&
+         !(dir & LIBNBD_AIO_DIRECTION_WRITE))) {
+        nbd_aio_notify_read(h);
+    } else {
+        nbd_aio_notify_write(h);     /* a refused connect: POLLERR */
+    }
+    return true;
+}
+
 /* The connection of open: connect and wait for the handshake, at most
  * NBD_OPEN_TIMEOUT_NS.  Main thread. */
 static struct nbd_handle *nbd_connect_blocking(NbdState *s, Error **errp)
@@ -320,11 +349,9 @@ static struct nbd_handle *nbd_connect_blocking(NbdState *s, Error **errp)
     while (h && nbd_aio_is_connecting(h)) {
         int64_t left_ms = (deadline - clock_now_ns()) / 1000000;
 
-        if (left_ms <= 0) {
+        if (left_ms <= 0 || (!nbd_handle_wait(h, (int)MIN(left_ms, 1000)) &&
+                             clock_now_ns() >= deadline)) {
             msg = "timed out waiting for the handshake";
-            break;
-        }
-        if (nbd_poll(h, (int)MIN(left_ms, 1000)) < 0) {
             break;
         }
     }
@@ -528,12 +555,12 @@ static void nbd_send_request(NbdConn *c, BlockRequest *req)
 /* ------------------------------------------------------------------------ */
 /* Completing (conn's home thread)                                           */
 
-static void nbd_conn_check(NbdConn *c);
+static void nbd_conn_check(NbdConn *c, const char *why);
 
 /* The request failed for want of a connection: wait or fail. */
 static void nbd_conn_hold(NbdConn *c, BlockRequest *req)
 {
-    nbd_conn_check(c);
+    nbd_conn_check(c, NULL);
     if (c->state == NBD_CONN_READY) {
         /* Back already (a nested loop reconnected): send it again. */
         nbd_send_request(c, req);
@@ -577,11 +604,11 @@ static void nbd_conn_complete_done(NbdConn *c)
     nbd_conn_update_handler(c);
 }
 
-static void nbd_conn_progress(NbdConn *c);
+static void nbd_conn_progress(NbdConn *c, int r);
 
 static void nbd_conn_done_bh(void *opaque)
 {
-    nbd_conn_progress(opaque);
+    nbd_conn_progress(opaque, 0);
 }
 
 /* Fail every waiting request with EIO. */
@@ -716,28 +743,31 @@ static void nbd_conn_ready(NbdConn *c)
     }
 }
 
-/* Follow libnbd's state: a handshake that ended, a connection that died. */
-static void nbd_conn_check(NbdConn *c)
+/*
+ * Follow libnbd's state: a handshake that ended, a connection that died.
+ * why: libnbd's message if the call that moved it failed, else NULL (its
+ * last message may be an old one then).
+ */
+static void nbd_conn_check(NbdConn *c, const char *why)
 {
     if (c->state == NBD_CONN_CONNECTING && !nbd_aio_is_connecting(c->h)) {
         if (nbd_aio_is_ready(c->h)) {
             nbd_conn_ready(c);
         } else {
-            nbd_conn_lost(c, nbd_error_or("the connection failed"),
+            nbd_conn_lost(c, why ? why : "the connection failed",
                           NBD_RECONNECT_INTERVAL_NS);
         }
     } else if (c->state == NBD_CONN_READY && nbd_handle_dead(c->h)) {
-        /* Try again at once: the server may be back
-         * already (a restart). */
-        nbd_conn_lost(c, nbd_error_or("the server closed the connection"),
-                      0);
+        /* Try again at once: the server may be back already (a restart). */
+        nbd_conn_lost(c, why ? why : "the server closed the connection", 0);
     }
 }
 
-/* After every call into libnbd that may have moved its state. */
-static void nbd_conn_progress(NbdConn *c)
+/* After every call into libnbd that may have moved its state; r: what
+ * it returned. */
+static void nbd_conn_progress(NbdConn *c, int r)
 {
-    nbd_conn_check(c);
+    nbd_conn_check(c, r < 0 ? nbd_get_error() : NULL);
     nbd_conn_complete_done(c);
 }
 
@@ -745,16 +775,14 @@ static void nbd_conn_read(void *opaque)
 {
     NbdConn *c = opaque;
 
-    nbd_aio_notify_read(c->h);   /* errors: see nbd_conn_progress() */
-    nbd_conn_progress(c);
+    nbd_conn_progress(c, nbd_aio_notify_read(c->h));
 }
 
 static void nbd_conn_write(void *opaque)
 {
     NbdConn *c = opaque;
 
-    nbd_aio_notify_write(c->h);
-    nbd_conn_progress(c);
+    nbd_conn_progress(c, nbd_aio_notify_write(c->h));
 }
 
 /* Bytes waiting on the socket (see the top of the file). */
@@ -791,7 +819,7 @@ static void nbd_conn_connect(NbdConn *c)
     }
     c->state = NBD_CONN_CONNECTING;
     nbd_conn_update_handler(c);
-    nbd_conn_progress(c);        /* a UNIX socket may be done already */
+    nbd_conn_progress(c, 0);     /* a UNIX socket may be done already */
 }
 
 static void nbd_conn_retry_cb(void *opaque)
