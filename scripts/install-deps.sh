@@ -32,6 +32,7 @@ APT_PACKAGES=(
     libjson-glib-dev
     libaio-dev
     liburing-dev
+    libnbd-dev
     systemtap-sdt-dev
     python3
     python3-pip
@@ -48,6 +49,14 @@ GUEST_APT_PACKAGES=(
     linux-image-amd64
     busybox-static
     kmod
+)
+
+# The NBD servers the nbd driver's tests start (tests/unit/test-nbd.c,
+# tests/functional/test_nbd.py): nbdkit with its memory plugin and its
+# filters, and qemu-nbd (qemu-utils) serving a file.
+GUEST_APT_PACKAGES+=(
+    nbdkit
+    qemu-utils
 )
 
 # Python packages, as "pip name:module to import".
