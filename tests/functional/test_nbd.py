@@ -1,0 +1,364 @@
+"""driver=nbd (block/nbd.c, docs/block.md) against real NBD servers.
+
+The servers are started by the tests themselves, on a UNIX socket in the
+test's directory, and stopped by PID: nbdkit's memory plugin (64M; its
+log filter to see which commands arrive, its delay filter for a slow
+server) and qemu-nbd serving a file (which outlives a restart of the
+server, so data written before it can be checked after).  Each test is
+skipped, saying why, where spindle was built without libnbd or the
+server's program is missing.
+
+What is checked: spindle-bench --verify over a vhost-user-blk export and
+a virtio-scsi LUN of an nbd node; flush, discard and write-zeroes reaching
+the server (nbdkit's log) and a discard leaving a hole in qemu-nbd's file;
+a read-only server refusing a writable node and a wrong export name, both
+at open; block_resize refused; an export over two IOThreads with and
+without multi-conn; and faults: the server killed mid-run (the bench sees
+I/O errors, the daemon logs the loss once, stays up and answers QMP, and
+serves again once the server is back), and with reconnect-delay a server
+restarted mid-run (the bench sees no error and no mismatch).
+"""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import daemons  # tests/e2e, on sys.path through conftest
+from conftest import check_one_line_error, make_image, run_spindle, vu_ok
+from qmp_util import QmpSync
+from spindle_daemon import wait_for
+
+BENCH = "tools/bench/spindle-bench"
+SIZE = 64 << 20
+RUN_TIMEOUT_S = 60
+START_TIMEOUT_S = 10
+
+
+@pytest.fixture(scope="module", autouse=True)
+def built_with_libnbd(build_dir):
+    config = Path(build_dir) / "include" / "config-host.h"
+    if "#define CONFIG_LIBNBD" not in config.read_text():
+        pytest.skip("spindle was built without libnbd "
+                    "(apt-get install libnbd-dev, then reconfigure)")
+
+
+@pytest.fixture
+def bench(binary):
+    return binary(BENCH)
+
+
+class Server:
+    """An NBD server program on a UNIX socket, started (again) by
+    start() and stopped by PID."""
+
+    def __init__(self, argv, sock, pidfile):
+        self.argv = argv
+        self.sock = sock
+        self.pidfile = pidfile
+        self.proc = None
+
+    def start(self):
+        for p in (self.sock, self.pidfile):
+            if os.path.exists(p):
+                os.unlink(p)
+        self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.PIPE)
+        wait_for(lambda: os.path.exists(self.pidfile) or
+                 self.proc.poll() is not None,
+                 f"{self.argv[0]} to listen", START_TIMEOUT_S)
+        assert self.proc.poll() is None, self.proc.stderr.read().decode()
+        return self
+
+    def kill(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait()
+
+    def blockdev(self, extra=""):
+        """--blockdev options of an nbd node on this server."""
+        return (f"driver=nbd,server.type=unix,server.path={self.sock}"
+                + (f",{extra}" if extra else ""))
+
+
+@pytest.fixture
+def servers():
+    started = []
+    yield started
+    for s in started:
+        s.kill()
+
+
+@pytest.fixture
+def nbdkit(servers, workdir):
+    """Factory: nbdkit(*args) -> a started Server running
+    `nbdkit ... args` (filters, plugin, its arguments)."""
+    if not shutil.which("nbdkit"):
+        pytest.skip("nbdkit is not installed (apt-get install nbdkit)")
+
+    def start(*args):
+        s = Server(["nbdkit", "-f", "--exit-with-parent",
+                    "-U", str(workdir / "nbd.sock"),
+                    "-P", str(workdir / "nbd.pid"), *args],
+                   str(workdir / "nbd.sock"), str(workdir / "nbd.pid"))
+        servers.append(s)
+        return s.start()
+    return start
+
+
+@pytest.fixture
+def qemu_nbd(servers, workdir):
+    """Factory: qemu_nbd(image, *args) -> a started Server serving image
+    (raw) as export "disk"."""
+    if not shutil.which("qemu-nbd"):
+        pytest.skip("qemu-nbd is not installed (apt-get install qemu-utils)")
+
+    def start(image, *args):
+        s = Server(["qemu-nbd", "-t", "-f", "raw", "-x", "disk",
+                    "-k", str(workdir / "qnbd.sock"),
+                    "--pid-file", str(workdir / "qnbd.pid"), *args,
+                    str(image)],
+                   str(workdir / "qnbd.sock"), str(workdir / "qnbd.pid"))
+        servers.append(s)
+        return s.start()
+    return start
+
+
+def start_export(spindle_daemon, workdir, blockdev, queues=2, iothread="iot0",
+                 qmp=False):
+    exp = daemons.Export("", str(workdir / "vu.sock"), num_queues=queues,
+                         blockdev=blockdev, iothread=iothread)
+    args = []
+    if qmp:
+        args = ["--chardev", f"socket,id=m0,path={workdir}/qmp.sock,"
+                "server=on,wait=off", "--monitor", "chardev=m0"]
+    return spindle_daemon(args, exports=[exp], workdir=workdir,
+                          ready=[workdir / "qmp.sock"] if qmp else [])
+
+
+def run_bench(bench, sock, *args, expect=0):
+    argv = [str(bench), f"--socket={sock}", "--json", *map(str, args)]
+    proc = subprocess.run(argv, capture_output=True, text=True,
+                          timeout=RUN_TIMEOUT_S)
+    assert proc.returncode == expect, (
+        f"{' '.join(argv)}\nexit {proc.returncode}\n{proc.stdout}\n"
+        f"{proc.stderr}")
+    return json.loads(proc.stdout)
+
+
+def check_verified(r):
+    assert r["errors"] == 0 and r["first_error"] is None, r["first_error"]
+    assert r["verify"]["mismatches"] == 0, r["verify"]["first_mismatch"]
+    assert r["verify"]["sectors_checked"] > 0
+
+
+# --------------------------------------------------------------------------
+# Data
+
+def test_verify_blk_over_nbdkit(spindle_daemon, workdir, nbdkit, bench):
+    srv = nbdkit("memory", "64M")
+    d = start_export(spindle_daemon, workdir, srv.blockdev())
+    r = run_bench(bench, workdir / "vu.sock", "--verify", "--rw=randrw",
+                  "--queues=2", "--iodepth=8", "--size=4M", "--count=3000")
+    check_verified(r)
+    assert d.stop() == 0, d.stderr()
+
+
+def test_verify_scsi_lun_over_qemu_nbd(spindle_daemon, workdir, qemu_nbd,
+                                       bench):
+    image = make_image(workdir / "disk.img", SIZE)
+    srv = qemu_nbd(image)
+    lun = daemons.ScsiLun(image="", writable=True,
+                          blockdev=srv.blockdev("export=disk"))
+    exp = daemons.ScsiExport(luns=[lun], socket=str(workdir / "scsi.sock"),
+                             num_queues=2)
+    d = spindle_daemon(exports=[exp], workdir=workdir)
+    r = run_bench(bench, workdir / "scsi.sock", "--device=scsi", "--verify",
+                  "--rw=randrw", "--queues=2", "--iodepth=8", "--size=4M",
+                  "--count=3000")
+    check_verified(r)
+    assert d.stop() == 0, d.stderr()
+
+
+def test_flush_discard_zeroes_reach_the_server(spindle_daemon, workdir,
+                                               nbdkit, client):
+    log = workdir / "nbdkit.log"
+    srv = nbdkit("--filter=log", "memory", "64M", f"logfile={log}")
+    d = start_export(spindle_daemon, workdir, srv.blockdev("discard=unmap"),
+                     queues=1)
+    vu_ok(client, workdir / "vu.sock", "write", "0", "64k", "--pattern", "7",
+          "flush", "discard", "0", "32k", "write-zeroes", "1M", "64k",
+          "read", "32k", "32k", "--verify", "7",
+          "read", "1M", "64k", "--expect-zeroes")
+    assert d.stop() == 0, d.stderr()
+    srv.kill()
+    text = log.read_text()
+    for what in (" Write id=", " Flush id=", " Trim id=", " Zero id="):
+        assert what in text, text
+
+
+def test_discard_leaves_a_hole_in_qemu_nbds_file(spindle_daemon, workdir,
+                                                 qemu_nbd, client):
+    image = make_image(workdir / "disk.img", SIZE)
+    srv = qemu_nbd(image, "--discard=unmap")
+    d = start_export(spindle_daemon, workdir,
+                     srv.blockdev("export=disk,discard=unmap"), queues=1)
+    sock = workdir / "vu.sock"
+    vu_ok(client, sock, "write", "0", "4M", "--pattern", "3", "flush")
+    written = os.stat(image).st_blocks
+    assert written * 512 >= 4 << 20
+    vu_ok(client, sock, "discard", "0", "4M", "flush",
+          "read", "0", "4M", "--expect-zeroes")
+    assert os.stat(image).st_blocks * 512 <= written * 512 - (3 << 20)
+    assert d.stop() == 0, d.stderr()
+
+
+# --------------------------------------------------------------------------
+# Open
+
+def test_read_only_server_refuses_a_writable_node(spindle, workdir, nbdkit):
+    srv = nbdkit("-r", "memory", "64M")
+    proc = run_spindle(spindle, ["--blockdev", srv.blockdev("node-name=n0")])
+    check_one_line_error(proc, "--blockdev",
+                         "serves export '' read-only: open the node with "
+                         "read-only=on")
+
+
+def test_missing_export_name_fails_at_open(spindle, workdir, qemu_nbd):
+    image = make_image(workdir / "disk.img", SIZE)
+    srv = qemu_nbd(image)
+    proc = run_spindle(spindle, ["--blockdev",
+                                 srv.blockdev("node-name=n0,export=nope")])
+    check_one_line_error(proc, "--blockdev",
+                         f"Cannot connect to the NBD server at unix:{srv.sock}"
+                         " (export 'nope')")
+
+
+def test_block_resize_is_refused(spindle_daemon, workdir, nbdkit):
+    srv = nbdkit("memory", "64M")
+    d = start_export(spindle_daemon, workdir, srv.blockdev(), qmp=True)
+    qmp = QmpSync(str(workdir / "qmp.sock"))
+    try:
+        cls, desc = qmp.error("block_resize", {"node-name": "d0",
+                                               "size": 128 << 20})
+        assert "cannot be resized" in desc, desc
+        nodes = qmp.cmd("query-named-block-nodes")
+        assert [n["image"]["virtual-size"] for n in nodes
+                if n["node-name"] == "d0"] == [SIZE]
+    finally:
+        qmp.close()
+    assert d.stop() == 0, d.stderr()
+
+
+# --------------------------------------------------------------------------
+# IOThreads
+
+def test_two_iothreads_with_multi_conn(spindle_daemon, workdir, nbdkit,
+                                       bench):
+    """nbdkit's memory plugin offers multi-conn: each IOThread gets its
+    own connection."""
+    srv = nbdkit("memory", "64M")
+    d = start_export(spindle_daemon, workdir, srv.blockdev(),
+                     iothread=["iot0", "iot1"])
+    r = run_bench(bench, workdir / "vu.sock", "--verify", "--rw=randrw",
+                  "--queues=2", "--iodepth=4", "--size=4M", "--count=1000")
+    check_verified(r)
+    assert all(q["ios"] > 0 for q in r["per_queue"])
+    assert d.stop() == 0, d.stderr()
+
+
+def test_two_iothreads_without_multi_conn(spindle_daemon, workdir, qemu_nbd,
+                                          bench):
+    """qemu-nbd (one client, no multi-conn): the second IOThread's queue
+    gets I/O errors and the log says why; the first one's works."""
+    image = make_image(workdir / "disk.img", SIZE)
+    srv = qemu_nbd(image)
+    d = start_export(spindle_daemon, workdir, srv.blockdev("export=disk"),
+                     iothread=["iot0", "iot1"])
+    r = run_bench(bench, workdir / "vu.sock", "--rw=randread", "--queues=2",
+                  "--iodepth=1", "--count=50", expect=1)
+    assert r["errors"] > 0
+    assert any(q["ios"] > 0 for q in r["per_queue"])
+    assert d.alive()
+    assert "does not offer multi-conn" in d.stderr()
+    assert d.stop() == 0, d.stderr()
+
+
+# --------------------------------------------------------------------------
+# Faults
+
+def bench_in_background(bench, sock, *args):
+    """Start the bench in a thread; returns (thread, result dict)."""
+    out = {}
+
+    def run():
+        argv = [str(bench), f"--socket={sock}", "--json", *map(str, args)]
+        proc = subprocess.run(argv, capture_output=True, text=True,
+                              timeout=RUN_TIMEOUT_S)
+        out["proc"] = proc
+    t = threading.Thread(target=run)
+    t.start()
+    return t, out
+
+
+def test_server_killed_mid_run(spindle_daemon, workdir, nbdkit, bench,
+                               client):
+    """reconnect-delay=0: I/O errors while the server is gone, the daemon
+    stays up (QMP answers), one log line; back to work once it is back."""
+    srv = nbdkit("memory", "64M")
+    d = start_export(spindle_daemon, workdir, srv.blockdev(), qmp=True)
+    t, out = bench_in_background(bench, workdir / "vu.sock", "--rw=randrw",
+                                 "--queues=2", "--iodepth=4", "--runtime=2")
+    time.sleep(0.7)
+    srv.kill()
+    t.join()
+    proc = out["proc"]
+    assert proc.returncode == 1, proc.stderr
+    r = json.loads(proc.stdout)
+    assert r["errors"] > 0 and r["first_error"]["status"] == "IOERR"
+    assert r["ios"] > 0                  # it worked before the kill
+    assert d.alive()
+    qmp = QmpSync(str(workdir / "qmp.sock"))
+    try:
+        assert [n["node-name"] for n in qmp.cmd("query-named-block-nodes")] \
+            == ["d0"]
+    finally:
+        qmp.close()
+    assert d.stderr().count("lost the connection to the NBD server") == 1
+    srv.start()
+    wait_for(lambda: "reconnected to the NBD server" in d.stderr(),
+             "the reconnection", 10, daemon=d)
+    vu_ok(client, workdir / "vu.sock", "write", "0", "64k", "--pattern", "2",
+          "read", "0", "64k", "--verify", "2")
+    assert d.stop() == 0, d.stderr()
+
+
+def test_reconnect_delay_resumes_io(spindle_daemon, workdir, qemu_nbd,
+                                    bench):
+    """reconnect-delay=10 and qemu-nbd restarted on the same socket
+    mid-run: requests wait, then go on; no error, no mismatch."""
+    image = make_image(workdir / "disk.img", SIZE)
+    srv = qemu_nbd(image)
+    d = start_export(spindle_daemon, workdir,
+                     srv.blockdev("export=disk,reconnect-delay=10"))
+    t, out = bench_in_background(bench, workdir / "vu.sock", "--verify",
+                                 "--rw=randrw", "--queues=2", "--iodepth=4",
+                                 "--size=4M", "--runtime=3")
+    time.sleep(0.7)
+    srv.kill()
+    time.sleep(0.8)
+    srv.start()
+    t.join()
+    proc = out["proc"]
+    assert proc.returncode == 0, proc.stderr
+    check_verified(json.loads(proc.stdout))
+    assert "lost the connection" in d.stderr()
+    assert "reconnected to the NBD server" in d.stderr()
+    assert d.stop() == 0, d.stderr()
