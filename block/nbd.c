@@ -151,6 +151,7 @@ struct NbdConn {
     NbdConnState state;
     bool failing;                /* down past reconnect-delay: fail at once */
     bool reported;               /* the loss was logged */
+    const char *refusal;         /* the mismatch logged in this loss */
     unsigned in_flight;          /* commands sent, not answered */
     uint64_t done_count;         /* commands answered (poll counts) */
     BlockReqFifo done;           /* answered, to complete */
@@ -727,6 +728,11 @@ static void nbd_conn_ready(NbdConn *c)
     BlockRequest *req;
 
     if (bad) {
+        if (c->reported && bad != c->refusal) {
+            error_report("node '%s': the NBD server at %s is back, but %s: "
+                         "not using it", nbd_node_name(c), c->s->where, bad);
+            c->refusal = bad;
+        }
         nbd_conn_lost(c, bad, NBD_RECONNECT_INTERVAL_NS);
         return;
     }
@@ -736,6 +742,7 @@ static void nbd_conn_ready(NbdConn *c)
                      nbd_node_name(c), c->s->where);
     }
     c->reported = false;
+    c->refusal = NULL;
     c->failing = false;
     aio_timer_del(&c->give_up_timer);
     while ((req = block_req_fifo_pop(&c->waiting)) != NULL) {
@@ -933,6 +940,7 @@ static void nbd_detach_queue(BlockQueue *q)
     if (c->state == NBD_CONN_READY && !s->spare) {
         if (c->fd >= 0) {
             aio_set_fd_handler(c->ctx, c->fd, NULL, NULL, NULL, NULL, NULL);
+            c->fd = -1;
         }
         s->spare = c->h;         /* for the next context */
         c->h = NULL;

@@ -447,6 +447,46 @@ static void test_reconnect_delay(void)
     aio_context_unref(ctx);
 }
 
+/* An export whose size is no multiple of 512 (nbdkit memory 1000): its
+ * bytes are served, a request past its end fails; a server back with
+ * another size is refused, and requests fail until the right one is. */
+static void test_short_export_and_size_change(void)
+{
+    AioContext *ctx = ctx_new();
+    g_autofree char *str = NULL;
+    char buf[1024];
+    BlockNode *bs;
+    Nbdkit k;
+
+    if (!nbdkit_start(&k, "memory 1000")) {
+        aio_context_unref(ctx);
+        return;
+    }
+    str = nbd_opts(&k, "");
+    bs = open_ok(str, ctx);
+    g_assert_cmpint(block_node_get_length(bs), ==, 1000);
+    memset(buf, 0x11, sizeof(buf));
+    g_assert_cmpint(run_op(bs, BLOCK_OP_WRITE, 0, buf, 1000), ==, 0);
+    g_assert_cmpint(run_op(bs, BLOCK_OP_READ, 0, buf, 1000), ==, 0);
+    g_assert_cmpint(run_op(bs, BLOCK_OP_READ, 512, buf, 512), ==, -EINVAL);
+
+    nbdkit_kill(&k);
+    g_strfreev(k.args);
+    k.args = g_strsplit("memory 2000", " ", -1);
+    nbdkit_run(&k);
+    poll_for(ctx, 1500 * NS_PER_MS);     /* a reconnection was tried */
+    g_assert_cmpint(run_op(bs, BLOCK_OP_READ, 0, buf, 512), ==, -EIO);
+
+    nbdkit_kill(&k);
+    g_strfreev(k.args);
+    k.args = g_strsplit("memory 1000", " ", -1);
+    nbdkit_run(&k);
+    wait_until_reads_work(ctx, bs);
+    block_node_unref(bs);
+    nbdkit_stop(&k);
+    aio_context_unref(ctx);
+}
+
 /* Most cases start with a UNIX socket (nothing listens on /x) or with
  * the inet address 127.0.0.1. */
 #define UNIX_X "server.type=unix,server.path=/x,"
@@ -486,6 +526,8 @@ static const TestCase tests[] = {
     { "/nbd/open/checks", test_open_checks },
     { "/nbd/fault/server-gone", test_server_gone },
     { "/nbd/fault/reconnect-delay", test_reconnect_delay },
+    { "/nbd/fault/short-export-and-size-change",
+      test_short_export_and_size_change },
 };
 
 TEST_MAIN(tests, 50)
