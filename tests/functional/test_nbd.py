@@ -16,13 +16,18 @@ at open; block_resize refused; an export over two IOThreads with and
 without multi-conn; and faults: the server killed mid-run (the bench sees
 I/O errors, the daemon logs the loss once, stays up and answers QMP, and
 serves again once the server is back), and with reconnect-delay a server
-restarted mid-run (the bench sees no error and no mismatch).
+restarted mid-run (the bench sees no error and no mismatch); and a
+server of our own (BadServer) that closes in the middle of a reply or
+answers with a reply libnbd cannot parse: the read fails, the daemon logs
+why and stays up.
 """
 
 import json
 import os
 import shutil
 import signal
+import socket
+import struct
 import subprocess
 import threading
 import time
@@ -31,7 +36,7 @@ from pathlib import Path
 import pytest
 
 import daemons  # tests/e2e, on sys.path through conftest
-from conftest import check_one_line_error, make_image, run_spindle, vu_ok
+from conftest import check_one_line_error, make_image, run_spindle, vu, vu_ok
 from qmp_util import QmpSync
 from spindle_daemon import wait_for
 
@@ -362,3 +367,117 @@ def test_reconnect_delay_resumes_io(spindle_daemon, workdir, qemu_nbd,
     assert "lost the connection" in d.stderr()
     assert "reconnected to the NBD server" in d.stderr()
     assert d.stop() == 0, d.stderr()
+
+
+class BadServer:
+    """A minimal NBD server (fixed newstyle handshake, simple replies) that
+    misbehaves on every READ: `mode` "close" sends the reply's header and
+    half its data, then closes; "garbage" sends a reply with a wrong
+    magic.  Other commands succeed.  Serves connections one after the
+    other (the driver reconnects) until stop()."""
+
+    SIZE = 1 << 20
+
+    def __init__(self, path, mode):
+        self.mode = mode
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(path)
+        self.listener.listen(4)
+        self.listener.settimeout(0.2)
+        self.reads = 0
+        self.running = True
+        self.thread = threading.Thread(target=self.serve, daemon=True)
+        self.thread.start()
+
+    def stop(self):
+        self.running = False
+        self.thread.join()
+        self.listener.close()
+
+    @staticmethod
+    def recv(conn, n):
+        data = b""
+        while len(data) < n:
+            chunk = conn.recv(n - len(data))
+            if not chunk:
+                raise ConnectionError("client went away")
+            data += chunk
+        return data
+
+    @staticmethod
+    def opt_reply(conn, opt, rtype, data=b""):
+        conn.sendall(struct.pack(">QIII", 0x3e889045565a9, opt, rtype,
+                                 len(data)) + data)
+
+    def handshake(self, conn):
+        conn.sendall(b"NBDMAGICIHAVEOPT" + struct.pack(">H", 3))
+        self.recv(conn, 4)                              # client flags
+        while True:
+            _, opt, length = struct.unpack(">QII", self.recv(conn, 16))
+            self.recv(conn, length)
+            if opt != 7:                                # not NBD_OPT_GO
+                self.opt_reply(conn, opt, 0x80000001)   # ERR_UNSUP
+                continue
+            # NBD_INFO_EXPORT: size, HAS_FLAGS | SEND_FLUSH; then ACK.
+            self.opt_reply(conn, opt, 3,
+                           struct.pack(">HQH", 0, self.SIZE, 1 | 4))
+            self.opt_reply(conn, opt, 1)
+            return
+
+    def transmission(self, conn):
+        while True:
+            _, _, cmd, handle, _, length = struct.unpack(
+                ">IHHQQI", self.recv(conn, 28))
+            if cmd == 1:                                # WRITE
+                self.recv(conn, length)
+            if cmd == 2:                                # DISC
+                return
+            if cmd != 0:
+                conn.sendall(struct.pack(">IIQ", 0x67446698, 0, handle))
+                continue
+            self.reads += 1
+            if self.mode == "close":
+                conn.sendall(struct.pack(">IIQ", 0x67446698, 0, handle) +
+                             bytes(length // 2))
+                return
+            conn.sendall(struct.pack(">IIQ", 0x12345678, 0, handle) +
+                         bytes(length))
+
+    def serve(self):
+        while self.running:
+            try:
+                conn, _ = self.listener.accept()
+            except socket.timeout:
+                continue
+            with conn:
+                try:
+                    self.handshake(conn)
+                    self.transmission(conn)
+                except (ConnectionError, OSError):
+                    pass
+
+
+@pytest.mark.parametrize("mode,why", [
+    ("close", "server disconnected unexpectedly"),
+    ("garbage", "invalid reply magic"),
+])
+def test_server_misbehaving_mid_reply(spindle_daemon, workdir, client, mode,
+                                      why):
+    """A read whose reply is cut short or malformed fails with an I/O
+    error; the daemon logs the lost connection and why, and stays up."""
+    srv = BadServer(str(workdir / "bad.sock"), mode)
+    try:
+        d = start_export(spindle_daemon, workdir,
+                         f"driver=nbd,server.type=unix,"
+                         f"server.path={workdir}/bad.sock", queues=1)
+        vu_ok(client, workdir / "vu.sock", "write", "0", "4k", "flush")
+        rc, doc = vu(client, workdir / "vu.sock", "read", "0", "4k")
+        assert rc != 0 and doc["results"][0]["status"] == "IOERR", doc
+        assert srv.reads >= 1
+        assert d.alive()
+        wait_for(lambda: "lost the connection to the NBD server" in
+                 d.stderr(), "the loss in the log", 5, daemon=d)
+        assert why in d.stderr()
+        assert d.stop() == 0, d.stderr()
+    finally:
+        srv.stop()
