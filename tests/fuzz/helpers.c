@@ -42,7 +42,8 @@ bool fuzz_may_name_host_file(const uint8_t *data, size_t size)
 {
     const uint8_t *p = data, *end = data + size;
 
-    if (memmem(data, size, "\\u", 2)) {
+    /* driver=nbd would connect to a server (and look its host up). */
+    if (memmem(data, size, "\\u", 2) || memmem(data, size, "nbd", 3)) {
         return true;
     }
     while ((p = memmem(p, end - p, "file", 4))) {
