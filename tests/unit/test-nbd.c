@@ -203,8 +203,46 @@ static unsigned log_count(const Nbdkit *k, const char *word)
     return n;
 }
 
+/* Kill k's server and start it again with other arguments. */
+static void nbdkit_restart(Nbdkit *k, const char *args)
+{
+    nbdkit_kill(k);
+    g_strfreev(k->args);
+    k->args = g_strsplit(args, " ", -1);
+    nbdkit_run(k);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Requests                                                                  */
+
+/* One test's server and node: a context, nbdkit, a node over it. */
+typedef struct NbdTest {
+    AioContext *ctx;
+    Nbdkit k;
+    BlockNode *bs;
+} NbdTest;
+
+/* Start nbdkit with args and open a node over it with extra options.
+ * False (the test skipped, nothing to end) without nbdkit. */
+static bool nbd_test_start(NbdTest *t, const char *args, const char *extra)
+{
+    g_autofree char *str = NULL;
+
+    if (!nbdkit_start(&t->k, args)) {
+        return false;
+    }
+    t->ctx = ctx_new();
+    str = nbd_opts(&t->k, extra);
+    t->bs = open_ok(str, t->ctx);
+    return true;
+}
+
+static void nbd_test_end(NbdTest *t)
+{
+    block_node_unref(t->bs);
+    nbdkit_stop(&t->k);
+    aio_context_unref(t->ctx);
+}
 
 /* Write a pattern over two buffers (one request), read it back in one. */
 static void check_roundtrip(BlockNode *bs, int64_t offset, unsigned flags)
@@ -242,78 +280,62 @@ static void check_zeroes(BlockNode *bs, int64_t offset, int64_t bytes)
 /* Every operation, the server's own way (memory offers them all). */
 static void test_io_offered(void)
 {
-    AioContext *ctx = ctx_new();
-    g_autofree char *str = NULL;
-    BlockNode *bs;
-    Nbdkit k;
+    NbdTest t;
 
-    if (!nbdkit_start(&k, "--filter=log memory 64M logfile=LOG")) {
-        aio_context_unref(ctx);
+    if (!nbd_test_start(&t, "--filter=log memory 64M logfile=LOG",
+                        "discard=unmap")) {
         return;
     }
-    str = nbd_opts(&k, "discard=unmap");
-    bs = open_ok(str, ctx);
-    g_assert_cmpint(block_node_get_length(bs), ==, 64 * MiB);
-    check_roundtrip(bs, 1 * MiB, 0);
-    check_roundtrip(bs, 2 * MiB, BLOCK_REQ_FUA);
-    g_assert_cmpint(run_op(bs, BLOCK_OP_FLUSH, 0, NULL, 0), ==, 0);
-    g_assert_cmpint(run_op(bs, BLOCK_OP_WRITE_ZEROES, 1 * MiB, NULL,
+    g_assert_cmpint(block_node_get_length(t.bs), ==, 64 * MiB);
+    check_roundtrip(t.bs, 1 * MiB, 0);
+    check_roundtrip(t.bs, 2 * MiB, BLOCK_REQ_FUA);
+    g_assert_cmpint(run_op(t.bs, BLOCK_OP_FLUSH, 0, NULL, 0), ==, 0);
+    g_assert_cmpint(run_op(t.bs, BLOCK_OP_WRITE_ZEROES, 1 * MiB, NULL,
                            8 * KiB), ==, 0);
-    check_zeroes(bs, 1 * MiB, 8 * KiB);
-    g_assert_cmpint(run_op(bs, BLOCK_OP_DISCARD, 2 * MiB, NULL, 12 * KiB),
+    check_zeroes(t.bs, 1 * MiB, 8 * KiB);
+    g_assert_cmpint(run_op(t.bs, BLOCK_OP_DISCARD, 2 * MiB, NULL, 12 * KiB),
                     ==, 0);
-    block_node_unref(bs);
-    nbdkit_kill(&k);             /* the log is complete */
-    g_assert_cmpuint(log_count(&k, " Write id="), ==, 4);
-    g_assert_cmpuint(log_count(&k, " fua=1"), >=, 2);
-    g_assert_cmpuint(log_count(&k, " Flush id="), ==, 1);
-    g_assert_cmpuint(log_count(&k, " Zero id="), ==, 1);
-    g_assert_cmpuint(log_count(&k, " Trim id="), ==, 1);
-    nbdkit_stop(&k);
-    aio_context_unref(ctx);
+    nbdkit_kill(&t.k);           /* the log is complete */
+    g_assert_cmpuint(log_count(&t.k, " Write id="), ==, 4);
+    g_assert_cmpuint(log_count(&t.k, " fua=1"), >=, 2);
+    g_assert_cmpuint(log_count(&t.k, " Flush id="), ==, 1);
+    g_assert_cmpuint(log_count(&t.k, " Zero id="), ==, 1);
+    g_assert_cmpuint(log_count(&t.k, " Trim id="), ==, 1);
+    nbd_test_end(&t);
 }
 
 /* A server without WRITE_ZEROES: write-zeroes writes zeroes.  (nbdkit
  * 1.32 cannot hide FUA, so FUA by a flush is not tested here.) */
 static void test_io_emulated(void)
 {
-    AioContext *ctx = ctx_new();
-    g_autofree char *str = NULL;
     g_autofree char *pattern = g_malloc(8 * KiB);
-    BlockNode *bs;
-    Nbdkit k;
+    NbdTest t;
 
-    if (!nbdkit_start(&k, "--filter=log --filter=nozero memory 64M "
-                      "logfile=LOG zeromode=none")) {
-        aio_context_unref(ctx);
+    if (!nbd_test_start(&t, "--filter=log --filter=nozero memory 64M "
+                        "logfile=LOG zeromode=none", "")) {
         return;
     }
-    str = nbd_opts(&k, "discard=unmap");
-    bs = open_ok(str, ctx);
     memset(pattern, 0x77, 8 * KiB);
-    g_assert_cmpint(run_op(bs, BLOCK_OP_WRITE, 3 * MiB, pattern, 8 * KiB),
+    g_assert_cmpint(run_op(t.bs, BLOCK_OP_WRITE, 3 * MiB, pattern, 8 * KiB),
                     ==, 0);
-    g_assert_cmpint(run_op(bs, BLOCK_OP_WRITE_ZEROES, 3 * MiB, NULL,
+    g_assert_cmpint(run_op(t.bs, BLOCK_OP_WRITE_ZEROES, 3 * MiB, NULL,
                            8 * KiB), ==, 0);
-    check_zeroes(bs, 3 * MiB, 8 * KiB);
-    block_node_unref(bs);
-    nbdkit_kill(&k);
+    check_zeroes(t.bs, 3 * MiB, 8 * KiB);
+    nbdkit_kill(&t.k);
     /* The 8 KiB, then the zeroes. */
-    g_assert_cmpuint(log_count(&k, " Write id="), ==, 2);
-    g_assert_cmpuint(log_count(&k, " Zero id="), ==, 0);
-    nbdkit_stop(&k);
-    aio_context_unref(ctx);
+    g_assert_cmpuint(log_count(&t.k, " Write id="), ==, 2);
+    g_assert_cmpuint(log_count(&t.k, " Zero id="), ==, 0);
+    nbd_test_end(&t);
 }
 
 /* A read-only export: a writable node is refused, a read-only one works;
- * a wrong export name fails at open; resizing is refused. */
+ * a wrong export name fails at open. */
 static void test_open_checks(void)
 {
     AioContext *ctx = ctx_new();
-    g_autofree char *rw = NULL, *ro = NULL, *bad = NULL, *good = NULL;
+    g_autofree char *rw = NULL, *ro = NULL, *bad = NULL;
     char buf[512];
     BlockNode *bs;
-    Error *err = NULL;
     Nbdkit k;
 
     if (!nbdkit_start(&k, "-r --filter=exportname memory 1M "
@@ -331,17 +353,23 @@ static void test_open_checks(void)
     g_assert_cmpint(run_op(bs, BLOCK_OP_READ, 0, buf, sizeof(buf)), ==, 0);
     block_node_unref(bs);
     nbdkit_stop(&k);
+    aio_context_unref(ctx);
+}
 
-    g_assert_true(nbdkit_start(&k, "memory 1M"));
-    good = nbd_opts(&k, "node-name=n0");
-    bs = open_ok(good, ctx);
-    g_assert_false(block_node_resize(bs, 2 * MiB, &err));
+/* block_resize is refused: NBD has no resize. */
+static void test_resize_refused(void)
+{
+    Error *err = NULL;
+    NbdTest t;
+
+    if (!nbd_test_start(&t, "memory 1M", "node-name=n0")) {
+        return;
+    }
+    g_assert_false(block_node_resize(t.bs, 2 * MiB, &err));
     g_assert_nonnull(strstr(error_get_pretty(err), "cannot be resized"));
     error_free(err);
-    g_assert_cmpint(block_node_get_length(bs), ==, 1 * MiB);
-    block_node_unref(bs);
-    nbdkit_stop(&k);
-    aio_context_unref(ctx);
+    g_assert_cmpint(block_node_get_length(t.bs), ==, 1 * MiB);
+    nbd_test_end(&t);
 }
 
 /* Run ctx's loop for ns without blocking for longer. */
@@ -371,80 +399,67 @@ static void wait_until_reads_work(AioContext *ctx, BlockNode *bs)
  * EIO, so do new ones; once the server is back, requests work again. */
 static void test_server_gone(void)
 {
-    AioContext *ctx = ctx_new();
-    g_autofree char *str = NULL;
     char buf[512];
-    BlockNode *bs;
     TReq r;
-    Nbdkit k;
+    NbdTest t;
 
-    if (!nbdkit_start(&k, "--filter=delay memory 1M delay-read=3")) {
-        aio_context_unref(ctx);
+    if (!nbd_test_start(&t, "--filter=delay memory 1M delay-read=3", "")) {
         return;
     }
-    str = nbd_opts(&k, "");
-    bs = open_ok(str, ctx);
     treq_init(&r, BLOCK_OP_READ, 0, buf, sizeof(buf));
-    treq_submit(bs, &r);
-    poll_for(ctx, 50 * NS_PER_MS);
+    treq_submit(t.bs, &r);
+    poll_for(t.ctx, 50 * NS_PER_MS);
     g_assert_false(r.done);
-    nbdkit_kill(&k);
-    block_node_drain(bs);
+    nbdkit_kill(&t.k);
+    block_node_drain(t.bs);
     g_assert_cmpint(r.ret, ==, -EIO);
-    g_assert_cmpint(run_op(bs, BLOCK_OP_WRITE, 0, buf, sizeof(buf)), ==,
+    g_assert_cmpint(run_op(t.bs, BLOCK_OP_WRITE, 0, buf, sizeof(buf)), ==,
                     -EIO);
-    g_strfreev(k.args);
-    k.args = g_strsplit("memory 1M", " ", -1);
-    nbdkit_run(&k);
-    wait_until_reads_work(ctx, bs);
-    g_assert_cmpint(run_op(bs, BLOCK_OP_WRITE, 0, buf, sizeof(buf)), ==, 0);
-    block_node_unref(bs);
-    nbdkit_stop(&k);
-    aio_context_unref(ctx);
+    nbdkit_restart(&t.k, "memory 1M");
+    wait_until_reads_work(t.ctx, t.bs);
+    g_assert_cmpint(run_op(t.bs, BLOCK_OP_WRITE, 0, buf, sizeof(buf)), ==,
+                    0);
+    nbd_test_end(&t);
+}
+
+/* Kill t's server, let the node see it, and submit r (of op on buf). */
+static void submit_with_server_gone(NbdTest *t, TReq *r, BlockOp op,
+                                    char *buf, size_t len)
+{
+    nbdkit_kill(&t->k);
+    poll_for(t->ctx, 100 * NS_PER_MS);
+    treq_init(r, op, 0, buf, len);
+    treq_submit(t->bs, r);
 }
 
 /* reconnect-delay: requests wait while the server is away and go on when
  * it is back; past the delay they fail. */
 static void test_reconnect_delay(void)
 {
-    AioContext *ctx = ctx_new();
-    g_autofree char *str = NULL;
     char buf[512];
-    BlockNode *bs;
     TReq r;
-    Nbdkit k;
+    NbdTest t;
 
-    if (!nbdkit_start(&k, "memory 1M")) {
-        aio_context_unref(ctx);
+    if (!nbd_test_start(&t, "memory 1M", "reconnect-delay=2")) {
         return;
     }
-    str = nbd_opts(&k, "reconnect-delay=2");
-    bs = open_ok(str, ctx);
     memset(buf, 0x42, sizeof(buf));
-    nbdkit_kill(&k);
-    poll_for(ctx, 100 * NS_PER_MS);          /* the loss is seen */
-    treq_init(&r, BLOCK_OP_WRITE, 0, buf, sizeof(buf));
-    treq_submit(bs, &r);
-    poll_for(ctx, 300 * NS_PER_MS);
+    submit_with_server_gone(&t, &r, BLOCK_OP_WRITE, buf, sizeof(buf));
+    poll_for(t.ctx, 300 * NS_PER_MS);
     g_assert_false(r.done);                  /* waiting */
-    nbdkit_run(&k);
-    block_node_drain(bs);
+    nbdkit_run(&t.k);
+    block_node_drain(t.bs);
     g_assert_cmpint(r.ret, ==, 0);
     memset(buf, 0, sizeof(buf));
-    g_assert_cmpint(run_op(bs, BLOCK_OP_READ, 0, buf, sizeof(buf)), ==, 0);
+    g_assert_cmpint(run_op(t.bs, BLOCK_OP_READ, 0, buf, sizeof(buf)), ==, 0);
     g_assert_cmpint(buf[0], ==, 0x42);
 
     /* Away for longer than the delay: the request fails after it. */
-    nbdkit_kill(&k);
-    poll_for(ctx, 100 * NS_PER_MS);
-    treq_init(&r, BLOCK_OP_READ, 0, buf, sizeof(buf));
-    treq_submit(bs, &r);
-    block_node_drain(bs);
+    submit_with_server_gone(&t, &r, BLOCK_OP_READ, buf, sizeof(buf));
+    block_node_drain(t.bs);
     g_assert_cmpint(r.ret, ==, -EIO);
     g_assert_cmpint(r.done_ns - r.submit_ns, <, 5 * NS_PER_SEC);
-    block_node_unref(bs);
-    nbdkit_stop(&k);
-    aio_context_unref(ctx);
+    nbd_test_end(&t);
 }
 
 /* An export whose size is no multiple of 512 (nbdkit memory 1000): its
@@ -452,39 +467,24 @@ static void test_reconnect_delay(void)
  * another size is refused, and requests fail until the right one is. */
 static void test_short_export_and_size_change(void)
 {
-    AioContext *ctx = ctx_new();
-    g_autofree char *str = NULL;
     char buf[1024];
-    BlockNode *bs;
-    Nbdkit k;
+    NbdTest t;
 
-    if (!nbdkit_start(&k, "memory 1000")) {
-        aio_context_unref(ctx);
+    if (!nbd_test_start(&t, "memory 1000", "")) {
         return;
     }
-    str = nbd_opts(&k, "");
-    bs = open_ok(str, ctx);
-    g_assert_cmpint(block_node_get_length(bs), ==, 1000);
+    g_assert_cmpint(block_node_get_length(t.bs), ==, 1000);
     memset(buf, 0x11, sizeof(buf));
-    g_assert_cmpint(run_op(bs, BLOCK_OP_WRITE, 0, buf, 1000), ==, 0);
-    g_assert_cmpint(run_op(bs, BLOCK_OP_READ, 0, buf, 1000), ==, 0);
-    g_assert_cmpint(run_op(bs, BLOCK_OP_READ, 512, buf, 512), ==, -EINVAL);
-
-    nbdkit_kill(&k);
-    g_strfreev(k.args);
-    k.args = g_strsplit("memory 2000", " ", -1);
-    nbdkit_run(&k);
-    poll_for(ctx, 1500 * NS_PER_MS);     /* a reconnection was tried */
-    g_assert_cmpint(run_op(bs, BLOCK_OP_READ, 0, buf, 512), ==, -EIO);
-
-    nbdkit_kill(&k);
-    g_strfreev(k.args);
-    k.args = g_strsplit("memory 1000", " ", -1);
-    nbdkit_run(&k);
-    wait_until_reads_work(ctx, bs);
-    block_node_unref(bs);
-    nbdkit_stop(&k);
-    aio_context_unref(ctx);
+    g_assert_cmpint(run_op(t.bs, BLOCK_OP_WRITE, 0, buf, 1000), ==, 0);
+    g_assert_cmpint(run_op(t.bs, BLOCK_OP_READ, 0, buf, 1000), ==, 0);
+    g_assert_cmpint(run_op(t.bs, BLOCK_OP_READ, 512, buf, 512), ==,
+                    -EINVAL);
+    nbdkit_restart(&t.k, "memory 2000");
+    poll_for(t.ctx, 1500 * NS_PER_MS);       /* a reconnection was tried */
+    g_assert_cmpint(run_op(t.bs, BLOCK_OP_READ, 0, buf, 512), ==, -EIO);
+    nbdkit_restart(&t.k, "memory 1000");
+    wait_until_reads_work(t.ctx, t.bs);
+    nbd_test_end(&t);
 }
 
 /* Most cases start with a UNIX socket (nothing listens on /x) or with
@@ -524,6 +524,7 @@ static const TestCase tests[] = {
     { "/nbd/io/offered", test_io_offered },
     { "/nbd/io/emulated", test_io_emulated },
     { "/nbd/open/checks", test_open_checks },
+    { "/nbd/open/resize-refused", test_resize_refused },
     { "/nbd/fault/server-gone", test_server_gone },
     { "/nbd/fault/reconnect-delay", test_reconnect_delay },
     { "/nbd/fault/short-export-and-size-change",
