@@ -215,11 +215,14 @@ static void nbdkit_restart(Nbdkit *k, const char *args)
 /* ------------------------------------------------------------------------ */
 /* Requests                                                                  */
 
-/* One test's server and node: a context, nbdkit, a node over it. */
+/* One test's server and node: a context, nbdkit, a node over it, and a
+ * request and a buffer for the test to use. */
 typedef struct NbdTest {
     AioContext *ctx;
     Nbdkit k;
     BlockNode *bs;
+    TReq r;
+    char buf[1024];
 } NbdTest;
 
 /* Start nbdkit with args and open a node over it with extra options.
@@ -399,66 +402,60 @@ static void wait_until_reads_work(AioContext *ctx, BlockNode *bs)
  * EIO, so do new ones; once the server is back, requests work again. */
 static void test_server_gone(void)
 {
-    char buf[512];
-    TReq r;
     NbdTest t;
 
     if (!nbd_test_start(&t, "--filter=delay memory 1M delay-read=3", "")) {
         return;
     }
-    treq_init(&r, BLOCK_OP_READ, 0, buf, sizeof(buf));
-    treq_submit(t.bs, &r);
+    treq_init(&t.r, BLOCK_OP_READ, 0, t.buf, sizeof(t.buf));
+    treq_submit(t.bs, &t.r);
     poll_for(t.ctx, 50 * NS_PER_MS);
-    g_assert_false(r.done);
+    g_assert_false(t.r.done);
     nbdkit_kill(&t.k);
     block_node_drain(t.bs);
-    g_assert_cmpint(r.ret, ==, -EIO);
-    g_assert_cmpint(run_op(t.bs, BLOCK_OP_WRITE, 0, buf, sizeof(buf)), ==,
-                    -EIO);
+    g_assert_cmpint(t.r.ret, ==, -EIO);
+    g_assert_cmpint(run_op(t.bs, BLOCK_OP_WRITE, 0, t.buf, 512), ==, -EIO);
     nbdkit_restart(&t.k, "memory 1M");
     wait_until_reads_work(t.ctx, t.bs);
-    g_assert_cmpint(run_op(t.bs, BLOCK_OP_WRITE, 0, buf, sizeof(buf)), ==,
-                    0);
+    g_assert_cmpint(run_op(t.bs, BLOCK_OP_WRITE, 0, t.buf, 512), ==, 0);
     nbd_test_end(&t);
 }
 
-/* Kill t's server, let the node see it, and submit r (of op on buf). */
-static void submit_with_server_gone(NbdTest *t, TReq *r, BlockOp op,
-                                    char *buf, size_t len)
+/* Kill t's server, let the node see it, and submit t->r: op at 0 on
+ * t->buf. */
+static void submit_with_server_gone(NbdTest *t, BlockOp op)
 {
     nbdkit_kill(&t->k);
     poll_for(t->ctx, 100 * NS_PER_MS);
-    treq_init(r, op, 0, buf, len);
-    treq_submit(t->bs, r);
+    treq_init(&t->r, op, 0, t->buf, sizeof(t->buf));
+    treq_submit(t->bs, &t->r);
 }
 
 /* reconnect-delay: requests wait while the server is away and go on when
  * it is back; past the delay they fail. */
 static void test_reconnect_delay(void)
 {
-    char buf[512];
-    TReq r;
     NbdTest t;
 
     if (!nbd_test_start(&t, "memory 1M", "reconnect-delay=2")) {
         return;
     }
-    memset(buf, 0x42, sizeof(buf));
-    submit_with_server_gone(&t, &r, BLOCK_OP_WRITE, buf, sizeof(buf));
+    memset(t.buf, 0x42, sizeof(t.buf));
+    submit_with_server_gone(&t, BLOCK_OP_WRITE);
     poll_for(t.ctx, 300 * NS_PER_MS);
-    g_assert_false(r.done);                  /* waiting */
+    g_assert_false(t.r.done);                /* waiting */
     nbdkit_run(&t.k);
     block_node_drain(t.bs);
-    g_assert_cmpint(r.ret, ==, 0);
-    memset(buf, 0, sizeof(buf));
-    g_assert_cmpint(run_op(t.bs, BLOCK_OP_READ, 0, buf, sizeof(buf)), ==, 0);
-    g_assert_cmpint(buf[0], ==, 0x42);
+    g_assert_cmpint(t.r.ret, ==, 0);
+    memset(t.buf, 0, sizeof(t.buf));
+    g_assert_cmpint(run_op(t.bs, BLOCK_OP_READ, 0, t.buf, 512), ==, 0);
+    g_assert_cmpint(t.buf[0], ==, 0x42);
 
     /* Away for longer than the delay: the request fails after it. */
-    submit_with_server_gone(&t, &r, BLOCK_OP_READ, buf, sizeof(buf));
+    submit_with_server_gone(&t, BLOCK_OP_READ);
     block_node_drain(t.bs);
-    g_assert_cmpint(r.ret, ==, -EIO);
-    g_assert_cmpint(r.done_ns - r.submit_ns, <, 5 * NS_PER_SEC);
+    g_assert_cmpint(t.r.ret, ==, -EIO);
+    g_assert_cmpint(t.r.done_ns - t.r.submit_ns, <, 5 * NS_PER_SEC);
     nbd_test_end(&t);
 }
 
@@ -467,21 +464,20 @@ static void test_reconnect_delay(void)
  * another size is refused, and requests fail until the right one is. */
 static void test_short_export_and_size_change(void)
 {
-    char buf[1024];
     NbdTest t;
 
     if (!nbd_test_start(&t, "memory 1000", "")) {
         return;
     }
     g_assert_cmpint(block_node_get_length(t.bs), ==, 1000);
-    memset(buf, 0x11, sizeof(buf));
-    g_assert_cmpint(run_op(t.bs, BLOCK_OP_WRITE, 0, buf, 1000), ==, 0);
-    g_assert_cmpint(run_op(t.bs, BLOCK_OP_READ, 0, buf, 1000), ==, 0);
-    g_assert_cmpint(run_op(t.bs, BLOCK_OP_READ, 512, buf, 512), ==,
+    memset(t.buf, 0x11, sizeof(t.buf));
+    g_assert_cmpint(run_op(t.bs, BLOCK_OP_WRITE, 0, t.buf, 1000), ==, 0);
+    g_assert_cmpint(run_op(t.bs, BLOCK_OP_READ, 0, t.buf, 1000), ==, 0);
+    g_assert_cmpint(run_op(t.bs, BLOCK_OP_READ, 512, t.buf, 512), ==,
                     -EINVAL);
     nbdkit_restart(&t.k, "memory 2000");
     poll_for(t.ctx, 1500 * NS_PER_MS);       /* a reconnection was tried */
-    g_assert_cmpint(run_op(t.bs, BLOCK_OP_READ, 0, buf, 512), ==, -EIO);
+    g_assert_cmpint(run_op(t.bs, BLOCK_OP_READ, 0, t.buf, 512), ==, -EIO);
     nbdkit_restart(&t.k, "memory 1000");
     wait_until_reads_work(t.ctx, t.bs);
     nbd_test_end(&t);
