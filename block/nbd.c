@@ -68,8 +68,9 @@
  * reconnect-delay=0, they fail with EIO until a connection is back.
  * Meanwhile the connection tries again in the background: a timer in the
  * context starts a nonblocking connection (nbd_aio_connect() to the
- * address resolved at open) once at the loss and then every second, never
- * a blocking connect on the loop.  Each loss, giving up waiting and
+ * address resolved at open) once at the loss and then every second (an
+ * attempt whose handshake is not done in 30 s is given up), never a
+ * blocking connect on the loop.  Each loss, giving up waiting and
  * reconnection is one log line.  Anything else the server answers (EIO,
  * ENOSPC, ...) is that request's error.  Nothing the server does stops the
  * daemon: malformed replies are libnbd's to detect (the connection dies).
@@ -737,6 +738,7 @@ static void nbd_conn_ready(NbdConn *c)
         return;
     }
     c->state = NBD_CONN_READY;
+    aio_timer_del(&c->retry_timer);
     if (c->reported) {
         error_report("node '%s': reconnected to the NBD server at %s",
                      nbd_node_name(c), c->s->where);
@@ -825,13 +827,26 @@ static void nbd_conn_connect(NbdConn *c)
         return;
     }
     c->state = NBD_CONN_CONNECTING;
+    /* A server that accepts but never finishes the handshake: give up
+     * on this attempt then (nbd_conn_retry_cb()). */
+    aio_timer_mod(&c->retry_timer,
+                  add_sat_int64(clock_now_ns(), NBD_OPEN_TIMEOUT_NS));
     nbd_conn_update_handler(c);
     nbd_conn_progress(c, 0);     /* a UNIX socket may be done already */
 }
 
+/* Down: the next attempt.  Connecting: the attempt took too long. */
 static void nbd_conn_retry_cb(void *opaque)
 {
-    nbd_conn_connect(opaque);
+    NbdConn *c = opaque;
+
+    if (c->state == NBD_CONN_CONNECTING) {
+        nbd_conn_lost(c, "timed out waiting for the handshake",
+                      NBD_RECONNECT_INTERVAL_NS);
+        nbd_conn_complete_done(c);
+    } else {
+        nbd_conn_connect(c);
+    }
 }
 
 /* ------------------------------------------------------------------------ */

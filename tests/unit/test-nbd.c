@@ -307,8 +307,7 @@ static void test_io_offered(void)
     nbd_test_end(&t);
 }
 
-/* A server without WRITE_ZEROES: write-zeroes writes zeroes.  (nbdkit
- * 1.32 cannot hide FUA, so FUA by a flush is not tested here.) */
+/* A server without WRITE_ZEROES: write-zeroes writes zeroes. */
 static void test_io_emulated(void)
 {
     g_autofree char *pattern = g_malloc(8 * KiB);
@@ -329,6 +328,51 @@ static void test_io_emulated(void)
     g_assert_cmpuint(log_count(&t.k, " Write id="), ==, 2);
     g_assert_cmpuint(log_count(&t.k, " Zero id="), ==, 0);
     nbd_test_end(&t);
+}
+
+/* nbdkit's sh plugin serving a 1 MiB file of dir through a script that
+ * offers FLUSH but not FUA (nbdkit 1.32's filters cannot hide FUA). */
+static const char fua_less_script[] =
+    "#!/bin/sh\n"
+    "img=\"$(dirname \"$0\")/disk.img\"\n"
+    "case \"$1\" in\n"
+    "get_size) echo 1048576 ;;\n"
+    "pread) dd if=\"$img\" iflag=skip_bytes,count_bytes skip=$4 count=$3 "
+    "status=none ;;\n"
+    "pwrite) dd of=\"$img\" oflag=seek_bytes conv=notrunc seek=$4 "
+    "status=none ;;\n"
+    "can_write|can_flush|flush) exit 0 ;;\n"
+    "can_fua) echo none ;;\n"
+    "*) exit 2 ;;\n"
+    "esac\n";
+
+/* A FUA write on a server without FUA: the write, then a FLUSH. */
+static void test_io_fua_by_flush(void)
+{
+    g_autoptr(GError) err = NULL;
+    g_autofree char *dir = g_dir_make_tmp("spindle-nbd-sh-XXXXXX", &err);
+    g_autofree char *script = g_build_filename(dir, "disk.sh", NULL);
+    g_autofree char *image = g_build_filename(dir, "disk.img", NULL);
+    g_autofree char *args = g_strdup_printf("--filter=log sh %s logfile=LOG",
+                                            script);
+    NbdTest t;
+
+    g_assert_no_error(err);
+    g_assert_true(g_file_set_contents(script, fua_less_script, -1, NULL));
+    g_assert_cmpint(g_chmod(script, 0755), ==, 0);
+    g_assert_true(g_file_set_contents(image, "", 0, NULL));
+    g_assert_cmpint(truncate(image, 1 * MiB), ==, 0);
+    if (nbd_test_start(&t, args, "")) {
+        check_roundtrip(t.bs, 64 * KiB, BLOCK_REQ_FUA);
+        nbdkit_kill(&t.k);
+        g_assert_cmpuint(log_count(&t.k, " Write id="), ==, 2);
+        g_assert_cmpuint(log_count(&t.k, " fua=1"), ==, 0);
+        g_assert_cmpuint(log_count(&t.k, " Flush id="), ==, 1);
+        nbd_test_end(&t);
+    }
+    g_unlink(script);
+    g_unlink(image);
+    g_rmdir(dir);
 }
 
 /* A read-only export: a writable node is refused, a read-only one works;
@@ -519,6 +563,7 @@ static const TestCase tests[] = {
     { "/nbd/options/long-path-and-json", test_long_path_and_json },
     { "/nbd/io/offered", test_io_offered },
     { "/nbd/io/emulated", test_io_emulated },
+    { "/nbd/io/fua-by-flush", test_io_fua_by_flush },
     { "/nbd/open/checks", test_open_checks },
     { "/nbd/open/resize-refused", test_resize_refused },
     { "/nbd/fault/server-gone", test_server_gone },
