@@ -578,9 +578,11 @@ static void nbd_conn_finish(NbdConn *c, BlockRequest *req)
 {
     NbdReq *r = nbd_req(req);
 
-    if (r->lost) {
+    if (r->lost || (r->ret == 0 && r->then_flush &&
+                    c->state != NBD_CONN_READY)) {
+        /* (A write whose FLUSH cannot go out now is done again whole.) */
         nbd_conn_hold(c, req);
-    } else if (r->ret == 0 && r->then_flush && c->state == NBD_CONN_READY) {
+    } else if (r->ret == 0 && r->then_flush) {
         /* The write is answered; now its FLUSH (FUA without FUA). */
         *r = (NbdReq) { .conn = c, .parts = 1 };
         nbd_send(c, req, NBD_SEND_FLUSH, NULL, 0, 0, 0);
