@@ -1,7 +1,8 @@
 /*
- * Unit tests of the nbd block driver (block/nbd.c), built with libnbd.
+ * Unit tests of the nbd block driver (block/nbd.c).
  *
- * Options first, with no server: every bad option is an error naming it,
+ * Built without libnbd, only one: driver=nbd is refused, saying so.
+ * With it, options first, with no server: every bad option is an error naming it,
  * found before any connection is tried, and a server that is not there
  * is a clear error at open.  Then against nbdkit (skipped, saying so,
  * where it is not installed), started per test on a UNIX socket in a
@@ -13,6 +14,7 @@
  * and a server that goes away fails requests with EIO, or (with
  * reconnect-delay) holds them until it is back.
  */
+#include "config-host.h"
 #include <errno.h>
 #include <signal.h>
 #include <string.h>
@@ -26,6 +28,23 @@
 #include "util/clock.h"
 #include "block-test-helpers.h"
 #include "test-helpers.h"
+
+#ifndef CONFIG_LIBNBD
+
+static void test_not_built(void)
+{
+    AioContext *ctx = ctx_new();
+
+    open_fails("driver=nbd,server.type=unix,server.path=/x", ctx,
+               "Driver 'nbd': spindle was built without libnbd");
+    aio_context_unref(ctx);
+}
+
+static const TestCase tests[] = {
+    { "/nbd/not-built", test_not_built },
+};
+
+#else
 
 /* ------------------------------------------------------------------------ */
 /* Options                                                                   */
@@ -571,5 +590,7 @@ static const TestCase tests[] = {
     { "/nbd/fault/short-export-and-size-change",
       test_short_export_and_size_change },
 };
+
+#endif
 
 TEST_MAIN(tests, 50)
