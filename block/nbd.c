@@ -26,8 +26,9 @@
  * one log line says why (an export over such a server needs one IOThread).
  *
  * Requests.  libnbd 1.14 takes one buffer per command, so a READ or WRITE
- * is one command per element of its iovec (cut at max_chunk): no copy and
- * no allocation.  The node's alignments are the server's minimum block
+ * is one command per element of its iovec (cut at max_chunk): no copy,
+ * and no allocation of ours (libnbd allocates a small record per
+ * command, and frees it when the command is answered).  The node's alignments are the server's minimum block
  * size, so every element of an aligned request is aligned too (the
  * generic layer bounces the rest).  DISCARD is TRIM when offered, else
  * nothing (discard is a hint); WRITE_ZEROES is the server's WRITE_ZEROES
