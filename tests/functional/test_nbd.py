@@ -2,8 +2,7 @@
 
 The servers are started by the tests themselves, on a UNIX socket in the
 test's directory, and stopped by PID: nbdkit's memory plugin (64M; its
-log filter to see which commands arrive, its delay filter for a slow
-server) and qemu-nbd serving a file (which outlives a restart of the
+log filter to see which commands arrive) and qemu-nbd serving a file (which outlives a restart of the
 server, so data written before it can be checked after).  Each test is
 skipped, saying why, where spindle was built without libnbd or the
 server's program is missing.
