@@ -86,6 +86,10 @@ static void test_long_path_and_json(void)
     open_fails("{\"driver\": \"nbd\", \"server\": {\"type\": \"inet\", "
                "\"host\": \"127.0.0.1\", \"port\": 99999}}", ctx,
                "server.port");
+    /* QEMU's QAPI spells the port as a string. */
+    open_fails("{\"driver\": \"nbd\", \"server\": {\"type\": \"inet\", "
+               "\"host\": \"127.0.0.1\", \"port\": \"1\"}}", ctx,
+               "at inet:127.0.0.1:1 (export '')");
     aio_context_unref(ctx);
 }
 
