@@ -44,6 +44,9 @@
  * TRANSPORT_RESET REMOVED, then the disk is freed and the node released
  * (back to the main loop when no export serves it).  The LUNs are kept in
  * the order they were added; their numbers need not be contiguous.
+ * Neither runs while the front-end has dirty logging on (it is migrating
+ * the guest, whose destination has the LUNs it was created with): both
+ * are refused then, with an error that says to wait for the end of it.
  * refresh_sizes() compares each LUN's node length with the one the guest
  * was last told about; READ CAPACITY and the range checks read the node's
  * length themselves, so only the notice is missing: the CAPACITY DATA HAS
@@ -429,6 +432,27 @@ static void vhost_user_scsi_export_refresh_sizes(Export *exp, void *opaque)
     }
 }
 
+/*
+ * Refuse to change the LUNs while the front-end migrates the guest (dirty
+ * logging on): QEMU sends its device state to the destination, whose
+ * export has the LUNs it was created with, so a LUN added or removed here
+ * now would be missing (or extra) on the other side, and the guest would
+ * lose the event that announced it if it arrived after the last RAM pass.
+ * what: "add" or "remove"; the caller names the export.
+ */
+static bool vhost_user_scsi_check_not_migrating(VhostUserScsiExport *vexp,
+                                                const char *what,
+                                                Error **errp)
+{
+    if (vexp->vu.server && vu_server_dirty_logging(vexp->vu.server)) {
+        error_setg(errp, "the guest is being migrated (dirty logging is "
+                   "on); %s the LUN after the migration, on the destination "
+                   "too", what);
+        return false;
+    }
+    return true;
+}
+
 static bool vhost_user_scsi_export_add_lun(Export *exp, void *opaque,
                                            Opts *opts, Error **errp)
 {
@@ -437,6 +461,9 @@ static bool vhost_user_scsi_export_add_lun(Export *exp, void *opaque,
     VhostUserScsiLun *taken;
     int64_t num;
 
+    if (!vhost_user_scsi_check_not_migrating(vexp, "add", errp)) {
+        return false;
+    }
     if (!opts_get_int(opts, "lun", 0, VIRTIO_SCSI_MAX_LUN, -1, &num, errp)) {
         return false;
     }
@@ -477,6 +504,9 @@ static bool vhost_user_scsi_export_del_lun(Export *exp, void *opaque,
     unsigned index;
     ScsiDisk *d;
 
+    if (!vhost_user_scsi_check_not_migrating(vexp, "remove", errp)) {
+        return false;
+    }
     lun = vhost_user_scsi_find_lun(vexp, num, &index);
     if (!lun) {
         error_setg(errp, "there is no LUN %u", num);

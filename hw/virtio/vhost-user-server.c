@@ -305,6 +305,13 @@ bool vu_server_has_client(const VuServer *s)
     return s->client_fd >= 0;
 }
 
+bool vu_server_dirty_logging(const VuServer *s)
+{
+    assert_main_thread();
+    /* features is the front-end's (reset when it goes away). */
+    return s->client_fd >= 0 && (s->features & (1ull << VHOST_F_LOG_ALL));
+}
+
 VirtQueue *vu_server_get_queue(VuServer *s, unsigned i)
 {
     assert_main_thread();

@@ -137,4 +137,10 @@ bool vu_server_get_queue_stats(VuServer *server, unsigned i,
  */
 bool vu_server_config_changed(VuServer *server);
 
+/*
+ * Whether the connected front-end has dirty logging on (VHOST_F_LOG_ALL
+ * negotiated): it is migrating the guest away.  Main thread.
+ */
+bool vu_server_dirty_logging(const VuServer *server);
+
 #endif
