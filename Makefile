@@ -11,6 +11,7 @@ PYTEST_ARGS ?=
 FUZZ_ARGS  ?=
 SOAK_ARGS  ?=
 CRASH_SOAK_ARGS ?= 10
+MIGRATE_SOAK_ARGS ?= 20
 # Seconds of fuzzing per harness in check-fuzz (6 harnesses: <= 60 s).
 CHECK_FUZZ_TIME ?= 8
 
@@ -21,7 +22,7 @@ SAN_ENV := ASAN_OPTIONS=detect_leaks=1 \
 MAKEFLAGS += --no-print-directory
 
 .PHONY: all san fuzz deps check check-unit check-functional check-fuzz \
-        fuzz-run soak crash-soak install bench-aio bench-block bench-compare \
+        fuzz-run soak crash-soak migrate-soak install bench-aio bench-block bench-compare \
         poll-frontier demo clean help
 
 all: $(BUILD)/build.ninja
@@ -82,6 +83,11 @@ soak: all
 crash-soak: all
 	$(PYTHON) scripts/crash-soak --build $(BUILD) $(CRASH_SOAK_ARGS)
 
+# Migrate a writing guest N times back and forth, on Spindle and then on
+# qemu-storage-daemon (scripts/migrate-soak --help): the recorded run is 20.
+migrate-soak: all
+	$(PYTHON) scripts/migrate-soak --build $(BUILD) $(MIGRATE_SOAK_ARGS)
+
 install: all
 	meson install -C $(BUILD)
 
@@ -127,6 +133,8 @@ help:
 	@echo '                    10 minutes (SOAK_ARGS: scripts/soak --help)'
 	@echo '  crash-soak        SIGKILL and restart spindle under a writing guest, 10 times'
 	@echo '                    (CRASH_SOAK_ARGS: scripts/crash-soak --help)'
+	@echo '  migrate-soak      migrate a writing guest 20 times, Spindle then'
+	@echo '                    qemu-storage-daemon (MIGRATE_SOAK_ARGS: scripts/migrate-soak --help)'
 	@echo '  install           meson install from $(BUILD)/'
 	@echo '  bench-aio         build, then run the event loop benchmark'
 	@echo '  bench-block       build, then run the block layer benchmark'
@@ -145,6 +153,7 @@ help:
 	@echo '  FUZZ_ARGS=...     scripts/fuzz-run arguments for fuzz-run'
 	@echo '  SOAK_ARGS=...     scripts/soak arguments for soak, e.g. SOAK_ARGS="--time 60"'
 	@echo '  CRASH_SOAK_ARGS=... scripts/crash-soak arguments, cycles first, e.g. "100"'
+	@echo '  MIGRATE_SOAK_ARGS=... scripts/migrate-soak arguments, migrations first'
 	@echo '  PYTHON=...        Python for pytest and deps (default: python3)'
 	@echo
 	@echo 'Other configurations: ./configure --help, then ninja -C <dir>.'

@@ -93,6 +93,8 @@ class MigrateConfig:
     qemu_disk: bool = False       # control: QEMU's own virtio-blk, no vhost-user
     accel: str = "tcg"            # "tcg,thread=single": one thread for all vCPUs
     flavour: str = "spindle"      # or "qsd": qemu-storage-daemon (one IOThread)
+    kind: str = "blk"             # or "scsi": vhost-user-scsi, two LUNs
+                                  # (spindle only)
     trace: bool = False           # QEMU's vhost_user_* trace in trace.N.log
     compare_memory: bool = False  # diagnosis: the destination starts paused
                                   # (-S), both memories are saved and compared
@@ -344,6 +346,8 @@ def use_qemu_for_migration():
 def run_migrate(program, workdir, config, log=lambda text: None):
     """Run the migration test (see the module's docstring); return a
     MigrateReport.  `workdir` must have a short path (UNIX sockets)."""
+    if config.kind != "blk":
+        raise MigrateSetupError(f"kind '{config.kind}' is not supported yet")
     start = time.monotonic()
     workdir = Path(workdir)
     report = MigrateReport(config, workdir)
