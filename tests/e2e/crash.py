@@ -347,6 +347,25 @@ class _Layout:
 _SCSI_EXTRA = MiB
 
 
+def scsi_disks_script(sizes):
+    """Shell that waits for len(sizes) SCSI disks and sets $D0, $D1, ...
+    to the one of sizes[0], sizes[1], ... bytes (sd names follow probe
+    order); and "$D0,$D1,..." for crashio."""
+    find = "".join(f'        {size // 512}) D{d}=/dev/${{s##*/}} ;;\n'
+                   for d, size in enumerate(sizes))
+    wait = (r"""
+i=0
+while [ $(ls -d /sys/block/sd* 2>/dev/null | wc -l) -lt %d ] && [ $i -lt 100 ]; do
+    sleep 0.1; i=$((i + 1))
+done
+for s in /sys/block/sd*; do
+    case $(cat $s/size) in
+""" % len(sizes) + find + """    esac
+done
+""")
+    return wait, ",".join(f"$D{d}" for d in range(len(sizes)))
+
+
 def _layout(config, workdir, run_id):
     images = []
     ndev = 2 if config.kind == "scsi" else 1
@@ -368,20 +387,8 @@ def _layout(config, workdir, run_id):
             [daemons.ScsiLun(str(img), writable=True, **node)
              for img, node in zip(images, nodes)],
             sock, num_queues=config.queues, options=options)]
-        find = "".join(
-            f'        {(config.image_size + d * _SCSI_EXTRA) // 512}) '
-            f'D{d}=/dev/${{s##*/}} ;;\n' for d in range(ndev))
-        devices = ",".join(f"$D{d}" for d in range(ndev))
-        wait = (r"""
-i=0
-while [ $(ls -d /sys/block/sd* 2>/dev/null | wc -l) -lt 2 ] && [ $i -lt 100 ]; do
-    sleep 0.1; i=$((i + 1))
-done
-for s in /sys/block/sd*; do
-    case $(cat $s/size) in
-""" + find + """    esac
-done
-""")
+        wait, devices = scsi_disks_script(
+            [config.image_size + d * _SCSI_EXTRA for d in range(ndev)])
     else:
         exports = [daemons.Export(str(images[0]), sock,
                                   num_queues=config.queues, options=options,

@@ -28,6 +28,13 @@ the first export.  At the end the host types "stop" on the last QEMU's
 console, crashio reports, and every block crashio vouches for is checked
 in the image file.
 
+With kind="scsi" the disk is a vhost-user-scsi one with two LUNs, each
+over its own image (the second 1 MiB bigger, so that the guest can tell
+its sdX apart), served by both exports the same way: crashio's writers are
+spread over the two LUNs, the reader reads each LUN's region in turn, and
+both images are checked.  qemu-storage-daemon has no vhost-user-scsi
+export, so that is spindle only.
+
 QEMU 7.2 (Debian 12's) cannot be used: under TCG its migration loses
 pages the guest's CPU wrote in the last moments (a guest's timer counters,
 its random pool, the virtio driver's state), so the destination's kernel
@@ -63,6 +70,9 @@ GUEST_READ_PATTERN = "/read-pattern.bin"
 # The region the reader reads: after crashio's regions (1 MiB in).
 READ_OFFSET = 8 * MiB
 READ_BLOCK = 64 * 1024
+# The second SCSI LUN is this much bigger than the first, so that the guest
+# can tell them apart.
+SCSI_EXTRA = MiB
 # Lines of spindle's log about dirty logging (docs/cli.md, "Live migration").
 LOG_LINES = re.compile(r"SET_LOG_BASE|dirty logging|LOG_FD|dirty log")
 MIGRATE_STATES_DONE = ("completed", "failed", "cancelled")
@@ -189,17 +199,21 @@ def _connect_qmp(path, qemu, timeout=30.0):
 
 # --- the guest ---------------------------------------------------------------
 
-def _reader_script(want_md5, count):
-    """Shell: read the host's region with O_DIRECT until /tmp/stop, count
-    reads whose md5 is (not) the host's, report."""
+def _reader_script(disks, count):
+    """Shell: read the host's region of each disk (device, md5) in turn
+    with O_DIRECT until /tmp/stop, count reads whose md5 is (not) the
+    host's, report."""
     skip = READ_OFFSET // READ_BLOCK
+    devices = " ".join(f"{dev}={md5}" for dev, md5 in disks)
     return rf"""
 (
 ok=0; bad=0
 while [ ! -e /tmp/stop ]; do
-    m=$(dd if=/dev/vda bs={READ_BLOCK} skip={skip} count={count} iflag=direct 2>/dev/null | md5sum | cut -d' ' -f1)
-    if [ "$m" = {want_md5} ]; then ok=$((ok + 1)); else bad=$((bad + 1)); echo "SPINDLE-WARN read mismatch: $m"; fi
+  for d in {devices}; do
+    m=$(dd if=${{d%=*}} bs={READ_BLOCK} skip={skip} count={count} iflag=direct 2>/dev/null | md5sum | cut -d' ' -f1)
+    if [ "$m" = ${{d#*=}} ]; then ok=$((ok + 1)); else bad=$((bad + 1)); echo "SPINDLE-WARN read mismatch on ${{d%=*}}: $m"; fi
     echo "SPINDLE-READS ok=$ok bad=$bad"
+  done
 done
 echo "SPINDLE-RESULT reader.ok=$ok"
 echo "SPINDLE-RESULT reader.bad=$bad"
@@ -208,18 +222,28 @@ READER=$!
 """
 
 
-def _script(config, run_id, want_md5):
+def _script(config, run_id, images):
     max_s = (config.boot_timeout_s + config.migrations *
              (config.run_s + config.migrate_timeout_s + config.resume_timeout_s)
              + 600)
-    script = ("i=0\nwhile [ ! -b /dev/vda ] && [ $i -lt 100 ]; do "
-              "sleep 0.1; i=$((i + 1)); done\n"
-              'echo "SPINDLE-RESULT vda.hw_queues=$(ls /sys/block/vda/mq | '
-              'wc -l)"\n')
+    if config.kind == "scsi":
+        script, devices = crash.scsi_disks_script(
+            [config.image_size + d * SCSI_EXTRA for d in range(len(images))])
+        script += ('echo "SPINDLE-RESULT scsi.disks=$(ls -d /sys/block/sd* '
+                   '| wc -l)"\n')
+    else:
+        devices = "/dev/vda"
+        script = ("i=0\nwhile [ ! -b /dev/vda ] && [ $i -lt 100 ]; do "
+                  "sleep 0.1; i=$((i + 1)); done\n"
+                  'echo "SPINDLE-RESULT vda.hw_queues=$(ls /sys/block/vda/mq | '
+                  'wc -l)"\n')
     if config.reader:
-        script += _reader_script(want_md5, config.read_size // READ_BLOCK)
+        script += _reader_script(
+            [(dev, guest.md5(pattern)) for dev, (_, pattern)
+             in zip(devices.split(","), images)],
+            config.read_size // READ_BLOCK)
     script += (f"chmod 755 {GUEST_CRASHIO}\n"
-               f"{GUEST_CRASHIO} /dev/vda {config.writers} {config.blocks} "
+               f"{GUEST_CRASHIO} {devices} {config.writers} {config.blocks} "
                f"{max_s:.0f} {run_id} {config.hung_s:g}\n"
                'echo "SPINDLE-RESULT crash.exit=$?"\n')
     if config.reader:
@@ -346,20 +370,15 @@ def use_qemu_for_migration():
 def run_migrate(program, workdir, config, log=lambda text: None):
     """Run the migration test (see the module's docstring); return a
     MigrateReport.  `workdir` must have a short path (UNIX sockets)."""
-    if config.kind != "blk":
-        raise MigrateSetupError(f"kind '{config.kind}' is not supported yet")
+    if config.kind == "scsi" and (config.flavour != "spindle" or
+                                  config.qemu_disk):
+        raise MigrateSetupError("a vhost-user-scsi disk needs spindle")
     start = time.monotonic()
     workdir = Path(workdir)
     report = MigrateReport(config, workdir)
     crashio = crash.build_crashio(guest.default_cache_dir())
-    image = workdir / "disk.img"
-    pattern = guest.pattern_bytes(config.read_size, config.seed)
-    with open(image, "wb") as f:
-        f.truncate(config.image_size)
-        f.seek(READ_OFFSET)
-        f.write(pattern)
-    if (crash.FIRST_BLOCK + config.writers * config.blocks) * crash.BLOCK > READ_OFFSET:
-        raise MigrateSetupError("crashio's regions overlap the reader's")
+    images = _images(config, workdir)
+    image = images[0][0]
     iothreads = [f"iot{i}" for i in range(
         config.iothreads if config.flavour == "spindle" else 1)]
     if len(iothreads) == 1:
@@ -368,13 +387,15 @@ def run_migrate(program, workdir, config, log=lambda text: None):
                               num_queues=config.queues, iothread=iothreads,
                               node_opts=",cache.direct=on,locking=off")
                for i in range(2)]
+    if config.kind == "scsi":
+        exports = _scsi_exports(config, images, workdir, iothreads)
     daemon = daemons.Daemon(program, exports, config.flavour, workdir,
                             log_path=workdir / "spindle.log")
     kernel, version = find_kernel()
     run_id = (config.seed << 16) | 1
     files = {GUEST_CRASHIO: crashio}
     initrd = build_initramfs(guest.default_cache_dir(),
-                             _script(config, run_id, guest.md5(pattern)),
+                             _script(config, run_id, images),
                              files=files, kernel_version=version,
                              out_dir=workdir)
 
@@ -387,7 +408,8 @@ def run_migrate(program, workdir, config, log=lambda text: None):
                       str(workdir / f"trace.{len(qemus)}.log"))
         cmd = guest.qemu_command(
             kernel, initrd, [guest.Disk(exports[export].socket,
-                                        num_queues=config.queues)],
+                                        num_queues=config.queues,
+                                        kind=config.kind)],
             smp=config.smp, mem_mb=config.mem_mb,
             append_extra=guest.NO_FIRMWARE_DISK_PROBE, qemu_args=extra)
         cmd[cmd.index("-accel") + 1] = config.accel
@@ -428,9 +450,40 @@ def run_migrate(program, workdir, config, log=lambda text: None):
                 q.quit()
         qemus[-1].quit(timeout=30)
         crash.stop_spindle(daemon, report)
-    _collect(config, image, state, qemus, report)
+    _collect(config, [path for path, _ in images], state, qemus, report)
     report.seconds = time.monotonic() - start
     return report
+
+
+def _images(config, workdir):
+    """The image files, [(path, the host's region's pattern)]: one for
+    blk, two for scsi (the second SCSI_EXTRA bigger), each with its own
+    pattern at READ_OFFSET."""
+    ndev = 2 if config.kind == "scsi" else 1
+    regions = -(-config.writers // ndev)
+    if (crash.FIRST_BLOCK + regions * config.blocks) * crash.BLOCK > READ_OFFSET:
+        raise MigrateSetupError("crashio's regions overlap the reader's")
+    images = []
+    for d in range(ndev):
+        path = workdir / ("disk.img" if ndev == 1 else f"disk{d}.img")
+        pattern = guest.pattern_bytes(config.read_size, config.seed + d)
+        with open(path, "wb") as f:
+            f.truncate(config.image_size + d * SCSI_EXTRA)
+            f.seek(READ_OFFSET)
+            f.write(pattern)
+        images.append((path, pattern))
+    return images
+
+
+def _scsi_exports(config, images, workdir, iothreads):
+    """Two vhost-user-scsi exports with the same two LUNs, LUN d over
+    image d."""
+    return [daemons.ScsiExport(
+        [daemons.ScsiLun(str(path), writable=True,
+                         node_opts=",cache.direct=on,locking=off")
+         for path, _ in images],
+        str(workdir / f"vu{i}.sock"), num_queues=config.queues,
+        iothread=iothreads) for i in range(2)]
 
 
 def _migrations(config, command, state, qemus, report, workdir, log):
@@ -559,7 +612,7 @@ def _compare_memory(config, sqmp, dqmp, workdir, number):
     return pages
 
 
-def _collect(config, image, state, qemus, report):
+def _collect(config, images, state, qemus, report):
     report.reads_ok, report.reads_bad = state.reads_ok, state.reads_bad
     for q in qemus:
         for line in q.console().splitlines():
@@ -584,7 +637,7 @@ def _collect(config, image, state, qemus, report):
                                    "migration")
     crash_config = crash.CrashConfig(writers=config.writers, blocks=config.blocks)
     sub = crash.CrashReport(crash_config, report.workdir, results=report.results)
-    crash._check_images(crash_config, crash._Layout([image], [], [], ""), sub)
+    crash._check_images(crash_config, crash._Layout(images, [], [], ""), sub)
     report.host_checked = sub.host_checked
     report.failures += sub.failures
     log = crash._read(report.workdir / "spindle.log")
