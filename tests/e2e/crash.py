@@ -218,27 +218,29 @@ def _spread(values):
 
 # --- the guest program --------------------------------------------------------
 
-def build_crashio(cache_dir):
-    """crashio's bytes: crashio.c compiled with `cc -static`, cached in
-    cache_dir by a hash of the source.  Raises CrashSetupError when there
-    is no C compiler or no static C library."""
-    source = CRASHIO_SOURCE.read_bytes()
+def build_crashio(cache_dir, source_path=CRASHIO_SOURCE):
+    """crashio's bytes (or another guest program's, source_path): the
+    source compiled with `cc -static`, cached in cache_dir by a hash of
+    it.  Raises CrashSetupError when there is no C compiler or no static
+    C library."""
+    source = source_path.read_bytes()
+    name = source_path.stem
     cache_dir = Path(cache_dir)
     cache_dir.mkdir(parents=True, exist_ok=True)
-    path = cache_dir / f"crashio-{hashlib.sha256(source).hexdigest()[:16]}"
+    path = cache_dir / f"{name}-{hashlib.sha256(source).hexdigest()[:16]}"
     if path.is_file():
         return path.read_bytes()
     cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if not cc:
-        raise CrashSetupError("no C compiler (cc) to build the guest's crashio")
+        raise CrashSetupError(f"no C compiler (cc) to build the guest's {name}")
     tmp = Path(f"{path}.tmp{os.getpid()}")
     proc = subprocess.run([cc, "-static", "-O2", "-pthread", "-o", str(tmp),
-                           str(CRASHIO_SOURCE)], capture_output=True, text=True)
+                           str(source_path)], capture_output=True, text=True)
     if proc.returncode != 0:
         tmp.unlink(missing_ok=True)
         raise CrashSetupError(
-            f"`{cc} -static` cannot build crashio.c (a static C library, "
-            f"libc6-dev, is needed): {proc.stderr.strip()[-500:]}")
+            f"`{cc} -static` cannot build {source_path.name} (a static C "
+            f"library, libc6-dev, is needed): {proc.stderr.strip()[-500:]}")
     os.replace(tmp, path)
     return path.read_bytes()
 

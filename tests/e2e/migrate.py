@@ -13,11 +13,17 @@ node to the other yet), each on its own socket, each with `queues` queues
 over two IOThreads.  A guest (guest.qemu_command: TCG, RAM in a shared
 memfd) boots on export 0 and runs crashio (crashio.c): `writers` threads
 writing O_DIRECT blocks and reading their regions back after every
-acknowledged write.  With `reader`, a shell loop beside it reads a region
-the host filled before the boot with O_DIRECT, again and again, and
-compares its md5 with the host's: the data of those reads is written into
-guest memory by spindle, so a page spindle did not mark in the dirty log
-reaches the destination stale and the md5 differs.
+acknowledged write.  With `reader`, readloop (readloop.c) runs beside it:
+it reads a region the host filled before the boot (region_pattern(): no
+two blocks alike) with O_DIRECT, block after block, into a set of buffers
+that only the device writes, buffer i getting another block at every pass,
+and checks every buffer after each pass.  The data of those reads is
+written into guest memory by the back-end, so a page it wrote after the
+migration had copied it, and did not mark in the dirty log, reaches the
+destination holding an earlier pass's block, and the check after the
+migration fails.  Reads go on through every migration: each migration
+counts the reads checked while it ran, and after each the test waits for
+two passes' worth on the destination.
 
 Each migration starts a destination QEMU with the same command line plus
 `-incoming unix:SOCK` on the other export, sends `migrate` to the source
@@ -54,6 +60,7 @@ import json
 import os
 import re
 import socket
+import struct
 import threading
 import time
 from dataclasses import dataclass, field
@@ -65,8 +72,10 @@ import guest
 from initramfs import build_initramfs, find_kernel
 
 MiB = 1 << 20
+U64 = (1 << 64) - 1
 GUEST_CRASHIO = "/crashio"
-GUEST_READ_PATTERN = "/read-pattern.bin"
+GUEST_READLOOP = "/readloop"
+READLOOP_SOURCE = Path(__file__).resolve().with_name("readloop.c")
 # The region the reader reads: after crashio's regions (1 MiB in).
 READ_OFFSET = 8 * MiB
 READ_BLOCK = 64 * 1024
@@ -122,6 +131,9 @@ class Migration:
     transferred: int = None       # bytes
     wall_s: float = 0.0           # migrate command -> completed, as seen here
     resume_s: float = None        # completed -> the guest writes again
+    reads: int = 0                # reads the reader completed and checked
+                                  # while the migration ran (as the console
+                                  # told, so roughly)
     error: str = ""
     differing_pages: list = None  # compare_memory: guest pages that differ
 
@@ -134,7 +146,8 @@ class Migration:
         return (f"migration {self.number}/{total} export {self.source} -> "
                 f"{self.dest}: completed, total {self.total_ms} ms, downtime "
                 f"{self.downtime_ms} ms, setup {self.setup_ms} ms, "
-                f"{(self.transferred or 0) / MiB:.1f} MiB sent; {resumed}")
+                f"{(self.transferred or 0) / MiB:.1f} MiB sent, "
+                f"{self.reads} reads checked during it; {resumed}")
 
 
 @dataclass
@@ -146,6 +159,10 @@ class MigrateReport(crash.CrashioReport):
     spindle_log_lines: list = field(default_factory=list)
     qemu_messages: list = field(default_factory=list)
     seconds: float = 0.0
+
+    @property
+    def reads_during_migrations(self):
+        return sum(m.reads for m in self.migrations)
 
 
 # --- QMP, the little that is needed ----------------------------------------------
@@ -199,33 +216,24 @@ def _connect_qmp(path, qemu, timeout=30.0):
 
 # --- the guest ---------------------------------------------------------------
 
-def _reader_script(disks, count):
-    """Shell: read the host's region of each disk (device, md5) in turn
-    with O_DIRECT until /tmp/stop, count reads whose md5 is (not) the
-    host's, report."""
-    skip = READ_OFFSET // READ_BLOCK
-    devices = " ".join(f"{dev}={md5}" for dev, md5 in disks)
-    return rf"""
-(
-ok=0; bad=0
-while [ ! -e /tmp/stop ]; do
-  for d in {devices}; do
-    m=$(dd if=${{d%=*}} bs={READ_BLOCK} skip={skip} count={count} iflag=direct 2>/dev/null | md5sum | cut -d' ' -f1)
-    if [ "$m" = ${{d#*=}} ]; then ok=$((ok + 1)); else bad=$((bad + 1)); echo "SPINDLE-WARN read mismatch on ${{d%=*}}: $m"; fi
-    echo "SPINDLE-READS ok=$ok bad=$bad"
-  done
-done
-echo "SPINDLE-RESULT reader.ok=$ok"
-echo "SPINDLE-RESULT reader.bad=$bad"
-) </dev/null &
-READER=$!
-"""
+def _reader_script(config, devices, ndev):
+    """Shell: readloop (readloop.c) in the background over the host's
+    region of each device ("$D0,$D1" or "/dev/vda"), until /tmp/stop."""
+    seeds = ",".join(str(_region_seed(config, d)) for d in range(ndev))
+    return (f"chmod 755 {GUEST_READLOOP}\n"
+            f"{GUEST_READLOOP} {devices} {seeds} {READ_OFFSET} "
+            f"{config.read_size} {READ_BLOCK} {_max_s(config):.0f} "
+            "</dev/null &\nREADER=$!\n")
+
+
+def _max_s(config):
+    """Longer than any run can take: the host stops the guest's programs."""
+    return (config.boot_timeout_s + config.migrations *
+            (config.run_s + config.migrate_timeout_s + config.resume_timeout_s)
+            + 600)
 
 
 def _script(config, run_id, images):
-    max_s = (config.boot_timeout_s + config.migrations *
-             (config.run_s + config.migrate_timeout_s + config.resume_timeout_s)
-             + 600)
     if config.kind == "scsi":
         script, devices = crash.scsi_disks_script(
             [config.image_size + d * SCSI_EXTRA for d in range(len(images))])
@@ -238,13 +246,10 @@ def _script(config, run_id, images):
                   'echo "SPINDLE-RESULT vda.hw_queues=$(ls /sys/block/vda/mq | '
                   'wc -l)"\n')
     if config.reader:
-        script += _reader_script(
-            [(dev, guest.md5(pattern)) for dev, (_, pattern)
-             in zip(devices.split(","), images)],
-            config.read_size // READ_BLOCK)
+        script += _reader_script(config, devices, len(images))
     script += (f"chmod 755 {GUEST_CRASHIO}\n"
                f"{GUEST_CRASHIO} {devices} {config.writers} {config.blocks} "
-               f"{max_s:.0f} {run_id} {config.hung_s:g}\n"
+               f"{_max_s(config):.0f} {run_id} {config.hung_s:g}\n"
                'echo "SPINDLE-RESULT crash.exit=$?"\n')
     if config.reader:
         script += "touch /tmp/stop\nwait $READER\n"
@@ -378,7 +383,7 @@ def run_migrate(program, workdir, config, log=lambda text: None):
     report = MigrateReport(config, workdir)
     crashio = crash.build_crashio(guest.default_cache_dir())
     images = _images(config, workdir)
-    image = images[0][0]
+    image = images[0]
     iothreads = [f"iot{i}" for i in range(
         config.iothreads if config.flavour == "spindle" else 1)]
     if len(iothreads) == 1:
@@ -394,6 +399,9 @@ def run_migrate(program, workdir, config, log=lambda text: None):
     kernel, version = find_kernel()
     run_id = (config.seed << 16) | 1
     files = {GUEST_CRASHIO: crashio}
+    if config.reader:
+        files[GUEST_READLOOP] = crash.build_crashio(guest.default_cache_dir(),
+                                                    READLOOP_SOURCE)
     initrd = build_initramfs(guest.default_cache_dir(),
                              _script(config, run_id, images),
                              files=files, kernel_version=version,
@@ -450,15 +458,15 @@ def run_migrate(program, workdir, config, log=lambda text: None):
                 q.quit()
         qemus[-1].quit(timeout=30)
         crash.stop_spindle(daemon, report)
-    _collect(config, [path for path, _ in images], state, qemus, report)
+    _collect(config, images, state, qemus, report)
     report.seconds = time.monotonic() - start
     return report
 
 
 def _images(config, workdir):
-    """The image files, [(path, the host's region's pattern)]: one for
-    blk, two for scsi (the second SCSI_EXTRA bigger), each with its own
-    pattern at READ_OFFSET."""
+    """The image files, [path]: one for blk, two for scsi (the second
+    SCSI_EXTRA bigger), each with its own region_pattern() at
+    READ_OFFSET."""
     ndev = 2 if config.kind == "scsi" else 1
     regions = -(-config.writers // ndev)
     if (crash.FIRST_BLOCK + regions * config.blocks) * crash.BLOCK > READ_OFFSET:
@@ -466,13 +474,32 @@ def _images(config, workdir):
     images = []
     for d in range(ndev):
         path = workdir / ("disk.img" if ndev == 1 else f"disk{d}.img")
-        pattern = guest.pattern_bytes(config.read_size, config.seed + d)
         with open(path, "wb") as f:
             f.truncate(config.image_size + d * SCSI_EXTRA)
             f.seek(READ_OFFSET)
-            f.write(pattern)
-        images.append((path, pattern))
+            f.write(region_pattern(config.read_size,
+                                   _region_seed(config, d)))
+        images.append(path)
     return images
+
+
+def _region_seed(config, d):
+    return config.seed * 16 + d
+
+
+def _splitmix64(x):
+    x = (x + 0x9E3779B97F4A7C15) & U64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & U64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & U64
+    return x ^ (x >> 31)
+
+
+def region_pattern(size, seed):
+    """The reader's region (readloop.c's readloop_fill()): little-endian
+    word k is splitmix64(seed * 2**32 + k), so no two blocks are alike."""
+    base = seed << 32
+    return struct.pack(f"<{size // 8}Q",
+                       *(_splitmix64(base + k) for k in range(size // 8)))
 
 
 def _scsi_exports(config, images, workdir, iothreads):
@@ -481,12 +508,14 @@ def _scsi_exports(config, images, workdir, iothreads):
     return [daemons.ScsiExport(
         [daemons.ScsiLun(str(path), writable=True,
                          node_opts=",cache.direct=on,locking=off")
-         for path, _ in images],
+         for path in images],
         str(workdir / f"vu{i}.sock"), num_queues=config.queues,
         iothread=iothreads) for i in range(2)]
 
 
 def _migrations(config, command, state, qemus, report, workdir, log):
+    ndev = 2 if config.kind == "scsi" else 1
+    pass_reads = ndev * config.read_size // READ_BLOCK
     for number in range(1, config.migrations + 1):
         state.wait(lambda: False, config.run_s)
         if state.hung or qemus[-1].finished:
@@ -500,11 +529,15 @@ def _migrations(config, command, state, qemus, report, workdir, log):
         dest = _Qemu(number, command(dst_export, incoming), state, workdir,
                      _qemu_timeout(config))
         qemus.append(dest)
+        with state.cond:
+            reads = state.reads_ok + state.reads_bad
         try:
             _migrate(config, source, dest, incoming, mig)
         except (OSError, RuntimeError, ValueError) as e:
             mig.status = mig.status or "error"
             mig.error = str(e)
+        with state.cond:
+            mig.reads = state.reads_ok + state.reads_bad - reads
         if mig.status != "completed":
             log(mig.line(config.migrations))
             report.failures.append(f"migration {number}: {mig.status} "
@@ -519,8 +552,10 @@ def _migrations(config, command, state, qemus, report, workdir, log):
         with state.cond:
             reads = state.reads_ok + state.reads_bad
         if config.reader:
-            state.wait(lambda: state.reads_ok + state.reads_bad > reads + 1,
-                       config.resume_timeout_s, dest)
+            # Two passes more: the one under way at the switch-over, and
+            # one wholly on the destination, which checks every buffer.
+            state.wait(lambda: state.reads_ok + state.reads_bad >=
+                       reads + 2 * pass_reads, config.resume_timeout_s, dest)
             if number == config.migrations:
                 report.reads_after_migration = (state.reads_ok +
                                                 state.reads_bad - reads)
@@ -629,9 +664,19 @@ def _collect(config, images, state, qemus, report):
         report.failures.append("the guest printed no crashio results")
     crash.add_crashio_failures(report)
     if config.reader:
-        if report.reads_bad or report.results.get("reader.bad", "0") != "0":
-            report.failures.append(f"{report.reads_bad} reads of the host's "
-                                   "region returned other data")
+        bad = max(report.reads_bad, int(report.results.get("reader.bad", 0)))
+        if bad:
+            report.failures.append(f"{bad} reads of the host's region left "
+                                   "other data in the guest's buffer")
+        if report.results.get("reader.io_errors", "0") != "0":
+            report.failures.append(
+                f"{report.results['reader.io_errors']} reads of the host's "
+                "region failed")
+        if "reader.ok" not in report.results:
+            report.failures.append("the reader printed no results")
+        if config.migrations and not any(m.reads for m in report.migrations):
+            report.failures.append("the reader read nothing while the "
+                                   "guest was being migrated")
         if config.migrations and not report.reads_after_migration:
             report.failures.append("the reader read nothing after the last "
                                    "migration")

@@ -75,6 +75,10 @@ def _run(monkeypatch, what, config):
     assert report.results.get("crash.exit") == "0", _describe(report)
     assert report.host_checked > 0
     assert report.reads_ok > 0 and report.reads_after_migration > 0
+    # The reader went on through the migrations, and every read checked
+    # held the host's data (report.ok): with reads not logged, buffers
+    # filled after the RAM was copied would reach the destination stale.
+    assert report.reads_during_migrations > 0, _describe(report)
     # Both exports were given a log and switched logging on.
     for export in ("e0", "e1"):
         assert any(f"'{export}': SET_LOG_BASE" in line
