@@ -53,6 +53,7 @@ typedef struct Device {
     int fd;
     uint8_t *expected;           /* the region as the host wrote it */
     uint8_t *buffers;            /* buffer i: block i + pass, mod n */
+    bool *failed;                /* buffer i's read of this pass failed */
 } Device;
 
 static uint64_t splitmix64(uint64_t x)
@@ -143,7 +144,8 @@ int main(int argc, char **argv)
         dev->seed = strtoull(seeds[d], NULL, 0);
         dev->fd = open(dev->path, O_RDONLY | O_DIRECT);
         dev->expected = malloc(size);
-        if (dev->fd < 0 || !dev->expected ||
+        dev->failed = calloc(n, sizeof(bool));
+        if (dev->fd < 0 || !dev->expected || !dev->failed ||
             posix_memalign((void **)&dev->buffers, 4096, size)) {
             perror(dev->path);
             return 2;
@@ -155,21 +157,20 @@ int main(int argc, char **argv)
     while (access(STOP_FILE, F_OK) != 0 && now_ns() < deadline) {
         for (size_t d = 0; d < ndev; d++) {
             Device *dev = &devs[d];
-            bool failed[n];
 
             for (size_t i = 0; i < n; i++) {
                 size_t b = (i + passes) % n;
 
-                failed[i] = pread(dev->fd, dev->buffers + i * block, block,
-                                  offset + (off_t)(b * block)) !=
-                            (ssize_t)block;
-                io_errors += failed[i];
+                dev->failed[i] = pread(dev->fd, dev->buffers + i * block,
+                                       block, offset + (off_t)(b * block)) !=
+                                 (ssize_t)block;
+                io_errors += dev->failed[i];
             }
             for (size_t i = 0; i < n; i++) {
                 size_t b = (i + passes) % n;
                 const uint8_t *buf = dev->buffers + i * block;
 
-                if (failed[i]) {
+                if (dev->failed[i]) {
                     continue;
                 }
                 if (!memcmp(buf, dev->expected + b * block, block)) {
