@@ -27,6 +27,7 @@ SPINDLE_E2E_KEEP=1 keeps the run's directory (consoles, spindle's log).
 """
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -106,3 +107,18 @@ def test_scsi_migrates_back_and_forth(monkeypatch):
     for w in range(2):
         final = report.results.get(f"crash.final.w{w}", "").split(",")
         assert any(v not in ("0", "?") for v in final), _describe(report)
+
+
+@pytest.mark.parametrize("args,message", [
+    (["0"], "need at least one migration"),
+    (["--backends", "spindle,nbd"], "unknown back-end 'nbd'"),
+    (["--kind", "scsi"], "qemu-storage-daemon has no vhost-user-scsi"),
+])
+def test_migrate_soak_rejects_bad_options(args, message):
+    """scripts/migrate-soak refuses bad options before it starts anything
+    (exit 2, the reason on stderr)."""
+    script = Path(__file__).resolve().parents[2] / "scripts" / "migrate-soak"
+    proc = subprocess.run([sys.executable, str(script), *args],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc
+    assert message in proc.stderr, proc.stderr
