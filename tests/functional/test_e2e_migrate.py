@@ -2,8 +2,9 @@
 
 A real Linux guest (QEMU under TCG, 2 vCPUs) boots on a vhost-user-blk
 export with 2 queues over 2 IOThreads and runs crashio (O_DIRECT writes,
-each followed by a read-back of the writer's region) and a loop reading a
-region the host filled with O_DIRECT and checking its md5.  One spindle
+each followed by a read-back of the writer's region) and readloop (O_DIRECT
+reads of a region the host filled into buffers only the device writes,
+checked after each pass).  One spindle
 serves the image twice, each export over its own file node with
 locking=off (the lock hand-over is not built yet).  The guest is migrated
 over a UNIX socket to a second QEMU on the other export and back again,
