@@ -22,6 +22,13 @@
  * block_node_submit() & co. go.  The last reference drains the node,
  * detaches it, closes it and drops its child.
  *
+ * Active and inactive (block_node_set_active()).  The state lives here,
+ * in each node; a driver only takes or drops what an active node holds
+ * (file: its lock, and a flush on the way out).  Activating walks the
+ * chain bottom-up and inactivating top-down, so an active node never sits
+ * on an inactive one: the request check (io.c) looks only at the node a
+ * request is submitted to, and filters pass requests down unchecked.
+ *
  * The registry also keeps the nodes in creation order (block_node_list()),
  * which puts every child before its parents.  Resizing relies on it: the
  * driver grows the storage (a filter forwards to its child), then every
@@ -253,22 +260,30 @@ static void block_node_detach(BlockNode *bs)
 /* ------------------------------------------------------------------------ */
 /* Opening                                                                   */
 
-/* The generic options; the driver reads the rest. */
+/*
+ * The generic options; the driver reads the rest.  active= defaults to
+ * the parent's state for a child opened inline (parent_active), as in
+ * QEMU: an image opened for an incoming migration is inactive all the
+ * way down.
+ */
 static bool block_node_read_generic_opts(BlockNode *bs, Opts *opts,
-                                         Error **errp)
+                                         bool parent_active, Error **errp)
 {
     static const char *const discard_modes[] = {
         "ignore", "unmap", "off", "on", NULL
     };
     int discard;
+    bool active;
 
     if (!opts_get_bool(opts, "read-only", false, &bs->read_only, errp) ||
         !opts_get_bool(opts, "cache.direct", false, &bs->cache_direct, errp) ||
         !opts_get_bool(opts, "cache.no-flush", false, &bs->no_flush, errp) ||
-        !opts_get_enum(opts, "discard", discard_modes, 0, &discard, errp)) {
+        !opts_get_enum(opts, "discard", discard_modes, 0, &discard, errp) ||
+        !opts_get_bool(opts, "active", parent_active, &active, errp)) {
         return false;
     }
     bs->discard_unmap = discard == 1 || discard == 3;   /* "unmap" or "on" */
+    atomic_store_explicit(&bs->inactive, !active, memory_order_relaxed);
     return true;
 }
 
@@ -320,7 +335,8 @@ static void block_node_free(BlockNode *bs)
     g_free(bs);
 }
 
-BlockNode *block_node_open(Opts *opts, AioContext *ctx, Error **errp)
+static BlockNode *block_node_open_inner(Opts *opts, AioContext *ctx,
+                                        bool parent_active, Error **errp)
 {
     const char *driver, *node_name;
     const BlockDriverName *entry;
@@ -366,7 +382,7 @@ BlockNode *block_node_open(Opts *opts, AioContext *ctx, Error **errp)
         bs->auto_name = true;
     }
 
-    if (!block_node_read_generic_opts(bs, opts, errp) ||
+    if (!block_node_read_generic_opts(bs, opts, parent_active, errp) ||
         !drv->open(bs, opts, errp)) {
         block_node_open_error(bs, errp);
         block_node_free(bs);
@@ -383,6 +399,11 @@ BlockNode *block_node_open(Opts *opts, AioContext *ctx, Error **errp)
     block_node_register(bs);
     block_node_attach(bs);
     return bs;
+}
+
+BlockNode *block_node_open(Opts *opts, AioContext *ctx, Error **errp)
+{
+    return block_node_open_inner(opts, ctx, true, errp);
 }
 
 BlockNode *block_node_open_str(const char *str, AioContext *ctx, Error **errp)
@@ -403,7 +424,8 @@ BlockNode *block_node_open_child(BlockNode *parent, Opts *opts,
 
     assert_main_thread();
     if (child_opts) {
-        child = block_node_open(child_opts, parent->ctx, errp);
+        child = block_node_open_inner(child_opts, parent->ctx,
+                                      block_node_is_active(parent), errp);
     } else {
         if (!opts_get_str(opts, key, NULL, &name, errp)) {
             return NULL;
@@ -429,6 +451,13 @@ BlockNode *block_node_open_child(BlockNode *parent, Opts *opts,
     if (child && !parent->read_only && block_node_is_read_only(child)) {
         error_setg(errp, "Parameter '%s' is a read-only node: open this "
                    "one with read-only=on too", key);
+        return NULL;
+    }
+    if (child && block_node_is_active(parent) &&
+        !block_node_is_active(child)) {
+        error_setg(errp, "Parameter '%s': node '%s' is inactive; open this "
+                   "one with active=off too, or activate it first "
+                   "(blockdev-set-active)", key, child->node_name);
         return NULL;
     }
     return child;
@@ -475,6 +504,12 @@ const char *block_node_get_driver_name(const BlockNode *bs)
 bool block_node_is_read_only(const BlockNode *bs)
 {
     return bs->read_only;
+}
+
+bool block_node_is_active(const BlockNode *bs)
+{
+    return !atomic_load_explicit(&((BlockNode *)bs)->inactive,
+                                 memory_order_relaxed);
 }
 
 bool block_node_discard_enabled(const BlockNode *bs)
@@ -612,6 +647,86 @@ bool block_node_resize(BlockNode *bs, int64_t size, Error **errp)
                    "its size reads %" PRId64 " bytes", bs->node_name, size,
                    block_node_length(bs));
         return false;
+    }
+    return true;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Active and inactive                                                       */
+
+/* An active registered node whose child is bs, other than skip, or NULL. */
+static BlockNode *block_node_find_active_parent(const BlockNode *bs,
+                                                const BlockNode *skip)
+{
+    for (guint i = 0; block_node_order && i < block_node_order->len; i++) {
+        BlockNode *n = g_ptr_array_index(block_node_order, i);
+
+        if (n != skip && n->child == bs && block_node_is_active(n)) {
+            return n;
+        }
+    }
+    return NULL;
+}
+
+/* Change one node's state through its driver, then publish it. */
+static bool block_node_set_active_one(BlockNode *bs, bool active,
+                                      Error **errp)
+{
+    if (block_node_is_active(bs) == active) {
+        return true;
+    }
+    if (bs->drv->set_active && !bs->drv->set_active(bs, active, errp)) {
+        error_prepend(errp, "Cannot %s node '%s': ",
+                      active ? "activate" : "inactivate", bs->node_name);
+        return false;
+    }
+    atomic_store_explicit(&bs->inactive, !active, memory_order_relaxed);
+    return true;
+}
+
+/* Bottom-up; on failure the nodes activated here go back. */
+static bool block_node_activate(BlockNode *bs, Error **errp)
+{
+    bool child_was_active = bs->child && block_node_is_active(bs->child);
+
+    if (bs->child && !block_node_activate(bs->child, errp)) {
+        return false;
+    }
+    if (!block_node_set_active_one(bs, true, errp)) {
+        if (bs->child && !child_was_active) {
+            /* Undo what this call did below. */
+            block_node_set_active(bs->child, false, NULL);
+        }
+        return false;
+    }
+    return true;
+}
+
+bool block_node_set_active(BlockNode *bs, bool active, Error **errp)
+{
+    BlockNode *parent;
+
+    assert_main_thread();
+    if (active) {
+        return block_node_activate(bs, errp);
+    }
+    parent = block_node_find_active_parent(bs, NULL);
+    if (parent) {
+        error_setg(errp, "Cannot inactivate node '%s': node '%s' above it "
+                   "is active (inactivate that one)", bs->node_name,
+                   parent->node_name);
+        return false;
+    }
+    if (block_node_is_active(bs)) {
+        aio_run_sync(bs->ctx, block_node_drain_bh, bs);
+    }
+    for (BlockNode *n = bs; n; n = n->child) {
+        if (n != bs && block_node_find_active_parent(n, NULL)) {
+            break;          /* another active node still uses it */
+        }
+        if (!block_node_set_active_one(n, false, errp)) {
+            return false;
+        }
     }
     return true;
 }

@@ -63,7 +63,11 @@
  * lock; locking=auto (the default) behaves like on, except that a file
  * system without OFD locks (EINVAL, ENOTSUP, ENOLCK) is used unlocked,
  * silently.  The locks are Spindle's own: QEMU locks other bytes and does
- * not see them, nor do we see QEMU's.
+ * not see them, nor do we see QEMU's.  An inactive node (block.h; opened
+ * with active=off, or made inactive later) holds no lock at all, so
+ * another daemon can write the image meanwhile: going inactive syncs the
+ * file (fdatasync) and drops the lock, going active takes it as an open
+ * does (the same grace for a busy lock, the same error).
  *
  * Limits.  Without O_DIRECT any offset, length and buffer work (alignment
  * 1).  With O_DIRECT we ask the kernel (statx STATX_DIOALIGN); where it
@@ -138,6 +142,8 @@ typedef struct FilePosixState {
     char *filename;              /* as the user gave it, for messages */
     bool is_blkdev;
     bool locked;                 /* we hold the OFD lock */
+    FileLocking locking;         /* locking=, for activating later */
+    bool drop_cache;             /* drop-cache=: see file_set_active() */
     uint32_t block_size;         /* block devices: logical block size */
 
     /* The engine chosen at open; the instances are per queue. */
@@ -429,6 +435,31 @@ static void file_unlock(FilePosixState *s)
     }
 }
 
+/* Going inactive: what was written reaches storage, then the lock goes. */
+static bool file_set_active(BlockNode *bs, bool active, Error **errp)
+{
+    FilePosixState *s = bs->opaque;
+
+    if (active) {
+        if (!file_lock(bs, s->locking, errp)) {
+            return false;
+        }
+        /* Another host may have written the image while we were inactive
+         * (shared storage): what our page cache holds of it may be stale.
+         * QEMU's drop-cache=on, the default; a hint, errors ignored. */
+        if (s->drop_cache && !bs->cache_direct) {
+            posix_fadvise(s->fd, 0, 0, POSIX_FADV_DONTNEED);
+        }
+        return true;
+    }
+    if (!bs->read_only && fdatasync(s->fd) < 0) {
+        error_setg_errno(errp, errno, "Failed to flush '%s'", s->filename);
+        return false;
+    }
+    file_unlock(s);
+    return true;
+}
+
 /* ------------------------------------------------------------------------ */
 /* Limits                                                                    */
 
@@ -595,7 +626,6 @@ static bool file_read_options(BlockNode *bs, Opts *opts, int *aio_index,
     FilePosixState *s = bs->opaque;
     const char *filename;
     int locking_index;
-    bool drop_cache;
 
     if (!opts_get_str(opts, "filename", NULL, &filename, errp)) {
         return false;
@@ -608,9 +638,7 @@ static bool file_read_options(BlockNode *bs, Opts *opts, int *aio_index,
     if (!opts_get_enum(opts, "aio", file_aio_names, -1, aio_index, errp) ||
         !opts_get_enum(opts, "locking", file_locking_names,
                        FILE_LOCKING_AUTO, &locking_index, errp) ||
-        /* QEMU's drop-cache only matters for incoming migration, which
-         * Spindle does not do: accepted so that its command lines work. */
-        !opts_get_bool(opts, "drop-cache", true, &drop_cache, errp)) {
+        !opts_get_bool(opts, "drop-cache", true, &s->drop_cache, errp)) {
         return false;
     }
     *locking = locking_index;
@@ -620,15 +648,14 @@ static bool file_read_options(BlockNode *bs, Opts *opts, int *aio_index,
 static bool file_open(BlockNode *bs, Opts *opts, Error **errp)
 {
     FilePosixState *s = bs->opaque;
-    FileLocking locking;
     int aio_index;
 
     s->fd = -1;
     g_mutex_init(&s->size_lock);      /* cleared by file_close() */
-    if (!file_read_options(bs, opts, &aio_index, &locking, errp) ||
+    if (!file_read_options(bs, opts, &aio_index, &s->locking, errp) ||
         !file_open_image(bs, errp) ||
         !file_check_type(bs, errp) ||
-        !file_lock(bs, locking, errp) ||
+        (block_node_is_active(bs) && !file_lock(bs, s->locking, errp)) ||
         !file_set_limits(bs, errp) ||
         !file_engine_choose(bs, aio_index, errp)) {
         file_close(bs);
@@ -1107,4 +1134,5 @@ const BlockDriver block_driver_file = {
     .detach_queue = file_detach_queue,
     .io_plug = file_io_plug,
     .io_unplug = file_io_unplug,
+    .set_active = file_set_active,
 };

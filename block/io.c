@@ -135,6 +135,11 @@ static int64_t block_iov_size(const struct iovec *iov, int niov)
  */
 static int block_request_check(BlockNode *bs, BlockRequest *req)
 {
+    if (req->op != BLOCK_OP_READ &&
+        atomic_load_explicit(&bs->inactive, memory_order_relaxed)) {
+        /* Another process may own the image now (block.h). */
+        return -EPERM;
+    }
     switch (req->op) {
     case BLOCK_OP_READ:
     case BLOCK_OP_WRITE:

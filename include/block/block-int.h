@@ -127,6 +127,13 @@ struct BlockNode {
     bool no_flush;
     bool discard_unmap;          /* discard=unmap (else ignore) */
     bool auto_name;
+    /*
+     * Inactive (block_node_set_active()): set and cleared in the main
+     * thread while the node's users are stopped, read by every request's
+     * check in the home threads.  Relaxed: whoever starts a user again
+     * (aio_run_sync() into its thread) orders the change before it.
+     */
+    atomic_bool inactive;
     BlockLimits limits;
     BlockNode *child;            /* filters and formats: the node below */
     /*
@@ -349,6 +356,16 @@ struct BlockDriver {
 
     void (*io_plug)(BlockQueue *q);
     void (*io_unplug)(BlockQueue *q);
+
+    /*
+     * bs is becoming active (take what an active node holds: file's
+     * lock) or inactive (flush what was written, drop the lock).  bs is
+     * idle when it goes inactive.  Already reflected in bs->inactive
+     * only after success.  At open, open() reads block_node_is_active()
+     * instead.  Main thread.  NULL: nothing to do (null, raw, blkdebug:
+     * the generic layer walks down to the child).
+     */
+    bool (*set_active)(BlockNode *bs, bool active, Error **errp);
 };
 
 /*

@@ -19,8 +19,19 @@
  * buffers (O_DIRECT) and the caller's are not: then a bounce buffer is used.
  *
  * Errors come back as -errno in the completion: -EINVAL for a request past
- * the end or malformed, -EPERM for a write to a read-only node, -EIO,
- * -ENOSPC, ... from the host.
+ * the end or malformed, -EPERM for a write to a read-only node (or any
+ * request but a read to an inactive one), -EIO, -ENOSPC, ... from the host.
+ *
+ * Active and inactive (QEMU's names).  A node is active unless it was
+ * opened with active=off (a child opened inline under an inactive node
+ * inherits it) or made inactive since (block_node_set_active()).  An
+ * inactive node lets another process write the image: it holds no lock
+ * (file: no OFD lock at all), has flushed what it wrote, and refuses every
+ * request but READ with -EPERM: writes, write-zeroes, discards and
+ * flushes, as QEMU does for an inactive node.  Reads are allowed (they
+ * see the image as the writer left it on storage).  This is how two
+ * daemons, or two exports of one daemon, hand one image over during a
+ * live migration.
  *
  * Threads: open/close/lookup and context changes are main-thread functions;
  * submit, drain and plug run in the node's home thread.
@@ -90,8 +101,8 @@ typedef struct BlockLimits {
 
 /*
  * Create a node from options (driver=, node-name=, read-only=,
- * cache.direct=, cache.no-flush=, discard=ignore|unmap, plus the driver's
- * own) in ctx.  Child nodes given inline are created too; a child given as
+ * cache.direct=, cache.no-flush=, discard=ignore|unmap, active=, plus the
+ * driver's own) in ctx.  Child nodes given inline are created too; a child given as
  * a string is looked up by node-name.  The new node is registered under
  * its node-name (generated as "#blockN" if absent) and returned with one
  * reference.
@@ -119,6 +130,30 @@ bool block_node_discard_enabled(const BlockNode *bs);
 int64_t block_node_get_length(BlockNode *bs);
 void block_node_get_limits(const BlockNode *bs, BlockLimits *out);
 AioContext *block_node_get_aio_context(const BlockNode *bs);
+
+/*
+ * Whether bs is active (see the top of this file).  Any thread (a relaxed
+ * load: it changes only while the node's users are stopped).
+ */
+bool block_node_is_active(const BlockNode *bs);
+
+/*
+ * Make bs, and the nodes below it, active or inactive (QMP
+ * blockdev-set-active; exports handing an image over).  Already so:
+ * nothing to do, true.
+ *   Activating goes bottom-up: each node below bs first, then bs.  The
+ *   file driver takes its lock (waiting up to a second for a busy one,
+ *   like an open); if another process holds it, the error names the
+ *   image and says so, and every node keeps its state.
+ *   Inactivating goes top-down: bs must have no active parent (an active
+ *   node may not sit on an inactive one; the error names the parent).
+ *   bs is drained (its own requests: the caller stops every other user
+ *   first), then bs and each node below it that no other active node
+ *   uses flushes what it wrote to stable storage and drops its lock
+ *   (file).  A failed flush leaves that node, and those below it, active.
+ * Main thread.
+ */
+bool block_node_set_active(BlockNode *bs, bool active, Error **errp);
 
 /* Whether the node was opened with cache.direct=on / cache.no-flush=on. */
 bool block_node_get_cache_direct(const BlockNode *bs);
