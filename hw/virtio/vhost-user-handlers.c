@@ -22,6 +22,9 @@
  *      is only valid on a stopped ring (size, base), to be stopped (the
  *      addresses' handler checks that itself: their logging flag may
  *      change on a running ring);
+ *      A request after which rings may start (features, addresses, fds,
+ *      enable, the inflight region) is answered as ignored when the
+ *      server's owner refused to let them run (vu_queues_update());
  *   3. vu_answer() turns the result into the answer.  A refusal is
  *      logged (one line naming the export) and answered with a non-zero
  *      REPLY_ACK status when the front-end asked for one; otherwise, and
@@ -237,8 +240,7 @@ static VuResult vu_set_features(VuServer *s, VuMsg *msg, VuMsg *reply)
     for (unsigned i = 0; i < s->num_queues; i++) {
         virtqueue_set_features(s->queues[i].vq, features);
     }
-    vu_queues_update(s);
-    return VU_DONE;
+    return vu_queues_update(s) ? VU_DONE : VU_IGNORED;
 }
 
 static VuResult vu_get_protocol_features(VuServer *s, VuMsg *msg,
@@ -486,8 +488,7 @@ static VuResult vu_set_vring_addr(VuServer *s, VuQueue *q, VuMsg *msg,
     q->addrs = addrs;
     virtqueue_set_addrs(q->vq, &addrs);
     q->start_failed = false;
-    vu_queues_update(s);
-    return VU_DONE;
+    return vu_queues_update(s) ? VU_DONE : VU_IGNORED;
 }
 
 static VuResult vu_set_vring_base(VuServer *s, VuQueue *q, VuMsg *msg,
@@ -537,8 +538,7 @@ static VuResult vu_set_vring_fd(VuServer *s, VuQueue *q, VuMsg *msg,
     vu_queue_stop(s, q);
     set_fd(q->vq, fd);
     q->start_failed = false;
-    vu_queues_update(s);
-    return VU_DONE;
+    return vu_queues_update(s) ? VU_DONE : VU_IGNORED;
 }
 
 static VuResult vu_set_vring_kick(VuServer *s, VuQueue *q, VuMsg *msg,
@@ -577,8 +577,7 @@ static VuResult vu_set_vring_enable(VuServer *s, VuQueue *q, VuMsg *msg,
     if (!vu_queue_enabled(s, q)) {
         vu_queue_stop(s, q);
     }
-    vu_queues_update(s);
-    return VU_DONE;
+    return vu_queues_update(s) ? VU_DONE : VU_IGNORED;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -649,8 +648,7 @@ static VuResult vu_set_inflight_fd(VuServer *s, VuMsg *msg, VuMsg *reply)
     vu_log(s, "SET_INFLIGHT_FD: %s inflight region for %u queues of %u "
            "entries", resumed ? "resumed with an" : "new", in->num_queues,
            in->queue_size);
-    vu_queues_update(s);
-    return VU_DONE;
+    return vu_queues_update(s) ? VU_DONE : VU_IGNORED;
 }
 
 /* ------------------------------------------------------------------------ */

@@ -40,8 +40,16 @@
  * (vu_set_log()); a stopped ring gets it from the main thread, which owns
  * it then.  The used ring's logging (SET_VRING_ADDR's VHOST_VRING_F_LOG)
  * changes the same way (vu_queue_set_log_used()).
+ *
+ * Running or not: the server's owner (an export) hears when the device
+ * starts running, just before its first ring starts, and may refuse (the
+ * image is someone else's now: another export's, another daemon's); and
+ * when it stops, after its last running ring stopped and drained, with
+ * whether VHOST_F_LOG_ALL was on (a live migration's end: the owner hands
+ * the image over before GET_VRING_BASE is answered).
  */
 #include <errno.h>
+#include <stdio.h>
 #include <glib.h>
 
 #include "hw/virtio/vhost-user-server-int.h"
@@ -142,6 +150,16 @@ static VhostLog *vu_active_log(VuServer *s)
     return s->features & (1ull << VHOST_F_LOG_ALL) ? s->log : NULL;
 }
 
+/* Tell the owner that the device stopped running (rings_running). */
+static void vu_rings_stopped(VuServer *s)
+{
+    bool migrating = s->features & (1ull << VHOST_F_LOG_ALL);
+
+    if (s->rings_running) {
+        s->rings_running(s->rings_opaque, false, migrating, NULL);
+    }
+}
+
 static void vu_queue_start(VuServer *s, VuQueue *q)
 {
     VuQueueOp op = { .s = s, .q = q, .mem = s->mem };
@@ -191,6 +209,9 @@ void vu_queue_stop(VuServer *s, VuQueue *q)
         g_assert_not_reached();
     }
     SPINDLE_TRACE2(vu_queue_stop, index, q->base);
+    if (!vu_any_queue_started(s)) {
+        vu_rings_stopped(s);
+    }
 }
 
 bool vu_any_queue_started(VuServer *s)
@@ -203,13 +224,51 @@ bool vu_any_queue_started(VuServer *s)
     return false;
 }
 
-void vu_queues_update(VuServer *s)
+/*
+ * Before the first ring starts: ask the owner.  On refusal every ring
+ * that could start is marked failed, so that it is not asked again
+ * before the set-up changes.
+ */
+static bool vu_rings_may_start(VuServer *s)
 {
+    Error *err = NULL;
+
+    if (!s->rings_running || vu_any_queue_started(s) ||
+        s->rings_running(s->rings_opaque, true, false, &err)) {
+        return true;
+    }
     for (unsigned i = 0; i < s->num_queues; i++) {
         if (vu_queue_can_start(s, &s->queues[i])) {
-            vu_queue_start(s, &s->queues[i]);
+            s->queues[i].start_failed = true;
         }
     }
+    snprintf(s->why, sizeof(s->why), "rings not started: %s",
+             error_get_pretty(err));
+    error_free(err);
+    return false;
+}
+
+bool vu_queues_update(VuServer *s)
+{
+    bool was_running = vu_any_queue_started(s);
+    bool asked = false;
+
+    for (unsigned i = 0; i < s->num_queues; i++) {
+        if (!vu_queue_can_start(s, &s->queues[i])) {
+            continue;
+        }
+        if (!asked && !vu_rings_may_start(s)) {
+            return false;
+        }
+        asked = true;
+        vu_queue_start(s, &s->queues[i]);
+    }
+    if (asked && !was_running && !vu_any_queue_started(s)) {
+        /* Every start failed (rings outside guest memory): not running
+         * after all. */
+        vu_rings_stopped(s);
+    }
+    return true;
 }
 
 static void vu_stats_add(VirtQueueStats *acc, const VirtQueue *vq)
@@ -283,7 +342,9 @@ void vu_set_memory(VuServer *s, GuestMemory *mem)
     if (old) {
         guest_memory_unref(old);
     }
-    vu_queues_update(s);
+    if (!vu_queues_update(s)) {
+        vu_log(s, "%s", s->why);
+    }
 }
 
 static void vu_queue_set_log_bh(void *opaque)

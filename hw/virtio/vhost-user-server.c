@@ -215,6 +215,8 @@ static VuServer *vu_server_alloc(const VuServerConfig *cfg,
     s->inflight_tracking = cfg->inflight_tracking;
     s->event = cfg->event;
     s->event_opaque = cfg->event_opaque;
+    s->rings_running = cfg->rings_running;
+    s->rings_opaque = cfg->rings_opaque;
     s->listen_fd = -1;
     s->client_fd = -1;
     s->slave_fd = -1;

@@ -61,6 +61,10 @@ struct VuServer {
     bool inflight_tracking;   /* INFLIGHT_SHMFD offered */
     VuServerEventFn *event;
     void *event_opaque;
+    /* VuServerConfig.rings_running and its opaque. */
+    bool (*rings_running)(void *opaque, bool running, bool migrating,
+                          Error **errp);
+    void *rings_opaque;
 
     int listen_fd;            /* ours: created, or a dup of the given fd;
                                * -1 for a server without a socket */
@@ -160,8 +164,11 @@ bool vu_queue_enabled(VuServer *s, const VuQueue *q);
 bool vu_any_queue_started(VuServer *s);
 
 /* Start every ring that became startable (and did not fail to start
- * with the same set-up before). */
-void vu_queues_update(VuServer *s);
+ * with the same set-up before).  False if the server's owner refused to
+ * let the rings run (VuServerConfig.rings_running; s->why says why, for
+ * the caller to log): no ring started, and those that could have are
+ * marked failed. */
+bool vu_queues_update(VuServer *s);
 
 /* Stop a running ring and finish its requests; remembers its base. */
 void vu_queue_stop(VuServer *s, VuQueue *q);

@@ -90,6 +90,24 @@ typedef struct VuServerConfig {
     bool inflight_tracking;
     VuServerEventFn *event;      /* NULL: none; called with event_opaque */
     void *event_opaque;
+    /*
+     * The device starts or stops running (NULL: nobody cares), called
+     * with rings_opaque in the main thread:
+     *  - running=true just before the first ring starts (none runs).
+     *    Returning false (errp set) refuses: no ring starts; the refusal
+     *    is logged, a SET_VRING_KICK or SET_VRING_ENABLE that asked for
+     *    an acknowledgement (REPLY_ACK) gets an error one, and the rings
+     *    are tried again only when their set-up changes (a new kick fd,
+     *    a new session);
+     *  - running=false once the last running ring has stopped and its
+     *    requests are finished, before the answer to the request that
+     *    stopped it (GET_VRING_BASE, ...).  migrating: VHOST_F_LOG_ALL
+     *    was negotiated then, so the front-end is ending a live migration
+     *    (it stops the rings with logging still on).  errp is NULL.
+     */
+    bool (*rings_running)(void *opaque, bool running, bool migrating,
+                          Error **errp);
+    void *rings_opaque;
 } VuServerConfig;
 
 /*
