@@ -41,6 +41,25 @@
  * nodes are served by other exports from different contexts cannot run
  * in both: that is an error.
  *
+ * Hand-over (live migration).  A node is active (block.h: it holds its
+ * image and may be written) or inactive.  An export with allow-inactive=on
+ * (QEMU's option) may serve an inactive node as it is, and may share a
+ * node with a writable export: the destination of a migration on this
+ * host, or (active=off) the destination of one between hosts sharing the
+ * storage.  Such sharing is safe because only one export of a node may
+ * run at a time when either may write: the vhost-user server tells its
+ * export when its front-end starts (before the first ring starts) and
+ * stops (after the last ring stopped), export_set_running().  Starting
+ * is refused while another export of the node runs, or when a node cannot
+ * be activated (another process holds the image); otherwise the export's
+ * inactive nodes are activated.  Stopping with dirty logging on is the
+ * end of a live migration (QEMU stops the rings before logging is
+ * switched off): the nodes no other running export uses go inactive
+ * before GET_VRING_BASE is answered, so that the destination can take
+ * them.  A stop without logging (reset, disconnect) keeps them.  An
+ * export without allow-inactive activates its nodes when it is created,
+ * as QEMU's do.
+ *
  * Live management (the QMP monitor).  A started export's contexts are
  * fixed: a node bound later (export_add_lun() through the type's add_lun)
  * must come to exp->ctx.  A node no other export serves is idle, so it
@@ -200,6 +219,7 @@ typedef struct ExportCommonOpts {
     bool writable;
     bool writethrough;
     bool fixed_iothread;
+    bool allow_inactive;
     GPtrArray *iothreads;        /* of const char * (borrowed from opts) */
 } ExportCommonOpts;
 
@@ -238,6 +258,8 @@ static bool export_read_common(Opts *opts, ExportCommonOpts *c, Error **errp)
         !opts_get_str(opts, "id", NULL, &c->id, errp) ||
         !opts_get_bool(opts, "writethrough", false, &c->writethrough, errp) ||
         !opts_get_bool(opts, "fixed-iothread", false, &c->fixed_iothread,
+                       errp) ||
+        !opts_get_bool(opts, "allow-inactive", false, &c->allow_inactive,
                        errp) ||
         !export_read_iothreads(opts, c->iothreads, errp)) {
         return false;
@@ -334,7 +356,10 @@ static bool export_check_sharing(Export *exp, const ExportNode *n,
     if (!other) {
         return true;
     }
-    if (n->writable || other_node->writable) {
+    /* allow-inactive=on on either side: two guests taking turns (a live
+     * migration), which export_set_running() keeps one at a time. */
+    if ((n->writable || other_node->writable) &&
+        !exp->allow_inactive && !other->allow_inactive) {
         error_setg(errp, "%snode '%s' is already exported by '%s'; %s",
                    prefix, node, other->id,
                    n->writable ? "a writable export needs the node to itself"
@@ -404,6 +429,15 @@ static bool export_add_node(Export *exp, const char *what, BlockNode *bs,
     if (writable && block_node_is_read_only(bs)) {
         error_setg(errp, "%swritable=on, but node '%s' is read-only", prefix,
                    block_node_get_name(bs));
+        return false;
+    }
+    /* As in QEMU: an export that does not allow inactive nodes activates
+     * its node (taking the image), or fails. */
+    if (!exp->allow_inactive && !block_node_is_active(bs) &&
+        !block_node_set_active(bs, true, errp)) {
+        error_prepend(errp, "%snode '%s' is inactive (allow-inactive=on "
+                      "exports it as it is): ", prefix,
+                      block_node_get_name(bs));
         return false;
     }
     if (!exp->ctx) {
@@ -528,6 +562,7 @@ static void export_free(Export *exp)
     export_release_nodes(exp);
     g_array_unref(exp->nodes);
     g_free(exp->ctxs);
+    g_free(exp->start_error);
     g_free(exp->id);
     g_free(exp);
 }
@@ -606,6 +641,7 @@ static Export *export_create_inner(Opts *opts, AioContext *main_ctx,
     exp->main_ctx = main_ctx;
     exp->writethrough = c->writethrough;
     exp->fixed_iothread = c->fixed_iothread;
+    exp->allow_inactive = c->allow_inactive;
     exp->iothread = iot;
     /* NULL: where the first node is (export_add_node()). */
     exp->ctx = iot ? iothread_get_aio_context(iot) : NULL;
@@ -795,6 +831,175 @@ void export_refresh_sizes(void)
         }
     }
 }
+
+/* ------------------------------------------------------------------------ */
+/* Hand-over: one running front-end per image                                */
+
+bool export_is_running(const Export *exp)
+{
+    return exp->running;
+}
+
+bool export_get_allow_inactive(const Export *exp)
+{
+    return exp->allow_inactive;
+}
+
+const char *export_get_start_error(const Export *exp)
+{
+    return exp->start_error;
+}
+
+/*
+ * A running export other than exp (NULL: any) that serves bs; if n (exp's
+ * entry for bs) is given, only one where it or n may write.  NULL if
+ * none.
+ */
+static Export *export_running_user(const Export *exp, BlockNode *bs,
+                                   const ExportNode *n)
+{
+    for (guint i = 0; exports && i < exports->len; i++) {
+        Export *o = g_ptr_array_index(exports, i);
+        ExportNode *on;
+
+        if (o != exp && o->running && (on = export_node_entry(o, bs)) &&
+            (!n || n->writable || on->writable)) {
+            return o;
+        }
+    }
+    return NULL;
+}
+
+/* Inactivate exp's first count nodes again (a refused start's undo). */
+static void export_undo_activation(Export *exp, const bool *activated,
+                                   guint count)
+{
+    for (guint i = count; i-- > 0;) {
+        if (activated[i]) {
+            block_node_set_active(g_array_index(exp->nodes, ExportNode,
+                                                i).bs, false, NULL);
+        }
+    }
+}
+
+/* Take exp's nodes: check that nobody else runs them, activate them. */
+static bool export_take_nodes(Export *exp, Error **errp)
+{
+    g_autofree bool *activated = g_new0(bool, exp->nodes->len + 1);
+
+    for (guint i = 0; i < exp->nodes->len; i++) {
+        ExportNode *n = &g_array_index(exp->nodes, ExportNode, i);
+        Export *other = export_running_user(exp, n->bs, n);
+
+        if (other) {
+            error_setg(errp, "export '%s' cannot start: node '%s' is in use "
+                       "by export '%s', whose front-end is running (it "
+                       "releases the node when it stops at the end of a "
+                       "migration)", exp->id, block_node_get_name(n->bs),
+                       other->id);
+            return false;
+        }
+    }
+    for (guint i = 0; i < exp->nodes->len; i++) {
+        BlockNode *bs = g_array_index(exp->nodes, ExportNode, i).bs;
+
+        if (block_node_is_active(bs)) {
+            continue;
+        }
+        if (!block_node_set_active(bs, true, errp)) {
+            error_prepend(errp, "export '%s' cannot start: ", exp->id);
+            export_undo_activation(exp, activated, i);
+            return false;
+        }
+        activated[i] = true;
+        error_report("export '%s' took node '%s'", exp->id,
+                     block_node_get_name(bs));
+    }
+    return true;
+}
+
+/* The front-end migrated away: let the destination have the nodes. */
+static void export_release_nodes_for_migration(Export *exp)
+{
+    for (guint i = 0; i < exp->nodes->len; i++) {
+        BlockNode *bs = g_array_index(exp->nodes, ExportNode, i).bs;
+        Error *err = NULL;
+
+        if (!block_node_is_active(bs) ||
+            export_running_user(exp, bs, NULL)) {
+            continue;
+        }
+        if (!block_node_set_active(bs, false, &err)) {
+            error_prepend(&err, "export '%s' could not release node '%s': ",
+                          exp->id, block_node_get_name(bs));
+            error_report_err(err);
+            continue;
+        }
+        error_report("export '%s' released node '%s' (its front-end "
+                     "stopped with dirty logging on: migrated away)",
+                     exp->id, block_node_get_name(bs));
+    }
+}
+
+bool export_set_running(Export *exp, bool running, bool migrating,
+                        Error **errp)
+{
+    assert_main_thread();
+    if (!running) {
+        exp->running = false;
+        if (migrating) {
+            export_release_nodes_for_migration(exp);
+        }
+        return true;
+    }
+    g_clear_pointer(&exp->start_error, g_free);
+    if (!export_take_nodes(exp, errp)) {
+        exp->start_error = g_strdup(error_get_pretty(*errp));
+        return false;
+    }
+    exp->running = true;
+    return true;
+}
+
+/* One node for blockdev-set-active: refused under a running export. */
+static bool export_set_one_node_active(BlockNode *bs, bool active,
+                                       Error **errp)
+{
+    Export *user = active ? NULL : export_running_user(NULL, bs, NULL);
+
+    if (user) {
+        error_setg(errp, "Cannot inactivate node '%s': export '%s' is "
+                   "running on it (stop its front-end first)",
+                   block_node_get_name(bs), user->id);
+        return false;
+    }
+    return block_node_set_active(bs, active, errp);
+}
+
+bool export_set_node_active(BlockNode *bs, bool active, Error **errp)
+{
+    g_autoptr(GPtrArray) nodes = NULL;
+
+    assert_main_thread();
+    if (bs) {
+        return export_set_one_node_active(bs, active, errp);
+    }
+    /* Oldest first is children first: activate in that order, inactivate
+     * in the reverse (parents first, so no active parent is left). */
+    nodes = block_node_list();
+    for (guint k = 0; k < nodes->len; k++) {
+        guint i = active ? k : nodes->len - 1 - k;
+
+        if (!export_set_one_node_active(g_ptr_array_index(nodes, i), active,
+                                        errp)) {
+            return false;
+        }
+    }
+    return true;
+}
+
+/* ------------------------------------------------------------------------ */
+/* LUNs                                                                      */
 
 /* Whether exp's type has LUNs (add_lun and del_lun); an error if not. */
 static bool export_check_has_luns(const Export *exp, Error **errp)

@@ -149,6 +149,13 @@ static void vhost_user_export_event(void *opaque, VuServerEvent ev,
                       per_queue ? (int)count : -1);
 }
 
+/* VuServerConfig.rings_running: the hand-over (export.c). */
+static bool vhost_user_export_rings_running(void *opaque, bool running,
+                                            bool migrating, Error **errp)
+{
+    return export_set_running(opaque, running, migrating, errp);
+}
+
 bool vhost_user_export_serve(VhostUserExport *vu, Export *exp,
                              unsigned num_queues, const VuDevOps *ops,
                              void *dev, Error **errp)
@@ -166,6 +173,8 @@ bool vhost_user_export_serve(VhostUserExport *vu, Export *exp,
         .inflight_tracking = vu->inflight_tracking,
         .event = vhost_user_export_event,
         .event_opaque = vu,
+        .rings_running = vhost_user_export_rings_running,
+        .rings_opaque = exp,
     };
 
     assert_main_thread();

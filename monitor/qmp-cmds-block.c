@@ -1,6 +1,7 @@
 /*
  * QMP commands for block nodes: blockdev-add, blockdev-del,
- * query-named-block-nodes, block_resize and query-blockstats.
+ * query-named-block-nodes, blockdev-set-active, block_resize and
+ * query-blockstats.
  *
  * Theory of operation
  * -------------------
@@ -21,6 +22,15 @@
  * lives in (null: the main loop), "spindle-user-node" whether blockdev-del
  * can drop it.  "flat" is accepted and changes nothing: without backing
  * files there is no chain to flatten.
+ *
+ * blockdev-set-active is QEMU 10's: {"node-name": N (optional: every
+ * node), "active": bool}.  It makes the node and those below it active
+ * (taking the image's lock, or failing because another process holds
+ * it) or inactive (drained, flushed, unlocked: another process may write
+ * the image); export_set_node_active() refuses to inactivate a node a
+ * running export writes through.  Exports hand their nodes over by
+ * themselves at the start and end of a migration; this is for doing it
+ * by hand.  query-named-block-nodes shows "active" (QEMU 10's member).
  *
  * block_resize grows a node (block_node_resize(): the driver grows what is
  * below, and every node's length is read again), then export_refresh_sizes()
@@ -159,6 +169,7 @@ static JsonObject *node_info(BlockNode *bs)
     json_object_set_string_member(o, "node-name", block_node_get_name(bs));
     json_object_set_string_member(o, "drv", drv);
     json_object_set_boolean_member(o, "ro", block_node_is_read_only(bs));
+    json_object_set_boolean_member(o, "active", block_node_is_active(bs));
     json_object_set_string_member(o, "file", file);
     json_object_set_boolean_member(o, "encrypted", false);
     json_object_set_string_member(o, "detect_zeroes", "off");
@@ -214,6 +225,31 @@ static JsonNode *qmp_query_named_block_nodes(JsonObject *args, Error **errp)
         return NULL;
     }
     return qmp_return_array(node_entries(node_info));
+}
+
+/* ------------------------------------------------------------------------ */
+/* blockdev-set-active                                                       */
+
+static JsonNode *qmp_blockdev_set_active(JsonObject *args, Error **errp)
+{
+    static const char *const allowed[] = { "node-name", "active", NULL };
+    const char *node_name = NULL;
+    BlockNode *bs = NULL;
+    bool active;
+
+    assert_main_thread();
+    if (!qmp_arg_str(args, "node-name", false, &node_name, errp) ||
+        !qmp_arg_bool(args, "active", true, &active, errp) ||
+        !qmp_args_check(args, allowed, errp)) {
+        return NULL;
+    }
+    if (node_name && !(bs = find_node(node_name, errp))) {
+        return NULL;
+    }
+    if (!export_set_node_active(bs, active, errp)) {
+        return NULL;
+    }
+    return qmp_return_empty();
 }
 
 /* ------------------------------------------------------------------------ */
@@ -390,5 +426,6 @@ void qmp_register_block_commands(void)
     qmp_register_command("query-named-block-nodes",
                          qmp_query_named_block_nodes);
     qmp_register_command("block_resize", qmp_block_resize);
+    qmp_register_command("blockdev-set-active", qmp_blockdev_set_active);
     qmp_register_command("query-blockstats", qmp_query_blockstats);
 }

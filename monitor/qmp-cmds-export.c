@@ -27,8 +27,10 @@
  * query-block-exports gives QEMU's BlockExportInfo (the first node as
  * "node-name"; "shutting-down" is always false since deletion does not
  * outlive the command) plus Spindle's extras: every node served, the LUN
- * numbers (vhost-user-scsi), whether a front-end is connected, and each
- * queue's counters.
+ * numbers (vhost-user-scsi), whether a front-end is connected, the
+ * hand-over state (allow-inactive=on, whether the front-end runs and so
+ * holds the nodes, and why its last start was refused, while it has not
+ * run since), and each queue's counters.
  *
  * block-export-lun-add / -del are Spindle's (QEMU has no vhost-user-scsi
  * export): hot-plug a LUN into a running vhost-user-scsi export with the
@@ -184,6 +186,14 @@ static void export_info(Export *exp, void *opaque)
     }
     json_object_set_boolean_member(o, "spindle-client-connected",
                                    export_has_client(exp));
+    json_object_set_boolean_member(o, "spindle-allow-inactive",
+                                   export_get_allow_inactive(exp));
+    json_object_set_boolean_member(o, "spindle-running",
+                                   export_is_running(exp));
+    if (export_get_start_error(exp)) {
+        json_object_set_string_member(o, "spindle-start-error",
+                                      export_get_start_error(exp));
+    }
     json_object_set_array_member(o, "spindle-queues", export_queue_info(exp));
     json_array_add_object_element(list, o);
 }

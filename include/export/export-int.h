@@ -49,6 +49,11 @@ struct Export {
     bool started;                /* start() succeeded: ctx and ctxs are
                                   * fixed, nodes bound later must come to
                                   * ctx */
+    bool allow_inactive;         /* allow-inactive=on */
+    bool running;                /* a ring of its front-end runs: its
+                                  * nodes are active and its own */
+    char *start_error;           /* why the last start was refused, or
+                                  * NULL (it ran since) */
 };
 
 /*
@@ -138,6 +143,23 @@ bool export_move_new_node(Export *exp, BlockNode *bs, Error **errp);
  * bs any more (its requests drained).  Main thread.
  */
 void export_unbind_node(Export *exp, BlockNode *bs);
+
+/*
+ * The hand-over (VuServerConfig.rings_running of every vhost-user
+ * export): exp's front-end starts running (running=true, before its first
+ * ring starts) or stopped (running=false, after its last ring stopped;
+ * migrating: with dirty logging on, i.e. at the end of a live migration).
+ * Starting is refused (false, errp set, also kept for
+ * query-block-exports) while another export that shares a node with exp
+ * runs and one of the two may write it, or when a node cannot be
+ * activated (another process holds its image); otherwise every inactive
+ * node of exp is activated.  Stopping while migrating releases the nodes
+ * no other running export uses: they go inactive (drained, flushed,
+ * unlocked) before this returns, so the destination can take them as
+ * soon as the front-end moves on.  Each step is logged.  Main thread.
+ */
+bool export_set_running(Export *exp, bool running, bool migrating,
+                        Error **errp);
 
 /*
  * What every vhost-user export type's state starts with (its first

@@ -93,6 +93,24 @@ bool export_get_queue_stats(Export *exp, unsigned i, ExportQueueStats *out);
 /* "vhost-user-blk" or "vhost-user-scsi" (static). */
 const char *export_get_type(const Export *exp);
 
+/* Whether exp's front-end runs (it holds its nodes; export_set_running()
+ * in export-int.h), whether it was created with allow-inactive=on, and
+ * why its last start was refused (NULL if it ran since, or never was).
+ * Main thread. */
+bool export_is_running(const Export *exp);
+bool export_get_allow_inactive(const Export *exp);
+const char *export_get_start_error(const Export *exp);
+
+/*
+ * QMP blockdev-set-active: make node bs (NULL: every node) active or
+ * inactive (block_node_set_active()).  Inactivating a node that a
+ * running export serves is refused (its front-end writes through it;
+ * stop the front-end first, as a migration's end does).  With bs NULL,
+ * nodes go inactive from the top down and active from the bottom up, and
+ * the first error stops.  Main thread.
+ */
+bool export_set_node_active(BlockNode *bs, bool active, Error **errp);
+
 /* Whether a front-end is connected right now. */
 bool export_has_client(const Export *exp);
 
