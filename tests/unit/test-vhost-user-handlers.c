@@ -1405,6 +1405,123 @@ static void test_log_too_small(void)
     close(ram);
 }
 
+/* ------------------------------------------------------------------------ */
+/* Running or not: the owner's hook (an export's hand-over)                  */
+
+typedef struct RunLog {
+    bool refuse;                 /* the next start is refused */
+    unsigned starts, stops;
+    bool migrating;              /* of the last stop */
+} RunLog;
+
+static bool run_record(void *opaque, bool running, bool migrating,
+                       Error **errp)
+{
+    RunLog *log = opaque;
+
+    if (!running) {
+        g_assert_null(errp);
+        log->stops++;
+        log->migrating = migrating;
+        return true;
+    }
+    log->starts++;
+    if (log->refuse) {
+        error_setg(errp, "the image is busy");
+        return false;
+    }
+    return true;
+}
+
+static VuAnswer enable_ring(VuServer *s, unsigned index, VuMsg *reply)
+{
+    VhostUserVringState st = { .index = index, .num = 1 };
+    VuMsg m;
+
+    msg_init(&m, VHOST_USER_SET_VRING_ENABLE, NEED_REPLY, &st, sizeof(st));
+    return handle(s, &m, reply);
+}
+
+static void stop_ring(VuServer *s, unsigned index)
+{
+    VhostUserVringState st = { .index = index };
+    VuMsg reply;
+
+    get_reply(s, VHOST_USER_GET_VRING_BASE, &st, sizeof(st), &reply);
+}
+
+/*
+ * The owner hears of the first ring starting (and may refuse: no ring
+ * starts, an error ack) and of the last one stopping, with LOG_ALL.
+ */
+static void test_rings_running(void)
+{
+    Dummy d;
+    RunLog log = { .refuse = true };
+    VuServerConfig cfg = {
+        .listen_fd = -1, .num_queues = NUM_QUEUES,
+        .max_queue_size = MAX_QUEUE_SIZE, .ctxs = &ctx, .nctx = 1,
+        .ops = &dummy_ops, .dev = &d, .name = "test-handlers",
+        .rings_running = run_record, .rings_opaque = &log,
+    };
+    uint64_t log_all = 1ull << VHOST_F_LOG_ALL;
+    uint64_t features;
+    int ram = guest_ram_new();
+    VuServer *s;
+    VuMsg reply;
+
+    dummy_init(&d);
+    s = vu_server_new_socketless(&cfg, ctx, NULL);
+    g_assert_nonnull(s);
+    features = get_u64(s, VHOST_USER_GET_FEATURES);
+    send_u64(s, VHOST_USER_SET_PROTOCOL_FEATURES,
+             get_u64(s, VHOST_USER_GET_PROTOCOL_FEATURES));
+    send_u64(s, VHOST_USER_SET_FEATURES, features & ~log_all);
+    set_mem_table(s, ram);
+    for (unsigned i = 0; i < NUM_QUEUES; i++) {
+        setup_ring(s, i);
+        set_vring_fd(s, VHOST_USER_SET_VRING_CALL, i);
+        set_vring_fd(s, VHOST_USER_SET_VRING_KICK, i);
+    }
+
+    /* Refused: an error ack, no ring runs, and no second question for
+     * the same set-up. */
+    g_assert_cmpint(enable_ring(s, 0, &reply), ==, VU_ANSWER_REPLY);
+    check_ack(&reply, VHOST_USER_SET_VRING_ENABLE, 1);
+    g_assert_cmpstr(s->why, ==, "rings not started: the image is busy");
+    g_assert_false(ring_started(s, 0));
+    g_assert_cmpint(enable_ring(s, 0, &reply), ==, VU_ANSWER_REPLY);
+    g_assert_cmpuint(log.starts, ==, 1);
+
+    /* A new kick fd tries again; the second ring asks nothing. */
+    log.refuse = false;
+    set_vring_fd(s, VHOST_USER_SET_VRING_KICK, 0);
+    g_assert_true(ring_started(s, 0));
+    g_assert_cmpint(enable_ring(s, 1, &reply), ==, VU_ANSWER_REPLY);
+    check_ack(&reply, VHOST_USER_SET_VRING_ENABLE, 0);
+    g_assert_true(ring_started(s, 1));
+    g_assert_cmpuint(log.starts, ==, 2);
+
+    /* Stopped when the last ring stops; without LOG_ALL, no migration. */
+    stop_ring(s, 0);
+    g_assert_cmpuint(log.stops, ==, 0);
+    stop_ring(s, 1);
+    g_assert_cmpuint(log.stops, ==, 1);
+    g_assert_false(log.migrating);
+
+    /* With LOG_ALL switched on while running: the end of a migration. */
+    set_vring_fd(s, VHOST_USER_SET_VRING_KICK, 0);
+    g_assert_cmpuint(log.starts, ==, 3);
+    send_u64(s, VHOST_USER_SET_FEATURES, features);
+    stop_ring(s, 0);
+    g_assert_cmpuint(log.stops, ==, 2);
+    g_assert_true(log.migrating);
+
+    vu_server_free(s);
+    g_assert_cmpuint(log.stops, ==, 2);
+    close(ram);
+}
+
 static const TestCase tests[] = {
     { "/vhost-user-handlers/negotiate", test_negotiate },
     { "/vhost-user-handlers/rings", test_rings },
@@ -1419,6 +1536,7 @@ static const TestCase tests[] = {
     { "/vhost-user-handlers/ring-outside-memory", test_ring_outside_memory },
     { "/vhost-user-handlers/log/migration", test_log_migration },
     { "/vhost-user-handlers/log/too-small", test_log_too_small },
+    { "/vhost-user-handlers/rings-running", test_rings_running },
     { "/vhost-user-handlers/inflight/offered", test_inflight_offered },
     { "/vhost-user-handlers/inflight/get-set", test_inflight_get_set },
     { "/vhost-user-handlers/inflight/ring-too-big",
