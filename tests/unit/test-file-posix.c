@@ -989,6 +989,26 @@ static void test_locking_waits_for_a_dying_holder(void)
     aio_context_unref(ctx);
 }
 
+/* A 64 KiB image in the temporary directory and a context to open it in. */
+typedef struct LockImage {
+    AioContext *ctx;
+    char *path;
+} LockImage;
+
+static void lock_image_init(LockImage *im)
+{
+    im->ctx = ctx_new();
+    im->path = temp_file_in(g_get_tmp_dir());
+    g_assert_cmpint(truncate(im->path, 65536), ==, 0);
+}
+
+static void lock_image_cleanup(LockImage *im)
+{
+    unlink(im->path);
+    g_free(im->path);
+    aio_context_unref(im->ctx);
+}
+
 static void set_active_ok(BlockNode *bs, bool active)
 {
     Error *err = NULL;
@@ -1020,25 +1040,24 @@ static void check_inactive_refuses(BlockNode *bs)
  */
 static void test_inactive(void)
 {
-    AioContext *ctx = ctx_new();
-    g_autofree char *path = temp_file_in(g_get_tmp_dir());
-    g_autofree char *rw = g_strdup_printf("driver=file,filename=%s", path);
-    g_autofree char *off = g_strdup_printf("driver=file,node-name=a,"
-                                           "filename=%s,active=off", path);
-    g_autofree char *busy = g_strdup_printf("Cannot activate node 'a': Failed "
-                                            "to get write lock on '%s': is "
-                                            "another process using the "
-                                            "image?", path);
+    LockImage im;
+    g_autofree char *rw = NULL, *off = NULL, *busy = NULL;
     g_autofree uint8_t *buf = aligned_buf(4096);
     Error *err = NULL;
     BlockNode *a, *b;
 
-    g_assert_cmpint(truncate(path, 65536), ==, 0);
-    a = open_ok(off, ctx);
+    lock_image_init(&im);
+    rw = g_strdup_printf("driver=file,filename=%s", im.path);
+    off = g_strdup_printf("driver=file,node-name=a,filename=%s,active=off",
+                          im.path);
+    busy = g_strdup_printf("Cannot activate node 'a': Failed to get write "
+                           "lock on '%s': is another process using the "
+                           "image?", im.path);
+    a = open_ok(off, im.ctx);
     check_inactive_refuses(a);
     /* No lock: another process, or another node here, may write. */
-    g_assert_cmpint(lock_probe_in_child(path, F_WRLCK), ==, 0);
-    b = open_ok(rw, ctx);
+    g_assert_cmpint(lock_probe_in_child(im.path, F_WRLCK), ==, 0);
+    b = open_ok(rw, im.ctx);
 
     g_assert_false(block_node_set_active(a, true, &err));
     g_assert_cmpstr(error_get_pretty(err), ==, busy);
@@ -1048,67 +1067,65 @@ static void test_inactive(void)
     block_node_unref(b);
     set_active_ok(a, true);
     g_assert_true(block_node_is_active(a));
-    g_assert_cmpint(lock_probe_in_child(path, F_WRLCK), ==, 1);
+    g_assert_cmpint(lock_probe_in_child(im.path, F_WRLCK), ==, 1);
     memset(buf, 0x5a, 4096);
     g_assert_cmpint(node_io(a, BLOCK_OP_WRITE, 4096, buf, 4096, 0), ==, 0);
 
     /* Going inactive: flushed, unlocked, and writes stop. */
     set_active_ok(a, false);
     set_active_ok(a, false);
-    g_assert_cmpint(lock_probe_in_child(path, F_WRLCK), ==, 0);
+    g_assert_cmpint(lock_probe_in_child(im.path, F_WRLCK), ==, 0);
     check_inactive_refuses(a);
     g_assert_cmpint(node_io(a, BLOCK_OP_READ, 4096, buf, 4096, 0), ==, 0);
     g_assert_cmpint(buf[0], ==, 0x5a);
-    b = open_ok(rw, ctx);
+    b = open_ok(rw, im.ctx);
     block_node_unref(b);
     block_node_unref(a);
-    unlink(path);
-    aio_context_unref(ctx);
+    lock_image_cleanup(&im);
 }
 
 /* A filter over an inactive file: the state goes down the chain. */
 static void test_inactive_chain(void)
 {
-    AioContext *ctx = ctx_new();
-    g_autofree char *path = temp_file_in(g_get_tmp_dir());
-    g_autofree char *inline_off = g_strdup_printf(
-        "{\"driver\": \"raw\", \"node-name\": \"r\", \"active\": false, "
-        "\"file\": {\"driver\": \"file\", \"node-name\": \"f\", "
-        "\"filename\": \"%s\"}}", path);
-    g_autofree char *file_off = g_strdup_printf(
-        "driver=file,node-name=g,filename=%s,active=off", path);
+    LockImage im;
+    g_autofree char *inline_off = NULL, *file_off = NULL;
     Error *err = NULL;
     BlockNode *r, *f, *g;
 
-    g_assert_cmpint(truncate(path, 65536), ==, 0);
+    lock_image_init(&im);
+    inline_off = g_strdup_printf(
+        "{\"driver\": \"raw\", \"node-name\": \"r\", \"active\": false, "
+        "\"file\": {\"driver\": \"file\", \"node-name\": \"f\", "
+        "\"filename\": \"%s\"}}", im.path);
+    file_off = g_strdup_printf(
+        "driver=file,node-name=g,filename=%s,active=off", im.path);
     /* An inline child inherits active=off: no lock is taken at all. */
-    r = open_ok(inline_off, ctx);
+    r = open_ok(inline_off, im.ctx);
     f = block_node_get_child(r);
     g_assert_false(block_node_is_active(r));
     g_assert_false(block_node_is_active(f));
-    g_assert_cmpint(lock_probe_in_child(path, F_WRLCK), ==, 0);
+    g_assert_cmpint(lock_probe_in_child(im.path, F_WRLCK), ==, 0);
     check_inactive_refuses(r);
 
     /* Activating the filter activates the file below it. */
     set_active_ok(r, true);
     g_assert_true(block_node_is_active(f));
-    g_assert_cmpint(lock_probe_in_child(path, F_WRLCK), ==, 1);
+    g_assert_cmpint(lock_probe_in_child(im.path, F_WRLCK), ==, 1);
     g_assert_false(block_node_set_active(f, false, &err));
     g_assert_cmpstr(error_get_pretty(err), ==, "Cannot inactivate node 'f': "
                     "node 'r' above it is active (inactivate that one)");
     g_clear_pointer(&err, error_free);
     set_active_ok(r, false);
     g_assert_false(block_node_is_active(f));
-    g_assert_cmpint(lock_probe_in_child(path, F_WRLCK), ==, 0);
+    g_assert_cmpint(lock_probe_in_child(im.path, F_WRLCK), ==, 0);
     block_node_unref(r);
 
     /* An active node cannot be opened over an inactive one. */
-    g = open_ok(file_off, ctx);
-    open_fails("driver=raw,node-name=r2,file=g", ctx,
+    g = open_ok(file_off, im.ctx);
+    open_fails("driver=raw,node-name=r2,file=g", im.ctx,
                "Parameter 'file': node 'g' is inactive");
     block_node_unref(g);
-    unlink(path);
-    aio_context_unref(ctx);
+    lock_image_cleanup(&im);
 }
 
 /* ------------------------------------------------------------------------ */
