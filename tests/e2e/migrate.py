@@ -6,12 +6,15 @@ used by tests/functional/test_e2e_migrate.py:
     report = migrate.run_migrate(spindle, workdir, migrate.MigrateConfig())
     report.ok, report.failures, report.migrations
 
-One spindle serves the same raw image twice: two exports, each over its
-own file node opened with `locking=off` (one Spindle refuses a second
-writable export of one node, and the write lock cannot be handed from one
-node to the other yet), each on its own socket, each with `queues` queues
-over two IOThreads.  A guest (guest.qemu_command: TCG, RAM in a shared
-memfd) boots on export 0 and runs crashio (crashio.c): `writers` threads
+One spindle serves the raw image's node through two exports, each on its
+own socket, each with `queues` queues over two IOThreads; the second has
+allow-inactive=on, which lets it share the node with the first, and
+spindle hands the image from one to the other at each migration (the
+source's export releases the node when QEMU stops its rings with dirty
+logging on, the destination's takes it when its rings start: docs/cli.md,
+"Live migration").  (qemu-storage-daemon, flavour "qsd", gets two file
+nodes with locking=off instead.)  A guest (guest.qemu_command: TCG, RAM
+in a shared memfd) boots on export 0 and runs crashio (crashio.c): `writers` threads
 writing O_DIRECT blocks and reading their regions back after every
 acknowledged write.  With `reader`, readloop (readloop.c) runs beside it:
 it reads a region the host filled before the boot (region_pattern(): no
@@ -36,9 +39,9 @@ in the image file.
 
 With kind="scsi" the disk is a vhost-user-scsi one with two LUNs, each
 over its own image (the second 1 MiB bigger, so that the guest can tell
-its sdX apart), served by both exports the same way: crashio's writers are
-spread over the two LUNs, the reader reads each LUN's region in turn, and
-both images are checked.  qemu-storage-daemon has no vhost-user-scsi
+its sdX apart), each image's node served by both exports the same way:
+crashio's writers are spread over the two LUNs, the reader reads each
+LUN's region in turn, and both images are checked.  qemu-storage-daemon has no vhost-user-scsi
 export, so that is spindle only.
 
 QEMU 7.2 (Debian 12's) cannot be used: under TCG its migration loses
@@ -82,8 +85,10 @@ READ_BLOCK = 64 * 1024
 # The second SCSI LUN is this much bigger than the first, so that the guest
 # can tell them apart.
 SCSI_EXTRA = MiB
-# Lines of spindle's log about dirty logging (docs/cli.md, "Live migration").
-LOG_LINES = re.compile(r"SET_LOG_BASE|dirty logging|LOG_FD|dirty log")
+# Lines of spindle's log about dirty logging and the hand-over of the image
+# (docs/cli.md, "Live migration").
+LOG_LINES = re.compile(r"SET_LOG_BASE|dirty logging|LOG_FD|dirty log|"
+                       r"released node|took node|rings not started")
 MIGRATE_STATES_DONE = ("completed", "failed", "cancelled")
 
 
@@ -388,14 +393,8 @@ def run_migrate(program, workdir, config, log=lambda text: None):
         config.iothreads if config.flavour == "spindle" else 1)]
     if len(iothreads) == 1:
         iothreads = iothreads[0]
-    exports = [daemons.Export(str(image), str(workdir / f"vu{i}.sock"),
-                              num_queues=config.queues, iothread=iothreads,
-                              node_opts=",cache.direct=on,locking=off")
-               for i in range(2)]
-    if config.kind == "scsi":
-        exports = _scsi_exports(config, images, workdir, iothreads)
-    daemon = daemons.Daemon(program, exports, config.flavour, workdir,
-                            log_path=workdir / "spindle.log")
+    sockets, daemon = _backend(program, workdir, config, images,
+                               iothreads)
     kernel, version = find_kernel()
     run_id = (config.seed << 16) | 1
     files = {GUEST_CRASHIO: crashio}
@@ -415,7 +414,7 @@ def run_migrate(program, workdir, config, log=lambda text: None):
             extra += ("-trace", "vhost_user_*", "-D",
                       str(workdir / f"trace.{len(qemus)}.log"))
         cmd = guest.qemu_command(
-            kernel, initrd, [guest.Disk(exports[export].socket,
+            kernel, initrd, [guest.Disk(sockets[export],
                                         num_queues=config.queues,
                                         kind=config.kind)],
             smp=config.smp, mem_mb=config.mem_mb,
@@ -502,15 +501,47 @@ def region_pattern(size, seed):
                        *(_splitmix64(base + k) for k in range(size // 8)))
 
 
-def _scsi_exports(config, images, workdir, iothreads):
-    """Two vhost-user-scsi exports with the same two LUNs, LUN d over
-    image d."""
-    return [daemons.ScsiExport(
-        [daemons.ScsiLun(str(path), writable=True,
-                         node_opts=",cache.direct=on,locking=off")
-         for path in images],
-        str(workdir / f"vu{i}.sock"), num_queues=config.queues,
-        iothread=iothreads) for i in range(2)]
+def _backend(program, workdir, config, images, iothreads):
+    """The daemon serving the images on two sockets (see the module's
+    docstring): (the sockets, the daemon, not started)."""
+    sockets = [str(workdir / f"vu{i}.sock") for i in range(2)]
+    if config.flavour != "spindle":
+        exports = [daemons.Export(str(images[0]), sock,
+                                  num_queues=config.queues,
+                                  iothread=iothreads,
+                                  node_opts=",cache.direct=on,locking=off")
+                   for sock in sockets]
+        return sockets, daemons.Daemon(program, exports, config.flavour,
+                                       workdir,
+                                       log_path=workdir / "spindle.log")
+    iots = [iothreads] if isinstance(iothreads, str) else iothreads
+    nodes = [arg for d, path in enumerate(images) for arg in (
+        "--blockdev", f"driver=file,node-name=d{d},filename={path},"
+                      "cache.direct=on")]
+    exports = [arg for i, sock in enumerate(sockets)
+               for arg in _export_args(config, i, sock, iots, len(images))]
+    return sockets, daemons.Daemon(
+        program, [], config.flavour, workdir, iothreads=iots,
+        extra_args=[*nodes, *exports], extra_sockets=sockets,
+        log_path=workdir / "spindle.log")
+
+
+def _export_args(config, i, socket, iots, ndev):
+    """--export for spindle's export i (e{i}) on socket, serving nodes
+    d0..: as its disk (blk) or its LUNs (scsi); the second one with
+    allow-inactive=on, so that it may share them with the first."""
+    opts = [f"type=vhost-user-{config.kind}", f"id=e{i}", "addr.type=unix",
+            f"addr.path={socket}", f"num-queues={config.queues}"]
+    opts += ([f"iothread={iots[0]}"] if len(iots) == 1 else
+             [f"iothread.{n}={iot}" for n, iot in enumerate(iots)])
+    if config.kind == "scsi":
+        opts += [f"lun.{d}.{key}" for d in range(ndev)
+                 for key in (f"node-name=d{d}", "writable=on")]
+    else:
+        opts += ["node-name=d0", "writable=on"]
+    if i == 1:
+        opts.append("allow-inactive=on")
+    return ["--export", ",".join(opts)]
 
 
 def _migrations(config, command, state, qemus, report, workdir, log):

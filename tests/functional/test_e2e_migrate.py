@@ -4,9 +4,10 @@ A real Linux guest (QEMU under TCG, 2 vCPUs) boots on a vhost-user-blk
 export with 2 queues over 2 IOThreads and runs crashio (O_DIRECT writes,
 each followed by a read-back of the writer's region) and readloop (O_DIRECT
 reads of a region the host filled into buffers only the device writes,
-checked after each pass).  One spindle
-serves the image twice, each export over its own file node with
-locking=off (the lock hand-over is not built yet).  The guest is migrated
+checked after each pass).  One spindle serves the image's one node
+through two exports, the second with allow-inactive=on, and hands the
+image from the source's export to the destination's at each migration.
+The guest is migrated
 over a UNIX socket to a second QEMU on the other export and back again,
 three times (tests/e2e/migrate.py does the work): every migration must
 complete, the guest must go on writing on the destination, crashio must
@@ -81,6 +82,11 @@ def _run(monkeypatch, what, config):
     # held the host's data (report.ok): with reads not logged, buffers
     # filled after the RAM was copied would reach the destination stale.
     assert report.reads_during_migrations > 0, _describe(report)
+    # Each migration handed the node over: released by the source's
+    # export when its rings stopped, taken by the destination's.
+    for step in ("released node 'd0'", "took node 'd0'"):
+        assert sum(step in line for line in report.spindle_log_lines) \
+            == MIGRATIONS, _describe(report)
     # Both exports were given a log and switched logging on.
     for export in ("e0", "e1"):
         assert any(f"'{export}': SET_LOG_BASE" in line
