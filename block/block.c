@@ -608,6 +608,11 @@ static bool block_node_resize_check(BlockNode *bs, int64_t size, Error **errp)
         error_setg(errp, "Node '%s' is read-only", bs->node_name);
         return false;
     }
+    if (!block_node_is_active(bs)) {
+        /* The image may be another process's now: not ours to grow. */
+        error_setg(errp, "Node '%s' is inactive", bs->node_name);
+        return false;
+    }
     if (size <= 0) {
         error_setg(errp, "Invalid size %" PRId64 " for node '%s': it must be "
                    "positive", size, bs->node_name);

@@ -144,6 +144,26 @@ static Export *export_find_other_by_node(BlockNode *bs, Export *skip,
     return NULL;
 }
 
+/*
+ * A running export other than exp (NULL: any) that serves bs; if n (exp's
+ * entry for bs) is given, only one where it or n may write.  NULL if
+ * none.
+ */
+static Export *export_running_user(const Export *exp, BlockNode *bs,
+                                   const ExportNode *n)
+{
+    for (guint i = 0; exports && i < exports->len; i++) {
+        Export *o = g_ptr_array_index(exports, i);
+        ExportNode *on;
+
+        if (o != exp && o->running && (on = export_node_entry(o, bs)) &&
+            (!n || n->writable || on->writable)) {
+            return o;
+        }
+    }
+    return NULL;
+}
+
 static const ExportDriver *export_driver_find(const char *type)
 {
     for (int i = 0; export_drivers[i]; i++) {
@@ -410,6 +430,37 @@ static bool export_check_sharing(Export *exp, const ExportNode *n,
 }
 
 /*
+ * Whether exp may take node n as it is: as in QEMU, an export that does
+ * not allow inactive nodes activates its node (taking the image) or
+ * fails; so does a running export (a LUN added while its front-end
+ * runs), which must also not meet another running writer of the node.
+ */
+static bool export_add_node_check_state(Export *exp, const char *prefix,
+                                        const ExportNode *n, Error **errp)
+{
+    Export *other = exp->running ? export_running_user(exp, n->bs, n) : NULL;
+
+    if (other) {
+        error_setg(errp, "%snode '%s' is in use by export '%s', whose "
+                   "front-end is running", prefix, block_node_get_name(n->bs),
+                   other->id);
+        return false;
+    }
+    if ((exp->allow_inactive && !exp->running) ||
+        block_node_is_active(n->bs)) {
+        return true;
+    }
+    if (!block_node_set_active(n->bs, true, errp)) {
+        error_prepend(errp, "%snode '%s' is inactive%s: ", prefix,
+                      block_node_get_name(n->bs),
+                      exp->running ? ""
+                      : " (allow-inactive=on exports it as it is)");
+        return false;
+    }
+    return true;
+}
+
+/*
  * Add bs to exp's nodes after the checks of export_bind_node(); what
  * names the option ("node-name", "lun.1").
  */
@@ -431,13 +482,7 @@ static bool export_add_node(Export *exp, const char *what, BlockNode *bs,
                    block_node_get_name(bs));
         return false;
     }
-    /* As in QEMU: an export that does not allow inactive nodes activates
-     * its node (taking the image), or fails. */
-    if (!exp->allow_inactive && !block_node_is_active(bs) &&
-        !block_node_set_active(bs, true, errp)) {
-        error_prepend(errp, "%snode '%s' is inactive (allow-inactive=on "
-                      "exports it as it is): ", prefix,
-                      block_node_get_name(bs));
+    if (!export_add_node_check_state(exp, prefix, &n, errp)) {
         return false;
     }
     if (!exp->ctx) {
@@ -848,26 +893,6 @@ bool export_get_allow_inactive(const Export *exp)
 const char *export_get_start_error(const Export *exp)
 {
     return exp->start_error;
-}
-
-/*
- * A running export other than exp (NULL: any) that serves bs; if n (exp's
- * entry for bs) is given, only one where it or n may write.  NULL if
- * none.
- */
-static Export *export_running_user(const Export *exp, BlockNode *bs,
-                                   const ExportNode *n)
-{
-    for (guint i = 0; exports && i < exports->len; i++) {
-        Export *o = g_ptr_array_index(exports, i);
-        ExportNode *on;
-
-        if (o != exp && o->running && (on = export_node_entry(o, bs)) &&
-            (!n || n->writable || on->writable)) {
-            return o;
-        }
-    }
-    return NULL;
 }
 
 /* Inactivate exp's first count nodes again (a refused start's undo). */

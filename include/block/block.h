@@ -184,7 +184,8 @@ GPtrArray *block_node_list(void);
  * size= cannot be resized).  Afterwards every registered node's length is
  * read again (a filter over bs grows with it), published with release
  * stores: requests submitted later may use the new space.  Requests may
- * be in flight meanwhile.  Errors leave the size as it was.  Main thread.
+ * be in flight meanwhile.  An inactive node cannot be resized.  Errors
+ * leave the size as it was.  Main thread.
  */
 bool block_node_resize(BlockNode *bs, int64_t size, Error **errp);
 

@@ -1076,6 +1076,9 @@ static void test_inactive(void)
     set_active_ok(a, false);
     g_assert_cmpint(lock_probe_in_child(im.path, F_WRLCK), ==, 0);
     check_inactive_refuses(a);
+    g_assert_false(block_node_resize(a, 131072, &err));
+    g_assert_cmpstr(error_get_pretty(err), ==, "Node 'a' is inactive");
+    g_clear_pointer(&err, error_free);
     g_assert_cmpint(node_io(a, BLOCK_OP_READ, 4096, buf, 4096, 0), ==, 0);
     g_assert_cmpint(buf[0], ==, 0x5a);
     b = open_ok(rw, im.ctx);
