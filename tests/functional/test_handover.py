@@ -38,10 +38,17 @@ def blockdev(image, extra=""):
             f"driver=file,node-name=disk,filename={image}{extra}"]
 
 
-def export(workdir, name, extra=""):
+def export(workdir, name, extra="", device="blk"):
+    """A writable export of node disk; for scsi, as its LUN 0."""
+    node = ("node-name=disk,writable=on" if device == "blk" else
+            "lun.0.node-name=disk,lun.0.writable=on")
     return ["--export",
-            f"type=vhost-user-blk,id={name},node-name=disk,writable=on,"
+            f"type=vhost-user-{device},id={name},{node},"
             f"addr.type=unix,addr.path={workdir / name}.sock{extra}"]
+
+
+# The client's I/O commands for each device.
+IO = {"blk": ("write", "read"), "scsi": ("scsi-write", "scsi-read")}
 
 
 class Session:
@@ -86,35 +93,37 @@ def node_active(daemon):
     return node["active"]
 
 
-def source_session(client, sock, workdir):
+def source_session(client, sock, workdir, device):
     """The source guest: writes 64 KiB of pattern 1, waits for go0,
     migrates away (logging on, rings stopped), waits for go1 and tries to
     run again (a new session)."""
-    return Session(client, sock, "write", "0", "64k", "--pattern", "1",
+    write, _ = IO[device]
+    return Session(client, sock, write, "0", "64k", "--pattern", "1",
                    "touch", workdir / "ready0", "wait-file", workdir / "go0",
                    "log-start", "stop", "touch", workdir / "stopped0",
                    "wait-file", workdir / "go1", "reconnect")
 
 
-def destination_session(client, sock, workdir):
+def destination_session(client, sock, workdir, device):
     """The destination guest: finds the source's data, writes its own,
     and keeps running until go2."""
-    return Session(client, sock, "read", "0", "64k", "--verify", "1",
-                   "write", "1M", "64k", "--pattern", "3",
+    write, read = IO[device]
+    return Session(client, sock, read, "0", "64k", "--verify", "1",
+                   write, "1M", "64k", "--pattern", "3",
                    "touch", workdir / "ready1", "wait-file", workdir / "go2")
 
 
-def check_refused(client, sock):
+def check_refused(client, sock, device):
     """A session on sock cannot start its rings (and writes nothing)."""
-    rc, doc = vu(client, sock, "write", "0", "4k", "--pattern", "2")
+    rc, doc = vu(client, sock, IO[device][0], "0", "4k", "--pattern", "2")
     assert rc == 1 and REFUSED in doc["error"], doc
 
 
 def run_migration(client, workdir, src, dst, src_sock, dst_sock,
-                  busy_because):
+                  busy_because, device="blk"):
     """The hand-over from src's export e0 to dst's e1 (src and dst may be
     one daemon); busy_because: what e1's refused start says."""
-    source = source_session(client, src_sock, workdir)
+    source = source_session(client, src_sock, workdir, device)
     destination = None
     try:
         source.wait_for(workdir / "ready0")
@@ -122,7 +131,7 @@ def run_migration(client, workdir, src, dst, src_sock, dst_sock,
         assert node_active(src)
 
         # The destination may not start while the source runs.
-        check_refused(client, dst_sock)
+        check_refused(client, dst_sock, device)
         info = export_info(dst, "e1")
         assert not info["spindle-running"]
         assert busy_because in info["spindle-start-error"]
@@ -134,7 +143,7 @@ def run_migration(client, workdir, src, dst, src_sock, dst_sock,
         assert not node_active(src)
         assert "export 'e0' released node 'disk'" in src.stderr()
 
-        destination = destination_session(client, dst_sock, workdir)
+        destination = destination_session(client, dst_sock, workdir, device)
         destination.wait_for(workdir / "ready1")
         info = export_info(dst, "e1")
         assert info["spindle-running"]
@@ -157,17 +166,19 @@ def run_migration(client, workdir, src, dst, src_sock, dst_sock,
         if destination:
             destination.kill()
     # The refused writes of pattern 2 never landed; the others did.
-    vu_ok(client, dst_sock, "read", "0", "64k", "--verify", "1",
-          "read", "1M", "64k", "--verify", "3")
+    read = IO[device][1]
+    vu_ok(client, dst_sock, read, "0", "64k", "--verify", "1",
+          read, "1M", "64k", "--verify", "3")
 
 
 # --------------------------------------------------------------------------
 # One daemon, one node, two exports
 
-def test_same_host_handover(spindle, client, workdir):
+@pytest.mark.parametrize("device", ["blk", "scsi"])
+def test_same_host_handover(spindle, client, workdir, device):
     image = make_image(workdir / "disk.img", IMAGE_SIZE)
-    args = [*blockdev(image), *export(workdir, "e0"),
-            *export(workdir, "e1", ",allow-inactive=on")]
+    args = [*blockdev(image), *export(workdir, "e0", device=device),
+            *export(workdir, "e1", ",allow-inactive=on", device)]
     with SpindleQmp(spindle, workdir, args).start() as d:
         info = export_info(d, "e1")
         assert info["spindle-allow-inactive"]
@@ -176,7 +187,7 @@ def test_same_host_handover(spindle, client, workdir):
         run_migration(client, workdir, d, d, workdir / "e0.sock",
                       workdir / "e1.sock",
                       "node 'disk' is in use by export 'e0', whose "
-                      "front-end is running")
+                      "front-end is running", device)
 
 
 def test_two_writable_exports_need_allow_inactive(spindle, workdir):
@@ -280,3 +291,36 @@ def test_blockdev_set_active(spindle, workdir):
         cls, desc = q.error("blockdev-set-active",
                             {"active": True, "colour": "red"})
         assert "colour" in desc
+
+
+def test_lun_added_while_running_is_taken(spindle, client, workdir):
+    """A LUN hot-added to an allow-inactive export: left inactive while its
+    front-end does not run, activated when it does."""
+    image = make_image(workdir / "disk.img", IMAGE_SIZE)
+    images = [make_image(workdir / f"l{i}.img", IMAGE_SIZE) for i in (1, 2)]
+    args = [*blockdev(image),
+            *export(workdir, "e0", ",allow-inactive=on", "scsi")]
+    with SpindleQmp(spindle, workdir, args).start() as d:
+        for i, img in enumerate(images, 1):
+            d.qmp.cmd("blockdev-add", {"driver": "file", "node-name": f"l{i}",
+                                       "filename": str(img), "active": False})
+        d.qmp.cmd("block-export-lun-add", {"id": "e0", "lun": 1,
+                                           "node-name": "l1", "writable": True})
+        session = Session(client, workdir / "e0.sock", "scsi-write", "0",
+                          "4k", "touch", workdir / "ready", "wait-file",
+                          workdir / "go", "scsi-write", "0", "4k", "--lun",
+                          "2")
+        try:
+            session.wait_for(workdir / "ready")
+            d.qmp.cmd("block-export-lun-add", {"id": "e0", "lun": 2,
+                                               "node-name": "l2",
+                                               "writable": True})
+            active = {n["node-name"]: n["active"]
+                      for n in d.qmp.cmd("query-named-block-nodes")}
+            # The running export took l1 when it started, l2 when added.
+            assert active == {"disk": True, "l1": True, "l2": True}
+            (workdir / "go").write_text("")
+            rc, out, err = session.finish()
+            assert rc == 0, out
+        finally:
+            session.kill()
