@@ -12,8 +12,11 @@ allow-inactive=on, which lets it share the node with the first, and
 spindle hands the image from one to the other at each migration (the
 source's export releases the node when QEMU stops its rings with dirty
 logging on, the destination's takes it when its rings start: docs/cli.md,
-"Live migration").  (qemu-storage-daemon, flavour "qsd", gets two file
-nodes with locking=off instead.)  A guest (guest.qemu_command: TCG, RAM
+"Live migration").  With `cross_process`, two spindles serve it instead,
+one export each, as two hosts sharing the storage would: the second opens
+its node with active=off, and the image's lock passes from one process to
+the other at each migration.  (qemu-storage-daemon, flavour "qsd", gets
+two file nodes with locking=off instead.)  A guest (guest.qemu_command: TCG, RAM
 in a shared memfd) boots on export 0 and runs crashio (crashio.c): `writers` threads
 writing O_DIRECT blocks and reading their regions back after every
 acknowledged write.  With `reader`, readloop (readloop.c) runs beside it:
@@ -122,6 +125,8 @@ class MigrateConfig:
     trace: bool = False           # QEMU's vhost_user_* trace in trace.N.log
     compare_memory: bool = False  # diagnosis: the destination starts paused
                                   # (-S), both memories are saved and compared
+    cross_process: bool = False   # spindle: one daemon per export, as on two
+                                  # hosts sharing the images
 
 
 @dataclass
@@ -515,15 +520,45 @@ def _backend(program, workdir, config, images, iothreads):
                                        workdir,
                                        log_path=workdir / "spindle.log")
     iots = [iothreads] if isinstance(iothreads, str) else iothreads
-    nodes = [arg for d, path in enumerate(images) for arg in (
-        "--blockdev", f"driver=file,node-name=d{d},filename={path},"
-                      "cache.direct=on")]
-    exports = [arg for i, sock in enumerate(sockets)
-               for arg in _export_args(config, i, sock, iots, len(images))]
-    return sockets, daemons.Daemon(
-        program, [], config.flavour, workdir, iothreads=iots,
-        extra_args=[*nodes, *exports], extra_sockets=sockets,
-        log_path=workdir / "spindle.log")
+
+    def nodes(extra=""):
+        return [arg for d, path in enumerate(images) for arg in (
+            "--blockdev", f"driver=file,node-name=d{d},filename={path},"
+                          f"cache.direct=on{extra}")]
+
+    exports = [_export_args(config, i, sock, iots, len(images))
+               for i, sock in enumerate(sockets)]
+    if not config.cross_process:
+        return sockets, daemons.Daemon(
+            program, [], config.flavour, workdir, iothreads=iots,
+            extra_args=[*nodes(), *exports[0], *exports[1]],
+            extra_sockets=sockets, log_path=workdir / "spindle.log")
+    # The second spindle's nodes are inactive until its guest starts.
+    return sockets, _SpindlePair(workdir / "spindle.log", [
+        daemons.Daemon(program, [], config.flavour, workdir, iothreads=iots,
+                       extra_args=[*nodes(extra), *exports[i]],
+                       extra_sockets=[sockets[i]],
+                       log_path=workdir / f"spindle-{i}.log")
+        for i, extra in enumerate(("", ",active=off"))])
+
+
+class _SpindlePair:
+    """Two spindles started and stopped as one (cross_process); at the
+    stop their logs go into log_path, one after the other."""
+
+    def __init__(self, log_path, pair):
+        self.log_path = log_path
+        self.pair = pair
+
+    def start(self):
+        for d in self.pair:
+            d.start()
+        return self
+
+    def stop(self):
+        statuses = [d.stop() for d in self.pair]
+        self.log_path.write_text("".join(d.stderr() for d in self.pair))
+        return next((s for s in statuses if s != 0), 0)
 
 
 def _export_args(config, i, socket, iots, ndev):

@@ -6,7 +6,10 @@ each followed by a read-back of the writer's region) and readloop (O_DIRECT
 reads of a region the host filled into buffers only the device writes,
 checked after each pass).  One spindle serves the image's one node
 through two exports, the second with allow-inactive=on, and hands the
-image from the source's export to the destination's at each migration.
+image from the source's export to the destination's at each migration;
+the two-spindles variant does the same with two spindles on one image, as
+two hosts sharing the storage (the destination's node opened with
+active=off, the image's lock passing from one process to the other).
 The guest is migrated
 over a UNIX socket to a second QEMU on the other export and back again,
 three times (tests/e2e/migrate.py does the work): every migration must
@@ -96,9 +99,12 @@ def _run(monkeypatch, what, config):
     return report
 
 
-def test_blk_migrates_back_and_forth(monkeypatch):
+@pytest.mark.parametrize("cross_process", [False, True],
+                         ids=["one-spindle", "two-spindles"])
+def test_blk_migrates_back_and_forth(monkeypatch, cross_process):
     report = _run(monkeypatch, "migrate blk", migrate.MigrateConfig(
-        migrations=MIGRATIONS, queues=2, iothreads=2, smp=2))
+        migrations=MIGRATIONS, queues=2, iothreads=2, smp=2,
+        cross_process=cross_process))
     assert report.results.get("vda.hw_queues") == "2"
 
 
