@@ -482,15 +482,13 @@ static bool export_add_node(Export *exp, const char *what, BlockNode *bs,
                    block_node_get_name(bs));
         return false;
     }
-    if (!export_add_node_check_state(exp, prefix, &n, errp)) {
-        return false;
-    }
     if (!exp->ctx) {
         /* No iothread: the export runs where its first node is. */
         exp->ctx = block_node_get_aio_context(bs);
     }
     n.what = g_strdup(what);
-    if (!export_check_sharing(exp, &n, errp)) {
+    if (!export_check_sharing(exp, &n, errp) ||
+        !export_add_node_check_state(exp, prefix, &n, errp)) {
         g_free(n.what);
         return false;
     }
