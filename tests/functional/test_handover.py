@@ -221,6 +221,22 @@ def test_running_export_keeps_its_node(spindle, client, workdir):
         assert "released" not in d.stderr()
 
 
+def test_failed_migration_source_takes_node_back(spindle, client, workdir):
+    """A migration that fails after the source's rings stopped: QEMU starts
+    them again, and the source's export takes its node back."""
+    image = make_image(workdir / "disk.img", IMAGE_SIZE)
+    args = [*blockdev(image), *export(workdir, "e0"),
+            *export(workdir, "e1", ",allow-inactive=on")]
+    with SpindleQmp(spindle, workdir, args).start() as d:
+        vu_ok(client, workdir / "e0.sock", "write", "0", "64k", "--pattern",
+              "1", "log-start", "stop", "reconnect", "write", "64k", "64k",
+              "--pattern", "2", "read", "0", "64k", "--verify", "1")
+        log = d.stderr()
+        assert log.index("export 'e0' released node 'disk'") < \
+            log.index("export 'e0' took node 'disk'")
+        assert node_active(d)
+
+
 # --------------------------------------------------------------------------
 # Two daemons, one image (shared storage)
 
