@@ -102,10 +102,10 @@ typedef struct BlockLimits {
 /*
  * Create a node from options (driver=, node-name=, read-only=,
  * cache.direct=, cache.no-flush=, discard=ignore|unmap, active=, plus the
- * driver's own) in ctx.  Child nodes given inline are created too; a child given as
- * a string is looked up by node-name.  The new node is registered under
- * its node-name (generated as "#blockN" if absent) and returned with one
- * reference.
+ * driver's own) in ctx.  Child nodes given inline are created too (active=
+ * defaulting to the parent's); a child given as a string is looked up by
+ * node-name.  The new node is registered under its node-name (generated
+ * as "#blockN" if absent) and returned with one reference.
  */
 BlockNode *block_node_open(Opts *opts, AioContext *ctx, Error **errp);
 
