@@ -95,8 +95,9 @@ typedef struct VuServerConfig {
      * with rings_opaque in the main thread:
      *  - running=true just before the first ring starts (none runs).
      *    Returning false (errp set) refuses: no ring starts; the refusal
-     *    is logged, a SET_VRING_KICK or SET_VRING_ENABLE that asked for
-     *    an acknowledgement (REPLY_ACK) gets an error one, and the rings
+     *    is logged, the request that would have started them
+     *    (SET_VRING_KICK, SET_VRING_ENABLE, ...) gets an error
+     *    acknowledgement if it asked for one (REPLY_ACK), and the rings
      *    are tried again only when their set-up changes (a new kick fd,
      *    a new session);
      *  - running=false once the last running ring has stopped and its
