@@ -19,6 +19,8 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1
 PYTHON=${PYTHON:-python3}
 
 # Debian packages: compiler and build tools, libraries, test runner's Python.
+# scdoc turns docs/man/*.scd into manual pages; man-db's man renders them
+# in tests/functional/test_man.py.
 # clang builds the libFuzzer harnesses (make fuzz, make check-fuzz); its
 # libFuzzer and sanitizer runtimes come with it.
 APT_PACKAGES=(
@@ -34,6 +36,8 @@ APT_PACKAGES=(
     liburing-dev
     libnbd-dev
     systemtap-sdt-dev
+    scdoc
+    man-db
     python3
     python3-pip
 )
