@@ -88,8 +88,10 @@ crash-soak: all
 migrate-soak: all
 	$(PYTHON) scripts/migrate-soak --build $(BUILD) $(MIGRATE_SOAK_ARGS)
 
+# DESTDIR=DIR installs under DIR (for packaging); the prefix is
+# ./configure --prefix's.
 install: all
-	meson install -C $(BUILD)
+	meson install -C $(BUILD) $(if $(DESTDIR),--destdir $(abspath $(DESTDIR)))
 
 bench-aio: all
 	@test -x $(BUILD)/tests/bench/bench-aio || \
@@ -135,7 +137,8 @@ help:
 	@echo '                    (CRASH_SOAK_ARGS: scripts/crash-soak --help)'
 	@echo '  migrate-soak      migrate a writing guest 20 times, Spindle then'
 	@echo '                    qemu-storage-daemon (MIGRATE_SOAK_ARGS: scripts/migrate-soak --help)'
-	@echo '  install           meson install from $(BUILD)/'
+	@echo '  install           meson install from $(BUILD)/: the programs and, when'
+	@echo '                    scdoc was found, the manual pages (DESTDIR=DIR: under DIR)'
 	@echo '  bench-aio         build, then run the event loop benchmark'
 	@echo '  bench-block       build, then run the block layer benchmark'
 	@echo '  bench-compare     spindle vs qemu-storage-daemon side by side (--quick: < 3 min)'
@@ -155,5 +158,6 @@ help:
 	@echo '  CRASH_SOAK_ARGS=... scripts/crash-soak arguments, cycles first, e.g. "100"'
 	@echo '  MIGRATE_SOAK_ARGS=... scripts/migrate-soak arguments, migrations first'
 	@echo '  PYTHON=...        Python for pytest and deps (default: python3)'
+	@echo '  DESTDIR=DIR       install: put the files under DIR'
 	@echo
 	@echo 'Other configurations: ./configure --help, then ninja -C <dir>.'
