@@ -6,7 +6,8 @@ three one-second intervals: the loaded export's IOPS fall in a broad band
 around the rate (the load is Poisson and the machine is shared, so the
 band is wide on purpose), the idle export shows 0 and no per-I/O ratios,
 and the IOThread figures are present and within their ranges.  The table
-has its headers and a row per IOThread, export and queue.  A socket that
+has its headers and a row per IOThread, export and queue; a monitor with
+pretty=on (a reply over many lines) reads the same.  A socket that
 is not there or is no QMP monitor exits 2 with one line, a bad option
 too, and the daemon going away under a running spindle-stat exits 1.
 """
@@ -204,3 +205,15 @@ def test_daemon_goes_away(stat, daemon):
     assert len(lines) == 1, err
     assert lines[0].startswith(
         f"spindle-stat: {daemon.monitor}: the daemon went away: "), err
+
+
+def test_pretty_monitor(stat, spindle_daemon, workdir):
+    # pretty=on spreads each reply over many lines.
+    monitor = workdir / "qmp.sock"
+    spindle_daemon(
+        ["--chardev", f"socket,id=m0,path={monitor},server=on,wait=off",
+         "--monitor", "chardev=m0,pretty=on"],
+        iothreads=2, ready=[monitor], workdir=workdir)
+    [r] = reports(stat, monitor, "--count=1", "--interval=0.2")
+    assert [t["id"] for t in r["iothreads"]] == ["iot0", "iot1"]
+    assert r["exports"] == []

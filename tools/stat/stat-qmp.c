@@ -88,9 +88,7 @@ static JsonObject *read_message(StatQmp *q, Error **errp)
 
         if (!nl) {
             if (q->in->len > MESSAGE_MAX) {
-                error_setg(errp, "a message longer than %u bytes",
-                           MESSAGE_MAX);
-                return NULL;
+                goto too_long;
             }
             if (!read_more(q, errp)) {
                 return NULL;
@@ -99,6 +97,9 @@ static JsonObject *read_message(StatQmp *q, Error **errp)
         }
         used = nl + 1 - q->in->str;
         if (!json_parser_load_from_data(parser, q->in->str, used, NULL)) {
+            if (used > MESSAGE_MAX) {
+                goto too_long;
+            }
             continue;           /* not complete yet (pretty=on) */
         }
         root = json_parser_get_root(parser);
@@ -109,6 +110,10 @@ static JsonObject *read_message(StatQmp *q, Error **errp)
         }
         /* Blank lines and anything else that is not an object: skip. */
     }
+
+too_long:
+    error_setg(errp, "a message longer than %u bytes", MESSAGE_MAX);
+    return NULL;
 }
 
 static bool send_command(StatQmp *q, const char *command, Error **errp)
