@@ -9,10 +9,12 @@ and the IOThread figures are present and within their ranges.  The table
 has its headers and a row per IOThread, export and queue; a monitor with
 pretty=on (a reply over many lines) reads the same.  A socket that
 is not there or is no QMP monitor exits 2 with one line, a bad option
-too, and the daemon going away under a running spindle-stat exits 1.
+too, the daemon going away under a running spindle-stat exits 1, and
+SIGINT or SIGTERM stops it with 0.
 """
 
 import json
+import signal
 import subprocess
 
 import pytest
@@ -217,3 +219,18 @@ def test_pretty_monitor(stat, spindle_daemon, workdir):
     [r] = reports(stat, monitor, "--count=1", "--interval=0.2")
     assert [t["id"] for t in r["iothreads"]] == ["iot0", "iot1"]
     assert r["exports"] == []
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_signal_stops_cleanly(stat, daemon, sig):
+    proc = subprocess.Popen([str(stat), str(daemon.monitor), "--json",
+                             "--interval=0.2"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        json.loads(proc.stdout.readline())
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == 0 and err == "", (proc.returncode, err)
