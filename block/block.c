@@ -64,6 +64,11 @@ static const BlockDriverName block_drivers[] = {
 #else
     { "nbd", NULL },             /* known, refused: built without libnbd */
 #endif
+#ifdef CONFIG_LIBRBD
+    { "rbd", &block_driver_rbd },
+#else
+    { "rbd", NULL },             /* known, refused: built without librbd */
+#endif
 };
 
 static const BlockDriverName *block_driver_lookup(const char *name)

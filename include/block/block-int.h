@@ -63,6 +63,11 @@ typedef struct BlockRequestInt {
             bool lost;           /* nbd: a command died with the connection */
             bool then_flush;     /* nbd: FUA by a flush after the write */
         } nbd;
+        struct {
+            void *ctx;           /* rbd: the RbdCtx it was submitted in */
+            int ret;             /* rbd: librbd's answer */
+            bool then_flush;     /* rbd: FUA by a flush after the write */
+        } rbd;
     } engine;
 } BlockRequestInt;
 
@@ -415,6 +420,9 @@ extern const BlockDriver block_driver_raw;
 extern const BlockDriver block_driver_blkdebug;
 #ifdef CONFIG_LIBNBD
 extern const BlockDriver block_driver_nbd;
+#endif
+#ifdef CONFIG_LIBRBD
+extern const BlockDriver block_driver_rbd;
 #endif
 
 #endif
