@@ -18,6 +18,8 @@ Fixtures:
     spindle_daemon  factory: spindle_daemon(args, exports=..., iothreads=N,
                     ready=[paths]) -> a started daemon; every daemon it
                     started is stopped at the end of the test
+    ceph_cluster    (session) a single-node Ceph cluster for the rbd
+                    tests (ceph_cluster.py), or a skip saying why
 
 find_binary(build_dir, name) is the plain function behind `binary`, for
 code that wants None instead of a skip.
@@ -316,3 +318,20 @@ def vu_ok(client, sock, *args, extra=()):
     rc, doc = vu(client, sock, *args, extra=extra)
     assert rc == 0 and doc["ok"], f"{args}: {doc['error']}\n{doc['results']}"
     return doc["results"]
+
+
+@pytest.fixture(scope="session")
+def ceph_cluster(tmp_path_factory):
+    """A single-node Ceph cluster (tests/functional/ceph_cluster.py) for
+    the whole run, started on first use and stopped at the end; skips,
+    saying why, where it cannot start."""
+    from ceph_cluster import CephCluster, CephUnavailable
+
+    cluster = CephCluster(tmp_path_factory.mktemp("ceph"))
+    try:
+        cluster.start()
+    except CephUnavailable as e:
+        cluster.stop()
+        pytest.skip(f"no test Ceph cluster: {e}")
+    yield cluster
+    cluster.stop()
