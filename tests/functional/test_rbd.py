@@ -1,0 +1,296 @@
+"""driver=rbd (block/rbd.c, docs/block.md) against a real Ceph cluster.
+
+The cluster is the session's ceph_cluster fixture (ceph_cluster.py): one
+monitor, one OSD on memstore, one pool, started by the tests in a few
+seconds and stopped at the end.  Each test makes its own image.  Every
+test is skipped, saying why, where spindle was built without librbd or
+the cluster cannot start.
+
+What is checked: spindle-bench --verify over a vhost-user-blk export and
+a virtio-scsi LUN of an rbd node, over one IOThread and over two (whose
+completions may be taken by either); what the bench wrote read back with
+`rbd export` and compared; flush, and a discard that frees the image's
+objects (`rbd du`); write-zeroes reading back zeroes; block_resize
+growing the image and the front-end seeing the new capacity; a snapshot
+opened read-only (and refused writable); a missing image or pool failing
+the open with a clear error; and a fault: the OSD frozen mid-run, so
+that requests time out (rados_osd_op_timeout, 5 s in the test cluster's
+ceph.conf) and fail with I/O errors, the daemon logging it once, staying
+up and answering QMP, then serving again once the OSD is thawed.
+"""
+
+import itertools
+import json
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import daemons  # tests/e2e, on sys.path through conftest
+from ceph_cluster import OSD_OP_TIMEOUT_S
+from conftest import check_one_line_error, run_spindle, vu_ok
+from qmp_util import QmpSync
+from spindle_daemon import wait_for
+
+BENCH = "tools/bench/spindle-bench"
+SIZE = 64 << 20
+RUN_TIMEOUT_S = 90
+
+_names = itertools.count()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def built_with_librbd(build_dir):
+    config = Path(build_dir) / "include" / "config-host.h"
+    if "#define CONFIG_LIBRBD" not in config.read_text():
+        pytest.skip("spindle was built without librbd "
+                    "(apt-get install librbd-dev, then reconfigure)")
+
+
+@pytest.fixture
+def bench(binary):
+    return binary(BENCH)
+
+
+@pytest.fixture
+def image(ceph_cluster):
+    """A new 64M image of the test pool (its name)."""
+    name = f"img{next(_names)}"
+    ceph_cluster.rbd("create", "--size", f"{SIZE >> 20}M", name)
+    yield name
+    ceph_cluster.rbd("rm", "--no-progress", name, check=False)
+
+
+def start_export(spindle_daemon, workdir, blockdev, queues=2, iothread="iot0",
+                 qmp=False):
+    exp = daemons.Export("", str(workdir / "vu.sock"), num_queues=queues,
+                         blockdev=blockdev, iothread=iothread)
+    args = []
+    if qmp:
+        args = ["--chardev", f"socket,id=m0,path={workdir}/qmp.sock,"
+                "server=on,wait=off", "--monitor", "chardev=m0"]
+    return spindle_daemon(args, exports=[exp], workdir=workdir,
+                          ready=[workdir / "qmp.sock"] if qmp else [])
+
+
+def bench_argv(bench, sock, args):
+    return [str(bench), f"--socket={sock}", "--json", *map(str, args)]
+
+
+def run_bench(bench, sock, *args, expect=0):
+    argv = bench_argv(bench, sock, args)
+    proc = subprocess.run(argv, capture_output=True, text=True,
+                          timeout=RUN_TIMEOUT_S)
+    assert proc.returncode == expect, (
+        f"{' '.join(argv)}\nexit {proc.returncode}\n{proc.stdout}\n"
+        f"{proc.stderr}")
+    return json.loads(proc.stdout)
+
+
+def check_verified(r):
+    assert r["errors"] == 0 and r["first_error"] is None, r["first_error"]
+    assert r["verify"]["mismatches"] == 0, r["verify"]["first_mismatch"]
+    assert r["verify"]["sectors_checked"] > 0
+
+
+def export_image(cluster, image, workdir):
+    """The image's bytes, through `rbd export`."""
+    out = workdir / f"{image}.export"
+    cluster.rbd("export", "--no-progress", image, str(out))
+    data = out.read_bytes()
+    out.unlink()
+    return data
+
+
+# --------------------------------------------------------------------------
+# Data
+
+def test_verify_blk_and_rbd_export(spindle_daemon, workdir, ceph_cluster,
+                                   image, bench, client):
+    """The bench's data, verified through spindle, is what `rbd export`
+    reads from the cluster afterwards."""
+    d = start_export(spindle_daemon, workdir, ceph_cluster.blockdev(image))
+    r = run_bench(bench, workdir / "vu.sock", "--verify", "--rw=randrw",
+                  "--queues=2", "--iodepth=8", "--size=4M", "--count=2000")
+    check_verified(r)
+    seen = workdir / "seen"
+    vu_ok(client, workdir / "vu.sock", "write", "8M", "64k", "--pattern", "9",
+          "flush", "read", "0", "9M", "--output", seen)
+    assert d.stop() == 0, d.stderr()
+    data = export_image(ceph_cluster, image, workdir)
+    assert len(data) == SIZE
+    seen = seen.read_bytes()
+    assert len(seen) == 9 << 20
+    assert data[:9 << 20] == seen
+    assert any(seen[:4 << 20]) and any(seen[8 << 20:])
+
+
+def test_verify_scsi_lun(spindle_daemon, workdir, ceph_cluster, image, bench):
+    lun = daemons.ScsiLun(image="", writable=True,
+                          blockdev=ceph_cluster.blockdev(image))
+    exp = daemons.ScsiExport(luns=[lun], socket=str(workdir / "scsi.sock"),
+                             num_queues=2)
+    d = spindle_daemon(exports=[exp], workdir=workdir)
+    r = run_bench(bench, workdir / "scsi.sock", "--device=scsi", "--verify",
+                  "--rw=randrw", "--queues=2", "--iodepth=8", "--size=4M",
+                  "--count=2000")
+    check_verified(r)
+    assert d.stop() == 0, d.stderr()
+
+
+def test_two_iothreads(spindle_daemon, workdir, ceph_cluster, image, bench):
+    """Two contexts on one image: completions either one takes reach the
+    request's own context."""
+    d = start_export(spindle_daemon, workdir, ceph_cluster.blockdev(image),
+                     iothread=["iot0", "iot1"])
+    r = run_bench(bench, workdir / "vu.sock", "--verify", "--rw=randrw",
+                  "--queues=2", "--iodepth=8", "--size=4M", "--count=2000")
+    check_verified(r)
+    assert all(q["ios"] > 0 for q in r["per_queue"])
+    assert d.stop() == 0, d.stderr()
+
+
+def test_flush_discard_zeroes(spindle_daemon, workdir, ceph_cluster, image,
+                              client):
+    d = start_export(spindle_daemon, workdir,
+                     ceph_cluster.blockdev(image, "discard=unmap"), queues=1)
+    sock = workdir / "vu.sock"
+    vu_ok(client, sock, "write", "0", "8M", "--pattern", "3", "flush")
+    used = rbd_used(ceph_cluster, image)
+    assert used >= 8 << 20
+    # Whole 4M objects: librbd removes them.
+    vu_ok(client, sock, "discard", "0", "8M", "flush",
+          "read", "0", "8M", "--expect-zeroes",
+          "write", "16M", "64k", "--pattern", "4",
+          "write-zeroes", "16M", "64k", "flush",
+          "read", "16M", "64k", "--expect-zeroes")
+    assert rbd_used(ceph_cluster, image) <= used - (8 << 20) + (4 << 20)
+    assert d.stop() == 0, d.stderr()
+
+
+def rbd_used(cluster, image):
+    out = cluster.rbd("du", "--format=json", image).stdout
+    return sum(i["used_size"] for i in json.loads(out)["images"]
+               if i["name"] == image)
+
+
+def test_block_resize_grows_the_image(spindle_daemon, workdir, ceph_cluster,
+                                      image, client):
+    d = start_export(spindle_daemon, workdir, ceph_cluster.blockdev(image),
+                     queues=1, qmp=True)
+    sock = workdir / "vu.sock"
+    (cfg,) = vu_ok(client, sock, "get-config")
+    assert cfg["capacity_bytes"] == SIZE
+    qmp = QmpSync(str(workdir / "qmp.sock"))
+    try:
+        qmp.cmd("block_resize", {"node-name": "d0", "size": 2 * SIZE})
+        nodes = qmp.cmd("query-named-block-nodes")
+        assert [n["image"]["virtual-size"] for n in nodes
+                if n["node-name"] == "d0"] == [2 * SIZE]
+    finally:
+        qmp.close()
+    info = json.loads(ceph_cluster.rbd("info", "--format=json",
+                                       image).stdout)
+    assert info["size"] == 2 * SIZE
+    cfg, _, _ = vu_ok(client, sock, "get-config",
+                   "write", str(2 * SIZE - 65536), "64k", "--pattern", "5",
+                   "read", str(2 * SIZE - 65536), "64k", "--verify", "5")
+    assert cfg["capacity_bytes"] == 2 * SIZE
+    assert d.stop() == 0, d.stderr()
+
+
+# --------------------------------------------------------------------------
+# Open
+
+def test_snapshot_is_read_only(spindle, spindle_daemon, workdir,
+                               ceph_cluster, image, client):
+    d = start_export(spindle_daemon, workdir, ceph_cluster.blockdev(image),
+                     queues=1)
+    vu_ok(client, workdir / "vu.sock", "write", "0", "64k", "--pattern", "6",
+          "flush")
+    ceph_cluster.rbd("snap", "create", f"{image}@s1")
+    vu_ok(client, workdir / "vu.sock", "write", "0", "64k", "--pattern", "8",
+          "flush")
+    assert d.stop() == 0, d.stderr()
+
+    proc = run_spindle(spindle, ["--blockdev", ceph_cluster.blockdev(
+        image, "node-name=n0,snapshot=s1")])
+    check_one_line_error(proc, "--blockdev",
+                         "a snapshot is read-only: open the node with "
+                         "read-only=on")
+
+    (workdir / "vu.sock").unlink(missing_ok=True)
+    exp = daemons.Export("", str(workdir / "vu.sock"), num_queues=1,
+                         blockdev=ceph_cluster.blockdev(
+                             image, "snapshot=s1,read-only=on"),
+                         iothread="iot0", writable=False)
+    d = spindle_daemon(exports=[exp], workdir=workdir)
+    vu_ok(client, workdir / "vu.sock", "read", "0", "64k", "--verify", "6")
+    assert d.stop() == 0, d.stderr()
+    ceph_cluster.rbd("snap", "purge", "--no-progress", image)
+
+
+@pytest.mark.parametrize("what", ["image", "pool"])
+def test_missing_image_or_pool_fails_at_open(spindle, ceph_cluster, what):
+    opts = (f"driver=rbd,node-name=n0,conf={ceph_cluster.conf},"
+            + ("pool=rbd,image=nope" if what == "image"
+               else "pool=nopool,image=x"))
+    start = time.monotonic()
+    proc = run_spindle(spindle, ["--blockdev", opts])
+    check_one_line_error(proc, "--blockdev",
+                         "Cannot open the RBD image rbd/nope"
+                         if what == "image" else
+                         "Cannot open the Ceph pool 'nopool'")
+    assert time.monotonic() - start < 20
+
+
+# --------------------------------------------------------------------------
+# Faults
+
+def test_osd_frozen_mid_run(spindle_daemon, workdir, ceph_cluster, image,
+                            bench, client):
+    """The OSD stops answering mid-run: the requests it holds time out
+    after rados_osd_op_timeout and reach the bench as I/O errors; the
+    daemon logs it once, stays up and answers QMP.  Thawed, the OSD
+    serves again and so does the export."""
+    d = start_export(spindle_daemon, workdir, ceph_cluster.blockdev(image),
+                     qmp=True)
+    out = {}
+    argv = bench_argv(bench, workdir / "vu.sock",
+                      ["--rw=randrw", "--queues=2", "--iodepth=4",
+                       "--size=4M", f"--runtime={OSD_OP_TIMEOUT_S + 4}"])
+
+    def run():
+        out["proc"] = subprocess.run(argv, capture_output=True, text=True,
+                                     timeout=RUN_TIMEOUT_S)
+    t = threading.Thread(target=run)
+    t.start()
+    time.sleep(1)
+    ceph_cluster.freeze_osd()
+    try:
+        wait_for(lambda: "the guest sees I/O errors" in d.stderr(),
+                 "requests to time out", OSD_OP_TIMEOUT_S + 10, daemon=d)
+        assert d.alive()
+        qmp = QmpSync(str(workdir / "qmp.sock"))
+        try:
+            assert [n["node-name"]
+                    for n in qmp.cmd("query-named-block-nodes")] == ["d0"]
+        finally:
+            qmp.close()
+    finally:
+        ceph_cluster.thaw_osd()
+    t.join()
+    proc = out["proc"]
+    assert proc.returncode == 1, proc.stderr
+    r = json.loads(proc.stdout)
+    assert r["errors"] > 0 and r["first_error"]["status"] == "IOERR"
+    assert r["ios"] > 0                  # it worked before the freeze
+    assert d.stderr().count("the guest sees I/O errors") <= 2  # per context
+    # Thawed: the export works again.
+    vu_ok(client, workdir / "vu.sock", "write", "0", "64k", "--pattern", "2",
+          "read", "0", "64k", "--verify", "2")
+    assert "requests succeed again" in d.stderr()
+    assert d.alive()
+    assert d.stop() == 0, d.stderr()
