@@ -42,8 +42,10 @@ bool fuzz_may_name_host_file(const uint8_t *data, size_t size)
 {
     const uint8_t *p = data, *end = data + size;
 
-    /* driver=nbd would connect to a server (and look its host up). */
-    if (memmem(data, size, "\\u", 2) || memmem(data, size, "nbd", 3)) {
+    /* driver=nbd would connect to a server (and look its host up);
+     * driver=rbd would read a Ceph configuration and reach a cluster. */
+    if (memmem(data, size, "\\u", 2) || memmem(data, size, "nbd", 3) ||
+        memmem(data, size, "rbd", 3)) {
         return true;
     }
     while ((p = memmem(p, end - p, "file", 4))) {

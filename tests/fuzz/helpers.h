@@ -35,8 +35,9 @@ void fuzz_poll(AioContext *ctx);
  * "file": {...}: a child's options), or a JSON \u escape (which could
  * spell it).  The option and QMP harnesses skip such inputs so that a
  * mutation never opens or grows a file of the machine; the file driver
- * has its own unit tests.  Inputs holding "nbd" are skipped too: the nbd
- * driver connects to servers and looks host names up.
+ * has its own unit tests.  Inputs holding "nbd" or "rbd" are skipped
+ * too: the nbd driver connects to servers and looks host names up, the
+ * rbd driver reads a Ceph configuration and reaches a cluster.
  */
 bool fuzz_may_name_host_file(const uint8_t *data, size_t size);
 
