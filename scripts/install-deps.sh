@@ -35,6 +35,7 @@ APT_PACKAGES=(
     libaio-dev
     liburing-dev
     libnbd-dev
+    librbd-dev
     systemtap-sdt-dev
     scdoc
     man-db
@@ -61,6 +62,15 @@ GUEST_APT_PACKAGES=(
 GUEST_APT_PACKAGES+=(
     nbdkit
     qemu-utils
+)
+
+# The single-node Ceph cluster the rbd driver's tests start
+# (tests/functional/ceph_cluster.py): a monitor, an OSD, and the ceph,
+# rbd and rados tools.
+GUEST_APT_PACKAGES+=(
+    ceph-mon
+    ceph-osd
+    ceph-common
 )
 
 # Python packages, as "pip name:module to import".
