@@ -128,7 +128,7 @@ typedef struct NbdState {
     uint64_t max_chunk;          /* READ/WRITE command size limit */
 
     GMutex lock;                 /* conns, spare */
-    NbdConn *conns;              /* one per context in use */
+    BlockCtxEntry *conns;        /* NbdConn: one per context in use */
     struct nbd_handle *spare;    /* connected, in no context */
 } NbdState;
 
@@ -141,10 +141,8 @@ typedef enum NbdConnState {
 
 /* One connection of a node, for the queues of one context. */
 struct NbdConn {
+    BlockCtxEntry link;          /* first: its context, in s->conns */
     NbdState *s;
-    AioContext *ctx;
-    NbdConn *next;               /* s->conns, under s->lock */
-    unsigned refcnt;             /* the queues of ctx over the node */
 
     /* The rest: ctx's home thread only. */
     struct nbd_handle *h;        /* NULL while down */
@@ -655,33 +653,34 @@ static void nbd_conn_update_handler(NbdConn *c)
         return;
     }
     if (c->fd >= 0 && c->fd != fd) {
-        aio_set_fd_handler(c->ctx, c->fd, NULL, NULL, NULL, NULL, NULL);
+        aio_set_fd_handler(c->link.ctx, c->fd, NULL, NULL, NULL, NULL, NULL);
     }
     c->fd = dir ? fd : -1;
     c->dir = dir;
     if (!dir) {
         if (fd >= 0) {
-            aio_set_fd_handler(c->ctx, fd, NULL, NULL, NULL, NULL, NULL);
+            aio_set_fd_handler(c->link.ctx, fd, NULL, NULL, NULL, NULL,
+                               NULL);
         }
         return;
     }
     /* Polling needs a read handler (what it finds must be able to wake
      * the loop too): while libnbd only wants to write (a connection
      * being made), the context does not poll. */
-    aio_set_fd_handler(c->ctx, fd, rd ? nbd_conn_read : NULL,
+    aio_set_fd_handler(c->link.ctx, fd, rd ? nbd_conn_read : NULL,
                        dir & LIBNBD_AIO_DIRECTION_WRITE ? nbd_conn_write
                                                         : NULL,
                        rd ? nbd_conn_poll : NULL, NULL, c);
-    aio_set_fd_handler_name(c->ctx, fd, "nbd");
+    aio_set_fd_handler_name(c->link.ctx, fd, "nbd");
     if (rd) {
-        aio_set_fd_poll_counts(c->ctx, fd, nbd_conn_counts);
+        aio_set_fd_poll_counts(c->link.ctx, fd, nbd_conn_counts);
     }
 }
 
 static void nbd_conn_drop_handle(NbdConn *c)
 {
     if (c->fd >= 0) {
-        aio_set_fd_handler(c->ctx, c->fd, NULL, NULL, NULL, NULL, NULL);
+        aio_set_fd_handler(c->link.ctx, c->fd, NULL, NULL, NULL, NULL, NULL);
         c->fd = -1;
         c->dir = 0;
     }
@@ -890,9 +889,8 @@ static NbdConn *nbd_conn_new(NbdState *s, AioContext *ctx)
 {
     NbdConn *c = g_new0(NbdConn, 1);
 
-    *c = (NbdConn) { .s = s, .ctx = ctx, .fd = -1, .refcnt = 1,
-                     .next = s->conns };
-    s->conns = c;
+    *c = (NbdConn) { .s = s, .fd = -1 };
+    block_ctx_entry_add(&s->conns, &c->link, ctx);
     c->done_bh = aio_bh_new(ctx, nbd_conn_done_bh, c);
     aio_timer_init(ctx, &c->retry_timer, nbd_conn_retry_cb, c);
     aio_timer_init(ctx, &c->give_up_timer, nbd_conn_give_up_cb, c);
@@ -901,7 +899,7 @@ static NbdConn *nbd_conn_new(NbdState *s, AioContext *ctx)
         s->spare = NULL;
         c->state = NBD_CONN_READY;
         nbd_conn_update_handler(c);
-    } else if (s->multi_conn || !c->next) {
+    } else if (s->multi_conn || !c->link.next) {
         nbd_conn_connect(c);
     } else {
         c->state = NBD_CONN_REFUSED;
@@ -921,12 +919,8 @@ static void nbd_attach_queue(BlockQueue *q)
 
     g_assert(aio_context_in_home_thread(q->ctx));
     g_mutex_lock(&s->lock);
-    for (c = s->conns; c && c->ctx != q->ctx; c = c->next) {
-        /* the one of this context */
-    }
-    if (c) {
-        c->refcnt++;
-    } else {
+    c = (NbdConn *)block_ctx_entry_ref(s->conns, q->ctx);
+    if (!c) {
         c = nbd_conn_new(s, q->ctx);
     }
     g_mutex_unlock(&s->lock);
@@ -942,22 +936,17 @@ static void nbd_detach_queue(BlockQueue *q)
     g_assert(aio_context_in_home_thread(q->ctx));
     q->opaque = NULL;
     g_mutex_lock(&s->lock);
-    if (--c->refcnt > 0) {
+    if (!block_ctx_entry_unref(&s->conns, &c->link)) {
         g_mutex_unlock(&s->lock);
         return;
-    }
-    for (NbdConn **p = &s->conns; *p; p = &(*p)->next) {
-        if (*p == c) {
-            *p = c->next;
-            break;
-        }
     }
     /* Drained: the queues of ctx have nothing in flight, so nothing
      * waits and no command is out. */
     g_assert(!c->waiting.head && !c->done.head && c->in_flight == 0);
     if (c->state == NBD_CONN_READY && !s->spare) {
         if (c->fd >= 0) {
-            aio_set_fd_handler(c->ctx, c->fd, NULL, NULL, NULL, NULL, NULL);
+            aio_set_fd_handler(c->link.ctx, c->fd, NULL, NULL, NULL, NULL,
+                               NULL);
             c->fd = -1;
         }
         s->spare = c->h;         /* for the next context */

@@ -99,15 +99,13 @@ typedef struct RbdState {
 
     int64_t size;                /* main thread */
     GMutex lock;                 /* ctxs */
-    RbdCtx *ctxs;                /* one per context in use */
+    BlockCtxEntry *ctxs;         /* RbdCtx: one per context in use */
 } RbdState;
 
 /* The queues of one context over a node. */
 struct RbdCtx {
+    BlockCtxEntry link;          /* first: its context, in s->ctxs */
     RbdState *s;
-    AioContext *ctx;
-    RbdCtx *next;                /* s->ctxs, under s->lock */
-    unsigned refcnt;             /* under s->lock */
 
     /* ctx's home thread only. */
     unsigned in_flight;          /* submitted, not completed */
@@ -420,20 +418,13 @@ static void rbd_attach_queue(BlockQueue *q)
 
     g_assert(aio_context_in_home_thread(q->ctx));
     g_mutex_lock(&s->lock);
-    for (c = s->ctxs; c && c->ctx != q->ctx; c = c->next) {
-        /* the one of this context */
-    }
-    if (c) {
-        c->refcnt++;
-    } else {
+    c = (RbdCtx *)block_ctx_entry_ref(s->ctxs, q->ctx);
+    if (!c) {
         c = g_new0(RbdCtx, 1);
         c->s = s;
-        c->ctx = q->ctx;
-        c->refcnt = 1;
-        c->next = s->ctxs;
+        block_ctx_entry_add(&s->ctxs, &c->link, q->ctx);
         g_mutex_init(&c->lock);
         c->inbox_bh = aio_bh_new(q->ctx, rbd_ctx_inbox_bh, c);
-        s->ctxs = c;
         aio_set_fd_handler(q->ctx, s->efd, rbd_ctx_read, NULL, rbd_ctx_poll,
                            rbd_ctx_poll_ready, c);
         aio_set_fd_handler_name(q->ctx, s->efd, "rbd");
@@ -452,21 +443,15 @@ static void rbd_detach_queue(BlockQueue *q)
     g_assert(aio_context_in_home_thread(q->ctx));
     q->opaque = NULL;
     g_mutex_lock(&s->lock);
-    if (--c->refcnt > 0) {
+    if (!block_ctx_entry_unref(&s->ctxs, &c->link)) {
         g_mutex_unlock(&s->lock);
         return;
-    }
-    for (RbdCtx **p = &s->ctxs; *p; p = &(*p)->next) {
-        if (*p == c) {
-            *p = c->next;
-            break;
-        }
     }
     g_mutex_unlock(&s->lock);
     /* Drained: every request of c completed, so nothing of c is in
      * librbd, on its lists or being handed over. */
     g_assert(c->in_flight == 0 && !c->ready.head && !c->inbox.head);
-    aio_set_fd_handler(c->ctx, s->efd, NULL, NULL, NULL, NULL, NULL);
+    aio_set_fd_handler(c->link.ctx, s->efd, NULL, NULL, NULL, NULL, NULL);
     aio_bh_delete(c->inbox_bh);
     g_mutex_clear(&c->lock);
     g_free(c);

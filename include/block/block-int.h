@@ -292,6 +292,58 @@ static inline BlockQueue *block_req_queue(BlockNode *bs, BlockRequest *req)
 }
 
 /*
+ * Per-context state of a driver (the nbd driver's connections, the rbd
+ * driver's completion watchers): one entry per AioContext a node is used
+ * from, shared by the queues of that context (attach_queue takes a
+ * reference, detach_queue drops it).  The driver embeds a BlockCtxEntry
+ * as the first member of its own struct and keeps the list under a lock
+ * of its own, held around these calls.
+ */
+typedef struct BlockCtxEntry BlockCtxEntry;
+struct BlockCtxEntry {
+    AioContext *ctx;
+    BlockCtxEntry *next;
+    unsigned refcnt;             /* the queues of ctx that use it */
+};
+
+/* ctx's entry in list, with one more reference; NULL if it has none. */
+static inline BlockCtxEntry *block_ctx_entry_ref(BlockCtxEntry *list,
+                                                 AioContext *ctx)
+{
+    for (; list; list = list->next) {
+        if (list->ctx == ctx) {
+            list->refcnt++;
+            return list;
+        }
+    }
+    return NULL;
+}
+
+/* Put e, new, at the head of *list as ctx's entry, with one reference. */
+static inline void block_ctx_entry_add(BlockCtxEntry **list, BlockCtxEntry *e,
+                                       AioContext *ctx)
+{
+    *e = (BlockCtxEntry) { .ctx = ctx, .next = *list, .refcnt = 1 };
+    *list = e;
+}
+
+/* Drop a reference to e; the last one unlinks e and returns true. */
+static inline bool block_ctx_entry_unref(BlockCtxEntry **list,
+                                         BlockCtxEntry *e)
+{
+    if (--e->refcnt > 0) {
+        return false;
+    }
+    for (BlockCtxEntry **p = list; *p; p = &(*p)->next) {
+        if (*p == e) {
+            *p = e->next;
+            break;
+        }
+    }
+    return true;
+}
+
+/*
  * A driver.
  *
  * Lifecycle of a node, as the generic layer (block/block.c) drives it:
