@@ -30,32 +30,24 @@ import struct
 import subprocess
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
-import daemons  # tests/e2e, on sys.path through conftest
 from conftest import check_one_line_error, make_image, run_spindle, vu, vu_ok
 from qmp_util import QmpSync
+from remote_export import (bench, bench_in_background,  # noqa: F401
+                           check_verified, run_bench, skip_unless_built_with,
+                           check_qmp_answers, join_failed_bench, start_export,
+                           verify_run, verify_scsi_lun)
 from spindle_daemon import wait_for
 
-BENCH = "tools/bench/spindle-bench"
 SIZE = 64 << 20
-RUN_TIMEOUT_S = 60
 START_TIMEOUT_S = 10
 
 
 @pytest.fixture(scope="module", autouse=True)
 def built_with_libnbd(build_dir):
-    config = Path(build_dir) / "include" / "config-host.h"
-    if "#define CONFIG_LIBNBD" not in config.read_text():
-        pytest.skip("spindle was built without libnbd "
-                    "(apt-get install libnbd-dev, then reconfigure)")
-
-
-@pytest.fixture
-def bench(binary):
-    return binary(BENCH)
+    skip_unless_built_with(build_dir, "libnbd")
 
 
 class Server:
@@ -135,43 +127,13 @@ def qemu_nbd(servers, workdir):
     return start
 
 
-def start_export(spindle_daemon, workdir, blockdev, queues=2, iothread="iot0",
-                 qmp=False):
-    exp = daemons.Export("", str(workdir / "vu.sock"), num_queues=queues,
-                         blockdev=blockdev, iothread=iothread)
-    args = []
-    if qmp:
-        args = ["--chardev", f"socket,id=m0,path={workdir}/qmp.sock,"
-                "server=on,wait=off", "--monitor", "chardev=m0"]
-    return spindle_daemon(args, exports=[exp], workdir=workdir,
-                          ready=[workdir / "qmp.sock"] if qmp else [])
-
-
-def run_bench(bench, sock, *args, expect=0):
-    argv = [str(bench), f"--socket={sock}", "--json", *map(str, args)]
-    proc = subprocess.run(argv, capture_output=True, text=True,
-                          timeout=RUN_TIMEOUT_S)
-    assert proc.returncode == expect, (
-        f"{' '.join(argv)}\nexit {proc.returncode}\n{proc.stdout}\n"
-        f"{proc.stderr}")
-    return json.loads(proc.stdout)
-
-
-def check_verified(r):
-    assert r["errors"] == 0 and r["first_error"] is None, r["first_error"]
-    assert r["verify"]["mismatches"] == 0, r["verify"]["first_mismatch"]
-    assert r["verify"]["sectors_checked"] > 0
-
-
 # --------------------------------------------------------------------------
 # Data
 
 def test_verify_blk_over_nbdkit(spindle_daemon, workdir, nbdkit, bench):
     srv = nbdkit("memory", "64M")
     d = start_export(spindle_daemon, workdir, srv.blockdev())
-    r = run_bench(bench, workdir / "vu.sock", "--verify", "--rw=randrw",
-                  "--queues=2", "--iodepth=8", "--size=4M", "--count=3000")
-    check_verified(r)
+    verify_run(bench, workdir / "vu.sock", count=3000)
     assert d.stop() == 0, d.stderr()
 
 
@@ -179,16 +141,8 @@ def test_verify_scsi_lun_over_qemu_nbd(spindle_daemon, workdir, qemu_nbd,
                                        bench):
     image = make_image(workdir / "disk.img", SIZE)
     srv = qemu_nbd(image)
-    lun = daemons.ScsiLun(image="", writable=True,
-                          blockdev=srv.blockdev("export=disk"))
-    exp = daemons.ScsiExport(luns=[lun], socket=str(workdir / "scsi.sock"),
-                             num_queues=2)
-    d = spindle_daemon(exports=[exp], workdir=workdir)
-    r = run_bench(bench, workdir / "scsi.sock", "--device=scsi", "--verify",
-                  "--rw=randrw", "--queues=2", "--iodepth=8", "--size=4M",
-                  "--count=3000")
-    check_verified(r)
-    assert d.stop() == 0, d.stderr()
+    verify_scsi_lun(spindle_daemon, workdir, bench,
+                    srv.blockdev("export=disk"), count=3000)
 
 
 def test_flush_discard_zeroes_reach_the_server(spindle_daemon, workdir,
@@ -271,9 +225,7 @@ def test_two_iothreads_with_multi_conn(spindle_daemon, workdir, nbdkit,
     srv = nbdkit("memory", "64M")
     d = start_export(spindle_daemon, workdir, srv.blockdev(),
                      iothread=["iot0", "iot1"])
-    r = run_bench(bench, workdir / "vu.sock", "--verify", "--rw=randrw",
-                  "--queues=2", "--iodepth=4", "--size=4M", "--count=1000")
-    check_verified(r)
+    r = verify_run(bench, workdir / "vu.sock", count=1000, iodepth=4)
     assert all(q["ios"] > 0 for q in r["per_queue"])
     assert d.stop() == 0, d.stderr()
 
@@ -298,20 +250,6 @@ def test_two_iothreads_without_multi_conn(spindle_daemon, workdir, qemu_nbd,
 # --------------------------------------------------------------------------
 # Faults
 
-def bench_in_background(bench, sock, *args):
-    """Start the bench in a thread; returns (thread, result dict)."""
-    out = {}
-
-    def run():
-        argv = [str(bench), f"--socket={sock}", "--json", *map(str, args)]
-        proc = subprocess.run(argv, capture_output=True, text=True,
-                              timeout=RUN_TIMEOUT_S)
-        out["proc"] = proc
-    t = threading.Thread(target=run)
-    t.start()
-    return t, out
-
-
 def test_server_killed_mid_run(spindle_daemon, workdir, nbdkit, bench,
                                client):
     """reconnect-delay=0: I/O errors while the server is gone, the daemon
@@ -322,19 +260,9 @@ def test_server_killed_mid_run(spindle_daemon, workdir, nbdkit, bench,
                                  "--queues=2", "--iodepth=4", "--runtime=2")
     time.sleep(0.7)
     srv.kill()
-    t.join()
-    proc = out["proc"]
-    assert proc.returncode == 1, proc.stderr
-    r = json.loads(proc.stdout)
-    assert r["errors"] > 0 and r["first_error"]["status"] == "IOERR"
-    assert r["ios"] > 0                  # it worked before the kill
+    join_failed_bench(t, out)
     assert d.alive()
-    qmp = QmpSync(str(workdir / "qmp.sock"))
-    try:
-        assert [n["node-name"] for n in qmp.cmd("query-named-block-nodes")] \
-            == ["d0"]
-    finally:
-        qmp.close()
+    check_qmp_answers(workdir)
     assert d.stderr().count("lost the connection to the NBD server") == 1
     srv.start()
     wait_for(lambda: "reconnected to the NBD server" in d.stderr(),

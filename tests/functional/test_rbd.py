@@ -21,10 +21,7 @@ up and answering QMP, then serving again once the OSD is thawed.
 
 import itertools
 import json
-import subprocess
-import threading
 import time
-from pathlib import Path
 
 import pytest
 
@@ -32,26 +29,20 @@ import daemons  # tests/e2e, on sys.path through conftest
 from ceph_cluster import OSD_OP_TIMEOUT_S
 from conftest import check_one_line_error, run_spindle, vu_ok
 from qmp_util import QmpSync
+from remote_export import (bench, bench_in_background,  # noqa: F401
+                           check_qmp_answers, join_failed_bench,
+                           skip_unless_built_with, start_export, verify_run,
+                           verify_scsi_lun)
 from spindle_daemon import wait_for
 
-BENCH = "tools/bench/spindle-bench"
 SIZE = 64 << 20
-RUN_TIMEOUT_S = 90
 
 _names = itertools.count()
 
 
 @pytest.fixture(scope="module", autouse=True)
 def built_with_librbd(build_dir):
-    config = Path(build_dir) / "include" / "config-host.h"
-    if "#define CONFIG_LIBRBD" not in config.read_text():
-        pytest.skip("spindle was built without librbd "
-                    "(apt-get install librbd-dev, then reconfigure)")
-
-
-@pytest.fixture
-def bench(binary):
-    return binary(BENCH)
+    skip_unless_built_with(build_dir, "librbd")
 
 
 @pytest.fixture
@@ -61,38 +52,6 @@ def image(ceph_cluster):
     ceph_cluster.rbd("create", "--size", f"{SIZE >> 20}M", name)
     yield name
     ceph_cluster.rbd("rm", "--no-progress", name, check=False)
-
-
-def start_export(spindle_daemon, workdir, blockdev, queues=2, iothread="iot0",
-                 qmp=False):
-    exp = daemons.Export("", str(workdir / "vu.sock"), num_queues=queues,
-                         blockdev=blockdev, iothread=iothread)
-    args = []
-    if qmp:
-        args = ["--chardev", f"socket,id=m0,path={workdir}/qmp.sock,"
-                "server=on,wait=off", "--monitor", "chardev=m0"]
-    return spindle_daemon(args, exports=[exp], workdir=workdir,
-                          ready=[workdir / "qmp.sock"] if qmp else [])
-
-
-def bench_argv(bench, sock, args):
-    return [str(bench), f"--socket={sock}", "--json", *map(str, args)]
-
-
-def run_bench(bench, sock, *args, expect=0):
-    argv = bench_argv(bench, sock, args)
-    proc = subprocess.run(argv, capture_output=True, text=True,
-                          timeout=RUN_TIMEOUT_S)
-    assert proc.returncode == expect, (
-        f"{' '.join(argv)}\nexit {proc.returncode}\n{proc.stdout}\n"
-        f"{proc.stderr}")
-    return json.loads(proc.stdout)
-
-
-def check_verified(r):
-    assert r["errors"] == 0 and r["first_error"] is None, r["first_error"]
-    assert r["verify"]["mismatches"] == 0, r["verify"]["first_mismatch"]
-    assert r["verify"]["sectors_checked"] > 0
 
 
 def export_image(cluster, image, workdir):
@@ -112,9 +71,7 @@ def test_verify_blk_and_rbd_export(spindle_daemon, workdir, ceph_cluster,
     """The bench's data, verified through spindle, is what `rbd export`
     reads from the cluster afterwards."""
     d = start_export(spindle_daemon, workdir, ceph_cluster.blockdev(image))
-    r = run_bench(bench, workdir / "vu.sock", "--verify", "--rw=randrw",
-                  "--queues=2", "--iodepth=8", "--size=4M", "--count=2000")
-    check_verified(r)
+    verify_run(bench, workdir / "vu.sock", count=2000)
     seen = workdir / "seen"
     vu_ok(client, workdir / "vu.sock", "write", "8M", "64k", "--pattern", "9",
           "flush", "read", "0", "9M", "--output", seen)
@@ -128,16 +85,8 @@ def test_verify_blk_and_rbd_export(spindle_daemon, workdir, ceph_cluster,
 
 
 def test_verify_scsi_lun(spindle_daemon, workdir, ceph_cluster, image, bench):
-    lun = daemons.ScsiLun(image="", writable=True,
-                          blockdev=ceph_cluster.blockdev(image))
-    exp = daemons.ScsiExport(luns=[lun], socket=str(workdir / "scsi.sock"),
-                             num_queues=2)
-    d = spindle_daemon(exports=[exp], workdir=workdir)
-    r = run_bench(bench, workdir / "scsi.sock", "--device=scsi", "--verify",
-                  "--rw=randrw", "--queues=2", "--iodepth=8", "--size=4M",
-                  "--count=2000")
-    check_verified(r)
-    assert d.stop() == 0, d.stderr()
+    verify_scsi_lun(spindle_daemon, workdir, bench,
+                    ceph_cluster.blockdev(image), count=2000)
 
 
 def test_two_iothreads(spindle_daemon, workdir, ceph_cluster, image, bench):
@@ -145,9 +94,7 @@ def test_two_iothreads(spindle_daemon, workdir, ceph_cluster, image, bench):
     request's own context."""
     d = start_export(spindle_daemon, workdir, ceph_cluster.blockdev(image),
                      iothread=["iot0", "iot1"])
-    r = run_bench(bench, workdir / "vu.sock", "--verify", "--rw=randrw",
-                  "--queues=2", "--iodepth=8", "--size=4M", "--count=2000")
-    check_verified(r)
+    r = verify_run(bench, workdir / "vu.sock", count=2000)
     assert all(q["ios"] > 0 for q in r["per_queue"])
     assert d.stop() == 0, d.stderr()
 
@@ -257,36 +204,19 @@ def test_osd_frozen_mid_run(spindle_daemon, workdir, ceph_cluster, image,
     serves again and so does the export."""
     d = start_export(spindle_daemon, workdir, ceph_cluster.blockdev(image),
                      qmp=True)
-    out = {}
-    argv = bench_argv(bench, workdir / "vu.sock",
-                      ["--rw=randrw", "--queues=2", "--iodepth=4",
-                       "--size=4M", f"--runtime={OSD_OP_TIMEOUT_S + 4}"])
-
-    def run():
-        out["proc"] = subprocess.run(argv, capture_output=True, text=True,
-                                     timeout=RUN_TIMEOUT_S)
-    t = threading.Thread(target=run)
-    t.start()
+    t, out = bench_in_background(bench, workdir / "vu.sock", "--rw=randrw",
+                                 "--queues=2", "--iodepth=4", "--size=4M",
+                                 f"--runtime={OSD_OP_TIMEOUT_S + 4}")
     time.sleep(1)
     ceph_cluster.freeze_osd()
     try:
         wait_for(lambda: "the guest sees I/O errors" in d.stderr(),
                  "requests to time out", OSD_OP_TIMEOUT_S + 10, daemon=d)
         assert d.alive()
-        qmp = QmpSync(str(workdir / "qmp.sock"))
-        try:
-            assert [n["node-name"]
-                    for n in qmp.cmd("query-named-block-nodes")] == ["d0"]
-        finally:
-            qmp.close()
+        check_qmp_answers(workdir)
     finally:
         ceph_cluster.thaw_osd()
-    t.join()
-    proc = out["proc"]
-    assert proc.returncode == 1, proc.stderr
-    r = json.loads(proc.stdout)
-    assert r["errors"] > 0 and r["first_error"]["status"] == "IOERR"
-    assert r["ios"] > 0                  # it worked before the freeze
+    join_failed_bench(t, out)
     assert d.stderr().count("the guest sees I/O errors") <= 2  # per context
     # Thawed: the export works again.
     vu_ok(client, workdir / "vu.sock", "write", "0", "64k", "--pattern", "2",
