@@ -321,12 +321,15 @@ def vu_ok(client, sock, *args, extra=()):
 
 
 @pytest.fixture(scope="session")
-def ceph_cluster(tmp_path_factory):
+def ceph_cluster(tmp_path_factory, build_dir):
     """A single-node Ceph cluster (tests/functional/ceph_cluster.py) for
     the whole run, started on first use and stopped at the end; skips,
-    saying why, where it cannot start."""
+    saying why, where it cannot start or spindle has no rbd driver to
+    use it."""
     from ceph_cluster import CephCluster, CephUnavailable
+    from remote_export import skip_unless_built_with
 
+    skip_unless_built_with(build_dir, "librbd")
     cluster = CephCluster(tmp_path_factory.mktemp("ceph"))
     try:
         cluster.start()
