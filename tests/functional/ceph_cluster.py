@@ -21,7 +21,9 @@ into a skip.
 Clients (the tools, and spindle through conf=) read the cluster's
 ceph.conf, which also bounds how long a client waits: a monitor that does
 not answer fails a connection after 10 s and an OSD that does not answer
-fails a request after OSD_OP_TIMEOUT_S.
+fails a request after OSD_OP_TIMEOUT_S.  It gives every process an admin
+socket, so that a test can read librbd's counters in spindle
+(image_counters()).
 """
 
 import json
@@ -87,6 +89,19 @@ class CephCluster:
     def rbd(self, *args, **kw):
         return self.run("rbd", "-p", POOL, *args, **kw)
 
+    def image_counters(self, pid, image):
+        """librbd's performance counters of image in the client process
+        pid (spindle): its admin socket, which the configuration gives
+        every client."""
+        asok = next((self.dir / "run").glob(f"client.*.{pid}.asok"))
+        proc = subprocess.run(["ceph", "--admin-daemon", str(asok), "perf",
+                               "dump"], capture_output=True, check=True,
+                              timeout=TOOL_TIMEOUT_S)
+        for name, counters in json.loads(proc.stdout).items():
+            if name.startswith("librbd-") and name.endswith(f"-{image}"):
+                return counters
+        raise AssertionError(f"no librbd counters for {image} in {asok}")
+
     def blockdev(self, image, extra=""):
         """--blockdev options of an rbd node on image of the pool."""
         return (f"driver=rbd,pool={POOL},image={image},conf={self.conf}"
@@ -107,7 +122,7 @@ auth service required = none
 auth client required = none
 run dir = {run}
 log file = {self.dir}/$name.log
-admin socket = {run}/$name.asok
+admin socket = {run}/$name.$pid.asok
 pid file =
 mon data = {self.dir}/mon.$id
 osd data = {self.dir}/osd.$id

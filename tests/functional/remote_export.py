@@ -15,7 +15,9 @@ vhost-user-blk, and spindle-bench runs against it.
     check_verified    a --verify run found no error and no mismatch
     verify_run        run_bench --verify (random reads and writes, two
                       queues) and check_verified
-    verify_scsi_lun   verify_run over a virtio-scsi LUN of a node
+    start_scsi_export a daemon with one virtio-scsi export (scsi.sock, two
+                      queues) whose one LUN is a node from --blockdev options
+    verify_scsi_lun   verify_run over such a LUN
     skip_unless_built_with
                       skip the module where spindle was built without the
                       driver's library
@@ -125,12 +127,16 @@ def verify_run(bench, sock, *args, count, iodepth=8):
     return r
 
 
-def verify_scsi_lun(spindle_daemon, workdir, bench, blockdev, count):
-    """verify_run over a virtio-scsi export (scsi.sock, two queues) whose
-    one LUN is a node of blockdev; the daemon must then stop cleanly."""
+def start_scsi_export(spindle_daemon, workdir, blockdev):
     lun = daemons.ScsiLun(image="", writable=True, blockdev=blockdev)
     exp = daemons.ScsiExport(luns=[lun], socket=str(workdir / "scsi.sock"),
                              num_queues=2)
-    d = spindle_daemon(exports=[exp], workdir=workdir)
+    return spindle_daemon(exports=[exp], workdir=workdir)
+
+
+def verify_scsi_lun(spindle_daemon, workdir, bench, blockdev, count):
+    """verify_run over start_scsi_export()'s LUN; the daemon must then stop
+    cleanly."""
+    d = start_scsi_export(spindle_daemon, workdir, blockdev)
     verify_run(bench, workdir / "scsi.sock", "--device=scsi", count=count)
     assert d.stop() == 0, d.stderr()

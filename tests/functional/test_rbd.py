@@ -31,8 +31,8 @@ from conftest import check_one_line_error, run_spindle, vu_ok
 from qmp_util import QmpSync
 from remote_export import (bench, bench_in_background,  # noqa: F401
                            check_qmp_answers, join_failed_bench,
-                           skip_unless_built_with, start_export, verify_run,
-                           verify_scsi_lun)
+                           skip_unless_built_with, start_export,
+                           start_scsi_export, verify_run, verify_scsi_lun)
 from spindle_daemon import wait_for
 
 SIZE = 64 << 20
@@ -87,6 +87,33 @@ def test_verify_blk_and_rbd_export(spindle_daemon, workdir, ceph_cluster,
 def test_verify_scsi_lun(spindle_daemon, workdir, ceph_cluster, image, bench):
     verify_scsi_lun(spindle_daemon, workdir, bench,
                     ceph_cluster.blockdev(image), count=2000)
+
+
+@pytest.mark.parametrize("direct", ["off", "on"])
+def test_fua_writes_over_scsi(spindle_daemon, workdir, ceph_cluster, image,
+                              client, direct):
+    """A SCSI write with FUA is a write, then a flush (librbd has no FUA;
+    its counters show the flush), with librbd's cache (cache.direct=off)
+    and without it (on); a write without FUA flushes nothing."""
+    d = start_scsi_export(spindle_daemon, workdir, ceph_cluster.blockdev(
+        image, f"cache.direct={direct}"))
+    sock = workdir / "scsi.sock"
+
+    def flushes():
+        return ceph_cluster.image_counters(d.proc.pid, image)["flush"]
+
+    vu_ok(client, sock, "scsi-write", "0", "4k", "--pattern", "12")
+    before = flushes()
+    vu_ok(client, sock, "scsi-write", "0", "4k", "--pattern", "12")
+    assert flushes() == before
+    vu_ok(client, sock, "scsi-write", "1M", "256k", "--pattern", "11",
+          "--fua", "scsi-read", "1M", "256k", "--verify", "11",
+          "scsi-read", "0", "4k", "--verify", "12")
+    assert flushes() == before + 1
+    assert d.stop() == 0, d.stderr()
+    assert "failed" not in d.stderr()
+    data = export_image(ceph_cluster, image, workdir)
+    assert any(data[1 << 20:(1 << 20) + (256 << 10)])
 
 
 def test_two_iothreads(spindle_daemon, workdir, ceph_cluster, image, bench):
