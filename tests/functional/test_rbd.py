@@ -10,7 +10,9 @@ What is checked: spindle-bench --verify over a vhost-user-blk export and
 a virtio-scsi LUN of an rbd node, over one IOThread and over two (whose
 completions may be taken by either); what the bench wrote read back with
 `rbd export` and compared; flush, and a discard that frees the image's
-objects (`rbd du`); write-zeroes reading back zeroes; block_resize
+objects (`rbd du`); write-zeroes reading back zeroes; a SCSI write with
+FUA followed by a flush (librbd's counters, read through spindle's admin
+socket), with and without librbd's cache; block_resize
 growing the image and the front-end seeing the new capacity; a snapshot
 opened read-only (and refused writable); a missing image or pool failing
 the open with a clear error; and a fault: the OSD frozen mid-run, so
