@@ -55,8 +55,10 @@
  *
  * Errors.  A request's negative return value is its error, reported to
  * the guest through the usual path.  Each context logs the first failure
- * after a success (with librbd's errno), and once requests succeed again
- * one more line: a lost OSD is two log lines, not one per request.
+ * (with librbd's errno), and one more line once requests succeed again,
+ * with no failure for a second more than rados_osd_op_timeout (a read
+ * librbd's cache answers in the middle of an outage does not count): a
+ * lost OSD is two log lines, not one per request.
  * Nothing the cluster does stops the daemon.
  *
  * Threads: open, close, getlength and truncate run in the main thread;
@@ -72,6 +74,7 @@
 #include <unistd.h>
 #include <rbd/librbd.h>
 #include "block/block-int.h"
+#include "util/clock.h"
 #include "util/cutils.h"
 
 /* The default bound on every wait for the cluster, in seconds. */
@@ -96,6 +99,7 @@ typedef struct RbdState {
     rados_ioctx_t io;
     rbd_image_t image;
     int efd;                     /* librbd's completion notification */
+    int64_t quiet_ns;            /* no failure this long: recovered */
 
     int64_t size;                /* main thread */
     GMutex lock;                 /* ctxs */
@@ -111,7 +115,9 @@ struct RbdCtx {
     unsigned in_flight;          /* submitted, not completed */
     uint64_t done_count;         /* completed (poll counts) */
     BlockReqFifo ready;          /* answered, to complete */
-    bool failing;                /* the last request failed (logged) */
+    bool failing;                /* a failure was logged, no recovery */
+    int64_t last_failure_ns;     /* while failing */
+    uint64_t failures;           /* requests failed while failing */
 
     /* Handed over by other contexts. */
     GMutex lock;
@@ -203,21 +209,36 @@ static const char *rbd_op_name(BlockRequest *req)
     return "request";
 }
 
-/* One log line when requests start failing, one when they work again. */
+/*
+ * One log line when requests start failing, one when they work again.
+ * Some requests succeed in the middle of an outage (a read librbd's cache
+ * answers), so requests count as working again only once one succeeds
+ * quiet_ns (longer than librbd takes to fail one) after the last failure.
+ */
 static void rbd_ctx_note(RbdCtx *c, BlockRequest *req, int ret)
 {
     const char *name = block_node_get_name(c->s->bs);
+    int64_t now;
 
-    if (ret < 0 && !c->failing) {
-        c->failing = true;
-        error_report("node '%s': RBD image %s: %s at %" PRId64 " failed: %s; "
-                     "the guest sees I/O errors while this lasts",
-                     name, c->s->where, rbd_op_name(req), req->offset,
-                     strerror(-ret));
-    } else if (ret == 0 && c->failing) {
+    if (ret == 0 && !c->failing) {
+        return;
+    }
+    now = clock_now_ns();
+    if (ret < 0) {
+        if (!c->failing) {
+            c->failing = true;
+            c->failures = 0;
+            error_report("node '%s': RBD image %s: %s at %" PRId64 " failed: "
+                         "%s; the guest sees I/O errors while this lasts",
+                         name, c->s->where, rbd_op_name(req), req->offset,
+                         strerror(-ret));
+        }
+        c->failures++;
+        c->last_failure_ns = now;
+    } else if (now - c->last_failure_ns >= c->s->quiet_ns) {
         c->failing = false;
-        error_report("node '%s': RBD image %s: requests succeed again",
-                     name, c->s->where);
+        error_report("node '%s': RBD image %s: requests succeed again "
+                     "(%" PRIu64 " failed)", name, c->s->where, c->failures);
     }
 }
 
@@ -483,6 +504,21 @@ static void rbd_free_state(RbdState *s)
     g_mutex_clear(&s->lock);
 }
 
+/* How long without a failure means requests work again (see
+ * rbd_ctx_note()): a second more than librbd takes to fail a request
+ * whose OSD does not answer. */
+static int64_t rbd_quiet_ns(rados_t cluster)
+{
+    char val[64];
+    double timeout_s = 0;
+
+    if (rados_conf_get(cluster, "rados_osd_op_timeout", val,
+                       sizeof(val)) == 0) {
+        timeout_s = g_ascii_strtod(val, NULL);
+    }
+    return (int64_t)((MAX(timeout_s, 0) + 1) * 1e9);
+}
+
 /* The rados handle, configured; not connected yet. */
 static bool rbd_configure(BlockNode *bs, RbdState *s, const RbdOpts *o,
                           Error **errp)
@@ -522,6 +558,7 @@ static bool rbd_configure(BlockNode *bs, RbdState *s, const RbdOpts *o,
             rados_conf_set(s->cluster, timeouts[i].key, RBD_TIMEOUT_S);
         }
     }
+    s->quiet_ns = rbd_quiet_ns(s->cluster);
     r = rados_conf_set(s->cluster, "rbd_cache",
                        bs->cache_direct ? "false" : "true");
     if (r < 0) {
