@@ -3,14 +3,18 @@
 One monitor and one OSD from Debian's packages (ceph-mon, ceph-osd; the
 `ceph`, `rbd` and `rados` tools from ceph-common), in a directory of the
 caller's, on 127.0.0.1 at a free port, without authentication (auth none)
-and without a manager: nothing the tests do needs one.  The OSD keeps its
-objects in memory (objectstore memstore): it starts in a second or two,
-but Debian's ceph-osd 16 does not bring its placement groups back after a
-restart (the saved store holds only the superblock; the PGs stay
-inactive), so a test that takes the OSD away freezes it (SIGSTOP: it
-stops answering, as a hung or cut-off OSD does) and thaws it (SIGCONT)
-rather than restarting it.  One pool, replicated with size 1.  The whole
-cluster is up in about 6 s.
+and without a manager: nothing the tests do needs one.  One pool,
+replicated with size 1.
+
+The OSD keeps its objects in a BlueStore on a sparse 1 GiB file of the
+directory (a few MB written): the cluster is up in about 9 s, and an OSD
+killed and started again (kill_osd(), start_osd()) comes back with its
+data in about 5 s.  objectstore="memstore" keeps them in memory instead
+and is up in about 6 s, but Debian's ceph-osd 16 does not bring a
+memstore OSD's placement groups back after a restart (its saved store
+holds only the superblock; the PGs stay inactive), so only freezing the
+OSD (freeze_osd(): SIGSTOP, it stops answering as a hung or cut-off OSD
+does; thaw_osd()) works there.
 
 Every daemon is started in the foreground (-f) as a child of the test run
 and stopped by its PID; nothing is installed or left running.  start()
@@ -41,6 +45,22 @@ OSD_OP_TIMEOUT_S = 5
 START_TIMEOUT_S = 60
 TOOL_TIMEOUT_S = 60
 
+OBJECTSTORES = {
+    "bluestore": """osd objectstore = bluestore
+bluestore block create = true
+bluestore block size = 1073741824
+bluestore block db create = false
+bluestore block wal create = false
+bluestore cache size = 67108864
+bluestore fsck on mkfs = false
+bluestore fsck on mount = false
+osd memory target = 536870912
+""",
+    "memstore": """osd objectstore = memstore
+memstore device bytes = 268435456
+""",
+}
+
 PROGRAMS = ("ceph-mon", "ceph-osd", "monmaptool", "ceph", "rbd", "rados")
 
 
@@ -63,8 +83,9 @@ def _tail(path, lines=20):
 
 
 class CephCluster:
-    def __init__(self, directory):
+    def __init__(self, directory, objectstore="bluestore"):
         self.dir = Path(directory)
+        self.objectstore = objectstore
         self.conf = self.dir / "ceph.conf"
         self.procs = {}
         self.port = None
@@ -126,9 +147,7 @@ admin socket = {run}/$name.$pid.asok
 pid file =
 mon data = {self.dir}/mon.$id
 osd data = {self.dir}/osd.$id
-osd objectstore = memstore
-memstore device bytes = 268435456
-osd pool default size = 1
+{OBJECTSTORES[self.objectstore]}osd pool default size = 1
 osd pool default min size = 1
 osd pool default pg num = 8
 osd pool default pgp num = 8
@@ -255,6 +274,10 @@ rados osd op timeout = {OSD_OP_TIMEOUT_S}
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+    def kill_osd(self):
+        """The OSD dies (SIGKILL), until start_osd()."""
+        self.stop_daemon("osd.0", signal.SIGKILL)
 
     def freeze_osd(self):
         """The OSD stops answering (SIGSTOP) until thaw_osd()."""

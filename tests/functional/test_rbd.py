@@ -1,10 +1,10 @@
 """driver=rbd (block/rbd.c, docs/block.md) against a real Ceph cluster.
 
 The cluster is the session's ceph_cluster fixture (ceph_cluster.py): one
-monitor, one OSD on memstore, one pool, started by the tests in a few
-seconds and stopped at the end.  Each test makes its own image.  Every
-test is skipped, saying why, where spindle was built without librbd or
-the cluster cannot start.
+monitor, one OSD on a file-backed BlueStore, one pool, started by the
+tests in about 9 s and stopped at the end.  Each test makes its own
+image.  Every test is skipped, saying why, where spindle was built
+without librbd or the cluster cannot start.
 
 What is checked: spindle-bench --verify over a vhost-user-blk export and
 a virtio-scsi LUN of an rbd node, over one IOThread and over two (whose
@@ -12,13 +12,14 @@ completions may be taken by either); what the bench wrote read back with
 `rbd export` and compared; flush, and a discard that frees the image's
 objects (`rbd du`); write-zeroes reading back zeroes; a SCSI write with
 FUA followed by a flush (librbd's counters, read through spindle's admin
-socket), with and without librbd's cache; block_resize
-growing the image and the front-end seeing the new capacity; a snapshot
-opened read-only (and refused writable); a missing image or pool failing
-the open with a clear error; and a fault: the OSD frozen mid-run, so
-that requests time out (rados_osd_op_timeout, 5 s in the test cluster's
-ceph.conf) and fail with I/O errors, the daemon logging it once, staying
-up and answering QMP, then serving again once the OSD is thawed.
+socket), with and without librbd's cache; block_resize growing the image
+and the front-end seeing the new capacity; a snapshot opened read-only
+(and refused writable); a missing image or pool failing the open with a
+clear error; and faults: the OSD frozen (SIGSTOP) or killed (SIGKILL)
+mid-run, so that requests time out (rados_osd_op_timeout, 5 s in the
+test cluster's ceph.conf) and fail with I/O errors, the daemon logging it
+once, staying up and answering QMP, then serving again, with the data
+flushed before the fault intact, once the OSD is thawed or started again.
 """
 
 import itertools
@@ -225,31 +226,45 @@ def test_missing_image_or_pool_fails_at_open(spindle, ceph_cluster, what):
 # --------------------------------------------------------------------------
 # Faults
 
-def test_osd_frozen_mid_run(spindle_daemon, workdir, ceph_cluster, image,
-                            bench, client):
-    """The OSD stops answering mid-run: the requests it holds time out
-    after rados_osd_op_timeout and reach the bench as I/O errors; the
-    daemon logs it once, stays up and answers QMP.  Thawed, the OSD
-    serves again and so does the export."""
+@pytest.mark.parametrize("fault", ["frozen", "killed"])
+def test_osd_lost_mid_run(spindle_daemon, workdir, ceph_cluster, image,
+                          bench, client, fault):
+    """The OSD stops answering mid-run (frozen: SIGSTOP) or dies (killed:
+    SIGKILL): the requests it holds time out after rados_osd_op_timeout
+    and reach the bench as I/O errors; the daemon logs it once per
+    IOThread, stays up and answers QMP.  Thawed, or started again, the
+    OSD serves again and so does the export, and what was flushed before
+    the fault is still there."""
+    lose, restore = {
+        "frozen": (ceph_cluster.freeze_osd, ceph_cluster.thaw_osd),
+        "killed": (ceph_cluster.kill_osd, ceph_cluster.start_osd),
+    }[fault]
     d = start_export(spindle_daemon, workdir, ceph_cluster.blockdev(image),
                      qmp=True)
-    t, out = bench_in_background(bench, workdir / "vu.sock", "--rw=randrw",
-                                 "--queues=2", "--iodepth=4", "--size=4M",
+    sock = workdir / "vu.sock"
+    vu_ok(client, sock, "write", "32M", "1M", "--pattern", "3", "flush")
+    t, out = bench_in_background(bench, sock, "--rw=randrw", "--queues=2",
+                                 "--iodepth=4", "--size=4M",
                                  f"--runtime={OSD_OP_TIMEOUT_S + 4}")
     time.sleep(1)
-    ceph_cluster.freeze_osd()
+    lose()
     try:
         wait_for(lambda: "the guest sees I/O errors" in d.stderr(),
                  "requests to time out", OSD_OP_TIMEOUT_S + 10, daemon=d)
         assert d.alive()
         check_qmp_answers(workdir)
     finally:
-        ceph_cluster.thaw_osd()
+        restore()
     join_failed_bench(t, out)
-    assert d.stderr().count("the guest sees I/O errors") <= 2  # per context
-    # Thawed: the export works again.
-    vu_ok(client, workdir / "vu.sock", "write", "0", "64k", "--pattern", "2",
-          "read", "0", "64k", "--verify", "2")
-    assert "requests succeed again" in d.stderr()
+    # Back: the export works again, and the flushed data is there.  The
+    # log says so once a request succeeds a second more than the op
+    # timeout after the last failure.
+    wait_for(lambda: vu_ok(client, sock, "write", "0", "64k", "--pattern",
+                           "2", "read", "0", "64k", "--verify", "2",
+                           "read", "32M", "1M", "--verify", "3") and
+             "requests succeed again" in d.stderr(),
+             "requests to succeed again", OSD_OP_TIMEOUT_S + 15, daemon=d,
+             interval=0.5)
+    assert d.stderr().count("the guest sees I/O errors") == 1, d.stderr()
     assert d.alive()
     assert d.stop() == 0, d.stderr()
