@@ -19,11 +19,11 @@
  * never hangs the main thread: client_mount_timeout,
  * rados_mon_op_timeout and rados_osd_op_timeout are RBD_TIMEOUT_S where
  * the configuration leaves them at librbd's defaults (no bound, or 300 s
- * for the first).  The last also bounds a request
- * whose OSD does not answer: it fails with ETIMEDOUT after that long
- * (while the OSD is merely slow or coming back, librbd resends on its own
- * and the request just waits).  The image is librbd's, thread-safe, and
- * every context the node is used from submits to it directly.
+ * for the first).  The last also bounds a request whose OSD does not
+ * answer: it fails with ETIMEDOUT after that long (until then librbd
+ * resends on its own, and a request whose OSD comes back in time just
+ * waits).  The image is librbd's, thread-safe, and every context the
+ * node is used from submits to it directly.
  *
  * Requests.  READ and WRITE are rbd_aio_readv()/rbd_aio_writev() on the
  * request's iovec (no copy), FLUSH is rbd_aio_flush(), DISCARD is
@@ -58,8 +58,8 @@
  * (with librbd's errno), and one more line once requests succeed again,
  * with no failure for a second more than rados_osd_op_timeout (a read
  * librbd's cache answers in the middle of an outage does not count): a
- * lost OSD is two log lines, not one per request.
- * Nothing the cluster does stops the daemon.
+ * lost OSD is two log lines, not one per request.  Nothing the cluster
+ * does stops the daemon.
  *
  * Threads: open, close, getlength and truncate run in the main thread;
  * the rest of an RbdCtx in its context's home thread, but for its inbox
