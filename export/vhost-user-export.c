@@ -9,10 +9,14 @@
  * The address is qemu-storage-daemon's SocketAddress restricted to what
  * vhost-user can use: addr.type=unix,addr.path=PATH (a socket the server
  * creates) or addr.type=fd,addr.str=N (a listening UNIX socket inherited
- * as fd N).  Parsing only checks, it changes nothing: an inherited fd must
- * be open and a listening UNIX stream socket; the server listens on a
- * duplicate.  Each type's state starts with a VhostUserExport, so that
- * starting, stopping and the queue statistics are the same code for all.
+ * as fd N) or addr.str=NAME (the socket systemd passed under that name:
+ * util/listen-fds.h).  Parsing only checks, it changes nothing: an
+ * inherited fd must be open and a listening UNIX stream socket; the
+ * server listens on a duplicate.  A numbered fd is the export's and is
+ * closed once the server has its duplicate; a named one stays open (the
+ * table's), so that the name works again for a later export.  Each
+ * type's state starts with a VhostUserExport, so that starting, stopping
+ * and the queue statistics are the same code for all.
  *
  * Threads: main thread.
  */
@@ -24,6 +28,7 @@
 
 #include "export/export-int.h"
 #include "util/cutils.h"
+#include "util/listen-fds.h"
 #include "util/main-thread.h"
 
 /* What an inherited fd must be, socket option by socket option. */
@@ -60,15 +65,15 @@ static bool vhost_user_check_fd(int fd, Error **errp)
     return true;
 }
 
-static bool vhost_user_export_parse_addr(Opts *opts, char **path,
-                                         int *listen_fd, Error **errp)
+static bool vhost_user_export_parse_addr(Opts *opts, VhostUserExport *vu,
+                                         Error **errp)
 {
     static const char *const types[] = {
         "unix", "fd", "inet", "vsock", NULL
     };
     g_autoptr(Opts) addr = opts_get_child(opts, "addr");
     const char *str;
-    int64_t fd;
+    int fd;
     int type;
 
     if (!addr) {
@@ -99,7 +104,7 @@ static bool vhost_user_export_parse_addr(Opts *opts, char **path,
                        "to create)");
             return false;
         }
-        *path = g_strdup(str);
+        vu->path = g_strdup(str);
         break;
     case 1:
         if (!opts_get_str(addr, "str", NULL, &str, errp)) {
@@ -107,14 +112,16 @@ static bool vhost_user_export_parse_addr(Opts *opts, char **path,
         }
         if (!str) {
             error_setg(errp, "Parameter 'addr.str' is missing (the number "
-                       "of an inherited listening socket)");
+                       "of an inherited listening socket, or the name "
+                       "systemd passed it under)");
             return false;
         }
-        if (!parse_int64_in_range("addr.str", str, 0, INT_MAX, &fd, errp) ||
-            !vhost_user_check_fd((int)fd, errp)) {
+        fd = listen_fds_lookup("addr.str", str, &vu->listen_fd_borrowed,
+                               errp);
+        if (fd < 0 || !vhost_user_check_fd(fd, errp)) {
             return false;
         }
-        *listen_fd = (int)fd;
+        vu->listen_fd = fd;
         break;
     default:
         error_setg(errp, "Parameter 'addr.type': vhost-user needs a UNIX "
@@ -126,8 +133,7 @@ static bool vhost_user_export_parse_addr(Opts *opts, char **path,
 
 bool vhost_user_export_parse(Opts *opts, VhostUserExport *vu, Error **errp)
 {
-    return vhost_user_export_parse_addr(opts, &vu->path, &vu->listen_fd,
-                                        errp) &&
+    return vhost_user_export_parse_addr(opts, vu, errp) &&
            opts_get_bool(opts, "inflight-tracking", true,
                          &vu->inflight_tracking, errp);
 }
@@ -185,8 +191,10 @@ bool vhost_user_export_serve(VhostUserExport *vu, Export *exp,
     }
     if (vu->listen_fd >= 0) {
         /* The server listens on a duplicate; the one we were given is ours
-         * to close. */
-        close(vu->listen_fd);
+         * to close, unless systemd's table keeps it. */
+        if (!vu->listen_fd_borrowed) {
+            close(vu->listen_fd);
+        }
         vu->listen_fd = -1;
     }
     return true;

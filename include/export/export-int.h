@@ -169,6 +169,8 @@ bool export_set_running(Export *exp, bool running, bool migrating,
 typedef struct VhostUserExport {
     char *path;                  /* addr.type=unix */
     int listen_fd;               /* addr.type=fd; else -1 */
+    bool listen_fd_borrowed;     /* listen_fd is a socket systemd passed
+                                  * (util/listen-fds.h): never closed */
     bool inflight_tracking;      /* inflight-tracking=on (the default) */
     char *id;                    /* the export's, for events */
     VuServer *server;            /* from vhost_user_export_serve() */
@@ -176,9 +178,11 @@ typedef struct VhostUserExport {
 
 /*
  * The options every vhost-user export has, into vu: addr.type=unix,
- * addr.path=P (vu->path gets a copy) or addr.type=fd,addr.str=N
- * (vu->listen_fd = N, checked to be an open, listening UNIX stream
- * socket; still the caller's to close), and inflight-tracking=on|off.
+ * addr.path=P (vu->path gets a copy) or addr.type=fd,addr.str=N|NAME
+ * (vu->listen_fd = N, or the fd of the socket systemd passed as NAME,
+ * checked to be an open, listening UNIX stream socket; still the
+ * caller's to close unless vu->listen_fd_borrowed), and
+ * inflight-tracking=on|off.
  * Errors name the option.  Main thread.
  */
 bool vhost_user_export_parse(Opts *opts, VhostUserExport *vu, Error **errp);
