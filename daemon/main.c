@@ -21,6 +21,12 @@
  * the child fails first.  Its error messages reach the terminal because
  * the child redirects its stdio to /dev/null only once it is ready.
  *
+ * Sockets that systemd passes (LISTEN_FDS) are taken before the fork,
+ * while LISTEN_PID still names this process (util/listen-fds.h); the
+ * options find them by name.  Once every option is processed (and the
+ * monitors waited for, below) the daemon tells the service manager
+ * READY=1, and STOPPING=1 when it begins to shut down (daemon/notify.c).
+ *
  * The second pass creates things in the order given, so an --export can
  * use only the --blockdev and --object options before it.  The first error
  * prints one line, "spindle: --OPTION: message", deletes everything created
@@ -82,7 +88,9 @@
 #include "util/aio.h"
 #include "util/error.h"
 #include "util/iothread.h"
+#include "util/listen-fds.h"
 #include "util/opts.h"
+#include "notify.h"
 
 enum {
     OPT_OBJECT = 256,
@@ -113,7 +121,7 @@ static const struct option daemon_long_options[] = {
 /* One option of the command line, in order. */
 typedef struct CliOption {
     int opt;
-    const char *name;            /* "--export", for messages */
+    const char *name;            /* "export", for messages */
     const char *arg;             /* borrowed from argv; NULL if none */
 } CliOption;
 
@@ -122,6 +130,8 @@ typedef struct ChardevConf {
     char *id;
     char *path;                  /* or NULL with fd >= 0 */
     int fd;                      /* -1 once a monitor has taken it */
+    bool fd_borrowed;            /* fd is a socket systemd passed: the
+                                  * monitor gets a duplicate */
     bool server;
     bool wait;
     QmpServer *monitor;          /* its --monitor's server; NULL: none */
@@ -164,7 +174,8 @@ static void daemon_print_help(void)
 "  --blockdev OPTIONS     open a block node: key=value pairs or JSON, e.g.\n"
 "                         driver=file,node-name=disk0,filename=vm.img\n"
 "  --export [type=]vhost-user-blk,id=ID,node-name=NODE,\n"
-"           addr.type=unix,addr.path=SOCKET (or addr.type=fd,addr.str=FD)\n"
+"           addr.type=unix,addr.path=SOCKET (or addr.type=fd,addr.str=FD;\n"
+"           FD: a number, or the name of a socket systemd passed)\n"
 "           [,writable=on|off][,num-queues=N][,logical-block-size=N]\n"
 "           [,iothread=ID][,serial=S][,writethrough=on|off]\n"
 "           [,fixed-iothread=on|off][,allow-inactive=on|off]\n"
@@ -177,8 +188,9 @@ static void daemon_print_help(void)
 "           [,lun.0.logical-block-size=512|4096][,lun.1=NODE...]\n"
 "                         serve nodes as the LUNs of a virtio-scsi device\n"
 "  --chardev socket,id=ID,path=PATH,server=on[,wait=on|off]\n"
-"                         a socket for a QMP monitor (fd=N instead of path:\n"
-"                         an inherited listening socket); wait=on (the\n"
+"                         a socket for a QMP monitor (fd=N or fd=NAME\n"
+"                         instead of path: an inherited listening socket,\n"
+"                         NAME one systemd passed); wait=on (the\n"
 "                         default) waits for a client before starting\n"
 "  --monitor [chardev=]ID[,pretty=on|off]\n"
 "                         serve the QMP monitor on that chardev (any number\n"
@@ -355,8 +367,9 @@ static ChardevConf *daemon_find_chardev(Daemon *d, const char *id)
 static bool daemon_add_chardev(Daemon *d, const char *arg, Error **errp)
 {
     g_autoptr(Opts) opts = opts_parse_keyval(arg, "backend", errp);
-    const char *backend, *id, *path;
-    int64_t fd;
+    const char *backend, *id, *path, *fd_str;
+    int fd = -1;
+    bool fd_borrowed = false;
     bool server, wait;
     ChardevConf *c;
 
@@ -364,7 +377,7 @@ static bool daemon_add_chardev(Daemon *d, const char *arg, Error **errp)
         !opts_get_str(opts, "backend", NULL, &backend, errp) ||
         !opts_get_str(opts, "id", NULL, &id, errp) ||
         !opts_get_str(opts, "path", NULL, &path, errp) ||
-        !opts_get_int(opts, "fd", 0, INT32_MAX, -1, &fd, errp) ||
+        !opts_get_str(opts, "fd", NULL, &fd_str, errp) ||
         !opts_get_bool(opts, "server", false, &server, errp) ||
         !opts_get_bool(opts, "wait", true, &wait, errp)) {
         return false;
@@ -389,10 +402,16 @@ static bool daemon_add_chardev(Daemon *d, const char *arg, Error **errp)
     if (!opts_check_unused(opts, NULL, errp)) {
         return false;
     }
-    if ((path != NULL) == (fd >= 0)) {
+    if ((path != NULL) == (fd_str != NULL)) {
         error_setg(errp, "give exactly one of 'path' (a UNIX socket to "
                    "create) and 'fd' (an inherited listening socket)");
         return false;
+    }
+    if (fd_str) {
+        fd = listen_fds_lookup("fd", fd_str, &fd_borrowed, errp);
+        if (fd < 0) {
+            return false;
+        }
     }
     if (path && !*path) {
         error_setg(errp, "Parameter 'path' must not be empty");
@@ -406,7 +425,8 @@ static bool daemon_add_chardev(Daemon *d, const char *arg, Error **errp)
     c = g_new0(ChardevConf, 1);
     c->id = g_strdup(id);
     c->path = g_strdup(path);
-    c->fd = (int)fd;
+    c->fd = fd;
+    c->fd_borrowed = fd_borrowed;
     c->server = server;
     c->wait = wait;
     g_ptr_array_add(d->chardevs, c);
@@ -453,10 +473,22 @@ static bool daemon_add_monitor(Daemon *d, const char *arg, Error **errp)
     }
     cfg.path = c->path;
     cfg.listen_fd = c->fd;
+    if (c->fd_borrowed) {
+        /* The server takes the fd it is given; systemd's stays open. */
+        cfg.listen_fd = fcntl(c->fd, F_DUPFD_CLOEXEC, 3);
+        if (cfg.listen_fd < 0) {
+            error_setg_errno(errp, errno, "Cannot duplicate file descriptor "
+                             "%d", c->fd);
+            return false;
+        }
+    }
     cfg.pretty = pretty;
     cfg.name = c->id;
     c->monitor = qmp_server_new(&cfg, d->ctx, errp);
     if (!c->monitor) {
+        if (c->fd_borrowed) {
+            close(cfg.listen_fd);
+        }
         return false;
     }
     c->where = c->path ? g_strdup(c->path) : g_strdup_printf("fd %d", c->fd);
@@ -754,6 +786,7 @@ static void daemon_teardown(Daemon *d)
         iothread_destroy(g_ptr_array_index(iothreads, i));
     }
     daemon_remove_pidfile(d);
+    listen_fds_cleanup();
     aio_set_fd_handler(d->ctx, d->sigfd, NULL, NULL, NULL, NULL, NULL);
     close(d->sigfd);
     g_ptr_array_unref(d->chardevs);
@@ -814,11 +847,40 @@ static void daemon_wait_for_monitors(Daemon *d)
 
         if (c->wait) {
             error_report("waiting for a QMP client on %s", c->where);
+            daemon_notify_status("waiting for a QMP client on %s", c->where);
         }
     }
     while (!d->quit && daemon_monitors_waiting(d)) {
         aio_poll(d->ctx, true);
     }
+}
+
+static void daemon_count_export(Export *exp, void *opaque)
+{
+    (*(unsigned *)opaque)++;
+}
+
+/*
+ * Every option is processed: warn about sockets systemd passed that
+ * nothing uses (a typo in a name, most likely).
+ */
+static void daemon_warn_unused_fds(void)
+{
+    g_autofree char *unused = listen_fds_describe_unused();
+
+    if (unused) {
+        error_report("warning: sockets passed by the service manager that "
+                     "no export or monitor uses: %s", unused);
+    }
+}
+
+/* Started: every export and monitor listens.  Tell the service manager. */
+static void daemon_notify_started(Daemon *d)
+{
+    unsigned nexports = 0;
+
+    export_foreach(daemon_count_export, &nexports);
+    daemon_notify_ready(nexports, d->monitors->len);
 }
 
 /* The SHUTDOWN event, as QEMU sends it when the host stops it. */
@@ -840,6 +902,11 @@ int main(int argc, char **argv)
     Error *err = NULL;
 
     daemon_collect_options(argc, argv, &d, options);
+    /* Before the fork: LISTEN_PID names this process, not the child. */
+    if (!listen_fds_init(&err)) {
+        error_report("%s", error_get_pretty(err));
+        exit(1);
+    }
     if (d.daemonize) {
         daemon_fork(&d);
     }
@@ -867,9 +934,11 @@ int main(int argc, char **argv)
             daemon_fail(&d, name, err);
         }
     }
+    daemon_warn_unused_fds();
     daemon_wait_for_monitors(&d);
     if (d.quit) {
         /* Stopped before it started: no pid file. */
+        daemon_notify_stopping();
         daemon_emit_shutdown(&d);
         daemon_teardown(&d);
         return 0;
@@ -880,11 +949,13 @@ int main(int argc, char **argv)
     if (d.daemonize) {
         daemon_detach(&d);
     }
+    daemon_notify_started(&d);
 
     while (!d.quit) {
         aio_poll(d.ctx, true);
     }
 
+    daemon_notify_stopping();
     daemon_emit_shutdown(&d);
     daemon_print_iothread_stats();
     daemon_teardown(&d);
