@@ -9,7 +9,7 @@
  *
  *   spindle [--object iothread,...] [--blockdev ...] [--export ...]
  *           [--chardev socket,...] [--monitor ...] [--pidfile PATH]
- *           [--daemonize]
+ *           [--daemonize] [--config FILE]
  *
  * It is read in two passes.  The first (getopt) only collects the options
  * in order and handles what needs nothing started: --help, --version,
@@ -20,6 +20,11 @@
  * when it is ready; the parent exits 0 then, or with the child's status if
  * the child fails first.  Its error messages reach the terminal because
  * the child redirects its stdio to /dev/null only once it is ready.
+ *
+ * --config FILE holds the same options as JSON (daemon/config.c); the
+ * first pass reads it and puts its entries where --config stands, so
+ * that the second pass cannot tell them from the command line's except
+ * in its messages, which name the file and the entry.
  *
  * Sockets that systemd passes (LISTEN_FDS) are taken before the fork,
  * while LISTEN_PID still names this process (util/listen-fds.h); the
@@ -90,6 +95,7 @@
 #include "util/iothread.h"
 #include "util/listen-fds.h"
 #include "util/opts.h"
+#include "config.h"
 #include "notify.h"
 
 enum {
@@ -101,6 +107,7 @@ enum {
     OPT_PIDFILE,
     OPT_DAEMONIZE,
     OPT_NBD_SERVER,
+    OPT_CONFIG,
 };
 
 static const struct option daemon_long_options[] = {
@@ -115,14 +122,18 @@ static const struct option daemon_long_options[] = {
     { "pidfile", required_argument, NULL, OPT_PIDFILE },
     { "daemonize", no_argument, NULL, OPT_DAEMONIZE },
     { "nbd-server", required_argument, NULL, OPT_NBD_SERVER },
+    { "config", required_argument, NULL, OPT_CONFIG },
     { NULL, 0, NULL, 0 },
 };
 
-/* One option of the command line, in order. */
+/* One option of the command line or of a --config file, in order. */
 typedef struct CliOption {
     int opt;
     const char *name;            /* "export", for messages */
-    const char *arg;             /* borrowed from argv; NULL if none */
+    const char *arg;             /* borrowed from argv or from a
+                                  * DaemonConfigEntry; NULL if none */
+    const char *label;           /* a --config entry's "FILE: export[2]",
+                                  * for messages; NULL: command line */
 } CliOption;
 
 /* A --chardev: a socket for a QMP monitor, and the --monitor on it. */
@@ -144,6 +155,8 @@ typedef struct Daemon {
     GPtrArray *chardevs;         /* ChardevConf * */
     GPtrArray *monitors;         /* ChardevConf * with a monitor, in
                                   * --monitor order (borrowed) */
+    GPtrArray *config_entries;   /* DaemonConfigEntry *, of every
+                                  * --config: the CliOptions borrow them */
 
     const char *pidfile;         /* NULL: none */
     int pidfile_fd;              /* open and locked while we run */
@@ -195,6 +208,9 @@ static void daemon_print_help(void)
 "  --monitor [chardev=]ID[,pretty=on|off]\n"
 "                         serve the QMP monitor on that chardev (any number\n"
 "                         of monitors and clients; quit stops the daemon)\n"
+"  --config FILE          read --object, --blockdev, --chardev, --monitor\n"
+"                         and --export options from a JSON file, e.g.\n"
+"                         {\"blockdev\": [{...}], \"export\": [{...}]}\n"
 "  --pidfile PATH         write the daemon's pid to PATH once it has\n"
 "                         started (locked; removed at exit)\n"
 "  --daemonize            run in the background; return once started\n"
@@ -244,6 +260,39 @@ static G_NORETURN void daemon_usage_error(const char *fmt, ...)
     exit(1);
 }
 
+/* The option a --config key stands for. */
+static int daemon_option_for_key(const char *key)
+{
+    for (int i = 0; daemon_long_options[i].name; i++) {
+        if (!strcmp(daemon_long_options[i].name, key)) {
+            return daemon_long_options[i].val;
+        }
+    }
+    g_assert_not_reached();
+}
+
+/* --config FILE: its entries, as options, go to out where it stands. */
+static void daemon_read_config(Daemon *d, const char *path, GArray *out)
+{
+    guint first = d->config_entries->len;
+    Error *err = NULL;
+
+    if (!daemon_config_load(path, d->config_entries, &err)) {
+        daemon_usage_error("--config %s", error_get_pretty(err));
+    }
+    for (guint i = first; i < d->config_entries->len; i++) {
+        const DaemonConfigEntry *e = g_ptr_array_index(d->config_entries, i);
+        CliOption o = {
+            .opt = daemon_option_for_key(e->key),
+            .name = e->key,
+            .arg = e->arg,
+            .label = e->label,
+        };
+
+        g_array_append_val(out, o);
+    }
+}
+
 /*
  * Collect the options that act when they are processed, in order, into
  * out; set the flags; handle --help and friends.  Exits on a usage error.
@@ -280,6 +329,9 @@ static void daemon_collect_options(int argc, char **argv, Daemon *d,
             break;
         case OPT_DAEMONIZE:
             d->daemonize = true;
+            break;
+        case OPT_CONFIG:
+            daemon_read_config(d, optarg, out);
             break;
         case OPT_OBJECT:
             help = iothread_option_help(optarg);
@@ -366,7 +418,7 @@ static ChardevConf *daemon_find_chardev(Daemon *d, const char *id)
 
 static bool daemon_add_chardev(Daemon *d, const char *arg, Error **errp)
 {
-    g_autoptr(Opts) opts = opts_parse_keyval(arg, "backend", errp);
+    g_autoptr(Opts) opts = opts_parse(arg, "backend", errp);
     const char *backend, *id, *path, *fd_str;
     int fd = -1;
     bool fd_borrowed = false;
@@ -436,7 +488,7 @@ static bool daemon_add_chardev(Daemon *d, const char *arg, Error **errp)
 static bool daemon_add_monitor(Daemon *d, const char *arg, Error **errp)
 {
     static const char *const modes[] = { "control", "readline", NULL };
-    g_autoptr(Opts) opts = opts_parse_keyval(arg, "chardev", errp);
+    g_autoptr(Opts) opts = opts_parse(arg, "chardev", errp);
     const char *chardev;
     bool pretty;
     int mode;
@@ -791,6 +843,7 @@ static void daemon_teardown(Daemon *d)
     close(d->sigfd);
     g_ptr_array_unref(d->chardevs);
     g_ptr_array_unref(d->monitors);
+    g_ptr_array_unref(d->config_entries);
     main_loop_set_context(NULL);
     aio_context_unref(d->ctx);
 }
@@ -901,6 +954,8 @@ int main(int argc, char **argv)
     Daemon d = { .pidfile_fd = -1, .ready_fd = -1, .sigfd = -1 };
     Error *err = NULL;
 
+    d.config_entries = g_ptr_array_new_with_free_func(
+        daemon_config_entry_free);
     daemon_collect_options(argc, argv, &d, options);
     /* Before the fork: LISTEN_PID names this process, not the child. */
     if (!listen_fds_init(&err)) {
@@ -928,7 +983,9 @@ int main(int argc, char **argv)
 
     for (guint i = 0; i < options->len; i++) {
         const CliOption *o = &g_array_index(options, CliOption, i);
-        g_autofree char *name = g_strconcat("--", o->name, NULL);
+        g_autofree char *name = o->label ?
+            g_strconcat("--config ", o->label, NULL) :
+            g_strconcat("--", o->name, NULL);
 
         if (!daemon_process_option(&d, o, &err)) {
             daemon_fail(&d, name, err);

@@ -1,5 +1,5 @@
 """Running spindle under systemd, without systemd: readiness, sockets it
-passes.
+passes, and the configuration file a unit points at.
 
 systemd is not PID 1 where these tests run, so each test plays its part
 the way systemd does it (sd_notify(3), sd_listen_fds(3)):
@@ -12,6 +12,8 @@ the way systemd does it (sd_notify(3), sd_listen_fds(3)):
   sets LISTEN_PID=$$ and execs spindle (so that the pid is the daemon's);
   spindle-bench --verify then runs through the passed vhost-user socket and
   a QMP client through the passed monitor socket.
+- --config FILE: the same options as JSON; its happy path and each shape
+  of error (which names the file, the entry and the key).
 
 Names need libsystemd: in a build without it, the tests check that a name
 is refused with a message that says so.
@@ -324,3 +326,94 @@ def test_numbered_passed_socket_still_works(spindle, libsystemd, workdir,
         rc = d.stop()
     assert rc == 0, d.stderr()
     assert "no export or monitor" not in d.stderr()
+
+
+# ---------------------------------------------------------------------------
+# --config FILE
+
+
+def write_config(path, doc):
+    path.write_text(doc if isinstance(doc, str) else json.dumps(doc))
+    return path
+
+
+def test_config_file(spindle, workdir, notify):
+    img = make_image(workdir / "disk.img", IMAGE_SIZE)
+    qsock, v0, v1 = (workdir / n for n in ("qmp.sock", "v0.sock", "v1.sock"))
+    # Keys in any order; processed object, blockdev, chardev, monitor,
+    # export.  Entries as JSON objects or key=value strings.
+    cfg = write_config(workdir / "vm.json", {
+        "export": [{"type": "vhost-user-blk", "id": "e0", "node-name": "d0",
+                    "iothread": "iot0", "writable": True,
+                    "addr": {"type": "unix", "path": str(v0)}}],
+        "monitor": [{"chardev": "m0"}],
+        "chardev": [f"socket,id=m0,path={qsock},server=on,wait=off"],
+        "blockdev": [{"driver": "file", "node-name": "d0",
+                      "filename": str(img)},
+                     "driver=null-co,node-name=n1"],
+        "object": [{"qom-type": "iothread", "id": "iot0"}],
+    })
+    # The command line goes on after the file, using what it defined.
+    d = Daemon(spindle, [
+        "--config", cfg,
+        "--export", f"vhost-user-blk,id=e1,node-name=n1,iothread=iot0,"
+                    f"addr.type=unix,addr.path={v1}"],
+        log_path=workdir / "spindle.log", ready=[qsock, v0, v1],
+        env=dict(os.environ, **notify.env()))
+    d.start()
+    try:
+        q = QmpSync(qsock, alive=d.alive)
+        try:
+            exports = {e["id"]: e for e in q.cmd("query-block-exports")}
+            assert sorted(exports) == ["e0", "e1"]
+            assert exports["e0"]["node-name"] == "d0"
+            assert [t["id"] for t in q.cmd("query-iothreads")] == ["iot0"]
+        finally:
+            q.close()
+    finally:
+        rc = d.stop()
+    assert rc == 0, d.stderr()
+
+
+CONFIG_ERRORS = [
+    ("not-json", "{\"export\": [", None, "invalid JSON"),
+    ("not-object", "[]", None, "expected a JSON object"),
+    ("unknown-key", {"exports": []}, None, "unknown key 'exports'"),
+    ("not-array", {"blockdev": {"driver": "null-co"}}, None,
+     "key 'blockdev' must hold an array"),
+    ("bad-entry-type", {"blockdev": [{"driver": "null-co",
+                                      "node-name": "n0"}, 3]},
+     "blockdev[1]", "must be a JSON object"),
+    ("bad-entry-key", {"blockdev": [{"driver": "null-co", "node-name": "n0",
+                                     "colour": "red"}]},
+     "blockdev[0]", "colour"),
+    ("bad-entry-value", {"chardev": [{"backend": "socket", "id": "m0",
+                                      "path": "x.sock", "server": True,
+                                      "wait": "sometimes"}]},
+     "chardev[0]", "wait"),
+    # The entry that is wrong is named, not the first of its key.
+    ("later-entry", {"blockdev": ["driver=null-co,node-name=n0"],
+                     "export": ["vhost-user-blk,id=e0,node-name=n0,"
+                                "addr.type=unix,addr.path=v0.sock",
+                                "vhost-user-blk,id=e1,node-name=n0,"
+                                "addr.type=unix,addr.path=v1.sock,"
+                                "num-queues=0"]},
+     "export[1]", "num-queues"),
+]
+
+
+@pytest.mark.parametrize("doc, entry, text",
+                         [c[1:] for c in CONFIG_ERRORS],
+                         ids=[c[0] for c in CONFIG_ERRORS])
+def test_config_errors(spindle, workdir, doc, entry, text):
+    cfg = write_config(workdir / "bad.json", doc)
+    proc = run_spindle(spindle, ["--config", cfg], cwd=workdir)
+    option = f"--config {cfg}" + (f": {entry}" if entry else "")
+    check_one_line_error(proc, option, text)
+    assert list(workdir.glob("*.sock")) == []
+
+
+def test_config_missing_file(spindle, workdir):
+    missing = workdir / "nope.json"
+    proc = run_spindle(spindle, ["--config", missing])
+    check_one_line_error(proc, f"--config {missing}", "cannot read it")
