@@ -22,7 +22,9 @@ PYTHON=${PYTHON:-python3}
 # scdoc turns docs/man/*.scd into manual pages; man-db's man renders them
 # in tests/functional/test_man.py.
 # clang builds the libFuzzer harnesses (make fuzz, make check-fuzz); its
-# libFuzzer and sanitizer runtimes come with it.
+# libFuzzer and sanitizer runtimes come with it.  libsystemd-dev: sd_notify
+# and the sockets systemd passes (the libsystemd feature); systemd:
+# systemd.pc's unit directory and systemd-analyze, which checks the units.
 APT_PACKAGES=(
     meson
     ninja-build
@@ -39,6 +41,8 @@ APT_PACKAGES=(
     systemtap-sdt-dev
     scdoc
     man-db
+    libsystemd-dev
+    systemd
     python3
     python3-pip
 )
