@@ -422,6 +422,39 @@ def test_config_missing_file(spindle, workdir):
     check_one_line_error(proc, f"--config {missing}", "cannot read it")
 
 
+def user_guide_config(repo_root):
+    """The /etc/spindle/vm1.json of docs/user-guide.md's systemd section."""
+    text = (repo_root / "docs" / "user-guide.md").read_text()
+    section = text.split("## Running under systemd", 1)[1]
+    return json.loads(section.split("```json\n", 1)[1].split("```", 1)[0])
+
+
+def test_user_guide_config(spindle, repo_root, libsystemd, workdir, notify):
+    # The guide's example runs as it stands, on sockets passed by name.
+    doc = user_guide_config(repo_root)
+    doc["blockdev"][0]["filename"] = str(
+        make_image(workdir / "vm1.img", IMAGE_SIZE))
+    cfg = write_config(workdir / "vm1.json", doc)
+    vsock, qsock = workdir / "vu.sock", workdir / "qmp.sock"
+    d = activated(spindle, workdir, [("vhost", listener(vsock)),
+                                     ("qmp", listener(qsock))],
+                  ["--config", cfg], env=notify.env())
+    start_activated(d)
+    try:
+        msg = notify.wait_for("READY=1", daemon=d)
+        assert "STATUS=serving 1 export, 1 QMP monitor" in msg
+        assert connects(vsock)
+        q = QmpSync(qsock, alive=d.alive)
+        try:
+            assert [e["id"] for e in q.cmd("query-block-exports")] == ["e0"]
+        finally:
+            q.close()
+    finally:
+        rc = d.stop()
+    assert rc == 0, d.stderr()
+    assert "no export or monitor" not in d.stderr()
+
+
 # ---------------------------------------------------------------------------
 # The unit files
 
