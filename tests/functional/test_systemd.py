@@ -21,6 +21,7 @@ Names need libsystemd: in a build without it, the tests check that a name
 is refused with a message that says so.
 """
 
+import contextlib
 import fcntl
 import json
 import os
@@ -144,6 +145,15 @@ def activated(spindle, workdir, sockets, args, env=None):
     return d
 
 
+@contextlib.contextmanager
+def qmp_client(path, daemon):
+    q = QmpSync(path, alive=daemon.alive)
+    try:
+        yield q
+    finally:
+        q.close()
+
+
 def start_activated(d):
     try:
         return d.start()
@@ -222,6 +232,17 @@ def test_quiet_without_notify_socket(spindle, workdir, notify):
 # Sockets systemd passes
 
 
+def bench_verify(bench, sock, count):
+    """spindle-bench --verify through sock: every read matches."""
+    proc = subprocess.run(
+        [str(bench), f"--socket={sock}", "--json", "--verify", "--rw=randrw",
+         "--queues=2", "--iodepth=4", "--size=4M", f"--count={count}"],
+        capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    r = json.loads(proc.stdout)
+    assert r["verify"]["mismatches"] == 0 and r["ios"] > 0
+
+
 def test_socket_activation(spindle, binary, libsystemd, workdir, notify):
     bench = binary(BENCH)
     img = make_image(workdir / "disk.img", IMAGE_SIZE)
@@ -239,15 +260,8 @@ def test_socket_activation(spindle, binary, libsystemd, workdir, notify):
     start_activated(d)
     try:
         notify.wait_for("READY=1", daemon=d)
-        proc = subprocess.run(
-            [str(bench), f"--socket={vsock}", "--json", "--verify",
-             "--rw=randrw", "--queues=2", "--iodepth=4", "--size=4M",
-             "--count=2000"], capture_output=True, text=True, timeout=120)
-        assert proc.returncode == 0, proc.stderr
-        r = json.loads(proc.stdout)
-        assert r["verify"]["mismatches"] == 0 and r["ios"] > 0
-        q = QmpSync(qsock, alive=d.alive)
-        try:
+        bench_verify(bench, vsock, 2000)
+        with qmp_client(qsock, d) as q:
             exports = q.cmd("query-block-exports")
             assert [e["id"] for e in exports] == ["e0"]
             # The export listens on a duplicate: deleted and added again,
@@ -256,11 +270,9 @@ def test_socket_activation(spindle, binary, libsystemd, workdir, notify):
             q.event("BLOCK_EXPORT_DELETED")
             q.cmd("block-export-add", {
                 "type": "vhost-user-blk", "id": "e1", "node-name": "d0",
-                "writable": True,
+                "writable": True, "num-queues": 2,
                 "addr": {"type": "fd", "str": "vhost"}})
-            assert connects(vsock)
-        finally:
-            q.close()
+        bench_verify(bench, vsock, 500)
     finally:
         rc = d.stop()
     err = d.stderr()
@@ -365,14 +377,11 @@ def test_config_file(spindle, workdir, notify):
         env=dict(os.environ, **notify.env()))
     d.start()
     try:
-        q = QmpSync(qsock, alive=d.alive)
-        try:
+        with qmp_client(qsock, d) as q:
             exports = {e["id"]: e for e in q.cmd("query-block-exports")}
             assert sorted(exports) == ["e0", "e1"]
             assert exports["e0"]["node-name"] == "d0"
             assert [t["id"] for t in q.cmd("query-iothreads")] == ["iot0"]
-        finally:
-            q.close()
     finally:
         rc = d.stop()
     assert rc == 0, d.stderr()
@@ -444,11 +453,8 @@ def test_user_guide_config(spindle, repo_root, libsystemd, workdir, notify):
         msg = notify.wait_for("READY=1", daemon=d)
         assert "STATUS=serving 1 export, 1 QMP monitor" in msg
         assert connects(vsock)
-        q = QmpSync(qsock, alive=d.alive)
-        try:
+        with qmp_client(qsock, d) as q:
             assert [e["id"] for e in q.cmd("query-block-exports")] == ["e0"]
-        finally:
-            q.close()
     finally:
         rc = d.stop()
     assert rc == 0, d.stderr()
