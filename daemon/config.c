@@ -21,7 +21,7 @@
 #include <string.h>
 #include <json-glib/json-glib.h>
 
-#include "config.h"
+#include "daemon/config.h"
 
 /* The keys, in the order their entries are processed. */
 static const char *const daemon_config_keys[] = {

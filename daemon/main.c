@@ -95,8 +95,8 @@
 #include "util/iothread.h"
 #include "util/listen-fds.h"
 #include "util/opts.h"
-#include "config.h"
-#include "notify.h"
+#include "daemon/config.h"
+#include "daemon/notify.h"
 
 enum {
     OPT_OBJECT = 256,

@@ -16,7 +16,7 @@
 #include <systemd/sd-daemon.h>
 #endif
 
-#include "notify.h"
+#include "daemon/notify.h"
 
 static void daemon_notify_send(const char *msg)
 {

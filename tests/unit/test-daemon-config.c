@@ -11,7 +11,7 @@
 #include <string.h>
 #include <glib.h>
 
-#include "config.h"
+#include "daemon/config.h"
 #include "util/error.h"
 #include "util/listen-fds.h"
 #include "test-helpers.h"

@@ -19,6 +19,7 @@ typedef struct DaemonConfigEntry {
                                   * JSON text, or its string as given */
 } DaemonConfigEntry;
 
+/* Free an entry (a GDestroyNotify; NULL does nothing). */
 void daemon_config_entry_free(gpointer entry);
 
 /*
