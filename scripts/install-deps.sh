@@ -77,6 +77,16 @@ GUEST_APT_PACKAGES+=(
     ceph-common
 )
 
+# The libvirt test (tests/functional/test_e2e_libvirt.py, its libvirtd in
+# tests/e2e/libvirtd.py): libvirtd with its QEMU driver, and virsh.  Not
+# libvirt-daemon-system: the test starts a libvirtd of its own in session
+# mode and needs no service, user or network the system one sets up.
+GUEST_APT_PACKAGES+=(
+    libvirt-daemon
+    libvirt-daemon-driver-qemu
+    libvirt-clients
+)
+
 # Python packages, as "pip name:module to import".
 PIP_PACKAGES=(
     pytest:pytest
