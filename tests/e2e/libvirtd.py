@@ -130,6 +130,7 @@ class Libvirtd:
         """Start libvirtd and wait for its socket; LibvirtdError if it cannot
         run here (the message says why, with its log's tail)."""
         self.base.mkdir(parents=True, exist_ok=True)
+        self._check_reachable()
         for d in self.dirs.values():
             d.mkdir(mode=0o700, exist_ok=True)
         conf = self._write_config()
@@ -160,6 +161,20 @@ class Libvirtd:
         self.stop()
         raise LibvirtdError(f"libvirtd's socket {self.socket} did not answer "
                             f"within {START_TIMEOUT_S} s:\n{self.output_tail()}")
+
+    def _check_reachable(self):
+        """libvirtd (and QEMU) run as self.uid: every directory above `base`
+        must let them through, or libvirtd only says "Permission denied"
+        about its configuration file."""
+        if self.uid == os.getuid():
+            return
+        for parent in self.base.resolve().parents:
+            st = parent.stat()
+            if st.st_uid != self.uid and not st.st_mode & 0o001:
+                raise LibvirtdError(
+                    f"{parent} is not searchable by {UNPRIVILEGED_USER} "
+                    f"(mode {st.st_mode & 0o777:o}), who runs libvirtd: give "
+                    "Libvirtd a directory under /tmp")
 
     def stop(self):
         """Destroy every domain still running, then stop libvirtd by its pid

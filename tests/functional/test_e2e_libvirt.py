@@ -22,9 +22,12 @@ the module:
        waits.
 
 While it waits the test runs `virsh domblklist`, `virsh domstats` and
-`virsh dumpxml`, then `virsh destroy`: the transient domain is gone, Spindle
-sees its front-end leave and exits 0 on SIGTERM, and the image holds the
-guest's data.  libvirtd is stopped by its pid at the end of the session.
+`virsh dumpxml`.  Then it stops Spindle and starts a new one on the same
+socket: QEMU comes back to it (`<reconnect>`), and the guest writes, reads
+back and verifies a second pattern through it, then waits again.  `virsh
+destroy` ends it: the transient domain is gone, Spindle sees its front-end
+leave and exits 0 on SIGTERM, and the image holds both patterns.  libvirtd
+is stopped by its pid at the end of the session.  About 60 s here.
 
 Skipped, with the reason, where a guest cannot boot (see test_e2e_blk.py)
 or where libvirtd is missing or cannot run (scripts/install-deps.sh
@@ -43,7 +46,10 @@ from pathlib import Path
 
 import pytest
 
-from test_e2e_blk import (GuestResults, _spindle_or_skip, boot_dir, daemons,
+# The guest's data: the same pattern, tail and host-written region as the
+# plain QEMU boots of test_e2e_blk.py.
+from test_e2e_blk import (HOST_DATA, HOST_REGION, PATTERN, PATTERN_OFFSET, TAIL,
+                          GuestResults, _spindle_or_skip, boot_dir, daemons,
                           guest, skip_without_guest)
 
 REPO = Path(__file__).resolve().parents[2]
@@ -53,7 +59,6 @@ import libvirtd  # noqa: E402
 from initramfs import build_initramfs, find_kernel  # noqa: E402
 
 MiB = 1 << 20
-KiB = 1 << 10
 GUIDE = REPO / "docs" / "user-guide.md"
 GUIDE_SECTION = "## Connecting libvirt"
 
@@ -61,20 +66,18 @@ DOMAIN = "spindle-e2e"
 VDA_SIZE = 64 * MiB
 VDA_QUEUES = 2                 # the guide's <driver queues='2'/>
 GUEST_VCPUS = 2
-PATTERN_OFFSET = 1 * MiB
-PATTERN = guest.pattern_bytes(2 * MiB, seed=0x11b7)
-TAIL = guest.pattern_bytes(128 * KiB, seed=0x11b8)
-HOST_REGION = (8 * MiB, 1 * MiB)
-HOST_DATA = guest.pattern_bytes(HOST_REGION[1], seed=0x11b9)
 BOOT_TIMEOUT_S = 150           # to "ready"; a boot takes about 10 s here
 WAIT_IN_GUEST_S = 300          # the guest waits at most this long for the host
 
-# After its I/O the guest says so and waits for a line on its console: the
-# host looks at the running domain meanwhile, then destroys it.
-_WAIT_FOR_HOST = f"""
-echo "SPINDLE-STAGE ready"
-read -t {WAIT_IN_GUEST_S} line
-"""
+# Written after the host restarted Spindle, between PATTERN and HOST_REGION.
+AFTER_RESTART_OFFSET = 4 * MiB
+AFTER_RESTART = guest.pattern_bytes(1 * MiB, seed=0x11b7)
+
+
+def _wait_for_host(stage):
+    """Guest shell: say `stage`, then wait for a line on the console while
+    the host looks at the running domain or restarts Spindle."""
+    return f'echo "SPINDLE-STAGE {stage}"\nread -t {WAIT_IN_GUEST_S} line\n'
 
 
 def guide_domain_xml():
@@ -119,8 +122,8 @@ class Boot(GuestResults):
     live_xml: str
     qemu_log: str
     domains_after_destroy: list
-    daemon_status: int
-    daemon_stderr: str
+    daemon_status: list            # each spindle's exit status, in order
+    daemon_stderr: list            # and what it printed
     image: Path
 
 
@@ -137,15 +140,25 @@ def _make_image(path):
         f.write(HOST_DATA)
 
 
+def _guest_script():
+    """The guest's script and files: the verified I/O, "ready", wait; the
+    second write after the host restarted Spindle, "again", wait."""
+    first = guest.blk_workload("vda", pattern=PATTERN, pattern_offset=PATTERN_OFFSET,
+                               tail_pattern=TAIL, host_region=HOST_REGION)
+    second = guest.blk_workload("vda", pattern=AFTER_RESTART,
+                                pattern_offset=AFTER_RESTART_OFFSET, name="vda2")
+    script = (first.script + _wait_for_host("ready") + second.script
+              + _wait_for_host("again"))
+    return script, {**first.files, **second.files}
+
+
 def _boot(lv, workdir):
     kernel, version = find_kernel()
     image = workdir / "vda.img"
     _make_image(image)
-    work = guest.blk_workload("vda", pattern=PATTERN, pattern_offset=PATTERN_OFFSET,
-                              tail_pattern=TAIL, host_region=HOST_REGION)
-    initrd = build_initramfs(guest.default_cache_dir(), work.script + _WAIT_FOR_HOST,
-                             files=work.files, kernel_version=version,
-                             out_dir=workdir)
+    script, files = _guest_script()
+    initrd = build_initramfs(guest.default_cache_dir(), script, files=files,
+                             kernel_version=version, out_dir=workdir)
     # QEMU (libvirtd's user) reads the initramfs and makes its console
     # socket here; Spindle's socket is handed to it once it exists.
     workdir.chmod(0o755)
@@ -159,26 +172,41 @@ def _boot(lv, workdir):
         console_dir / "console.sock", vcpus=GUEST_VCPUS)
     (workdir / "domain.xml").write_text(xml)
 
-    daemon = daemons.Daemon(_spindle_or_skip(), [exp], "spindle", workdir).start()
+    program = _spindle_or_skip()
+    spindles = [daemons.Daemon(program, [exp], "spindle", workdir).start()]
     console = libvirtd.Console(console_dir / "console.sock",
                                log=workdir / "console.log")
 
     def failed(what):
-        daemon.stop()
+        lv.virsh("destroy", DOMAIN, check=False)
+        spindles[-1].stop()
         pytest.fail(f"{what}\nconsole tail:\n{guest.tail(console.text)}\n"
                     f"QEMU's log (libvirt):\n{lv.qemu_log(DOMAIN)[-3000:]}\n"
-                    f"spindle stderr:\n{daemon.stderr()[-2000:]}", pytrace=False)
+                    f"spindle stderr:\n{spindles[-1].stderr()[-2000:]}",
+                    pytrace=False)
+
+    def wait_for_guest(stage):
+        if not console.wait_for(f"SPINDLE-STAGE {stage}", BOOT_TIMEOUT_S):
+            failed(f"the guest did not say {stage!r} within {BOOT_TIMEOUT_S} s")
 
     try:
         lv.give(exp.socket)
         lv.virsh("create", str(workdir / "domain.xml"), "--paused")
         console.connect()
         lv.virsh("resume", DOMAIN)
-        if not console.wait_for("SPINDLE-STAGE ready", BOOT_TIMEOUT_S):
-            failed(f"the guest did not get to its I/O's end within {BOOT_TIMEOUT_S} s")
+        wait_for_guest("ready")
         domblklist = lv.virsh("domblklist", DOMAIN).stdout
         domstats = _virsh_stats(lv.virsh("domstats", DOMAIN).stdout)
         live_xml = lv.virsh("dumpxml", DOMAIN).stdout
+        # <reconnect>: a new Spindle on the same socket, and the guest
+        # writes again (its requests wait in the rings until QEMU is back).
+        spindles[0].stop()
+        spindles.append(daemons.Daemon(program, [exp], "spindle", workdir,
+                                       log_path=workdir / "spindle.1.stderr")
+                        .start())
+        lv.give(exp.socket)
+        console.send("go\n")
+        wait_for_guest("again")
         lv.virsh("destroy", DOMAIN)
         after = lv.domains()
     except libvirtd.LibvirtdError as e:
@@ -186,13 +214,13 @@ def _boot(lv, workdir):
     finally:
         console.close()
     qemu_log = lv.qemu_log(DOMAIN)
-    status = daemon.stop()
+    status = [d.stop() for d in spindles]
     results, warnings, stages = guest.parse_console(console.text)
     run = guest.GuestRun(returncode=0, console=console.text, seconds=0,
                          command=["virsh", "create"], results=results,
                          warnings=warnings, stages=stages)
     return Boot(run, domblklist, domstats, live_xml, qemu_log, after, status,
-                daemon.stderr(), image)
+                [d.stderr() for d in spindles], image)
 
 
 @pytest.fixture(scope="module")
@@ -251,9 +279,23 @@ def test_destroy_removes_the_transient_domain(boot):
     assert DOMAIN not in boot.domains_after_destroy
 
 
-def test_spindle_sees_the_front_end_leave_and_exits_0(boot):
-    assert "front-end disconnected" in boot.daemon_stderr, boot.daemon_stderr
-    assert boot.daemon_status == 0, boot.daemon_stderr
+def test_qemu_comes_back_to_a_restarted_spindle(boot):
+    """<reconnect>: after Spindle was stopped and started again on the same
+    socket, QEMU connected to the new one and the guest's next write and
+    read went through it, unaware."""
+    assert "front-end connected" in boot.daemon_stderr[1], boot.daemon_stderr[1]
+    assert boot.r("vda2.workload") == "finished"
+    for key in ("pattern_write_rc", "pattern_read_rc"):
+        assert boot.r(f"vda2.{key}") == "0", key
+    assert boot.r("vda2.pattern_verify") == "ok"
+    assert not [w for w in boot.run.warnings if "insmod" not in w], boot.run.warnings
+
+
+def test_spindle_exits_0_on_sigterm_with_or_without_a_guest(boot):
+    """The first one is stopped under the running guest, the second after
+    `virsh destroy`, whose QEMU left it."""
+    assert "front-end disconnected" in boot.daemon_stderr[1], boot.daemon_stderr[1]
+    assert boot.daemon_status == [0, 0], boot.daemon_stderr
 
 
 def test_image_file_holds_the_guests_data(boot):
@@ -261,6 +303,8 @@ def test_image_file_holds_the_guests_data(boot):
     assert data[PATTERN_OFFSET:PATTERN_OFFSET + len(PATTERN)] == PATTERN
     assert data[-len(TAIL):] == TAIL
     assert data[HOST_REGION[0]:sum(HOST_REGION)] == HOST_DATA
+    end = AFTER_RESTART_OFFSET + len(AFTER_RESTART)
+    assert data[AFTER_RESTART_OFFSET:end] == AFTER_RESTART
 
 
 def test_guide_xml_has_what_a_vhost_user_disk_needs():
@@ -277,3 +321,27 @@ def test_guide_xml_has_what_a_vhost_user_disk_needs():
     assert disk.find("source/reconnect").get("enabled") == "yes"
     assert dom.find("iothreads") is not None
     assert dom.find("features/acpi") is not None
+
+
+def test_a_libvirtd_that_cannot_start_says_why():
+    """What the skip says where libvirtd cannot run: its exit and its own
+    words (here: a libvirtd.conf it refuses)."""
+    if libvirtd.missing_prerequisites():
+        pytest.skip("; ".join(libvirtd.missing_prerequisites()))
+
+    class Broken(libvirtd.Libvirtd):
+        def _write_config(self):
+            conf = super()._write_config()
+            conf.write_text(conf.read_text() + "no_such_setting = [\n")
+            return conf
+
+    base = Path(tempfile.mkdtemp(prefix="spindle-lv-"))
+    try:
+        daemon = Broken(base)
+        with pytest.raises(libvirtd.LibvirtdError) as e:
+            daemon.start()
+        daemon.stop()
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    assert "libvirtd exited" in str(e.value)
+    assert "syntax error" in str(e.value), str(e.value)
