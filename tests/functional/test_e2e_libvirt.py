@@ -209,7 +209,7 @@ def _boot(lv, workdir):
         wait_for_guest("again")
         lv.virsh("destroy", DOMAIN)
         after = lv.domains()
-    except libvirtd.LibvirtdError as e:
+    except (libvirtd.LibvirtdError, daemons.DaemonError) as e:
         failed(str(e))
     finally:
         console.close()
