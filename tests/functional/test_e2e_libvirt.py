@@ -163,6 +163,10 @@ def _boot(lv, workdir):
     # socket here; Spindle's socket is handed to it once it exists.
     workdir.chmod(0o755)
     initrd.chmod(0o644)
+    if not kernel.stat().st_mode & 0o004:
+        # Some distributions keep /boot/vmlinuz-* root's (0600).
+        kernel = Path(shutil.copy(kernel, workdir / "vmlinuz"))
+        kernel.chmod(0o644)
     console_dir = lv.shared_dir(workdir / "console")
     exp = daemons.Export(str(image), str(workdir / "vda.sock"),
                          num_queues=VDA_QUEUES)
