@@ -66,7 +66,7 @@ DOMAIN = "spindle-e2e"
 VDA_SIZE = 64 * MiB
 VDA_QUEUES = 2                 # the guide's <driver queues='2'/>
 GUEST_VCPUS = 2
-BOOT_TIMEOUT_S = 150           # to "ready"; a boot takes about 10 s here
+BOOT_TIMEOUT_S = 150           # to each stage; a boot takes about 10 s here
 WAIT_IN_GUEST_S = 300          # the guest waits at most this long for the host
 
 # Written after the host restarted Spindle, between PATTERN and HOST_REGION.
