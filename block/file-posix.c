@@ -52,22 +52,16 @@
  * reads and restores the file size under size_lock, which truncate() and
  * getlength() take too, so that neither undoes the other.
  *
- * Locking.  So that two daemons cannot write one image, each node holds an
- * open file description lock (fcntl F_OFD_SETLK) on one byte, at offset
- * FILE_LOCK_WRITER_BYTE (0x5350494e, "SPIN"; locks may lie beyond the end
- * of the file and never touch its data): a writable node a write
- * (exclusive) lock, a read-only node a read (shared) lock.  So one writer
- * excludes everyone else, and any number of read-only nodes coexist.  OFD
- * locks belong to the open file description, so two nodes on one image in
- * the same process conflict just like two processes.  locking=off takes no
- * lock; locking=auto (the default) behaves like on, except that a file
- * system without OFD locks (EINVAL, ENOTSUP, ENOLCK) is used unlocked,
- * silently.  The locks are Spindle's own: QEMU locks other bytes and does
- * not see them, nor do we see QEMU's.  An inactive node (block.h; opened
- * with active=off, or made inactive later) holds no lock at all, so
- * another daemon can write the image meanwhile: going inactive syncs the
- * file (fdatasync) and drops the lock, going active takes it as an open
- * does (the same grace for a busy lock, the same error).
+ * Locking (file-lock.c).  An active node holds OFD locks on the image,
+ * Spindle's own byte and the bytes QEMU's file driver locks, so neither
+ * two Spindles nor a Spindle and a QEMU write one image at once.  OFD
+ * locks belong to the open file description, so two nodes on one image
+ * in the same process conflict just like two processes.  An inactive
+ * node (block.h; opened with active=off, or made inactive later) holds no
+ * lock at all, so another daemon can write the image meanwhile: going
+ * inactive syncs the file (fdatasync) and drops the locks, going active
+ * takes them as an open does (the same grace for a busy lock, the same
+ * error).
  *
  * Limits.  Without O_DIRECT any offset, length and buffer work (alignment
  * 1).  With O_DIRECT we ask the kernel (statx STATX_DIOALIGN); where it
@@ -99,12 +93,9 @@
 
 #include "block/aio-engine.h"
 #include "block/block-int.h"
+#include "file-lock.h"
 #include "util/thread-pool.h"
 #include "util/trace.h"
-
-/* The byte whose OFD lock says "a writer (write lock) / reader (read lock)
- * has this image open".  ASCII "SPIN". */
-#define FILE_LOCK_WRITER_BYTE   0x5350494eLL
 
 /* Largest O_DIRECT alignment probed, and the fallback when unknown. */
 #define FILE_PROBE_MAX_ALIGN    65536
@@ -124,14 +115,6 @@
 #define FILE_ZERO_BUF_SIZE      (1024 * 1024)
 #define FILE_ZERO_BUF_ALIGN     FILE_PROBE_MAX_ALIGN
 
-typedef enum FileLocking {
-    FILE_LOCKING_AUTO,
-    FILE_LOCKING_ON,
-    FILE_LOCKING_OFF,
-} FileLocking;
-
-static const char *const file_locking_names[] = { "auto", "on", "off", NULL };
-
 /* aio= values, in QEMU's spelling.  Index 0 (threads) is the fallback. */
 static const char *const file_aio_names[] = {
     "threads", "native", "io_uring", NULL
@@ -141,7 +124,7 @@ typedef struct FilePosixState {
     int fd;
     char *filename;              /* as the user gave it, for messages */
     bool is_blkdev;
-    bool locked;                 /* we hold the OFD lock */
+    bool locked;                 /* we hold the OFD locks */
     FileLocking locking;         /* locking=, for activating later */
     bool drop_cache;             /* drop-cache=: see file_set_active() */
     uint32_t block_size;         /* block devices: logical block size */
@@ -336,101 +319,18 @@ static bool file_check_type(BlockNode *bs, Error **errp)
 /* ------------------------------------------------------------------------ */
 /* Locking                                                                   */
 
-static int file_lock_set(int fd, short type)
-{
-    struct flock fl = {
-        .l_type = type,
-        .l_whence = SEEK_SET,
-        .l_start = FILE_LOCK_WRITER_BYTE,
-        .l_len = 1,
-        .l_pid = 0,              /* required for OFD locks */
-    };
-
-    while (fcntl(fd, F_OFD_SETLK, &fl) < 0) {
-        if (errno != EINTR) {
-            return -errno;
-        }
-    }
-    return 0;
-}
-
-/*
- * A process killed with io_uring requests in flight keeps its open file
- * description, and so its lock, for a moment after it has been reaped:
- * the kernel tears its rings down in a worker once those requests end
- * (measured here: up to 17 ms, in 7 of 20 kills).  A daemon restarted at
- * once on the same image (crash recovery, an upgrade) waits that long
- * before it calls the image busy; a real second owner costs the caller
- * this wait before the error.
- */
-#define FILE_LOCK_GRACE_MS 1000
-#define FILE_LOCK_RETRY_MS 10
-
-static bool file_lock_errno_is_busy(int err)
-{
-    return err == EAGAIN || err == EACCES;
-}
-
-static int file_lock_set_patiently(int fd, short type)
-{
-    int ret = file_lock_set(fd, type);
-
-    for (int waited = 0; file_lock_errno_is_busy(-ret) &&
-         waited < FILE_LOCK_GRACE_MS; waited += FILE_LOCK_RETRY_MS) {
-        g_usleep(FILE_LOCK_RETRY_MS * 1000);
-        ret = file_lock_set(fd, type);
-    }
-    return ret;
-}
-
-static bool file_lock_errno_is_unsupported(int err)
-{
-    return err == EINVAL || err == ENOTSUP || err == EOPNOTSUPP ||
-           err == ENOLCK;
-}
-
 static bool file_lock(BlockNode *bs, FileLocking locking, Error **errp)
 {
     FilePosixState *s = bs->opaque;
-    int ret;
 
-    if (locking == FILE_LOCKING_OFF) {
-        return true;
-    }
-    ret = file_lock_set_patiently(s->fd, bs->read_only ? F_RDLCK : F_WRLCK);
-    if (ret == 0) {
-        s->locked = true;
-        return true;
-    }
-    if (file_lock_errno_is_busy(-ret)) {
-        if (bs->read_only) {
-            error_setg(errp, "Failed to get shared lock on '%s': is another "
-                       "process writing to the image?", s->filename);
-        } else {
-            error_setg(errp, "Failed to get write lock on '%s': is another "
-                       "process using the image?", s->filename);
-        }
-        return false;
-    }
-    if (file_lock_errno_is_unsupported(-ret)) {
-        if (locking == FILE_LOCKING_AUTO) {
-            return true;
-        }
-        error_setg_errno(errp, -ret, "locking=on: the file system of '%s' "
-                         "does not support OFD locks (use locking=off or "
-                         "locking=auto)", s->filename);
-        return false;
-    }
-    error_setg_errno(errp, -ret, "Failed to lock '%s'", s->filename);
-    return false;
+    return file_lock_image(s->fd, s->filename, bs->read_only, locking,
+                           &s->locked, errp);
 }
 
 static void file_unlock(FilePosixState *s)
 {
     if (s->locked) {
-        /* Closing the descriptor drops the lock anyway; an error here
-         * changes nothing. */
-        file_lock_set(s->fd, F_UNLCK);
+        file_unlock_image(s->fd);
         s->locked = false;
     }
 }
