@@ -1,5 +1,6 @@
 /*
- * Unit tests for the `file` block driver (block/file-posix.c).
+ * Unit tests for the `file` block driver (block/file-posix.c, and its
+ * image locks, block/file-lock.c).
  *
  * Theory of operation: every test goes through the public block API
  * (block_node_open_str(), block_node_submit(), block_node_drain()) on a
@@ -857,9 +858,9 @@ static void test_discard_ignore_no_flush(void)
 /* ------------------------------------------------------------------------ */
 /* Locking                                                                   */
 
-/* In a child process: try an OFD lock of type on the lock byte; 0 if it
- * was granted, 1 if it conflicted, 2 on any other error. */
-static int lock_probe_in_child(const char *path, short type)
+/* In a child process: try an OFD lock of type on byte; 0 if it was
+ * granted, 1 if it conflicted, 2 on any other error. */
+static int lock_probe_byte_in_child(const char *path, short type, off_t byte)
 {
     pid_t pid = fork();
     int status;
@@ -867,7 +868,7 @@ static int lock_probe_in_child(const char *path, short type)
     g_assert_cmpint(pid, >=, 0);
     if (pid == 0) {
         struct flock fl = {
-            .l_type = type, .l_whence = SEEK_SET, .l_start = LOCK_BYTE,
+            .l_type = type, .l_whence = SEEK_SET, .l_start = byte,
             .l_len = 1,
         };
         int fd = open(path, type == F_WRLCK ? O_RDWR : O_RDONLY);
@@ -883,6 +884,12 @@ static int lock_probe_in_child(const char *path, short type)
     g_assert_cmpint(waitpid(pid, &status, 0), ==, pid);
     g_assert_true(WIFEXITED(status));
     return WEXITSTATUS(status);
+}
+
+/* The same on Spindle's own byte. */
+static int lock_probe_in_child(const char *path, short type)
+{
+    return lock_probe_byte_in_child(path, type, LOCK_BYTE);
 }
 
 static void test_locking(void)
@@ -1007,6 +1014,199 @@ static void lock_image_cleanup(LockImage *im)
     unlink(im->path);
     g_free(im->path);
     aio_context_unref(im->ctx);
+}
+
+/*
+ * QEMU's lock bytes (docs/block.md): 100 + n while a process holds QEMU's
+ * permission n, 200 + n while it does not share it; n is 0 consistent
+ * read, 1 write, 2 write unchanged, 3 resize.
+ */
+#define QEMU_PERM_BYTE(n)       (100 + (n))
+#define QEMU_SHARED_BYTE(n)     (200 + (n))
+#define QEMU_PERMS              4
+
+/* Which of QEMU's bytes another process finds locked: bit n for 100 + n,
+ * bit 4 + n for 200 + n. */
+static unsigned qemu_bytes_held(const char *path)
+{
+    unsigned held = 0;
+
+    for (int n = 0; n < QEMU_PERMS; n++) {
+        if (lock_probe_byte_in_child(path, F_WRLCK, QEMU_PERM_BYTE(n))) {
+            held |= 1u << n;
+        }
+        if (lock_probe_byte_in_child(path, F_WRLCK, QEMU_SHARED_BYTE(n))) {
+            held |= 1u << (QEMU_PERMS + n);
+        }
+    }
+    return held;
+}
+
+/* The bytes each kind of node holds, in qemu_bytes_held()'s bits. */
+#define HELD_PERM(n)            (1u << (n))
+#define HELD_UNSHARED(n)        (1u << (QEMU_PERMS + (n)))
+#define READER_BYTES            (HELD_PERM(0) | HELD_UNSHARED(1) | \
+                                 HELD_UNSHARED(3))
+#define WRITER_BYTES            (READER_BYTES | HELD_PERM(1) | HELD_PERM(3))
+
+/*
+ * A writable node holds consistent read, write and resize and shares
+ * neither write nor resize; a read-only node holds consistent read only.
+ * Both let go of everything when closed.
+ */
+static void test_locking_qemu_bytes(void)
+{
+    LockImage im;
+    g_autofree char *rw = NULL, *ro = NULL, *off = NULL;
+    BlockNode *a;
+
+    lock_image_init(&im);
+    rw = g_strdup_printf("driver=file,filename=%s", im.path);
+    ro = g_strdup_printf("driver=file,filename=%s,read-only=on", im.path);
+    off = g_strdup_printf("driver=file,filename=%s,locking=off", im.path);
+
+    a = open_ok(rw, im.ctx);
+    g_assert_cmphex(qemu_bytes_held(im.path), ==, WRITER_BYTES);
+    block_node_unref(a);
+    g_assert_cmphex(qemu_bytes_held(im.path), ==, 0);
+
+    a = open_ok(ro, im.ctx);
+    g_assert_cmphex(qemu_bytes_held(im.path), ==, READER_BYTES);
+    block_node_unref(a);
+
+    a = open_ok(off, im.ctx);
+    g_assert_cmphex(qemu_bytes_held(im.path), ==, 0);
+    block_node_unref(a);
+    lock_image_cleanup(&im);
+}
+
+/* Another process holding a read lock on one byte, as QEMU locks, until
+ * holder_stop(). */
+typedef struct Holder {
+    pid_t pid;
+    int release;                 /* closing it lets the holder exit */
+} Holder;
+
+static Holder holder_start(const char *path, off_t byte)
+{
+    int ready[2], release[2];
+    Holder h;
+    char c;
+
+    g_assert_cmpint(pipe(ready), ==, 0);
+    g_assert_cmpint(pipe(release), ==, 0);
+    h.pid = fork();
+    g_assert_cmpint(h.pid, >=, 0);
+    if (h.pid == 0) {
+        struct flock fl = {
+            .l_type = F_RDLCK, .l_whence = SEEK_SET, .l_start = byte,
+            .l_len = 1,
+        };
+        int fd = open(path, O_RDONLY);
+
+        close(release[1]);
+        if (fd < 0 || fcntl(fd, F_OFD_SETLK, &fl) < 0 ||
+            write(ready[1], "x", 1) != 1) {
+            _exit(2);
+        }
+        _exit(read(release[0], &c, 1) == 0 ? 0 : 2);
+    }
+    close(ready[1]);
+    close(release[0]);
+    g_assert_cmpint(read(ready[0], &c, 1), ==, 1);
+    close(ready[0]);
+    h.release = release[1];
+    return h;
+}
+
+static void holder_stop(Holder *h)
+{
+    int status;
+
+    close(h->release);
+    g_assert_cmpint(waitpid(h->pid, &status, 0), ==, h->pid);
+    g_assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+/* One of QEMU's users, by the byte it holds, and what each kind of node
+ * makes of it: NULL if it opens, else a part of its error. */
+typedef struct QemuUserCase {
+    off_t byte;
+    const char *writable;
+    const char *read_only;
+} QemuUserCase;
+
+static const QemuUserCase qemu_writer = {
+    /* qemu-io, qemu-img resize, a writable qemu-storage-daemon export */
+    QEMU_PERM_BYTE(1),
+    "write lock on '%s': is another process using the image? (another "
+    "process holds QEMU's \"write\" permission: lock byte 101)",
+    "shared lock on '%s': is another process writing to the image? "
+    "(another process holds QEMU's \"write\" permission: lock byte 101)",
+};
+static const QemuUserCase qemu_guest_disk = {
+    /* a QEMU guest's disk, even a read-only one, does not share write */
+    QEMU_SHARED_BYTE(1),
+    "(another process does not share QEMU's \"write\" permission: lock "
+    "byte 201)",
+    NULL,
+};
+static const QemuUserCase qemu_sharing_reader = {
+    /* qemu-io -r, a read-only qemu-storage-daemon export */
+    QEMU_PERM_BYTE(0), NULL, NULL,
+};
+static const QemuUserCase qemu_resizer = {
+    QEMU_PERM_BYTE(3),
+    "(another process holds QEMU's \"resize\" permission: lock byte 103)",
+    "(another process holds QEMU's \"resize\" permission: lock byte 103)",
+};
+static const QemuUserCase qemu_no_readers = {
+    QEMU_SHARED_BYTE(0),
+    "(another process does not share QEMU's \"consistent read\" "
+    "permission: lock byte 200)",
+    "(another process does not share QEMU's \"consistent read\" "
+    "permission: lock byte 200)",
+};
+
+static void check_open_beside(const char *opts, const char *path,
+                              AioContext *ctx, const char *error)
+{
+    g_autofree char *needle = g_strdup_printf(error ? error : "", path);
+    BlockNode *bs;
+
+    if (!error) {
+        bs = open_ok(opts, ctx);
+        block_node_unref(bs);
+        return;
+    }
+    open_fails(opts, ctx, needle);
+}
+
+/*
+ * A node beside one of QEMU's users: it opens where QEMU's rules let it,
+ * and where not its error names QEMU's permission; a refused open keeps
+ * none of the bytes it took before it saw the conflict.
+ */
+static void test_locking_beside_qemu(const void *data)
+{
+    const QemuUserCase *c = data;
+    LockImage im;
+    g_autofree char *rw = NULL, *ro = NULL;
+    Holder h;
+
+    lock_image_init(&im);
+    rw = g_strdup_printf("driver=file,filename=%s", im.path);
+    ro = g_strdup_printf("driver=file,filename=%s,read-only=on", im.path);
+    h = holder_start(im.path, c->byte);
+    check_open_beside(rw, im.path, im.ctx, c->writable);
+    check_open_beside(ro, im.path, im.ctx, c->read_only);
+    g_assert_cmpint(lock_probe_in_child(im.path, F_WRLCK), ==, 0);
+    g_assert_cmphex(qemu_bytes_held(im.path) &
+                    ~(c->byte < QEMU_SHARED_BYTE(0) ?
+                      HELD_PERM(c->byte - QEMU_PERM_BYTE(0)) :
+                      HELD_UNSHARED(c->byte - QEMU_SHARED_BYTE(0))), ==, 0);
+    holder_stop(&h);
+    lock_image_cleanup(&im);
 }
 
 static void set_active_ok(BlockNode *bs, bool active)
@@ -1357,6 +1557,17 @@ static const TestCase tests[] = {
     { "/file-posix/locking", test_locking },
     { "/file-posix/locking-waits-for-a-dying-holder",
       test_locking_waits_for_a_dying_holder },
+    { "/file-posix/locking/qemu-bytes", test_locking_qemu_bytes },
+    { "/file-posix/locking/beside-qemu/writer", NULL,
+      test_locking_beside_qemu, &qemu_writer },
+    { "/file-posix/locking/beside-qemu/guest-disk", NULL,
+      test_locking_beside_qemu, &qemu_guest_disk },
+    { "/file-posix/locking/beside-qemu/sharing-reader", NULL,
+      test_locking_beside_qemu, &qemu_sharing_reader },
+    { "/file-posix/locking/beside-qemu/resizer", NULL,
+      test_locking_beside_qemu, &qemu_resizer },
+    { "/file-posix/locking/beside-qemu/no-readers", NULL,
+      test_locking_beside_qemu, &qemu_no_readers },
     { "/file-posix/inactive", test_inactive },
     { "/file-posix/inactive-chain", test_inactive_chain },
     { "/file-posix/default-engine", test_default_engine },
