@@ -116,9 +116,10 @@ static int file_lock_test(int fd, off_t byte)
     return fl.l_type == F_UNLCK ? 0 : -EAGAIN;
 }
 
-/* Every byte fd has locked goes.  Closing the descriptor drops them
- * anyway, so an error here changes nothing. */
-static void file_lock_drop_all(int fd)
+/* Every byte fd has locked goes, whichever (one fcntl over the whole
+ * range).  Closing the descriptor drops them anyway, so an error here
+ * changes nothing. */
+void file_unlock_image(int fd)
 {
     struct flock fl = {
         .l_type = F_UNLCK,
@@ -151,14 +152,20 @@ static int file_lock_qemu_bytes(bool read_only,
     return n;
 }
 
-/* The byte that conflicts with one of ours: "I hold permission i" with
- * "I do not share permission i", both ways. */
+/* The permission (bit number) one of QEMU's bytes is about. */
+static int file_lock_qemu_perm(int byte)
+{
+    return byte - (byte < FILE_LOCK_SHARED_BASE ? FILE_LOCK_PERM_BASE
+                                                : FILE_LOCK_SHARED_BASE);
+}
+
+/* The byte that conflicts with one of ours: "I hold permission n" with
+ * "I do not share permission n", both ways. */
 static int file_lock_qemu_conflict(int byte)
 {
-    int perm = byte % 100;
-
-    return byte < FILE_LOCK_SHARED_BASE ? FILE_LOCK_SHARED_BASE + perm
-                                        : FILE_LOCK_PERM_BASE + perm;
+    return (byte < FILE_LOCK_SHARED_BASE ? FILE_LOCK_SHARED_BASE
+                                         : FILE_LOCK_PERM_BASE) +
+           file_lock_qemu_perm(byte);
 }
 
 /* One try's outcome: 0 or -errno, and for a conflict found on QEMU's
@@ -192,7 +199,7 @@ static FileLockTry file_lock_try(int fd, bool read_only)
         }
     }
     if (t.ret < 0) {
-        file_lock_drop_all(fd);
+        file_unlock_image(fd);
     }
     return t;
 }
@@ -244,7 +251,8 @@ static void file_lock_busy_error(const char *filename, bool read_only,
                                "permission: lock byte %d)",
                                held_byte < FILE_LOCK_SHARED_BASE ?
                                "holds" : "does not share",
-                               file_perm_names[held_byte % 100], held_byte);
+                               file_perm_names[file_lock_qemu_perm(held_byte)],
+                               held_byte);
     }
     if (read_only) {
         error_setg(errp, "Failed to get shared lock on '%s': is another "
@@ -256,6 +264,7 @@ static void file_lock_busy_error(const char *filename, bool read_only,
                    qemu ? qemu : "");
     }
 }
+
 bool file_lock_image(int fd, const char *filename, bool read_only,
                      FileLocking locking, bool *locked, Error **errp)
 {
@@ -285,9 +294,4 @@ bool file_lock_image(int fd, const char *filename, bool read_only,
     }
     error_setg_errno(errp, -t.ret, "Failed to lock '%s'", filename);
     return false;
-}
-
-void file_unlock_image(int fd)
-{
-    file_lock_drop_all(fd);
 }
