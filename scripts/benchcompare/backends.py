@@ -14,6 +14,8 @@ With --backend file the node is a preconditioned raw image instead:
     --blockdev driver=file,node-name=n0,filename=IMAGE,aio=ENGINE,cache.direct=on
 
 and the export has as many queues as the loads use most (num-queues=N).
+With --backend nbd or rbd the node is the remote server's image, with the
+same options for both (scripts/benchcompare/remote.py).
 
 Each daemon runs under `taskset -c CPU`, so all of its threads (main loop,
 IOThread, QEMU's RCU and worker threads) share that one CPU; the affinity
@@ -48,14 +50,14 @@ class BackendError(RuntimeError):
 
 
 def daemon_args(socket, service_ns, poll, size_bytes, image=None, engine=None,
-                num_queues=1):
+                num_queues=1, node=None):
     """The arguments after the program name; the same for both daemons.
     With `image` and `engine`, the node is that file (O_DIRECT) instead of
-    null-co."""
-    if image:
+    null-co; with `node`, those --blockdev options."""
+    if image and not node:
         node = (f"driver=file,node-name=n0,filename={image},aio={engine},"
                 "cache.direct=on")
-    else:
+    elif not node:
         node = f"driver=null-co,node-name=n0,size={size_bytes},read-zeroes=off"
         if service_ns:
             node += f",latency-ns={service_ns}"

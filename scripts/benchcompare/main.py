@@ -8,7 +8,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from . import cli, image, machine, matrix as mx, report, runner
+from . import cli, image, machine, matrix as mx, remote, report, runner
 from .backends import (DISPLAY, FLAVOURS, Backend, BackendError, daemon_args,
                        measure_idle, die_with_parent)
 from .cli import Interrupted, SystematicFailure, fmt_duration, say
@@ -49,6 +49,14 @@ the table adds the daemons' context switches per I/O.  The goals printed
 are then the real-disk ones: at QD8 and deeper, Spindle's IOPS at least
 qsd's for less CPU per I/O; at QD1 the default window against poll off.
 
+With --backend nbd or rbd both daemons open the same image on a server the
+harness starts and stops itself (nbd: nbdkit's memory plugin on a UNIX
+socket; rbd: a single-node Ceph test cluster, the image written in full),
+pinned to --server-cpu; the pair is (driver, poll setting), the loads QD1
+and QD32, and the table adds the server's CPU per I/O while each daemon ran.
+The goals printed are the remote-storage ones: at QD32 Spindle's CPU per
+I/O at most qsd's, at QD1 its p50 at most qsd's.
+
 From a fresh clone on Debian 12 it first runs scripts/install-deps.sh (as
 root it installs what is missing, matplotlib included) and builds the tree
 with make (the build directory is $SPINDLE_BUILD or build/).
@@ -67,6 +75,8 @@ full matrix (default): --services 0,10us,50us,1ms --loads qd1,qd32,1k,10k,50k
   --repeats 3 --runtime 1 --ramp 0.2 --idle 2  (under 3 min)
 --backend file: --engines native,io_uring --loads qd1,qd8,qd32,qd128
   --queues 1 --polls default,off --repeats 5 (--quick: --loads qd1,qd32)
+--backend nbd|rbd: --loads qd1,qd32 --polls default --repeats 5
+  --disk-size 256M
 Explicit options override the --quick values.
 
 environment:
@@ -81,14 +91,16 @@ example:
   scripts/bench-compare --quick
   make bench-compare BENCH_ARGS="--services 0 --loads qd1 --repeats 5"
   scripts/bench-compare --backend file --dir /var/tmp --queues 1,4
+  scripts/bench-compare --backend rbd --runtime 2
 """
 
 
 def parse_args(argv):
     p, g = cli.parser("bench-compare", DESCRIPTION, EPILOG, "matrix", 3)
-    g.add_argument("--backend", choices=["null", "file"], default="null",
-                   help="null-co with a service time, or a raw image on a disk "
-                        "(default %(default)s)")
+    g.add_argument("--backend", choices=["null", "file", *remote.BACKENDS],
+                   default="null",
+                   help="null-co with a service time, a raw image on a disk, or an "
+                        "image on an NBD server or a Ceph cluster (default %(default)s)")
     g.add_argument("--services", metavar="LIST",
                    help=f"service times (null-co latency-ns) (default {mx.FULL_SERVICES})")
     g.add_argument("--engines", metavar="LIST",
@@ -102,8 +114,9 @@ def parse_args(argv):
     g.add_argument("--queues", metavar="LIST", default="1",
                    help="run every load on each of these numbers of queues, one "
                         "spindle-bench thread each (default %(default)s)")
-    g.add_argument("--polls", metavar="LIST", default=mx.DEFAULT_POLLS,
-                   help="IOThread poll settings, both daemons alike (default %(default)s)")
+    g.add_argument("--polls", metavar="LIST",
+                   help="IOThread poll settings, both daemons alike (default "
+                        f"{mx.DEFAULT_POLLS}; --backend nbd|rbd {mx.REMOTE_POLLS})")
     g.add_argument("--repeats", type=int, metavar="N",
                    help="runs per cell and daemon; the table shows medians (default 3; "
                         f"--backend file {mx.FILE_REPEATS})")
@@ -120,8 +133,12 @@ def parse_args(argv):
     g = p.add_argument_group("machine")
     cli.add_cpu_args(g, "the CPU all threads of both daemons run on",
                      "the CPU spindle-bench runs on")
-    g.add_argument("--disk-size", default="1G", metavar="SIZE",
-                   help="size of the null-co node or of the image (default %(default)s)")
+    g.add_argument("--disk-size", metavar="SIZE",
+                   help="size of the null-co node or of the image (default 1G; "
+                        f"--backend nbd|rbd {mx.REMOTE_DISK_SIZE})")
+    g.add_argument("--server-cpu", type=int, metavar="CPU",
+                   help="--backend nbd|rbd: the CPU the server's processes run on "
+                        "(default: --bench-cpu)")
     g = p.add_argument_group("programs and output")
     cli.add_program_args(g, "bench-results/<timestamp>/")
     g.add_argument("--qsd", metavar="PROGRAM",
@@ -134,19 +151,29 @@ def parse_args(argv):
 
     quick = args.quick
     file = args.backend == "file"
-    if file and args.services:
-        p.error("--services is for --backend null (a file has no service time)")
+    remote_backend = args.backend if args.backend in remote.BACKENDS else None
+    if args.backend != "null" and args.services:
+        p.error(f"--services is for --backend null (--backend {args.backend} has no "
+                "service time)")
     if not file and (args.engines or args.dir):
         p.error("--engines and --dir are for --backend file")
+    if not remote_backend and args.server_cpu is not None:
+        p.error("--server-cpu is for --backend nbd and rbd")
     args.services = args.services or (mx.QUICK_SERVICES if quick else mx.FULL_SERVICES)
+    args.polls = args.polls or (mx.REMOTE_POLLS if remote_backend else mx.DEFAULT_POLLS)
+    args.disk_size = args.disk_size or (mx.REMOTE_DISK_SIZE if remote_backend else "1G")
+    if args.server_cpu is None:
+        args.server_cpu = args.bench_cpu
     if file:
         args.loads = args.loads or (mx.QUICK_FILE_LOADS if quick else mx.FILE_LOADS)
         args.engines = args.engines or mx.FILE_ENGINES
         args.dir = args.dir or Path("/var/tmp")
+    elif remote_backend:
+        args.loads = args.loads or mx.REMOTE_LOADS
     else:
         args.loads = args.loads or (mx.QUICK_LOADS if quick else mx.FULL_LOADS)
     if args.repeats is None:
-        args.repeats = mx.FILE_REPEATS if file else 3
+        args.repeats = mx.FILE_REPEATS if args.backend != "null" else 3
     if args.runtime is None:
         args.runtime = 1.0 if quick else 3.0
     if args.ramp is None:
@@ -162,13 +189,17 @@ def parse_args(argv):
         p.error("--open-iodepth must be at least 1")
     try:
         args.matrix = mx.Matrix(
-            [0] if file else mx.parse_services(args.services),
+            [0] if args.backend != "null" else mx.parse_services(args.services),
             mx.parse_polls(args.polls),
             mx.parse_loads(args.loads, args.open_iodepth, mx.parse_queues(args.queues)),
-            args.repeats, mx.parse_engines(args.engines) if file else None)
+            args.repeats, mx.parse_engines(args.engines) if file else None,
+            remote_backend)
         args.disk_bytes = mx.parse_size(args.disk_size)
     except ValueError as e:
         p.error(str(e))
+    if remote_backend and args.disk_bytes % (1 << 20):
+        p.error(f"--disk-size must be a whole number of MiB for --backend "
+                f"{remote_backend}")
     return args
 
 
@@ -198,6 +229,7 @@ class Session:
         self.backends = []
         self.image = None
         self.image_facts = None
+        self.server = None
 
     # -- the matrix ----------------------------------------------------------
 
@@ -209,6 +241,14 @@ class Session:
             if self.args.backend == "file":
                 self.image = image.create(self.args.dir, self.args.disk_bytes, say)
                 self.image_facts = image.describe(self.image)
+            elif self.args.matrix.remote:
+                self.server = remote.server(self.args.matrix.remote,
+                                            f"{self.sock_dir}/server",
+                                            self.args.disk_bytes,
+                                            self.args.server_cpu, say)
+                say(f"== {self.args.matrix.remote}: starting "
+                    f"{self.server.describe()['server']} on CPU {self.args.server_cpu}")
+                self.server.start()
             for i, pair in enumerate(self.args.matrix.pairs()):
                 say(f"\n== {i + 1}/{len(self.args.matrix.pairs())}: {pair.label} "
                     f"({fmt_duration(time.monotonic() - self.t0)} so far)")
@@ -216,6 +256,8 @@ class Session:
                 self.write_json(complete=False)
         finally:
             self.stop_backends()
+            if self.server:
+                self.server.stop()
             shutil.rmtree(self.sock_dir, ignore_errors=True)
             if self.image:
                 self.image.unlink(missing_ok=True)
@@ -236,7 +278,8 @@ class Session:
     def daemon_args(self, socket, pair):
         return daemon_args(socket, pair.service_ns, pair.poll, self.args.disk_bytes,
                            image=self.image, engine=pair.engine,
-                           num_queues=self.args.matrix.max_queues)
+                           num_queues=self.args.matrix.max_queues,
+                           node=self.server.node() if self.server else None)
 
     def stop_backends(self):
         for b in self.backends:
@@ -301,8 +344,10 @@ class Session:
         backend.ensure_running()
         cmd = runner.bench_command(args, backend.socket, cell.load, backend.pid,
                                    args.seed + rep)
+        server_before, t0 = self.server_cpu_ns(), time.monotonic()
         result, attempts = runner.run_with_retry(cmd, timeout, before_retry,
                                                  preexec_fn=die_with_parent())
+        self.add_server_cpu(result, server_before, time.monotonic() - t0)
         self.runs.append({
             "cell": cell.key, "service_ns": cell.pair.service_ns,
             "medium": cell.pair.medium, "poll": cell.pair.poll.name,
@@ -325,6 +370,19 @@ class Session:
         say(f"{prefix} p50 {report.sig3(m['p50_us']):>6} us  p99 "
             f"{report.sig3(m['p99_us']):>6} us  {report.si(m['iops']):>6} IOPS  "
             f"{report.sig3(m['cpu_us_per_io']):>6} us CPU/IO{retry}")
+
+    def server_cpu_ns(self):
+        return self.server.cpu_ns() if self.server else None
+
+    def add_server_cpu(self, result, before, seconds):
+        """The server's CPU per I/O while the run went on, into its result:
+        its CPU time over the whole run (ramp and connection included) over
+        the I/Os the run's IOPS make in that time, so a slight overestimate."""
+        after = self.server_cpu_ns()
+        if result is None or before is None or after is None or not result.get("iops"):
+            return
+        result["server_cpu_us_per_io"] = (after - before) / 1000 / (result["iops"]
+                                                                   * seconds)
 
     # -- output --------------------------------------------------------------
 
@@ -349,6 +407,7 @@ class Session:
                        "repeats": m.repeats},
             "image": ({"bytes": args.disk_bytes, **self.image_facts}
                       if self.image_facts else None),
+            "server": self.server.describe() if self.server else None,
             "pairs": self.pairs, "idle": self.idle, "runs": self.runs,
             "summary": summary, "goals": goals,
             "plots": [str(p) for p in plots] if plots else None,
@@ -389,9 +448,14 @@ def print_plan(args, facts, warning):
         f"{args.daemon_cpu}; spindle-bench runs on CPU {args.bench_cpu}")
     if warning:
         say(f"warning: {warning}")
-    media = (f"file engines {', '.join(m.engines)} (a {args.disk_size} image in "
-             f"{args.dir}, cache.direct=on)" if m.engines else
-             f"service {', '.join(mx.format_service(s) for s in m.services)}")
+    if m.engines:
+        media = (f"file engines {', '.join(m.engines)} (a {args.disk_size} image in "
+                 f"{args.dir}, cache.direct=on)")
+    elif m.remote:
+        media = (f"driver {m.remote} (a {args.disk_size} image, the server on CPU "
+                 f"{args.server_cpu})")
+    else:
+        media = f"service {', '.join(mx.format_service(s) for s in m.services)}"
     say(f"matrix: {media}; "
         f"poll {', '.join(p.name for p in m.polls)}; "
         f"loads {', '.join(l.name for l in m.loads)}; "
@@ -414,7 +478,11 @@ def print_dry_run(args, programs):
                                      image=(args.dir / "bench-compare-XXXX.img"
                                             if pair.engine else None),
                                      engine=pair.engine,
-                                     num_queues=args.matrix.max_queues))
+                                     num_queues=args.matrix.max_queues,
+                                     node=(remote.server(pair.remote, "/tmp/sbc.XXXX/server",
+                                                         args.disk_bytes,
+                                                         args.server_cpu).node()
+                                           if pair.remote else None)))
         say("  " + " ".join(b.command))
     say("spindle-bench, one per load:")
     for load in args.matrix.loads:
@@ -427,14 +495,23 @@ def finish(session, args):
     cells = args.matrix.cells()
     summary = report.summarize(cells, session.runs)
     file = args.backend == "file"
-    goals = (report.evaluate_file_goals(summary) if file
-             else report.evaluate_goals(summary, session.idle))
+    if file:
+        goals = report.evaluate_file_goals(summary)
+    elif args.matrix.remote:
+        goals = report.evaluate_remote_goals(summary)
+    else:
+        goals = report.evaluate_goals(summary, session.idle)
     note = machine.machine_note(session.facts, args.daemon_cpu, args.bench_cpu)
     if session.image_facts:
         img = session.image_facts
         note += (f"; a {args.disk_size} image on {img['device']} ({img['fs']}) in "
                  f"{img['dir']}")
-    table = report.format_table(summary, "engine" if file else "service")
+    if session.server:
+        srv = session.server.describe()
+        note += f"; {srv['server']} on CPU {srv['cpu']}"
+    table = report.format_table(
+        summary, "engine" if file else "driver" if args.matrix.remote else "service",
+        report.SERVER_COLUMNS if args.matrix.remote else ())
     goal_lines = report.format_goals(goals)
     wall = time.monotonic() - session.t0
     header = [f"bench-compare {session.started:%Y-%m-%d %H:%M}: {note}",
@@ -470,7 +547,8 @@ def main(argv=None):
     session = Session(args, programs, facts, out_dir)
     try:
         session.run_matrix()
-    except (BackendError, SystematicFailure, image.ImageError) as e:
+    except (BackendError, SystematicFailure, image.ImageError,
+            remote.RemoteError) as e:
         print(f"bench-compare: {e}", file=sys.stderr)
         path = session.write_json(complete=False)
         print(f"bench-compare: partial results: {path}", file=sys.stderr)

@@ -1,8 +1,8 @@
 """The benchmark matrix: service times (or file engines), poll settings and loads.
 
 A *pair* is what both daemons are started with (a service time of the
-null-co node, or with --backend file the I/O engine of the file node, and
-a poll setting); a *cell* is a pair plus a load.  Each cell is run
+null-co node, or with --backend file the I/O engine of the file node, or
+with --backend nbd|rbd the remote driver, and a poll setting); a *cell* is a pair plus a load.  Each cell is run
 `repeats` times on each daemon, alternating between them.
 """
 
@@ -21,6 +21,10 @@ ENGINES = ("native", "io_uring")
 FILE_LOADS = "qd1,qd8,qd32,qd128"
 QUICK_FILE_LOADS = "qd1,qd32"
 FILE_REPEATS = 5
+# --backend nbd|rbd: the issue's two cells per driver.
+REMOTE_LOADS = "qd1,qd32"
+REMOTE_POLLS = "default"
+REMOTE_DISK_SIZE = "256M"
 
 _TIME_UNITS = {"ns": 1, "us": 1000, "µs": 1000, "ms": 1000_000, "s": 1000_000_000}
 
@@ -61,16 +65,20 @@ class Pair:
     service_ns: int
     poll: Poll
     engine: str = None     # --backend file: aio= of the file node
+    remote: str = None     # --backend nbd|rbd: the driver
 
     @property
     def medium(self):
-        """The service time ("0", "50us") or the file engine ("native")."""
-        return self.engine or format_service(self.service_ns)
+        """The service time ("0", "50us"), the file engine ("native") or the
+        remote driver ("nbd")."""
+        return self.engine or self.remote or format_service(self.service_ns)
 
     @property
     def label(self):
         if self.engine:
             return f"engine {self.engine}, poll {self.poll.name}"
+        if self.remote:
+            return f"driver {self.remote}, poll {self.poll.name}"
         return f"service {format_service(self.service_ns)}, poll {self.poll.name}"
 
 
@@ -93,16 +101,20 @@ class Matrix:
     loads: list             # [Load]
     repeats: int
     engines: list = None    # --backend file: the file node's aio= values
+    remote: str = None      # --backend nbd|rbd
 
     def pairs(self):
         """Service time (or engine) outer, poll setting inner."""
         if self.engines:
             return [Pair(0, p, e) for e in self.engines for p in self.polls]
+        if self.remote:
+            return [Pair(0, p, remote=self.remote) for p in self.polls]
         return [Pair(s, p) for s in self.services for p in self.polls]
 
     @property
     def media(self):
-        """The pairs' media ("0", "50us", or "native", "io_uring"), in order."""
+        """The pairs' media ("0", "50us", "native", "io_uring" or "nbd"), in
+        order."""
         return _unique([p.medium for p in self.pairs()])
 
     @property

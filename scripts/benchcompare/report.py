@@ -46,6 +46,8 @@ def metrics(result):
         "switches_per_io": result.get("backend_switches_per_io"),
         "backlogged": result.get("backlogged"),
         "errors": result.get("errors"),
+        # --backend nbd|rbd: put there by the harness, not by spindle-bench.
+        "server_cpu_us_per_io": result.get("server_cpu_us_per_io"),
     }
     return m
 
@@ -146,6 +148,10 @@ DAEMON_COLUMNS = [
     ("csw/IO", 6, lambda m: sig3(m["switches_per_io"])),
     ("IO/CPUs", 7, lambda m: si(m["iops_per_cpu_s"])),
 ]
+# --backend nbd|rbd: the server's CPU per I/O while the daemon ran.
+SERVER_COLUMNS = [
+    ("srvCPU", 6, lambda m: sig3(m["server_cpu_us_per_io"])),
+]
 RATIO_COLUMNS = [
     ("p50", 5, "p50_us"),
     ("IOPS", 5, "iops"),
@@ -155,19 +161,21 @@ KEY_COLUMNS = [("service", 8), ("poll", 7), ("load", 7)]
 SEP = " | "
 
 
-def format_table(summary, medium_header="service"):
+def format_table(summary, medium_header="service", extra_columns=()):
     """The fixed-width side-by-side table, as a list of lines; the first key
-    column is the service time, or the engine (medium_header "engine")."""
+    column is the service time, or the engine (medium_header "engine") or
+    the remote driver ("driver"); extra_columns follow each daemon's own."""
+    daemon_columns = DAEMON_COLUMNS + list(extra_columns)
     key_columns = [(medium_header, KEY_COLUMNS[0][1])] + KEY_COLUMNS[1:]
     key_w = sum(w for _, w in KEY_COLUMNS) + len(KEY_COLUMNS) - 1
-    daemon_w = sum(w for _, w, _ in DAEMON_COLUMNS) + len(DAEMON_COLUMNS) - 1
+    daemon_w = sum(w for _, w, _ in daemon_columns) + len(daemon_columns) - 1
     ratio_w = sum(w for _, w, _ in RATIO_COLUMNS) + len(RATIO_COLUMNS) - 1
     top = SEP.join([" " * key_w, DISPLAY["spindle"].center(daemon_w),
                     DISPLAY["qsd"].center(daemon_w), "spindle/qsd".center(ratio_w)])
     head = SEP.join([
         " ".join(h.ljust(w) for h, w in key_columns),
-        " ".join(h.rjust(w) for h, w, _ in DAEMON_COLUMNS),
-        " ".join(h.rjust(w) for h, w, _ in DAEMON_COLUMNS),
+        " ".join(h.rjust(w) for h, w, _ in daemon_columns),
+        " ".join(h.rjust(w) for h, w, _ in daemon_columns),
         " ".join(h.rjust(w) for h, w, _ in RATIO_COLUMNS)])
     lines = [top, head, "-" * len(head)]
     notes = set()
@@ -187,10 +195,10 @@ def format_table(summary, medium_header="service"):
         for flavour in FLAVOURS:
             med = entry[flavour]["median"]
             if med is None:
-                cols = ["fail".rjust(DAEMON_COLUMNS[0][1])] + \
-                       ["-".rjust(w) for _, w, _ in DAEMON_COLUMNS[1:]]
+                cols = ["fail".rjust(daemon_columns[0][1])] + \
+                       ["-".rjust(w) for _, w, _ in daemon_columns[1:]]
             else:
-                cols = [fmt(med).rjust(w) for _, w, fmt in DAEMON_COLUMNS]
+                cols = [fmt(med).rjust(w) for _, w, fmt in daemon_columns]
                 if entry["rate_iops"] and med["iops"] is not None and \
                         med["iops"] < SATURATED_SHARE * entry["rate_iops"]:
                     cols[2] = (si(med["iops"]) + "*").rjust(DAEMON_COLUMNS[2][1])
@@ -205,6 +213,9 @@ def format_table(summary, medium_header="service"):
     lines.append("kick/IO: kicks the front-end sent per I/O; csw/IO: times a daemon thread "
                  "was switched in, per I/O;")
     lines.append("IO/CPUs: I/Os per second of daemon CPU time (1e6 / CPUus/IO).")
+    if extra_columns:
+        lines.append("srvCPU: the server's CPU time (all its threads, ramp included) per "
+                     "I/O while that daemon ran, in µs.")
     lines.append("Medians over the repeats; ratios are spindle / qsd (p50 and CPU/IO: "
                  "lower is better for spindle; IOPS: higher).")
     if "*" in notes:
@@ -337,6 +348,27 @@ def evaluate_file_goals(summary):
                 "measured": measured, "value": cpu,
                 "threshold": f"CPU <= {FILE_QD1_CPU}x, or p50 <= {FILE_QD1_P50}x",
                 "met": cpu <= FILE_QD1_CPU or p50 <= FILE_QD1_P50})
+    return goals
+
+
+def evaluate_remote_goals(summary):
+    """The remote-storage goals (--backend nbd|rbd), as measured: at QD32
+    spindle's daemon CPU per I/O at most qsd's, at QD1 its p50 at most
+    qsd's, for each driver and poll setting measured."""
+    goals = []
+    for load, key, what in (("QD32", "cpu_us_per_io", "daemon CPU per I/O"),
+                            ("QD1", "p50_us", "p50 latency")):
+        for e in summary.values():
+            if e["load"] != load:
+                continue
+            s, q, r = e["spindle"]["median"], e["qsd"]["median"], e["ratio"][key]
+            goals.append({
+                "goal": f"{e['medium']}, poll {e['poll']}, {load}: spindle's {what} at "
+                        "most qsd's",
+                "measured": None if r is None else (
+                    f"spindle/qsd = {r:.2f} ({sig3(s[key])} vs {sig3(q[key])} µs)"),
+                "value": r, "threshold": "<= 1.0",
+                "met": None if r is None else r <= 1.0})
     return goals
 
 

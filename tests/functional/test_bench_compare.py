@@ -1,4 +1,5 @@
-"""scripts/bench-compare, on a matrix of one cell (null-co, then a file).
+"""scripts/bench-compare, on a matrix of one cell (null-co, then a file),
+and of two cells on an NBD server and a Ceph cluster it starts itself.
 
 The full comparison takes minutes and its numbers belong in
 docs/performance.md, not in a test.  Here one short cell (QD1, no service
@@ -19,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from conftest import pids_of, skip_without_two_cpus
+from remote_export import skip_unless_built_with
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "bench-compare"
@@ -122,9 +124,11 @@ def test_file_backend_one_cell(binary, tmp_path):
 
 @pytest.mark.parametrize("args, message", [
     (["--backend", "file", "--services", "0"], "--services is for --backend null"),
+    (["--backend", "nbd", "--services", "0"], "--services is for --backend null"),
     (["--engines", "native"], "--engines and --dir are for --backend file"),
     (["--backend", "file", "--engines", "posix"], "bad engine 'posix'"),
     (["--queues", "0"], "bad queue count '0'"),
+    (["--server-cpu", "0"], "--server-cpu is for --backend nbd and rbd"),
 ])
 def test_bad_options(args, message):
     proc = _run([*args, "--dry-run"], timeout=60)
@@ -139,3 +143,59 @@ def test_file_backend_refuses_a_directory_without_room(binary, tmp_path):
                  "--out", str(tmp_path / "out")], timeout=60)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "not a directory" in proc.stderr, proc.stderr
+
+
+REMOTE_NEEDS = {
+    "nbd": ("libnbd", ["nbdkit"], "apt-get install nbdkit"),
+    "rbd": ("librbd", ["ceph-mon", "ceph-osd", "ceph", "rbd"],
+            "apt-get install --no-install-recommends ceph-mon ceph-osd ceph-common"),
+}
+
+
+def servers_left():
+    return set().union(*(pids_of(p, orphans=True)
+                         for p in ("nbdkit", "ceph-mon", "ceph-osd")))
+
+
+@pytest.mark.parametrize("backend", ["nbd", "rbd"])
+def test_remote_backend_one_cell(binary, build_dir, tmp_path, backend):
+    """--backend nbd|rbd: the harness starts the server (nbdkit, or the
+    Ceph test cluster), both daemons open the same node on it, the table
+    has the driver and the server's CPU per I/O, the remote goals are
+    reported, and the server is stopped at the end."""
+    _need_daemons(binary)
+    lib, programs, install = REMOTE_NEEDS[backend]
+    skip_unless_built_with(build_dir, lib)
+    missing = [p for p in programs if not shutil.which(p)]
+    if missing:
+        pytest.skip(f"{', '.join(missing)} not installed ({install})")
+    out = tmp_path / "results"
+    before = daemons_left() | servers_left()
+    proc = _run(["--backend", backend, "--disk-size", "16M", "--loads", "qd1,qd32",
+                 "--repeats", "1", "--runtime", "0.2", "--ramp", "0.05",
+                 "--idle", "0", "--no-plots", "--out", str(out)], timeout=300)
+    if proc.returncode == 2 and "Ceph test cluster did not start" in proc.stderr:
+        pytest.skip(proc.stderr.strip().splitlines()[0])
+    if proc.returncode == 2 and "Unknown driver" in proc.stderr:
+        pytest.skip(f"qemu-storage-daemon has no {backend} driver "
+                    "(apt-get install qemu-block-extra)")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    text = proc.stdout
+    assert "driver" in text and "srvCPU" in text and "qemu-storage-daemon" in text, text
+    assert f"{backend}, poll default, QD32: spindle's daemon CPU per I/O" in text, text
+    assert f"{backend}, poll default, QD1: spindle's p50 latency" in text, text
+    assert (daemons_left() | servers_left()) <= before
+
+    results = json.loads((out / "results.json").read_text())
+    assert results["matrix"]["backend"] == backend
+    assert results["server"]["bytes"] == 16 << 20
+    assert {(r["daemon"], r["load"]) for r in results["runs"]} == \
+        {(d, q) for d in ("spindle", "qsd") for q in ("QD1", "QD32")}
+    for r in results["runs"]:
+        report = r["attempts"][-1]["result"]
+        assert report["ios"] > 0 and report["errors"] == 0
+        assert report["server_cpu_us_per_io"] > 0
+    cmds = results["pairs"][0]["commands"]
+    nodes = {f: cmds[f][cmds[f].index("--blockdev") + 1] for f in ("spindle", "qsd")}
+    assert nodes["spindle"] == nodes["qsd"], nodes
+    assert nodes["spindle"].startswith(f"driver={backend},"), nodes
