@@ -87,6 +87,12 @@ GUEST_APT_PACKAGES+=(
     libvirt-clients
 )
 
+# qemu-storage-daemon's rbd driver, a module of its own (block-rbd.so), for
+# scripts/bench-compare --backend rbd, which runs it beside Spindle's.
+GUEST_APT_PACKAGES+=(
+    qemu-block-extra
+)
+
 # Python packages, as "pip name:module to import".
 PIP_PACKAGES=(
     pytest:pytest
