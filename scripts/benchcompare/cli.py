@@ -61,8 +61,10 @@ def add_workload_args(g, seed_help, completion=False):
     g.add_argument("--bs", default="4k", metavar="SIZE",
                    help="block size (default %(default)s)")
     if completion:
-        g.add_argument("--completion", default="poll", choices=["poll", "interrupt"],
-                       help="how spindle-bench learns of completions (default %(default)s)")
+        # None: the driver chooses (bench-compare: poll, but interrupt where
+        # a server shares the bench's CPU).
+        g.add_argument("--completion", choices=["poll", "interrupt"],
+                       help="how spindle-bench learns of completions (default poll)")
     g.add_argument("--open-iodepth", type=int, metavar="N", default=256,
                    help="cap on I/Os in flight in the open-loop cells (default %(default)s)")
     g.add_argument("--seed", type=int, metavar="N", default=1, help=seed_help)

@@ -76,7 +76,8 @@ full matrix (default): --services 0,10us,50us,1ms --loads qd1,qd32,1k,10k,50k
 --backend file: --engines native,io_uring --loads qd1,qd8,qd32,qd128
   --queues 1 --polls default,off --repeats 5 (--quick: --loads qd1,qd32)
 --backend nbd|rbd: --loads qd1,qd32 --polls default --repeats 5
-  --disk-size 256M
+  --disk-size 256M --completion interrupt (a busy-polling bench would take
+  the CPU it shares with the server)
 Explicit options override the --quick values.
 
 environment:
@@ -164,6 +165,7 @@ def parse_args(argv):
     args.disk_size = args.disk_size or (mx.REMOTE_DISK_SIZE if remote_backend else "1G")
     if args.server_cpu is None:
         args.server_cpu = args.bench_cpu
+    args.completion = args.completion or ("interrupt" if remote_backend else "poll")
     if file:
         args.loads = args.loads or (mx.QUICK_FILE_LOADS if quick else mx.FILE_LOADS)
         args.engines = args.engines or mx.FILE_ENGINES
