@@ -782,13 +782,6 @@ static void nbd_conn_progress(NbdConn *c, int r)
     nbd_conn_complete_done(c);
 }
 
-static void nbd_conn_read(void *opaque)
-{
-    NbdConn *c = opaque;
-
-    nbd_conn_progress(c, nbd_aio_notify_read(c->h));
-}
-
 static void nbd_conn_write(void *opaque)
 {
     NbdConn *c = opaque;
@@ -807,6 +800,26 @@ static bool nbd_conn_poll(void *opaque)
     }
     /* 0 (the server closed) counts: reading finds out. */
     return recv(c->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) >= 0;
+}
+
+/*
+ * Readable: read replies while more wait.  libnbd reads one reply per call
+ * (back in its ready state it stops, not knowing whether more bytes
+ * wait), so a burst of replies would otherwise take a loop turn each.
+ * Another call only in its ready state (not in the middle of sending a
+ * command, or of a reply still on its way) and with bytes waiting: libnbd
+ * expects a read notification only when the socket is readable.
+ */
+static void nbd_conn_read(void *opaque)
+{
+    NbdConn *c = opaque;
+    uint64_t done;
+
+    do {
+        done = c->done_count;
+        nbd_conn_progress(c, nbd_aio_notify_read(c->h));
+    } while (c->done_count != done && c->state == NBD_CONN_READY &&
+             nbd_aio_is_ready(c->h) && nbd_conn_poll(c));
 }
 
 static void nbd_conn_counts(void *opaque, AioPollCounts *counts)
