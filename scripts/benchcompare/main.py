@@ -75,7 +75,7 @@ full matrix (default): --services 0,10us,50us,1ms --loads qd1,qd32,1k,10k,50k
   --repeats 3 --runtime 1 --ramp 0.2 --idle 2  (under 3 min)
 --backend file: --engines native,io_uring --loads qd1,qd8,qd32,qd128
   --queues 1 --polls default,off --repeats 5 (--quick: --loads qd1,qd32)
---backend nbd|rbd: --loads qd1,qd32 --polls default --repeats 5
+--backend nbd|rbd: --loads qd1,qd32 --polls default --repeats 6
   --disk-size 256M --completion interrupt (a busy-polling bench would take
   the CPU it shares with the server)
 Explicit options override the --quick values.
@@ -175,7 +175,8 @@ def parse_args(argv):
     else:
         args.loads = args.loads or (mx.QUICK_LOADS if quick else mx.FULL_LOADS)
     if args.repeats is None:
-        args.repeats = mx.FILE_REPEATS if args.backend != "null" else 3
+        args.repeats = (mx.REMOTE_REPEATS if remote_backend else
+                        mx.FILE_REPEATS if file else 3)
     if args.runtime is None:
         args.runtime = 1.0 if quick else 3.0
     if args.ramp is None:
