@@ -116,11 +116,10 @@ def parse_args(argv):
                    help="run every load on each of these numbers of queues, one "
                         "spindle-bench thread each (default %(default)s)")
     g.add_argument("--polls", metavar="LIST",
-                   help="IOThread poll settings, both daemons alike (default "
-                        f"{mx.DEFAULT_POLLS}; --backend nbd|rbd {mx.REMOTE_POLLS})")
+                   help="IOThread poll settings, both daemons alike (defaults below)")
     g.add_argument("--repeats", type=int, metavar="N",
                    help="runs per cell and daemon; the table shows medians (default 3; "
-                        f"--backend file {mx.FILE_REPEATS})")
+                        f"--backend file {mx.FILE_REPEATS}, nbd|rbd {mx.REMOTE_REPEATS})")
     g.add_argument("--runtime", type=float, metavar="S",
                    help="measured seconds per run (default 3, --quick 1)")
     g.add_argument("--ramp", type=float, metavar="S",
