@@ -127,7 +127,6 @@ class RbdServer:
         self.size = size_bytes
         self.cpu = cpu
         self.say = say
-        self.started = False
 
     def start(self):
         try:
@@ -136,19 +135,18 @@ class RbdServer:
                 RuntimeError) as e:
             self.stop()
             raise RemoteError(f"the Ceph test cluster did not start: {e}") from None
-        self.started = True
-        for pid in self.pids():
-            _pin(pid, self.cpu)
         mib = self.size >> 20
         self.say(f"== rbd: image {POOL}/{RBD_IMAGE}, {mib} MiB, written in full")
         try:
+            for pid in self.pids():
+                _pin(pid, self.cpu)
             self.cluster.rbd("create", "--size", f"{mib}M", RBD_IMAGE)
             self.cluster.rbd("bench", "--io-type", "write", "--io-pattern", "seq",
                              "--io-size", "4M", "--io-threads", "4",
                              "--io-total", f"{mib}M", RBD_IMAGE, timeout=600)
         except (RuntimeError, subprocess.SubprocessError) as e:
             self.stop()
-            raise RemoteError(f"preparing the rbd image: {e}") from None
+            raise RemoteError(f"preparing the cluster's image: {e}") from None
         return self
 
     def node(self):
