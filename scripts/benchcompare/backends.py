@@ -11,9 +11,13 @@ arguments after the program name (only the program differs):
 (`size` is given in bytes: QEMU 7.2's null-co does not take a suffix.)
 With --backend file the node is a preconditioned raw image instead:
 
-    --blockdev driver=file,node-name=n0,filename=IMAGE,aio=ENGINE,cache.direct=on
+    --blockdev driver=file,node-name=n0,filename=IMAGE,aio=ENGINE,cache.direct=on,locking=off
 
 and the export has as many queues as the loads use most (num-queues=N).
+Both daemons stay up for the whole run and take turns on the one image, so
+neither may lock it: Spindle takes the lock bytes QEMU's file driver takes,
+and the second daemon would be refused.  Only one of them does I/O at a
+time.
 With --backend nbd or rbd the node is the remote server's image, with the
 same options for both (scripts/benchcompare/remote.py).
 
@@ -56,7 +60,7 @@ def daemon_args(socket, service_ns, poll, size_bytes, image=None, engine=None,
     null-co; with `node`, those --blockdev options."""
     if image and not node:
         node = (f"driver=file,node-name=n0,filename={image},aio={engine},"
-                "cache.direct=on")
+                "cache.direct=on,locking=off")
     elif not node:
         node = f"driver=null-co,node-name=n0,size={size_bytes},read-zeroes=off"
         if service_ns:
