@@ -952,7 +952,8 @@ static void virtqueue_notify_bh(void *opaque)
 
 static void virtqueue_run_handler(VirtQueue *vq)
 {
-    if (vq->started && !virtqueue_is_broken(vq) && vq->handler) {
+    if (vq->started && !vq->paused && !virtqueue_is_broken(vq) &&
+        vq->handler) {
         vq->handler(vq, vq->opaque);
     }
 }
@@ -985,7 +986,7 @@ static bool virtqueue_poll(EventNotifier *e)
     VirtQueue *vq = virtqueue_from_kick(e);
     uint16_t avail_idx;
 
-    if (!vq->avail || virtqueue_is_broken(vq)) {
+    if (!vq->avail || vq->paused || virtqueue_is_broken(vq)) {
         return false;
     }
     /* Relaxed: only looks for work; virtqueue_pop() reloads it with
@@ -1154,6 +1155,7 @@ int virtqueue_start(VirtQueue *vq, GuestMemory *mem, VirtQueueHandler *handler,
     vq->handler = handler;
     vq->opaque = opaque;
     vq->polling = false;
+    vq->paused = false;
     vq->notify_pending = false;
     vq->signalled_valid = false;
 
@@ -1210,6 +1212,17 @@ uint16_t virtqueue_stop(VirtQueue *vq)
         virtqueue_set_rings(vq, NULL);
     }
     return vq->last_avail_idx;
+}
+
+void virtqueue_set_paused(VirtQueue *vq, bool paused)
+{
+    virtqueue_assert_home(vq);
+    vq->paused = paused;
+    /* Entries the driver published meanwhile (their kicks found the
+     * handler off): look once, as after a start. */
+    if (!paused && vq->started) {
+        aio_bh_schedule(vq->kick_bh);
+    }
 }
 
 int virtqueue_set_memory(VirtQueue *vq, GuestMemory *mem)

@@ -171,6 +171,16 @@ uint16_t virtqueue_stop(VirtQueue *vq);
 
 bool virtqueue_is_started(const VirtQueue *vq);
 
+/*
+ * Pause a started queue: its handler is not called (kicks are still
+ * cleared and counted) and polling finds no work, until it is unpaused;
+ * then the handler runs once soon (a BH) for the entries published
+ * meanwhile.  For a device that must take no new request for a while
+ * (an error policy holding failed requests).  A start unpauses.  Home
+ * thread.
+ */
+void virtqueue_set_paused(VirtQueue *vq, bool paused);
+
 /* Requests the last virtqueue_start() found in the inflight region and
  * pops first (0 without a region).  Any thread. */
 unsigned virtqueue_resubmitted(const VirtQueue *vq);
