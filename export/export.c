@@ -94,6 +94,9 @@ static GPtrArray *exports;
 /* Where the exports' events go (the monitor), or NULL. */
 static ExportEventSink *export_event_sink;
 
+/* Where the exports' error-policy stops go (the monitor), or NULL. */
+static VirtioIoErrorFn *export_io_error_sink;
+
 /* ------------------------------------------------------------------------ */
 /* Registry                                                                  */
 
@@ -745,6 +748,59 @@ void export_emit_event(const char *event, const char *id, int queue,
     if (export_event_sink) {
         export_event_sink(event, id, queue, requests);
     }
+}
+
+void export_set_io_error_sink(VirtioIoErrorFn *sink)
+{
+    assert_main_thread();
+    export_io_error_sink = sink;
+}
+
+void export_io_error_event(const VirtioIoError *e)
+{
+    assert_main_thread();
+    if (export_io_error_sink) {
+        export_io_error_sink(e);
+    }
+}
+
+bool export_parse_error_policies(Opts *opts, const char *rkey,
+                                 const char *wkey, VirtioErrorPolicy *rerror,
+                                 VirtioErrorPolicy *werror, Error **errp)
+{
+    int r, w;
+
+    if (!opts_get_enum(opts, rkey, virtio_error_policy_names,
+                       VIRTIO_ERROR_POLICY_REPORT, &r, errp) ||
+        !opts_get_enum(opts, wkey, virtio_error_policy_names,
+                       VIRTIO_ERROR_POLICY_REPORT, &w, errp)) {
+        return false;
+    }
+    *rerror = (VirtioErrorPolicy)r;
+    *werror = (VirtioErrorPolicy)w;
+    return true;
+}
+
+bool export_resume(Export *exp, unsigned *retried, Error **errp)
+{
+    unsigned n;
+
+    assert_main_thread();
+    if (!exp->drv->resume) {
+        error_setg(errp, "export '%s' of type '%s' has no error policies to "
+                   "resume from", exp->id, exp->drv->type);
+        return false;
+    }
+    n = exp->drv->resume(exp->state);
+    if (retried) {
+        *retried = n;
+    }
+    return true;
+}
+
+bool export_is_io_stopped(const Export *exp)
+{
+    return exp->drv->io_stopped && exp->drv->io_stopped(exp->state);
 }
 
 void export_delete(Export *exp)

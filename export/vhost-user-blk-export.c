@@ -11,6 +11,8 @@
  *   logical-block-size=N            512..64k, a power of two, default 512
  *   serial=S                        GET_ID's answer, at most 20 bytes
  *   inflight-tracking=on|off        INFLIGHT_SHMFD offered, default on
+ *   rerror=, werror=report|ignore|enospc|stop   error policies (QEMU's
+ *                                   values), default report
  * and checks what can be checked without side effects (an inherited fd must
  * be an open, listening UNIX stream socket: vhost-user-export.c).
  * start() creates the VirtioBlk over the export's node and a VuServer whose
@@ -24,7 +26,8 @@
  * node after a resize and, if it changed, sends the front-end a
  * config-change notice on the back-end channel (QEMU reads the config
  * again and interrupts the guest); get_node_stats() reads the device's
- * accounting.  The type has no LUNs (add_lun/del_lun are NULL: export.c
+ * accounting; resume() retries what the error policies hold
+ * (virtio_blk_resume()).  The type has no LUNs (add_lun/del_lun are NULL: export.c
  * answers with an error).
  *
  * Threads: main thread.
@@ -44,6 +47,8 @@ typedef struct VhostUserBlkExport {
     unsigned num_queues;
     uint32_t logical_block_size;
     char *serial;
+    VirtioErrorPolicy rerror;
+    VirtioErrorPolicy werror;
     VirtioBlk *vb;
 } VhostUserBlkExport;
 
@@ -77,6 +82,8 @@ static void *vhost_user_blk_export_parse(Export *exp, Opts *opts,
                       &num_queues, &err) ||
         !opts_get_size(opts, "logical-block-size", 512, &lbs, &err) ||
         !opts_get_str(opts, "serial", NULL, &serial, &err) ||
+        !export_parse_error_policies(opts, "rerror", "werror", &vexp->rerror,
+                                     &vexp->werror, &err) ||
         !vhost_user_export_parse(opts, &vexp->vu, &err)) {
         goto fail;
     }
@@ -113,6 +120,11 @@ static bool vhost_user_blk_export_start(Export *exp, void *opaque,
         .writable = exp->writable,
         .writethrough = exp->writethrough,
         .serial = vexp->serial,
+        .rerror = vexp->rerror,
+        .werror = vexp->werror,
+        .export_id = exp->id,
+        .main_ctx = exp->main_ctx,
+        .io_error = export_io_error_event,
     };
 
     vexp->vb = virtio_blk_new(&conf, exp->bs, errp);
@@ -154,6 +166,20 @@ static void vhost_user_blk_export_refresh_sizes(Export *exp, void *opaque)
     vu_server_config_changed(vexp->vu.server);
 }
 
+static unsigned vhost_user_blk_export_resume(void *opaque)
+{
+    VhostUserBlkExport *vexp = opaque;
+
+    return vexp->vb ? virtio_blk_resume(vexp->vb) : 0;
+}
+
+static bool vhost_user_blk_export_io_stopped(void *opaque)
+{
+    VhostUserBlkExport *vexp = opaque;
+
+    return vexp->vb && virtio_blk_stopped_queues(vexp->vb) > 0;
+}
+
 const ExportDriver export_vhost_user_blk = {
     .type = "vhost-user-blk",
     .parse = vhost_user_blk_export_parse,
@@ -164,4 +190,6 @@ const ExportDriver export_vhost_user_blk = {
     .has_client = vhost_user_export_has_client,
     .get_node_stats = vhost_user_blk_export_get_node_stats,
     .refresh_sizes = vhost_user_blk_export_refresh_sizes,
+    .resume = vhost_user_blk_export_resume,
+    .io_stopped = vhost_user_blk_export_io_stopped,
 };

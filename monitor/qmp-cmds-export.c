@@ -1,6 +1,7 @@
 /*
  * QMP commands for exports: block-export-add, block-export-del,
- * query-block-exports, block-export-lun-add and block-export-lun-del.
+ * query-block-exports, block-export-lun-add, block-export-lun-del and
+ * block-export-resume; the BLOCK_IO_ERROR event.
  *
  * Theory of operation
  * -------------------
@@ -37,8 +38,18 @@
  * members of a --export lun entry, or remove one (export_add_lun(),
  * export_del_lun(); the guest is told with a virtio-scsi event).
  *
+ * block-export-resume is Spindle's: an export whose rerror / werror policy
+ * stopped a queue (BLOCK_IO_ERROR with "action": "stop") retries the held
+ * requests and goes on (export_resume()).  QEMU's "cont" resumes QEMU's
+ * own devices and never reaches the daemon.  BLOCK_IO_ERROR has QEMU's
+ * members ("device" is the export id, "node-name", "operation",
+ * "action", "nospace", "reason") plus "id" (the export's, as in the
+ * BLOCK_EXPORT_* events) and "spindle-queue"; query-block-exports shows
+ * "spindle-io-status": "stopped" while a queue is stopped.
+ *
  * Threads: main thread only.
  */
+#include <errno.h>
 #include <inttypes.h>
 #include <string.h>
 #include <glib.h>
@@ -190,6 +201,9 @@ static void export_info(Export *exp, void *opaque)
                                    export_get_allow_inactive(exp));
     json_object_set_boolean_member(o, "spindle-running",
                                    export_is_running(exp));
+    if (export_is_io_stopped(exp)) {
+        json_object_set_string_member(o, "spindle-io-status", "stopped");
+    }
     if (export_get_start_error(exp)) {
         json_object_set_string_member(o, "spindle-start-error",
                                       export_get_start_error(exp));
@@ -277,6 +291,44 @@ static JsonNode *qmp_block_export_lun_del(JsonObject *args, Error **errp)
 }
 
 /* ------------------------------------------------------------------------ */
+/* block-export-resume and BLOCK_IO_ERROR                                    */
+
+static JsonNode *qmp_block_export_resume(JsonObject *args, Error **errp)
+{
+    static const char *const allowed[] = { "id", NULL };
+    const char *id;
+    Export *exp;
+
+    assert_main_thread();
+    if (!qmp_arg_str(args, "id", true, &id, errp) ||
+        !qmp_args_check(args, allowed, errp)) {
+        return NULL;
+    }
+    exp = find_export(id, errp);
+    if (!exp || !export_resume(exp, NULL, errp)) {
+        return NULL;
+    }
+    return qmp_return_empty();
+}
+
+/* An export's queue stopped on an error (export_set_io_error_sink()). */
+static void qmp_export_io_error(const VirtioIoError *e)
+{
+    g_autoptr(JsonObject) data = json_object_new();
+
+    json_object_set_string_member(data, "device", e->export_id);
+    json_object_set_string_member(data, "node-name", e->node_name);
+    json_object_set_string_member(data, "operation",
+                                  e->write ? "write" : "read");
+    json_object_set_string_member(data, "action", "stop");
+    json_object_set_boolean_member(data, "nospace", e->error == ENOSPC);
+    json_object_set_string_member(data, "reason", g_strerror(e->error));
+    json_object_set_string_member(data, "id", e->export_id);
+    json_object_set_int_member(data, "spindle-queue", e->queue);
+    qmp_event_emit("BLOCK_IO_ERROR", data);
+}
+
+/* ------------------------------------------------------------------------ */
 
 /* The exports' connection events (export_set_event_sink()). */
 static void qmp_export_event(const char *event, const char *id, int queue,
@@ -295,9 +347,11 @@ static void qmp_export_event(const char *event, const char *id, int queue,
 void qmp_register_export_commands(void)
 {
     export_set_event_sink(qmp_export_event);
+    export_set_io_error_sink(qmp_export_io_error);
     qmp_register_command("block-export-add", qmp_block_export_add);
     qmp_register_command("block-export-del", qmp_block_export_del);
     qmp_register_command("query-block-exports", qmp_query_block_exports);
     qmp_register_command("block-export-lun-add", qmp_block_export_lun_add);
     qmp_register_command("block-export-lun-del", qmp_block_export_lun_del);
+    qmp_register_command("block-export-resume", qmp_block_export_resume);
 }

@@ -66,6 +66,25 @@
  * BlockQueue counts into its slot (block_queue_set_acct()) from the moment
  * it is made, and the BlockAcct outlives the BlockQueues, so the counts
  * survive reconnects.
+ *
+ * Error policies (rerror for reads, werror for everything else; hw/virtio/
+ * virtio-io-error.h): a failed request costs the completion path one
+ * branch, taken only on error.  `report` answers IOERR as always;
+ * `ignore` answers OK (a discard / write-zeroes goes on with its next
+ * segment).  `stop` holds the request on its queue's held list, sorted by
+ * the sequence number every request gets when it is popped, pauses the
+ * virtqueue (virtqueue_set_paused(): no new request is taken; the ones
+ * already submitted complete as usual, and those that fail join the list)
+ * and tells the main thread, once per stop (conf->io_error: the QMP
+ * BLOCK_IO_ERROR).  virtio_blk_resume() (main thread) runs each stopped
+ * queue's resume in its home thread: the held requests are submitted
+ * again in sequence order (a discard / write-zeroes from the segment that
+ * failed), then the virtqueue is unpaused, unless one of them failed at
+ * once and stopped it again.  Nothing is answered while held, so the
+ * guest sees no error and no request is lost.  A queue that is drained
+ * (the front-end stops the ring or goes away) while stopped tries its
+ * held requests once more and reports what fails then: the front-end
+ * needs every popped element back before it may go.
  */
 #include <errno.h>
 #include <stdatomic.h>
@@ -79,6 +98,7 @@
 #include "block/block.h"
 #include "hw/virtio/virtio-blk.h"
 #include "hw/virtio/virtio-blk-wire.h"
+#include "hw/virtio/virtio-io-error.h"
 #include "virtio-req-pool.h"
 #include "hw/virtio/virtqueue.h"
 #include "util/error.h"
@@ -110,17 +130,31 @@
 #define VIRTIO_BLK_FREE_MAX         128
 
 /* Per-queue state, home thread only, one cache line each. */
+typedef struct VirtioBlkReq VirtioBlkReq;
+
 typedef struct VirtioBlkQueue {
     _Alignas(CACHELINE_SIZE) unsigned in_flight;
+    bool stopped;                /* an error policy holds requests */
+    bool draining;               /* queue_drain runs: errors are reported */
     VirtioReqPool pool;          /* requests kept for reuse */
     BlockQueue *bq;              /* the node, from this queue's context */
+    uint64_t next_seq;           /* the next popped request's sequence */
+    VirtioBlkReq *held;          /* while stopped, by sequence */
+    VirtQueue *vq;               /* since queue_started */
+    /* The queue's home, from its first start (it never changes), and
+     * whether it is stopped: read by virtio_blk_resume() and
+     * virtio_blk_stopped_queues() in the main thread. */
+    _Atomic(AioContext *) ctx;
+    _Atomic bool stopped_seen;
 } VirtioBlkQueue;
 
-typedef struct VirtioBlkReq {
+struct VirtioBlkReq {
     VirtioReqLink link;          /* VirtioBlkQueue.pool: first member */
     VirtioBlk *vb;
     VirtQueue *vq;
     VirtioBlkQueue *q;
+    uint64_t seq;                /* pop order on its queue */
+    VirtioBlkReq *held_next;     /* VirtioBlkQueue.held */
     uint8_t *status;             /* the status byte, in guest memory */
     uint32_t in_len;             /* bytes reported written at push */
     uint32_t type;
@@ -133,7 +167,7 @@ typedef struct VirtioBlkReq {
         VirtioBlkSeg segs[VIRTIO_BLK_MAX_DWZ_SEGS];
     } u;
     VirtQueueElement elem;
-} VirtioBlkReq;
+};
 
 G_STATIC_ASSERT(offsetof(VirtioBlkReq, link) == 0);
 G_STATIC_ASSERT(VIRTIO_BLK_MAX_DWZ_SEGS * sizeof(VirtioBlkSeg) <=
@@ -160,6 +194,15 @@ struct VirtioBlk {
     _Atomic bool writeback;
     /* Set once a malformed request has been logged (any queue thread). */
     atomic_flag logged_bad_request;
+    /* Set once an ignored error has been logged (any queue thread). */
+    atomic_flag logged_ignored;
+
+    /* Error policies and where a stop is told (fixed at creation). */
+    VirtioErrorPolicy rerror;
+    VirtioErrorPolicy werror;
+    char *export_id;
+    AioContext *main_ctx;
+    VirtioIoErrorFn *io_error;
 
     VirtioBlkQueue *queues;      /* num_queues entries */
 };
@@ -233,10 +276,122 @@ static uint8_t virtio_blk_status_from_errno(int ret)
     return VIRTIO_BLK_S_IOERR;
 }
 
+/* ------------------------------------------------------------------------ */
+/* Error policies                                                            */
+
+/* What req's policy says about its failure with ret (< 0). */
+static VirtioErrorAction virtio_blk_error_action(VirtioBlkReq *req, int ret)
+{
+    VirtioBlk *vb = req->vb;
+    VirtioErrorPolicy p = req->type == VIRTIO_BLK_T_IN ? vb->rerror
+                                                       : vb->werror;
+    VirtioErrorAction a = virtio_io_error_action(p, ret);
+
+    if (a == VIRTIO_ERROR_ACTION_STOP && req->q->draining) {
+        /* The front-end is taking the ring back: it must have an answer. */
+        return VIRTIO_ERROR_ACTION_REPORT;
+    }
+    if (a == VIRTIO_ERROR_ACTION_IGNORE &&
+        !atomic_flag_test_and_set_explicit(&vb->logged_ignored,
+                                           memory_order_relaxed)) {
+        error_report("virtio-blk node '%s': ignoring an I/O error (%s) as "
+                     "%s=ignore says; further ones are not logged",
+                     block_node_get_name(vb->bs), g_strerror(-ret),
+                     req->type == VIRTIO_BLK_T_IN ? "rerror" : "werror");
+    }
+    return a;
+}
+
+/*
+ * Hold req, which failed with ret: keep it on its queue's held list, in
+ * sequence order, until virtio_blk_resume().  The first one stops the
+ * queue (its virtqueue pops nothing more) and tells the main thread.
+ */
+static void virtio_blk_req_hold(VirtioBlkReq *req, int ret)
+{
+    VirtioBlkQueue *q = req->q;
+    VirtioBlkReq **p = &q->held;
+
+    while (*p && (*p)->seq < req->seq) {
+        p = &(*p)->held_next;
+    }
+    req->held_next = *p;
+    *p = req;
+    if (req->breq.op == BLOCK_OP_DISCARD ||
+        req->breq.op == BLOCK_OP_WRITE_ZEROES) {
+        req->next_seg--;         /* the retry starts with the failed one */
+    }
+    if (q->stopped) {
+        return;
+    }
+    q->stopped = true;
+    atomic_store_explicit(&q->stopped_seen, true, memory_order_relaxed);
+    virtqueue_set_paused(req->vq, true);
+    virtio_io_error_notify(req->vb->main_ctx, req->vb->io_error,
+                           &(VirtioIoError) {
+                               .export_id = req->vb->export_id,
+                               .node_name = block_node_get_name(req->vb->bs),
+                               .queue = virtqueue_index(req->vq),
+                               .write = req->type != VIRTIO_BLK_T_IN,
+                               .error = -ret,
+                           });
+}
+
+static void virtio_blk_dwz_next(VirtioBlkReq *req);
+
+/*
+ * Submit q's held requests again, in sequence order, and (with restart)
+ * unpause its virtqueue unless one of them stopped it again at once.
+ * Returns how many were submitted.  Home thread.
+ */
+static unsigned virtio_blk_queue_retry_held(VirtioBlkQueue *q, bool restart)
+{
+    VirtioBlkReq *req = q->held;
+    unsigned n = 0;
+
+    if (!q->stopped) {
+        return 0;
+    }
+    q->held = NULL;
+    q->stopped = false;
+    atomic_store_explicit(&q->stopped_seen, false, memory_order_relaxed);
+    block_queue_io_plug(q->bq);
+    while (req) {
+        VirtioBlkReq *next = req->held_next;
+
+        req->held_next = NULL;
+        if (req->breq.op == BLOCK_OP_DISCARD ||
+            req->breq.op == BLOCK_OP_WRITE_ZEROES) {
+            virtio_blk_dwz_next(req);
+        } else {
+            block_queue_submit(q->bq, &req->breq);
+        }
+        n++;
+        req = next;
+    }
+    block_queue_io_unplug(q->bq);
+    if (restart && !q->stopped) {
+        virtqueue_set_paused(q->vq, false);
+    }
+    return n;
+}
+
 static void virtio_blk_rw_complete(BlockRequest *breq, int ret)
 {
     VirtioBlkReq *req = breq->opaque;
 
+    if (G_UNLIKELY(ret < 0)) {
+        switch (virtio_blk_error_action(req, ret)) {
+        case VIRTIO_ERROR_ACTION_STOP:
+            virtio_blk_req_hold(req, ret);
+            return;
+        case VIRTIO_ERROR_ACTION_IGNORE:
+            ret = 0;
+            break;
+        default:
+            break;
+        }
+    }
     virtio_blk_req_finish(req, virtio_blk_status_from_errno(ret));
 }
 
@@ -411,20 +566,26 @@ static void virtio_blk_handle_get_id(VirtioBlkReq *req, unsigned in_niov)
     virtio_blk_req_finish(req, VIRTIO_BLK_S_OK);
 }
 
-/* Submit the next segment of a discard / write-zeroes request, or finish. */
-static void virtio_blk_dwz_next(VirtioBlkReq *req);
-
 static void virtio_blk_dwz_complete(BlockRequest *breq, int ret)
 {
     VirtioBlkReq *req = breq->opaque;
 
     if (ret < 0) {
-        virtio_blk_req_finish(req, virtio_blk_status_from_errno(ret));
-        return;
+        switch (virtio_blk_error_action(req, ret)) {
+        case VIRTIO_ERROR_ACTION_STOP:
+            virtio_blk_req_hold(req, ret);
+            return;
+        case VIRTIO_ERROR_ACTION_IGNORE:
+            break;               /* on with the next segment */
+        default:
+            virtio_blk_req_finish(req, virtio_blk_status_from_errno(ret));
+            return;
+        }
     }
     virtio_blk_dwz_next(req);
 }
 
+/* Submit the next segment of a discard / write-zeroes request, or finish. */
 static void virtio_blk_dwz_next(VirtioBlkReq *req)
 {
     BlockRequest *breq = &req->breq;
@@ -616,8 +777,14 @@ static void virtio_blk_handle_queue(VirtQueue *vq, void *opaque)
 
     block_queue_io_plug(q->bq);
     for (;;) {
-        VirtioBlkReq *req = virtio_blk_req_alloc(q);
-        int r = virtqueue_pop(vq, &req->elem);
+        VirtioBlkReq *req;
+        int r;
+
+        if (G_UNLIKELY(q->stopped)) {
+            break;               /* a request failed at once and stopped */
+        }
+        req = virtio_blk_req_alloc(q);
+        r = virtqueue_pop(vq, &req->elem);
 
         if (r <= 0) {
             /* Empty, or broken (the queue has logged why). */
@@ -627,6 +794,7 @@ static void virtio_blk_handle_queue(VirtQueue *vq, void *opaque)
         req->vb = vb;
         req->vq = vq;
         req->q = q;
+        req->seq = q->next_seq++;
         q->in_flight++;
         virtio_blk_handle_request(req);
     }
@@ -768,6 +936,10 @@ static void virtio_blk_queue_started(void *dev, VirtQueue *vq)
         block_queue_set_acct(q->bq, vb->acct, virtqueue_index(vq));
     }
     g_assert(block_queue_get_aio_context(q->bq) == ctx);
+    g_assert(!q->stopped);
+    q->vq = vq;
+    q->draining = false;
+    atomic_store_explicit(&q->ctx, ctx, memory_order_release);
 }
 
 static void virtio_blk_queue_drain(void *dev, VirtQueue *vq)
@@ -776,9 +948,13 @@ static void virtio_blk_queue_drain(void *dev, VirtQueue *vq)
     VirtioBlkQueue *q = virtio_blk_queue(vb, vq);
     AioContext *ctx = virtqueue_get_aio_context(vq);
 
+    /* Errors from now on are reported; held requests get one more try. */
+    q->draining = true;
+    virtio_blk_queue_retry_held(q, false);
     while (q->in_flight > 0) {
         aio_poll(ctx, true);
     }
+    q->vq = NULL;
     if (q->bq) {
         g_assert(block_queue_in_flight(q->bq) == 0);
         block_queue_free(q->bq);
@@ -892,6 +1068,12 @@ VirtioBlk *virtio_blk_new(const VirtioBlkConf *conf, BlockNode *bs,
         virtio_blk_dwz_limit(vb->limits.max_write_zeroes, vb->blk_size);
     atomic_init(&vb->writeback, !vb->writethrough);
     atomic_flag_clear(&vb->logged_bad_request);
+    atomic_flag_clear(&vb->logged_ignored);
+    vb->rerror = conf->rerror;
+    vb->werror = conf->werror;
+    vb->export_id = g_strdup(conf->export_id);
+    vb->main_ctx = conf->main_ctx;
+    vb->io_error = conf->io_error;
 
     if (posix_memalign(&queues, CACHELINE_SIZE,
                        vb->num_queues * sizeof(VirtioBlkQueue))) {
@@ -916,6 +1098,7 @@ void virtio_blk_free(VirtioBlk *vb)
     free(vb->queues);
     block_acct_free(vb->acct);
     block_node_unref(vb->bs);
+    g_free(vb->export_id);
     g_free(vb);
 }
 
@@ -942,4 +1125,48 @@ uint64_t virtio_blk_get_capacity(VirtioBlk *vb)
 void virtio_blk_get_acct_stats(VirtioBlk *vb, BlockAcctStats *out)
 {
     block_acct_get(vb->acct, out);
+}
+
+typedef struct VirtioBlkResume {
+    VirtioBlkQueue *q;
+    unsigned n;
+} VirtioBlkResume;
+
+static void virtio_blk_queue_resume_bh(void *opaque)
+{
+    VirtioBlkResume *r = opaque;
+
+    r->n = virtio_blk_queue_retry_held(r->q, true);
+}
+
+unsigned virtio_blk_resume(VirtioBlk *vb)
+{
+    unsigned n = 0;
+
+    assert_main_thread();
+    for (unsigned i = 0; i < vb->num_queues; i++) {
+        VirtioBlkQueue *q = &vb->queues[i];
+        /* Pairs with the release store in virtio_blk_queue_started(). */
+        AioContext *ctx = atomic_load_explicit(&q->ctx,
+                                               memory_order_acquire);
+        VirtioBlkResume r = { q, 0 };
+
+        if (ctx && atomic_load_explicit(&q->stopped_seen,
+                                        memory_order_relaxed)) {
+            aio_run_sync(ctx, virtio_blk_queue_resume_bh, &r);
+            n += r.n;
+        }
+    }
+    return n;
+}
+
+unsigned virtio_blk_stopped_queues(VirtioBlk *vb)
+{
+    unsigned n = 0;
+
+    for (unsigned i = 0; i < vb->num_queues; i++) {
+        n += atomic_load_explicit(&vb->queues[i].stopped_seen,
+                                  memory_order_relaxed);
+    }
+    return n;
 }

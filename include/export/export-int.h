@@ -106,6 +106,13 @@ typedef struct ExportDriver {
     void (*refresh_sizes)(Export *exp, void *state);
     bool (*add_lun)(Export *exp, void *state, Opts *opts, Error **errp);
     bool (*del_lun)(Export *exp, void *state, unsigned lun, Error **errp);
+    /*
+     * Error policies (NULL: the type has none): resume the queues a
+     * policy stopped (returns the requests submitted again), and whether
+     * one is stopped now.
+     */
+    unsigned (*resume)(void *state);
+    bool (*io_stopped)(void *state);
 } ExportDriver;
 
 /*
@@ -186,6 +193,20 @@ typedef struct VhostUserExport {
  * Errors name the option.  Main thread.
  */
 bool vhost_user_export_parse(Opts *opts, VhostUserExport *vu, Error **errp);
+
+/*
+ * The VirtioIoErrorFn every device of an export is given: passes the stop
+ * to the sink of export_set_io_error_sink(), if any.  Main thread.
+ */
+void export_io_error_event(const VirtioIoError *e);
+
+/*
+ * rerror=report|ignore|enospc|stop and werror=... from opts, at keys
+ * rkey / wkey (default report).  Errors name the key and the values.
+ */
+bool export_parse_error_policies(Opts *opts, const char *rkey,
+                                 const char *wkey, VirtioErrorPolicy *rerror,
+                                 VirtioErrorPolicy *werror, Error **errp);
 
 /* Pass an event to the sink of export_set_event_sink(), if any.  Main
  * thread. */

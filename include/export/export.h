@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include "block/block.h"
+#include "hw/virtio/virtio-io-error.h"
 #include "util/aio.h"
 #include "util/error.h"
 #include "util/iothread.h"
@@ -44,6 +45,13 @@ typedef void ExportEventSink(const char *event, const char *id, int queue,
 /* Send every export's events to sink from now on (NULL: nowhere, the
  * default).  Main thread. */
 void export_set_event_sink(ExportEventSink *sink);
+
+/*
+ * Send every export's error-policy stops (a queue stopped with a request
+ * held: rerror / werror = stop or enospc) to sink from now on, for the
+ * monitor's BLOCK_IO_ERROR (NULL: nowhere, the default).  Main thread.
+ */
+void export_set_io_error_sink(VirtioIoErrorFn *sink);
 
 /*
  * Parse the argument of --export (key=value with the implied key "type",
@@ -113,6 +121,17 @@ bool export_set_node_active(BlockNode *bs, bool active, Error **errp);
 
 /* Whether a front-end is connected right now. */
 bool export_has_client(const Export *exp);
+
+/*
+ * QMP block-export-resume: every queue of exp that an error policy
+ * stopped retries its held requests, in the order they were taken from
+ * the ring, and takes new ones again.  *retried (may be NULL) gets how
+ * many were submitted again; an export that is not stopped is no error
+ * (0).  Errors: the type has no error policies.  And whether some queue
+ * of exp is stopped right now.  Main thread.
+ */
+bool export_resume(Export *exp, unsigned *retried, Error **errp);
+bool export_is_io_stopped(const Export *exp);
 
 /*
  * Node i's I/O through this export since the export started, summed over

@@ -1,7 +1,9 @@
 /*
  * Unit tests for the virtio-blk device (hw/virtio/virtio-blk.c): its
- * capacity after a resize, its accounting, and the requests that leave no
- * place for a status (they break the queue).  The other request paths
+ * capacity after a resize, its accounting, the requests that leave no
+ * place for a status (they break the queue), and the error policies
+ * (rerror / werror: report, ignore, enospc, stop and resume) over a
+ * blkdebug node that fails chosen requests.  The other request paths
  * are covered end to end by tests/functional/test_virtio_blk_requests.py.
  *
  * Theory of operation: a TBlk is a small virtio-blk driver plus the device
@@ -68,8 +70,26 @@ static uint64_t galloc(TBlk *t, size_t len)
     return gpa;
 }
 
-/* A device of logical block size lbs over a fresh NODE_1M, started. */
-static void tblk_new(TBlk *t, uint32_t lbs)
+/* The stops the device told (error-policy tests), test thread only. */
+static GArray *stops;            /* of VirtioIoError, strings not kept */
+
+static void record_stop(const VirtioIoError *e)
+{
+    VirtioIoError copy = *e;
+
+    g_assert_cmpstr(e->export_id, ==, "exp0");
+    g_assert_cmpstr(e->node_name, ==, "bad");
+    copy.export_id = copy.node_name = NULL;
+    g_array_append_val(stops, copy);
+}
+
+/*
+ * A device of logical block size lbs over a fresh node opened from node
+ * (NULL: NODE_1M), with the error policies of policy (NULL: report),
+ * started.
+ */
+static void tblk_new_node(TBlk *t, uint32_t lbs, const char *node,
+                          const VirtioBlkConf *policy)
 {
     VirtioBlkConf conf = {
         .num_queues = NUM_QUEUES, .queue_size = 0,
@@ -83,7 +103,14 @@ static void tblk_new(TBlk *t, uint32_t lbs)
     t->ctx = ctx_new();
     aio_context_set_poll_params(t->ctx, &no_polling);
     t->iot = iot_new("vblk-iot", "poll-max-ns=0");
-    t->bs = block_node_open_str(NODE_1M, t->ctx, &err);
+    if (policy) {
+        conf.rerror = policy->rerror;
+        conf.werror = policy->werror;
+        conf.export_id = "exp0";
+        conf.main_ctx = t->ctx;
+        conf.io_error = record_stop;
+    }
+    t->bs = block_node_open_str(node ? node : NODE_1M, t->ctx, &err);
     g_assert_no_error(err);
     t->vb = virtio_blk_new(&conf, t->bs, &err);
     g_assert_no_error(err);
@@ -101,6 +128,12 @@ static void tblk_new(TBlk *t, uint32_t lbs)
                 t->vb);
         lq_start(&t->q[i]);
     }
+}
+
+/* A device of logical block size lbs over a fresh NODE_1M, started. */
+static void tblk_new(TBlk *t, uint32_t lbs)
+{
+    tblk_new_node(t, lbs, NULL, NULL);
 }
 
 static void tblk_cleanup(TBlk *t)
@@ -133,25 +166,26 @@ static uint64_t config_capacity(TBlk *t)
 }
 
 /*
- * One request on queue qi: type at sector, with len data bytes (device-
- * writable for IN and GET_ID); for DISCARD and WRITE_ZEROES, one segment
- * of len bytes instead.  Waits for it and returns the status byte.
+ * Post one request on queue qi: type at sector, with len data bytes
+ * (device-writable for IN and GET_ID); for DISCARD and WRITE_ZEROES, one
+ * segment of len bytes instead.  Returns its head; *status_gpa is where
+ * its status byte will be.
  */
-static uint8_t blk_req(TBlk *t, unsigned qi, uint32_t type, uint64_t sector,
-                       uint32_t len)
+static uint16_t blk_post(TBlk *t, unsigned qi, uint32_t type,
+                         uint64_t sector, uint32_t len, uint64_t *status_gpa)
 {
     LocalQueue *q = &t->q[qi];
     VirtioBlkOutHdr hdr = { htole32(type), 0, htole64(sector) };
     uint64_t hdr_gpa = galloc(t, sizeof(hdr));
-    uint64_t status_gpa = galloc(t, 1);
     uint64_t data_gpa = 0;
     bool data_in = type == VIRTIO_BLK_T_IN || type == VIRTIO_BLK_T_GET_ID;
     bool dwz = type == VIRTIO_BLK_T_DISCARD ||
                type == VIRTIO_BLK_T_WRITE_ZEROES;
     VufSeg b[3];
-    int64_t deadline = clock_now_ns() + WAIT_NS;
     unsigned n = 0;
+    uint16_t head;
 
+    *status_gpa = galloc(t, 1);
     memcpy(gptr(t, hdr_gpa), &hdr, sizeof(hdr));
     b[n++] = (VufSeg) { hdr_gpa, sizeof(hdr), false };
     if (dwz) {
@@ -165,16 +199,36 @@ static uint8_t blk_req(TBlk *t, unsigned qi, uint32_t type, uint64_t sector,
         memset(gptr(t, data_gpa), 0x5a, len);
         b[n++] = (VufSeg) { data_gpa, len, data_in };
     }
-    *(uint8_t *)gptr(t, status_gpa) = 0xff;
-    b[n++] = (VufSeg) { status_gpa, 1, true };
+    *(uint8_t *)gptr(t, *status_gpa) = 0xff;
+    b[n++] = (VufSeg) { *status_gpa, 1, true };
 
-    lq_publish(q, lq_add_chain(q, b, n), true);
+    head = lq_add_chain(q, b, n);
+    lq_publish(q, head, true);
+    return head;
+}
 
-    while (!lq_next_used(q, NULL, NULL)) {
+/* Wait for the next used entry of queue qi; its head. */
+static uint32_t blk_wait_used(TBlk *t, unsigned qi)
+{
+    int64_t deadline = clock_now_ns() + WAIT_NS;
+    uint32_t id;
+
+    while (!lq_next_used(&t->q[qi], &id, NULL)) {
         g_assert_cmpint(clock_now_ns(), <, deadline);
         aio_poll(t->ctx, false);
         g_usleep(50);
     }
+    return id;
+}
+
+/* blk_post(), wait for it and return its status byte. */
+static uint8_t blk_req(TBlk *t, unsigned qi, uint32_t type, uint64_t sector,
+                       uint32_t len)
+{
+    uint64_t status_gpa;
+    uint16_t head = blk_post(t, qi, type, sector, len, &status_gpa);
+
+    g_assert_cmpuint(blk_wait_used(t, qi), ==, head);
     return *(uint8_t *)gptr(t, status_gpa);
 }
 
@@ -405,7 +459,212 @@ static void test_no_status(void)
     }
 }
 
+/* ------------------------------------------------------------------------ */
+/* Error policies                                                            */
+
+/* blkdebug over NODE_1M's null-co, failing as rules say. */
+#define BAD_NODE(rules) \
+    "driver=blkdebug,node-name=bad,image.driver=null-co,image.size=1M," \
+    "image.read-zeroes=on," rules
+
+/* Writes to sectors 8 and 16 fail once with ENOSPC, reads of 24 with
+ * EIO, every write to sector 32 with EIO, write-zeroes over 12 once with
+ * ENOSPC. */
+#define RULES \
+    "inject-error.0.op=write,inject-error.0.sector=8,inject-error.0.once=on," \
+    "inject-error.0.errno=28," \
+    "inject-error.1.op=write,inject-error.1.sector=16,inject-error.1.once=on," \
+    "inject-error.1.errno=28," \
+    "inject-error.2.op=read,inject-error.2.sector=24,inject-error.2.once=on," \
+    "inject-error.3.op=write,inject-error.3.sector=32," \
+    "inject-error.4.op=write-zeroes,inject-error.4.sector=12," \
+    "inject-error.4.once=on,inject-error.4.errno=28"
+
+static void tblk_new_policy(TBlk *t, VirtioErrorPolicy rerror,
+                            VirtioErrorPolicy werror)
+{
+    VirtioBlkConf policy = { .rerror = rerror, .werror = werror };
+
+    stops = g_array_new(false, true, sizeof(VirtioIoError));
+    tblk_new_node(t, 512, BAD_NODE(RULES), &policy);
+}
+
+static void tblk_cleanup_policy(TBlk *t)
+{
+    tblk_cleanup(t);
+    g_array_unref(stops);
+    stops = NULL;
+}
+
+/* Run the loop a little: BHs (the stop's event) and completions. */
+static void spin(TBlk *t)
+{
+    for (unsigned i = 0; i < 50; i++) {
+        aio_poll(t->ctx, false);
+        g_usleep(100);
+    }
+}
+
+/* The default: the guest gets the error, no stop, no event. */
+static void test_policy_report(void)
+{
+    TBlk t;
+
+    tblk_new_policy(&t, VIRTIO_ERROR_POLICY_REPORT,
+                    VIRTIO_ERROR_POLICY_REPORT);
+    g_assert_cmpuint(blk_req(&t, 0, VIRTIO_BLK_T_OUT, 8, 512), ==,
+                     VIRTIO_BLK_S_IOERR);
+    g_assert_cmpuint(blk_req(&t, 0, VIRTIO_BLK_T_IN, 24, 512), ==,
+                     VIRTIO_BLK_S_IOERR);
+    spin(&t);
+    g_assert_cmpuint(stops->len, ==, 0);
+    g_assert_cmpuint(virtio_blk_stopped_queues(t.vb), ==, 0);
+    g_assert_cmpuint(virtio_blk_resume(t.vb), ==, 0);
+    tblk_cleanup_policy(&t);
+}
+
+/* ignore: answered OK; reads follow rerror only. */
+static void test_policy_ignore(void)
+{
+    TBlk t;
+
+    tblk_new_policy(&t, VIRTIO_ERROR_POLICY_REPORT,
+                    VIRTIO_ERROR_POLICY_IGNORE);
+    g_assert_cmpuint(blk_req(&t, 0, VIRTIO_BLK_T_OUT, 32, 512), ==,
+                     VIRTIO_BLK_S_OK);
+    g_assert_cmpuint(blk_req(&t, 1, VIRTIO_BLK_T_OUT, 32, 512), ==,
+                     VIRTIO_BLK_S_OK);
+    g_assert_cmpuint(blk_req(&t, 0, VIRTIO_BLK_T_IN, 24, 512), ==,
+                     VIRTIO_BLK_S_IOERR);
+    spin(&t);
+    g_assert_cmpuint(stops->len, ==, 0);
+    tblk_cleanup_policy(&t);
+}
+
+/* enospc: stops on ENOSPC (writes at 8), reports EIO (writes at 32). */
+static void test_policy_enospc(void)
+{
+    uint64_t st;
+    uint16_t head;
+    TBlk t;
+
+    tblk_new_policy(&t, VIRTIO_ERROR_POLICY_ENOSPC,
+                    VIRTIO_ERROR_POLICY_ENOSPC);
+    g_assert_cmpuint(blk_req(&t, 0, VIRTIO_BLK_T_OUT, 32, 512), ==,
+                     VIRTIO_BLK_S_IOERR);
+    head = blk_post(&t, 0, VIRTIO_BLK_T_OUT, 8, 512, &st);
+    g_assert_false(blk_any_used(&t, 0));
+    spin(&t);
+    g_assert_cmpuint(stops->len, ==, 1);
+    g_assert_cmpuint(g_array_index(stops, VirtioIoError, 0).error, ==,
+                     ENOSPC);
+    g_assert_true(g_array_index(stops, VirtioIoError, 0).write);
+    g_assert_cmpuint(g_array_index(stops, VirtioIoError, 0).queue, ==, 0);
+    g_assert_cmpuint(virtio_blk_stopped_queues(t.vb), ==, 1);
+    g_assert_cmpuint(virtio_blk_resume(t.vb), ==, 1);
+    g_assert_cmpuint(blk_wait_used(&t, 0), ==, head);
+    g_assert_cmpuint(*(uint8_t *)gptr(&t, st), ==, VIRTIO_BLK_S_OK);
+    g_assert_cmpuint(virtio_blk_stopped_queues(t.vb), ==, 0);
+    tblk_cleanup_policy(&t);
+}
+
+/*
+ * stop: the failed writes are held, the queue takes nothing new (a good
+ * request posted after them stays in the ring), the other queue goes
+ * on; one event per stop; resume retries the held ones in ring order
+ * and then takes the waiting one: all complete, in that order.
+ */
+static void test_policy_stop_resume(void)
+{
+    uint64_t st[3];
+    uint16_t head[3];
+    TBlk t;
+
+    tblk_new_policy(&t, VIRTIO_ERROR_POLICY_REPORT,
+                    VIRTIO_ERROR_POLICY_STOP);
+    /* 16 before 8 in the ring: both fail, both held, 16 first. */
+    head[0] = blk_post(&t, 0, VIRTIO_BLK_T_OUT, 16, 512, &st[0]);
+    head[1] = blk_post(&t, 0, VIRTIO_BLK_T_OUT, 8, 512, &st[1]);
+    spin(&t);
+    head[2] = blk_post(&t, 0, VIRTIO_BLK_T_OUT, 0, 512, &st[2]);
+    g_assert_false(blk_any_used(&t, 0));
+    g_assert_cmpuint(virtqueue_inflight(t.q[0].vq), ==, 2);
+    g_assert_cmpuint(stops->len, ==, 1);
+    g_assert_cmpuint(virtio_blk_stopped_queues(t.vb), ==, 1);
+    /* Queue 1 is not stopped; its read of 24 follows rerror=report. */
+    g_assert_cmpuint(blk_req(&t, 1, VIRTIO_BLK_T_OUT, 0, 512), ==,
+                     VIRTIO_BLK_S_OK);
+    g_assert_cmpuint(blk_req(&t, 1, VIRTIO_BLK_T_IN, 24, 512), ==,
+                     VIRTIO_BLK_S_IOERR);
+
+    g_assert_cmpuint(virtio_blk_resume(t.vb), ==, 2);
+    for (unsigned i = 0; i < 3; i++) {
+        g_assert_cmpuint(blk_wait_used(&t, 0), ==, head[i]);
+        g_assert_cmpuint(*(uint8_t *)gptr(&t, st[i]), ==, VIRTIO_BLK_S_OK);
+    }
+    g_assert_cmpuint(stops->len, ==, 1);
+    g_assert_cmpuint(virtio_blk_stopped_queues(t.vb), ==, 0);
+    tblk_cleanup_policy(&t);
+}
+
+/*
+ * A held request that fails again on resume stops the queue again (a new
+ * event); one held when the front-end stops the ring gets one more try
+ * and is then answered with the error.
+ */
+static void test_policy_stop_again_and_drain(void)
+{
+    uint64_t st;
+    uint32_t id;
+    uint16_t head;
+    TBlk t;
+
+    tblk_new_policy(&t, VIRTIO_ERROR_POLICY_STOP, VIRTIO_ERROR_POLICY_STOP);
+    head = blk_post(&t, 0, VIRTIO_BLK_T_OUT, 32, 512, &st);
+    spin(&t);
+    g_assert_cmpuint(stops->len, ==, 1);
+    g_assert_cmpuint(virtio_blk_resume(t.vb), ==, 1);
+    spin(&t);
+    g_assert_false(blk_any_used(&t, 0));
+    g_assert_cmpuint(stops->len, ==, 2);
+    g_assert_cmpuint(g_array_index(stops, VirtioIoError, 1).error, ==, EIO);
+    g_assert_cmpuint(virtio_blk_stopped_queues(t.vb), ==, 1);
+
+    lq_stop(&t.q[0]);
+    g_assert_cmpuint(virtio_blk_stopped_queues(t.vb), ==, 0);
+    g_assert_true(lq_next_used(&t.q[0], &id, NULL));
+    g_assert_cmpuint(id, ==, head);
+    g_assert_cmpuint(*(uint8_t *)gptr(&t, st), ==, VIRTIO_BLK_S_IOERR);
+    tblk_cleanup_policy(&t);
+}
+
+/* A discard / write-zeroes request retries the segment that failed. */
+static void test_policy_stop_write_zeroes(void)
+{
+    uint64_t st;
+    uint16_t head;
+    TBlk t;
+
+    tblk_new_policy(&t, VIRTIO_ERROR_POLICY_REPORT,
+                    VIRTIO_ERROR_POLICY_STOP);
+    head = blk_post(&t, 0, VIRTIO_BLK_T_WRITE_ZEROES, 8, 4096, &st);
+    spin(&t);
+    g_assert_false(blk_any_used(&t, 0));
+    g_assert_cmpuint(stops->len, ==, 1);
+    g_assert_cmpuint(virtio_blk_resume(t.vb), ==, 1);
+    g_assert_cmpuint(blk_wait_used(&t, 0), ==, head);
+    g_assert_cmpuint(*(uint8_t *)gptr(&t, st), ==, VIRTIO_BLK_S_OK);
+    tblk_cleanup_policy(&t);
+}
+
 static const TestCase tests[] = {
+    { "/virtio-blk/policy/report", test_policy_report },
+    { "/virtio-blk/policy/ignore", test_policy_ignore },
+    { "/virtio-blk/policy/enospc", test_policy_enospc },
+    { "/virtio-blk/policy/stop-resume", test_policy_stop_resume },
+    { "/virtio-blk/policy/stop-again-and-drain",
+      test_policy_stop_again_and_drain },
+    { "/virtio-blk/policy/stop-write-zeroes", test_policy_stop_write_zeroes },
     { "/virtio-blk/refresh-capacity", test_refresh_capacity },
     { "/virtio-blk/refresh-capacity-block-size",
       test_refresh_capacity_block_size },

@@ -19,6 +19,7 @@
 #include <stdint.h>
 #include "block/block.h"
 #include "hw/virtio/vhost-user-server.h"
+#include "hw/virtio/virtio-io-error.h"
 
 typedef struct VirtioBlk VirtioBlk;
 
@@ -30,6 +31,15 @@ typedef struct VirtioBlkConf {
     bool writethrough;           /* start with the config's writeback = 0:
                                   * writes complete once stable (FUA) */
     const char *serial;          /* GET_ID answer, at most 20 bytes; NULL: "" */
+    /* What a failed read / other request does (virtio-io-error.h; zero:
+     * report). */
+    VirtioErrorPolicy rerror;
+    VirtioErrorPolicy werror;
+    /* A stop is told to io_error (NULL: nobody) in main_ctx's thread,
+     * naming export_id (copied). */
+    const char *export_id;
+    AioContext *main_ctx;
+    VirtioIoErrorFn *io_error;
 } VirtioBlkConf;
 
 /* Errors: bad block size, serial too long, writable over a read-only node. */
@@ -52,6 +62,20 @@ uint64_t virtio_blk_get_capacity(VirtioBlk *vb);
 /* The node's I/O through the device since it was created, over every
  * queue and front-end.  Any thread. */
 void virtio_blk_get_acct_stats(VirtioBlk *vb, BlockAcctStats *out);
+
+/*
+ * Retry the requests an error policy holds on every stopped queue, in the
+ * order they were taken from the ring, and let the queues take new ones
+ * (unless a retry fails at once and stops its queue again).  Runs each
+ * queue's part in its home thread and waits (aio_run_sync()).  Returns
+ * how many requests were submitted again (0: nothing was stopped).  Main
+ * thread.
+ */
+unsigned virtio_blk_resume(VirtioBlk *vb);
+
+/* How many queues are stopped by an error policy right now.  Any
+ * thread. */
+unsigned virtio_blk_stopped_queues(VirtioBlk *vb);
 
 /* The callbacks to give vu_server_new() with vb as dev. */
 extern const VuDevOps virtio_blk_vu_ops;
