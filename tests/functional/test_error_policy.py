@@ -1,0 +1,220 @@
+"""Error policies of the vhost-user-blk export: rerror / werror.
+
+spindle-vu-client plays QEMU and the guest (docs/frontend.md).  The node is
+a blkdebug filter (docs/block.md) that fails chosen requests, or a file on
+a small tmpfs that really fills up.
+
+- stop: the failed write is held and the queue takes nothing more (the
+  requests the client posts after it stay in the ring: nothing completes
+  until the resume), the monitor sends BLOCK_IO_ERROR naming the export,
+  the node, the operation and the error, query-block-exports shows the
+  export stopped; block-export-resume retries the held write and the queue
+  goes on: every write completes without an error and reads back.
+- report (the default): the client sees the error at once, no event.
+- enospc over a full filesystem: the export stops with nospace, the test
+  makes room, resumes, and the client's writes all complete and verify.
+"""
+
+import json
+import os
+import subprocess
+import time
+
+import pytest
+
+from conftest import make_image, vu, vu_argv, vu_ok, wait_for
+from qmp_util import SpindleQmp
+
+IMAGE_SIZE = 16 << 20
+LEN = 4096
+CLIENT_BACKSTOP_S = 120
+
+
+def blkdebug(image, rules=""):
+    node = ("driver=blkdebug,node-name=disk,image.driver=file,"
+            f"image.filename={image}")
+    return ["--blockdev", node + rules]
+
+
+def export(workdir, policy=""):
+    return ["--object", "iothread,id=iot0", "--export",
+            "type=vhost-user-blk,id=e0,node-name=disk,writable=on,"
+            f"addr.type=unix,addr.path={workdir / 'vu.sock'},"
+            f"iothread=iot0{policy}"]
+
+
+def export_info(d):
+    return next(e for e in d.qmp.cmd("query-block-exports")
+                if e["id"] == "e0")
+
+
+def start_client(client, workdir, cmds):
+    argv = vu_argv(client, workdir / "vu.sock", cmds,
+                   extra=["--completion", "interrupt"])
+    return subprocess.Popen(argv, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def finish_client(proc):
+    out, err = proc.communicate(timeout=CLIENT_BACKSTOP_S)
+    try:
+        return proc.returncode, json.loads(out)
+    except json.JSONDecodeError:
+        pytest.fail(f"spindle-vu-client printed no JSON (status "
+                    f"{proc.returncode}):\n{out}\n{err}")
+
+
+def check_event(ev, operation, nospace, reason):
+    data = ev["data"]
+    assert data == {
+        "device": "e0", "node-name": "disk", "operation": operation,
+        "action": "stop", "nospace": nospace, "reason": reason,
+        "id": "e0", "spindle-queue": 0,
+    }, data
+
+
+def test_stop_holds_and_resume_retries_in_order(spindle, client, workdir):
+    # The write to sector 8 fails once: held, then retried by the resume.
+    image = make_image(workdir / "disk.img", IMAGE_SIZE)
+    rules = (",inject-error.0.op=write,inject-error.0.sector=8,"
+             "inject-error.0.once=on,inject-error.0.errno=5")
+    args = [*blkdebug(image, rules), *export(workdir, ",werror=stop")]
+    stopped, marker, go = (workdir / "stopped", workdir / "posted",
+                           workdir / "go")
+    # The third write goes into the ring once the export has stopped.
+    cmds = ["write", 0, LEN, "--pattern", 1,
+            "write", LEN, LEN, "--pattern", 2, "--no-wait",
+            "wait-file", stopped, "--timeout", 60,
+            "write", 2 * LEN, LEN, "--pattern", 3, "--no-wait",
+            "touch", marker, "wait-file", go, "--timeout", 60]
+    for i in range(3):
+        cmds += ["read", i * LEN, LEN, "--verify", i + 1]
+    with SpindleQmp(spindle, workdir, args).start() as d:
+        assert "spindle-io-status" not in export_info(d)
+        proc = start_client(client, workdir, cmds)
+        try:
+            check_event(d.qmp.event("BLOCK_IO_ERROR", timeout=30), "write",
+                        False, "Input/output error")
+            stopped.touch()
+            wait_for(lambda: marker.exists() or proc.poll() is not None,
+                     "the client's marker (writes posted)")
+            assert proc.poll() is None, proc.communicate()
+            info = export_info(d)
+            assert info["spindle-io-status"] == "stopped"
+            # Only the first write completed: the failed one is held, the
+            # third waits in the ring.
+            time.sleep(0.5)
+            assert export_info(d)["spindle-queues"][0]["requests"] == 1
+            go.touch()
+            time.sleep(0.5)
+            assert proc.poll() is None    # its read waits behind the stop
+            assert d.qmp.cmd("block-export-resume", {"id": "e0"}) == {}
+            rc, doc = finish_client(proc)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+        assert rc == 0 and doc["ok"], doc
+        reads = [r for r in doc["results"] if r["command"] == "read"]
+        assert [r["verified"] for r in reads] == ["pattern"] * 3
+        info = export_info(d)
+        assert "spindle-io-status" not in info
+        assert info["spindle-queues"][0]["requests"] == 6
+        # Resuming an export that is not stopped does nothing.
+        assert d.qmp.cmd("block-export-resume", {"id": "e0"}) == {}
+        assert d.qmp.error("block-export-resume", {"id": "nope"}) == (
+            "GenericError", "Export 'nope' is not found")
+
+
+@pytest.mark.parametrize("policy", ["", ",werror=report",
+                                    ",rerror=stop,werror=enospc"])
+def test_report_answers_the_error(spindle, client, workdir, policy):
+    image = make_image(workdir / "disk.img", IMAGE_SIZE)
+    rules = (",inject-error.0.op=write,inject-error.0.sector=8,"
+             "inject-error.0.errno=5")
+    args = [*blkdebug(image, rules), *export(workdir, policy)]
+    with SpindleQmp(spindle, workdir, args).start() as d:
+        rc, doc = vu(client, workdir / "vu.sock", "write", LEN, LEN)
+        assert rc == 1 and not doc["ok"], doc
+        vu_ok(client, workdir / "vu.sock", "write", 0, LEN)
+        assert all(e["event"] != "BLOCK_IO_ERROR"
+                   for e in d.qmp.drain_events())
+        assert "spindle-io-status" not in export_info(d)
+
+
+def test_ignore_completes_as_success(spindle, client, workdir):
+    image = make_image(workdir / "disk.img", IMAGE_SIZE)
+    rules = (",inject-error.0.op=read,inject-error.0.sector=0,"
+             "inject-error.0.errno=5")
+    args = [*blkdebug(image, rules), *export(workdir, ",rerror=ignore")]
+    with SpindleQmp(spindle, workdir, args).start():
+        vu_ok(client, workdir / "vu.sock", "read", 0, LEN)
+
+
+@pytest.mark.parametrize("option", ["rerror", "werror"])
+def test_bad_policy_is_refused(spindle, workdir, option):
+    image = make_image(workdir / "disk.img", IMAGE_SIZE)
+    proc = subprocess.run(
+        [str(spindle), *blkdebug(image),
+         *export(workdir, f",{option}=panic")],
+        capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 1
+    assert option in proc.stderr and "stop" in proc.stderr, proc.stderr
+
+
+# --------------------------------------------------------------------------
+# A thin-provisioned image on a filesystem that fills up
+
+TMPFS_SIZE = 8 << 20
+FILLER = 5 << 20
+CHUNK = 1 << 20
+
+
+@pytest.fixture
+def small_fs(workdir):
+    mnt = workdir / "small"
+    mnt.mkdir()
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o",
+                           f"size={TMPFS_SIZE}", "tmpfs", str(mnt)],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs: {proc.stderr.strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+def test_enospc_stops_then_room_and_resume(spindle, client, workdir,
+                                           small_fs):
+    image = make_image(small_fs / "disk.img", IMAGE_SIZE)
+    filler = small_fs / "filler"
+    filler.write_bytes(b"\xaa" * FILLER)
+    args = ["--blockdev",
+            f"driver=file,node-name=disk,filename={image}",
+            *export(workdir, ",werror=enospc")]
+    # 6 MiB of writes into 3 MiB of room.
+    cmds = []
+    for i in range(6):
+        cmds += ["write", i * CHUNK, CHUNK, "--pattern", i + 1]
+    for i in range(6):
+        cmds += ["read", i * CHUNK, CHUNK, "--verify", i + 1]
+    with SpindleQmp(spindle, workdir, args).start() as d:
+        proc = start_client(client, workdir, cmds)
+        try:
+            check_event(d.qmp.event("BLOCK_IO_ERROR", timeout=30), "write",
+                        True, os.strerror(28))
+            assert export_info(d)["spindle-io-status"] == "stopped"
+            time.sleep(0.5)
+            assert proc.poll() is None    # the client waits, sees no error
+            filler.unlink()               # make room
+            d.qmp.cmd("block-export-resume", {"id": "e0"})
+            rc, doc = finish_client(proc)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+        assert rc == 0 and doc["ok"], doc
+        reads = [r for r in doc["results"] if r["command"] == "read"]
+        assert [r["verified"] for r in reads] == ["pattern"] * 6
+        assert "spindle-io-status" not in export_info(d)
