@@ -764,20 +764,29 @@ void export_io_error_event(const VirtioIoError *e)
     }
 }
 
+/* The error policies' option values, by BlockErrorPolicy. */
+static const char *const export_error_policy_names[] = {
+    [BLOCK_ERROR_POLICY_REPORT] = "report",
+    [BLOCK_ERROR_POLICY_IGNORE] = "ignore",
+    [BLOCK_ERROR_POLICY_ENOSPC] = "enospc",
+    [BLOCK_ERROR_POLICY_STOP] = "stop",
+    NULL,
+};
+
 bool export_parse_error_policies(Opts *opts, const char *rkey,
-                                 const char *wkey, VirtioErrorPolicy *rerror,
-                                 VirtioErrorPolicy *werror, Error **errp)
+                                 const char *wkey, BlockErrorPolicy *rerror,
+                                 BlockErrorPolicy *werror, Error **errp)
 {
     int r, w;
 
-    if (!opts_get_enum(opts, rkey, virtio_error_policy_names,
-                       VIRTIO_ERROR_POLICY_REPORT, &r, errp) ||
-        !opts_get_enum(opts, wkey, virtio_error_policy_names,
-                       VIRTIO_ERROR_POLICY_REPORT, &w, errp)) {
+    if (!opts_get_enum(opts, rkey, export_error_policy_names,
+                       BLOCK_ERROR_POLICY_REPORT, &r, errp) ||
+        !opts_get_enum(opts, wkey, export_error_policy_names,
+                       BLOCK_ERROR_POLICY_REPORT, &w, errp)) {
         return false;
     }
-    *rerror = (VirtioErrorPolicy)r;
-    *werror = (VirtioErrorPolicy)w;
+    *rerror = (BlockErrorPolicy)r;
+    *werror = (BlockErrorPolicy)w;
     return true;
 }
 

@@ -47,8 +47,8 @@ typedef struct VhostUserBlkExport {
     unsigned num_queues;
     uint32_t logical_block_size;
     char *serial;
-    VirtioErrorPolicy rerror;
-    VirtioErrorPolicy werror;
+    BlockErrorPolicy rerror;
+    BlockErrorPolicy werror;
     VirtioBlk *vb;
 } VhostUserBlkExport;
 

@@ -19,6 +19,9 @@
  *   lun.N.wwn=0xHEX                 VPD 0x83 NAA identifier (NAA 2, 3, 5)
  *   lun.N.vendor=V, .product=P      INQUIRY strings (8 and 16 characters)
  *   lun.N.logical-block-size=N      512 or 4096
+ *   lun.N.rerror=, lun.N.werror=report|ignore|enospc|stop
+ *                                   LUN N's error policies, default report
+ *                                   (a stop stops the request queue)
  * The LUN number is the index in the list; the list must not be empty.
  * This type binds its own nodes (ExportDriver.binds_nodes): each LUN's
  * node goes through export_bind_node(), so the generic sharing checks,
@@ -87,6 +90,8 @@ typedef struct VhostUserScsiLun {
     char *product;
     uint64_t wwn;                /* 0: none */
     uint32_t logical_block_size;
+    BlockErrorPolicy rerror;
+    BlockErrorPolicy werror;
 } VhostUserScsiLun;
 
 typedef struct VhostUserScsiExport {
@@ -235,7 +240,9 @@ static bool vhost_user_scsi_parse_lun(Export *exp, Opts *lun, unsigned i,
         !vhost_user_scsi_get_ascii(lun, prefix, "product", SCSI_PRODUCT_MAX,
                                    &out->product, errp) ||
         !vhost_user_scsi_get_wwn(lun, prefix, &out->wwn, errp) ||
-        !opts_get_size(lun, "logical-block-size", 512, &lbs, errp)) {
+        !opts_get_size(lun, "logical-block-size", 512, &lbs, errp) ||
+        !export_parse_error_policies(lun, "rerror", "werror", &out->rerror,
+                                     &out->werror, errp)) {
         return false;
     }
     if (lbs != 512 && lbs != 4096) {
@@ -341,6 +348,8 @@ static bool vhost_user_scsi_add_lun(Export *exp, VhostUserScsiExport *vexp,
         .writable = lun->writable,
         .writethrough = exp->writethrough,
         .max_transfer = 0,
+        .rerror = lun->rerror,
+        .werror = lun->werror,
     };
     g_autofree char *revision = NULL;
     const char *dot;
@@ -375,6 +384,9 @@ static bool vhost_user_scsi_export_start(Export *exp, void *opaque,
     VirtioScsiConf conf = {
         .num_queues = vexp->num_queues,
         .queue_size = VIRTQUEUE_MAX_SIZE,
+        .export_id = exp->id,
+        .main_ctx = exp->main_ctx,
+        .io_error = export_io_error_event,
     };
 
     vexp->vs = virtio_scsi_new(&conf, errp);
@@ -521,6 +533,20 @@ static bool vhost_user_scsi_export_del_lun(Export *exp, void *opaque,
     return true;
 }
 
+static unsigned vhost_user_scsi_export_resume(void *opaque)
+{
+    VhostUserScsiExport *vexp = opaque;
+
+    return vexp->vs ? virtio_scsi_resume(vexp->vs) : 0;
+}
+
+static bool vhost_user_scsi_export_io_stopped(void *opaque)
+{
+    VhostUserScsiExport *vexp = opaque;
+
+    return vexp->vs && virtio_scsi_stopped_queues(vexp->vs) > 0;
+}
+
 const ExportDriver export_vhost_user_scsi = {
     .type = "vhost-user-scsi",
     .binds_nodes = true,
@@ -534,4 +560,6 @@ const ExportDriver export_vhost_user_scsi = {
     .refresh_sizes = vhost_user_scsi_export_refresh_sizes,
     .add_lun = vhost_user_scsi_export_add_lun,
     .del_lun = vhost_user_scsi_export_del_lun,
+    .resume = vhost_user_scsi_export_resume,
+    .io_stopped = vhost_user_scsi_export_io_stopped,
 };

@@ -44,7 +44,8 @@
  * own devices and never reaches the daemon.  BLOCK_IO_ERROR has QEMU's
  * members ("device" is the export id, "node-name", "operation",
  * "action", "nospace", "reason") plus "id" (the export's, as in the
- * BLOCK_EXPORT_* events) and "spindle-queue"; query-block-exports shows
+ * BLOCK_EXPORT_* events), "spindle-queue" (the virtqueue) and, for
+ * vhost-user-scsi, "spindle-lun"; query-block-exports shows
  * "spindle-io-status": "stopped" while a queue is stopped.
  *
  * Threads: main thread only.
@@ -233,7 +234,7 @@ static JsonNode *qmp_block_export_lun_add(JsonObject *args, Error **errp)
 {
     static const char *const allowed[] = {
         "id", "lun", "node-name", "writable", "serial", "wwn", "vendor",
-        "product", "logical-block-size", NULL,
+        "product", "logical-block-size", "rerror", "werror", NULL,
     };
     g_autoptr(JsonObject) lun_obj = NULL;
     g_autoptr(Opts) opts = NULL;
@@ -325,6 +326,9 @@ static void qmp_export_io_error(const VirtioIoError *e)
     json_object_set_string_member(data, "reason", g_strerror(e->error));
     json_object_set_string_member(data, "id", e->export_id);
     json_object_set_int_member(data, "spindle-queue", e->queue);
+    if (e->lun >= 0) {
+        json_object_set_int_member(data, "spindle-lun", e->lun);
+    }
     qmp_event_emit("BLOCK_IO_ERROR", data);
 }
 

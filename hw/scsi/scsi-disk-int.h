@@ -38,6 +38,8 @@ struct ScsiDisk {
     bool writable;
     bool can_unmap;              /* the node discards (discard=unmap) */
     bool default_wce;            /* !conf->writethrough */
+    BlockErrorPolicy rerror;    /* conf's error policies */
+    BlockErrorPolicy werror;
     uint32_t max_xfer_blocks;    /* READ/WRITE/VERIFY limit */
     uint32_t max_unmap_blocks;   /* sum of one UNMAP's descriptors */
     uint32_t max_ws_blocks;      /* WRITE SAME limit */

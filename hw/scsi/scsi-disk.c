@@ -47,7 +47,10 @@
  * CDB (the node refused what we asked: for UNMAP and WRITE SAME, Linux
  * then stops sending them); -ENOMEM/-EAGAIN status BUSY (try again);
  * anything else MEDIUM ERROR, UNRECOVERED READ ERROR for reads and WRITE
- * ERROR for the rest.
+ * ERROR for the rest: the `report` policy.  scsi_disk_io_error() applies
+ * rerror / werror first (ignore: on as if it succeeded; stop: to the
+ * transport's hold, then scsi_req_retry() submits the same block request,
+ * the step that failed: a multi-step command only advances on success).
  *
  * Threads: a request runs and completes in the thread of its BlockQueue's
  * context.  The LUN's shared state (pending unit attentions, WCE,
@@ -448,14 +451,40 @@ static bool scsi_disk_verify_chunk(ScsiRequest *req)
     return true;
 }
 
+/* Apply the LUN's error policy to req's failure ret: true to go on as if
+ * it had succeeded (ignore), false once req is failed or held. */
+static bool scsi_disk_io_error(ScsiRequest *req, int ret)
+{
+    ScsiDiskReq *r = scsi_disk_req(req);
+    bool read = r->kind == SCSI_IO_READ || r->kind == SCSI_IO_VERIFY;
+    BlockErrorAction a = block_error_action(read ? r->d->rerror
+                                                 : r->d->werror, ret);
+
+    if (a == BLOCK_ERROR_ACTION_IGNORE) {
+        return true;
+    }
+    if (a != BLOCK_ERROR_ACTION_STOP || !req->hold ||
+        !req->hold(req, ret, !read)) {
+        scsi_disk_fail_errno(req, ret);
+    }
+    return false;
+}
+
+void scsi_req_retry(ScsiRequest *req)
+{
+    ScsiDiskReq *r = scsi_disk_req(req);
+
+    g_assert(aio_context_in_home_thread(block_queue_get_aio_context(r->q)));
+    block_queue_submit(r->q, &r->breq);
+}
+
 static void scsi_disk_io_done(BlockRequest *breq, int ret)
 {
     ScsiRequest *req = breq->opaque;
     ScsiDiskReq *r = scsi_disk_req(req);
 
     g_assert(aio_context_in_home_thread(block_queue_get_aio_context(r->q)));
-    if (ret < 0) {
-        scsi_disk_fail_errno(req, ret);
+    if (G_UNLIKELY(ret < 0) && !scsi_disk_io_error(req, ret)) {
         return;
     }
     switch ((ScsiIoKind)r->kind) {
@@ -1225,6 +1254,8 @@ ScsiDisk *scsi_disk_new(const ScsiDiskConf *conf, BlockNode *bs,
     d->writable = conf->writable;
     d->can_unmap = conf->writable && block_node_discard_enabled(bs);
     d->default_wce = !conf->writethrough;
+    d->rerror = conf->rerror;
+    d->werror = conf->werror;
     d->wwn = conf->wwn;
     scsi_pad_copy(d->vendor, conf->vendor ? conf->vendor
                                           : SCSI_DISK_DEFAULT_VENDOR,

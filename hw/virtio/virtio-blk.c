@@ -67,8 +67,8 @@
  * it is made, and the BlockAcct outlives the BlockQueues, so the counts
  * survive reconnects.
  *
- * Error policies (rerror for reads, werror for everything else; hw/virtio/
- * virtio-io-error.h): a failed request costs the completion path one
+ * Error policies (rerror for reads, werror for everything else; block/
+ * error-policy.h): a failed request costs the completion path one
  * branch, taken only on error.  `report` answers IOERR as always;
  * `ignore` answers OK (a discard / write-zeroes goes on with its next
  * segment).  `stop` holds the request on its queue's held list, sorted by
@@ -198,8 +198,8 @@ struct VirtioBlk {
     atomic_flag logged_ignored;
 
     /* Error policies and where a stop is told (fixed at creation). */
-    VirtioErrorPolicy rerror;
-    VirtioErrorPolicy werror;
+    BlockErrorPolicy rerror;
+    BlockErrorPolicy werror;
     char *export_id;
     AioContext *main_ctx;
     VirtioIoErrorFn *io_error;
@@ -280,18 +280,18 @@ static uint8_t virtio_blk_status_from_errno(int ret)
 /* Error policies                                                            */
 
 /* What req's policy says about its failure with ret (< 0). */
-static VirtioErrorAction virtio_blk_error_action(VirtioBlkReq *req, int ret)
+static BlockErrorAction virtio_blk_error_action(VirtioBlkReq *req, int ret)
 {
     VirtioBlk *vb = req->vb;
-    VirtioErrorPolicy p = req->type == VIRTIO_BLK_T_IN ? vb->rerror
+    BlockErrorPolicy p = req->type == VIRTIO_BLK_T_IN ? vb->rerror
                                                        : vb->werror;
-    VirtioErrorAction a = virtio_io_error_action(p, ret);
+    BlockErrorAction a = block_error_action(p, ret);
 
-    if (a == VIRTIO_ERROR_ACTION_STOP && req->q->draining) {
+    if (a == BLOCK_ERROR_ACTION_STOP && req->q->draining) {
         /* The front-end is taking the ring back: it must have an answer. */
-        return VIRTIO_ERROR_ACTION_REPORT;
+        return BLOCK_ERROR_ACTION_REPORT;
     }
-    if (a == VIRTIO_ERROR_ACTION_IGNORE &&
+    if (a == BLOCK_ERROR_ACTION_IGNORE &&
         !atomic_flag_test_and_set_explicit(&vb->logged_ignored,
                                            memory_order_relaxed)) {
         error_report("virtio-blk node '%s': ignoring an I/O error (%s) as "
@@ -332,6 +332,7 @@ static void virtio_blk_req_hold(VirtioBlkReq *req, int ret)
                                .export_id = req->vb->export_id,
                                .node_name = block_node_get_name(req->vb->bs),
                                .queue = virtqueue_index(req->vq),
+                               .lun = -1,
                                .write = req->type != VIRTIO_BLK_T_IN,
                                .error = -ret,
                            });
@@ -382,10 +383,10 @@ static void virtio_blk_rw_complete(BlockRequest *breq, int ret)
 
     if (G_UNLIKELY(ret < 0)) {
         switch (virtio_blk_error_action(req, ret)) {
-        case VIRTIO_ERROR_ACTION_STOP:
+        case BLOCK_ERROR_ACTION_STOP:
             virtio_blk_req_hold(req, ret);
             return;
-        case VIRTIO_ERROR_ACTION_IGNORE:
+        case BLOCK_ERROR_ACTION_IGNORE:
             ret = 0;
             break;
         default:
@@ -572,10 +573,10 @@ static void virtio_blk_dwz_complete(BlockRequest *breq, int ret)
 
     if (ret < 0) {
         switch (virtio_blk_error_action(req, ret)) {
-        case VIRTIO_ERROR_ACTION_STOP:
+        case BLOCK_ERROR_ACTION_STOP:
             virtio_blk_req_hold(req, ret);
             return;
-        case VIRTIO_ERROR_ACTION_IGNORE:
+        case BLOCK_ERROR_ACTION_IGNORE:
             break;               /* on with the next segment */
         default:
             virtio_blk_req_finish(req, virtio_blk_status_from_errno(ret));

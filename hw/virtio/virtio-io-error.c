@@ -1,7 +1,6 @@
 /*
- * Error policies of the virtio block devices: the option values and the
- * hand-over of a stop to the main thread (include/hw/virtio/
- * virtio-io-error.h says what each policy does).
+ * The hand-over of an error policy's stop to the main thread (include/
+ * block/error-policy.h says what each policy does).
  *
  * A stop happens in a queue's thread, the QMP event goes out from the
  * main thread: virtio_io_error_notify() copies the event (the device and
@@ -11,14 +10,6 @@
 #include <glib.h>
 
 #include "hw/virtio/virtio-io-error.h"
-
-const char *const virtio_error_policy_names[] = {
-    [VIRTIO_ERROR_POLICY_REPORT] = "report",
-    [VIRTIO_ERROR_POLICY_IGNORE] = "ignore",
-    [VIRTIO_ERROR_POLICY_ENOSPC] = "enospc",
-    [VIRTIO_ERROR_POLICY_STOP] = "stop",
-    NULL,
-};
 
 typedef struct VirtioIoErrorMsg {
     VirtioIoErrorFn *fn;

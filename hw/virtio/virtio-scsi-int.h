@@ -81,6 +81,12 @@ typedef struct VirtioScsiQueue {
     VirtioScsiLun *luns;
     unsigned nluns;
     VirtQueue *vq;               /* while started (and draining) */
+    /* Error policies (virtio-scsi.c): commands held by a LUN's stop, by
+     * seq; while draining (or removing a LUN) errors are reported. */
+    bool stopped;
+    bool draining;
+    VirtioScsiReq *held;
+    _Atomic bool stopped_seen;   /* stopped, for the main thread */
     /*
      * The home context, set when the queue first starts (a VuServer puts
      * a queue index in the same context every time).  Written once in
@@ -136,6 +142,11 @@ struct VirtioScsi {
     _Atomic uint32_t cdb_size;
     /* Set once a malformed request has been logged (any queue thread). */
     atomic_flag logged_bad_request;
+
+    /* Where a stop is told (fixed at creation; export_id is a copy). */
+    char *export_id;
+    AioContext *main_ctx;
+    VirtioIoErrorFn *io_error;
 
     VirtioScsiQueue *queues;     /* num_queues, cache-line aligned */
     VirtioScsiCtrl ctrl;
@@ -203,6 +214,13 @@ struct VirtioScsiTmfWait {
  */
 unsigned virtio_scsi_queue_tmf_scan(VirtioScsi *vs, VirtioScsiQueue *q,
                                     VirtioScsiTmfWait *w);
+
+/*
+ * Submit again the commands an error policy holds on q, in the order they
+ * were numbered, and (with restart) let q take new ones unless one of them
+ * stopped it again at once.  Returns how many.  Home thread of q.
+ */
+unsigned virtio_scsi_queue_retry_held(VirtioScsiQueue *q, bool restart);
 
 /* Whether a command of q at LUN lun is running.  Home thread of q. */
 bool virtio_scsi_queue_has_cmds(const VirtioScsiQueue *q, unsigned lun);

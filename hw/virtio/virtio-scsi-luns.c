@@ -230,11 +230,15 @@ static void virtio_scsi_queue_remove_bh(void *opaque)
     g_assert(slot >= 0);         /* every table follows vs->luns */
     bq = q->luns[slot].bq;
     virtio_scsi_lun_delete(q->luns, &q->nluns, (unsigned)slot);
-    /* New commands no longer find the LUN; finish the ones that did. */
+    /* New commands no longer find the LUN; finish the ones that did
+     * (held ones get one more try, and their errors are reported). */
+    q->draining = true;
+    virtio_scsi_queue_retry_held(q, true);
     while (virtio_scsi_queue_has_cmds(q, op->lun) ||
            block_queue_in_flight(bq) > 0) {
         aio_poll(ctx, true);
     }
+    q->draining = false;
     block_queue_free(bq);
 }
 

@@ -84,6 +84,16 @@
  * it belongs to (those created after it was numbered), and the last one
  * reports back to the TMF.
  *
+ * Error policies: a LUN's ScsiDisk applies its rerror / werror; `stop`
+ * hands the failed command to virtio_scsi_cmd_hold(), which keeps it on
+ * its queue's held list (by seq, still linked in the command list, so
+ * TMFs count it), pauses the virtqueue (virtqueue_set_paused()) and tells
+ * the main thread once per stop; virtio_scsi_resume() runs
+ * virtio_scsi_queue_retry_held() in each stopped queue's thread.  The
+ * pop loop checks the stop flag (a command may fail and be held before
+ * submit returns).  Draining, and removing a LUN, retry what is held with
+ * `draining` set: errors are then reported, so the wait ends.
+ *
  * Threads: creation, LUN add/remove, features and config in the main
  * thread; queue_started, queue_drain and the handlers in the queue's home
  * thread.
@@ -153,6 +163,7 @@ struct VirtioScsiReq {
     VirtioScsiQueue *q;
     VirtQueue *vq;
     uint64_t seq;                /* numbered when sent to the disk */
+    VirtioScsiReq *held_next;    /* VirtioScsiQueue.held */
     uint64_t tag;
     unsigned lun;
     uint8_t cancel;              /* VIRTIO_SCSI_S_OK, or what a TMF says */
@@ -604,6 +615,72 @@ static void virtio_scsi_cmd_complete(ScsiRequest *sreq)
     }
 }
 
+/*
+ * ScsiRequest.hold: keep a failed command (ret) until virtio_scsi_resume();
+ * the first one stops the queue and tells the main thread.  False (report
+ * it) while draining, or when a TMF already took the command.
+ */
+static bool virtio_scsi_cmd_hold(ScsiRequest *sreq, int ret, bool write)
+{
+    VirtioScsiReq *req = sreq->opaque;
+    VirtioScsiQueue *q = req->q;
+    VirtioScsiReq **p = &q->held;
+    int slot;
+
+    if (q->draining || req->cancel != VIRTIO_SCSI_S_OK) {
+        return false;
+    }
+    while (*p && (*p)->seq < req->seq) {
+        p = &(*p)->held_next;
+    }
+    req->held_next = *p;
+    *p = req;
+    if (q->stopped) {
+        return true;
+    }
+    q->stopped = true;
+    atomic_store_explicit(&q->stopped_seen, true, memory_order_relaxed);
+    virtqueue_set_paused(req->vq, true);
+    slot = virtio_scsi_lun_find(q->luns, q->nluns, req->lun);
+    virtio_io_error_notify(req->vs->main_ctx, req->vs->io_error,
+                           &(VirtioIoError) {
+                               .export_id = req->vs->export_id,
+                               .node_name = slot < 0 ? NULL :
+                                   block_node_get_name(scsi_disk_get_node(
+                                       q->luns[slot].disk)),
+                               .queue = virtqueue_index(req->vq),
+                               .lun = (int)req->lun,
+                               .write = write,
+                               .error = -ret,
+                           });
+    return true;
+}
+
+unsigned virtio_scsi_queue_retry_held(VirtioScsiQueue *q, bool restart)
+{
+    VirtioScsiReq *req = q->held;
+    unsigned n = 0;
+
+    if (!q->stopped) {
+        return 0;
+    }
+    q->held = NULL;
+    q->stopped = false;
+    atomic_store_explicit(&q->stopped_seen, false, memory_order_relaxed);
+    while (req) {
+        VirtioScsiReq *next = req->held_next;
+
+        req->held_next = NULL;
+        scsi_req_retry(&req->sreq);
+        n++;
+        req = next;
+    }
+    if (restart && !q->stopped) {
+        virtqueue_set_paused(q->vq, false);
+    }
+    return n;
+}
+
 static void virtio_scsi_cmd_submit(VirtioScsi *vs, VirtioScsiReq *req,
                                    unsigned slot, uint64_t tag)
 {
@@ -628,6 +705,7 @@ static void virtio_scsi_cmd_submit(VirtioScsi *vs, VirtioScsiReq *req,
         sreq->out_len = req->data_len;
     }
     sreq->cb = virtio_scsi_cmd_complete;
+    sreq->hold = virtio_scsi_cmd_hold;
     sreq->opaque = req;
     sreq->status = SCSI_STATUS_GOOD;
     sreq->xfer_error = SCSI_XFER_OK;
@@ -783,8 +861,14 @@ static void virtio_scsi_handle_cmd_queue(VirtioScsi *vs, VirtioScsiQueue *q,
                                          VirtQueue *vq)
 {
     for (;;) {
-        VirtioScsiReq *req = virtio_scsi_req_alloc(q);
-        int r = virtqueue_pop(vq, &req->elem);
+        VirtioScsiReq *req;
+        int r;
+
+        if (G_UNLIKELY(q->stopped)) {
+            break;               /* a command failed at once and stopped */
+        }
+        req = virtio_scsi_req_alloc(q);
+        r = virtqueue_pop(vq, &req->elem);
 
         if (r <= 0) {
             /* Empty, or broken (the queue has logged why). */
@@ -937,6 +1021,7 @@ static void virtio_scsi_cmd_queue_started(VirtioScsi *vs, VirtQueue *vq)
     VirtioScsiQueue *q = virtio_scsi_queue(vs, vq);
 
     q->vq = vq;
+    q->draining = false;
     /* The LUNs' requests complete where the queue runs: the queue's own
      * LUN table, one BlockQueue per LUN in this context, freed by
      * queue_drain. */
@@ -951,6 +1036,9 @@ static void virtio_scsi_cmd_queue_drain(VirtioScsi *vs, VirtQueue *vq)
     AioContext *ctx = virtqueue_get_aio_context(vq);
     VirtioScsiQueue *q = virtio_scsi_queue(vs, vq);
 
+    /* Errors from now on are reported; held commands get one more try. */
+    q->draining = true;
+    virtio_scsi_queue_retry_held(q, false);
     while (q->in_flight > 0) {
         aio_poll(ctx, true);
     }
@@ -1052,6 +1140,9 @@ VirtioScsi *virtio_scsi_new(const VirtioScsiConf *conf, Error **errp)
     vs = g_new0(VirtioScsi, 1);
     vs->num_queues = conf->num_queues;
     vs->queue_size = queue_size;
+    vs->export_id = g_strdup(conf->export_id);
+    vs->main_ctx = conf->main_ctx;
+    vs->io_error = conf->io_error;
     atomic_init(&vs->sense_size, VIRTIO_SCSI_SENSE_DEFAULT_SIZE);
     atomic_init(&vs->cdb_size, VIRTIO_SCSI_CDB_DEFAULT_SIZE);
     atomic_init(&vs->ctrl.ctx, NULL);
@@ -1093,7 +1184,51 @@ void virtio_scsi_free(VirtioScsi *vs)
         block_acct_free(vs->luns[i].acct);
     }
     g_free(vs->luns);
+    g_free(vs->export_id);
     g_free(vs);
+}
+
+typedef struct VirtioScsiResume {
+    VirtioScsiQueue *q;
+    unsigned n;
+} VirtioScsiResume;
+
+static void virtio_scsi_queue_resume_bh(void *opaque)
+{
+    VirtioScsiResume *r = opaque;
+
+    r->n = virtio_scsi_queue_retry_held(r->q, true);
+}
+
+unsigned virtio_scsi_resume(VirtioScsi *vs)
+{
+    unsigned n = 0;
+
+    assert_main_thread();
+    for (unsigned i = 0; i < vs->num_queues; i++) {
+        VirtioScsiResume r = { &vs->queues[i], 0 };
+        /* Acquire: pairs with the release in queue_started. */
+        AioContext *ctx = atomic_load_explicit(&r.q->ctx,
+                                               memory_order_acquire);
+
+        if (ctx && atomic_load_explicit(&r.q->stopped_seen,
+                                        memory_order_relaxed)) {
+            aio_run_sync(ctx, virtio_scsi_queue_resume_bh, &r);
+            n += r.n;
+        }
+    }
+    return n;
+}
+
+unsigned virtio_scsi_stopped_queues(VirtioScsi *vs)
+{
+    unsigned n = 0;
+
+    for (unsigned i = 0; i < vs->num_queues; i++) {
+        n += atomic_load_explicit(&vs->queues[i].stopped_seen,
+                                  memory_order_relaxed);
+    }
+    return n;
 }
 
 unsigned virtio_scsi_num_virtqueues(const VirtioScsi *vs)

@@ -205,8 +205,8 @@ void export_io_error_event(const VirtioIoError *e);
  * rkey / wkey (default report).  Errors name the key and the values.
  */
 bool export_parse_error_policies(Opts *opts, const char *rkey,
-                                 const char *wkey, VirtioErrorPolicy *rerror,
-                                 VirtioErrorPolicy *werror, Error **errp);
+                                 const char *wkey, BlockErrorPolicy *rerror,
+                                 BlockErrorPolicy *werror, Error **errp);
 
 /* Pass an event to the sink of export_set_event_sink(), if any.  Main
  * thread. */

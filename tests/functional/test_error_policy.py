@@ -1,4 +1,5 @@
-"""Error policies of the vhost-user-blk export: rerror / werror.
+"""Error policies of the exports: rerror / werror (vhost-user-blk), and
+lun.N.rerror / lun.N.werror (vhost-user-scsi).
 
 spindle-vu-client plays QEMU and the guest (docs/frontend.md).  The node is
 a blkdebug filter (docs/block.md) that fails chosen requests, or a file on
@@ -36,11 +37,24 @@ def blkdebug(image, rules=""):
     return ["--blockdev", node + rules]
 
 
-def export(workdir, policy=""):
+def export(workdir, policy="", device="blk"):
+    """The export e0 of node disk; policy: ",werror=stop" and the like,
+    given to LUN 0 for scsi."""
+    if device == "blk":
+        what = f"type=vhost-user-blk,node-name=disk,writable=on{policy}"
+    else:
+        what = ("type=vhost-user-scsi,lun.0.node-name=disk,"
+                "lun.0.writable=on" + policy.replace(",", ",lun.0."))
     return ["--object", "iothread,id=iot0", "--export",
-            "type=vhost-user-blk,id=e0,node-name=disk,writable=on,"
-            f"addr.type=unix,addr.path={workdir / 'vu.sock'},"
-            f"iothread=iot0{policy}"]
+            f"{what},id=e0,addr.type=unix,"
+            f"addr.path={workdir / 'vu.sock'},iothread=iot0"]
+
+
+# The commands of each device, and the index of its (first) request queue.
+DEVICES = {
+    "blk": ("write", "read", 0),
+    "scsi": ("scsi-write", "scsi-read", 2),
+}
 
 
 def export_info(d):
@@ -64,47 +78,55 @@ def finish_client(proc):
                     f"{proc.returncode}):\n{out}\n{err}")
 
 
-def check_event(ev, operation, nospace, reason):
+def check_event(ev, operation, nospace, reason, device="blk"):
     data = ev["data"]
-    assert data == {
+    expected = {
         "device": "e0", "node-name": "disk", "operation": operation,
         "action": "stop", "nospace": nospace, "reason": reason,
-        "id": "e0", "spindle-queue": 0,
-    }, data
+        "id": "e0", "spindle-queue": DEVICES[device][2],
+    }
+    if device == "scsi":
+        expected["spindle-lun"] = 0
+    assert data == expected, data
 
 
-def test_stop_holds_and_resume_retries_in_order(spindle, client, workdir):
+@pytest.mark.parametrize("device", sorted(DEVICES))
+def test_stop_holds_and_resume_retries_in_order(spindle, client, workdir,
+                                                device):
     # The write to sector 8 fails once: held, then retried by the resume.
+    write, read, qi = DEVICES[device]
     image = make_image(workdir / "disk.img", IMAGE_SIZE)
     rules = (",inject-error.0.op=write,inject-error.0.sector=8,"
              "inject-error.0.once=on,inject-error.0.errno=5")
-    args = [*blkdebug(image, rules), *export(workdir, ",werror=stop")]
+    args = [*blkdebug(image, rules),
+            *export(workdir, ",werror=stop", device)]
     stopped, marker, go = (workdir / "stopped", workdir / "posted",
                            workdir / "go")
     # The third write goes into the ring once the export has stopped.
-    cmds = ["write", 0, LEN, "--pattern", 1,
-            "write", LEN, LEN, "--pattern", 2, "--no-wait",
+    cmds = [write, 0, LEN, "--pattern", 1,
+            write, LEN, LEN, "--pattern", 2, "--no-wait",
             "wait-file", stopped, "--timeout", 60,
-            "write", 2 * LEN, LEN, "--pattern", 3, "--no-wait",
+            write, 2 * LEN, LEN, "--pattern", 3, "--no-wait",
             "touch", marker, "wait-file", go, "--timeout", 60]
     for i in range(3):
-        cmds += ["read", i * LEN, LEN, "--verify", i + 1]
+        cmds += [read, i * LEN, LEN, "--verify", i + 1]
     with SpindleQmp(spindle, workdir, args).start() as d:
         assert "spindle-io-status" not in export_info(d)
         proc = start_client(client, workdir, cmds)
         try:
             check_event(d.qmp.event("BLOCK_IO_ERROR", timeout=30), "write",
-                        False, "Input/output error")
+                        False, "Input/output error", device)
+            done = export_info(d)["spindle-queues"][qi]["requests"]
             stopped.touch()
             wait_for(lambda: marker.exists() or proc.poll() is not None,
                      "the client's marker (writes posted)")
             assert proc.poll() is None, proc.communicate()
             info = export_info(d)
             assert info["spindle-io-status"] == "stopped"
-            # Only the first write completed: the failed one is held, the
-            # third waits in the ring.
+            # Nothing completed since the stop: the failed write is held,
+            # the third waits in the ring.
             time.sleep(0.5)
-            assert export_info(d)["spindle-queues"][0]["requests"] == 1
+            assert export_info(d)["spindle-queues"][qi]["requests"] == done
             go.touch()
             time.sleep(0.5)
             assert proc.poll() is None    # its read waits behind the stop
@@ -115,11 +137,12 @@ def test_stop_holds_and_resume_retries_in_order(spindle, client, workdir):
                 proc.kill()
                 proc.communicate()
         assert rc == 0 and doc["ok"], doc
-        reads = [r for r in doc["results"] if r["command"] == "read"]
+        reads = [r for r in doc["results"] if r["command"] == read]
         assert [r["verified"] for r in reads] == ["pattern"] * 3
         info = export_info(d)
         assert "spindle-io-status" not in info
-        assert info["spindle-queues"][0]["requests"] == 6
+        # The held write, the third and the three reads.
+        assert info["spindle-queues"][qi]["requests"] == done + 5
         # Resuming an export that is not stopped does nothing.
         assert d.qmp.cmd("block-export-resume", {"id": "e0"}) == {}
         assert d.qmp.error("block-export-resume", {"id": "nope"}) == (
@@ -128,35 +151,41 @@ def test_stop_holds_and_resume_retries_in_order(spindle, client, workdir):
 
 @pytest.mark.parametrize("policy", ["", ",werror=report",
                                     ",rerror=stop,werror=enospc"])
-def test_report_answers_the_error(spindle, client, workdir, policy):
+@pytest.mark.parametrize("device", sorted(DEVICES))
+def test_report_answers_the_error(spindle, client, workdir, policy, device):
+    write = DEVICES[device][0]
     image = make_image(workdir / "disk.img", IMAGE_SIZE)
     rules = (",inject-error.0.op=write,inject-error.0.sector=8,"
              "inject-error.0.errno=5")
-    args = [*blkdebug(image, rules), *export(workdir, policy)]
+    args = [*blkdebug(image, rules), *export(workdir, policy, device)]
     with SpindleQmp(spindle, workdir, args).start() as d:
-        rc, doc = vu(client, workdir / "vu.sock", "write", LEN, LEN)
+        rc, doc = vu(client, workdir / "vu.sock", write, LEN, LEN)
         assert rc == 1 and not doc["ok"], doc
-        vu_ok(client, workdir / "vu.sock", "write", 0, LEN)
+        vu_ok(client, workdir / "vu.sock", write, 0, LEN)
         assert all(e["event"] != "BLOCK_IO_ERROR"
                    for e in d.qmp.drain_events())
         assert "spindle-io-status" not in export_info(d)
 
 
-def test_ignore_completes_as_success(spindle, client, workdir):
+@pytest.mark.parametrize("device", sorted(DEVICES))
+def test_ignore_completes_as_success(spindle, client, workdir, device):
+    read = DEVICES[device][1]
     image = make_image(workdir / "disk.img", IMAGE_SIZE)
     rules = (",inject-error.0.op=read,inject-error.0.sector=0,"
              "inject-error.0.errno=5")
-    args = [*blkdebug(image, rules), *export(workdir, ",rerror=ignore")]
+    args = [*blkdebug(image, rules),
+            *export(workdir, ",rerror=ignore", device)]
     with SpindleQmp(spindle, workdir, args).start():
-        vu_ok(client, workdir / "vu.sock", "read", 0, LEN)
+        vu_ok(client, workdir / "vu.sock", read, 0, LEN)
 
 
+@pytest.mark.parametrize("device", sorted(DEVICES))
 @pytest.mark.parametrize("option", ["rerror", "werror"])
-def test_bad_policy_is_refused(spindle, workdir, option):
+def test_bad_policy_is_refused(spindle, workdir, option, device):
     image = make_image(workdir / "disk.img", IMAGE_SIZE)
     proc = subprocess.run(
         [str(spindle), *blkdebug(image),
-         *export(workdir, f",{option}=panic")],
+         *export(workdir, f",{option}=panic", device)],
         capture_output=True, text=True, timeout=30)
     assert proc.returncode == 1
     assert option in proc.stderr and "stop" in proc.stderr, proc.stderr
@@ -185,25 +214,27 @@ def small_fs(workdir):
         subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
 
 
+@pytest.mark.parametrize("device", sorted(DEVICES))
 def test_enospc_stops_then_room_and_resume(spindle, client, workdir,
-                                           small_fs):
+                                           small_fs, device):
+    write, read, _ = DEVICES[device]
     image = make_image(small_fs / "disk.img", IMAGE_SIZE)
     filler = small_fs / "filler"
     filler.write_bytes(b"\xaa" * FILLER)
     args = ["--blockdev",
             f"driver=file,node-name=disk,filename={image}",
-            *export(workdir, ",werror=enospc")]
+            *export(workdir, ",werror=enospc", device)]
     # 6 MiB of writes into 3 MiB of room.
     cmds = []
     for i in range(6):
-        cmds += ["write", i * CHUNK, CHUNK, "--pattern", i + 1]
+        cmds += [write, i * CHUNK, CHUNK, "--pattern", i + 1]
     for i in range(6):
-        cmds += ["read", i * CHUNK, CHUNK, "--verify", i + 1]
+        cmds += [read, i * CHUNK, CHUNK, "--verify", i + 1]
     with SpindleQmp(spindle, workdir, args).start() as d:
         proc = start_client(client, workdir, cmds)
         try:
             check_event(d.qmp.event("BLOCK_IO_ERROR", timeout=30), "write",
-                        True, os.strerror(28))
+                        True, os.strerror(28), device)
             assert export_info(d)["spindle-io-status"] == "stopped"
             time.sleep(0.5)
             assert proc.poll() is None    # the client waits, sees no error
@@ -215,6 +246,6 @@ def test_enospc_stops_then_room_and_resume(spindle, client, workdir,
                 proc.kill()
                 proc.communicate()
         assert rc == 0 and doc["ok"], doc
-        reads = [r for r in doc["results"] if r["command"] == "read"]
+        reads = [r for r in doc["results"] if r["command"] == read]
         assert [r["verified"] for r in reads] == ["pattern"] * 6
         assert "spindle-io-status" not in export_info(d)

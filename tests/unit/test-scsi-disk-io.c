@@ -880,7 +880,82 @@ static void test_prevent_allow(void)
 }
 
 
+/* ------------------------------------------------------------------------ */
+/* Error policies                                                            */
+
+static unsigned held;
+static int held_ret;
+static bool held_write;
+
+static bool hold_it(ScsiRequest *req, int ret, bool write)
+{
+    held++;
+    held_ret = ret;
+    held_write = write;
+    return true;
+}
+
+/*
+ * rerror=ignore: a failed read is GOOD.  werror=stop: a failed write goes
+ * to hold() and not to cb; scsi_req_retry() runs it again (the rule
+ * fails it once) and it completes GOOD.  Without a hold callback, stop
+ * reports.  enospc reports EIO.
+ */
+static void test_error_policies(void)
+{
+    ScsiDiskConf conf = conf_default();
+    uint8_t buf[512] = { 0 }, cdb[16];
+    Lun l;
+    Cmd c;
+
+    conf.rerror = BLOCK_ERROR_POLICY_IGNORE;
+    conf.werror = BLOCK_ERROR_POLICY_STOP;
+    lun_open_blkdebug(&l, "inject-error.0.op=read,"
+                      "inject-error.1.op=write,inject-error.1.once=on,"
+                      "inject-error.1.errno=28", &conf);
+    run_good(&l, &c, cdb, cdb_io(cdb, SCSI_OP_READ_10, 0, 1, 0), NULL, 0,
+             buf, 512);
+
+    held = 0;
+    cmd_init(&c, cdb, cdb_io(cdb, SCSI_OP_WRITE_10, 0, 1, 0), buf, 512,
+             NULL, 0);
+    c.req.hold = hold_it;
+    cmd_submit(&l, &c);
+    for (unsigned i = 0; i < 100 && !held; i++) {
+        aio_poll(l.ctx, false);
+        g_usleep(100);
+    }
+    g_assert_cmpuint(held, ==, 1);
+    g_assert_cmpint(held_ret, ==, -ENOSPC);
+    g_assert_true(held_write);
+    g_assert_cmpuint(c.callbacks, ==, 0);
+    scsi_req_retry(&c.req);
+    cmd_wait(&l, &c);
+    g_assert_cmphex(c.req.status, ==, 0);
+    lun_close(&l);
+
+    /* stop without a hold callback, and enospc on EIO: reported. */
+    conf.werror = BLOCK_ERROR_POLICY_STOP;
+    lun_open_blkdebug(&l, "inject-error.0.op=write", &conf);
+    run(&l, &c, cdb, cdb_io(cdb, SCSI_OP_WRITE_10, 0, 1, 0), buf, 512,
+        NULL, 0);
+    assert_sense(&c, KEY_MEDIUM_ERROR, 0x0c, 0x00);
+    lun_close(&l);
+    conf.werror = BLOCK_ERROR_POLICY_ENOSPC;
+    lun_open_blkdebug(&l, "inject-error.0.op=write", &conf);
+    held = 0;
+    cmd_init(&c, cdb, cdb_io(cdb, SCSI_OP_WRITE_10, 0, 1, 0), buf, 512,
+             NULL, 0);
+    c.req.hold = hold_it;
+    cmd_submit(&l, &c);
+    cmd_wait(&l, &c);
+    g_assert_cmpuint(held, ==, 0);
+    assert_sense(&c, KEY_MEDIUM_ERROR, 0x0c, 0x00);
+    lun_close(&l);
+}
+
 static const TestCase tests[] = {
+    { "/scsi-disk/error-policies", test_error_policies },
     { "/scsi-disk/rw/round-trip", test_rw_round_trip },
     { "/scsi-disk/rw/read6-zero-is-256", test_rw_read6_256 },
     { "/scsi-disk/rw/segments", test_rw_segments },

@@ -480,8 +480,8 @@ static void test_no_status(void)
     "inject-error.4.op=write-zeroes,inject-error.4.sector=12," \
     "inject-error.4.once=on,inject-error.4.errno=28"
 
-static void tblk_new_policy(TBlk *t, VirtioErrorPolicy rerror,
-                            VirtioErrorPolicy werror)
+static void tblk_new_policy(TBlk *t, BlockErrorPolicy rerror,
+                            BlockErrorPolicy werror)
 {
     VirtioBlkConf policy = { .rerror = rerror, .werror = werror };
 
@@ -510,8 +510,8 @@ static void test_policy_report(void)
 {
     TBlk t;
 
-    tblk_new_policy(&t, VIRTIO_ERROR_POLICY_REPORT,
-                    VIRTIO_ERROR_POLICY_REPORT);
+    tblk_new_policy(&t, BLOCK_ERROR_POLICY_REPORT,
+                    BLOCK_ERROR_POLICY_REPORT);
     g_assert_cmpuint(blk_req(&t, 0, VIRTIO_BLK_T_OUT, 8, 512), ==,
                      VIRTIO_BLK_S_IOERR);
     g_assert_cmpuint(blk_req(&t, 0, VIRTIO_BLK_T_IN, 24, 512), ==,
@@ -528,8 +528,8 @@ static void test_policy_ignore(void)
 {
     TBlk t;
 
-    tblk_new_policy(&t, VIRTIO_ERROR_POLICY_REPORT,
-                    VIRTIO_ERROR_POLICY_IGNORE);
+    tblk_new_policy(&t, BLOCK_ERROR_POLICY_REPORT,
+                    BLOCK_ERROR_POLICY_IGNORE);
     g_assert_cmpuint(blk_req(&t, 0, VIRTIO_BLK_T_OUT, 32, 512), ==,
                      VIRTIO_BLK_S_OK);
     g_assert_cmpuint(blk_req(&t, 1, VIRTIO_BLK_T_OUT, 32, 512), ==,
@@ -548,8 +548,8 @@ static void test_policy_enospc(void)
     uint16_t head;
     TBlk t;
 
-    tblk_new_policy(&t, VIRTIO_ERROR_POLICY_ENOSPC,
-                    VIRTIO_ERROR_POLICY_ENOSPC);
+    tblk_new_policy(&t, BLOCK_ERROR_POLICY_ENOSPC,
+                    BLOCK_ERROR_POLICY_ENOSPC);
     g_assert_cmpuint(blk_req(&t, 0, VIRTIO_BLK_T_OUT, 32, 512), ==,
                      VIRTIO_BLK_S_IOERR);
     head = blk_post(&t, 0, VIRTIO_BLK_T_OUT, 8, 512, &st);
@@ -580,8 +580,8 @@ static void test_policy_stop_resume(void)
     uint16_t head[3];
     TBlk t;
 
-    tblk_new_policy(&t, VIRTIO_ERROR_POLICY_REPORT,
-                    VIRTIO_ERROR_POLICY_STOP);
+    tblk_new_policy(&t, BLOCK_ERROR_POLICY_REPORT,
+                    BLOCK_ERROR_POLICY_STOP);
     /* 16 before 8 in the ring: both fail, both held, 16 first. */
     head[0] = blk_post(&t, 0, VIRTIO_BLK_T_OUT, 16, 512, &st[0]);
     head[1] = blk_post(&t, 0, VIRTIO_BLK_T_OUT, 8, 512, &st[1]);
@@ -619,7 +619,7 @@ static void test_policy_stop_again_and_drain(void)
     uint16_t head;
     TBlk t;
 
-    tblk_new_policy(&t, VIRTIO_ERROR_POLICY_STOP, VIRTIO_ERROR_POLICY_STOP);
+    tblk_new_policy(&t, BLOCK_ERROR_POLICY_STOP, BLOCK_ERROR_POLICY_STOP);
     head = blk_post(&t, 0, VIRTIO_BLK_T_OUT, 32, 512, &st);
     spin(&t);
     g_assert_cmpuint(stops->len, ==, 1);
@@ -645,8 +645,8 @@ static void test_policy_stop_write_zeroes(void)
     uint16_t head;
     TBlk t;
 
-    tblk_new_policy(&t, VIRTIO_ERROR_POLICY_REPORT,
-                    VIRTIO_ERROR_POLICY_STOP);
+    tblk_new_policy(&t, BLOCK_ERROR_POLICY_REPORT,
+                    BLOCK_ERROR_POLICY_STOP);
     head = blk_post(&t, 0, VIRTIO_BLK_T_WRITE_ZEROES, 8, 4096, &st);
     spin(&t);
     g_assert_false(blk_any_used(&t, 0));

@@ -53,6 +53,7 @@
 #include <stdint.h>
 #include <sys/uio.h>
 #include "block/block.h"
+#include "block/error-policy.h"
 #include "util/error.h"
 
 typedef struct ScsiDisk ScsiDisk;
@@ -76,6 +77,11 @@ typedef struct ScsiDiskConf {
     uint32_t max_transfer;       /* blocks limit reported in VPD 0xB0, and
                                   * the most one READ/WRITE may move; 0: the
                                   * node's max_transfer or 32 MiB */
+    /* What a failed read (READ, VERIFY) / other command does
+     * (block/error-policy.h; zero: report, as sense data).  stop
+     * needs the transport's ScsiRequest.hold. */
+    BlockErrorPolicy rerror;
+    BlockErrorPolicy werror;
 } ScsiDiskConf;
 
 /*
@@ -158,6 +164,13 @@ struct ScsiRequest {
     uint64_t in_len;             /* total bytes of in_iov */
     ScsiCompletionFunc *cb;
     void *opaque;
+    /*
+     * The LUN's error policy says stop: hold the request (it failed with
+     * ret, a write unless it was a read; return true) until the transport
+     * calls scsi_req_retry(), or return false to have it fail as report
+     * says.  NULL: stop acts as report.  The BlockQueue's thread.
+     */
+    bool (*hold)(ScsiRequest *req, int ret, bool write);
 
     /* Results, valid in cb. */
     uint8_t status;              /* SCSI_STATUS_* */
@@ -180,6 +193,14 @@ struct ScsiRequest {
  * xfer_error.
  */
 void scsi_disk_submit(ScsiDisk *d, BlockQueue *q, ScsiRequest *req);
+
+/*
+ * Submit again the block request of req that failed and was held
+ * (ScsiRequest.hold): the command goes on from there, and completes (or
+ * is held again) as usual.  The BlockQueue's thread; the BlockQueue must
+ * still exist.
+ */
+void scsi_req_retry(ScsiRequest *req);
 
 /*
  * REPORT LUNS needs the list of LUNs of the target, which the transport

@@ -31,10 +31,10 @@ typedef struct VirtioBlkConf {
     bool writethrough;           /* start with the config's writeback = 0:
                                   * writes complete once stable (FUA) */
     const char *serial;          /* GET_ID answer, at most 20 bytes; NULL: "" */
-    /* What a failed read / other request does (virtio-io-error.h; zero:
+    /* What a failed read / other request does (block/error-policy.h; zero:
      * report). */
-    VirtioErrorPolicy rerror;
-    VirtioErrorPolicy werror;
+    BlockErrorPolicy rerror;
+    BlockErrorPolicy werror;
     /* A stop is told to io_error (NULL: nobody) in main_ctx's thread,
      * naming export_id (copied). */
     const char *export_id;

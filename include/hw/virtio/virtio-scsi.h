@@ -75,9 +75,26 @@
 #include <stdint.h>
 #include "hw/scsi/scsi-disk.h"
 #include "hw/virtio/vhost-user-server.h"
+#include "hw/virtio/virtio-io-error.h"
 #include "util/error.h"
 
 typedef struct VirtioScsi VirtioScsi;
+
+/*
+ * Error policies (each LUN's rerror / werror, in its ScsiDiskConf): a
+ * command held by `stop` stops its whole request queue (the queue takes
+ * no new command for any LUN; the others in flight complete), as QEMU
+ * stops the whole guest.  virtio_scsi_resume() retries the held commands
+ * in the order they were taken and restarts the queues; it returns how
+ * many were retried.  A TMF that names a held command waits for it like
+ * for any other running one, so until the resume; a command a TMF
+ * already cancelled is not held.  Draining a queue or removing a LUN
+ * retries the held commands once and reports the errors then.  Main
+ * thread (resume, waits for the queues' threads); the count of stopped
+ * queues, any thread.
+ */
+unsigned virtio_scsi_resume(VirtioScsi *vs);
+unsigned virtio_scsi_stopped_queues(VirtioScsi *vs);
 
 /* LUN numbers: single-level addressing, 0..16383. */
 #define VIRTIO_SCSI_MAX_LUN         16383
@@ -85,6 +102,12 @@ typedef struct VirtioScsi VirtioScsi;
 typedef struct VirtioScsiConf {
     unsigned num_queues;         /* request queues, 1..64 */
     unsigned queue_size;         /* largest ring accepted (default 256) */
+    /* A LUN's error policy (ScsiDiskConf) that stops a queue is told to
+     * io_error (NULL: nobody) in main_ctx's thread, naming export_id
+     * (copied). */
+    const char *export_id;
+    AioContext *main_ctx;
+    VirtioIoErrorFn *io_error;
 } VirtioScsiConf;
 
 /* Errors: num_queues out of range, queue_size not a power of two up to
