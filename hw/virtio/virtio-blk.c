@@ -134,18 +134,14 @@ typedef struct VirtioBlkReq VirtioBlkReq;
 
 typedef struct VirtioBlkQueue {
     _Alignas(CACHELINE_SIZE) unsigned in_flight;
-    bool stopped;                /* an error policy holds requests */
-    bool draining;               /* queue_drain runs: errors are reported */
+    VirtioStop stop;             /* the requests an error policy holds */
     VirtioReqPool pool;          /* requests kept for reuse */
     BlockQueue *bq;              /* the node, from this queue's context */
     uint64_t next_seq;           /* the next popped request's sequence */
-    VirtioBlkReq *held;          /* while stopped, by sequence */
     VirtQueue *vq;               /* since queue_started */
-    /* The queue's home, from its first start (it never changes), and
-     * whether it is stopped: read by virtio_blk_resume() and
-     * virtio_blk_stopped_queues() in the main thread. */
+    /* The queue's home, from its first start (it never changes): read by
+     * virtio_blk_resume() in the main thread. */
     _Atomic(AioContext *) ctx;
-    _Atomic bool stopped_seen;
 } VirtioBlkQueue;
 
 struct VirtioBlkReq {
@@ -153,8 +149,7 @@ struct VirtioBlkReq {
     VirtioBlk *vb;
     VirtQueue *vq;
     VirtioBlkQueue *q;
-    uint64_t seq;                /* pop order on its queue */
-    VirtioBlkReq *held_next;     /* VirtioBlkQueue.held */
+    VirtioHeld held;             /* .seq: pop order on its queue */
     uint8_t *status;             /* the status byte, in guest memory */
     uint32_t in_len;             /* bytes reported written at push */
     uint32_t type;
@@ -287,7 +282,7 @@ static BlockErrorAction virtio_blk_error_action(VirtioBlkReq *req, int ret)
                                                        : vb->werror;
     BlockErrorAction a = block_error_action(p, ret);
 
-    if (a == BLOCK_ERROR_ACTION_STOP && req->q->draining) {
+    if (a == BLOCK_ERROR_ACTION_STOP && req->q->stop.draining) {
         /* The front-end is taking the ring back: it must have an answer. */
         return BLOCK_ERROR_ACTION_REPORT;
     }
@@ -309,33 +304,19 @@ static BlockErrorAction virtio_blk_error_action(VirtioBlkReq *req, int ret)
  */
 static void virtio_blk_req_hold(VirtioBlkReq *req, int ret)
 {
-    VirtioBlkQueue *q = req->q;
-    VirtioBlkReq **p = &q->held;
-
-    while (*p && (*p)->seq < req->seq) {
-        p = &(*p)->held_next;
-    }
-    req->held_next = *p;
-    *p = req;
     if (req->breq.op == BLOCK_OP_DISCARD ||
         req->breq.op == BLOCK_OP_WRITE_ZEROES) {
         req->next_seg--;         /* the retry starts with the failed one */
     }
-    if (q->stopped) {
-        return;
-    }
-    q->stopped = true;
-    atomic_store_explicit(&q->stopped_seen, true, memory_order_relaxed);
-    virtqueue_set_paused(req->vq, true);
-    virtio_io_error_notify(req->vb->main_ctx, req->vb->io_error,
-                           &(VirtioIoError) {
+    virtio_stop_hold(&req->q->stop, &req->held, req->vq, req->vb->main_ctx,
+                     req->vb->io_error, &(VirtioIoError) {
                                .export_id = req->vb->export_id,
                                .node_name = block_node_get_name(req->vb->bs),
                                .queue = virtqueue_index(req->vq),
                                .lun = -1,
                                .write = req->type != VIRTIO_BLK_T_IN,
                                .error = -ret,
-                           });
+                     });
 }
 
 static void virtio_blk_dwz_next(VirtioBlkReq *req);
@@ -347,32 +328,28 @@ static void virtio_blk_dwz_next(VirtioBlkReq *req);
  */
 static unsigned virtio_blk_queue_retry_held(VirtioBlkQueue *q, bool restart)
 {
-    VirtioBlkReq *req = q->held;
+    VirtioHeld *h = virtio_stop_take(&q->stop);
     unsigned n = 0;
 
-    if (!q->stopped) {
+    if (!h) {
         return 0;
     }
-    q->held = NULL;
-    q->stopped = false;
-    atomic_store_explicit(&q->stopped_seen, false, memory_order_relaxed);
     block_queue_io_plug(q->bq);
-    while (req) {
-        VirtioBlkReq *next = req->held_next;
+    for (; h; n++) {
+        VirtioBlkReq *req = (VirtioBlkReq *)((char *)h -
+                                             offsetof(VirtioBlkReq, held));
 
-        req->held_next = NULL;
+        h = h->next;             /* before a retry may hold req again */
         if (req->breq.op == BLOCK_OP_DISCARD ||
             req->breq.op == BLOCK_OP_WRITE_ZEROES) {
             virtio_blk_dwz_next(req);
         } else {
             block_queue_submit(q->bq, &req->breq);
         }
-        n++;
-        req = next;
     }
     block_queue_io_unplug(q->bq);
-    if (restart && !q->stopped) {
-        virtqueue_set_paused(q->vq, false);
+    if (restart) {
+        virtio_stop_restart(&q->stop, q->vq);
     }
     return n;
 }
@@ -781,7 +758,7 @@ static void virtio_blk_handle_queue(VirtQueue *vq, void *opaque)
         VirtioBlkReq *req;
         int r;
 
-        if (G_UNLIKELY(q->stopped)) {
+        if (G_UNLIKELY(q->stop.stopped)) {
             break;               /* a request failed at once and stopped */
         }
         req = virtio_blk_req_alloc(q);
@@ -795,7 +772,7 @@ static void virtio_blk_handle_queue(VirtQueue *vq, void *opaque)
         req->vb = vb;
         req->vq = vq;
         req->q = q;
-        req->seq = q->next_seq++;
+        req->held.seq = q->next_seq++;
         q->in_flight++;
         virtio_blk_handle_request(req);
     }
@@ -937,9 +914,9 @@ static void virtio_blk_queue_started(void *dev, VirtQueue *vq)
         block_queue_set_acct(q->bq, vb->acct, virtqueue_index(vq));
     }
     g_assert(block_queue_get_aio_context(q->bq) == ctx);
-    g_assert(!q->stopped);
+    g_assert(!q->stop.stopped);
     q->vq = vq;
-    q->draining = false;
+    q->stop.draining = false;
     atomic_store_explicit(&q->ctx, ctx, memory_order_release);
 }
 
@@ -950,7 +927,7 @@ static void virtio_blk_queue_drain(void *dev, VirtQueue *vq)
     AioContext *ctx = virtqueue_get_aio_context(vq);
 
     /* Errors from now on are reported; held requests get one more try. */
-    q->draining = true;
+    q->stop.draining = true;
     virtio_blk_queue_retry_held(q, false);
     while (q->in_flight > 0) {
         aio_poll(ctx, true);
@@ -1128,35 +1105,22 @@ void virtio_blk_get_acct_stats(VirtioBlk *vb, BlockAcctStats *out)
     block_acct_get(vb->acct, out);
 }
 
-typedef struct VirtioBlkResume {
-    VirtioBlkQueue *q;
-    unsigned n;
-} VirtioBlkResume;
-
-static void virtio_blk_queue_resume_bh(void *opaque)
+static unsigned virtio_blk_queue_resume(void *queue)
 {
-    VirtioBlkResume *r = opaque;
-
-    r->n = virtio_blk_queue_retry_held(r->q, true);
+    return virtio_blk_queue_retry_held(queue, true);
 }
 
 unsigned virtio_blk_resume(VirtioBlk *vb)
 {
     unsigned n = 0;
 
-    assert_main_thread();
     for (unsigned i = 0; i < vb->num_queues; i++) {
         VirtioBlkQueue *q = &vb->queues[i];
-        /* Pairs with the release store in virtio_blk_queue_started(). */
-        AioContext *ctx = atomic_load_explicit(&q->ctx,
-                                               memory_order_acquire);
-        VirtioBlkResume r = { q, 0 };
 
-        if (ctx && atomic_load_explicit(&q->stopped_seen,
-                                        memory_order_relaxed)) {
-            aio_run_sync(ctx, virtio_blk_queue_resume_bh, &r);
-            n += r.n;
-        }
+        /* Acquire: pairs with the release in virtio_blk_queue_started(). */
+        n += virtio_stop_resume(&q->stop, atomic_load_explicit(
+                                    &q->ctx, memory_order_acquire),
+                                virtio_blk_queue_resume, q);
     }
     return n;
 }
@@ -1166,8 +1130,7 @@ unsigned virtio_blk_stopped_queues(VirtioBlk *vb)
     unsigned n = 0;
 
     for (unsigned i = 0; i < vb->num_queues; i++) {
-        n += atomic_load_explicit(&vb->queues[i].stopped_seen,
-                                  memory_order_relaxed);
+        n += virtio_stop_is_stopped(&vb->queues[i].stop);
     }
     return n;
 }

@@ -1,6 +1,7 @@
 /*
- * The hand-over of an error policy's stop to the main thread (include/
- * block/error-policy.h says what each policy does).
+ * The `stop` error policy's parts that the virtio block devices share:
+ * each queue's held requests and stop (include/hw/virtio/virtio-io-error.h
+ * has the design), and the hand-over of a stop to the main thread.
  *
  * A stop happens in a queue's thread, the QMP event goes out from the
  * main thread: virtio_io_error_notify() copies the event (the device and
@@ -10,6 +11,7 @@
 #include <glib.h>
 
 #include "hw/virtio/virtio-io-error.h"
+#include "util/main-thread.h"
 
 typedef struct VirtioIoErrorMsg {
     VirtioIoErrorFn *fn;
@@ -44,4 +46,71 @@ void virtio_io_error_notify(AioContext *main_ctx, VirtioIoErrorFn *fn,
     m->e.export_id = m->export_id;
     m->e.node_name = m->node_name;
     aio_bh_schedule_oneshot(main_ctx, virtio_io_error_bh, m);
+}
+
+void virtio_stop_hold(VirtioStop *s, VirtioHeld *h, VirtQueue *vq,
+                      AioContext *main_ctx, VirtioIoErrorFn *fn,
+                      const VirtioIoError *e)
+{
+    VirtioHeld **p = &s->held;
+
+    while (*p && (*p)->seq < h->seq) {
+        p = &(*p)->next;
+    }
+    h->next = *p;
+    *p = h;
+    if (s->stopped) {
+        return;
+    }
+    s->stopped = true;
+    atomic_store_explicit(&s->seen, true, memory_order_relaxed);
+    virtqueue_set_paused(vq, true);
+    virtio_io_error_notify(main_ctx, fn, e);
+}
+
+VirtioHeld *virtio_stop_take(VirtioStop *s)
+{
+    VirtioHeld *held = s->held;
+
+    s->held = NULL;
+    s->stopped = false;
+    atomic_store_explicit(&s->seen, false, memory_order_relaxed);
+    return held;
+}
+
+void virtio_stop_restart(VirtioStop *s, VirtQueue *vq)
+{
+    if (!s->stopped) {
+        virtqueue_set_paused(vq, false);
+    }
+}
+
+bool virtio_stop_is_stopped(VirtioStop *s)
+{
+    return atomic_load_explicit(&s->seen, memory_order_relaxed);
+}
+
+typedef struct VirtioStopRetry {
+    unsigned (*retry)(void *queue);
+    void *queue;
+    unsigned n;
+} VirtioStopRetry;
+
+static void virtio_stop_retry_bh(void *opaque)
+{
+    VirtioStopRetry *r = opaque;
+
+    r->n = r->retry(r->queue);
+}
+
+unsigned virtio_stop_resume(VirtioStop *s, AioContext *ctx,
+                            unsigned (*retry)(void *queue), void *queue)
+{
+    VirtioStopRetry r = { retry, queue, 0 };
+
+    assert_main_thread();
+    if (ctx && virtio_stop_is_stopped(s)) {
+        aio_run_sync(ctx, virtio_stop_retry_bh, &r);
+    }
+    return r.n;
 }

@@ -20,6 +20,7 @@
 #include "hw/virtio/virtio-scsi.h"
 #include "hw/virtio/virtio-scsi-wire.h"
 #include "hw/virtio/virtqueue.h"
+#include "hw/virtio/virtio-io-error.h"
 #include "util/aio.h"
 
 #define VIRTIO_SCSI_MAX_QUEUES      64
@@ -81,12 +82,9 @@ typedef struct VirtioScsiQueue {
     VirtioScsiLun *luns;
     unsigned nluns;
     VirtQueue *vq;               /* while started (and draining) */
-    /* Error policies (virtio-scsi.c): commands held by a LUN's stop, by
-     * seq; while draining (or removing a LUN) errors are reported. */
-    bool stopped;
-    bool draining;
-    VirtioScsiReq *held;
-    _Atomic bool stopped_seen;   /* stopped, for the main thread */
+    /* Error policies (virtio-scsi.c): commands held by a LUN's stop;
+     * while draining (or removing a LUN) errors are reported. */
+    VirtioStop stop;
     /*
      * The home context, set when the queue first starts (a VuServer puts
      * a queue index in the same context every time).  Written once in

@@ -232,13 +232,13 @@ static void virtio_scsi_queue_remove_bh(void *opaque)
     virtio_scsi_lun_delete(q->luns, &q->nluns, (unsigned)slot);
     /* New commands no longer find the LUN; finish the ones that did
      * (held ones get one more try, and their errors are reported). */
-    q->draining = true;
+    q->stop.draining = true;
     virtio_scsi_queue_retry_held(q, true);
     while (virtio_scsi_queue_has_cmds(q, op->lun) ||
            block_queue_in_flight(bq) > 0) {
         aio_poll(ctx, true);
     }
-    q->draining = false;
+    q->stop.draining = false;
     block_queue_free(bq);
 }
 

@@ -163,7 +163,7 @@ struct VirtioScsiReq {
     VirtioScsiQueue *q;
     VirtQueue *vq;
     uint64_t seq;                /* numbered when sent to the disk */
-    VirtioScsiReq *held_next;    /* VirtioScsiQueue.held */
+    VirtioHeld held;             /* VirtioScsiQueue.stop; .seq = seq */
     uint64_t tag;
     unsigned lun;
     uint8_t cancel;              /* VIRTIO_SCSI_S_OK, or what a TMF says */
@@ -624,59 +624,39 @@ static bool virtio_scsi_cmd_hold(ScsiRequest *sreq, int ret, bool write)
 {
     VirtioScsiReq *req = sreq->opaque;
     VirtioScsiQueue *q = req->q;
-    VirtioScsiReq **p = &q->held;
-    int slot;
+    int slot = virtio_scsi_lun_find(q->luns, q->nluns, req->lun);
 
-    if (q->draining || req->cancel != VIRTIO_SCSI_S_OK) {
+    if (q->stop.draining || req->cancel != VIRTIO_SCSI_S_OK) {
         return false;
     }
-    while (*p && (*p)->seq < req->seq) {
-        p = &(*p)->held_next;
-    }
-    req->held_next = *p;
-    *p = req;
-    if (q->stopped) {
-        return true;
-    }
-    q->stopped = true;
-    atomic_store_explicit(&q->stopped_seen, true, memory_order_relaxed);
-    virtqueue_set_paused(req->vq, true);
-    slot = virtio_scsi_lun_find(q->luns, q->nluns, req->lun);
-    virtio_io_error_notify(req->vs->main_ctx, req->vs->io_error,
-                           &(VirtioIoError) {
-                               .export_id = req->vs->export_id,
-                               .node_name = slot < 0 ? NULL :
-                                   block_node_get_name(scsi_disk_get_node(
-                                       q->luns[slot].disk)),
-                               .queue = virtqueue_index(req->vq),
-                               .lun = (int)req->lun,
-                               .write = write,
-                               .error = -ret,
-                           });
+    req->held.seq = req->seq;
+    virtio_stop_hold(&q->stop, &req->held, req->vq, req->vs->main_ctx,
+                     req->vs->io_error, &(VirtioIoError) {
+                         .export_id = req->vs->export_id,
+                         .node_name = slot < 0 ? NULL : block_node_get_name(
+                             scsi_disk_get_node(q->luns[slot].disk)),
+                         .queue = virtqueue_index(req->vq),
+                         .lun = (int)req->lun,
+                         .write = write,
+                         .error = -ret,
+                     });
     return true;
 }
 
 unsigned virtio_scsi_queue_retry_held(VirtioScsiQueue *q, bool restart)
 {
-    VirtioScsiReq *req = q->held;
+    VirtioHeld *h = virtio_stop_take(&q->stop);
     unsigned n = 0;
 
-    if (!q->stopped) {
-        return 0;
-    }
-    q->held = NULL;
-    q->stopped = false;
-    atomic_store_explicit(&q->stopped_seen, false, memory_order_relaxed);
-    while (req) {
-        VirtioScsiReq *next = req->held_next;
+    for (; h; n++) {
+        VirtioScsiReq *req = (VirtioScsiReq *)((char *)h -
+                                               offsetof(VirtioScsiReq, held));
 
-        req->held_next = NULL;
+        h = h->next;             /* before a retry may hold req again */
         scsi_req_retry(&req->sreq);
-        n++;
-        req = next;
     }
-    if (restart && !q->stopped) {
-        virtqueue_set_paused(q->vq, false);
+    if (restart && q->vq) {
+        virtio_stop_restart(&q->stop, q->vq);
     }
     return n;
 }
@@ -864,7 +844,7 @@ static void virtio_scsi_handle_cmd_queue(VirtioScsi *vs, VirtioScsiQueue *q,
         VirtioScsiReq *req;
         int r;
 
-        if (G_UNLIKELY(q->stopped)) {
+        if (G_UNLIKELY(q->stop.stopped)) {
             break;               /* a command failed at once and stopped */
         }
         req = virtio_scsi_req_alloc(q);
@@ -1021,7 +1001,7 @@ static void virtio_scsi_cmd_queue_started(VirtioScsi *vs, VirtQueue *vq)
     VirtioScsiQueue *q = virtio_scsi_queue(vs, vq);
 
     q->vq = vq;
-    q->draining = false;
+    q->stop.draining = false;
     /* The LUNs' requests complete where the queue runs: the queue's own
      * LUN table, one BlockQueue per LUN in this context, freed by
      * queue_drain. */
@@ -1037,7 +1017,7 @@ static void virtio_scsi_cmd_queue_drain(VirtioScsi *vs, VirtQueue *vq)
     VirtioScsiQueue *q = virtio_scsi_queue(vs, vq);
 
     /* Errors from now on are reported; held commands get one more try. */
-    q->draining = true;
+    q->stop.draining = true;
     virtio_scsi_queue_retry_held(q, false);
     while (q->in_flight > 0) {
         aio_poll(ctx, true);
@@ -1188,47 +1168,36 @@ void virtio_scsi_free(VirtioScsi *vs)
     g_free(vs);
 }
 
-typedef struct VirtioScsiResume {
-    VirtioScsiQueue *q;
-    unsigned n;
-} VirtioScsiResume;
-
-static void virtio_scsi_queue_resume_bh(void *opaque)
+static unsigned virtio_scsi_queue_resume(void *queue)
 {
-    VirtioScsiResume *r = opaque;
+    return virtio_scsi_queue_retry_held(queue, true);
+}
 
-    r->n = virtio_scsi_queue_retry_held(r->q, true);
+/* Every request queue's stop: resume it (resume) or count it. */
+static unsigned virtio_scsi_stops(VirtioScsi *vs, bool resume)
+{
+    unsigned n = 0;
+
+    for (unsigned i = 0; i < vs->num_queues; i++) {
+        VirtioScsiQueue *q = &vs->queues[i];
+
+        /* Acquire: pairs with the release in queue_started. */
+        n += resume ? virtio_stop_resume(&q->stop, atomic_load_explicit(
+                                             &q->ctx, memory_order_acquire),
+                                         virtio_scsi_queue_resume, q)
+                    : virtio_stop_is_stopped(&q->stop);
+    }
+    return n;
 }
 
 unsigned virtio_scsi_resume(VirtioScsi *vs)
 {
-    unsigned n = 0;
-
-    assert_main_thread();
-    for (unsigned i = 0; i < vs->num_queues; i++) {
-        VirtioScsiResume r = { &vs->queues[i], 0 };
-        /* Acquire: pairs with the release in queue_started. */
-        AioContext *ctx = atomic_load_explicit(&r.q->ctx,
-                                               memory_order_acquire);
-
-        if (ctx && atomic_load_explicit(&r.q->stopped_seen,
-                                        memory_order_relaxed)) {
-            aio_run_sync(ctx, virtio_scsi_queue_resume_bh, &r);
-            n += r.n;
-        }
-    }
-    return n;
+    return virtio_scsi_stops(vs, true);
 }
 
 unsigned virtio_scsi_stopped_queues(VirtioScsi *vs)
 {
-    unsigned n = 0;
-
-    for (unsigned i = 0; i < vs->num_queues; i++) {
-        n += atomic_load_explicit(&vs->queues[i].stopped_seen,
-                                  memory_order_relaxed);
-    }
-    return n;
+    return virtio_scsi_stops(vs, false);
 }
 
 unsigned virtio_scsi_num_virtqueues(const VirtioScsi *vs)

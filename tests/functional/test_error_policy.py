@@ -16,6 +16,7 @@ a small tmpfs that really fills up.
   makes room, resumes, and the client's writes all complete and verify.
 """
 
+import contextlib
 import json
 import os
 import subprocess
@@ -62,11 +63,20 @@ def export_info(d):
                 if e["id"] == "e0")
 
 
-def start_client(client, workdir, cmds):
+@contextlib.contextmanager
+def client_running(client, workdir, cmds):
+    """spindle-vu-client running cmds in the background; killed at the end
+    if it is still running."""
     argv = vu_argv(client, workdir / "vu.sock", cmds,
                    extra=["--completion", "interrupt"])
-    return subprocess.Popen(argv, stdout=subprocess.PIPE,
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
 
 
 def finish_client(proc):
@@ -76,6 +86,13 @@ def finish_client(proc):
     except json.JSONDecodeError:
         pytest.fail(f"spindle-vu-client printed no JSON (status "
                     f"{proc.returncode}):\n{out}\n{err}")
+
+
+def check_verified(rc, doc, read, count):
+    """The client succeeded, and its count reads found their patterns."""
+    assert rc == 0 and doc["ok"], doc
+    reads = [r for r in doc["results"] if r["command"] == read]
+    assert [r["verified"] for r in reads] == ["pattern"] * count
 
 
 def check_event(ev, operation, nospace, reason, device="blk"):
@@ -112,8 +129,7 @@ def test_stop_holds_and_resume_retries_in_order(spindle, client, workdir,
         cmds += [read, i * LEN, LEN, "--verify", i + 1]
     with SpindleQmp(spindle, workdir, args).start() as d:
         assert "spindle-io-status" not in export_info(d)
-        proc = start_client(client, workdir, cmds)
-        try:
+        with client_running(client, workdir, cmds) as proc:
             check_event(d.qmp.event("BLOCK_IO_ERROR", timeout=30), "write",
                         False, "Input/output error", device)
             done = export_info(d)["spindle-queues"][qi]["requests"]
@@ -127,18 +143,14 @@ def test_stop_holds_and_resume_retries_in_order(spindle, client, workdir,
             # the third waits in the ring.
             time.sleep(0.5)
             assert export_info(d)["spindle-queues"][qi]["requests"] == done
-            go.touch()
-            time.sleep(0.5)
-            assert proc.poll() is None    # its read waits behind the stop
             assert d.qmp.cmd("block-export-resume", {"id": "e0"}) == {}
+            # The held write and the third complete; then the client reads
+            # (a guest does not read what it has not seen written).
+            wait_for(lambda: export_info(d)["spindle-queues"][qi]["requests"]
+                     == done + 2, "the held and the waiting write")
+            go.touch()
             rc, doc = finish_client(proc)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.communicate()
-        assert rc == 0 and doc["ok"], doc
-        reads = [r for r in doc["results"] if r["command"] == read]
-        assert [r["verified"] for r in reads] == ["pattern"] * 3
+        check_verified(rc, doc, read, 3)
         info = export_info(d)
         assert "spindle-io-status" not in info
         # The held write, the third and the three reads.
@@ -231,8 +243,7 @@ def test_enospc_stops_then_room_and_resume(spindle, client, workdir,
     for i in range(6):
         cmds += [read, i * CHUNK, CHUNK, "--verify", i + 1]
     with SpindleQmp(spindle, workdir, args).start() as d:
-        proc = start_client(client, workdir, cmds)
-        try:
+        with client_running(client, workdir, cmds) as proc:
             check_event(d.qmp.event("BLOCK_IO_ERROR", timeout=30), "write",
                         True, os.strerror(28), device)
             assert export_info(d)["spindle-io-status"] == "stopped"
@@ -241,11 +252,5 @@ def test_enospc_stops_then_room_and_resume(spindle, client, workdir,
             filler.unlink()               # make room
             d.qmp.cmd("block-export-resume", {"id": "e0"})
             rc, doc = finish_client(proc)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.communicate()
-        assert rc == 0 and doc["ok"], doc
-        reads = [r for r in doc["results"] if r["command"] == read]
-        assert [r["verified"] for r in reads] == ["pattern"] * 6
+        check_verified(rc, doc, read, 6)
         assert "spindle-io-status" not in export_info(d)

@@ -1,14 +1,27 @@
 /*
- * A device whose error policy (include/block/error-policy.h) stopped a
- * queue tells the main thread with virtio_io_error_notify(): the event
- * carries copies of what it needs, so the device may go away before it
- * is delivered.
+ * What the virtio block devices share to apply the `stop` error policy
+ * (include/block/error-policy.h) to a queue.
+ *
+ * Each queue has a VirtioStop: the requests it holds (VirtioHeld, in the
+ * device's request), sorted by their sequence number (the order they were
+ * taken from the ring), and whether it is stopped.  virtio_stop_hold()
+ * adds one; the first one pauses the virtqueue (it takes no new request)
+ * and tells the main thread with virtio_io_error_notify(): the event
+ * carries copies of what it needs, so the device may go away before it is
+ * delivered.  The device's resume (virtio_stop_resume(), from the main
+ * thread) runs in the queue's thread: virtio_stop_take() hands back the
+ * held requests in order and ends the stop, the device submits them
+ * again, and virtio_stop_restart() unpauses the virtqueue unless one of
+ * them failed at once and stopped it again.
  */
 #ifndef SPINDLE_HW_VIRTIO_VIRTIO_IO_ERROR_H
 #define SPINDLE_HW_VIRTIO_VIRTIO_IO_ERROR_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include "block/error-policy.h"
+#include "hw/virtio/virtqueue.h"
 #include "util/aio.h"
 
 /* A stop, as the main thread learns of it (BLOCK_IO_ERROR). */
@@ -31,5 +44,48 @@ typedef void VirtioIoErrorFn(const VirtioIoError *e);
  */
 void virtio_io_error_notify(AioContext *main_ctx, VirtioIoErrorFn *fn,
                             const VirtioIoError *e);
+
+/* A request held by a stop (a member of the device's request). */
+typedef struct VirtioHeld {
+    struct VirtioHeld *next;
+    uint64_t seq;                /* set by the device: the list's order */
+} VirtioHeld;
+
+/* One queue's stop.  Its home thread, except `seen` (any thread). */
+typedef struct VirtioStop {
+    VirtioHeld *held;            /* by seq */
+    bool stopped;
+    bool draining;               /* the device reports errors instead: the
+                                  * front-end is taking the ring back */
+    _Atomic bool seen;           /* stopped, for other threads */
+} VirtioStop;
+
+/*
+ * Hold h (its seq set) on s.  The first one stops s: vq is paused and e
+ * goes to fn in main_ctx's thread (virtio_io_error_notify()).  Home
+ * thread.
+ */
+void virtio_stop_hold(VirtioStop *s, VirtioHeld *h, VirtQueue *vq,
+                      AioContext *main_ctx, VirtioIoErrorFn *fn,
+                      const VirtioIoError *e);
+
+/* End s's stop and return what it held, in order (NULL: it was not
+ * stopped).  Home thread. */
+VirtioHeld *virtio_stop_take(VirtioStop *s);
+
+/* After the retries of what virtio_stop_take() returned: unpause vq
+ * unless s stopped again.  Home thread. */
+void virtio_stop_restart(VirtioStop *s, VirtQueue *vq);
+
+/* Whether s is stopped.  Any thread. */
+bool virtio_stop_is_stopped(VirtioStop *s);
+
+/*
+ * If s is stopped, run retry(queue) in ctx's thread (the queue's home;
+ * NULL: it never started) and wait for it (aio_run_sync()); returns what
+ * retry returned (the requests submitted again), else 0.  Main thread.
+ */
+unsigned virtio_stop_resume(VirtioStop *s, AioContext *ctx,
+                            unsigned (*retry)(void *queue), void *queue);
 
 #endif
