@@ -121,12 +121,10 @@ static JsonNode *qmp_blockdev_add(JsonObject *args, Error **errp)
 
 static JsonNode *qmp_blockdev_del(JsonObject *args, Error **errp)
 {
-    static const char *const allowed[] = { "node-name", NULL };
     const char *node_name;
 
     assert_main_thread();
-    if (!qmp_arg_str(args, "node-name", true, &node_name, errp) ||
-        !qmp_args_check(args, allowed, errp) ||
+    if (!qmp_args_only_str(args, "node-name", &node_name, errp) ||
         !blockdev_del(node_name, errp)) {
         return NULL;
     }

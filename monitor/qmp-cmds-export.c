@@ -296,13 +296,11 @@ static JsonNode *qmp_block_export_lun_del(JsonObject *args, Error **errp)
 
 static JsonNode *qmp_block_export_resume(JsonObject *args, Error **errp)
 {
-    static const char *const allowed[] = { "id", NULL };
     const char *id;
     Export *exp;
 
     assert_main_thread();
-    if (!qmp_arg_str(args, "id", true, &id, errp) ||
-        !qmp_args_check(args, allowed, errp)) {
+    if (!qmp_args_only_str(args, "id", &id, errp)) {
         return NULL;
     }
     exp = find_export(id, errp);

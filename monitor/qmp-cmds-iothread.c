@@ -141,14 +141,12 @@ static char *iothread_busy_reason(IOThread *iot)
 
 static JsonNode *qmp_object_del(JsonObject *args, Error **errp)
 {
-    static const char *const allowed[] = { "id", NULL };
     g_autofree char *busy = NULL;
     const char *id;
     IOThread *iot;
 
     assert_main_thread();
-    if (!qmp_arg_str(args, "id", true, &id, errp) ||
-        !qmp_args_check(args, allowed, errp)) {
+    if (!qmp_args_only_str(args, "id", &id, errp)) {
         return NULL;
     }
     iot = iothread_lookup(id);

@@ -303,6 +303,15 @@ bool qmp_args_only_bool(JsonObject *args, const char *key, bool *out,
            qmp_args_check(args, allowed, errp);
 }
 
+bool qmp_args_only_str(JsonObject *args, const char *key, const char **out,
+                       Error **errp)
+{
+    const char *const allowed[] = { key, NULL };
+
+    return qmp_arg_str(args, key, true, out, errp) &&
+           qmp_args_check(args, allowed, errp);
+}
+
 bool qmp_args_check(JsonObject *args, const char *const *allowed,
                     Error **errp)
 {

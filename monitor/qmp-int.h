@@ -32,6 +32,11 @@ JsonNode *qmp_return_empty(void);
 bool qmp_args_only_bool(JsonObject *args, const char *key, bool *out,
                         Error **errp);
 
+/* The same for a command whose one member is the required string key
+ * (borrowed from args into *out). */
+bool qmp_args_only_str(JsonObject *args, const char *key, const char **out,
+                       Error **errp);
+
 /* The "class" of an error reply for err: "GenericError", ... (static). */
 const char *qmp_error_class_name(const Error *err);
 
