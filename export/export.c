@@ -795,12 +795,12 @@ bool export_resume(Export *exp, unsigned *retried, Error **errp)
     unsigned n;
 
     assert_main_thread();
-    if (!exp->drv->resume) {
+    if (!exp->drv->stops) {
         error_setg(errp, "export '%s' of type '%s' has no error policies to "
                    "resume from", exp->id, exp->drv->type);
         return false;
     }
-    n = exp->drv->resume(exp->state);
+    n = exp->drv->stops(exp->state, true);
     if (retried) {
         *retried = n;
     }
@@ -809,7 +809,7 @@ bool export_resume(Export *exp, unsigned *retried, Error **errp)
 
 bool export_is_io_stopped(const Export *exp)
 {
-    return exp->drv->io_stopped && exp->drv->io_stopped(exp->state);
+    return exp->drv->stops && exp->drv->stops(exp->state, false) > 0;
 }
 
 void export_delete(Export *exp)

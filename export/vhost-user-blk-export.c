@@ -26,8 +26,8 @@
  * node after a resize and, if it changed, sends the front-end a
  * config-change notice on the back-end channel (QEMU reads the config
  * again and interrupts the guest); get_node_stats() reads the device's
- * accounting; resume() retries what the error policies hold
- * (virtio_blk_resume()).  The type has no LUNs (add_lun/del_lun are NULL: export.c
+ * accounting; stops() resumes or counts what the error policies stopped
+ * (virtio_blk_stops()).  The type has no LUNs (add_lun/del_lun are NULL: export.c
  * answers with an error).
  *
  * Threads: main thread.
@@ -166,18 +166,11 @@ static void vhost_user_blk_export_refresh_sizes(Export *exp, void *opaque)
     vu_server_config_changed(vexp->vu.server);
 }
 
-static unsigned vhost_user_blk_export_resume(void *opaque)
+static unsigned vhost_user_blk_export_stops(void *opaque, bool resume)
 {
     VhostUserBlkExport *vexp = opaque;
 
-    return vexp->vb ? virtio_blk_resume(vexp->vb) : 0;
-}
-
-static bool vhost_user_blk_export_io_stopped(void *opaque)
-{
-    VhostUserBlkExport *vexp = opaque;
-
-    return vexp->vb && virtio_blk_stopped_queues(vexp->vb) > 0;
+    return vexp->vb ? virtio_blk_stops(vexp->vb, resume) : 0;
 }
 
 const ExportDriver export_vhost_user_blk = {
@@ -190,6 +183,5 @@ const ExportDriver export_vhost_user_blk = {
     .has_client = vhost_user_export_has_client,
     .get_node_stats = vhost_user_blk_export_get_node_stats,
     .refresh_sizes = vhost_user_blk_export_refresh_sizes,
-    .resume = vhost_user_blk_export_resume,
-    .io_stopped = vhost_user_blk_export_io_stopped,
+    .stops = vhost_user_blk_export_stops,
 };

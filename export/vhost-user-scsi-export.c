@@ -533,18 +533,11 @@ static bool vhost_user_scsi_export_del_lun(Export *exp, void *opaque,
     return true;
 }
 
-static unsigned vhost_user_scsi_export_resume(void *opaque)
+static unsigned vhost_user_scsi_export_stops(void *opaque, bool resume)
 {
     VhostUserScsiExport *vexp = opaque;
 
-    return vexp->vs ? virtio_scsi_resume(vexp->vs) : 0;
-}
-
-static bool vhost_user_scsi_export_io_stopped(void *opaque)
-{
-    VhostUserScsiExport *vexp = opaque;
-
-    return vexp->vs && virtio_scsi_stopped_queues(vexp->vs) > 0;
+    return vexp->vs ? virtio_scsi_stops(vexp->vs, resume) : 0;
 }
 
 const ExportDriver export_vhost_user_scsi = {
@@ -560,6 +553,5 @@ const ExportDriver export_vhost_user_scsi = {
     .refresh_sizes = vhost_user_scsi_export_refresh_sizes,
     .add_lun = vhost_user_scsi_export_add_lun,
     .del_lun = vhost_user_scsi_export_del_lun,
-    .resume = vhost_user_scsi_export_resume,
-    .io_stopped = vhost_user_scsi_export_io_stopped,
+    .stops = vhost_user_scsi_export_stops,
 };

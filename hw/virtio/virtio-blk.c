@@ -73,10 +73,11 @@
  * `ignore` answers OK (a discard / write-zeroes goes on with its next
  * segment).  `stop` holds the request on its queue's held list, sorted by
  * the sequence number every request gets when it is popped, pauses the
- * virtqueue (virtqueue_set_paused(): no new request is taken; the ones
+ * virtqueue (virtqueue_set_paused(): pop finds nothing, so no new
+ * request is taken, not even by the pop loop that is running; the ones
  * already submitted complete as usual, and those that fail join the list)
  * and tells the main thread, once per stop (conf->io_error: the QMP
- * BLOCK_IO_ERROR).  virtio_blk_resume() (main thread) runs each stopped
+ * BLOCK_IO_ERROR).  virtio_blk_stops() (main thread) runs each stopped
  * queue's resume in its home thread: the held requests are submitted
  * again in sequence order (a discard / write-zeroes from the segment that
  * failed), then the virtqueue is unpaused, unless one of them failed at
@@ -139,9 +140,6 @@ typedef struct VirtioBlkQueue {
     BlockQueue *bq;              /* the node, from this queue's context */
     uint64_t next_seq;           /* the next popped request's sequence */
     VirtQueue *vq;               /* since queue_started */
-    /* The queue's home, from its first start (it never changes): read by
-     * virtio_blk_resume() in the main thread. */
-    _Atomic(AioContext *) ctx;
 } VirtioBlkQueue;
 
 struct VirtioBlkReq {
@@ -299,7 +297,7 @@ static BlockErrorAction virtio_blk_error_action(VirtioBlkReq *req, int ret)
 
 /*
  * Hold req, which failed with ret: keep it on its queue's held list, in
- * sequence order, until virtio_blk_resume().  The first one stops the
+ * sequence order, until a resume.  The first one stops the
  * queue (its virtqueue pops nothing more) and tells the main thread.
  */
 static void virtio_blk_req_hold(VirtioBlkReq *req, int ret)
@@ -322,12 +320,14 @@ static void virtio_blk_req_hold(VirtioBlkReq *req, int ret)
 static void virtio_blk_dwz_next(VirtioBlkReq *req);
 
 /*
- * Submit q's held requests again, in sequence order, and (with restart)
- * unpause its virtqueue unless one of them stopped it again at once.
- * Returns how many were submitted.  Home thread.
+ * VirtioStop.retry: submit the held requests of queue (a VirtioBlkQueue)
+ * again, in sequence order, and (with restart) unpause its virtqueue
+ * unless one of them stopped it again at once.  Returns how many were
+ * submitted.  Home thread.
  */
-static unsigned virtio_blk_queue_retry_held(VirtioBlkQueue *q, bool restart)
+static unsigned virtio_blk_queue_retry_held(void *queue, bool restart)
 {
+    VirtioBlkQueue *q = queue;
     VirtioHeld *h = virtio_stop_take(&q->stop);
     unsigned n = 0;
 
@@ -755,17 +755,12 @@ static void virtio_blk_handle_queue(VirtQueue *vq, void *opaque)
 
     block_queue_io_plug(q->bq);
     for (;;) {
-        VirtioBlkReq *req;
-        int r;
-
-        if (G_UNLIKELY(q->stop.stopped)) {
-            break;               /* a request failed at once and stopped */
-        }
-        req = virtio_blk_req_alloc(q);
-        r = virtqueue_pop(vq, &req->elem);
+        VirtioBlkReq *req = virtio_blk_req_alloc(q);
+        int r = virtqueue_pop(vq, &req->elem);
 
         if (r <= 0) {
-            /* Empty, or broken (the queue has logged why). */
+            /* Empty, paused (a request failed at once and stopped the
+             * queue), or broken (the queue has logged why). */
             virtio_blk_req_release(q, req);
             break;
         }
@@ -917,7 +912,7 @@ static void virtio_blk_queue_started(void *dev, VirtQueue *vq)
     g_assert(!q->stop.stopped);
     q->vq = vq;
     q->stop.draining = false;
-    atomic_store_explicit(&q->ctx, ctx, memory_order_release);
+    virtio_stop_set_context(&q->stop, ctx);
 }
 
 static void virtio_blk_queue_drain(void *dev, VirtQueue *vq)
@@ -1059,6 +1054,10 @@ VirtioBlk *virtio_blk_new(const VirtioBlkConf *conf, BlockNode *bs,
     }
     memset(queues, 0, vb->num_queues * sizeof(VirtioBlkQueue));
     vb->queues = queues;
+    for (unsigned i = 0; i < vb->num_queues; i++) {
+        virtio_stop_init(&vb->queues[i].stop, virtio_blk_queue_retry_held,
+                         &vb->queues[i]);
+    }
     return vb;
 }
 
@@ -1105,32 +1104,8 @@ void virtio_blk_get_acct_stats(VirtioBlk *vb, BlockAcctStats *out)
     block_acct_get(vb->acct, out);
 }
 
-static unsigned virtio_blk_queue_resume(void *queue)
+unsigned virtio_blk_stops(VirtioBlk *vb, bool resume)
 {
-    return virtio_blk_queue_retry_held(queue, true);
-}
-
-unsigned virtio_blk_resume(VirtioBlk *vb)
-{
-    unsigned n = 0;
-
-    for (unsigned i = 0; i < vb->num_queues; i++) {
-        VirtioBlkQueue *q = &vb->queues[i];
-
-        /* Acquire: pairs with the release in virtio_blk_queue_started(). */
-        n += virtio_stop_resume(&q->stop, atomic_load_explicit(
-                                    &q->ctx, memory_order_acquire),
-                                virtio_blk_queue_resume, q);
-    }
-    return n;
-}
-
-unsigned virtio_blk_stopped_queues(VirtioBlk *vb)
-{
-    unsigned n = 0;
-
-    for (unsigned i = 0; i < vb->num_queues; i++) {
-        n += virtio_stop_is_stopped(&vb->queues[i].stop);
-    }
-    return n;
+    return virtio_stop_all(&vb->queues[0].stop, sizeof(VirtioBlkQueue),
+                           vb->num_queues, resume);
 }

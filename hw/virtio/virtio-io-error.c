@@ -8,6 +8,7 @@
  * its export may be gone by the time the main loop runs it) into one
  * allocation and schedules a one-shot BH there.
  */
+#include <string.h>
 #include <glib.h>
 
 #include "hw/virtio/virtio-io-error.h"
@@ -90,27 +91,53 @@ bool virtio_stop_is_stopped(VirtioStop *s)
     return atomic_load_explicit(&s->seen, memory_order_relaxed);
 }
 
-typedef struct VirtioStopRetry {
-    unsigned (*retry)(void *queue);
-    void *queue;
-    unsigned n;
-} VirtioStopRetry;
+void virtio_stop_init(VirtioStop *s, VirtioStopRetryFn *retry, void *queue)
+{
+    memset(s, 0, sizeof(*s));
+    s->retry = retry;
+    s->queue = queue;
+    atomic_init(&s->seen, false);
+    atomic_init(&s->ctx, NULL);
+}
+
+void virtio_stop_set_context(VirtioStop *s, AioContext *ctx)
+{
+    g_assert(aio_context_in_home_thread(ctx));
+    /* Release: pairs with the acquire in virtio_stop_resume(). */
+    atomic_store_explicit(&s->ctx, ctx, memory_order_release);
+}
 
 static void virtio_stop_retry_bh(void *opaque)
 {
-    VirtioStopRetry *r = opaque;
+    VirtioStop *s = opaque;
 
-    r->n = r->retry(r->queue);
+    s->retried = s->retry(s->queue, true);
 }
 
-unsigned virtio_stop_resume(VirtioStop *s, AioContext *ctx,
-                            unsigned (*retry)(void *queue), void *queue)
+/* Resume s if it is stopped; the requests submitted again. */
+static unsigned virtio_stop_resume(VirtioStop *s)
 {
-    VirtioStopRetry r = { retry, queue, 0 };
+    AioContext *ctx = atomic_load_explicit(&s->ctx, memory_order_acquire);
 
-    assert_main_thread();
-    if (ctx && virtio_stop_is_stopped(s)) {
-        aio_run_sync(ctx, virtio_stop_retry_bh, &r);
+    if (!ctx || !virtio_stop_is_stopped(s)) {
+        return 0;
     }
-    return r.n;
+    aio_run_sync(ctx, virtio_stop_retry_bh, s);
+    return s->retried;
+}
+
+unsigned virtio_stop_all(VirtioStop *first, size_t stride, unsigned n,
+                         bool resume)
+{
+    unsigned sum = 0;
+
+    if (resume) {
+        assert_main_thread();
+    }
+    for (unsigned i = 0; i < n; i++) {
+        VirtioStop *s = (VirtioStop *)((char *)first + i * stride);
+
+        sum += resume ? virtio_stop_resume(s) : virtio_stop_is_stopped(s);
+    }
+    return sum;
 }

@@ -214,11 +214,12 @@ unsigned virtio_scsi_queue_tmf_scan(VirtioScsi *vs, VirtioScsiQueue *q,
                                     VirtioScsiTmfWait *w);
 
 /*
- * Submit again the commands an error policy holds on q, in the order they
- * were numbered, and (with restart) let q take new ones unless one of them
- * stopped it again at once.  Returns how many.  Home thread of q.
+ * VirtioStop.retry: submit again the commands an error policy holds on
+ * queue (a VirtioScsiQueue), in the order they were numbered, and (with
+ * restart) let it take new ones unless one of them stopped it again at
+ * once.  Returns how many.  Home thread of the queue.
  */
-unsigned virtio_scsi_queue_retry_held(VirtioScsiQueue *q, bool restart);
+unsigned virtio_scsi_queue_retry_held(void *queue, bool restart);
 
 /* Whether a command of q at LUN lun is running.  Home thread of q. */
 bool virtio_scsi_queue_has_cmds(const VirtioScsiQueue *q, unsigned lun);

@@ -88,10 +88,10 @@
  * hands the failed command to virtio_scsi_cmd_hold(), which keeps it on
  * its queue's held list (by seq, still linked in the command list, so
  * TMFs count it), pauses the virtqueue (virtqueue_set_paused()) and tells
- * the main thread once per stop; virtio_scsi_resume() runs
- * virtio_scsi_queue_retry_held() in each stopped queue's thread.  The
- * pop loop checks the stop flag (a command may fail and be held before
- * submit returns).  Draining, and removing a LUN, retry what is held with
+ * the main thread once per stop; virtio_scsi_stops() runs
+ * virtio_scsi_queue_retry_held() in each stopped queue's thread (a
+ * paused virtqueue pops nothing, so the pop loop ends at once even when a
+ * command fails before submit returns).  Draining, and removing a LUN, retry what is held with
  * `draining` set: errors are then reported, so the wait ends.
  *
  * Threads: creation, LUN add/remove, features and config in the main
@@ -616,7 +616,7 @@ static void virtio_scsi_cmd_complete(ScsiRequest *sreq)
 }
 
 /*
- * ScsiRequest.hold: keep a failed command (ret) until virtio_scsi_resume();
+ * ScsiRequest.hold: keep a failed command (ret) until a resume;
  * the first one stops the queue and tells the main thread.  False (report
  * it) while draining, or when a TMF already took the command.
  */
@@ -643,8 +643,9 @@ static bool virtio_scsi_cmd_hold(ScsiRequest *sreq, int ret, bool write)
     return true;
 }
 
-unsigned virtio_scsi_queue_retry_held(VirtioScsiQueue *q, bool restart)
+unsigned virtio_scsi_queue_retry_held(void *queue, bool restart)
 {
+    VirtioScsiQueue *q = queue;
     VirtioHeld *h = virtio_stop_take(&q->stop);
     unsigned n = 0;
 
@@ -841,17 +842,12 @@ static void virtio_scsi_handle_cmd_queue(VirtioScsi *vs, VirtioScsiQueue *q,
                                          VirtQueue *vq)
 {
     for (;;) {
-        VirtioScsiReq *req;
-        int r;
-
-        if (G_UNLIKELY(q->stop.stopped)) {
-            break;               /* a command failed at once and stopped */
-        }
-        req = virtio_scsi_req_alloc(q);
-        r = virtqueue_pop(vq, &req->elem);
+        VirtioScsiReq *req = virtio_scsi_req_alloc(q);
+        int r = virtqueue_pop(vq, &req->elem);
 
         if (r <= 0) {
-            /* Empty, or broken (the queue has logged why). */
+            /* Empty, paused (a command failed at once and stopped the
+             * queue), or broken (the queue has logged why). */
             virtio_scsi_req_release(q, req);
             break;
         }
@@ -1002,6 +998,7 @@ static void virtio_scsi_cmd_queue_started(VirtioScsi *vs, VirtQueue *vq)
 
     q->vq = vq;
     q->stop.draining = false;
+    virtio_stop_set_context(&q->stop, ctx);
     /* The LUNs' requests complete where the queue runs: the queue's own
      * LUN table, one BlockQueue per LUN in this context, freed by
      * queue_drain. */
@@ -1139,6 +1136,8 @@ VirtioScsi *virtio_scsi_new(const VirtioScsiConf *conf, Error **errp)
     vs->queues = queues;
     for (unsigned i = 0; i < vs->num_queues; i++) {
         atomic_init(&vs->queues[i].ctx, NULL);
+        virtio_stop_init(&vs->queues[i].stop, virtio_scsi_queue_retry_held,
+                         &vs->queues[i]);
     }
     return vs;
 }
@@ -1168,36 +1167,10 @@ void virtio_scsi_free(VirtioScsi *vs)
     g_free(vs);
 }
 
-static unsigned virtio_scsi_queue_resume(void *queue)
+unsigned virtio_scsi_stops(VirtioScsi *vs, bool resume)
 {
-    return virtio_scsi_queue_retry_held(queue, true);
-}
-
-/* Every request queue's stop: resume it (resume) or count it. */
-static unsigned virtio_scsi_stops(VirtioScsi *vs, bool resume)
-{
-    unsigned n = 0;
-
-    for (unsigned i = 0; i < vs->num_queues; i++) {
-        VirtioScsiQueue *q = &vs->queues[i];
-
-        /* Acquire: pairs with the release in queue_started. */
-        n += resume ? virtio_stop_resume(&q->stop, atomic_load_explicit(
-                                             &q->ctx, memory_order_acquire),
-                                         virtio_scsi_queue_resume, q)
-                    : virtio_stop_is_stopped(&q->stop);
-    }
-    return n;
-}
-
-unsigned virtio_scsi_resume(VirtioScsi *vs)
-{
-    return virtio_scsi_stops(vs, true);
-}
-
-unsigned virtio_scsi_stopped_queues(VirtioScsi *vs)
-{
-    return virtio_scsi_stops(vs, false);
+    return virtio_stop_all(&vs->queues[0].stop, sizeof(VirtioScsiQueue),
+                           vs->num_queues, resume);
 }
 
 unsigned virtio_scsi_num_virtqueues(const VirtioScsi *vs)

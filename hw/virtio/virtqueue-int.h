@@ -71,7 +71,8 @@ struct VirtQueue {
     bool indirect;                   /* VIRTIO_RING_F_INDIRECT_DESC */
     bool polling;                    /* between io_poll_begin and _end */
     bool paused;                     /* virtqueue_set_paused(): no handler
-                                      * runs, polling finds nothing */
+                                      * runs, polling and pop find
+                                      * nothing */
     bool notify_pending;             /* notify_bh is scheduled */
     bool signalled_valid;            /* signalled_used means something */
     uint16_t last_avail_idx;         /* next avail entry to pop */

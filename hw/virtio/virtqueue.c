@@ -772,7 +772,7 @@ int virtqueue_pop(VirtQueue *vq, VirtQueueElement *elem)
     if (virtqueue_is_broken(vq)) {
         return -EIO;
     }
-    if (!vq->started) {
+    if (!vq->started || vq->paused) {
         return 0;
     }
     if (vq->track.q) {
@@ -1155,7 +1155,6 @@ int virtqueue_start(VirtQueue *vq, GuestMemory *mem, VirtQueueHandler *handler,
     vq->handler = handler;
     vq->opaque = opaque;
     vq->polling = false;
-    vq->paused = false;
     vq->notify_pending = false;
     vq->signalled_valid = false;
 
@@ -1208,6 +1207,7 @@ uint16_t virtqueue_stop(VirtQueue *vq)
     vq->handler = NULL;
     virtqueue_retire_memory(vq, vq->mem);
     vq->mem = NULL;
+    vq->paused = false;          /* the next start takes requests */
     if (virtqueue_inflight(vq) == 0) {
         virtqueue_set_rings(vq, NULL);
     }

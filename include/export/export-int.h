@@ -107,12 +107,11 @@ typedef struct ExportDriver {
     bool (*add_lun)(Export *exp, void *state, Opts *opts, Error **errp);
     bool (*del_lun)(Export *exp, void *state, unsigned lun, Error **errp);
     /*
-     * Error policies (NULL: the type has none): resume the queues a
-     * policy stopped (returns the requests submitted again), and whether
-     * one is stopped now.
+     * Error policies (NULL: the type has none): with resume, resume the
+     * queues a policy stopped (returns the requests submitted again);
+     * without, how many are stopped now.
      */
-    unsigned (*resume)(void *state);
-    bool (*io_stopped)(void *state);
+    unsigned (*stops)(void *state, bool resume);
 } ExportDriver;
 
 /*

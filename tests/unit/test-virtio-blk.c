@@ -505,40 +505,37 @@ static void spin(TBlk *t)
     }
 }
 
-/* The default: the guest gets the error, no stop, no event. */
-static void test_policy_report(void)
+/*
+ * report (the default: the guest gets the error) and ignore (answered
+ * OK): no stop, no event, nothing to resume.  Reads follow rerror only
+ * (report here).
+ */
+static void test_policy_answered(void)
 {
-    TBlk t;
+    static const struct {
+        BlockErrorPolicy werror;
+        uint8_t write_status;
+    } cases[] = {
+        { BLOCK_ERROR_POLICY_REPORT, VIRTIO_BLK_S_IOERR },
+        { BLOCK_ERROR_POLICY_IGNORE, VIRTIO_BLK_S_OK },
+    };
 
-    tblk_new_policy(&t, BLOCK_ERROR_POLICY_REPORT,
-                    BLOCK_ERROR_POLICY_REPORT);
-    g_assert_cmpuint(blk_req(&t, 0, VIRTIO_BLK_T_OUT, 8, 512), ==,
-                     VIRTIO_BLK_S_IOERR);
-    g_assert_cmpuint(blk_req(&t, 0, VIRTIO_BLK_T_IN, 24, 512), ==,
-                     VIRTIO_BLK_S_IOERR);
-    spin(&t);
-    g_assert_cmpuint(stops->len, ==, 0);
-    g_assert_cmpuint(virtio_blk_stopped_queues(t.vb), ==, 0);
-    g_assert_cmpuint(virtio_blk_resume(t.vb), ==, 0);
-    tblk_cleanup_policy(&t);
-}
+    for (unsigned i = 0; i < G_N_ELEMENTS(cases); i++) {
+        TBlk t;
 
-/* ignore: answered OK; reads follow rerror only. */
-static void test_policy_ignore(void)
-{
-    TBlk t;
-
-    tblk_new_policy(&t, BLOCK_ERROR_POLICY_REPORT,
-                    BLOCK_ERROR_POLICY_IGNORE);
-    g_assert_cmpuint(blk_req(&t, 0, VIRTIO_BLK_T_OUT, 32, 512), ==,
-                     VIRTIO_BLK_S_OK);
-    g_assert_cmpuint(blk_req(&t, 1, VIRTIO_BLK_T_OUT, 32, 512), ==,
-                     VIRTIO_BLK_S_OK);
-    g_assert_cmpuint(blk_req(&t, 0, VIRTIO_BLK_T_IN, 24, 512), ==,
-                     VIRTIO_BLK_S_IOERR);
-    spin(&t);
-    g_assert_cmpuint(stops->len, ==, 0);
-    tblk_cleanup_policy(&t);
+        tblk_new_policy(&t, BLOCK_ERROR_POLICY_REPORT, cases[i].werror);
+        for (unsigned qi = 0; qi < NUM_QUEUES; qi++) {
+            g_assert_cmpuint(blk_req(&t, qi, VIRTIO_BLK_T_OUT, 32, 512), ==,
+                             cases[i].write_status);
+        }
+        g_assert_cmpuint(blk_req(&t, 0, VIRTIO_BLK_T_IN, 24, 512), ==,
+                         VIRTIO_BLK_S_IOERR);
+        spin(&t);
+        g_assert_cmpuint(stops->len, ==, 0);
+        g_assert_cmpuint(virtio_blk_stops(t.vb, false), ==, 0);
+        g_assert_cmpuint(virtio_blk_stops(t.vb, true), ==, 0);
+        tblk_cleanup_policy(&t);
+    }
 }
 
 /* enospc: stops on ENOSPC (writes at 8), reports EIO (writes at 32). */
@@ -560,11 +557,11 @@ static void test_policy_enospc(void)
                      ENOSPC);
     g_assert_true(g_array_index(stops, VirtioIoError, 0).write);
     g_assert_cmpuint(g_array_index(stops, VirtioIoError, 0).queue, ==, 0);
-    g_assert_cmpuint(virtio_blk_stopped_queues(t.vb), ==, 1);
-    g_assert_cmpuint(virtio_blk_resume(t.vb), ==, 1);
+    g_assert_cmpuint(virtio_blk_stops(t.vb, false), ==, 1);
+    g_assert_cmpuint(virtio_blk_stops(t.vb, true), ==, 1);
     g_assert_cmpuint(blk_wait_used(&t, 0), ==, head);
     g_assert_cmpuint(*(uint8_t *)gptr(&t, st), ==, VIRTIO_BLK_S_OK);
-    g_assert_cmpuint(virtio_blk_stopped_queues(t.vb), ==, 0);
+    g_assert_cmpuint(virtio_blk_stops(t.vb, false), ==, 0);
     tblk_cleanup_policy(&t);
 }
 
@@ -590,20 +587,20 @@ static void test_policy_stop_resume(void)
     g_assert_false(blk_any_used(&t, 0));
     g_assert_cmpuint(virtqueue_inflight(t.q[0].vq), ==, 2);
     g_assert_cmpuint(stops->len, ==, 1);
-    g_assert_cmpuint(virtio_blk_stopped_queues(t.vb), ==, 1);
+    g_assert_cmpuint(virtio_blk_stops(t.vb, false), ==, 1);
     /* Queue 1 is not stopped; its read of 24 follows rerror=report. */
     g_assert_cmpuint(blk_req(&t, 1, VIRTIO_BLK_T_OUT, 0, 512), ==,
                      VIRTIO_BLK_S_OK);
     g_assert_cmpuint(blk_req(&t, 1, VIRTIO_BLK_T_IN, 24, 512), ==,
                      VIRTIO_BLK_S_IOERR);
 
-    g_assert_cmpuint(virtio_blk_resume(t.vb), ==, 2);
+    g_assert_cmpuint(virtio_blk_stops(t.vb, true), ==, 2);
     for (unsigned i = 0; i < 3; i++) {
         g_assert_cmpuint(blk_wait_used(&t, 0), ==, head[i]);
         g_assert_cmpuint(*(uint8_t *)gptr(&t, st[i]), ==, VIRTIO_BLK_S_OK);
     }
     g_assert_cmpuint(stops->len, ==, 1);
-    g_assert_cmpuint(virtio_blk_stopped_queues(t.vb), ==, 0);
+    g_assert_cmpuint(virtio_blk_stops(t.vb, false), ==, 0);
     tblk_cleanup_policy(&t);
 }
 
@@ -623,15 +620,15 @@ static void test_policy_stop_again_and_drain(void)
     head = blk_post(&t, 0, VIRTIO_BLK_T_OUT, 32, 512, &st);
     spin(&t);
     g_assert_cmpuint(stops->len, ==, 1);
-    g_assert_cmpuint(virtio_blk_resume(t.vb), ==, 1);
+    g_assert_cmpuint(virtio_blk_stops(t.vb, true), ==, 1);
     spin(&t);
     g_assert_false(blk_any_used(&t, 0));
     g_assert_cmpuint(stops->len, ==, 2);
     g_assert_cmpuint(g_array_index(stops, VirtioIoError, 1).error, ==, EIO);
-    g_assert_cmpuint(virtio_blk_stopped_queues(t.vb), ==, 1);
+    g_assert_cmpuint(virtio_blk_stops(t.vb, false), ==, 1);
 
     lq_stop(&t.q[0]);
-    g_assert_cmpuint(virtio_blk_stopped_queues(t.vb), ==, 0);
+    g_assert_cmpuint(virtio_blk_stops(t.vb, false), ==, 0);
     g_assert_true(lq_next_used(&t.q[0], &id, NULL));
     g_assert_cmpuint(id, ==, head);
     g_assert_cmpuint(*(uint8_t *)gptr(&t, st), ==, VIRTIO_BLK_S_IOERR);
@@ -651,15 +648,14 @@ static void test_policy_stop_write_zeroes(void)
     spin(&t);
     g_assert_false(blk_any_used(&t, 0));
     g_assert_cmpuint(stops->len, ==, 1);
-    g_assert_cmpuint(virtio_blk_resume(t.vb), ==, 1);
+    g_assert_cmpuint(virtio_blk_stops(t.vb, true), ==, 1);
     g_assert_cmpuint(blk_wait_used(&t, 0), ==, head);
     g_assert_cmpuint(*(uint8_t *)gptr(&t, st), ==, VIRTIO_BLK_S_OK);
     tblk_cleanup_policy(&t);
 }
 
 static const TestCase tests[] = {
-    { "/virtio-blk/policy/report", test_policy_report },
-    { "/virtio-blk/policy/ignore", test_policy_ignore },
+    { "/virtio-blk/policy/report-and-ignore", test_policy_answered },
     { "/virtio-blk/policy/enospc", test_policy_enospc },
     { "/virtio-blk/policy/stop-resume", test_policy_stop_resume },
     { "/virtio-blk/policy/stop-again-and-drain",

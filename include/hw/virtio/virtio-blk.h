@@ -64,18 +64,15 @@ uint64_t virtio_blk_get_capacity(VirtioBlk *vb);
 void virtio_blk_get_acct_stats(VirtioBlk *vb, BlockAcctStats *out);
 
 /*
- * Retry the requests an error policy holds on every stopped queue, in the
- * order they were taken from the ring, and let the queues take new ones
- * (unless a retry fails at once and stops its queue again).  Runs each
- * queue's part in its home thread and waits (aio_run_sync()).  Returns
- * how many requests were submitted again (0: nothing was stopped).  Main
- * thread.
+ * With resume: retry the requests an error policy holds on every stopped
+ * queue, in the order they were taken from the ring, and let the queues
+ * take new ones (unless a retry fails at once and stops its queue again);
+ * runs each queue's part in its home thread and waits (aio_run_sync());
+ * returns how many requests were submitted again (0: nothing was
+ * stopped); main thread.  Without: how many queues are stopped right
+ * now; any thread.
  */
-unsigned virtio_blk_resume(VirtioBlk *vb);
-
-/* How many queues are stopped by an error policy right now.  Any
- * thread. */
-unsigned virtio_blk_stopped_queues(VirtioBlk *vb);
+unsigned virtio_blk_stops(VirtioBlk *vb, bool resume);
 
 /* The callbacks to give vu_server_new() with vb as dev. */
 extern const VuDevOps virtio_blk_vu_ops;

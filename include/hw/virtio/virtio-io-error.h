@@ -8,17 +8,18 @@
  * adds one; the first one pauses the virtqueue (it takes no new request)
  * and tells the main thread with virtio_io_error_notify(): the event
  * carries copies of what it needs, so the device may go away before it is
- * delivered.  The device's resume (virtio_stop_resume(), from the main
- * thread) runs in the queue's thread: virtio_stop_take() hands back the
- * held requests in order and ends the stop, the device submits them
- * again, and virtio_stop_restart() unpauses the virtqueue unless one of
- * them failed at once and stopped it again.
+ * delivered.  A resume (virtio_stop_resume(), from the main thread) runs
+ * the device's retry function in the queue's thread: virtio_stop_take()
+ * hands back the held requests in order and ends the stop, the device
+ * submits them again, and virtio_stop_restart() unpauses the virtqueue
+ * unless one of them failed at once and stopped it again.
  */
 #ifndef SPINDLE_HW_VIRTIO_VIRTIO_IO_ERROR_H
 #define SPINDLE_HW_VIRTIO_VIRTIO_IO_ERROR_H
 
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include "block/error-policy.h"
 #include "hw/virtio/virtqueue.h"
@@ -51,14 +52,34 @@ typedef struct VirtioHeld {
     uint64_t seq;                /* set by the device: the list's order */
 } VirtioHeld;
 
-/* One queue's stop.  Its home thread, except `seen` (any thread). */
+/* The device's: retry what virtio_stop_take() returns on queue, then
+ * (with restart: a resume) virtio_stop_restart(); returns how many it
+ * submitted.  Home thread. */
+typedef unsigned VirtioStopRetryFn(void *queue, bool restart);
+
+/* One queue's stop.  Its home thread, except `seen` and `ctx`. */
 typedef struct VirtioStop {
     VirtioHeld *held;            /* by seq */
     bool stopped;
     bool draining;               /* the device reports errors instead: the
                                   * front-end is taking the ring back */
     _Atomic bool seen;           /* stopped, for other threads */
+    VirtioStopRetryFn *retry;    /* fixed by virtio_stop_init() */
+    void *queue;
+    unsigned retried;            /* what retry returned, for the main
+                                  * thread in virtio_stop_all() (its
+                                  * aio_run_sync() orders the accesses) */
+    /* The queue's home once it started (it never changes): release in
+     * virtio_stop_set_context(), acquire in virtio_stop_resume(). */
+    _Atomic(AioContext *) ctx;
 } VirtioStop;
+
+/* A new queue's stop: not stopped, retried by retry(queue).  Main
+ * thread, before the queue starts. */
+void virtio_stop_init(VirtioStop *s, VirtioStopRetryFn *retry, void *queue);
+
+/* The queue starts in ctx (always the same one).  Home thread. */
+void virtio_stop_set_context(VirtioStop *s, AioContext *ctx);
 
 /*
  * Hold h (its seq set) on s.  The first one stops s: vq is paused and e
@@ -81,11 +102,14 @@ void virtio_stop_restart(VirtioStop *s, VirtQueue *vq);
 bool virtio_stop_is_stopped(VirtioStop *s);
 
 /*
- * If s is stopped, run retry(queue) in ctx's thread (the queue's home;
- * NULL: it never started) and wait for it (aio_run_sync()); returns what
- * retry returned (the requests submitted again), else 0.  Main thread.
+ * For the n queues of a device, whose structs are stride bytes apart and
+ * hold their VirtioStop at the same place (first: the first queue's):
+ * with resume, run the retry of each stopped queue in its home thread and
+ * wait for it (aio_run_sync()), returning how many requests were
+ * submitted again; else count the stopped queues.  Main thread to resume,
+ * any thread to count.
  */
-unsigned virtio_stop_resume(VirtioStop *s, AioContext *ctx,
-                            unsigned (*retry)(void *queue), void *queue);
+unsigned virtio_stop_all(VirtioStop *first, size_t stride, unsigned n,
+                         bool resume);
 
 #endif

@@ -84,17 +84,16 @@ typedef struct VirtioScsi VirtioScsi;
  * Error policies (each LUN's rerror / werror, in its ScsiDiskConf): a
  * command held by `stop` stops its whole request queue (the queue takes
  * no new command for any LUN; the others in flight complete), as QEMU
- * stops the whole guest.  virtio_scsi_resume() retries the held commands
- * in the order they were taken and restarts the queues; it returns how
- * many were retried.  A TMF that names a held command waits for it like
- * for any other running one, so until the resume; a command a TMF
+ * stops the whole guest.  A resume retries the held commands in the order
+ * they were taken and restarts the queues.  A TMF that names a held command waits for it like
+ * for any other running one, so until the resume (and does not see the
+ * commands still in the ring of a stopped queue); a command a TMF
  * already cancelled is not held.  Draining a queue or removing a LUN
- * retries the held commands once and reports the errors then.  Main
- * thread (resume, waits for the queues' threads); the count of stopped
- * queues, any thread.
+ * retries the held commands once and reports the errors then.  As
+ * virtio_blk_stops(): resume (main thread, waits for the queues' threads)
+ * or count the stopped request queues (any thread).
  */
-unsigned virtio_scsi_resume(VirtioScsi *vs);
-unsigned virtio_scsi_stopped_queues(VirtioScsi *vs);
+unsigned virtio_scsi_stops(VirtioScsi *vs, bool resume);
 
 /* LUN numbers: single-level addressing, 0..16383. */
 #define VIRTIO_SCSI_MAX_LUN         16383

@@ -173,10 +173,11 @@ bool virtqueue_is_started(const VirtQueue *vq);
 
 /*
  * Pause a started queue: its handler is not called (kicks are still
- * cleared and counted) and polling finds no work, until it is unpaused;
- * then the handler runs once soon (a BH) for the entries published
- * meanwhile.  For a device that must take no new request for a while
- * (an error policy holding failed requests).  A start unpauses.  Home
+ * cleared and counted), polling finds no work and pop returns 0 (so a
+ * handler that pauses the queue leaves its pop loop), until it is
+ * unpaused; then the handler runs once soon (a BH) for the entries
+ * published meanwhile.  For a device that must take no new request for a while
+ * (an error policy holding failed requests).  A stop unpauses.  Home
  * thread.
  */
 void virtqueue_set_paused(VirtQueue *vq, bool paused);
@@ -195,7 +196,8 @@ unsigned virtqueue_resubmitted(const VirtQueue *vq);
 int virtqueue_set_memory(VirtQueue *vq, GuestMemory *mem);
 
 /*
- * Pop the next element into elem.  1: popped; 0: the ring is empty;
+ * Pop the next element into elem.  1: popped; 0: the ring is empty (or
+ * the queue is paused);
  * -EIO: the ring or chain is malformed (the queue is now broken).
  */
 int virtqueue_pop(VirtQueue *vq, VirtQueueElement *elem);
