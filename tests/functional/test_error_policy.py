@@ -159,6 +159,7 @@ def test_stop_holds_and_resume_retries_in_order(spindle, client, workdir,
         assert d.qmp.cmd("block-export-resume", {"id": "e0"}) == {}
         assert d.qmp.error("block-export-resume", {"id": "nope"}) == (
             "GenericError", "Export 'nope' is not found")
+        assert d.stop() == 0, d.stderr()
 
 
 @pytest.mark.parametrize("policy", ["", ",werror=report",
@@ -254,3 +255,4 @@ def test_enospc_stops_then_room_and_resume(spindle, client, workdir,
             rc, doc = finish_client(proc)
         check_verified(rc, doc, read, 6)
         assert "spindle-io-status" not in export_info(d)
+        assert d.stop() == 0, d.stderr()
