@@ -13,17 +13,22 @@ a small tmpfs that really fills up.
   goes on: every write completes without an error and reads back.
 - report (the default): the client sees the error at once, no event.
 - enospc over a full filesystem: the export stops with nospace, the test
-  makes room, resumes, and the client's writes all complete and verify.
+  makes room, resumes, and the client's writes all complete and verify;
+  then the same under a real Linux guest (QEMU under TCG, tests/e2e/),
+  whose dd sees no I/O error and reads its data back (skipped, with the
+  reason, where a guest cannot boot).
 """
 
 import contextlib
 import json
 import os
 import subprocess
+import threading
 import time
 
 import pytest
 
+import guest  # tests/e2e, on sys.path through conftest
 from conftest import make_image, vu, vu_argv, vu_ok, wait_for
 from qmp_util import SpindleQmp
 
@@ -256,3 +261,47 @@ def test_enospc_stops_then_room_and_resume(spindle, client, workdir,
         check_verified(rc, doc, read, 6)
         assert "spindle-io-status" not in export_info(d)
         assert d.stop() == 0, d.stderr()
+
+
+GUEST_IMAGE_SIZE = 32 << 20
+GUEST_WRITE = 6 << 20            # into 3 MiB of room
+GUEST_OFFSET = 1 << 20
+
+
+def test_e2e_guest_fills_a_thin_image(spindle, workdir, small_fs):
+    missing = guest.missing_prerequisites()
+    if missing:
+        pytest.skip("; ".join(missing))
+    image = make_image(small_fs / "disk.img", GUEST_IMAGE_SIZE)
+    filler = small_fs / "filler"
+    filler.write_bytes(b"\xaa" * FILLER)
+    args = ["--blockdev", f"driver=file,node-name=disk,filename={image}",
+            *export(workdir, ",werror=enospc")]
+    work = guest.blk_workload("vda", pattern=guest.pattern_bytes(
+        GUEST_WRITE, seed=0x7e1), pattern_offset=GUEST_OFFSET)
+    events = []
+
+    def make_room(d):
+        # In its own thread: the guest's write waits until the resume.
+        try:
+            events.append(d.qmp.event("BLOCK_IO_ERROR", timeout=150))
+            filler.unlink()
+            d.qmp.cmd("block-export-resume", {"id": "e0"})
+        except Exception as e:    # reported by the asserts below
+            events.append(e)
+
+    with SpindleQmp(spindle, workdir, args).start() as d:
+        helper = threading.Thread(target=make_room, args=(d,), daemon=True)
+        helper.start()
+        run = guest.run_guest([guest.Disk(str(workdir / "vu.sock"))],
+                              work.script, files=work.files, timeout=180,
+                              append_extra=guest.NO_FIRMWARE_DISK_PROBE)
+        helper.join(10)
+        assert events and not isinstance(events[0], Exception), events
+        check_event(events[0], "write", True, os.strerror(28))
+        run.check()
+        assert run.results["vda.pattern_write_rc"] == "0", run.console
+        assert run.results["vda.pattern_verify"] == "ok", run.console
+        assert not run.warnings, run.warnings
+        assert "I/O error" not in run.console, guest.tail(run.console)
+        assert "spindle-io-status" not in export_info(d)
