@@ -17,7 +17,10 @@ OSD (freeze_osd(): SIGSTOP, it stops answering as a hung or cut-off OSD
 does; thaw_osd()) works there.
 
 Every daemon is started in the foreground (-f) as a child of the test run
-and stopped by its PID; nothing is installed or left running.  start()
+and stopped by its PID; nothing is installed or left running.  Each also
+gets PR_SET_PDEATHSIG (SIGKILL): a test run or bench-compare that is
+killed takes its cluster with it (the signal follows the thread that
+started the daemon, so start the cluster from a thread that outlives it).  start()
 raises CephUnavailable, saying why and with the tail of the failing
 daemon's log, when the cluster cannot come up; the fixtures turn that
 into a skip.
@@ -39,6 +42,8 @@ import subprocess
 import time
 import uuid
 from pathlib import Path
+
+from spindle_daemon import die_with_parent
 
 POOL = "rbd"
 OSD_OP_TIMEOUT_S = 5
@@ -167,7 +172,8 @@ rados osd op timeout = {OSD_OP_TIMEOUT_S}
         log = open(self.dir / f"{name}.out", "wb")
         self.procs[name] = subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=log,
-            stderr=subprocess.STDOUT, env=self.env())
+            stderr=subprocess.STDOUT, env=self.env(),
+            preexec_fn=die_with_parent(signal.SIGKILL))
         log.close()
 
     def _check(self, name, what):
