@@ -1,0 +1,351 @@
+/*
+ * Unit tests of util/throttle.c (the leaky buckets, driven by a fake
+ * clock) and util/throttle-group.c (the throttle-group object: options,
+ * their errors, live changes).
+ *
+ * The bucket tests play a closed loop: a client that starts a request as
+ * soon as the state says it may (throttle_wait_ns() == 0), and otherwise
+ * moves the fake clock to when it may.  Counting what started in a
+ * window then gives the rates a real throttled queue would see.
+ */
+#include <math.h>
+#include <string.h>
+#include <glib.h>
+
+#include "test-helpers.h"
+#include "util/throttle.h"
+//TG #include "util/throttle-group.h"
+
+/* A client of ts that starts requests of bytes as fast as allowed. */
+typedef struct Client {
+    ThrottleState *ts;
+    int64_t now;
+    bool is_write;
+    uint64_t bytes;
+} Client;
+
+/* How many requests start from now until now + ns. */
+static int64_t client_run_for(Client *c, int64_t ns)
+{
+    int64_t end = c->now + ns, n = 0;
+
+    for (;;) {
+        int64_t wait = throttle_wait_ns(c->ts, c->is_write, c->now);
+
+        if (c->now + wait >= end) {
+            c->now = end;
+            return n;
+        }
+        c->now += wait;
+        throttle_account(c->ts, c->is_write, c->bytes);
+        n++;
+    }
+}
+
+static void config_set(ThrottleConfig *cfg, const char *name, int64_t v)
+{
+    const ThrottleParam *p = throttle_param_find(name);
+
+    g_assert_nonnull(p);
+    g_assert_true(throttle_param_set(cfg, p, "x-", v, NULL));
+}
+
+static void assert_near(double got, double want, double tolerance)
+{
+    if (fabs(got - want) > tolerance * want) {
+        g_error("got %.1f, expected %.1f within %.0f%%", got, want,
+                tolerance * 100);
+    }
+}
+
+/* One limit per row: a client of the given direction and size sees it. */
+typedef struct RateCase {
+    const char *param;
+    int64_t limit;
+    bool is_write;
+    uint64_t bytes;
+    bool count_bytes;            /* compare bytes (else requests) per s */
+} RateCase;
+
+static const RateCase rate_cases[] = {
+    { "iops-total", 1000, false, 4096, false },
+    { "iops-read", 500, false, 4096, false },
+    { "iops-write", 2000, true, 512, false },
+    { "bps-total", 10 * 1024 * 1024, true, 65536, true },
+    { "bps-read", 1024 * 1024, false, 4096, true },
+    { "bps-write", 4 * 1024 * 1024, true, 131072, true },
+};
+
+/* Over 10 s the average rate is the limit (the initial bucket of a tenth
+ * of a second is the only excess). */
+static void test_average_rate(const void *data)
+{
+    const RateCase *rc = data;
+    ThrottleConfig cfg;
+    ThrottleState ts;
+    Client c = { .ts = &ts, .is_write = rc->is_write, .bytes = rc->bytes };
+    double n, rate;
+
+    throttle_config_init(&cfg);
+    config_set(&cfg, rc->param, rc->limit);
+    g_assert_true(throttle_config_check(&cfg, "x-", NULL));
+    throttle_state_init(&ts, &cfg, 0);
+    n = client_run_for(&c, 10 * NS_PER_SEC);
+    rate = (rc->count_bytes ? n * rc->bytes : n) / 10.0;
+    assert_near(rate, rc->limit, 0.02);
+}
+
+
+/* A read limit leaves writes alone, and the other way round. */
+static void test_direction(void)
+{
+    ThrottleConfig cfg;
+    ThrottleState ts;
+
+    throttle_config_init(&cfg);
+    config_set(&cfg, "iops-read", 10);
+    throttle_state_init(&ts, &cfg, 0);
+    g_assert_true(throttle_config_limits(&cfg, false));
+    g_assert_false(throttle_config_limits(&cfg, true));
+    for (int i = 0; i < 1000; i++) {
+        g_assert_cmpint(throttle_wait_ns(&ts, true, 0), ==, 0);
+        throttle_account(&ts, true, 4096);
+    }
+    /* Writes filled nothing that reads wait for... */
+    g_assert_cmpint(throttle_wait_ns(&ts, false, 0), ==, 0);
+    /* ... and a total limit counts both. */
+    throttle_config_init(&cfg);
+    config_set(&cfg, "iops-total", 10);
+    throttle_state_init(&ts, &cfg, 0);
+    g_assert_true(throttle_config_limits(&cfg, true));
+    for (int i = 0; i < 5; i++) {
+        throttle_account(&ts, true, 4096);
+    }
+    g_assert_cmpint(throttle_wait_ns(&ts, false, 0), >, 0);
+}
+
+/*
+ * A burst: with max and max-length, max * max-length requests go at the
+ * burst rate (not faster), then the average takes over.
+ */
+static void test_burst(void)
+{
+    ThrottleConfig cfg;
+    ThrottleState ts;
+    Client c = { .ts = &ts, .bytes = 4096 };
+    int64_t n;
+
+    throttle_config_init(&cfg);
+    config_set(&cfg, "iops-total", 100);
+    config_set(&cfg, "iops-total-max", 1000);
+    config_set(&cfg, "iops-total-max-length", 4);
+    g_assert_true(throttle_config_check(&cfg, "x-", NULL));
+    throttle_state_init(&ts, &cfg, 0);
+
+    /* The first second runs at max (the burst level caps it)... */
+    n = client_run_for(&c, NS_PER_SEC);
+    assert_near(n, 1000, 0.15);
+    /* ... the burst lasts until max * max-length (4000 units, drained at
+     * 100/s meanwhile) are in: about 4.4 s at 1000/s ... */
+    n += client_run_for(&c, 3 * NS_PER_SEC);
+    assert_near(n, 4000, 0.15);
+    /* ... then 100/s. */
+    client_run_for(&c, 2 * NS_PER_SEC);
+    n = client_run_for(&c, 10 * NS_PER_SEC);
+    assert_near(n, 1000, 0.05);
+
+    /* After a rest long enough to drain the bucket, the burst again. */
+    c.now += 60 * NS_PER_SEC;
+    n = client_run_for(&c, NS_PER_SEC);
+    assert_near(n, 1000, 0.15);
+}
+
+/* max without max-length: max units at once, then the average. */
+static void test_burst_one_second(void)
+{
+    ThrottleConfig cfg;
+    ThrottleState ts;
+    Client c = { .ts = &ts, .bytes = 4096 };
+
+    throttle_config_init(&cfg);
+    config_set(&cfg, "iops-total", 10);
+    config_set(&cfg, "iops-total-max", 50);
+    throttle_state_init(&ts, &cfg, 0);
+    /* 50 at once: the bucket holds 50 before anything waits. */
+    for (int i = 0; i < 51; i++) {
+        g_assert_cmpint(throttle_wait_ns(&ts, false, 0), ==, 0);
+        throttle_account(&ts, false, 4096);
+    }
+    g_assert_cmpint(throttle_wait_ns(&ts, false, 0), >, 0);
+    c.now = 0;
+    assert_near(client_run_for(&c, 10 * NS_PER_SEC), 100, 0.05);
+}
+
+/* x-iops-size: a request of 4 * size counts as 4 operations. */
+static void test_iops_size(void)
+{
+    ThrottleConfig cfg;
+    ThrottleState ts;
+    Client c = { .ts = &ts, .bytes = 4 * 4096 };
+
+    throttle_config_init(&cfg);
+    config_set(&cfg, "iops-total", 400);
+    config_set(&cfg, "iops-size", 4096);
+    throttle_state_init(&ts, &cfg, 0);
+    assert_near(client_run_for(&c, 10 * NS_PER_SEC) / 10.0, 100, 0.02);
+    /* Smaller requests count as one. */
+    c.bytes = 512;
+    client_run_for(&c, NS_PER_SEC);
+    assert_near(client_run_for(&c, 10 * NS_PER_SEC) / 10.0, 400, 0.02);
+}
+
+/* Read and write limits with a total: each direction keeps its own
+ * limit, and the total caps the sum. */
+static void test_read_write_total(void)
+{
+    ThrottleConfig cfg;
+    ThrottleState ts;
+    int64_t now = 0, n[2] = { 0, 0 };
+
+    throttle_config_init(&cfg);
+    config_set(&cfg, "iops-read", 300);
+    config_set(&cfg, "bps-total", 400 * 4096);
+    g_assert_true(throttle_config_check(&cfg, "x-", NULL));
+    throttle_state_init(&ts, &cfg, 0);
+    /* A reader and a writer, both always ready: whichever may start
+     * first goes (the reader on a tie). */
+    for (;;) {
+        int64_t wait_r = throttle_wait_ns(&ts, false, now);
+        int64_t wait_w = throttle_wait_ns(&ts, true, now);
+        bool is_write = wait_w < wait_r;
+
+        now += MIN(wait_r, wait_w);
+        if (now >= 10 * NS_PER_SEC) {
+            break;
+        }
+        throttle_account(&ts, is_write, 4096);
+        n[is_write]++;
+    }
+    assert_near((n[0] + n[1]) / 10.0, 400, 0.03);
+    assert_near(n[0] / 10.0, 300, 0.03);
+}
+
+/* A new config takes effect at once: the buckets start again empty. */
+static void test_change_live(void)
+{
+    ThrottleConfig cfg;
+    ThrottleState ts;
+    Client c = { .ts = &ts, .bytes = 4096 };
+
+    throttle_config_init(&cfg);
+    config_set(&cfg, "iops-total", 100);
+    throttle_state_init(&ts, &cfg, 0);
+    assert_near(client_run_for(&c, 10 * NS_PER_SEC), 1000, 0.02);
+    config_set(&cfg, "iops-total", 1000);
+    throttle_state_init(&ts, &cfg, c.now);
+    assert_near(client_run_for(&c, 10 * NS_PER_SEC), 10000, 0.02);
+    config_set(&cfg, "iops-total", 0);
+    throttle_state_init(&ts, &cfg, c.now);
+    g_assert_false(throttle_config_limits(&cfg, false));
+    g_assert_cmpint(throttle_wait_ns(&ts, false, c.now), ==, 0);
+}
+
+/* A bad value or combination: the message names the property. */
+typedef struct BadConfig {
+    const char *set[3];          /* name=value */
+    const char *error;
+} BadConfig;
+
+static const BadConfig bad_configs[] = {
+    { { "iops-total=10", "iops-read=5" },
+      "Parameters 'x-iops-total' and 'x-iops-read' cannot be used" },
+    { { "bps-total=10", "bps-write=5" },
+      "Parameters 'x-bps-total' and 'x-bps-write' cannot be used" },
+    { { "iops-total=10", "iops-write=5", "iops-total-max=20" },
+      "Parameters 'x-iops-total' and 'x-iops-write' cannot be used" },
+    { { "iops-read-max=10" },
+      "Parameter 'x-iops-read-max' needs 'x-iops-read'" },
+    { { "bps-total=100", "bps-total-max=10" },
+      "Parameter 'x-bps-total-max' (10) cannot be lower than "
+      "'x-bps-total' (100)" },
+    { { "iops-write=100", "iops-write-max-length=5" },
+      "Parameter 'x-iops-write-max-length' needs 'x-iops-write-max'" },
+};
+
+static void test_bad_config(void)
+{
+    for (size_t i = 0; i < G_N_ELEMENTS(bad_configs); i++) {
+        ThrottleConfig cfg;
+        Error *err = NULL;
+
+        throttle_config_init(&cfg);
+        for (int j = 0; j < 3 && bad_configs[i].set[j]; j++) {
+            g_auto(GStrv) kv = g_strsplit(bad_configs[i].set[j], "=", 2);
+
+            config_set(&cfg, kv[0], g_ascii_strtoll(kv[1], NULL, 10));
+        }
+        g_assert_false(throttle_config_check(&cfg, "x-", &err));
+        g_assert_nonnull(err);
+        if (!strstr(error_get_pretty(err), bad_configs[i].error)) {
+            g_error("'%s' does not contain '%s'", error_get_pretty(err),
+                    bad_configs[i].error);
+        }
+        error_free(err);
+    }
+}
+
+/* Out-of-range values, each named. */
+static void test_bad_value(void)
+{
+    static const struct {
+        const char *name;
+        int64_t value;
+    } bad[] = {
+        { "iops-total", -1 },
+        { "bps-read", THROTTLE_VALUE_MAX + 1 },
+        { "iops-total-max", -5 },
+        { "bps-write-max-length", 0 },
+        { "iops-read-max-length", (int64_t)UINT32_MAX + 1 },
+        { "iops-size", -1 },
+    };
+    ThrottleConfig cfg;
+
+    throttle_config_init(&cfg);
+    for (size_t i = 0; i < G_N_ELEMENTS(bad); i++) {
+        Error *err = NULL;
+        g_autofree char *want = g_strdup_printf("Parameter 'limits.%s' "
+                                                "expects a value from",
+                                                bad[i].name);
+
+        g_assert_false(throttle_param_set(&cfg,
+                                          throttle_param_find(bad[i].name),
+                                          "limits.", bad[i].value, &err));
+        g_assert_nonnull(strstr(error_get_pretty(err), want));
+        error_free(err);
+    }
+    /* Nothing was changed. */
+    for (int i = 0; i < THROTTLE_BUCKETS; i++) {
+        g_assert_cmpint(cfg.limit[i].avg, ==, 0);
+        g_assert_cmpint(cfg.limit[i].max_length, ==, 1);
+    }
+}
+
+static const TestCase tests[] = {
+    { "/throttle/rate/iops-total", NULL, test_average_rate, &rate_cases[0] },
+    { "/throttle/rate/iops-read", NULL, test_average_rate, &rate_cases[1] },
+    { "/throttle/rate/iops-write", NULL, test_average_rate, &rate_cases[2] },
+    { "/throttle/rate/bps-total", NULL, test_average_rate, &rate_cases[3] },
+    { "/throttle/rate/bps-read", NULL, test_average_rate, &rate_cases[4] },
+    { "/throttle/rate/bps-write", NULL, test_average_rate, &rate_cases[5] },
+    { "/throttle/direction", test_direction },
+    { "/throttle/burst/long", test_burst },
+    { "/throttle/burst/one-second", test_burst_one_second },
+    { "/throttle/iops-size", test_iops_size },
+    { "/throttle/read-write-total", test_read_write_total },
+    { "/throttle/change-live", test_change_live },
+    { "/throttle/config/bad-combination", test_bad_config },
+    { "/throttle/config/bad-value", test_bad_value },
+};
+
+/* Below the 30 s meson timeout, so that the watchdog reports first. */
+TEST_MAIN(tests, 25)
