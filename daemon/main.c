@@ -94,6 +94,8 @@
 #include "util/error.h"
 #include "util/iothread.h"
 #include "util/listen-fds.h"
+#include "util/object.h"
+#include "util/throttle-group.h"
 #include "util/opts.h"
 #include "daemon/config.h"
 #include "daemon/notify.h"
@@ -184,6 +186,10 @@ static void daemon_print_help(void)
 "           [,poll-policy=predictive|fixed|qemu-classic|qemu-weighted]\n"
 "                         create an IOThread (--object help,\n"
 "                         --object iothread,help: list types, properties)\n"
+"  --object throttle-group,id=ID[,x-iops-total=N][,x-bps-total=N]\n"
+"           [,x-iops-read=N][,x-bps-write-max=N][,...][,x-iops-size=N]\n"
+"                         I/O limits that throttle nodes share\n"
+"                         (--object throttle-group,help: the properties)\n"
 "  --blockdev OPTIONS     open a block node: key=value pairs or JSON, e.g.\n"
 "                         driver=file,node-name=disk0,filename=vm.img\n"
 "  --export [type=]vhost-user-blk,id=ID,node-name=NODE,\n"
@@ -334,7 +340,7 @@ static void daemon_collect_options(int argc, char **argv, Daemon *d,
             daemon_read_config(d, optarg, out);
             break;
         case OPT_OBJECT:
-            help = iothread_option_help(optarg);
+            help = object_option_help(optarg);
             if (help) {
                 fputs(help, stdout);
                 exit(0);
@@ -369,10 +375,11 @@ static void daemon_collect_options(int argc, char **argv, Daemon *d,
 /* ------------------------------------------------------------------------ */
 /* --object                                                                  */
 
-/* iothread,id=ID,... or its JSON form (util/iothread.c reads both). */
+/* iothread,id=ID,... or throttle-group,id=ID,..., or the JSON form
+ * (util/object.c picks the type). */
 static bool daemon_add_object(Daemon *d, const char *arg, Error **errp)
 {
-    return iothread_create_from_option(arg, errp) != NULL;
+    return object_create_from_option(arg, errp);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -837,6 +844,7 @@ static void daemon_teardown(Daemon *d)
     for (guint i = iothreads->len; i-- > 0;) {
         iothread_destroy(g_ptr_array_index(iothreads, i));
     }
+    throttle_group_destroy_all();       /* no node uses them any more */
     daemon_remove_pidfile(d);
     listen_fds_cleanup();
     aio_set_fd_handler(d->ctx, d->sigfd, NULL, NULL, NULL, NULL, NULL);

@@ -26,6 +26,12 @@
  *
  * The properties, their types (JSON integer or string) and which are
  * read-only come from util/iothread.c's table, iothread_properties[].
+ *
+ * Throttle groups (util/throttle-group.h) are the other object type:
+ * object-add hands their members to util/object.c, object-del, qom-set
+ * and qom-get to the group's own functions, which read and write the
+ * "limits" object and the x- properties.  Ids are unique across the two
+ * types.
  * Every handler rejects members it does not know (qmp_args_check()).
  *
  * Threads: main thread only (QMP handlers run there).
@@ -44,6 +50,8 @@
 #include "monitor/qmp.h"
 #include "util/iothread.h"
 #include "util/keyval.h"
+#include "util/object.h"
+#include "util/throttle-group.h"
 
 /* Where QEMU puts user-created objects in the QOM tree. */
 #define QOM_OBJECTS_PREFIX "/objects/"
@@ -90,6 +98,11 @@ static JsonNode *qmp_object_add(JsonObject *args, Error **errp)
     const char *type, *id;
 
     assert_main_thread();
+    if (qmp_arg_str(args, "qom-type", true, &type, NULL) &&
+        !strcmp(type, THROTTLE_GROUP_TYPE)) {
+        /* Its members are its own (util/throttle-group.c). */
+        return object_add_json(args, errp) ? qmp_return_empty() : NULL;
+    }
     g_ptr_array_add(allowed, (gpointer)"qom-type");
     g_ptr_array_add(allowed, (gpointer)"id");
     for (const IOThreadProperty *p = iothread_properties; p->name; p++) {
@@ -102,6 +115,11 @@ static JsonNode *qmp_object_add(JsonObject *args, Error **errp)
         !iothread_check_type(type, errp) ||
         !qmp_arg_str(args, "id", true, &id, errp) ||
         !qmp_args_check(args, (const char *const *)allowed->pdata, errp)) {
+        return NULL;
+    }
+    if (throttle_group_lookup(id)) {
+        error_setg(errp, "iothread: id '%s' is already the id of a "
+                   THROTTLE_GROUP_TYPE, id);
         return NULL;
     }
     props = object_add_props(args, errp);
@@ -150,6 +168,10 @@ static JsonNode *qmp_object_del(JsonObject *args, Error **errp)
         return NULL;
     }
     iot = iothread_lookup(id);
+    if (!iot && throttle_group_lookup(id)) {
+        return throttle_group_destroy(throttle_group_lookup(id), errp) ?
+               qmp_return_empty() : NULL;
+    }
     if (!iot) {
         error_setg(errp, "object '%s' not found", id);
         return NULL;
@@ -189,6 +211,45 @@ static IOThread *qom_resolve(const char *path, Error **errp)
     return iot;
 }
 
+/*
+ * The throttle group that args' path names ("/objects/ID" or "ID"), or
+ * NULL (then the path is resolved as an IOThread's, with its messages).
+ */
+static ThrottleGroup *qom_throttle_group(JsonObject *args)
+{
+    const char *path;
+
+    if (!qmp_arg_str(args, "path", true, &path, NULL)) {
+        return NULL;
+    }
+    if (g_str_has_prefix(path, QOM_OBJECTS_PREFIX)) {
+        path += strlen(QOM_OBJECTS_PREFIX);
+    }
+    return throttle_group_lookup(path);
+}
+
+/* qom-set (set) or qom-get of a throttle group's property. */
+static JsonNode *qom_throttle_group_prop(ThrottleGroup *tg, JsonObject *args,
+                                         const char *const *allowed, bool set,
+                                         Error **errp)
+{
+    const char *name;
+
+    if (!qmp_arg_str(args, "property", true, &name, errp) ||
+        !qmp_args_check(args, allowed, errp)) {
+        return NULL;
+    }
+    if (!set) {
+        return throttle_group_get(tg, name, errp);
+    }
+    if (!json_object_has_member(args, "value")) {
+        error_setg(errp, "Parameter 'value' is missing");
+        return NULL;
+    }
+    return throttle_group_set(tg, name, json_object_get_member(args, "value"),
+                              errp) ? qmp_return_empty() : NULL;
+}
+
 /* The path and property of qom-get / qom-set. */
 static IOThread *qom_args(JsonObject *args, const char *const *allowed,
                           const IOThreadProperty **prop, Error **errp)
@@ -220,6 +281,10 @@ static JsonNode *qmp_qom_set(JsonObject *args, Error **errp)
     bool ok;
 
     assert_main_thread();
+    if (qom_throttle_group(args)) {
+        return qom_throttle_group_prop(qom_throttle_group(args), args,
+                                       allowed, true, errp);
+    }
     iot = qom_args(args, allowed, &prop, errp);
     if (!iot) {
         return NULL;
@@ -258,6 +323,10 @@ static JsonNode *qmp_qom_get(JsonObject *args, Error **errp)
     int64_t v;
 
     assert_main_thread();
+    if (qom_throttle_group(args)) {
+        return qom_throttle_group_prop(qom_throttle_group(args), args,
+                                       allowed, false, errp);
+    }
     iot = qom_args(args, allowed, &prop, errp);
     if (!iot) {
         return NULL;

@@ -44,6 +44,7 @@
 #include "util/iothread.h"
 #include "util/main-thread.h"
 #include "util/keyval.h"
+#include "util/object.h"
 #include "util/opts.h"
 
 /* The one object type --object and object-add know. */
@@ -608,7 +609,7 @@ bool iothread_check_type(const char *type, Error **errp)
 {
     if (strcmp(type, IOTHREAD_TYPE)) {
         error_setg(errp, "Object type '%s' is not supported (Spindle has: "
-                   IOTHREAD_TYPE ")", type);
+                   OBJECT_TYPE_NAMES ")", type);
         return false;
     }
     return true;

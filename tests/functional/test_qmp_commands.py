@@ -269,7 +269,7 @@ def test_object_add_and_del_an_iothread(daemon):
     ({"id": "x"}, "Parameter 'qom-type' is missing"),
     ({"qom-type": "memory-backend-memfd", "id": "x"},
      "Object type 'memory-backend-memfd' is not supported (Spindle has: "
-     "iothread)"),
+     "iothread, throttle-group)"),
     ({"qom-type": "iothread"}, "Parameter 'id' is missing"),
     ({"qom-type": 7, "id": "x"},
      "Invalid parameter type for 'qom-type', expected: string"),

@@ -14,7 +14,6 @@
 
 #include "test-helpers.h"
 #include "util/throttle.h"
-//TG #include "util/throttle-group.h"
 
 /* A client of ts that starts requests of bytes as fast as allowed. */
 typedef struct Client {
