@@ -59,6 +59,7 @@ static const BlockDriverName block_drivers[] = {
     { "null-aio", &block_driver_null },     /* QEMU's other name for it */
     { "raw", &block_driver_raw },
     { "blkdebug", &block_driver_blkdebug },
+    { "throttle", &block_driver_throttle },
 #ifdef CONFIG_LIBNBD
     { "nbd", &block_driver_nbd },
 #else

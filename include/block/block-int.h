@@ -470,6 +470,7 @@ extern const BlockDriver block_driver_file;
 extern const BlockDriver block_driver_null;
 extern const BlockDriver block_driver_raw;
 extern const BlockDriver block_driver_blkdebug;
+extern const BlockDriver block_driver_throttle;
 #ifdef CONFIG_LIBNBD
 extern const BlockDriver block_driver_nbd;
 #endif
