@@ -13,7 +13,9 @@
 #include <glib.h>
 
 #include "test-helpers.h"
+#include "util/object.h"
 #include "util/throttle.h"
+#include "util/throttle-group.h"
 
 /* A client of ts that starts requests of bytes as fast as allowed. */
 typedef struct Client {
@@ -329,6 +331,197 @@ static void test_bad_value(void)
     }
 }
 
+/* ------------------------------------------------------------------------ */
+/* The throttle-group object                                                 */
+
+/* Create a group from --object text; NULL with the message in *msg. */
+static ThrottleGroup *group_from_option(const char *arg, char **msg)
+{
+    g_autoptr(Opts) opts = NULL;
+    Error *err = NULL;
+    ThrottleGroup *tg = NULL;
+
+    if (object_create_from_option(arg, &err)) {
+        opts = opts_parse(arg, "qom-type", NULL);
+        g_assert_nonnull(opts);
+        g_assert_true(opts_get_str(opts, "id", NULL, (const char **)msg,
+                                   NULL));
+        tg = throttle_group_lookup(*msg);
+        *msg = NULL;
+        g_assert_nonnull(tg);
+    } else {
+        *msg = g_strdup(error_get_pretty(err));
+        error_free(err);
+    }
+    return tg;
+}
+
+static void group_destroy(ThrottleGroup *tg)
+{
+    g_assert_true(throttle_group_destroy(tg, NULL));
+}
+
+static int64_t group_get_int(ThrottleGroup *tg, const char *name)
+{
+    g_autoptr(JsonNode) v = throttle_group_get(tg, name, NULL);
+
+    g_assert_nonnull(v);
+    return json_node_get_int(v);
+}
+
+/* Both spellings of --object give the same limits. */
+static void test_group_options(void)
+{
+    static const char *const forms[] = {
+        "throttle-group,id=tg,x-iops-total=100,x-iops-total-max=200,"
+        "x-iops-total-max-length=3,x-bps-read=4096,x-iops-size=8192",
+        "throttle-group,id=tg,limits.iops-total=100,limits.iops-total-max="
+        "200,limits.iops-total-max-length=3,limits.bps-read=4096,"
+        "limits.iops-size=8192",
+        "{\"qom-type\": \"throttle-group\", \"id\": \"tg\", \"limits\": "
+        "{\"iops-total\": 100, \"iops-total-max\": 200, "
+        "\"iops-total-max-length\": 3, \"bps-read\": 4096}, "
+        "\"x-iops-size\": 8192}",
+    };
+
+    for (size_t i = 0; i < G_N_ELEMENTS(forms); i++) {
+        g_autofree char *msg = NULL;
+        ThrottleGroup *tg = group_from_option(forms[i], &msg);
+        ThrottleConfig cfg;
+
+        g_assert_null(msg);
+        throttle_group_get_config(tg, &cfg);
+        g_assert_cmpint(cfg.limit[THROTTLE_IOPS_TOTAL].avg, ==, 100);
+        g_assert_cmpint(cfg.limit[THROTTLE_IOPS_TOTAL].max, ==, 200);
+        g_assert_cmpint(cfg.limit[THROTTLE_IOPS_TOTAL].max_length, ==, 3);
+        g_assert_cmpint(cfg.limit[THROTTLE_BPS_READ].avg, ==, 4096);
+        g_assert_cmpint(cfg.op_size, ==, 8192);
+        g_assert_true(atomic_load(&tg->limited[0]));
+        g_assert_true(atomic_load(&tg->limited[1]));
+        group_destroy(tg);
+    }
+}
+
+/* Bad options: one message naming the property; nothing is created. */
+static void test_group_bad_options(void)
+{
+    static const char *const bad[][2] = {
+        { "throttle-group,x-iops-total=1", "Parameter 'id' is missing" },
+        { "throttle-group,id=a b", "Parameter 'id' expects an identifier" },
+        { "throttle-group,id=tg,x-iops-total=x",
+          "Parameter 'x-iops-total' expects an integer" },
+        { "throttle-group,id=tg,x-bps-read=-1",
+          "Parameter 'x-bps-read' expects a value from 0" },
+        { "throttle-group,id=tg,x-iops-read=1,x-iops-total=1",
+          "Parameters 'x-iops-total' and 'x-iops-read' cannot be used" },
+        { "throttle-group,id=tg,limits.bps-write-max=10",
+          "Parameter 'limits.bps-write-max' needs 'limits.bps-write'" },
+        { "throttle-group,id=tg,limits=5",
+          "Parameter 'limits' expects an object" },
+        { "throttle-group,id=tg,limits.iops=5",
+          "Invalid parameter 'limits.iops'" },
+        { "throttle-group,id=tg,poll-max-ns=5",
+          "Invalid parameter 'poll-max-ns'" },
+        { "throttle-grp,id=tg", "Object type 'throttle-grp' is not "
+          "supported (Spindle has: iothread, throttle-group)" },
+    };
+
+    for (size_t i = 0; i < G_N_ELEMENTS(bad); i++) {
+        g_autofree char *msg = NULL;
+
+        g_assert_null(group_from_option(bad[i][0], &msg));
+        if (!strstr(msg, bad[i][1])) {
+            g_error("%s: '%s' does not contain '%s'", bad[i][0], msg,
+                    bad[i][1]);
+        }
+        g_assert_null(throttle_group_lookup("tg"));
+    }
+}
+
+/* qom-set of limits changes the members given; of x-: that one. */
+static void test_group_set_get(void)
+{
+    g_autofree char *msg = NULL;
+    ThrottleGroup *tg = group_from_option(
+        "throttle-group,id=tg,x-iops-total=100,x-bps-write=1000", &msg);
+    g_autoptr(JsonNode) limits = json_from_string(
+        "{\"iops-total\": 0, \"iops-read\": 50, \"iops-write\": 70}", NULL);
+    g_autoptr(JsonNode) bad = json_from_string("{\"iops-total\": 10}", NULL);
+    g_autoptr(JsonNode) five = json_from_string("5", NULL);
+    g_autoptr(JsonNode) got = NULL;
+    Error *err = NULL;
+
+    g_assert_true(throttle_group_set(tg, "limits", limits, NULL));
+    g_assert_cmpint(group_get_int(tg, "x-iops-total"), ==, 0);
+    g_assert_cmpint(group_get_int(tg, "x-iops-read"), ==, 50);
+    g_assert_cmpint(group_get_int(tg, "x-iops-write"), ==, 70);
+    g_assert_cmpint(group_get_int(tg, "x-bps-write"), ==, 1000);
+    g_assert_true(throttle_group_set(tg, "x-iops-size", five, NULL));
+    g_assert_cmpint(group_get_int(tg, "x-iops-size"), ==, 5);
+
+    /* A bad change leaves everything as it was. */
+    g_assert_false(throttle_group_set(tg, "limits", bad, &err));
+    g_assert_nonnull(strstr(error_get_pretty(err), "Parameters "
+                            "'limits.iops-total' and 'limits.iops-read'"));
+    g_clear_pointer(&err, error_free);
+    g_assert_cmpint(group_get_int(tg, "x-iops-total"), ==, 0);
+    g_assert_false(throttle_group_set(tg, "iops-total", five, &err));
+    g_assert_nonnull(strstr(error_get_pretty(err),
+                            "Property 'throttle-group.iops-total' not found"));
+    g_clear_pointer(&err, error_free);
+
+    /* limits shows every member, QEMU's ThrottleLimits. */
+    got = throttle_group_get(tg, "limits", NULL);
+    g_assert_cmpint(json_object_get_size(json_node_get_object(got)), ==, 19);
+    g_assert_cmpint(json_object_get_int_member(json_node_get_object(got),
+                                               "bps-write-max-length"), ==, 1);
+    group_destroy(tg);
+}
+
+/* A group in use cannot go; ids are unique across object types. */
+static void test_group_users_and_ids(void)
+{
+    g_autofree char *msg = NULL;
+    ThrottleGroup *tg = group_from_option("throttle-group,id=tg", &msg);
+    Error *err = NULL;
+
+    g_assert_false(atomic_load(&tg->limited[0]));
+    throttle_group_add_user(tg);
+    g_assert_false(throttle_group_destroy(tg, &err));
+    g_assert_cmpstr(error_get_pretty(err), ==,
+                    "throttle-group 'tg' is in use by 1 throttle node");
+    g_clear_pointer(&err, error_free);
+    throttle_group_destroy_all();
+    g_assert_true(throttle_group_lookup("tg") == tg);
+    throttle_group_remove_user(tg);
+
+    g_assert_false(object_create_from_option("iothread,id=tg", &err));
+    g_assert_cmpstr(error_get_pretty(err), ==,
+                    "iothread: id 'tg' is already the id of a throttle-group");
+    g_clear_pointer(&err, error_free);
+    g_assert_false(object_create_from_option("throttle-group,id=tg", &err));
+    g_assert_nonnull(strstr(error_get_pretty(err), "already exists"));
+    g_clear_pointer(&err, error_free);
+    g_assert_true(object_id_taken("tg"));
+    throttle_group_destroy_all();
+    g_assert_null(throttle_group_lookup("tg"));
+    g_assert_false(object_id_taken("tg"));
+}
+
+static void test_group_help(void)
+{
+    g_autofree char *types = object_option_help("help");
+    g_autofree char *props = object_option_help("throttle-group,help");
+    g_autofree char *keyed = object_option_help("qom-type=throttle-group,"
+                                                "help");
+
+    g_assert_cmpstr(types, ==, "Available object types:\n  iothread\n"
+                    "  throttle-group\n");
+    g_assert_nonnull(strstr(props, "x-bps-write-max-length=<int>"));
+    g_assert_cmpstr(props, ==, keyed);
+    g_assert_null(object_option_help("throttle-group,id=x"));
+}
+
 static const TestCase tests[] = {
     { "/throttle/rate/iops-total", NULL, test_average_rate, &rate_cases[0] },
     { "/throttle/rate/iops-read", NULL, test_average_rate, &rate_cases[1] },
@@ -344,6 +537,11 @@ static const TestCase tests[] = {
     { "/throttle/change-live", test_change_live },
     { "/throttle/config/bad-combination", test_bad_config },
     { "/throttle/config/bad-value", test_bad_value },
+    { "/throttle/group/options", test_group_options },
+    { "/throttle/group/bad-options", test_group_bad_options },
+    { "/throttle/group/set-get", test_group_set_get },
+    { "/throttle/group/users-and-ids", test_group_users_and_ids },
+    { "/throttle/group/help", test_group_help },
 };
 
 /* Below the 30 s meson timeout, so that the watchdog reports first. */
