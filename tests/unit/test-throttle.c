@@ -1,18 +1,22 @@
 /*
  * Unit tests of util/throttle.c (the leaky buckets, driven by a fake
- * clock) and util/throttle-group.c (the throttle-group object: options,
- * their errors, live changes).
+ * clock), util/throttle-group.c (the throttle-group object: options,
+ * their errors, live changes) and block/throttle.c (the filter: order,
+ * rate, flushes, a live change rescheduling waiting requests).
  *
  * The bucket tests play a closed loop: a client that starts a request as
  * soon as the state says it may (throttle_wait_ns() == 0), and otherwise
  * moves the fake clock to when it may.  Counting what started in a
  * window then gives the rates a real throttled queue would see.
  */
+#include <errno.h>
 #include <math.h>
 #include <string.h>
 #include <glib.h>
 
+#include "block-test-helpers.h"
 #include "test-helpers.h"
+#include "util/clock.h"
 #include "util/object.h"
 #include "util/throttle.h"
 #include "util/throttle-group.h"
@@ -522,6 +526,150 @@ static void test_group_help(void)
     g_assert_null(object_option_help("throttle-group,id=x"));
 }
 
+/* ------------------------------------------------------------------------ */
+/* The throttle filter                                                       */
+
+#define THROTTLE_NULL "driver=throttle,throttle-group=tg,file.driver=null-co," \
+                      "file.size=1M"
+
+/* A group tg from the --object text, and a throttle node over null-co. */
+static BlockNode *node_with_group(AioContext *ctx, const char *group)
+{
+    g_autofree char *msg = NULL;
+
+    g_assert_nonnull(group_from_option(group, &msg));
+    return open_ok(THROTTLE_NULL, ctx);
+}
+
+static void node_and_group_free(BlockNode *bs)
+{
+    ThrottleGroup *tg = throttle_group_lookup("tg");
+    Error *err = NULL;
+
+    /* In use: object-del is refused. */
+    g_assert_false(throttle_group_destroy(tg, &err));
+    error_free(err);
+    block_node_unref(bs);
+    group_destroy(tg);
+}
+
+/*
+ * 30 reads at 100 IOPS: the first ten go at once (the bucket holds a
+ * tenth of a second), the others one every 10 ms, in submission order;
+ * a flush submitted behind them is not held.
+ */
+static void test_node_order_and_rate(void)
+{
+    AioContext *ctx = ctx_new();
+    BlockNode *bs = node_with_group(ctx, "throttle-group,id=tg,"
+                                         "x-iops-total=100");
+    char buf[512];
+    TReq r[30], flush;
+    int64_t start = clock_now_ns(), elapsed;
+
+    for (int i = 0; i < 30; i++) {
+        treq_init(&r[i], BLOCK_OP_READ, i * 512, buf, 512);
+        treq_submit(bs, &r[i]);
+    }
+    treq_init(&flush, BLOCK_OP_FLUSH, 0, NULL, 0);
+    treq_submit(bs, &flush);
+    block_node_drain(bs);
+    elapsed = clock_now_ns() - start;
+    for (int i = 0; i < 30; i++) {
+        g_assert_true(r[i].done);
+        g_assert_cmpint(r[i].ret, ==, 0);
+        if (i > 0) {
+            g_assert_cmpuint(r[i].seq, >, r[i - 1].seq);
+        }
+    }
+    g_assert_cmpuint(flush.seq, <, r[29].seq);
+    /* 19 after the bucket's 11, at 10 ms each; generous upper bound for
+     * a loaded machine (timers only ever fire late). */
+    g_assert_cmpint(elapsed, >=, 180 * NS_PER_MS);
+    g_assert_cmpint(elapsed, <, 5 * NS_PER_SEC);
+    node_and_group_free(bs);
+    aio_context_unref(ctx);
+}
+
+/* A group without limits passes everything at once. */
+static void test_node_no_limits(void)
+{
+    AioContext *ctx = ctx_new();
+    BlockNode *bs = node_with_group(ctx, "throttle-group,id=tg");
+    static const BlockOp ops[] = {
+        BLOCK_OP_READ, BLOCK_OP_WRITE, BLOCK_OP_WRITE_ZEROES,
+        BLOCK_OP_DISCARD, BLOCK_OP_FLUSH,
+    };
+    char buf[512] = { 0 };
+
+    for (int i = 0; i < 1000; i++) {
+        BlockOp op = ops[i % G_N_ELEMENTS(ops)];
+        int64_t bytes = op == BLOCK_OP_FLUSH ? 0 : 512;
+
+        g_assert_cmpint(run_op(bs, op, 0, op == BLOCK_OP_READ ||
+                               op == BLOCK_OP_WRITE ? buf : NULL, bytes),
+                        ==, 0);
+    }
+    node_and_group_free(bs);
+    aio_context_unref(ctx);
+}
+
+/*
+ * Requests waiting for a slow limit go as soon as qom-set lifts it: the
+ * first queue of the ring is woken and looks again at once.  Writes only
+ * limited: reads pass the waiting writes.
+ */
+static void test_node_change_reschedules(void)
+{
+    AioContext *ctx = ctx_new();
+    BlockNode *bs = node_with_group(ctx, "throttle-group,id=tg,"
+                                         "x-iops-write=1");
+    g_autoptr(JsonNode) lift = json_from_string("{\"iops-write\": 0}", NULL);
+    char buf[512] = { 0 };
+    TReq w[3], rd;
+    int64_t start;
+
+    for (int i = 0; i < 3; i++) {
+        treq_init(&w[i], BLOCK_OP_WRITE, 0, buf, 512);
+        treq_submit(bs, &w[i]);
+    }
+    treq_init(&rd, BLOCK_OP_READ, 0, buf, 512);
+    treq_submit(bs, &rd);
+    /* (No drain: it would wait for the writes.)  The first write went (it
+     * fits the empty bucket), the read too; the next write waits a
+     * second. */
+    start = clock_now_ns();
+    while (!w[0].done || !rd.done ||
+           clock_now_ns() - start < 50 * NS_PER_MS) {
+        aio_poll(ctx, false);
+    }
+    g_assert_cmpint(rd.ret, ==, 0);
+    g_assert_false(w[1].done);
+
+    g_assert_true(throttle_group_set(throttle_group_lookup("tg"), "limits",
+                                     lift, NULL));
+    start = clock_now_ns();
+    block_node_drain(bs);
+    g_assert_true(w[1].done && w[2].done);
+    g_assert_cmpint(clock_now_ns() - start, <, 500 * NS_PER_MS);
+    node_and_group_free(bs);
+    aio_context_unref(ctx);
+}
+
+static void test_node_open_errors(void)
+{
+    AioContext *ctx = ctx_new();
+
+    open_fails("driver=throttle,file.driver=null-co", ctx,
+               "Parameter 'throttle-group' is missing");
+    open_fails(THROTTLE_NULL, ctx, "no throttle-group 'tg'");
+    g_assert_true(object_create_from_option("throttle-group,id=tg", NULL));
+    open_fails("driver=throttle,throttle-group=tg", ctx, "'file'");
+    /* A failed open does not count as a user. */
+    group_destroy(throttle_group_lookup("tg"));
+    aio_context_unref(ctx);
+}
+
 static const TestCase tests[] = {
     { "/throttle/rate/iops-total", NULL, test_average_rate, &rate_cases[0] },
     { "/throttle/rate/iops-read", NULL, test_average_rate, &rate_cases[1] },
@@ -542,6 +690,10 @@ static const TestCase tests[] = {
     { "/throttle/group/set-get", test_group_set_get },
     { "/throttle/group/users-and-ids", test_group_users_and_ids },
     { "/throttle/group/help", test_group_help },
+    { "/throttle/node/order-and-rate", test_node_order_and_rate },
+    { "/throttle/node/no-limits", test_node_no_limits },
+    { "/throttle/node/change-reschedules", test_node_change_reschedules },
+    { "/throttle/node/open-errors", test_node_open_errors },
 };
 
 /* Below the 30 s meson timeout, so that the watchdog reports first. */
