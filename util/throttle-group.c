@@ -28,20 +28,13 @@
 #include "util/main-thread.h"
 #include "util/throttle-group.h"
 
-/* Every group, in creation order; main thread only. */
-static GPtrArray *throttle_groups;
+/* Every group by id (keys: their id strings); main thread only. */
+static GHashTable *throttle_groups;
 
 ThrottleGroup *throttle_group_lookup(const char *id)
 {
     assert_main_thread();
-    for (guint i = 0; throttle_groups && i < throttle_groups->len; i++) {
-        ThrottleGroup *tg = g_ptr_array_index(throttle_groups, i);
-
-        if (!strcmp(tg->id, id)) {
-            return tg;
-        }
-    }
-    return NULL;
+    return throttle_groups ? g_hash_table_lookup(throttle_groups, id) : NULL;
 }
 
 /*
@@ -154,15 +147,15 @@ ThrottleGroup *throttle_group_create(Opts *opts,
     g_mutex_init(&tg->lock);
     throttle_group_apply(tg, &cfg);
     if (!throttle_groups) {
-        throttle_groups = g_ptr_array_new();
+        throttle_groups = g_hash_table_new(g_str_hash, g_str_equal);
     }
-    g_ptr_array_add(throttle_groups, tg);
+    g_hash_table_insert(throttle_groups, tg->id, tg);
     return tg;
 }
 
+/* tg, already out of the registry. */
 static void throttle_group_free(ThrottleGroup *tg)
 {
-    g_ptr_array_remove(throttle_groups, tg);
     g_mutex_clear(&tg->lock);
     g_free(tg->id);
     g_free(tg);
@@ -176,17 +169,24 @@ bool throttle_group_destroy(ThrottleGroup *tg, Error **errp)
                    "node%s", tg->id, tg->users, tg->users == 1 ? "" : "s");
         return false;
     }
+    g_hash_table_remove(throttle_groups, tg->id);
     throttle_group_free(tg);
     return true;
 }
 
 void throttle_group_destroy_all(void)
 {
-    assert_main_thread();
-    for (guint i = throttle_groups ? throttle_groups->len : 0; i-- > 0;) {
-        ThrottleGroup *tg = g_ptr_array_index(throttle_groups, i);
+    GHashTableIter iter;
+    gpointer tg;
 
-        if (!tg->users) {
+    assert_main_thread();
+    if (!throttle_groups) {
+        return;
+    }
+    g_hash_table_iter_init(&iter, throttle_groups);
+    while (g_hash_table_iter_next(&iter, NULL, &tg)) {
+        if (!((ThrottleGroup *)tg)->users) {
+            g_hash_table_iter_remove(&iter);
             throttle_group_free(tg);
         }
     }

@@ -29,16 +29,11 @@ import pytest
 
 from conftest import check_one_line_error, make_image, run_spindle, two_cpus
 from qmp_util import SpindleQmp
+from test_bench import RUN_TIMEOUT_S, bench, run_json  # noqa: F401 (fixture)
 
-BENCH = "tools/bench/spindle-bench"
 NULL_SIZE = 1 << 30
-RUN_TIMEOUT_S = 60
-
-
-@pytest.fixture
-def bench(binary):
-    return binary(BENCH)
-
+# Several benches and the daemon share two CPUs: none of them spins.
+BENCH_ARGS = ["--completion=interrupt", "--connect-timeout=5000"]
 
 def throttled_disk(name, group, iothread="iot0"):
     """A null-co node under a throttle node in group, exported as name."""
@@ -56,8 +51,7 @@ def export(workdir, name, iothread="iot0"):
 
 def start_bench(bench, workdir, name, *args):
     argv = [str(bench), f"--socket={workdir / name}.sock", "--json",
-            "--completion=interrupt", "--connect-timeout=5000",
-            *[str(a) for a in args]]
+            *BENCH_ARGS, *[str(a) for a in args]]
     return subprocess.Popen(argv, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 
@@ -69,7 +63,7 @@ def finish_bench(proc):
 
 
 def run_bench(bench, workdir, name, *args):
-    return finish_bench(start_bench(bench, workdir, name, *args))
+    return run_json(bench, f"{workdir / name}.sock", *BENCH_ARGS, *args)[0]
 
 
 def iothread_poll(d, iot):

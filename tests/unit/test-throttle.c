@@ -10,6 +10,7 @@
  * window then gives the rates a real throttled queue would see.
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <math.h>
 #include <string.h>
 #include <glib.h>
@@ -55,6 +56,30 @@ static void config_set(ThrottleConfig *cfg, const char *name, int64_t v)
     g_assert_true(throttle_param_set(cfg, p, "x-", v, NULL));
 }
 
+/* cfg from spec: names of throttle_params and their values, such as
+ * "iops-total=100,iops-total-max=1000" (each value in its own range). */
+static void config_parse(ThrottleConfig *cfg, const char *spec)
+{
+    g_auto(GStrv) items = g_strsplit(spec, ",", -1);
+
+    throttle_config_init(cfg);
+    for (int i = 0; items[i]; i++) {
+        g_auto(GStrv) kv = g_strsplit(items[i], "=", 2);
+
+        config_set(cfg, kv[0], g_ascii_strtoll(kv[1], NULL, 10));
+    }
+}
+
+/* ts at time 0 with the limits of spec (config_parse()), which are valid;
+ * the config in *cfg. */
+static void state_init(ThrottleState *ts, ThrottleConfig *cfg,
+                       const char *spec)
+{
+    config_parse(cfg, spec);
+    g_assert_true(throttle_config_check(cfg, "x-", NULL));
+    throttle_state_init(ts, cfg, 0);
+}
+
 static void assert_near(double got, double want, double tolerance)
 {
     if (fabs(got - want) > tolerance * want) {
@@ -89,12 +114,11 @@ static void test_average_rate(const void *data)
     ThrottleConfig cfg;
     ThrottleState ts;
     Client c = { .ts = &ts, .is_write = rc->is_write, .bytes = rc->bytes };
+    g_autofree char *spec = g_strdup_printf("%s=%" PRId64, rc->param,
+                                            rc->limit);
     double n, rate;
 
-    throttle_config_init(&cfg);
-    config_set(&cfg, rc->param, rc->limit);
-    g_assert_true(throttle_config_check(&cfg, "x-", NULL));
-    throttle_state_init(&ts, &cfg, 0);
+    state_init(&ts, &cfg, spec);
     n = client_run_for(&c, 10 * NS_PER_SEC);
     rate = (rc->count_bytes ? n * rc->bytes : n) / 10.0;
     assert_near(rate, rc->limit, 0.02);
@@ -107,9 +131,7 @@ static void test_direction(void)
     ThrottleConfig cfg;
     ThrottleState ts;
 
-    throttle_config_init(&cfg);
-    config_set(&cfg, "iops-read", 10);
-    throttle_state_init(&ts, &cfg, 0);
+    state_init(&ts, &cfg, "iops-read=10");
     g_assert_true(throttle_config_limits(&cfg, false));
     g_assert_false(throttle_config_limits(&cfg, true));
     for (int i = 0; i < 1000; i++) {
@@ -119,9 +141,7 @@ static void test_direction(void)
     /* Writes filled nothing that reads wait for... */
     g_assert_cmpint(throttle_wait_ns(&ts, false, 0), ==, 0);
     /* ... and a total limit counts both. */
-    throttle_config_init(&cfg);
-    config_set(&cfg, "iops-total", 10);
-    throttle_state_init(&ts, &cfg, 0);
+    state_init(&ts, &cfg, "iops-total=10");
     g_assert_true(throttle_config_limits(&cfg, true));
     for (int i = 0; i < 5; i++) {
         throttle_account(&ts, true, 4096);
@@ -140,12 +160,8 @@ static void test_burst(void)
     Client c = { .ts = &ts, .bytes = 4096 };
     int64_t n;
 
-    throttle_config_init(&cfg);
-    config_set(&cfg, "iops-total", 100);
-    config_set(&cfg, "iops-total-max", 1000);
-    config_set(&cfg, "iops-total-max-length", 4);
-    g_assert_true(throttle_config_check(&cfg, "x-", NULL));
-    throttle_state_init(&ts, &cfg, 0);
+    state_init(&ts, &cfg, "iops-total=100,iops-total-max=1000,"
+               "iops-total-max-length=4");
 
     /* The first second runs at max (the burst level caps it)... */
     n = client_run_for(&c, NS_PER_SEC);
@@ -172,10 +188,7 @@ static void test_burst_one_second(void)
     ThrottleState ts;
     Client c = { .ts = &ts, .bytes = 4096 };
 
-    throttle_config_init(&cfg);
-    config_set(&cfg, "iops-total", 10);
-    config_set(&cfg, "iops-total-max", 50);
-    throttle_state_init(&ts, &cfg, 0);
+    state_init(&ts, &cfg, "iops-total=10,iops-total-max=50");
     /* 50 at once: the bucket holds 50 before anything waits. */
     for (int i = 0; i < 51; i++) {
         g_assert_cmpint(throttle_wait_ns(&ts, false, 0), ==, 0);
@@ -193,10 +206,7 @@ static void test_iops_size(void)
     ThrottleState ts;
     Client c = { .ts = &ts, .bytes = 4 * 4096 };
 
-    throttle_config_init(&cfg);
-    config_set(&cfg, "iops-total", 400);
-    config_set(&cfg, "iops-size", 4096);
-    throttle_state_init(&ts, &cfg, 0);
+    state_init(&ts, &cfg, "iops-total=400,iops-size=4096");
     assert_near(client_run_for(&c, 10 * NS_PER_SEC) / 10.0, 100, 0.02);
     /* Smaller requests count as one. */
     c.bytes = 512;
@@ -212,11 +222,7 @@ static void test_read_write_total(void)
     ThrottleState ts;
     int64_t now = 0, n[2] = { 0, 0 };
 
-    throttle_config_init(&cfg);
-    config_set(&cfg, "iops-read", 300);
-    config_set(&cfg, "bps-total", 400 * 4096);
-    g_assert_true(throttle_config_check(&cfg, "x-", NULL));
-    throttle_state_init(&ts, &cfg, 0);
+    state_init(&ts, &cfg, "iops-read=300,bps-total=1638400");
     /* A reader and a writer, both always ready: whichever may start
      * first goes (the reader on a tie). */
     for (;;) {
@@ -242,9 +248,7 @@ static void test_change_live(void)
     ThrottleState ts;
     Client c = { .ts = &ts, .bytes = 4096 };
 
-    throttle_config_init(&cfg);
-    config_set(&cfg, "iops-total", 100);
-    throttle_state_init(&ts, &cfg, 0);
+    state_init(&ts, &cfg, "iops-total=100");
     assert_near(client_run_for(&c, 10 * NS_PER_SEC), 1000, 0.02);
     config_set(&cfg, "iops-total", 1000);
     throttle_state_init(&ts, &cfg, c.now);
@@ -256,26 +260,29 @@ static void test_change_live(void)
 }
 
 /* A bad value or combination: the message names the property. */
-typedef struct BadConfig {
-    const char *set[3];          /* name=value */
-    const char *error;
-} BadConfig;
-
-static const BadConfig bad_configs[] = {
-    { { "iops-total=10", "iops-read=5" },
+/* A bad combination (a config_parse() spec): the message names it. */
+static const char *const bad_configs[][2] = {
+    { "iops-total=10,iops-read=5",
       "Parameters 'x-iops-total' and 'x-iops-read' cannot be used" },
-    { { "bps-total=10", "bps-write=5" },
+    { "bps-total=10,bps-write=5",
       "Parameters 'x-bps-total' and 'x-bps-write' cannot be used" },
-    { { "iops-total=10", "iops-write=5", "iops-total-max=20" },
+    { "iops-total=10,iops-write=5,iops-total-max=20",
       "Parameters 'x-iops-total' and 'x-iops-write' cannot be used" },
-    { { "iops-read-max=10" },
-      "Parameter 'x-iops-read-max' needs 'x-iops-read'" },
-    { { "bps-total=100", "bps-total-max=10" },
+    { "iops-read-max=10", "Parameter 'x-iops-read-max' needs 'x-iops-read'" },
+    { "bps-total=100,bps-total-max=10",
       "Parameter 'x-bps-total-max' (10) cannot be lower than "
       "'x-bps-total' (100)" },
-    { { "iops-write=100", "iops-write-max-length=5" },
+    { "iops-write=100,iops-write-max-length=5",
       "Parameter 'x-iops-write-max-length' needs 'x-iops-write-max'" },
 };
+
+/* msg contains want; else fail, showing both. */
+static void assert_contains(const char *msg, const char *want)
+{
+    if (!strstr(msg, want)) {
+        g_error("'%s' does not contain '%s'", msg, want);
+    }
+}
 
 static void test_bad_config(void)
 {
@@ -283,49 +290,36 @@ static void test_bad_config(void)
         ThrottleConfig cfg;
         Error *err = NULL;
 
-        throttle_config_init(&cfg);
-        for (int j = 0; j < 3 && bad_configs[i].set[j]; j++) {
-            g_auto(GStrv) kv = g_strsplit(bad_configs[i].set[j], "=", 2);
-
-            config_set(&cfg, kv[0], g_ascii_strtoll(kv[1], NULL, 10));
-        }
+        config_parse(&cfg, bad_configs[i][0]);
         g_assert_false(throttle_config_check(&cfg, "x-", &err));
-        g_assert_nonnull(err);
-        if (!strstr(error_get_pretty(err), bad_configs[i].error)) {
-            g_error("'%s' does not contain '%s'", error_get_pretty(err),
-                    bad_configs[i].error);
-        }
+        assert_contains(error_get_pretty(err), bad_configs[i][1]);
         error_free(err);
     }
 }
 
-/* Out-of-range values, each named. */
+/* Out-of-range values (name=value), each named in the message. */
 static void test_bad_value(void)
 {
-    static const struct {
-        const char *name;
-        int64_t value;
-    } bad[] = {
-        { "iops-total", -1 },
-        { "bps-read", THROTTLE_VALUE_MAX + 1 },
-        { "iops-total-max", -5 },
-        { "bps-write-max-length", 0 },
-        { "iops-read-max-length", (int64_t)UINT32_MAX + 1 },
-        { "iops-size", -1 },
+    static const char *const bad[] = {
+        "iops-total=-1", "bps-read=1000000000000001", "iops-total-max=-5",
+        "bps-write-max-length=0", "iops-read-max-length=4294967296",
+        "iops-size=-1",
     };
     ThrottleConfig cfg;
 
     throttle_config_init(&cfg);
     for (size_t i = 0; i < G_N_ELEMENTS(bad); i++) {
-        Error *err = NULL;
+        g_auto(GStrv) kv = g_strsplit(bad[i], "=", 2);
         g_autofree char *want = g_strdup_printf("Parameter 'limits.%s' "
                                                 "expects a value from",
-                                                bad[i].name);
+                                                kv[0]);
+        Error *err = NULL;
 
-        g_assert_false(throttle_param_set(&cfg,
-                                          throttle_param_find(bad[i].name),
-                                          "limits.", bad[i].value, &err));
-        g_assert_nonnull(strstr(error_get_pretty(err), want));
+        g_assert_false(throttle_param_set(&cfg, throttle_param_find(kv[0]),
+                                          "limits.",
+                                          g_ascii_strtoll(kv[1], NULL, 10),
+                                          &err));
+        assert_contains(error_get_pretty(err), want);
         error_free(err);
     }
     /* Nothing was changed. */
@@ -434,10 +428,7 @@ static void test_group_bad_options(void)
         g_autofree char *msg = NULL;
 
         g_assert_null(group_from_option(bad[i][0], &msg));
-        if (!strstr(msg, bad[i][1])) {
-            g_error("%s: '%s' does not contain '%s'", bad[i][0], msg,
-                    bad[i][1]);
-        }
+        assert_contains(msg, bad[i][1]);
         g_assert_null(throttle_group_lookup("tg"));
     }
 }
@@ -532,37 +523,13 @@ static void test_group_help(void)
 #define THROTTLE_NULL "driver=throttle,throttle-group=tg,file.driver=null-co," \
                       "file.size=1M"
 
-/* A group tg from the --object text, and a throttle node over null-co. */
-static BlockNode *node_with_group(AioContext *ctx, const char *group)
-{
-    g_autofree char *msg = NULL;
-
-    g_assert_nonnull(group_from_option(group, &msg));
-    return open_ok(THROTTLE_NULL, ctx);
-}
-
-static void node_and_group_free(BlockNode *bs)
-{
-    ThrottleGroup *tg = throttle_group_lookup("tg");
-    Error *err = NULL;
-
-    /* In use: object-del is refused. */
-    g_assert_false(throttle_group_destroy(tg, &err));
-    error_free(err);
-    block_node_unref(bs);
-    group_destroy(tg);
-}
-
 /*
  * 30 reads at 100 IOPS: the first ten go at once (the bucket holds a
  * tenth of a second), the others one every 10 ms, in submission order;
  * a flush submitted behind them is not held.
  */
-static void test_node_order_and_rate(void)
+static void node_order_and_rate(AioContext *ctx, BlockNode *bs)
 {
-    AioContext *ctx = ctx_new();
-    BlockNode *bs = node_with_group(ctx, "throttle-group,id=tg,"
-                                         "x-iops-total=100");
     char buf[512];
     TReq r[30], flush;
     int64_t start = clock_now_ns(), elapsed;
@@ -587,15 +554,11 @@ static void test_node_order_and_rate(void)
      * a loaded machine (timers only ever fire late). */
     g_assert_cmpint(elapsed, >=, 180 * NS_PER_MS);
     g_assert_cmpint(elapsed, <, 5 * NS_PER_SEC);
-    node_and_group_free(bs);
-    aio_context_unref(ctx);
 }
 
 /* A group without limits passes everything at once. */
-static void test_node_no_limits(void)
+static void node_no_limits(AioContext *ctx, BlockNode *bs)
 {
-    AioContext *ctx = ctx_new();
-    BlockNode *bs = node_with_group(ctx, "throttle-group,id=tg");
     static const BlockOp ops[] = {
         BLOCK_OP_READ, BLOCK_OP_WRITE, BLOCK_OP_WRITE_ZEROES,
         BLOCK_OP_DISCARD, BLOCK_OP_FLUSH,
@@ -610,8 +573,6 @@ static void test_node_no_limits(void)
                                op == BLOCK_OP_WRITE ? buf : NULL, bytes),
                         ==, 0);
     }
-    node_and_group_free(bs);
-    aio_context_unref(ctx);
 }
 
 /*
@@ -619,11 +580,8 @@ static void test_node_no_limits(void)
  * first queue of the ring is woken and looks again at once.  Writes only
  * limited: reads pass the waiting writes.
  */
-static void test_node_change_reschedules(void)
+static void node_change_reschedules(AioContext *ctx, BlockNode *bs)
 {
-    AioContext *ctx = ctx_new();
-    BlockNode *bs = node_with_group(ctx, "throttle-group,id=tg,"
-                                         "x-iops-write=1");
     g_autoptr(JsonNode) lift = json_from_string("{\"iops-write\": 0}", NULL);
     char buf[512] = { 0 };
     TReq w[3], rd;
@@ -652,7 +610,36 @@ static void test_node_change_reschedules(void)
     block_node_drain(bs);
     g_assert_true(w[1].done && w[2].done);
     g_assert_cmpint(clock_now_ns() - start, <, 500 * NS_PER_MS);
-    node_and_group_free(bs);
+}
+
+/* A throttle node over null-co in a group tg made from group's text. */
+typedef struct NodeCase {
+    const char *group;
+    void (*body)(AioContext *ctx, BlockNode *bs);
+} NodeCase;
+
+static const NodeCase node_cases[] = {
+    { "throttle-group,id=tg,x-iops-total=100", node_order_and_rate },
+    { "throttle-group,id=tg", node_no_limits },
+    { "throttle-group,id=tg,x-iops-write=1", node_change_reschedules },
+};
+
+static void test_node(const void *data)
+{
+    const NodeCase *nc = data;
+    AioContext *ctx = ctx_new();
+    g_autofree char *msg = NULL;
+    ThrottleGroup *tg = group_from_option(nc->group, &msg);
+    BlockNode *bs = open_ok(THROTTLE_NULL, ctx);
+    Error *err = NULL;
+
+    g_assert_nonnull(tg);
+    nc->body(ctx, bs);
+    /* In use: object-del is refused. */
+    g_assert_false(throttle_group_destroy(tg, &err));
+    error_free(err);
+    block_node_unref(bs);
+    group_destroy(tg);
     aio_context_unref(ctx);
 }
 
@@ -690,9 +677,9 @@ static const TestCase tests[] = {
     { "/throttle/group/set-get", test_group_set_get },
     { "/throttle/group/users-and-ids", test_group_users_and_ids },
     { "/throttle/group/help", test_group_help },
-    { "/throttle/node/order-and-rate", test_node_order_and_rate },
-    { "/throttle/node/no-limits", test_node_no_limits },
-    { "/throttle/node/change-reschedules", test_node_change_reschedules },
+    { "/throttle/node/order-and-rate", NULL, test_node, &node_cases[0] },
+    { "/throttle/node/no-limits", NULL, test_node, &node_cases[1] },
+    { "/throttle/node/change-reschedules", NULL, test_node, &node_cases[2] },
     { "/throttle/node/open-errors", test_node_open_errors },
 };
 
