@@ -50,7 +50,7 @@ typedef struct ThrottleNodeState {
 
 /* Per BlockQueue (per context): its home thread, but for member. */
 typedef struct ThrottleQueue {
-    ThrottleGroupMember member;  /* first: the group's rings link these */
+    ThrottleGroupMember member;  /* what the group's rings link */
     BlockNode *bs;
     ThrottleGroup *tg;
     BlockReqFifo waiting[2];     /* [is_write] */
@@ -142,6 +142,10 @@ static void throttle_take_turns(ThrottleQueue *tq, bool is_write,
             aio_bh_schedule(tg->ring[is_write]->wake_bh);
         }
     }
+    /* No longer first: a timer armed while it was would only be a stale
+     * wake-up, and would keep submit from looking at the buckets when tq
+     * is first again. */
+    aio_timer_del(&tq->timer[is_write]);
 }
 
 /* Send what took its turn down to the child, in order. */
@@ -208,7 +212,8 @@ static void throttle_submit(BlockNode *bs, BlockRequest *req)
     }
     if (tg->ring[is_write] == &tq->member) {
         /* First in line: go now if the buckets allow, else arm the timer
-         * (once: a second request behind the first changes nothing). */
+         * (once: a second request behind the first changes nothing; an
+         * armed timer is always the first queue's, take_turns()). */
         if (!aio_timer_pending(&tq->timer[is_write])) {
             throttle_take_turns(tq, is_write, &go);
         }
