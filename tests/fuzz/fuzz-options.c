@@ -8,9 +8,10 @@
  *
  *   --blockdev  blockdev_add_str(): the node is opened and kept (null-co,
  *               raw, blkdebug; see below for file);
- *   --object    iothread_option_help(), then iothread_create_from_option():
- *               a valid one is created (its thread starts) and lives until
- *               the end of the input, as on the command line;
+ *   --object    object_option_help(), then object_create_from_option():
+ *               a valid iothread or throttle-group is created (an
+ *               IOThread's thread starts) and lives until the end of the
+ *               input, as on the command line;
  *   --export    export_opts_parse(), then export_create() over the nodes
  *               and IOThreads so far: everything is read and checked
  *               (common options, the type's, nodes, LUNs, IOThreads);
@@ -20,8 +21,8 @@
  *
  * Inputs that could name a host file are skipped (helpers.h), and so
  * are those holding "path": nothing an input does reaches the file
- * system.  At the end of the input every export, node and IOThread it
- * created is deleted.
+ * system.  At the end of the input every export, node, IOThread and
+ * throttle group it created is deleted.
  */
 #include <string.h>
 #include <glib.h>
@@ -30,7 +31,9 @@
 #include "export/export.h"
 #include "helpers.h"
 #include "util/iothread.h"
+#include "util/object.h"
 #include "util/opts.h"
+#include "util/throttle-group.h"
 
 static void option_blockdev(AioContext *ctx, const char *arg)
 {
@@ -43,13 +46,13 @@ static void option_blockdev(AioContext *ctx, const char *arg)
 static void option_object(const char *arg)
 {
     Error *err = NULL;
-    char *help = iothread_option_help(arg);
+    char *help = object_option_help(arg);
 
     if (help) {
         g_free(help);
         return;
     }
-    iothread_create_from_option(arg, &err);
+    object_create_from_option(arg, &err);
     error_free(err);
 }
 
@@ -108,6 +111,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     export_delete_all();
     blockdev_del_all();
     destroy_iothreads();
+    throttle_group_destroy_all();
     fuzz_poll(ctx);
     return 0;
 }
