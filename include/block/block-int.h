@@ -419,8 +419,8 @@ struct BlockDriver {
      * lock) or inactive (flush what was written, drop the lock).  bs is
      * idle when it goes inactive.  Already reflected in bs->inactive
      * only after success.  At open, open() reads block_node_is_active()
-     * instead.  Main thread.  NULL: nothing to do (null, raw, blkdebug:
-     * the generic layer walks down to the child).
+     * instead.  Main thread.  NULL: nothing to do (null, raw, blkdebug,
+     * throttle: the generic layer walks down to the child).
      */
     bool (*set_active)(BlockNode *bs, bool active, Error **errp);
 };

@@ -2,12 +2,12 @@
  * Block layer: nodes and requests.
  *
  * A block node is a named, reference-counted block device made by a driver
- * (file, null-co, raw, blkdebug) from options.  A node has a home
- * AioContext (block_node_submit() and friends use it), and may also be
+ * (file, null-co, raw, blkdebug, throttle, ...) from options.  A node has a
+ * home AioContext (block_node_submit() and friends use it), and may also be
  * used from other contexts through BlockQueues (block_queue_new()), one per
  * context: every request is submitted and completed in the home thread of
- * the context it was submitted in.  Filters (raw, blkdebug) sit on top of a
- * child node and live in the same context(s) as their child.
+ * the context it was submitted in.  Filters (raw, blkdebug, throttle) sit on
+ * top of a child node and live in the same context(s) as their child.
  *
  * Requests.  The caller owns the BlockRequest (typically embedded in its
  * own per-request structure, so a request costs one allocation in total),
@@ -163,7 +163,8 @@ bool block_node_get_cache_no_flush(const BlockNode *bs);
  * filename), or NULL (null-co, ...).  Borrowed. */
 const char *block_node_get_filename(const BlockNode *bs);
 
-/* The node below a filter or format (raw, blkdebug), or NULL.  Borrowed. */
+/* The node below a filter or format (raw, blkdebug, throttle), or NULL.
+ * Borrowed. */
 BlockNode *block_node_get_child(const BlockNode *bs);
 
 /* A registered node whose child is bs, or NULL.  Borrowed. */
