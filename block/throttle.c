@@ -43,6 +43,7 @@
 #include "block/block-int.h"
 #include "util/clock.h"
 #include "util/throttle-group.h"
+#include "util/trace.h"
 
 typedef struct ThrottleNodeState {
     ThrottleGroup *tg;
@@ -127,6 +128,7 @@ static void throttle_take_turns(ThrottleQueue *tq, bool is_write,
         BlockRequest *req;
 
         if (wait > 0) {
+            SPINDLE_TRACE3(throttle_wait, tq->bs, is_write, wait);
             aio_timer_mod(&tq->timer[is_write], now + wait);
             return;
         }
@@ -154,6 +156,7 @@ static void throttle_send(ThrottleQueue *tq, BlockReqFifo *go)
     BlockRequest *req;
 
     while ((req = block_req_fifo_pop(go))) {
+        SPINDLE_TRACE2(throttle_go, tq->bs, req);
         block_driver_submit(tq->bs->child, req);
     }
 }
