@@ -344,6 +344,17 @@ bool opts_has(Opts *opts, const char *key)
     return opts_lookup(opts, key, false) != NULL;
 }
 
+bool opts_take_null(Opts *opts, const char *key)
+{
+    JsonNode *node = opts_lookup(opts, key, false);
+
+    if (!node || !JSON_NODE_HOLDS_NULL(node)) {
+        return false;
+    }
+    opts_lookup(opts, key, true);
+    return true;
+}
+
 /* ------------------------------------------------------------------------ */
 /* Typed getters                                                             */
 

@@ -47,6 +47,10 @@ G_DEFINE_AUTOPTR_CLEANUP_FUNC(Opts, opts_free)
 /* True if key (dotted) is present. Does not mark it used. */
 bool opts_has(Opts *opts, const char *key);
 
+/* True (and key marked used) if key is present and JSON null, as in
+ * "backing": null.  Does nothing otherwise. */
+bool opts_take_null(Opts *opts, const char *key);
+
 /*
  * Typed getters.  A missing key leaves *out = def and succeeds; a present
  * key of the wrong type or out of range fails with an error naming the key.
