@@ -59,6 +59,7 @@ static const BlockDriverName block_drivers[] = {
     { "null-aio", &block_driver_null },     /* QEMU's other name for it */
     { "raw", &block_driver_raw },
     { "blkdebug", &block_driver_blkdebug },
+    { "qcow2", &block_driver_qcow2 },
     { "throttle", &block_driver_throttle },
 #ifdef CONFIG_LIBNBD
     { "nbd", &block_driver_nbd },
@@ -583,6 +584,18 @@ bool block_driver_truncate(BlockNode *bs, int64_t size, Error **errp)
 static void block_node_publish_length(BlockNode *bs, int64_t len)
 {
     atomic_store_explicit(&bs->length, len, memory_order_release);
+}
+
+void block_node_grow_length(BlockNode *bs, int64_t len)
+{
+    int64_t cur = block_node_length(bs);
+
+    while (cur < len &&
+           !atomic_compare_exchange_weak_explicit(&bs->length, &cur, len,
+                                                  memory_order_release,
+                                                  memory_order_acquire)) {
+        /* cur reloaded: another thread raised it meanwhile */
+    }
 }
 
 /*

@@ -23,7 +23,8 @@ PYTHON=${PYTHON:-python3}
 # in tests/functional/test_man.py.
 # clang builds the libFuzzer harnesses (make fuzz, make check-fuzz); its
 # libFuzzer and sanitizer runtimes come with it.  libsystemd-dev: sd_notify
-# and the sockets systemd passes (the libsystemd feature); systemd:
+# and the sockets systemd passes (the libsystemd feature); zlib1g-dev and
+# libzstd-dev: qcow2 compressed clusters (the zlib and zstd features); systemd:
 # systemd.pc's unit directory and systemd-analyze, which checks the units.
 APT_PACKAGES=(
     meson
@@ -38,6 +39,8 @@ APT_PACKAGES=(
     liburing-dev
     libnbd-dev
     librbd-dev
+    zlib1g-dev
+    libzstd-dev
     systemtap-sdt-dev
     scdoc
     man-db

@@ -459,6 +459,15 @@ void block_request_complete_later(BlockRequest *req, int ret);
  */
 bool block_driver_truncate(BlockNode *bs, int64_t size, Error **errp);
 
+/*
+ * Raise bs's length to at least len (never lowers it): a format driver
+ * (qcow2) is about to write its file past the end, and the file's
+ * requests there must pass the bounds check and grow the file (a write
+ * past the length is otherwise cut back, see file-posix.c).  The release
+ * store pairs with block_node_length()'s acquire.  Any thread.
+ */
+void block_node_grow_length(BlockNode *bs, int64_t len);
+
 /* Pass req to bs's driver (a filter forwarding to its child). */
 void block_driver_submit(BlockNode *bs, BlockRequest *req);
 
@@ -470,6 +479,7 @@ extern const BlockDriver block_driver_file;
 extern const BlockDriver block_driver_null;
 extern const BlockDriver block_driver_raw;
 extern const BlockDriver block_driver_blkdebug;
+extern const BlockDriver block_driver_qcow2;
 extern const BlockDriver block_driver_throttle;
 #ifdef CONFIG_LIBNBD
 extern const BlockDriver block_driver_nbd;

@@ -167,6 +167,12 @@ const char *block_node_get_filename(const BlockNode *bs);
  * Borrowed. */
 BlockNode *block_node_get_child(const BlockNode *bs);
 
+/* The backing node of a qcow2 node (borrowed), and the backing file name
+ * its header gives; NULL for other drivers or without one.  Main
+ * thread (fixed after open). */
+BlockNode *block_qcow2_get_backing(const BlockNode *bs);
+const char *block_qcow2_get_backing_file(const BlockNode *bs);
+
 /* A registered node whose child is bs, or NULL.  Borrowed. */
 BlockNode *block_node_find_parent(const BlockNode *bs);
 

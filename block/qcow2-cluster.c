@@ -1,0 +1,720 @@
+/*
+ * qcow2: cluster mapping (L1, L2 tables and their cache) and the work of
+ * the slow requests.
+ *
+ * Theory of operation.  A guest offset is found in two steps: the L1
+ * table (in memory, s->l1) gives the host offset of an L2 table, one
+ * cluster of 64-bit entries, and the entry there describes the guest
+ * cluster (Qcow2ClusterType).  L2 tables are read through s->l2_cache; a
+ * table is changed in the cache and the sectors holding the change are
+ * written at once (write-through), so the cache never holds anything
+ * the image lacks and a crash loses nothing the cache knew.
+ *
+ * qcow2_co_rw() is what a worker thread runs for a request the IOThread
+ * could not finish itself (qcow2.c): it walks the request one guest
+ * cluster at a time, holding s->lock only to look at and change the
+ * metadata, never across the data I/O of a cluster that is already
+ * allocated.
+ *
+ * Allocating writes.  A write to a cluster that has no data cluster of
+ * its own (unallocated, zero, compressed, or shared with a snapshot, i.e.
+ * without the COPIED flag) allocates one.  The guest cluster is marked
+ * busy in s->allocating while that happens, and any other write-like
+ * request to the same guest cluster waits on s->alloc_cond until it is
+ * done, then looks again (and finds the cluster allocated); requests to
+ * other clusters go on meanwhile, so allocation is serialised per cluster.
+ * The order, so that a crash at any point leaves a consistent image:
+ *   1. the new cluster's refcount (1) is written (qcow2-refcount.c);
+ *   2. the cluster's data is written whole: the guest's bytes, and around
+ *      them what the cluster showed before (backing file, zeros, the old
+ *      or decompressed data), the copy-on-write;
+ *   3. a barrier (a flush of the file if refcounts were written since the
+ *      last one), then the L2 entry is written (through a new or copied L2
+ *      table if needed, which is itself counted, written and flushed
+ *      before the L1 entry pointing at it);
+ *   4. the old data cluster, if any, loses its reference (a compressed
+ *      cluster's sectors, a snapshot's shared cluster).
+ * A process killed between any two steps leaves at most a cluster that
+ * is counted but not referenced (a leak, which qemu-img check -r leaks
+ * repairs), never a reference to an uncounted cluster.  The file system
+ * keeps the completed writes of a killed process in order for us; a
+ * power loss does not, which is what the barrier of step 3 is for.
+ * Data written in step 2 needs no barrier: until the guest's flush, a
+ * power loss may lose it either way.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include "qcow2.h"
+#include "util/bswap.h"
+#include "util/iov.h"
+
+/* ------------------------------------------------------------------------ */
+/* The table cache                                                           */
+
+void qcow2_cache_init(Qcow2Cache *c, unsigned n, uint64_t cluster_size)
+{
+    c->n = n;
+    c->clock = 0;
+    c->entries = g_new0(Qcow2CacheEntry, n);
+    c->index = g_hash_table_new(g_int64_hash, g_int64_equal);
+    for (unsigned i = 0; i < n; i++) {
+        c->entries[i].data = qcow2_alloc_buf(cluster_size);
+    }
+}
+
+void qcow2_cache_destroy(Qcow2Cache *c)
+{
+    for (unsigned i = 0; i < c->n; i++) {
+        free(c->entries[i].data);
+    }
+    g_free(c->entries);
+    if (c->index) {
+        g_hash_table_unref(c->index);
+    }
+    *c = (Qcow2Cache) { 0 };
+}
+
+uint8_t *qcow2_cache_peek(Qcow2Cache *c, uint64_t offset)
+{
+    Qcow2CacheEntry *e = g_hash_table_lookup(c->index, &offset);
+
+    if (!e) {
+        return NULL;
+    }
+    e->used = ++c->clock;
+    return e->data;
+}
+
+/* The least recently used slot, emptied and given to offset. */
+static Qcow2CacheEntry *qcow2_cache_take(Qcow2Cache *c, uint64_t offset)
+{
+    Qcow2CacheEntry *victim = &c->entries[0];
+
+    for (unsigned i = 1; i < c->n && victim->offset; i++) {
+        if (!c->entries[i].offset || c->entries[i].used < victim->used) {
+            victim = &c->entries[i];
+        }
+    }
+    if (victim->offset) {
+        g_hash_table_remove(c->index, &victim->offset);
+    }
+    victim->offset = offset;
+    victim->used = ++c->clock;
+    g_hash_table_insert(c->index, &victim->offset, victim);
+    return victim;
+}
+
+static void qcow2_cache_drop(Qcow2Cache *c, Qcow2CacheEntry *e)
+{
+    g_hash_table_remove(c->index, &e->offset);
+    e->offset = 0;
+}
+
+int qcow2_cache_get(Qcow2State *s, Qcow2Io *io, Qcow2Cache *c,
+                    uint64_t offset, uint8_t **table)
+{
+    Qcow2CacheEntry *e;
+    int r;
+
+    *table = qcow2_cache_peek(c, offset);
+    if (*table) {
+        return 0;
+    }
+    e = qcow2_cache_take(c, offset);
+    r = qcow2_pread(io->file, offset, e->data, s->cluster_size);
+    if (r < 0) {
+        qcow2_cache_drop(c, e);
+        return r;
+    }
+    *table = e->data;
+    return 0;
+}
+
+uint8_t *qcow2_cache_new(Qcow2Cache *c, uint64_t offset, uint64_t size)
+{
+    Qcow2CacheEntry *e = g_hash_table_lookup(c->index, &offset);
+
+    if (!e) {
+        e = qcow2_cache_take(c, offset);
+    }
+    memset(e->data, 0, size);
+    return e->data;
+}
+
+/* The unit metadata is written in: a sector, or the file's alignment. */
+static uint64_t qcow2_write_unit(Qcow2State *s)
+{
+    uint64_t unit = MAX(512, s->bs->child->limits.request_alignment);
+
+    return MIN(unit, s->cluster_size);
+}
+
+int qcow2_table_write(Qcow2State *s, Qcow2Io *io, uint64_t offset,
+                      const uint8_t *table, uint64_t from, uint64_t len)
+{
+    uint64_t unit = qcow2_write_unit(s);
+    uint64_t a = from & ~(unit - 1);
+    uint64_t b = MIN((from + len + unit - 1) & ~(unit - 1), s->cluster_size);
+
+    return qcow2_pwrite(io->file, offset + a, table + a, b - a);
+}
+
+int qcow2_array_write(Qcow2State *s, Qcow2Io *io, uint64_t offset,
+                      const uint64_t *arr, uint64_t n, uint64_t index)
+{
+    uint64_t unit = qcow2_write_unit(s);
+    uint64_t first = (index * 8) & ~(unit - 1);
+    uint8_t *buf = qcow2_alloc_buf(unit);
+    int r;
+
+    /* Entries past n (the rest of the table's last cluster) read as 0. */
+    for (uint64_t k = 0; k < unit / 8; k++) {
+        uint64_t i = first / 8 + k;
+
+        st_be64(buf + 8 * k, i < n ? arr[i] : 0);
+    }
+    r = qcow2_pwrite(io->file, offset + first, buf, unit);
+    free(buf);
+    return r;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Mapping                                                                   */
+
+bool qcow2_host_offset_valid(Qcow2State *s, uint64_t off)
+{
+    /* Cluster 0 is the header: nothing else may point there. */
+    return off != 0 && !(off & (s->cluster_size - 1)) &&
+           off < s->alloc_end && off <= QCOW2_OFFSET_MASK;
+}
+
+Qcow2ClusterType qcow2_entry_type(Qcow2State *s, uint64_t entry)
+{
+    if (entry & QCOW2_COMPRESSED) {
+        return QCOW2_CLUSTER_COMPRESSED;
+    }
+    if ((entry & QCOW2_ZERO) && s->version >= 3) {
+        return QCOW2_CLUSTER_ZERO;
+    }
+    if (!(entry & QCOW2_OFFSET_MASK)) {
+        return QCOW2_CLUSTER_UNALLOCATED;
+    }
+    return QCOW2_CLUSTER_NORMAL;
+}
+
+int qcow2_get_entry(Qcow2State *s, Qcow2Io *io, uint64_t off,
+                    uint64_t *entry, bool peek)
+{
+    uint64_t l1i = off >> (s->cluster_bits + s->l2_bits);
+    uint64_t l2i = (off >> s->cluster_bits) & ((1ull << s->l2_bits) - 1);
+    uint64_t l2off;
+    uint8_t *table;
+    int r;
+
+    *entry = 0;
+    if (l1i >= s->l1_size) {
+        return 0;
+    }
+    l2off = s->l1[l1i] & QCOW2_OFFSET_MASK;
+    if (!l2off) {
+        return 0;
+    }
+    if (!qcow2_host_offset_valid(s, l2off)) {
+        return -EIO;
+    }
+    if (peek) {
+        table = qcow2_cache_peek(&s->l2_cache, l2off);
+        if (!table) {
+            return -EAGAIN;
+        }
+    } else {
+        r = qcow2_cache_get(s, io, &s->l2_cache, l2off, &table);
+        if (r < 0) {
+            return r;
+        }
+    }
+    *entry = ld_be64(table + 8 * l2i);
+    return 0;
+}
+
+/* The sectors a compressed entry's data lies in: [*start, *start + *len),
+ * and where in them the stream starts (*skip). */
+static void qcow2_compressed_range(Qcow2State *s, uint64_t e,
+                                   uint64_t *start, uint64_t *len,
+                                   uint64_t *skip)
+{
+    uint32_t shift = 62 - (s->cluster_bits - 8);
+    uint64_t coff = e & ((1ull << shift) - 1);
+    uint64_t nsec = ((e >> shift) & ((1ull << (s->cluster_bits - 8)) - 1)) + 1;
+
+    *start = coff & ~511ull;
+    *len = nsec * 512;
+    *skip = coff & 511;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Reading                                                                   */
+
+/* Read [off, off + len) of the backing node: zeros past its end. */
+static int qcow2_read_backing(Qcow2Io *io, uint64_t off, uint8_t *buf,
+                              uint64_t len)
+{
+    int64_t blen;
+    uint64_t n = 0;
+    int r;
+
+    if (io->backing) {
+        blen = block_node_get_length(io->backing->bs);
+        if (blen > 0 && off < (uint64_t)blen) {
+            n = MIN(len, (uint64_t)blen - off);
+            r = qcow2_pread(io->backing, off, buf, n);
+            if (r < 0) {
+                return r;
+            }
+        }
+    }
+    memset(buf + n, 0, len - n);
+    return 0;
+}
+
+static int qcow2_read_compressed(Qcow2State *s, Qcow2Io *io, uint64_t e,
+                                 uint64_t in, uint8_t *buf, uint64_t len)
+{
+    uint64_t start, clen, skip;
+    uint8_t *cbuf, *out;
+    int r;
+
+    qcow2_compressed_range(s, e, &start, &clen, &skip);
+    if (start == 0 || start >= s->alloc_end ||
+        clen > s->alloc_end - start) {
+        return -EIO;
+    }
+    cbuf = qcow2_alloc_buf(clen);
+    out = qcow2_alloc_buf(s->cluster_size);
+    r = qcow2_pread(io->file, start, cbuf, clen);
+    if (r == 0) {
+        r = qcow2_decompress(s, cbuf + skip, clen - skip, out);
+    }
+    if (r == 0) {
+        memcpy(buf, out + in, len);
+    }
+    free(cbuf);
+    free(out);
+    return r;
+}
+
+/*
+ * Read [off, off + len), inside one guest cluster whose L2 entry is e,
+ * into buf.  No lock held.
+ */
+static int qcow2_read_entry(Qcow2State *s, Qcow2Io *io, uint64_t e,
+                            uint64_t off, uint8_t *buf, uint64_t len)
+{
+    uint64_t in = off & (s->cluster_size - 1);
+    uint64_t host = e & QCOW2_OFFSET_MASK;
+
+    switch (qcow2_entry_type(s, e)) {
+    case QCOW2_CLUSTER_UNALLOCATED:
+        return qcow2_read_backing(io, off, buf, len);
+    case QCOW2_CLUSTER_ZERO:
+        memset(buf, 0, len);
+        return 0;
+    case QCOW2_CLUSTER_COMPRESSED:
+        return qcow2_read_compressed(s, io, e, in, buf, len);
+    case QCOW2_CLUSTER_NORMAL:
+        if (!qcow2_host_offset_valid(s, host)) {
+            return -EIO;
+        }
+        return qcow2_pread(io->file, host + in, buf, len);
+    }
+    return -EIO;
+}
+
+static int qcow2_read_part(Qcow2State *s, Qcow2Io *io, uint64_t off,
+                           uint8_t *buf, uint64_t len)
+{
+    uint64_t e;
+    int r;
+
+    g_mutex_lock(&s->lock);
+    r = qcow2_get_entry(s, io, off, &e, false);
+    g_mutex_unlock(&s->lock);
+    return r < 0 ? r : qcow2_read_entry(s, io, e, off, buf, len);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Changing entries                                                          */
+
+static int qcow2_l1_write(Qcow2State *s, Qcow2Io *io, uint64_t l1i)
+{
+    return qcow2_array_write(s, io, s->l1_offset, s->l1, s->l1_size, l1i);
+}
+
+/*
+ * The host offset of the L2 table of guest offset off, made writable:
+ * allocated if absent, copied if shared with a snapshot (no COPIED flag
+ * in its L1 entry).  The new table is counted, written and flushed
+ * before the L1 entry points at it.
+ */
+static int qcow2_l2_writable(Qcow2State *s, Qcow2Io *io, uint64_t off,
+                             uint64_t *l2off)
+{
+    uint64_t l1i = off >> (s->cluster_bits + s->l2_bits);
+    uint64_t e, old, t;
+    uint8_t *copy = NULL, *table;
+    int r;
+
+    if (l1i >= s->l1_size) {
+        return -EIO;
+    }
+    e = s->l1[l1i];
+    old = e & QCOW2_OFFSET_MASK;
+    if (old && !qcow2_host_offset_valid(s, old)) {
+        return -EIO;
+    }
+    if (old && (e & QCOW2_COPIED)) {
+        *l2off = old;
+        return 0;
+    }
+    if (old) {
+        r = qcow2_cache_get(s, io, &s->l2_cache, old, &table);
+        if (r < 0) {
+            return r;
+        }
+        copy = g_memdup2(table, s->cluster_size);
+    }
+    r = qcow2_alloc_clusters(s, io, 1, &t);
+    if (r == 0) {
+        table = qcow2_cache_new(&s->l2_cache, t, s->cluster_size);
+        if (copy) {
+            memcpy(table, copy, s->cluster_size);
+        }
+        r = qcow2_table_write(s, io, t, table, 0, s->cluster_size);
+    }
+    g_free(copy);
+    if (r == 0) {
+        s->need_barrier = true;
+        r = qcow2_barrier(s, io);
+    }
+    if (r < 0) {
+        return r;
+    }
+    s->l1[l1i] = t | QCOW2_COPIED;
+    r = qcow2_l1_write(s, io, l1i);
+    if (r < 0) {
+        s->l1[l1i] = e;
+        return r;
+    }
+    *l2off = t;
+    /* The snapshot keeps the old table; ours no longer counts. */
+    return old ? qcow2_free_clusters(s, io, old, s->cluster_size) : 0;
+}
+
+/* Point the L2 entry of guest offset off at entry, after a barrier. */
+static int qcow2_set_entry(Qcow2State *s, Qcow2Io *io, uint64_t off,
+                           uint64_t entry)
+{
+    uint64_t l2i = (off >> s->cluster_bits) & ((1ull << s->l2_bits) - 1);
+    uint64_t l2off;
+    uint8_t *table;
+    int r;
+
+    r = qcow2_l2_writable(s, io, off, &l2off);
+    if (r == 0) {
+        r = qcow2_barrier(s, io);
+    }
+    if (r == 0) {
+        r = qcow2_cache_get(s, io, &s->l2_cache, l2off, &table);
+    }
+    if (r < 0) {
+        return r;
+    }
+    st_be64(table + 8 * l2i, entry);
+    return qcow2_table_write(s, io, l2off, table, 8 * l2i, 8);
+}
+
+/* Drop the reference entry e held on its host cluster(s), if any. */
+static int qcow2_release_entry(Qcow2State *s, Qcow2Io *io, uint64_t e)
+{
+    uint64_t start, len, skip;
+
+    switch (qcow2_entry_type(s, e)) {
+    case QCOW2_CLUSTER_COMPRESSED:
+        qcow2_compressed_range(s, e, &start, &len, &skip);
+        return qcow2_free_clusters(s, io, start, len);
+    case QCOW2_CLUSTER_NORMAL:
+    case QCOW2_CLUSTER_ZERO:
+        start = e & QCOW2_OFFSET_MASK;
+        return start ? qcow2_free_clusters(s, io, start, s->cluster_size) : 0;
+    default:
+        return 0;
+    }
+}
+
+static bool qcow2_is_allocating(Qcow2State *s, uint64_t gc)
+{
+    for (guint i = 0; i < s->allocating->len; i++) {
+        if (g_array_index(s->allocating, uint64_t, i) == gc) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/*
+ * Wait until no other request changes guest cluster gc, then mark it
+ * ours (qcow2_cluster_unbusy() ends that).  Returns its current entry.
+ */
+static int qcow2_cluster_busy(Qcow2State *s, Qcow2Io *io, uint64_t off,
+                              uint64_t *e)
+{
+    uint64_t gc = off >> s->cluster_bits;
+
+    while (qcow2_is_allocating(s, gc)) {
+        g_cond_wait(&s->alloc_cond, &s->lock);
+    }
+    g_array_append_val(s->allocating, gc);
+    return qcow2_get_entry(s, io, off, e, false);
+}
+
+static void qcow2_cluster_unbusy(Qcow2State *s, uint64_t off)
+{
+    uint64_t gc = off >> s->cluster_bits;
+
+    for (guint i = 0; i < s->allocating->len; i++) {
+        if (g_array_index(s->allocating, uint64_t, i) == gc) {
+            g_array_remove_index_fast(s->allocating, i);
+            break;
+        }
+    }
+    g_cond_broadcast(&s->alloc_cond);
+}
+
+/* An entry whose cluster a write may overwrite in place. */
+static bool qcow2_entry_writable(Qcow2State *s, uint64_t e)
+{
+    return qcow2_entry_type(s, e) == QCOW2_CLUSTER_NORMAL &&
+           (e & QCOW2_COPIED);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Writing                                                                   */
+
+/* Allocate, fill and map a new data cluster for guest offset off (its
+ * cluster busy, entry e), data[0..len) at its place.  s->lock held on
+ * entry and exit, dropped for the data I/O. */
+static int qcow2_write_alloc(Qcow2State *s, Qcow2Io *io, uint64_t off,
+                             uint64_t e, const uint8_t *data, uint64_t len)
+{
+    uint64_t cs = s->cluster_size, in = off & (cs - 1), host;
+    uint8_t *buf = NULL;
+    int r;
+
+    r = qcow2_alloc_clusters(s, io, 1, &host);
+    if (r < 0) {
+        return r;
+    }
+    g_mutex_unlock(&s->lock);
+    if (len < cs) {
+        /* Copy-on-write: what the cluster showed, patched. */
+        buf = qcow2_alloc_buf(cs);
+        r = qcow2_read_entry(s, io, e, off - in, buf, cs);
+        memcpy(buf + in, data, len);
+        data = buf;
+    }
+    if (r == 0) {
+        r = qcow2_pwrite(io->file, host, data, cs);
+    }
+    free(buf);
+    g_mutex_lock(&s->lock);
+    if (r == 0) {
+        r = qcow2_set_entry(s, io, off, host | QCOW2_COPIED);
+    }
+    return r == 0 ? qcow2_release_entry(s, io, e) : r;
+}
+
+/* Write data[0..len) at guest offset off, inside one cluster. */
+static int qcow2_write_part(Qcow2State *s, Qcow2Io *io, uint64_t off,
+                            const uint8_t *data, uint64_t len)
+{
+    uint64_t e, host;
+    int r;
+
+    g_mutex_lock(&s->lock);
+    r = qcow2_get_entry(s, io, off, &e, false);
+    if (r == 0 && !qcow2_entry_writable(s, e)) {
+        r = qcow2_cluster_busy(s, io, off, &e);
+        if (r == 0 && !qcow2_entry_writable(s, e)) {
+            r = qcow2_write_alloc(s, io, off, e, data, len);
+            qcow2_cluster_unbusy(s, off);
+            g_mutex_unlock(&s->lock);
+            return r;
+        }
+        /* Another request allocated it while we waited. */
+        qcow2_cluster_unbusy(s, off);
+    }
+    g_mutex_unlock(&s->lock);
+    if (r < 0) {
+        return r;
+    }
+    host = e & QCOW2_OFFSET_MASK;
+    if (!qcow2_host_offset_valid(s, host)) {
+        return -EIO;
+    }
+    return qcow2_pwrite(io->file, host + (off & (s->cluster_size - 1)), data,
+                        len);
+}
+
+/*
+ * Write-zeroes or discard of one whole guest cluster: set its entry to
+ * what new_entry() says, then drop what the old entry held.
+ */
+static int qcow2_remap_part(Qcow2State *s, Qcow2Io *io, uint64_t off,
+                            bool zero, bool may_unmap)
+{
+    Qcow2ClusterType t;
+    uint64_t e, ne;
+    int r;
+
+    g_mutex_lock(&s->lock);
+    r = qcow2_cluster_busy(s, io, off, &e);
+    t = qcow2_entry_type(s, e);
+    if (r < 0) {
+        goto out;
+    }
+    if (zero) {
+        if (t == QCOW2_CLUSTER_ZERO ||
+            (t == QCOW2_CLUSTER_UNALLOCATED && !s->backing)) {
+            goto out;            /* reads as zeros already */
+        }
+        if (t == QCOW2_CLUSTER_NORMAL && (e & QCOW2_COPIED) && !may_unmap) {
+            /* Keep the cluster (preallocated), flag it zero. */
+            r = qcow2_set_entry(s, io, off, e | QCOW2_ZERO);
+            goto out;
+        }
+        ne = QCOW2_ZERO;
+    } else {
+        if (t == QCOW2_CLUSTER_UNALLOCATED) {
+            goto out;
+        }
+        /* With a backing file, hide it behind zeros (v3) rather than let
+         * its old data show through. */
+        ne = s->backing ? QCOW2_ZERO : 0;
+    }
+    r = qcow2_set_entry(s, io, off, ne);
+    if (r == 0) {
+        r = qcow2_release_entry(s, io, e);
+    }
+out:
+    qcow2_cluster_unbusy(s, off);
+    g_mutex_unlock(&s->lock);
+    return r;
+}
+
+/* ------------------------------------------------------------------------ */
+/* A request, cluster by cluster                                             */
+
+int qcow2_co_rw(Qcow2State *s, Qcow2Io *io, BlockRequest *req)
+{
+    uint64_t cs = s->cluster_size;
+    uint8_t *buf = NULL, *zeros = NULL;
+    int r = 0;
+
+    if (req->op == BLOCK_OP_READ || req->op == BLOCK_OP_WRITE) {
+        buf = qcow2_alloc_buf(MIN((uint64_t)req->bytes, cs));
+    }
+    for (uint64_t pos = 0; pos < (uint64_t)req->bytes && r == 0;) {
+        uint64_t off = req->offset + pos;
+        uint64_t n = MIN(cs - (off & (cs - 1)), req->bytes - pos);
+        bool whole = n == cs;
+
+        switch (req->op) {
+        case BLOCK_OP_READ:
+            r = qcow2_read_part(s, io, off, buf, n);
+            if (r == 0) {
+                iov_from_buf(req->iov, req->niov, pos, buf, n);
+            }
+            break;
+        case BLOCK_OP_WRITE:
+            iov_to_buf(req->iov, req->niov, pos, buf, n);
+            r = qcow2_write_part(s, io, off, buf, n);
+            break;
+        case BLOCK_OP_WRITE_ZEROES:
+            if (whole && s->version >= 3) {
+                r = qcow2_remap_part(s, io, off, true,
+                                     req->flags & BLOCK_REQ_MAY_UNMAP);
+                break;
+            }
+            if (!zeros) {
+                zeros = qcow2_alloc_buf(cs);
+                memset(zeros, 0, cs);
+            }
+            r = qcow2_write_part(s, io, off, zeros, n);
+            break;
+        case BLOCK_OP_DISCARD:
+            /* Partial clusters, and v2 images with a backing file (no
+             * zero flag to hide it), keep their data: a discard is a
+             * hint. */
+            if (whole && (s->version >= 3 || !s->backing)) {
+                r = qcow2_remap_part(s, io, off, false, true);
+            }
+            break;
+        default:
+            r = -EINVAL;
+        }
+        pos += n;
+    }
+    free(buf);
+    free(zeros);
+    return r;
+}
+
+int qcow2_grow_l1(Qcow2State *s, Qcow2Io *io, uint64_t size)
+{
+    uint64_t cs = s->cluster_size, span = cs << s->l2_bits;
+    uint64_t n = (size + span - 1) / span, bytes, off;
+    uint64_t old_off = s->l1_offset;
+    uint64_t old_bytes = ((uint64_t)s->l1_size * 8 + cs - 1) & ~(cs - 1);
+    uint8_t *buf, hdr[12];
+    int r;
+
+    if (n <= s->l1_size) {
+        return 0;
+    }
+    bytes = (n * 8 + cs - 1) & ~(cs - 1);
+    if (bytes > QCOW2_MAX_TABLE_BYTES) {
+        return -EFBIG;
+    }
+    r = qcow2_alloc_clusters(s, io, bytes / cs, &off);
+    if (r < 0) {
+        return r;
+    }
+    buf = qcow2_alloc_buf(bytes);
+    memset(buf, 0, bytes);
+    for (uint64_t i = 0; i < s->l1_size; i++) {
+        st_be64(buf + 8 * i, s->l1[i]);
+    }
+    r = qcow2_pwrite(io->file, off, buf, bytes);
+    free(buf);
+    s->need_barrier = true;
+    if (r < 0 || (r = qcow2_barrier(s, io)) < 0) {
+        return r;
+    }
+    st_be32(hdr, n);
+    st_be64(hdr + 4, off);
+    r = qcow2_pwrite(io->file, QCOW2_HDR_L1, hdr, sizeof(hdr));
+    if (r < 0) {
+        return r;
+    }
+    s->l1 = g_renew(uint64_t, s->l1, n);
+    memset(s->l1 + s->l1_size, 0, (n - s->l1_size) * 8);
+    s->l1_size = n;
+    s->l1_offset = off;
+    s->need_barrier = true;
+    r = qcow2_barrier(s, io);
+    if (r == 0 && old_off && old_bytes) {
+        r = qcow2_free_clusters(s, io, old_off, old_bytes);
+    }
+    return r;
+}
