@@ -1,0 +1,862 @@
+/*
+ * Unit tests for the qcow2 format driver, with QEMU's qemu-img as the
+ * referee.
+ *
+ * Theory of operation: each test makes a temporary folder, has qemu-img
+ * create or convert images there (skipping, with a message, where
+ * qemu-img is not installed), opens them with the driver in an
+ * AioContext whose home thread is the test's, and drives requests
+ * through the public block API (block-test-helpers.h).  Reads are
+ * compared with a raw file holding the same data (what qemu-img convert
+ * made the image from); after writes, the image goes back to qemu-img:
+ * `qemu-img check` must find it clean (no leaks, no corruption) and
+ * `qemu-img compare` must find it equal to a raw file written with the
+ * same data (the model, kept in memory).  Malformed images are made by
+ * patching the header or tables of a good one: they must fail at open
+ * with a message naming the problem, or fail the request with -EIO.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <string.h>
+#include <unistd.h>
+#include <glib.h>
+#include <glib/gstdio.h>
+
+#include "block/block.h"
+#include "util/aio.h"
+#include "util/bswap.h"
+#include "util/iothread.h"
+#include "block-test-helpers.h"
+#include "test-helpers.h"
+
+/* ------------------------------------------------------------------------ */
+/* Helpers                                                                   */
+
+typedef struct Fixture {
+    char *dir;
+    AioContext *ctx;
+} Fixture;
+
+static bool have_qemu_img(void)
+{
+    g_autofree char *path = g_find_program_in_path("qemu-img");
+
+    if (!path) {
+        g_test_skip("qemu-img is not installed (apt-get install qemu-utils)");
+        return false;
+    }
+    return true;
+}
+
+static bool fixture_init(Fixture *f)
+{
+    if (!have_qemu_img()) {
+        return false;
+    }
+    f->dir = g_dir_make_tmp("test-qcow2-XXXXXX", NULL);
+    g_assert(f->dir);
+    f->ctx = ctx_new();
+    return true;
+}
+
+static void fixture_fini(Fixture *f)
+{
+    g_autofree char *cmd = g_strdup_printf("rm -rf %s", f->dir);
+
+    g_assert(system(cmd) == 0);
+    aio_context_unref(f->ctx);
+    g_free(f->dir);
+}
+
+static char *fpath(Fixture *f, const char *name)
+{
+    return g_build_filename(f->dir, name, NULL);
+}
+
+/* Run a shell command in the fixture's folder; its exit status.  The
+ * output goes to the test log. */
+static int sh(Fixture *f, const char *fmt, ...) G_GNUC_PRINTF(2, 3);
+static int sh(Fixture *f, const char *fmt, ...)
+{
+    g_autofree char *cmd = NULL, *full = NULL, *out = NULL, *err = NULL;
+    g_autoptr(GError) gerr = NULL;
+    int status;
+    va_list ap;
+
+    va_start(ap, fmt);
+    cmd = g_strdup_vprintf(fmt, ap);
+    va_end(ap);
+    full = g_strdup_printf("cd %s && %s", f->dir, cmd);
+    {
+        char *argv[] = { "/bin/sh", "-c", full, NULL };
+
+        g_assert(g_spawn_sync(NULL, argv, NULL, 0, NULL, NULL, &out, &err,
+                              &status, &gerr));
+    }
+    if (!g_spawn_check_wait_status(status, NULL)) {
+        g_test_message("'%s' failed:\n%s%s", cmd, out, err);
+    }
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/* A deterministic byte for offset off of pattern seed (never all zero
+ * over a sector). */
+static uint8_t pattern_byte(unsigned seed, uint64_t off)
+{
+    return (uint8_t)((off * 31 + seed * 7 + (off >> 9)) | 1);
+}
+
+static void fill_pattern(uint8_t *buf, uint64_t off, uint64_t len,
+                         unsigned seed)
+{
+    for (uint64_t i = 0; i < len; i++) {
+        buf[i] = pattern_byte(seed, off + i);
+    }
+}
+
+/* Write buf[0..len) to the file name (created). */
+static void write_file(Fixture *f, const char *name, const uint8_t *buf,
+                       uint64_t len)
+{
+    g_autofree char *p = fpath(f, name);
+
+    g_assert(g_file_set_contents(p, (const char *)buf, len, NULL));
+}
+
+/*
+ * A raw disk of size bytes in name: every other 64 KiB stretch a
+ * pattern, the rest zeros (holes make unallocated clusters).  Returns
+ * its content.
+ */
+static uint8_t *make_raw(Fixture *f, const char *name, uint64_t size,
+                         unsigned seed)
+{
+    uint8_t *buf = g_malloc0(size);
+
+    for (uint64_t off = 0; off < size; off += 128 * KiB) {
+        fill_pattern(buf + off, off, MIN(64 * KiB, size - off), seed);
+    }
+    write_file(f, name, buf, size);
+    return buf;
+}
+
+static BlockNode *open_qcow2(Fixture *f, const char *name, const char *extra)
+{
+    g_autofree char *p = fpath(f, name);
+    g_autofree char *str = g_strdup_printf(
+        "driver=qcow2,file.driver=file,file.filename=%s%s%s", p,
+        extra ? "," : "", extra ? extra : "");
+
+    return open_ok(str, f->ctx);
+}
+
+static void open_qcow2_fails(Fixture *f, const char *name, const char *extra,
+                             const char *needle)
+{
+    g_autofree char *p = fpath(f, name);
+    g_autofree char *str = g_strdup_printf(
+        "driver=qcow2,file.driver=file,file.filename=%s%s%s", p,
+        extra ? "," : "", extra ? extra : "");
+
+    open_fails(str, f->ctx, needle);
+}
+
+/* Read all of bs in chunks of chunk bytes and compare with want. */
+static void check_reads(BlockNode *bs, const uint8_t *want, uint64_t size,
+                        uint64_t chunk)
+{
+    g_autofree uint8_t *buf = g_malloc(chunk);
+
+    g_assert_cmpint(block_node_get_length(bs), ==, size);
+    for (uint64_t off = 0; off < size; off += chunk) {
+        uint64_t n = MIN(chunk, size - off);
+
+        memset(buf, 0xee, n);
+        g_assert_cmpint(run_op(bs, BLOCK_OP_READ, off, buf, n), ==, 0);
+        if (memcmp(buf, want + off, n)) {
+            for (uint64_t i = 0; i < n; i++) {
+                if (buf[i] != want[off + i]) {
+                    g_error("byte %" PRIu64 ": read 0x%02x, want 0x%02x",
+                            off + i, buf[i], want[off + i]);
+                }
+            }
+        }
+    }
+}
+
+/* qemu-img check finds name clean, and compare finds it equal to model. */
+static void check_image(Fixture *f, const char *name, const uint8_t *model,
+                        uint64_t size)
+{
+    write_file(f, "model.raw", model, size);
+    g_assert_cmpint(sh(f, "qemu-img check -f qcow2 %s", name), ==, 0);
+    g_assert_cmpint(sh(f, "qemu-img compare -f raw -F qcow2 model.raw %s",
+                       name), ==, 0);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Reading what qemu-img made                                                */
+
+typedef struct ReadCase {
+    const char *convert;         /* qemu-img convert options */
+    uint64_t size;
+    uint64_t chunk;              /* read size */
+} ReadCase;
+
+static const ReadCase read_cases[] = {
+    { "-o cluster_size=64k", 4 * MiB, 64 * KiB },
+    { "-o cluster_size=64k", 4 * MiB, 4 * KiB },
+    { "-o cluster_size=512", 1 * MiB, 3 * KiB },
+    { "-o cluster_size=2M", 8 * MiB, 1 * MiB },
+    { "-o compat=0.10", 4 * MiB, 192 * KiB },
+    { "-o refcount_bits=1", 2 * MiB, 64 * KiB },
+    { "-o refcount_bits=64", 2 * MiB, 64 * KiB },
+    { "-o preallocation=metadata", 2 * MiB, 128 * KiB },
+    { "-o preallocation=full", 2 * MiB, 128 * KiB },
+    { "-c", 4 * MiB, 64 * KiB },
+    { "-c -o cluster_size=4k", 1 * MiB, 6 * KiB },
+    { "-c -o compression_type=zstd", 4 * MiB, 96 * KiB },
+};
+
+static void test_read_converted(const void *data)
+{
+    const ReadCase *c = data;
+    g_autofree uint8_t *want = NULL;
+    BlockNode *bs;
+    Fixture f;
+
+    if (!fixture_init(&f)) {
+        return;
+    }
+    want = make_raw(&f, "src.raw", c->size, 1);
+    g_assert_cmpint(sh(&f, "qemu-img convert -f raw -O qcow2 %s src.raw "
+                       "img.qcow2", c->convert), ==, 0);
+    bs = open_qcow2(&f, "img.qcow2", "read-only=on");
+    check_reads(bs, want, c->size, c->chunk);
+    block_node_unref(bs);
+    fixture_fini(&f);
+}
+
+/* An overlay (only what differs from its raw base), its base found
+ * through the header, or given as a node; backing=null shows zeros. */
+static void test_read_backing(void)
+{
+    g_autofree uint8_t *base = NULL, *top = NULL, *zeros = NULL;
+    uint64_t size = 2 * MiB;
+    BlockNode *bs, *b;
+    Fixture f;
+
+    if (!fixture_init(&f)) {
+        return;
+    }
+    base = make_raw(&f, "base.raw", size, 1);
+    top = g_memdup2(base, size);
+    memset(top + 200 * KiB, 0x55, 300 * KiB);
+    memset(top + 900 * KiB, 0, 64 * KiB);
+    memset(top + 1600 * KiB, 0x66, 4 * KiB);
+    g_assert_cmpint(sh(&f, "qemu-img create -q -f qcow2 -b base.raw -F raw "
+                       "ovl.qcow2 && qemu-io -f qcow2 -c 'write -q -P 0x55 "
+                       "200k 300k' -c 'write -q -z 900k 64k' -c 'write -q "
+                       "-P 0x66 1600k 4k' ovl.qcow2"), ==, 0);
+    bs = open_qcow2(&f, "ovl.qcow2", "read-only=on");
+    g_assert(block_qcow2_get_backing(bs));
+    g_assert_cmpstr(block_qcow2_get_backing_file(bs), ==, "base.raw");
+    check_reads(bs, top, size, 64 * KiB);
+    block_node_unref(bs);
+
+    /* A shorter base: past its end reads as zeros (what qemu-img reads
+     * is the referee). */
+    g_assert_cmpint(sh(&f, "truncate -s 1M base.raw && qemu-img convert "
+                       "-O raw ovl.qcow2 want.raw"), ==, 0);
+    {
+        g_autofree char *name = fpath(&f, "want.raw");
+        g_autofree char *data = NULL;
+        gsize len;
+
+        g_assert(g_file_get_contents(name, &data, &len, NULL));
+        g_assert_cmpint(len, ==, size);
+        g_assert(memcmp(data + MiB, top + MiB, MiB) != 0);
+        bs = open_qcow2(&f, "ovl.qcow2", "read-only=on");
+        check_reads(bs, (uint8_t *)data, size, 128 * KiB);
+        block_node_unref(bs);
+    }
+
+    /* backing=NODE and backing=null. */
+    {
+        g_autofree char *p = fpath(&f, "base.raw");
+        g_autofree char *str = g_strdup_printf(
+            "driver=raw,node-name=base0,read-only=on,file.driver=file,"
+            "file.filename=%s", p);
+
+        b = open_ok(str, f.ctx);
+        bs = open_qcow2(&f, "ovl.qcow2", "read-only=on,backing=base0");
+        g_assert(block_qcow2_get_backing(bs) == b);
+        block_node_unref(bs);
+        block_node_unref(b);
+    }
+    /* backing=null: what the overlay does not hold reads as zeros (its
+     * first cluster is the base's). */
+    zeros = g_malloc0(64 * KiB);
+    bs = open_qcow2(&f, "ovl.qcow2", "read-only=on,backing=null");
+    g_assert(!block_qcow2_get_backing(bs));
+    {
+        g_autofree uint8_t *buf = g_malloc(64 * KiB);
+
+        g_assert_cmpint(run_op(bs, BLOCK_OP_READ, 0, buf, 64 * KiB), ==, 0);
+        g_assert(memcmp(buf, zeros, 64 * KiB) == 0);
+    }
+    block_node_unref(bs);
+    fixture_fini(&f);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Writing, checked by qemu-img                                              */
+
+typedef struct WriteCase {
+    const char *create;          /* qemu-img create options */
+    uint64_t size;
+    unsigned ops;                /* random requests */
+    uint64_t max_len;
+    bool backing;                /* over a raw base with a pattern */
+    const char *open;            /* more options for the node */
+} WriteCase;
+
+static const WriteCase write_cases[] = {
+    { "-o cluster_size=64k", 8 * MiB, 200, 200 * KiB, false },
+    { "-o cluster_size=4k", 4 * MiB, 300, 40 * KiB, false },
+    { "-o compat=0.10", 4 * MiB, 200, 100 * KiB, false },
+    { "-o cluster_size=64k", 8 * MiB, 200, 200 * KiB, true },
+    { "-o cluster_size=512,refcount_bits=8", 2 * MiB, 300, 8 * KiB, true },
+    { "-o refcount_bits=1,cluster_size=4k", 2 * MiB, 200, 20 * KiB, false },
+    { "-o lazy_refcounts=on", 4 * MiB, 100, 100 * KiB, false },
+    { "-o cluster_size=4k", 4 * MiB, 200, 64 * KiB, true,
+      "file.cache.direct=on" },
+};
+
+/* Apply ops random requests to bs and to model alike. */
+static void random_requests(BlockNode *bs, uint8_t *model, uint64_t size,
+                            unsigned ops, uint64_t max_len, unsigned seed)
+{
+    GRand *rand = g_rand_new_with_seed(seed);
+
+    for (unsigned i = 0; i < ops; i++) {
+        uint64_t off = g_rand_int_range(rand, 0, size / 512) * 512;
+        uint64_t len = g_rand_int_range(rand, 1, max_len / 512 + 1) * 512;
+        int kind = g_rand_int_range(rand, 0, 10);
+        g_autofree uint8_t *buf = NULL;
+
+        len = MIN(len, size - off);
+        if (kind < 7) {
+            buf = g_malloc(len);
+            fill_pattern(buf, off, len, seed + i);
+            g_assert_cmpint(run_op(bs, BLOCK_OP_WRITE, off, buf, len), ==, 0);
+            memcpy(model + off, buf, len);
+        } else if (kind < 9) {
+            g_assert_cmpint(run_op(bs, BLOCK_OP_WRITE_ZEROES, off, NULL, len),
+                            ==, 0);
+            memset(model + off, 0, len);
+        } else {
+            /* A discard leaves the data undefined: read back what it left
+             * (whole clusters become zeros, the rest stays). */
+            buf = g_malloc(len);
+            g_assert_cmpint(run_op(bs, BLOCK_OP_DISCARD, off, NULL, len),
+                            ==, 0);
+            g_assert_cmpint(run_op(bs, BLOCK_OP_READ, off, buf, len), ==, 0);
+            memcpy(model + off, buf, len);
+        }
+    }
+    g_assert_cmpint(run_op(bs, BLOCK_OP_FLUSH, 0, NULL, 0), ==, 0);
+    g_rand_free(rand);
+}
+
+static void test_write_random(const void *data)
+{
+    const WriteCase *c = data;
+    g_autofree uint8_t *model = NULL;
+    g_autofree char *opts = NULL;
+    BlockNode *bs;
+    Fixture f;
+
+    if (!fixture_init(&f)) {
+        return;
+    }
+    if (c->backing) {
+        model = make_raw(&f, "base.raw", c->size, 3);
+        g_assert_cmpint(sh(&f, "qemu-img create -q -f qcow2 %s -b base.raw "
+                           "-F raw img.qcow2", c->create), ==, 0);
+    } else {
+        model = g_malloc0(c->size);
+        g_assert_cmpint(sh(&f, "qemu-img create -q -f qcow2 %s img.qcow2 "
+                           "%" PRIu64, c->create, c->size), ==, 0);
+    }
+    opts = g_strdup_printf("discard=unmap%s%s", c->open ? "," : "",
+                           c->open ? c->open : "");
+    bs = open_qcow2(&f, "img.qcow2", opts);
+    random_requests(bs, model, c->size, c->ops, c->max_len, 7);
+    check_reads(bs, model, c->size, 256 * KiB);
+    block_node_unref(bs);
+    check_image(&f, "img.qcow2", model, c->size);
+
+    /* Opened again, it reads the same, and takes more writes. */
+    bs = open_qcow2(&f, "img.qcow2", opts);
+    check_reads(bs, model, c->size, 128 * KiB);
+    random_requests(bs, model, c->size, c->ops / 4, c->max_len, 11);
+    block_node_unref(bs);
+    check_image(&f, "img.qcow2", model, c->size);
+    fixture_fini(&f);
+}
+
+/* Writes over compressed clusters and a snapshot's shared clusters copy
+ * them; the snapshot still holds the old data afterwards. */
+static void test_write_snapshot_compressed(void)
+{
+    uint64_t size = 4 * MiB;
+    g_autofree uint8_t *orig = NULL, *model = NULL;
+    BlockNode *bs;
+    Fixture f;
+
+    if (!fixture_init(&f)) {
+        return;
+    }
+    orig = make_raw(&f, "src.raw", size, 5);
+    g_assert_cmpint(sh(&f, "qemu-img convert -c -O qcow2 src.raw img.qcow2 "
+                       "&& qemu-img snapshot -c snap1 img.qcow2"), ==, 0);
+    model = g_memdup2(orig, size);
+    bs = open_qcow2(&f, "img.qcow2", "discard=unmap");
+    random_requests(bs, model, size, 150, 100 * KiB, 13);
+    block_node_unref(bs);
+    check_image(&f, "img.qcow2", model, size);
+    /* The snapshot is still there, its data what it was. */
+    g_assert_cmpint(sh(&f, "qemu-img snapshot -l img.qcow2 | grep -q snap1"),
+                    ==, 0);
+    g_assert_cmpint(sh(&f, "qemu-img snapshot -a snap1 img.qcow2"), ==, 0);
+    check_image(&f, "img.qcow2", orig, size);
+    fixture_fini(&f);
+}
+
+/* The autoclear bit of bitmaps: kept by a read-only open, cleared by a
+ * writable one (the bitmaps are not updated here, so they must read as
+ * stale: qemu-img then says so, and counts their clusters as leaks). */
+static void test_bitmaps(void)
+{
+    g_autofree char *p = NULL, *data = NULL;
+    gsize len;
+    Fixture f;
+
+    if (!fixture_init(&f)) {
+        return;
+    }
+    g_assert_cmpint(sh(&f, "qemu-img create -q -f qcow2 img.qcow2 4M && "
+                       "qemu-img bitmap --add img.qcow2 bm0"), ==, 0);
+    p = fpath(&f, "img.qcow2");
+    block_node_unref(open_qcow2(&f, "img.qcow2", "read-only=on"));
+    g_assert(g_file_get_contents(p, &data, &len, NULL));
+    g_assert_cmpint(ld_be64((uint8_t *)data + 88), ==, 1);
+    g_clear_pointer(&data, g_free);
+    g_assert_cmpint(sh(&f, "qemu-img info img.qcow2 | grep -q bm0"), ==, 0);
+
+    block_node_unref(open_qcow2(&f, "img.qcow2", NULL));
+    g_assert(g_file_get_contents(p, &data, &len, NULL));
+    g_assert_cmpint(ld_be64((uint8_t *)data + 88), ==, 0);
+    g_assert_cmpint(sh(&f, "qemu-img check img.qcow2 2>&1 | grep -q "
+                       "'lacking bitmap support'"), ==, 0);
+    g_assert_cmpint(sh(&f, "qemu-img check img.qcow2 >/dev/null 2>&1; "
+                       "test $? = 3"), ==, 0);
+    fixture_fini(&f);
+}
+
+/* Growing: the L1 table grows with the image (512-byte clusters: one L2
+ * table covers 32 KiB). */
+static void test_resize(void)
+{
+    uint64_t size = 64 * KiB, big = 3 * MiB;
+    g_autofree uint8_t *model = g_malloc0(big);
+    BlockNode *bs;
+    Fixture f;
+
+    if (!fixture_init(&f)) {
+        return;
+    }
+    g_assert_cmpint(sh(&f, "qemu-img create -q -f qcow2 -o cluster_size=512 "
+                       "img.qcow2 %" PRIu64, size), ==, 0);
+    bs = open_qcow2(&f, "img.qcow2", NULL);
+    random_requests(bs, model, size, 50, 4 * KiB, 17);
+    check_reads(bs, model, size, 4 * KiB);
+    g_assert(block_node_resize(bs, big, NULL));
+    g_assert_cmpint(block_node_get_length(bs), ==, big);
+    random_requests(bs, model, big, 200, 16 * KiB, 19);
+    check_reads(bs, model, big, 64 * KiB);
+    block_node_unref(bs);
+    check_image(&f, "img.qcow2", model, big);
+    g_assert_cmpint(sh(&f, "qemu-img info img.qcow2 | "
+                       "grep -q 'virtual size: 3 MiB'"), ==, 0);
+    fixture_fini(&f);
+}
+
+/* Two writes to one new cluster, in flight together: both land, one
+ * cluster is allocated (qemu-img check finds no leak). */
+static void test_write_race(void)
+{
+    uint64_t size = MiB;
+    g_autofree uint8_t *model = g_malloc0(size);
+    uint8_t a[4096], b[4096];
+    TReq ra, rb;
+    BlockNode *bs;
+    Fixture f;
+
+    if (!fixture_init(&f)) {
+        return;
+    }
+    g_assert_cmpint(sh(&f, "qemu-img create -q -f qcow2 img.qcow2 %" PRIu64,
+                       size), ==, 0);
+    bs = open_qcow2(&f, "img.qcow2", NULL);
+    for (int round = 0; round < 8; round++) {
+        uint64_t base = round * 64 * KiB;
+
+        memset(a, 0x10 + round, sizeof(a));
+        memset(b, 0x80 + round, sizeof(b));
+        treq_init(&ra, BLOCK_OP_WRITE, base, a, sizeof(a));
+        treq_init(&rb, BLOCK_OP_WRITE, base + 8 * KiB, b, sizeof(b));
+        treq_submit(bs, &ra);
+        treq_submit(bs, &rb);
+        block_node_drain(bs);
+        g_assert(ra.done && rb.done);
+        g_assert_cmpint(ra.ret, ==, 0);
+        g_assert_cmpint(rb.ret, ==, 0);
+        memcpy(model + base, a, sizeof(a));
+        memcpy(model + base + 8 * KiB, b, sizeof(b));
+    }
+    check_reads(bs, model, size, 64 * KiB);
+    block_node_unref(bs);
+    check_image(&f, "img.qcow2", model, size);
+    fixture_fini(&f);
+}
+
+/* Enough allocation to outgrow the refcount table (512-byte clusters:
+ * one table cluster covers 8 MiB), in a file node with O_DIRECT. */
+static void test_refcount_table_growth(void)
+{
+    uint64_t size = 24 * MiB, chunk = 64 * KiB;
+    g_autofree uint8_t *model = g_malloc0(size);
+    BlockNode *bs;
+    Fixture f;
+
+    if (!fixture_init(&f)) {
+        return;
+    }
+    g_assert_cmpint(sh(&f, "qemu-img create -q -f qcow2 -o cluster_size=512 "
+                       "img.qcow2 %" PRIu64, size), ==, 0);
+    bs = open_qcow2(&f, "img.qcow2", "file.cache.direct=on");
+    for (uint64_t off = 0; off < size; off += 2 * chunk) {
+        fill_pattern(model + off, off, chunk, 23);
+        g_assert_cmpint(run_op(bs, BLOCK_OP_WRITE, off, model + off, chunk),
+                        ==, 0);
+    }
+    check_reads(bs, model, size, MiB);
+    block_node_unref(bs);
+    check_image(&f, "img.qcow2", model, size);
+    {
+        g_autofree char *p = fpath(&f, "img.qcow2"), *data = NULL;
+        gsize len;
+
+        /* It did grow: more than the one cluster qemu-img made. */
+        g_assert(g_file_get_contents(p, &data, &len, NULL));
+        g_assert_cmpint(ld_be32((uint8_t *)data + 56), >, 1);
+    }
+    fixture_fini(&f);
+}
+
+/* Several IOThreads on one node, each through its own queue, writing
+ * the same new clusters at once (each its own 4 KiB of each cluster). */
+enum { MT_THREADS = 3, MT_CLUSTERS = 24 };
+
+typedef struct MtReq {
+    BlockRequest req;
+    struct iovec iov;
+    uint8_t buf[4096];
+    int ret;
+    bool done;
+} MtReq;
+
+typedef struct MtJob {
+    BlockNode *bs;
+    AioContext *ctx;
+    unsigned index;
+    MtReq reqs[MT_CLUSTERS];
+} MtJob;
+
+static void mt_cb(BlockRequest *req, int ret)
+{
+    MtReq *r = (MtReq *)req;
+
+    r->ret = ret;
+    r->done = true;
+}
+
+static void mt_work(void *opaque)
+{
+    MtJob *j = opaque;
+    BlockQueue *q = block_queue_new(j->bs, j->ctx, NULL);
+
+    for (unsigned k = 0; k < MT_CLUSTERS; k++) {
+        MtReq *r = &j->reqs[k];
+
+        memset(r->buf, 0x20 + j->index * 16 + k % 16, sizeof(r->buf));
+        r->iov = (struct iovec) { r->buf, sizeof(r->buf) };
+        r->req = (BlockRequest) {
+            .op = BLOCK_OP_WRITE, .offset = k * 64 * KiB + j->index * 4 * KiB,
+            .bytes = sizeof(r->buf), .iov = &r->iov, .niov = 1, .cb = mt_cb,
+        };
+        block_queue_submit(q, &r->req);
+    }
+    block_queue_drain(q);
+    block_queue_free(q);
+}
+
+static void test_iothreads(void)
+{
+    uint64_t size = 2 * MiB;
+    g_autofree uint8_t *model = g_malloc0(size);
+    IOThread *iots[MT_THREADS];
+    GThread *threads[MT_THREADS];
+    g_autofree MtJob *jobs = g_new0(MtJob, MT_THREADS);
+    g_autofree char *p = NULL, *str = NULL;
+    BlockNode *bs;
+    Fixture f;
+
+    if (!fixture_init(&f)) {
+        return;
+    }
+    g_assert_cmpint(sh(&f, "qemu-img create -q -f qcow2 img.qcow2 %" PRIu64,
+                       size), ==, 0);
+    for (unsigned i = 0; i < MT_THREADS; i++) {
+        g_autofree char *id = g_strdup_printf("qcow2-iot%u", i);
+
+        iots[i] = iot_new(id, NULL);
+    }
+    p = fpath(&f, "img.qcow2");
+    str = g_strdup_printf("driver=qcow2,file.driver=file,file.filename=%s", p);
+    bs = open_ok(str, iothread_get_aio_context(iots[0]));
+    for (unsigned i = 0; i < MT_THREADS; i++) {
+        jobs[i] = (MtJob) {
+            .bs = bs, .ctx = iothread_get_aio_context(iots[i]), .index = i,
+        };
+        threads[i] = ctx_job_start(jobs[i].ctx, mt_work, &jobs[i]);
+    }
+    for (unsigned i = 0; i < MT_THREADS; i++) {
+        g_thread_join(threads[i]);
+        for (unsigned k = 0; k < MT_CLUSTERS; k++) {
+            MtReq *r = &jobs[i].reqs[k];
+
+            g_assert(r->done);
+            g_assert_cmpint(r->ret, ==, 0);
+            memcpy(model + r->req.offset, r->buf, sizeof(r->buf));
+        }
+    }
+    block_node_unref(bs);
+    for (unsigned i = 0; i < MT_THREADS; i++) {
+        iothread_destroy(iots[i]);
+    }
+    check_image(&f, "img.qcow2", model, size);
+    fixture_fini(&f);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Refused and malformed images                                              */
+
+/* Overwrite bytes of name at off with the big-endian value v of width w. */
+static void patch(Fixture *f, const char *name, uint64_t off, uint64_t v,
+                  int w)
+{
+    g_autofree char *p = fpath(f, name);
+    uint8_t buf[8];
+    int fd = open(p, O_WRONLY);
+
+    g_assert_cmpint(fd, >=, 0);
+    if (w == 8) {
+        st_be64(buf, v);
+    } else if (w == 4) {
+        st_be32(buf, v);
+    } else {
+        buf[0] = v;
+    }
+    g_assert_cmpint(pwrite(fd, buf, w, off), ==, w);
+    close(fd);
+}
+
+typedef struct BadCase {
+    uint64_t off;                /* header field */
+    uint64_t value;
+    int width;
+    const char *needle;          /* in the open error; NULL: opens */
+    bool writable_only;          /* read-only=on opens */
+} BadCase;
+
+static const BadCase bad_cases[] = {
+    { 0, 0x12345678, 4, "not in qcow2 format" },
+    { 4, 4, 4, "Unsupported qcow2 version 4" },
+    { 20, 30, 4, "Unsupported cluster size 2^30" },
+    { 20, 8, 4, "Unsupported cluster size" },
+    { 32, 1, 4, "encrypted" },
+    { 36, 0x10000000, 4, "L1 table is too large" },
+    { 36, 0, 4, "too small" },
+    { 40, 0x7fffffff0000ull, 8, "Invalid L1 table offset" },
+    { 40, 0x1234, 8, "Invalid L1 table offset" },
+    { 48, 0, 8, "Invalid refcount table offset" },
+    { 56, 0x1000000, 4, "Invalid refcount table size" },
+    { 72, 1ull << 2, 8, "external data file" },
+    { 72, 1ull << 4, 8, "extended L2" },
+    { 72, 1ull << 9, 8, "unsupported incompatible feature" },
+    { 72, 1ull << 0, 8, "qemu-img check -r all", true },
+    { 72, 1ull << 1, 8, "marked corrupt", true },
+    { 96, 7, 4, "Invalid refcount order" },
+    { 100, 20, 4, "Invalid header length" },
+};
+
+static void test_bad_header(const void *data)
+{
+    const BadCase *c = data;
+    Fixture f;
+
+    if (!fixture_init(&f)) {
+        return;
+    }
+    g_assert_cmpint(sh(&f, "qemu-img create -q -f qcow2 img.qcow2 1M"), ==,
+                    0);
+    patch(&f, "img.qcow2", c->off, c->value, c->width);
+    open_qcow2_fails(&f, "img.qcow2", NULL, c->needle);
+    if (c->writable_only) {
+        block_node_unref(open_qcow2(&f, "img.qcow2", "read-only=on"));
+    } else {
+        open_qcow2_fails(&f, "img.qcow2", "read-only=on", c->needle);
+    }
+    fixture_fini(&f);
+}
+
+/* An L2 table past the end of the file, a data cluster past it: the
+ * requests that need them fail with -EIO, the others work. */
+static void test_bad_tables(void)
+{
+    g_autofree char *p = NULL, *data = NULL;
+    g_autofree uint8_t *want = NULL;
+    uint8_t buf[4096];
+    uint64_t l1_off, l2_off;
+    BlockNode *bs;
+    Fixture f;
+    gsize len;
+
+    if (!fixture_init(&f)) {
+        return;
+    }
+    want = make_raw(&f, "src.raw", 4 * MiB, 1);
+    g_assert_cmpint(sh(&f, "qemu-img convert -O qcow2 -o cluster_size=4k "
+                       "src.raw img.qcow2"), ==, 0);
+    p = fpath(&f, "img.qcow2");
+    g_assert(g_file_get_contents(p, &data, &len, NULL));
+    l1_off = ld_be64((uint8_t *)data + 40);
+    l2_off = ld_be64((uint8_t *)data + l1_off + 8) & 0x00fffffffffffe00ull;
+    /* One L2 table covers 2 MiB: the first past the end, the first data
+     * cluster of the second too, and the second's second entry into the
+     * header. */
+    patch(&f, "img.qcow2", l1_off, (1ull << 63) | (1ull << 50), 8);
+    patch(&f, "img.qcow2", l2_off, (1ull << 63) | (1ull << 50), 8);
+    patch(&f, "img.qcow2", l2_off + 8, (1ull << 63) | 512, 8);
+    bs = open_qcow2(&f, "img.qcow2", NULL);
+    g_assert_cmpint(run_op(bs, BLOCK_OP_READ, 0, buf, sizeof(buf)), ==, -EIO);
+    g_assert_cmpint(run_op(bs, BLOCK_OP_WRITE, 0, buf, sizeof(buf)), ==,
+                    -EIO);
+    g_assert_cmpint(run_op(bs, BLOCK_OP_READ, 2 * MiB, buf, sizeof(buf)), ==,
+                    -EIO);
+    g_assert_cmpint(run_op(bs, BLOCK_OP_READ, 2 * MiB + 4 * KiB, buf,
+                           sizeof(buf)), ==, -EIO);
+    g_assert_cmpint(run_op(bs, BLOCK_OP_READ, 2 * MiB + 8 * KiB, buf,
+                           sizeof(buf)), ==, 0);
+    g_assert(memcmp(buf, want + 2 * MiB + 8 * KiB, sizeof(buf)) == 0);
+    block_node_unref(bs);
+    fixture_fini(&f);
+}
+
+/* Options: the cache sizes as QEMU names them; unknown keys refused. */
+static void test_options(void)
+{
+    Fixture f;
+
+    if (!fixture_init(&f)) {
+        return;
+    }
+    g_assert_cmpint(sh(&f, "qemu-img create -q -f qcow2 img.qcow2 1G"), ==,
+                    0);
+    block_node_unref(open_qcow2(&f, "img.qcow2",
+                                "l2-cache-size=1M,refcount-cache-size=256k,"
+                                "cache-clean-interval=30,lazy-refcounts=on"));
+    block_node_unref(open_qcow2(&f, "img.qcow2", "cache-size=2M"));
+    open_qcow2_fails(&f, "img.qcow2",
+                     "cache-size=1M,l2-cache-size=1M,refcount-cache-size=1M",
+                     "must equal cache-size");
+    open_qcow2_fails(&f, "img.qcow2", "l2-cache-sise=1M", "l2-cache-sise");
+    open_qcow2_fails(&f, "img.qcow2", "backing=nosuchnode", "nosuchnode");
+    fixture_fini(&f);
+}
+
+static const TestCase tests[] = {
+    { "/qcow2/read/64k", NULL, test_read_converted, &read_cases[0] },
+    { "/qcow2/read/64k-small-reads", NULL, test_read_converted,
+      &read_cases[1] },
+    { "/qcow2/read/512", NULL, test_read_converted, &read_cases[2] },
+    { "/qcow2/read/2M", NULL, test_read_converted, &read_cases[3] },
+    { "/qcow2/read/v2", NULL, test_read_converted, &read_cases[4] },
+    { "/qcow2/read/refcount-bits-1", NULL, test_read_converted,
+      &read_cases[5] },
+    { "/qcow2/read/refcount-bits-64", NULL, test_read_converted,
+      &read_cases[6] },
+    { "/qcow2/read/prealloc-metadata", NULL, test_read_converted,
+      &read_cases[7] },
+    { "/qcow2/read/prealloc-full", NULL, test_read_converted,
+      &read_cases[8] },
+    { "/qcow2/read/zlib", NULL, test_read_converted, &read_cases[9] },
+    { "/qcow2/read/zlib-4k", NULL, test_read_converted, &read_cases[10] },
+    { "/qcow2/read/zstd", NULL, test_read_converted, &read_cases[11] },
+    { "/qcow2/read/backing", test_read_backing },
+    { "/qcow2/write/64k", NULL, test_write_random, &write_cases[0] },
+    { "/qcow2/write/4k", NULL, test_write_random, &write_cases[1] },
+    { "/qcow2/write/v2", NULL, test_write_random, &write_cases[2] },
+    { "/qcow2/write/backing", NULL, test_write_random, &write_cases[3] },
+    { "/qcow2/write/512-backing", NULL, test_write_random, &write_cases[4] },
+    { "/qcow2/write/refcount-bits-1", NULL, test_write_random,
+      &write_cases[5] },
+    { "/qcow2/write/lazy-refcounts", NULL, test_write_random,
+      &write_cases[6] },
+    { "/qcow2/write/snapshot-compressed", test_write_snapshot_compressed },
+    { "/qcow2/write/race", test_write_race },
+    { "/qcow2/write/bitmaps", test_bitmaps },
+    { "/qcow2/write/refcount-table-growth", test_refcount_table_growth },
+    { "/qcow2/write/iothreads", test_iothreads },
+    { "/qcow2/write/o-direct", NULL, test_write_random, &write_cases[7] },
+    { "/qcow2/resize", test_resize },
+    { "/qcow2/bad/magic", NULL, test_bad_header, &bad_cases[0] },
+    { "/qcow2/bad/version", NULL, test_bad_header, &bad_cases[1] },
+    { "/qcow2/bad/cluster-bits-30", NULL, test_bad_header, &bad_cases[2] },
+    { "/qcow2/bad/cluster-bits-8", NULL, test_bad_header, &bad_cases[3] },
+    { "/qcow2/bad/encrypted", NULL, test_bad_header, &bad_cases[4] },
+    { "/qcow2/bad/l1-huge", NULL, test_bad_header, &bad_cases[5] },
+    { "/qcow2/bad/l1-small", NULL, test_bad_header, &bad_cases[6] },
+    { "/qcow2/bad/l1-past-end", NULL, test_bad_header, &bad_cases[7] },
+    { "/qcow2/bad/l1-misaligned", NULL, test_bad_header, &bad_cases[8] },
+    { "/qcow2/bad/refcount-table-in-header", NULL, test_bad_header,
+      &bad_cases[9] },
+    { "/qcow2/bad/refcount-table-huge", NULL, test_bad_header,
+      &bad_cases[10] },
+    { "/qcow2/bad/data-file", NULL, test_bad_header, &bad_cases[11] },
+    { "/qcow2/bad/extended-l2", NULL, test_bad_header, &bad_cases[12] },
+    { "/qcow2/bad/unknown-incompat", NULL, test_bad_header, &bad_cases[13] },
+    { "/qcow2/bad/dirty", NULL, test_bad_header, &bad_cases[14] },
+    { "/qcow2/bad/corrupt", NULL, test_bad_header, &bad_cases[15] },
+    { "/qcow2/bad/refcount-order", NULL, test_bad_header, &bad_cases[16] },
+    { "/qcow2/bad/header-length", NULL, test_bad_header, &bad_cases[17] },
+    { "/qcow2/bad/tables", test_bad_tables },
+    { "/qcow2/options", test_options },
+};
+
+TEST_MAIN(tests, 110)
