@@ -575,6 +575,9 @@ static char *qcow2_backing_path(Qcow2State *s, Error **errp)
     if (g_path_is_absolute(s->backing_file)) {
         return g_strdup(s->backing_file);
     }
+    if (image && !strchr(image, '/')) {
+        return g_strdup(s->backing_file);    /* both in the current folder */
+    }
     if (!image) {
         error_setg(errp, "Cannot find backing file '%s': the image has no "
                    "file name to resolve it against; give 'backing'",

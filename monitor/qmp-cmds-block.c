@@ -155,11 +155,46 @@ static char *node_file_name(BlockNode *bs)
     return g_strdup("");
 }
 
+/*
+ * QEMU's ImageInfo of bs: its file, format and size and, for a qcow2
+ * node with a backing node, the backing chain nested in backing-image;
+ * *depth gets the chain's length below bs.
+ */
+static JsonObject *node_image_info(BlockNode *bs, int64_t *depth)
+{
+    JsonObject *image = json_object_new();
+    g_autofree char *file = node_file_name(bs);
+    BlockNode *backing = block_qcow2_get_backing(bs);
+
+    json_object_set_string_member(image, "filename", file);
+    json_object_set_string_member(image, "format",
+                                  block_node_get_driver_name(bs));
+    json_object_set_int_member(image, "virtual-size",
+                               block_node_get_length(bs));
+    *depth = 0;
+    if (backing) {
+        g_autofree char *bfile = node_file_name(backing);
+        const char *named = block_qcow2_get_backing_file(bs);
+        int64_t below;
+
+        json_object_set_string_member(image, "backing-filename",
+                                      named ? named : bfile);
+        json_object_set_string_member(image, "full-backing-filename", bfile);
+        json_object_set_string_member(image, "backing-filename-format",
+                                      block_node_get_driver_name(backing));
+        json_object_set_object_member(image, "backing-image",
+                                      node_image_info(backing, &below));
+        *depth = below + 1;
+    }
+    return image;
+}
+
 static JsonObject *node_info(BlockNode *bs)
 {
     JsonObject *o = json_object_new();
     JsonObject *cache = json_object_new();
-    JsonObject *image = json_object_new();
+    int64_t depth;
+    JsonObject *image = node_image_info(bs, &depth);
     g_autofree char *file = node_file_name(bs);
     const char *drv = block_node_get_driver_name(bs);
     IOThread *iot = iothread_find_by_context(block_node_get_aio_context(bs));
@@ -171,7 +206,11 @@ static JsonObject *node_info(BlockNode *bs)
     json_object_set_string_member(o, "file", file);
     json_object_set_boolean_member(o, "encrypted", false);
     json_object_set_string_member(o, "detect_zeroes", "off");
-    json_object_set_int_member(o, "backing_file_depth", 0);
+    if (json_object_has_member(image, "backing-filename")) {
+        json_object_set_string_member(o, "backing_file",
+            json_object_get_string_member(image, "backing-filename"));
+    }
+    json_object_set_int_member(o, "backing_file_depth", depth);
     json_object_set_int_member(o, "write_threshold", 0);
 
     /* Writeback: an export's writethrough=on flushes after each write
@@ -183,10 +222,6 @@ static JsonObject *node_info(BlockNode *bs)
                                    block_node_get_cache_no_flush(bs));
     json_object_set_object_member(o, "cache", cache);
 
-    json_object_set_string_member(image, "filename", file);
-    json_object_set_string_member(image, "format", drv);
-    json_object_set_int_member(image, "virtual-size",
-                               block_node_get_length(bs));
     json_object_set_object_member(o, "image", image);
 
     if (iot) {

@@ -162,8 +162,8 @@ def error_cases(img, d):
         ("object-json-no-type", ["--object", '{"id": "iot0"}'], "--object",
          "qom-type"),
         # --blockdev
-        ("blockdev-unknown-driver", ["--blockdev", "driver=qcow2,node-name=d0"],
-         "--blockdev", "qcow2"),
+        ("blockdev-unknown-driver", ["--blockdev", "driver=vmdk,node-name=d0"],
+         "--blockdev", "vmdk"),
         ("blockdev-missing-file", blockdev(d / "nope" / "x.img"), "--blockdev",
          "No such file or directory"),
         ("blockdev-unknown-key", blockdev(img, extra=",sparkle=on"),
