@@ -28,17 +28,22 @@
  *   2. the cluster's data is written whole: the guest's bytes, and around
  *      them what the cluster showed before (backing file, zeros, the old
  *      or decompressed data), the copy-on-write;
- *   3. a barrier (a flush of the file if refcounts were written since the
- *      last one), then the L2 entry is written (through a new or copied L2
- *      table if needed, which is itself counted, written and flushed
- *      before the L1 entry pointing at it);
- *   4. the old data cluster, if any, loses its reference (a compressed
- *      cluster's sectors, a snapshot's shared cluster).
+ *   3. a barrier (a flush of the file if metadata was written since the
+ *      last one; requests that need one at the same time share it), then
+ *      the L2 entry is written (through a new or copied L2 table if
+ *      needed, which is itself counted, written and flushed before the L1
+ *      entry pointing at it);
+ *   4. after another barrier, the old data cluster, if any, loses its
+ *      reference (a compressed cluster's sectors, a snapshot's shared
+ *      cluster, a preallocated zero cluster).
+ * Write-zeroes and discard change the entry (zero flag, or unallocated)
+ * without allocating, then release the old cluster as in step 4.
  * A process killed between any two steps leaves at most a cluster that
  * is counted but not referenced (a leak, which qemu-img check -r leaks
  * repairs), never a reference to an uncounted cluster.  The file system
  * keeps the completed writes of a killed process in order for us; a
- * power loss does not, which is what the barrier of step 3 is for.
+ * power loss does not, which is what the barriers are for: they cost a
+ * flush per batch of allocating writes (or of releases), not per write.
  * Data written in step 2 needs no barrier: until the guest's flush, a
  * power loss may lose it either way.
  */
@@ -157,6 +162,7 @@ int qcow2_table_write(Qcow2State *s, Qcow2Io *io, uint64_t offset,
     uint64_t a = from & ~(unit - 1);
     uint64_t b = MIN((from + len + unit - 1) & ~(unit - 1), s->cluster_size);
 
+    s->write_gen++;
     return qcow2_pwrite(io->file, offset + a, table + a, b - a);
 }
 
@@ -168,6 +174,7 @@ int qcow2_array_write(Qcow2State *s, Qcow2Io *io, uint64_t offset,
     uint8_t *buf = qcow2_alloc_buf(unit);
     int r;
 
+    s->write_gen++;
     /* Entries past n (the rest of the table's last cluster) read as 0. */
     for (uint64_t k = 0; k < unit / 8; k++) {
         uint64_t i = first / 8 + k;
@@ -394,7 +401,7 @@ static int qcow2_l2_writable(Qcow2State *s, Qcow2Io *io, uint64_t off,
     }
     g_free(copy);
     if (r == 0) {
-        s->need_barrier = true;
+        s->write_gen++;
         r = qcow2_barrier(s, io);
     }
     if (r < 0) {
@@ -407,22 +414,30 @@ static int qcow2_l2_writable(Qcow2State *s, Qcow2Io *io, uint64_t off,
         return r;
     }
     *l2off = t;
-    /* The snapshot keeps the old table; ours no longer counts. */
-    return old ? qcow2_free_clusters(s, io, old, s->cluster_size) : 0;
+    /* The snapshot keeps the old table; ours no longer counts (once the
+     * new L1 entry is on storage). */
+    if (old && (r = qcow2_barrier(s, io)) == 0) {
+        r = qcow2_free_clusters(s, io, old, s->cluster_size);
+    }
+    return r;
 }
 
-/* Point the L2 entry of guest offset off at entry, after a barrier. */
+/*
+ * Point the L2 entry of guest offset off (its cluster busy) at entry;
+ * new: entry points at a newly counted cluster, whose refcount must be
+ * on storage first (a shared barrier).
+ */
 static int qcow2_set_entry(Qcow2State *s, Qcow2Io *io, uint64_t off,
-                           uint64_t entry)
+                           uint64_t entry, bool new)
 {
     uint64_t l2i = (off >> s->cluster_bits) & ((1ull << s->l2_bits) - 1);
-    uint64_t l2off;
+    uint64_t l2off = 0;
     uint8_t *table;
     int r;
 
-    r = qcow2_l2_writable(s, io, off, &l2off);
+    r = new ? qcow2_barrier_shared(s, io) : 0;
     if (r == 0) {
-        r = qcow2_barrier(s, io);
+        r = qcow2_l2_writable(s, io, off, &l2off);
     }
     if (r == 0) {
         r = qcow2_cache_get(s, io, &s->l2_cache, l2off, &table);
@@ -434,12 +449,26 @@ static int qcow2_set_entry(Qcow2State *s, Qcow2Io *io, uint64_t off,
     return qcow2_table_write(s, io, l2off, table, 8 * l2i, 8);
 }
 
-/* Drop the reference entry e held on its host cluster(s), if any. */
+/*
+ * Drop the reference entry e held on its host cluster(s), if any, now
+ * that its L2 entry no longer points there: after a barrier, so that a
+ * power loss cannot leave the old entry pointing at a freed cluster.
+ */
 static int qcow2_release_entry(Qcow2State *s, Qcow2Io *io, uint64_t e)
 {
     uint64_t start, len, skip;
+    Qcow2ClusterType t = qcow2_entry_type(s, e);
+    int r;
 
-    switch (qcow2_entry_type(s, e)) {
+    if (t == QCOW2_CLUSTER_UNALLOCATED ||
+        (t != QCOW2_CLUSTER_COMPRESSED && !(e & QCOW2_OFFSET_MASK))) {
+        return 0;
+    }
+    r = qcow2_barrier_shared(s, io);
+    if (r < 0) {
+        return r;
+    }
+    switch (t) {
     case QCOW2_CLUSTER_COMPRESSED:
         qcow2_compressed_range(s, e, &start, &len, &skip);
         return qcow2_free_clusters(s, io, start, len);
@@ -529,7 +558,7 @@ static int qcow2_write_alloc(Qcow2State *s, Qcow2Io *io, uint64_t off,
     free(buf);
     g_mutex_lock(&s->lock);
     if (r == 0) {
-        r = qcow2_set_entry(s, io, off, host | QCOW2_COPIED);
+        r = qcow2_set_entry(s, io, off, host | QCOW2_COPIED, true);
     }
     return r == 0 ? qcow2_release_entry(s, io, e) : r;
 }
@@ -590,7 +619,7 @@ static int qcow2_remap_part(Qcow2State *s, Qcow2Io *io, uint64_t off,
         }
         if (t == QCOW2_CLUSTER_NORMAL && (e & QCOW2_COPIED) && !may_unmap) {
             /* Keep the cluster (preallocated), flag it zero. */
-            r = qcow2_set_entry(s, io, off, e | QCOW2_ZERO);
+            r = qcow2_set_entry(s, io, off, e | QCOW2_ZERO, false);
             goto out;
         }
         ne = QCOW2_ZERO;
@@ -602,7 +631,7 @@ static int qcow2_remap_part(Qcow2State *s, Qcow2Io *io, uint64_t off,
          * its old data show through. */
         ne = s->backing ? QCOW2_ZERO : 0;
     }
-    r = qcow2_set_entry(s, io, off, ne);
+    r = qcow2_set_entry(s, io, off, ne, false);
     if (r == 0) {
         r = qcow2_release_entry(s, io, e);
     }
@@ -697,7 +726,7 @@ int qcow2_grow_l1(Qcow2State *s, Qcow2Io *io, uint64_t size)
     }
     r = qcow2_pwrite(io->file, off, buf, bytes);
     free(buf);
-    s->need_barrier = true;
+    s->write_gen++;
     if (r < 0 || (r = qcow2_barrier(s, io)) < 0) {
         return r;
     }
@@ -711,7 +740,7 @@ int qcow2_grow_l1(Qcow2State *s, Qcow2Io *io, uint64_t size)
     memset(s->l1 + s->l1_size, 0, (n - s->l1_size) * 8);
     s->l1_size = n;
     s->l1_offset = off;
-    s->need_barrier = true;
+    s->write_gen++;
     r = qcow2_barrier(s, io);
     if (r == 0 && old_off && old_bytes) {
         r = qcow2_free_clusters(s, io, old_off, old_bytes);

@@ -116,23 +116,53 @@ static int qcow2_rc_write_entry(Qcow2State *s, Qcow2Io *io, uint64_t boff,
 {
     uint64_t bit = i << s->refcount_order;
 
-    s->need_barrier = true;
+    s->write_gen++;
     return qcow2_table_write(s, io, boff, block, bit / 8,
                              MAX(1, (1u << s->refcount_order) / 8));
 }
 
 int qcow2_barrier(Qcow2State *s, Qcow2Io *io)
 {
+    uint64_t gen = s->write_gen;
     int r;
 
-    if (!s->need_barrier) {
+    if (s->flushed_gen >= gen) {
         return 0;
     }
     r = qcow2_flush_file(s, io);
     if (r == 0) {
-        s->need_barrier = false;
+        s->flushed_gen = MAX(s->flushed_gen, gen);
     }
     return r;
+}
+
+int qcow2_barrier_shared(Qcow2State *s, Qcow2Io *io)
+{
+    uint64_t need = s->write_gen;
+
+    while (s->flushed_gen < need) {
+        uint64_t gen = s->write_gen;
+        int r;
+
+        if (s->flushing) {
+            /* Another request's flush: it may cover ours. */
+            g_cond_wait(&s->flush_cond, &s->lock);
+            continue;
+        }
+        s->flushing = true;
+        g_mutex_unlock(&s->lock);
+        r = qcow2_flush_file(s, io);
+        g_mutex_lock(&s->lock);
+        s->flushing = false;
+        if (r == 0) {
+            s->flushed_gen = MAX(s->flushed_gen, gen);
+        }
+        g_cond_broadcast(&s->flush_cond);
+        if (r < 0) {
+            return r;
+        }
+    }
+    return 0;
 }
 
 /* Write entry ti of the refcount table. */
@@ -180,7 +210,7 @@ static int qcow2_rc_new_block(Qcow2State *s, Qcow2Io *io, uint64_t ti,
     if (r < 0) {
         return r;
     }
-    s->need_barrier = true;
+    s->write_gen++;
     r = qcow2_barrier(s, io);
     if (r < 0) {
         return r;
@@ -191,7 +221,7 @@ static int qcow2_rc_new_block(Qcow2State *s, Qcow2Io *io, uint64_t ti,
         s->rct[ti] = 0;
         return r;
     }
-    s->need_barrier = true;
+    s->write_gen++;
     *boff = off;
     return 0;
 }
@@ -394,7 +424,7 @@ static int qcow2_rc_layout_commit(Qcow2State *s, Qcow2Io *io,
     }
     r = qcow2_pwrite(io->file, l->start, buf, tbytes);
     free(buf);
-    s->need_barrier = true;
+    s->write_gen++;
     if (r < 0 || (r = qcow2_barrier(s, io)) < 0) {
         return r;
     }
@@ -404,7 +434,7 @@ static int qcow2_rc_layout_commit(Qcow2State *s, Qcow2Io *io,
     if (r < 0) {
         return r;
     }
-    s->need_barrier = true;
+    s->write_gen++;
     g_free(s->rct);
     s->rct = g_steal_pointer(&l->table);
     s->rct_entries = l->n;

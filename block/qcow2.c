@@ -705,6 +705,7 @@ static bool qcow2_open_inner(BlockNode *bs, Opts *opts, Error **errp)
     s->bs = bs;
     g_mutex_init(&s->lock);
     g_cond_init(&s->alloc_cond);
+    g_cond_init(&s->flush_cond);
     s->allocating = g_array_new(FALSE, FALSE, sizeof(uint64_t));
     child = block_node_open_child(bs, opts, "file", errp);
     if (!child) {
@@ -741,6 +742,7 @@ static void qcow2_close(BlockNode *bs)
      * return).  Nothing is dirty: the caches are write-through. */
     qcow2_free_state(s);
     g_cond_clear(&s->alloc_cond);
+    g_cond_clear(&s->flush_cond);
     g_mutex_clear(&s->lock);
 }
 

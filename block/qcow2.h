@@ -120,7 +120,16 @@ typedef struct Qcow2State {
 
     /* Allocation: clusters are taken from the end of the image. */
     uint64_t alloc_end;
-    bool need_barrier;           /* refcounts written since the last flush */
+    /*
+     * Barriers: every metadata write counts in write_gen (when it was
+     * issued, under the lock); flushed_gen is the count the last completed
+     * flush of the file covered; flushing while one is under way (its
+     * end is broadcast on flush_cond).
+     */
+    uint64_t write_gen;
+    uint64_t flushed_gen;
+    bool flushing;
+    GCond flush_cond;
     /* Guest clusters being allocated (per-cluster serialisation). */
     GArray *allocating;          /* uint64_t guest cluster indexes */
     GCond alloc_cond;
@@ -196,9 +205,18 @@ int qcow2_alloc_clusters(Qcow2State *s, Qcow2Io *io, uint64_t n,
  * those that reach 0 are discarded in the file. */
 int qcow2_free_clusters(Qcow2State *s, Qcow2Io *io, uint64_t off,
                         uint64_t bytes);
-/* Before an L2 or L1 entry that points at new clusters is written: the
- * refcounts written so far reach stable storage first. */
+/*
+ * Make every metadata write issued so far reach stable storage (a flush
+ * of the file, skipped if none was written since the last): before an
+ * entry that points at new clusters, and before a refcount drops for an
+ * entry that no longer points at its cluster.  qcow2_barrier() keeps
+ * s->lock throughout (for changes that other requests must not see half
+ * done); qcow2_barrier_shared() drops it while it flushes and lets
+ * concurrent callers share one flush (the caller holds nothing another
+ * request could change: its guest cluster is busy).
+ */
 int qcow2_barrier(Qcow2State *s, Qcow2Io *io);
+int qcow2_barrier_shared(Qcow2State *s, Qcow2Io *io);
 
 /* qcow2-compress.c: inflate one compressed cluster of the image into
  * out (cluster_size bytes) from in[0..in_len).  -EIO if the data is bad,
