@@ -85,9 +85,7 @@ typedef struct Qcow2Sync {
     BlockRequest req;
     struct iovec iov;
     BlockQueue *q;
-    GMutex lock;
-    GCond cond;
-    bool done;
+    GAsyncQueue *done;           /* the completion pushes req here */
     int ret;
 } Qcow2Sync;
 
@@ -95,11 +93,9 @@ static void qcow2_sync_cb(BlockRequest *req, int ret)
 {
     Qcow2Sync *w = req->opaque;
 
-    g_mutex_lock(&w->lock);
     w->ret = ret;
-    w->done = true;
-    g_cond_signal(&w->cond);
-    g_mutex_unlock(&w->lock);
+    /* The push orders ret before the waiter's pop (the queue's lock). */
+    g_async_queue_push(w->done, req);
 }
 
 static void qcow2_sync_submit_bh(void *opaque)
@@ -115,8 +111,7 @@ static int qcow2_sync_io(BlockQueue *q, BlockOp op, uint64_t offset,
     Qcow2Sync w = {
         .req = {
             .op = op, .offset = offset, .bytes = bytes,
-            .iov = &w.iov, .niov = buf ? 1 : 0,
-            .cb = qcow2_sync_cb, .opaque = &w,
+            .niov = buf ? 1 : 0, .cb = qcow2_sync_cb,
         },
         .iov = { .iov_base = buf, .iov_len = bytes },
         .q = q,
@@ -127,24 +122,18 @@ static int qcow2_sync_io(BlockQueue *q, BlockOp op, uint64_t offset,
     }
     w.req.opaque = &w;
     w.req.iov = &w.iov;
-    g_mutex_init(&w.lock);
-    g_cond_init(&w.cond);
+    w.done = g_async_queue_new();
     if (aio_context_in_home_thread(q->ctx)) {
         /* The main thread on its own loop (open, resize): run it. */
         block_queue_submit(q, &w.req);
-        while (!w.done) {
+        while (!g_async_queue_try_pop(w.done)) {
             aio_poll(q->ctx, true);
         }
     } else {
         aio_bh_schedule_oneshot(q->ctx, qcow2_sync_submit_bh, &w);
-        g_mutex_lock(&w.lock);
-        while (!w.done) {
-            g_cond_wait(&w.cond, &w.lock);
-        }
-        g_mutex_unlock(&w.lock);
+        g_async_queue_pop(w.done);
     }
-    g_mutex_clear(&w.lock);
-    g_cond_clear(&w.cond);
+    g_async_queue_unref(w.done);
     return w.ret;
 }
 
@@ -215,23 +204,20 @@ static char *qcow2_feature_name(const uint8_t *table, uint32_t len,
 static bool qcow2_check_incompat(Qcow2State *s, const uint8_t *features,
                                  uint32_t flen, Error **errp)
 {
-    static const struct {
-        uint64_t bit;
-        const char *what;
-    } refused[] = {
-        { QCOW2_INCOMPAT_DATA_FILE, "an external data file" },
-        { QCOW2_INCOMPAT_EXTL2, "extended L2 entries (subclusters)" },
-    };
     uint64_t known = QCOW2_INCOMPAT_DIRTY | QCOW2_INCOMPAT_CORRUPT |
                      QCOW2_INCOMPAT_DATA_FILE | QCOW2_INCOMPAT_COMPRESSION |
                      QCOW2_INCOMPAT_EXTL2;
+    const char *refused = NULL;
 
-    for (size_t i = 0; i < G_N_ELEMENTS(refused); i++) {
-        if (s->incompat & refused[i].bit) {
-            error_setg(errp, "The image uses %s, which driver 'qcow2' does "
-                       "not support", refused[i].what);
-            return false;
-        }
+    if (s->incompat & QCOW2_INCOMPAT_DATA_FILE) {
+        refused = "an external data file";
+    } else if (s->incompat & QCOW2_INCOMPAT_EXTL2) {
+        refused = "extended L2 entries (subclusters)";
+    }
+    if (refused) {
+        error_setg(errp, "The image uses %s, which driver 'qcow2' does not "
+                   "support", refused);
+        return false;
     }
     if (s->incompat & ~known) {
         int bit = __builtin_ctzll(s->incompat & ~known);
@@ -694,15 +680,14 @@ static void qcow2_free_state(Qcow2State *s)
     s->backing_file = s->backing_fmt = NULL;
 }
 
-static bool qcow2_open_inner(BlockNode *bs, Opts *opts, Error **errp)
+/* Open s->bs (qcow2_open() undoes what this did if it fails). */
+static bool qcow2_open_state(Qcow2State *s, Opts *opts, Error **errp)
 {
-    Qcow2State *s = bs->opaque;
-    BlockNode *child;
-    Qcow2Io io;
+    BlockNode *bs = s->bs, *child;
     unsigned l2n, rcn;
     bool lazy;
+    Qcow2Io io;
 
-    s->bs = bs;
     g_mutex_init(&s->lock);
     g_cond_init(&s->alloc_cond);
     g_cond_init(&s->flush_cond);
@@ -750,7 +735,10 @@ static void qcow2_close(BlockNode *bs)
  * child, bs->child, is the generic layer's to drop). */
 static bool qcow2_open(BlockNode *bs, Opts *opts, Error **errp)
 {
-    if (!qcow2_open_inner(bs, opts, errp)) {
+    Qcow2State *s = bs->opaque;
+
+    s->bs = bs;
+    if (!qcow2_open_state(s, opts, errp)) {
         qcow2_close(bs);
         return false;
     }
@@ -799,21 +787,22 @@ static bool qcow2_truncate(BlockNode *bs, int64_t size, Error **errp)
 /* ------------------------------------------------------------------------ */
 /* Requests                                                                  */
 
+/* A request on its way through a worker (the pool's user data is the
+ * node's Qcow2State). */
 typedef struct Qcow2Job {
-    Qcow2State *s;
     BlockRequest *req;
-    AioContext *ctx;
+    AioContext *ctx;             /* its home: the completion goes there */
     Qcow2Io io;
     int ret;
 } Qcow2Job;
 
+/* Back in the request's home thread: complete it through its queue's
+ * deferred completions (one BH for every request finished meanwhile). */
 static void qcow2_job_done_bh(void *opaque)
 {
     Qcow2Job *job = opaque;
 
-    block_acct_batch_begin();
-    block_request_complete(job->req, job->ret);
-    block_acct_batch_end();
+    block_request_complete_later(job->req, job->ret);
     g_free(job);
 }
 
@@ -821,7 +810,7 @@ static void qcow2_worker(gpointer data, gpointer user_data)
 {
     Qcow2Job *job = data;
 
-    job->ret = qcow2_co_rw(job->s, &job->io, job->req);
+    job->ret = qcow2_co_rw(user_data, &job->io, job->req);
     aio_bh_schedule_oneshot(job->ctx, qcow2_job_done_bh, job);
 }
 
@@ -913,7 +902,6 @@ static void qcow2_submit(BlockNode *bs, BlockRequest *req)
         }
     }
     job = g_new0(Qcow2Job, 1);
-    job->s = s;
     job->req = req;
     job->ctx = q->ctx;
     job->io = (Qcow2Io) { .file = q->child, .backing = qq->backing };
