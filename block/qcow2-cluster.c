@@ -1,20 +1,17 @@
 /*
- * qcow2: cluster mapping (L1, L2 tables and their cache) and the work of
- * the slow requests.
+ * qcow2: cluster mapping (L1 and L2 tables) and the work of the slow
+ * requests.
  *
  * Theory of operation.  A guest offset is found in two steps: the L1
- * table (in memory, s->l1) gives the host offset of an L2 table, one
- * cluster of 64-bit entries, and the entry there describes the guest
- * cluster (Qcow2ClusterType).  L2 tables are read through s->l2_cache; a
- * table is changed in the cache and the sectors holding the change are
- * written at once (write-through), so the cache never holds anything
- * the image lacks and a crash loses nothing the cache knew.
+ * table (in memory, s->l1, written through) gives the host offset of an
+ * L2 table, one cluster of 64-bit entries, and the entry there describes
+ * the guest cluster (Qcow2ClusterType).  L2 tables are read and changed
+ * through s->l2_cache, written back later (qcow2-cache.c).
  *
  * qcow2_co_rw() is what a worker thread runs for a request the IOThread
  * could not finish itself (qcow2.c): it walks the request one guest
  * cluster at a time, holding s->lock only to look at and change the
- * metadata, never across the data I/O of a cluster that is already
- * allocated.
+ * metadata, never across the data I/O of a cluster.
  *
  * Allocating writes.  A write to a cluster that has no data cluster of
  * its own (unallocated, zero, compressed, or shared with a snapshot, i.e.
@@ -23,29 +20,20 @@
  * request to the same guest cluster waits on s->alloc_cond until it is
  * done, then looks again (and finds the cluster allocated); requests to
  * other clusters go on meanwhile, so allocation is serialised per cluster.
- * The order, so that a crash at any point leaves a consistent image:
- *   1. the new cluster's refcount (1) is written (qcow2-refcount.c);
- *   2. the cluster's data is written whole: the guest's bytes, and around
- *      them what the cluster showed before (backing file, zeros, the old
- *      or decompressed data), the copy-on-write;
- *   3. a barrier (a flush of the file if metadata was written since the
- *      last one; requests that need one at the same time share it), then
- *      the L2 entry is written (through a new or copied L2 table if
- *      needed, which is itself counted, written and flushed before the L1
- *      entry pointing at it);
- *   4. after another barrier, the old data cluster, if any, loses its
- *      reference (a compressed cluster's sectors, a snapshot's shared
- *      cluster, a preallocated zero cluster).
- * Write-zeroes and discard change the entry (zero flag, or unallocated)
- * without allocating, then release the old cluster as in step 4.
- * A process killed between any two steps leaves at most a cluster that
- * is counted but not referenced (a leak, which qemu-img check -r leaks
- * repairs), never a reference to an uncounted cluster.  The file system
- * keeps the completed writes of a killed process in order for us; a
- * power loss does not, which is what the barriers are for: they cost a
- * flush per batch of allocating writes (or of releases), not per write.
- * Data written in step 2 needs no barrier: until the guest's flush, a
- * power loss may lose it either way.
+ * The steps:
+ *   1. a new cluster at the end of the image is counted (refcount 1, in
+ *      the refcount cache);
+ *   2. its data is written whole: the guest's bytes, and around them what
+ *      the cluster showed before (backing file, zeros, the old or
+ *      decompressed data), the copy-on-write;
+ *   3. the L2 entry points at it (in the cache; a new or copied L2 table
+ *      is counted, written, and flushed with the refcounts before the L1
+ *      entry pointing at it is written);
+ *   4. the cluster it replaces, if any, is given up (a deferred free).
+ * What reaches storage when, and why a crash then leaves a consistent
+ * image, is in qcow2-cache.c.  Write-zeroes and discard change the entry
+ * (zero flag, or unallocated) without allocating, then give up the old
+ * cluster as in step 4.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -53,99 +41,6 @@
 #include "qcow2.h"
 #include "util/bswap.h"
 #include "util/iov.h"
-
-/* ------------------------------------------------------------------------ */
-/* The table cache                                                           */
-
-void qcow2_cache_init(Qcow2Cache *c, unsigned n, uint64_t cluster_size)
-{
-    c->n = n;
-    c->clock = 0;
-    c->entries = g_new0(Qcow2CacheEntry, n);
-    c->index = g_hash_table_new(g_int64_hash, g_int64_equal);
-    for (unsigned i = 0; i < n; i++) {
-        c->entries[i].data = qcow2_alloc_buf(cluster_size);
-    }
-}
-
-void qcow2_cache_destroy(Qcow2Cache *c)
-{
-    for (unsigned i = 0; i < c->n; i++) {
-        free(c->entries[i].data);
-    }
-    g_free(c->entries);
-    if (c->index) {
-        g_hash_table_unref(c->index);
-    }
-    *c = (Qcow2Cache) { 0 };
-}
-
-uint8_t *qcow2_cache_peek(Qcow2Cache *c, uint64_t offset)
-{
-    Qcow2CacheEntry *e = g_hash_table_lookup(c->index, &offset);
-
-    if (!e) {
-        return NULL;
-    }
-    e->used = ++c->clock;
-    return e->data;
-}
-
-/* The least recently used slot, emptied and given to offset. */
-static Qcow2CacheEntry *qcow2_cache_take(Qcow2Cache *c, uint64_t offset)
-{
-    Qcow2CacheEntry *victim = &c->entries[0];
-
-    for (unsigned i = 1; i < c->n && victim->offset; i++) {
-        if (!c->entries[i].offset || c->entries[i].used < victim->used) {
-            victim = &c->entries[i];
-        }
-    }
-    if (victim->offset) {
-        g_hash_table_remove(c->index, &victim->offset);
-    }
-    victim->offset = offset;
-    victim->used = ++c->clock;
-    g_hash_table_insert(c->index, &victim->offset, victim);
-    return victim;
-}
-
-static void qcow2_cache_drop(Qcow2Cache *c, Qcow2CacheEntry *e)
-{
-    g_hash_table_remove(c->index, &e->offset);
-    e->offset = 0;
-}
-
-int qcow2_cache_get(Qcow2State *s, Qcow2Io *io, Qcow2Cache *c,
-                    uint64_t offset, uint8_t **table)
-{
-    Qcow2CacheEntry *e;
-    int r;
-
-    *table = qcow2_cache_peek(c, offset);
-    if (*table) {
-        return 0;
-    }
-    e = qcow2_cache_take(c, offset);
-    r = qcow2_pread(io->file, offset, e->data, s->cluster_size);
-    if (r < 0) {
-        qcow2_cache_drop(c, e);
-        return r;
-    }
-    *table = e->data;
-    return 0;
-}
-
-uint8_t *qcow2_cache_new(Qcow2Cache *c, uint64_t offset, uint64_t size)
-{
-    Qcow2CacheEntry *e = g_hash_table_lookup(c->index, &offset);
-
-    if (!e) {
-        e = qcow2_cache_take(c, offset);
-    }
-    memset(e->data, 0, size);
-    return e->data;
-}
 
 /* The unit metadata is written in: a sector, or the file's alignment. */
 static uint64_t qcow2_write_unit(Qcow2State *s)
@@ -393,7 +288,9 @@ static int qcow2_l2_writable(Qcow2State *s, Qcow2Io *io, uint64_t off,
     }
     r = qcow2_alloc_clusters(s, io, 1, &t);
     if (r == 0) {
-        table = qcow2_cache_new(&s->l2_cache, t, s->cluster_size);
+        r = qcow2_cache_new(s, io, &s->l2_cache, t, &table);
+    }
+    if (r == 0) {
         if (copy) {
             memcpy(table, copy, s->cluster_size);
         }
@@ -401,7 +298,7 @@ static int qcow2_l2_writable(Qcow2State *s, Qcow2Io *io, uint64_t off,
     }
     g_free(copy);
     if (r == 0) {
-        s->write_gen++;
+        /* Its count and content on storage before the L1 entry. */
         r = qcow2_barrier(s, io);
     }
     if (r < 0) {
@@ -416,29 +313,23 @@ static int qcow2_l2_writable(Qcow2State *s, Qcow2Io *io, uint64_t off,
     *l2off = t;
     /* The snapshot keeps the old table; ours no longer counts (once the
      * new L1 entry is on storage). */
-    if (old && (r = qcow2_barrier(s, io)) == 0) {
-        r = qcow2_free_clusters(s, io, old, s->cluster_size);
+    if (old) {
+        qcow2_defer_free(s, old, s->cluster_size);
     }
-    return r;
+    return 0;
 }
 
-/*
- * Point the L2 entry of guest offset off (its cluster busy) at entry;
- * new: entry points at a newly counted cluster, whose refcount must be
- * on storage first (a shared barrier).
- */
+/* Point the L2 entry of guest offset off (its cluster busy) at entry, in
+ * the cache (written back later, qcow2-cache.c). */
 static int qcow2_set_entry(Qcow2State *s, Qcow2Io *io, uint64_t off,
-                           uint64_t entry, bool new)
+                           uint64_t entry)
 {
     uint64_t l2i = (off >> s->cluster_bits) & ((1ull << s->l2_bits) - 1);
     uint64_t l2off = 0;
     uint8_t *table;
     int r;
 
-    r = new ? qcow2_barrier_shared(s, io) : 0;
-    if (r == 0) {
-        r = qcow2_l2_writable(s, io, off, &l2off);
-    }
+    r = qcow2_l2_writable(s, io, off, &l2off);
     if (r == 0) {
         r = qcow2_cache_get(s, io, &s->l2_cache, l2off, &table);
     }
@@ -446,38 +337,30 @@ static int qcow2_set_entry(Qcow2State *s, Qcow2Io *io, uint64_t off,
         return r;
     }
     st_be64(table + 8 * l2i, entry);
-    return qcow2_table_write(s, io, l2off, table, 8 * l2i, 8);
+    qcow2_cache_mark_dirty(&s->l2_cache, l2off);
+    return 0;
 }
 
-/*
- * Drop the reference entry e held on its host cluster(s), if any, now
- * that its L2 entry no longer points there: after a barrier, so that a
- * power loss cannot leave the old entry pointing at a freed cluster.
- */
-static int qcow2_release_entry(Qcow2State *s, Qcow2Io *io, uint64_t e)
+/* The reference entry e held on its host cluster(s), if any, is given up
+ * (dropped once the entry that replaced it is on storage). */
+static void qcow2_release_entry(Qcow2State *s, uint64_t e)
 {
     uint64_t start, len, skip;
-    Qcow2ClusterType t = qcow2_entry_type(s, e);
-    int r;
 
-    if (t == QCOW2_CLUSTER_UNALLOCATED ||
-        (t != QCOW2_CLUSTER_COMPRESSED && !(e & QCOW2_OFFSET_MASK))) {
-        return 0;
-    }
-    r = qcow2_barrier_shared(s, io);
-    if (r < 0) {
-        return r;
-    }
-    switch (t) {
+    switch (qcow2_entry_type(s, e)) {
     case QCOW2_CLUSTER_COMPRESSED:
         qcow2_compressed_range(s, e, &start, &len, &skip);
-        return qcow2_free_clusters(s, io, start, len);
+        qcow2_defer_free(s, start, len);
+        break;
     case QCOW2_CLUSTER_NORMAL:
     case QCOW2_CLUSTER_ZERO:
         start = e & QCOW2_OFFSET_MASK;
-        return start ? qcow2_free_clusters(s, io, start, s->cluster_size) : 0;
+        if (start) {
+            qcow2_defer_free(s, start, s->cluster_size);
+        }
+        break;
     default:
-        return 0;
+        break;
     }
 }
 
@@ -558,9 +441,12 @@ static int qcow2_write_alloc(Qcow2State *s, Qcow2Io *io, uint64_t off,
     free(buf);
     g_mutex_lock(&s->lock);
     if (r == 0) {
-        r = qcow2_set_entry(s, io, off, host | QCOW2_COPIED, true);
+        r = qcow2_set_entry(s, io, off, host | QCOW2_COPIED);
     }
-    return r == 0 ? qcow2_release_entry(s, io, e) : r;
+    if (r == 0) {
+        qcow2_release_entry(s, e);
+    }
+    return r;
 }
 
 /* Write data[0..len) at guest offset off, inside one cluster. */
@@ -619,7 +505,7 @@ static int qcow2_remap_part(Qcow2State *s, Qcow2Io *io, uint64_t off,
         }
         if (t == QCOW2_CLUSTER_NORMAL && (e & QCOW2_COPIED) && !may_unmap) {
             /* Keep the cluster (preallocated), flag it zero. */
-            r = qcow2_set_entry(s, io, off, e | QCOW2_ZERO, false);
+            r = qcow2_set_entry(s, io, off, e | QCOW2_ZERO);
             goto out;
         }
         ne = QCOW2_ZERO;
@@ -631,9 +517,9 @@ static int qcow2_remap_part(Qcow2State *s, Qcow2Io *io, uint64_t off,
          * its old data show through. */
         ne = s->backing ? QCOW2_ZERO : 0;
     }
-    r = qcow2_set_entry(s, io, off, ne, false);
+    r = qcow2_set_entry(s, io, off, ne);
     if (r == 0) {
-        r = qcow2_release_entry(s, io, e);
+        qcow2_release_entry(s, e);
     }
 out:
     qcow2_cluster_unbusy(s, off);
@@ -650,6 +536,12 @@ int qcow2_co_rw(Qcow2State *s, Qcow2Io *io, BlockRequest *req)
     uint8_t *buf = NULL, *zeros = NULL;
     int r = 0;
 
+    if (req->op == BLOCK_OP_FLUSH) {
+        g_mutex_lock(&s->lock);
+        r = qcow2_flush_metadata(s, io);
+        g_mutex_unlock(&s->lock);
+        return r;
+    }
     if (req->op == BLOCK_OP_READ || req->op == BLOCK_OP_WRITE) {
         buf = qcow2_alloc_buf(MIN((uint64_t)req->bytes, cs));
     }
@@ -724,14 +616,15 @@ int qcow2_grow_l1(Qcow2State *s, Qcow2Io *io, uint64_t size)
     for (uint64_t i = 0; i < s->l1_size; i++) {
         st_be64(buf + 8 * i, s->l1[i]);
     }
+    s->write_gen++;
     r = qcow2_pwrite(io->file, off, buf, bytes);
     free(buf);
-    s->write_gen++;
     if (r < 0 || (r = qcow2_barrier(s, io)) < 0) {
         return r;
     }
     st_be32(hdr, n);
     st_be64(hdr + 4, off);
+    s->write_gen++;
     r = qcow2_pwrite(io->file, QCOW2_HDR_L1, hdr, sizeof(hdr));
     if (r < 0) {
         return r;
@@ -740,7 +633,6 @@ int qcow2_grow_l1(Qcow2State *s, Qcow2Io *io, uint64_t size)
     memset(s->l1 + s->l1_size, 0, (n - s->l1_size) * 8);
     s->l1_size = n;
     s->l1_offset = off;
-    s->write_gen++;
     r = qcow2_barrier(s, io);
     if (r == 0 && old_off && old_bytes) {
         r = qcow2_free_clusters(s, io, old_off, old_bytes);

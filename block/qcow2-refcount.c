@@ -5,15 +5,16 @@
  * count: how many L1/L2 entries, tables and header fields point at it.
  * The counts live in refcount blocks (one cluster of refcount_bits-wide
  * entries each), found through the refcount table, which the header
- * points at.  The table is kept in memory (s->rct, host byte order);
- * blocks go through s->rc_cache (write-through, qcow2-cluster.c).
+ * points at.  The table is kept in memory (s->rct, host byte order) and
+ * written through; blocks go through s->rc_cache (write-back, with the
+ * ordering rules of qcow2-cache.c).
  *
  * Allocation takes clusters from the end of the image (s->alloc_end, the
  * file's length rounded up to a cluster at open): no free-space search,
  * and a cluster freed by a discard is never handed out again in this
  * run (its space is returned to the file system by a discard of the
  * file instead).  A new cluster's refcount reaches the file before
- * anything points at it (see the ordering rules in qcow2.c).
+ * anything on storage points at it (qcow2-cache.c).
  *
  * A refcount block that does not exist yet is made at the end of the
  * image.  If it lands in the range it covers itself (the usual case, as
@@ -110,61 +111,6 @@ static uint64_t qcow2_rc_block_index(Qcow2State *s, uint64_t off)
     return (off >> s->cluster_bits) & ((1ull << s->rc_block_bits) - 1);
 }
 
-/* Write entry i of a refcount block (the sectors holding it). */
-static int qcow2_rc_write_entry(Qcow2State *s, Qcow2Io *io, uint64_t boff,
-                                const uint8_t *block, uint64_t i)
-{
-    uint64_t bit = i << s->refcount_order;
-
-    s->write_gen++;
-    return qcow2_table_write(s, io, boff, block, bit / 8,
-                             MAX(1, (1u << s->refcount_order) / 8));
-}
-
-int qcow2_barrier(Qcow2State *s, Qcow2Io *io)
-{
-    uint64_t gen = s->write_gen;
-    int r;
-
-    if (s->flushed_gen >= gen) {
-        return 0;
-    }
-    r = qcow2_flush_file(s, io);
-    if (r == 0) {
-        s->flushed_gen = MAX(s->flushed_gen, gen);
-    }
-    return r;
-}
-
-int qcow2_barrier_shared(Qcow2State *s, Qcow2Io *io)
-{
-    uint64_t need = s->write_gen;
-
-    while (s->flushed_gen < need) {
-        uint64_t gen = s->write_gen;
-        int r;
-
-        if (s->flushing) {
-            /* Another request's flush: it may cover ours. */
-            g_cond_wait(&s->flush_cond, &s->lock);
-            continue;
-        }
-        s->flushing = true;
-        g_mutex_unlock(&s->lock);
-        r = qcow2_flush_file(s, io);
-        g_mutex_lock(&s->lock);
-        s->flushing = false;
-        if (r == 0) {
-            s->flushed_gen = MAX(s->flushed_gen, gen);
-        }
-        g_cond_broadcast(&s->flush_cond);
-        if (r < 0) {
-            return r;
-        }
-    }
-    return 0;
-}
-
 /* Write entry ti of the refcount table. */
 static int qcow2_rct_write_entry(Qcow2State *s, Qcow2Io *io, uint64_t ti)
 {
@@ -202,7 +148,10 @@ static int qcow2_rc_new_block(Qcow2State *s, Qcow2Io *io, uint64_t ti,
             return r;
         }
     }
-    block = qcow2_cache_new(&s->rc_cache, off, s->cluster_size);
+    r = qcow2_cache_new(s, io, &s->rc_cache, off, &block);
+    if (r < 0) {
+        return r;
+    }
     if (self) {
         qcow2_rc_set_entry(s, block, qcow2_rc_block_index(s, off), 1);
     }
@@ -210,7 +159,6 @@ static int qcow2_rc_new_block(Qcow2State *s, Qcow2Io *io, uint64_t ti,
     if (r < 0) {
         return r;
     }
-    s->write_gen++;
     r = qcow2_barrier(s, io);
     if (r < 0) {
         return r;
@@ -221,7 +169,6 @@ static int qcow2_rc_new_block(Qcow2State *s, Qcow2Io *io, uint64_t ti,
         s->rct[ti] = 0;
         return r;
     }
-    s->write_gen++;
     *boff = off;
     return 0;
 }
@@ -285,10 +232,11 @@ int qcow2_rc_update(Qcow2State *s, Qcow2Io *io, uint64_t off, int delta,
     }
     v += delta;
     qcow2_rc_set_entry(s, block, i, v);
+    qcow2_cache_mark_dirty(&s->rc_cache, boff);
     if (newval) {
         *newval = v;
     }
-    return qcow2_rc_write_entry(s, io, boff, block, i);
+    return 0;
 }
 
 int qcow2_alloc_clusters(Qcow2State *s, Qcow2Io *io, uint64_t n,
@@ -407,6 +355,7 @@ static int qcow2_rc_layout_commit(Qcow2State *s, Qcow2Io *io,
     int r = 0;
 
     qcow2_reserve(s, l->end - l->start);
+    s->write_gen++;
     for (guint k = 0; k < l->blocks->len && r == 0; k++) {
         r = qcow2_pwrite(io->file, l->start + tbytes + k * cs,
                          g_ptr_array_index(l->blocks, k), cs);
@@ -422,19 +371,19 @@ static int qcow2_rc_layout_commit(Qcow2State *s, Qcow2Io *io,
     for (uint64_t k = 0; k < l->n; k++) {
         st_be64(buf + 8 * k, l->table[k]);
     }
+    s->write_gen++;
     r = qcow2_pwrite(io->file, l->start, buf, tbytes);
     free(buf);
-    s->write_gen++;
     if (r < 0 || (r = qcow2_barrier(s, io)) < 0) {
         return r;
     }
     st_be64(hdr, l->start);
     st_be32(hdr + 8, tbytes / cs);
+    s->write_gen++;
     r = qcow2_pwrite(io->file, QCOW2_HDR_REFTABLE, hdr, sizeof(hdr));
     if (r < 0) {
         return r;
     }
-    s->write_gen++;
     g_free(s->rct);
     s->rct = g_steal_pointer(&l->table);
     s->rct_entries = l->n;

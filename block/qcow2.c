@@ -10,8 +10,10 @@
  *   qcow2.c           open and close (header, features, extensions,
  *                     options, the backing chain), request dispatch,
  *                     resize, and the waiting I/O the others use;
- *   qcow2-cluster.c   L1/L2 mapping, the table cache, the slow requests
- *                     (with the crash-safe order of an allocating write);
+ *   qcow2-cluster.c   L1/L2 mapping and the slow requests (an
+ *                     allocating write step by step);
+ *   qcow2-cache.c     the write-back metadata caches, and the order in
+ *                     which metadata reaches storage (crash safety);
  *   qcow2-refcount.c  refcounts and allocation;
  *   qcow2-compress.c  zlib and zstd compressed clusters.
  *
@@ -22,11 +24,10 @@
  * write, not shared: COPIED), is moved to the host offset and passed to
  * the file node as it is, like the raw driver does: no copy, no
  * allocation, the file's completion goes straight to the caller.  A READ
- * of clusters that all read as zeros is answered from a BH; a FLUSH goes
- * to the file (every metadata write of a completed request has
- * completed: the caches are write-through).  Everything else (a table
+ * of clusters that all read as zeros is answered from a BH; a FLUSH with
+ * nothing dirty in the caches goes to the file.  Everything else (a table
  * not cached, allocation, copy-on-write, backing data, compressed data,
- * write-zeroes, discard) goes to the node's worker threads (a GThreadPool
+ * write-zeroes, discard, a FLUSH that writes the caches back) goes to the node's worker threads (a GThreadPool
  * of its own), which run it as straight-line code: metadata under the
  * node's lock, and I/O that waits (qcow2_pread() & co.: the sub-request
  * is submitted in the request's own context from a one-shot BH, through
@@ -43,12 +44,15 @@
  * itself the home of the context it waits in, it runs that loop nested
  * instead of sleeping.
  *
- * Metadata safety: see qcow2-cluster.c for the order of an allocating
- * write and qcow2-refcount.c for new refcount blocks and tables.  Refcount
- * updates are never postponed: lazy_refcounts images are written with
- * eager refcounts, so this driver never sets the dirty bit, and an
- * image found dirty is opened read-only only (a writable open says to
- * run qemu-img check -r all).  A corrupt image likewise.  Unknown
+ * Metadata safety: see qcow2-cache.c for the order in which metadata
+ * reaches storage and qcow2-refcount.c for new refcount blocks and
+ * tables.  The refcounts on storage never fall behind the entries on
+ * storage (that is what QEMU's lazy refcounts allow, and what its dirty
+ * bit warns of), so this driver never sets the dirty bit, lazy_refcounts
+ * images included, and an image found dirty is opened read-only only (a
+ * writable open says to run qemu-img check -r all).  A corrupt image
+ * likewise.  An inactive node has written its caches back; activating
+ * it again reads the header and tables afresh.  Unknown
  * autoclear bits, and the bitmaps bit (bitmaps are not updated here), are
  * cleared at a writable open, as the specification asks of a writer that
  * does not keep them; header extensions and snapshots are never
@@ -508,8 +512,8 @@ static bool qcow2_cache_sizes(Qcow2State *s, Opts *opts, unsigned *l2,
         !opts_get_size(opts, "refcount-cache-size",
                        QCOW2_MIN_RC_BLOCKS * cs, &rc_bytes, errp) ||
         !opts_get_size(opts, "cache-size", 0, &total, errp) ||
-        /* Accepted for QEMU's command lines: the caches hold nothing
-         * dirty, so there is nothing a timer would need to clean. */
+        /* Accepted for QEMU's command lines, no effect: the caches have
+         * a fixed size, and nothing frees idle entries. */
         !opts_get_int(opts, "cache-clean-interval", 0, UINT32_MAX, 600,
                       &interval, errp)) {
         return false;
@@ -672,6 +676,7 @@ static void qcow2_free_state(Qcow2State *s)
     qcow2_cache_destroy(&s->l2_cache);
     qcow2_cache_destroy(&s->rc_cache);
     g_clear_pointer(&s->allocating, g_array_unref);
+    g_clear_pointer(&s->pending_frees, g_array_unref);
     g_free(s->l1);
     g_free(s->rct);
     g_free(s->backing_file);
@@ -690,8 +695,8 @@ static bool qcow2_open_state(Qcow2State *s, Opts *opts, Error **errp)
 
     g_mutex_init(&s->lock);
     g_cond_init(&s->alloc_cond);
-    g_cond_init(&s->flush_cond);
     s->allocating = g_array_new(FALSE, FALSE, sizeof(uint64_t));
+    s->pending_frees = g_array_new(FALSE, FALSE, sizeof(Qcow2Extent));
     child = block_node_open_child(bs, opts, "file", errp);
     if (!child) {
         return false;
@@ -719,15 +724,37 @@ static bool qcow2_open_state(Qcow2State *s, Opts *opts, Error **errp)
     return true;
 }
 
+/* Write the metadata caches back and flush, from the main thread (the
+ * node idle: a close, an inactivation). */
+static int qcow2_flush_idle(Qcow2State *s)
+{
+    Qcow2Io io = { .file = s->bs->child->default_q };
+    int r;
+
+    qcow2_lock_main(s);
+    r = qcow2_flush_metadata(s, &io);
+    g_mutex_unlock(&s->lock);
+    return r;
+}
+
 static void qcow2_close(BlockNode *bs)
 {
     Qcow2State *s = bs->opaque;
+    int r;
 
     /* Drained: the workers have finished (the pool waits for the last to
-     * return).  Nothing is dirty: the caches are write-through. */
+     * return).  What the caches hold goes to the image first.  (After a
+     * failed open there is no pool and nothing to write.) */
+    if (s->pool && !qcow2_metadata_clean(s)) {
+        r = qcow2_flush_idle(s);
+        if (r < 0) {
+            error_report("node '%s': cannot write the qcow2 metadata back: "
+                         "%s (the image may have leaked clusters)",
+                         block_node_get_name(bs), g_strerror(-r));
+        }
+    }
     qcow2_free_state(s);
     g_cond_clear(&s->alloc_cond);
-    g_cond_clear(&s->flush_cond);
     g_mutex_clear(&s->lock);
 }
 
@@ -782,6 +809,41 @@ static bool qcow2_truncate(BlockNode *bs, int64_t size, Error **errp)
         return false;
     }
     return true;
+}
+
+/*
+ * Inactive: another process may write the image from now on, so
+ * everything the caches hold goes to it first.  Active again: that
+ * process may have changed anything, so the header and tables are read
+ * again and the caches start empty.  Main thread, the node idle.
+ */
+static bool qcow2_set_active(BlockNode *bs, bool active, Error **errp)
+{
+    Qcow2State *s = bs->opaque;
+    Qcow2Io io = { .file = bs->child->default_q };
+    bool ok;
+    int r;
+
+    if (!active) {
+        r = qcow2_flush_idle(s);
+        if (r < 0) {
+            error_setg_errno(errp, -r, "Cannot write the qcow2 metadata "
+                             "back");
+            return false;
+        }
+        return true;
+    }
+    qcow2_lock_main(s);
+    g_clear_pointer(&s->l1, g_free);
+    g_clear_pointer(&s->rct, g_free);
+    g_clear_pointer(&s->backing_file, g_free);
+    g_clear_pointer(&s->backing_fmt, g_free);
+    qcow2_cache_clear(&s->l2_cache);
+    qcow2_cache_clear(&s->rc_cache);
+    ok = qcow2_read_image(s, &io, errp) &&
+         (bs->read_only || qcow2_clear_autoclear(s, &io, errp));
+    g_mutex_unlock(&s->lock);
+    return ok;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -883,9 +945,15 @@ static void qcow2_submit(BlockNode *bs, BlockRequest *req)
     Qcow2Job *job;
     uint64_t host = 0;
 
-    if (req->op == BLOCK_OP_FLUSH) {
-        block_driver_submit(bs->child, req);
-        return;
+    if (req->op == BLOCK_OP_FLUSH && g_mutex_trylock(&s->lock)) {
+        bool clean = qcow2_metadata_clean(s);
+
+        g_mutex_unlock(&s->lock);
+        if (clean) {
+            /* Nothing to write back: the file's flush is all it takes. */
+            block_driver_submit(bs->child, req);
+            return;
+        }
     }
     if (req->op == BLOCK_OP_READ || req->op == BLOCK_OP_WRITE) {
         switch (qcow2_fast_map(s, req, &host)) {
@@ -938,6 +1006,7 @@ const BlockDriver block_driver_qcow2 = {
     .submit = qcow2_submit,
     .attach_queue = qcow2_attach_queue,
     .detach_queue = qcow2_detach_queue,
+    .set_active = qcow2_set_active,
 };
 
 /* ------------------------------------------------------------------------ */

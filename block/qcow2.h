@@ -57,24 +57,30 @@ typedef enum Qcow2ClusterType {
 
 /*
  * A cache of metadata tables (L2 tables, refcount blocks), one cluster
- * each, keyed by host offset (0: a free slot).  Write-through: a table is
- * changed in the cache and the changed part written at once, so nothing
- * in it is ever dirty and eviction just drops the least recently used.
- * A pointer into a table stays valid while s->lock is held and no other
- * table is loaded into the same cache.
+ * each, keyed by host offset (0: a free slot), write-back
+ * (qcow2-cache.c).  A pointer into a table stays valid while s->lock is
+ * held and no other table is loaded into the same cache.
  */
 typedef struct Qcow2CacheEntry {
     uint64_t offset;
     uint64_t used;               /* LRU clock */
     uint8_t *data;
+    bool dirty;                  /* changed, not written back yet */
 } Qcow2CacheEntry;
 
 typedef struct Qcow2Cache {
     Qcow2CacheEntry *entries;
     unsigned n;
+    unsigned ndirty;
     uint64_t clock;
     GHashTable *index;           /* &entry->offset -> entry */
 } Qcow2Cache;
+
+/* A byte range of the image file. */
+typedef struct Qcow2Extent {
+    uint64_t off;
+    uint64_t bytes;
+} Qcow2Extent;
 
 /*
  * Where one request's (or a main-thread operation's) I/O goes: the queue
@@ -123,13 +129,13 @@ typedef struct Qcow2State {
     /*
      * Barriers: every metadata write counts in write_gen (when it was
      * issued, under the lock); flushed_gen is the count the last completed
-     * flush of the file covered; flushing while one is under way (its
-     * end is broadcast on flush_cond).
+     * flush of the file covered.
      */
     uint64_t write_gen;
     uint64_t flushed_gen;
-    bool flushing;
-    GCond flush_cond;
+    /* References given up by dirty L2 entries, dropped once those are on
+     * storage (qcow2_flush_metadata()). */
+    GArray *pending_frees;       /* Qcow2Extent */
     /* Guest clusters being allocated (per-cluster serialisation). */
     GArray *allocating;          /* uint64_t guest cluster indexes */
     GCond alloc_cond;
@@ -154,16 +160,43 @@ int qcow2_discard_file(Qcow2Io *io, uint64_t offset, uint64_t bytes);
 /* A buffer fit for the file node's O_DIRECT needs (free with free()). */
 void *qcow2_alloc_buf(uint64_t bytes);
 
-/* qcow2-cluster.c */
+/* qcow2-cache.c */
 void qcow2_cache_init(Qcow2Cache *c, unsigned n, uint64_t cluster_size);
 void qcow2_cache_destroy(Qcow2Cache *c);
-/* The table at offset, loaded if needed; -errno on a read error. */
+/* The table at offset, loaded if needed (evicting, which may write a
+ * dirty table back); -errno on an I/O error. */
 int qcow2_cache_get(Qcow2State *s, Qcow2Io *io, Qcow2Cache *c,
                     uint64_t offset, uint8_t **table);
 /* The table at offset if cached, else NULL (no I/O). */
 uint8_t *qcow2_cache_peek(Qcow2Cache *c, uint64_t offset);
-/* A zeroed table for offset in the cache (a new table: no read). */
-uint8_t *qcow2_cache_new(Qcow2Cache *c, uint64_t offset, uint64_t size);
+/* A zeroed, clean table for offset in the cache (a new table: no read);
+ * -errno if evicting failed. */
+int qcow2_cache_new(Qcow2State *s, Qcow2Io *io, Qcow2Cache *c,
+                    uint64_t offset, uint8_t **table);
+/* The cached table at offset was changed: write it back later. */
+void qcow2_cache_mark_dirty(Qcow2Cache *c, uint64_t offset);
+/* Write every dirty table of c back. */
+int qcow2_cache_write_dirty(Qcow2State *s, Qcow2Io *io, Qcow2Cache *c);
+/* Forget every table (none may be dirty). */
+void qcow2_cache_clear(Qcow2Cache *c);
+/*
+ * Make the refcounts and every other metadata write issued so far reach
+ * stable storage: the dirty refcount blocks are written, then the file
+ * is flushed if anything was written since the last flush.  Before an
+ * L2 table or L1 entry that may point at newly counted clusters, and
+ * before a header field points at new tables.
+ */
+int qcow2_barrier(Qcow2State *s, Qcow2Io *io);
+/* Drop one reference to each host cluster of [off, off + bytes) once the
+ * dirty L2 entries are on storage. */
+void qcow2_defer_free(Qcow2State *s, uint64_t off, uint64_t bytes);
+/* Whether nothing is dirty or waiting (a FLUSH may go straight down). */
+bool qcow2_metadata_clean(Qcow2State *s);
+/* Write everything back in the safe order, apply the deferred frees, and
+ * flush the file (always: the data too). */
+int qcow2_flush_metadata(Qcow2State *s, Qcow2Io *io);
+
+/* qcow2-cluster.c */
 /* Write bytes [from, from + len) of table (at host offset) to the file,
  * widened to whole sectors. */
 int qcow2_table_write(Qcow2State *s, Qcow2Io *io, uint64_t offset,
@@ -205,18 +238,6 @@ int qcow2_alloc_clusters(Qcow2State *s, Qcow2Io *io, uint64_t n,
  * those that reach 0 are discarded in the file. */
 int qcow2_free_clusters(Qcow2State *s, Qcow2Io *io, uint64_t off,
                         uint64_t bytes);
-/*
- * Make every metadata write issued so far reach stable storage (a flush
- * of the file, skipped if none was written since the last): before an
- * entry that points at new clusters, and before a refcount drops for an
- * entry that no longer points at its cluster.  qcow2_barrier() keeps
- * s->lock throughout (for changes that other requests must not see half
- * done); qcow2_barrier_shared() drops it while it flushes and lets
- * concurrent callers share one flush (the caller holds nothing another
- * request could change: its guest cluster is busy).
- */
-int qcow2_barrier(Qcow2State *s, Qcow2Io *io);
-int qcow2_barrier_shared(Qcow2State *s, Qcow2Io *io);
 
 /* qcow2-compress.c: inflate one compressed cluster of the image into
  * out (cluster_size bytes) from in[0..in_len).  -EIO if the data is bad,

@@ -621,6 +621,43 @@ static const EmptyCase empty_cases[] = {
       run_fill, after_fill },
 };
 
+/*
+ * The caches are write-back: a FLUSH puts the image in order while the
+ * node stays open (qemu-img reads it through the lock with -U); going
+ * inactive writes them back too, another program may then write the
+ * image, and going active again reads it afresh.
+ */
+static void flush_and_handover(Fixture *f, const void *unused)
+{
+    uint64_t size = 4 * MiB;
+    g_autofree uint8_t *model = g_malloc0(size);
+    uint8_t buf[4096];
+    BlockNode *bs = create_open(f, "-o cluster_size=4k", size, NULL);
+
+    random_requests(bs, model, size, 100, 64 * KiB, 29);   /* ends in FLUSH */
+    write_file(f, "model.raw", model, size);
+    g_assert_cmpint(sh(f, "qemu-img check -U -f qcow2 img.qcow2"), ==, 0);
+    g_assert_cmpint(sh(f, "qemu-img compare -U -f raw -F qcow2 model.raw "
+                       "img.qcow2"), ==, 0);
+
+    random_requests(bs, model, size, 50, 64 * KiB, 31);
+    g_assert(block_node_set_active(bs, false, NULL));
+    check_image(f, "img.qcow2", model, size);
+    g_assert_cmpint(sh(f, "qemu-io -f qcow2 -c 'write -q -P 0x77 1M 4k' "
+                       "img.qcow2"), ==, 0);
+    memset(model + MiB, 0x77, 4 * KiB);
+    g_assert(block_node_set_active(bs, true, NULL));
+    g_assert_cmpint(run_op(bs, BLOCK_OP_READ, MiB, buf, sizeof(buf)), ==, 0);
+    g_assert(memcmp(buf, model + MiB, sizeof(buf)) == 0);
+    random_requests(bs, model, size, 50, 64 * KiB, 37);
+    close_checked(f, bs, model, size);
+}
+
+static void test_flush_and_handover(void)
+{
+    in_fixture(flush_and_handover, NULL);
+}
+
 /* Several IOThreads on one node, each through its own queue, writing
  * the same new clusters at once (each its own 4 KiB of each cluster). */
 enum { MT_THREADS = 3, MT_CLUSTERS = 24 };
@@ -862,6 +899,7 @@ static const TestCase tests[] = {
     { "/qcow2/write/snapshot-compressed", test_write_snapshot_compressed },
     { "/qcow2/write/bitmaps", test_bitmaps },
     { "/qcow2/write/iothreads", test_iothreads },
+    { "/qcow2/write/flush-and-handover", test_flush_and_handover },
     { "/qcow2/bad/tables", test_bad_tables },
     { "/qcow2/options", test_options },
 };
