@@ -24,7 +24,9 @@
  * write, not shared: COPIED), is moved to the host offset and passed to
  * the file node as it is, like the raw driver does: no copy, no
  * allocation, the file's completion goes straight to the caller.  A READ
- * of clusters that all read as zeros is answered from a BH; a FLUSH with
+ * of clusters that all read as zeros is answered from a BH, one of
+ * unallocated clusters that the backing node covers is passed to it
+ * (through its queue in the same context); a FLUSH with
  * nothing dirty in the caches goes to the file.  Everything else (a table
  * not cached, allocation, copy-on-write, backing data, compressed data,
  * write-zeroes, discard, a FLUSH that writes the caches back) goes to the node's worker threads (a GThreadPool
@@ -885,7 +887,8 @@ static void qcow2_iov_zero(BlockRequest *req)
 
 /*
  * What the IOThread can do alone: 1 (data clusters, contiguous: *host is
- * where the range starts in the file), 2 (a read of zeros), 0 (a
+ * where the range starts in the file), 2 (a read of zeros), 3 (a read
+ * of unallocated clusters that the backing node holds whole), 0 (a
  * worker's job).  Never waits: the lock is only tried.
  */
 static int qcow2_fast_map(Qcow2State *s, BlockRequest *req, uint64_t *host)
@@ -922,7 +925,8 @@ static int qcow2_fast_map(Qcow2State *s, BlockRequest *req, uint64_t *host)
             k = write ? 0 : 2;
             break;
         case QCOW2_CLUSTER_UNALLOCATED:
-            k = write || s->backing ? 0 : 2;
+            k = write ? 0 : !s->backing ? 2 :
+                end <= (uint64_t)block_node_get_length(s->backing) ? 3 : 0;
             break;
         default:
             k = 0;
@@ -935,6 +939,33 @@ static int qcow2_fast_map(Qcow2State *s, BlockRequest *req, uint64_t *host)
     }
     g_mutex_unlock(&s->lock);
     return kind;
+}
+
+/* A read passed on to the backing node, in the request's context. */
+typedef struct Qcow2BackingRead {
+    BlockRequest sub;
+    BlockRequest *req;
+} Qcow2BackingRead;
+
+static void qcow2_backing_read_cb(BlockRequest *sub, int ret)
+{
+    Qcow2BackingRead *b = sub->opaque;
+
+    block_request_complete_later(b->req, ret);
+    g_free(b);
+}
+
+static void qcow2_backing_read(BlockQueue *backing, BlockRequest *req)
+{
+    Qcow2BackingRead *b = g_new(Qcow2BackingRead, 1);
+
+    b->req = req;
+    b->sub = (BlockRequest) {
+        .op = BLOCK_OP_READ, .offset = req->offset, .bytes = req->bytes,
+        .iov = req->iov, .niov = req->niov,
+        .cb = qcow2_backing_read_cb, .opaque = b,
+    };
+    block_queue_submit(backing, &b->sub);
 }
 
 static void qcow2_submit(BlockNode *bs, BlockRequest *req)
@@ -964,6 +995,9 @@ static void qcow2_submit(BlockNode *bs, BlockRequest *req)
         case 2:
             qcow2_iov_zero(req);
             block_request_complete_later(req, 0);
+            return;
+        case 3:
+            qcow2_backing_read(qq->backing, req);
             return;
         default:
             break;
