@@ -4,14 +4,16 @@
  * qcow2.c opens the image (header, options, backing file), owns the
  * node's state and dispatches requests; qcow2-cluster.c maps guest
  * clusters through the L1 and L2 tables and runs reads, writes,
- * write-zeroes and discards; qcow2-refcount.c keeps the refcounts and
- * allocates clusters; qcow2-compress.c inflates compressed clusters.
- * The theory of operation is at the top of qcow2.c.
+ * write-zeroes and discards; qcow2-cache.c holds the metadata caches
+ * and writes them back in a crash-safe order; qcow2-refcount.c keeps the
+ * refcounts and allocates clusters; qcow2-compress.c inflates
+ * compressed clusters.  The theory of operation is at the top of qcow2.c.
  *
  * Locking: every function here that takes a Qcow2State is called with
- * s->lock held unless it says otherwise; those that do I/O (an Qcow2Io
+ * s->lock held unless it says otherwise; those that do I/O (a Qcow2Io
  * argument) wait for it, so they run only in the node's workers or in
- * the main thread, never in an IOThread.
+ * the main thread, never in an IOThread (qcow2_get_entry() with peek
+ * does no I/O: the IOThread's fast path uses it, the lock tried).
  */
 #ifndef SPINDLE_BLOCK_QCOW2_H
 #define SPINDLE_BLOCK_QCOW2_H
