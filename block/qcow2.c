@@ -365,7 +365,8 @@ static bool qcow2_parse_header(Qcow2State *s, const uint8_t *hdr,
         return false;
     }
     if (s->l1_size && (s->l1_offset == 0 || s->l1_offset % cs ||
-                       s->l1_offset > file_len)) {
+                       s->l1_offset > file_len ||
+                       (uint64_t)s->l1_size * 8 > file_len - s->l1_offset)) {
         error_setg(errp, "Invalid L1 table offset 0x%" PRIx64, s->l1_offset);
         return false;
     }
@@ -375,7 +376,8 @@ static bool qcow2_parse_header(Qcow2State *s, const uint8_t *hdr,
         return false;
     }
     if (s->rct_offset == 0 || s->rct_offset % cs ||
-        s->rct_offset > file_len) {
+        s->rct_offset > file_len ||
+        rct_clusters * cs > file_len - s->rct_offset) {
         error_setg(errp, "Invalid refcount table offset 0x%" PRIx64,
                    s->rct_offset);
         return false;

@@ -872,6 +872,86 @@ static void test_bad_tables(void)
     in_fixture(bad_tables, NULL);
 }
 
+/*
+ * Images with random bytes of their metadata changed (the header and the
+ * first clusters, where qemu-img puts the tables), opened, read whole and
+ * written to: whatever the driver makes of them (an open error, -EIO, or
+ * data), nothing may crash or touch memory it should not (the sanitizer
+ * build checks that).  Seeded: the same images every run.
+ */
+enum { CORRUPT_ROUNDS = 60 };
+
+static void corrupt_and_use(Fixture *f, const char *src, uint64_t size,
+                            unsigned seed)
+{
+    g_autofree char *path = fpath(f, "bad.qcow2"), *data = NULL;
+    g_autofree char *str = g_strdup_printf(
+        "driver=qcow2,file.driver=file,file.filename=%s", path);
+    g_autofree uint8_t *buf = g_malloc(64 * KiB);
+    GRand *rand = g_rand_new_with_seed(seed);
+    unsigned opened = 0;
+    gsize len;
+
+    {
+        g_autofree char *p = fpath(f, src);
+
+        g_assert(g_file_get_contents(p, &data, &len, NULL));
+    }
+    for (unsigned round = 0; round < CORRUPT_ROUNDS; round++) {
+        g_autofree char *copy = g_memdup2(data, len);
+        unsigned flips = g_rand_int_range(rand, 1, 5);
+        Error *err = NULL;
+        BlockNode *bs;
+
+        for (unsigned i = 0; i < flips; i++) {
+            /* Half in the header, half anywhere in the first 24 KiB. */
+            gsize at = g_rand_boolean(rand) ? g_rand_int_range(rand, 0, 112) :
+                       g_rand_int_range(rand, 0, MIN(len, 24 * KiB));
+
+            copy[at] ^= 1u << g_rand_int_range(rand, 0, 8);
+        }
+        g_assert(g_file_set_contents(path, copy, len, NULL));
+        bs = block_node_open_str(str, f->ctx, &err);
+        if (!bs) {
+            g_test_message("%s round %u: %s", src, round, err->message);
+            error_free(err);
+            continue;
+        }
+        opened++;
+        for (uint64_t off = 0; off + 64 * KiB <= MIN(size, 4 * MiB);
+             off += 64 * KiB) {
+            run_op(bs, BLOCK_OP_READ, off, buf, 64 * KiB);
+        }
+        for (unsigned i = 0; i < 8; i++) {
+            uint64_t off = g_rand_int_range(rand, 0, MIN(size, 4 * MiB) / 512);
+
+            memset(buf, i, 4096);
+            run_op(bs, BLOCK_OP_WRITE, MIN(off * 512, size - 4096), buf, 4096);
+            run_op(bs, BLOCK_OP_DISCARD, MIN(off * 512, size - 8192), NULL,
+                   8192);
+        }
+        run_op(bs, BLOCK_OP_FLUSH, 0, NULL, 0);
+        block_node_unref(bs);
+    }
+    g_test_message("%s: %u of %u opened", src, opened, CORRUPT_ROUNDS);
+    g_rand_free(rand);
+}
+
+static void corrupt(Fixture *f, const void *unused)
+{
+    g_free(make_raw(f, "src.raw", 2 * MiB, 1));
+    g_assert_cmpint(sh(f, "qemu-img convert -O qcow2 -o cluster_size=4k "
+                       "src.raw plain.qcow2 && qemu-img convert -c -O qcow2 "
+                       "-o cluster_size=4k src.raw zip.qcow2"), ==, 0);
+    corrupt_and_use(f, "plain.qcow2", 2 * MiB, 41);
+    corrupt_and_use(f, "zip.qcow2", 2 * MiB, 43);
+}
+
+static void test_corrupt(void)
+{
+    in_fixture(corrupt, NULL);
+}
+
 /* Options: the cache sizes as QEMU names them; unknown keys refused. */
 static void options(Fixture *f, const void *unused)
 {
@@ -901,6 +981,7 @@ static const TestCase tests[] = {
     { "/qcow2/write/iothreads", test_iothreads },
     { "/qcow2/write/flush-and-handover", test_flush_and_handover },
     { "/qcow2/bad/tables", test_bad_tables },
+    { "/qcow2/bad/random", test_corrupt },
     { "/qcow2/options", test_options },
 };
 
