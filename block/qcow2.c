@@ -783,6 +783,25 @@ static int64_t qcow2_getlength(BlockNode *bs)
     return s->size;
 }
 
+/*
+ * The part [old, size) of an overlay just grown reads as zeros, not as
+ * what its backing node holds there (as QEMU does).  Main thread, no
+ * lock held; the guest cannot reach the part yet.
+ */
+static int qcow2_zero_grown(Qcow2State *s, uint64_t old, uint64_t size)
+{
+    int64_t blen = s->backing ? block_node_get_length(s->backing) : 0;
+    Qcow2Io io = { .file = s->bs->child->default_q };
+    BlockRequest req = { .op = BLOCK_OP_WRITE_ZEROES, .offset = old };
+
+    if (blen <= (int64_t)old) {
+        return 0;
+    }
+    io.backing = s->backing->default_q;
+    req.bytes = MIN(size, (uint64_t)blen) - old;
+    return qcow2_co_rw(s, &io, &req);
+}
+
 static bool qcow2_truncate(BlockNode *bs, int64_t size, Error **errp)
 {
     Qcow2State *s = bs->opaque;
@@ -797,6 +816,15 @@ static bool qcow2_truncate(BlockNode *bs, int64_t size, Error **errp)
     }
     qcow2_lock_main(s);
     r = qcow2_grow_l1(s, &io, size);
+    g_mutex_unlock(&s->lock);
+    if (r == 0) {
+        r = qcow2_zero_grown(s, s->size, size);
+    }
+    qcow2_lock_main(s);
+    if (r == 0) {
+        /* The zeros on storage before the size that shows them. */
+        r = qcow2_flush_metadata(s, &io);
+    }
     if (r == 0) {
         st_be64(buf, size);
         r = qcow2_pwrite(io.file, QCOW2_HDR_SIZE, buf, sizeof(buf));

@@ -612,6 +612,35 @@ static void after_fill(Fixture *f)
     g_assert_cmpint(header_u32(f, 56), >, 1);
 }
 
+/* An overlay shorter than its base, grown: the new part reads as zeros,
+ * not as the base (QEMU's rule), on a version 3 image (zero clusters)
+ * and a version 2 one (zeros written). */
+static void resize_overlay(Fixture *f, const void *unused)
+{
+    static const char *const compat[] = { "1.1", "0.10" };
+    uint64_t size = 3 * MiB + 512;
+
+    for (unsigned i = 0; i < G_N_ELEMENTS(compat); i++) {
+        g_autofree uint8_t *model = make_raw(f, "base.raw", 2 * MiB, 7);
+        BlockNode *bs;
+
+        /* The old end in the middle of a cluster: its tail is copied. */
+        g_assert_cmpint(sh(f, "qemu-img create -q -f qcow2 -o compat=%s "
+                           "-b base.raw -F raw img.qcow2 %" PRId64, compat[i],
+                           MiB + 512), ==, 0);
+        model = g_realloc(model, size);
+        memset(model + MiB + 512, 0, size - MiB - 512);
+        bs = open_qcow2(f, "img.qcow2", NULL);
+        g_assert(block_node_resize(bs, size, NULL));
+        close_checked(f, bs, model, size);
+    }
+}
+
+static void test_resize_overlay(void)
+{
+    in_fixture(resize_overlay, NULL);
+}
+
 static const EmptyCase empty_cases[] = {
     { "/qcow2/resize", "-o cluster_size=512", 64 * KiB, 3 * MiB, NULL, run_resize,
       after_resize },
@@ -980,6 +1009,7 @@ static const TestCase tests[] = {
     { "/qcow2/write/bitmaps", test_bitmaps },
     { "/qcow2/write/iothreads", test_iothreads },
     { "/qcow2/write/flush-and-handover", test_flush_and_handover },
+    { "/qcow2/resize-overlay", test_resize_overlay },
     { "/qcow2/bad/tables", test_bad_tables },
     { "/qcow2/bad/random", test_corrupt },
     { "/qcow2/options", test_options },
