@@ -378,15 +378,20 @@ static bool qcow2_is_allocating(Qcow2State *s, uint64_t gc)
  * Wait until no other request changes guest cluster gc, then mark it
  * ours (qcow2_cluster_unbusy() ends that).  Returns its current entry.
  */
-static int qcow2_cluster_busy(Qcow2State *s, Qcow2Io *io, uint64_t off,
-                              uint64_t *e)
+static void qcow2_cluster_mark_busy(Qcow2State *s, uint64_t off)
 {
     uint64_t gc = off >> s->cluster_bits;
 
-    while (qcow2_is_allocating(s, gc)) {
+    g_array_append_val(s->allocating, gc);
+}
+
+static int qcow2_cluster_busy(Qcow2State *s, Qcow2Io *io, uint64_t off,
+                              uint64_t *e)
+{
+    while (qcow2_is_allocating(s, off >> s->cluster_bits)) {
         g_cond_wait(&s->alloc_cond, &s->lock);
     }
-    g_array_append_val(s->allocating, gc);
+    qcow2_cluster_mark_busy(s, off);
     return qcow2_get_entry(s, io, off, e, false);
 }
 
@@ -413,48 +418,84 @@ static bool qcow2_entry_writable(Qcow2State *s, uint64_t e)
 /* ------------------------------------------------------------------------ */
 /* Writing                                                                   */
 
-/* Allocate, fill and map a new data cluster for guest offset off (its
- * cluster busy, entry e), data[0..len) at its place.  s->lock held on
- * entry and exit, dropped for the data I/O. */
-static int qcow2_write_alloc(Qcow2State *s, Qcow2Io *io, uint64_t off,
-                             uint64_t e, const uint8_t *data, uint64_t len)
+/*
+ * Allocate, fill and map new data clusters for the write of data[0..len)
+ * at guest offset off, whose cluster is busy and has entry e0: that
+ * cluster and those after it that the write reaches, need a cluster of
+ * their own too and are free to take (a run of at most
+ * QCOW2_MAX_RUN_BYTES), get contiguous new clusters, written in one go.
+ * Returns the bytes of data written, or -errno.  s->lock held on entry
+ * and exit, dropped for the data I/O; the run's clusters are not busy
+ * any more on return.
+ */
+static int64_t qcow2_write_alloc(Qcow2State *s, Qcow2Io *io, uint64_t off,
+                                 uint64_t e0, const uint8_t *data,
+                                 uint64_t len)
 {
-    uint64_t cs = s->cluster_size, in = off & (cs - 1), host;
+    uint64_t cs = s->cluster_size, in = off & (cs - 1), start = off - in;
+    uint64_t max = MIN((in + len + cs - 1) / cs, QCOW2_MAX_RUN_BYTES / cs);
+    g_autofree uint64_t *e = g_new(uint64_t, MAX(max, 1));
+    uint64_t k = 1, n, host = 0;
     uint8_t *buf = NULL;
     int r;
 
-    r = qcow2_alloc_clusters(s, io, 1, &host);
-    if (r < 0) {
-        return r;
+    e[0] = e0;
+    while (k < max) {
+        uint64_t o = start + k * cs;
+
+        if (qcow2_is_allocating(s, o >> s->cluster_bits) ||
+            qcow2_get_entry(s, io, o, &e[k], false) < 0 ||
+            qcow2_entry_writable(s, e[k])) {
+            break;
+        }
+        qcow2_cluster_mark_busy(s, o);
+        k++;
     }
-    g_mutex_unlock(&s->lock);
-    if (len < cs) {
-        /* Copy-on-write: what the cluster showed, patched. */
-        buf = qcow2_alloc_buf(cs);
-        r = qcow2_read_entry(s, io, e, off - in, buf, cs);
-        memcpy(buf + in, data, len);
-        data = buf;
-    }
+    n = MIN(k * cs - in, len);
+    r = qcow2_alloc_clusters(s, io, k, &host);
     if (r == 0) {
-        r = qcow2_pwrite(io->file, host, data, cs);
+        g_mutex_unlock(&s->lock);
+        buf = qcow2_alloc_buf(k * cs);
+        /* Copy-on-write of what the first and last cluster showed
+         * outside the write. */
+        if (in || n < cs) {
+            r = qcow2_read_entry(s, io, e[0], start, buf, cs);
+        }
+        if (r == 0 && k > 1 && in + n < k * cs) {
+            r = qcow2_read_entry(s, io, e[k - 1], start + (k - 1) * cs,
+                                 buf + (k - 1) * cs, cs);
+        }
+        memcpy(buf + in, data, n);
+        if (r == 0) {
+            r = qcow2_pwrite(io->file, host, buf, k * cs);
+        }
+        free(buf);
+        g_mutex_lock(&s->lock);
     }
-    free(buf);
-    g_mutex_lock(&s->lock);
-    if (r == 0) {
-        r = qcow2_set_entry(s, io, off, host | QCOW2_COPIED);
+    for (uint64_t i = 0; i < k; i++) {
+        if (r == 0) {
+            r = qcow2_set_entry(s, io, start + i * cs,
+                                (host + i * cs) | QCOW2_COPIED);
+        }
+        if (r == 0) {
+            qcow2_release_entry(s, e[i]);
+        }
+        qcow2_cluster_unbusy(s, start + i * cs);
     }
-    if (r == 0) {
-        qcow2_release_entry(s, e);
-    }
-    return r;
+    return r < 0 ? r : (int64_t)n;
 }
 
-/* Write data[0..len) at guest offset off, inside one cluster. */
-static int qcow2_write_part(Qcow2State *s, Qcow2Io *io, uint64_t off,
-                            const uint8_t *data, uint64_t len)
+/*
+ * Write the start of data[0..len) at guest offset off: the rest of its
+ * cluster in place if that is allocated, else a run of new clusters
+ * (qcow2_write_alloc()).  Returns the bytes written, or -errno.
+ */
+static int64_t qcow2_write_step(Qcow2State *s, Qcow2Io *io, uint64_t off,
+                                const uint8_t *data, uint64_t len)
 {
-    uint64_t e, host;
-    int r;
+    uint64_t cs = s->cluster_size, in = off & (cs - 1);
+    uint64_t n = MIN(cs - in, len), e, host;
+    int64_t r;
 
     g_mutex_lock(&s->lock);
     r = qcow2_get_entry(s, io, off, &e, false);
@@ -462,7 +503,6 @@ static int qcow2_write_part(Qcow2State *s, Qcow2Io *io, uint64_t off,
         r = qcow2_cluster_busy(s, io, off, &e);
         if (r == 0 && !qcow2_entry_writable(s, e)) {
             r = qcow2_write_alloc(s, io, off, e, data, len);
-            qcow2_cluster_unbusy(s, off);
             g_mutex_unlock(&s->lock);
             return r;
         }
@@ -477,8 +517,24 @@ static int qcow2_write_part(Qcow2State *s, Qcow2Io *io, uint64_t off,
     if (!qcow2_host_offset_valid(s, host)) {
         return -EIO;
     }
-    return qcow2_pwrite(io->file, host + (off & (s->cluster_size - 1)), data,
-                        len);
+    r = qcow2_pwrite(io->file, host + in, data, n);
+    return r < 0 ? r : (int64_t)n;
+}
+
+/* Write data[0..len) at guest offset off. */
+static int qcow2_write_range(Qcow2State *s, Qcow2Io *io, uint64_t off,
+                             const uint8_t *data, uint64_t len)
+{
+    for (uint64_t done = 0; done < len;) {
+        int64_t n = qcow2_write_step(s, io, off + done, data + done,
+                                     len - done);
+
+        if (n < 0) {
+            return n;
+        }
+        done += n;
+    }
+    return 0;
 }
 
 /*
@@ -530,6 +586,25 @@ out:
 /* ------------------------------------------------------------------------ */
 /* A request, cluster by cluster                                             */
 
+/* A WRITE, in chunks of at most QCOW2_MAX_RUN_BYTES copied out of the
+ * guest's buffers. */
+static int qcow2_co_write(Qcow2State *s, Qcow2Io *io, BlockRequest *req)
+{
+    uint64_t chunk = MIN((uint64_t)req->bytes, QCOW2_MAX_RUN_BYTES);
+    uint8_t *buf = qcow2_alloc_buf(chunk);
+    int r = 0;
+
+    for (uint64_t pos = 0; pos < (uint64_t)req->bytes && r == 0;) {
+        uint64_t n = MIN(chunk, req->bytes - pos);
+
+        iov_to_buf(req->iov, req->niov, pos, buf, n);
+        r = qcow2_write_range(s, io, req->offset + pos, buf, n);
+        pos += n;
+    }
+    free(buf);
+    return r;
+}
+
 int qcow2_co_rw(Qcow2State *s, Qcow2Io *io, BlockRequest *req)
 {
     uint64_t cs = s->cluster_size;
@@ -542,7 +617,10 @@ int qcow2_co_rw(Qcow2State *s, Qcow2Io *io, BlockRequest *req)
         g_mutex_unlock(&s->lock);
         return r;
     }
-    if (req->op == BLOCK_OP_READ || req->op == BLOCK_OP_WRITE) {
+    if (req->op == BLOCK_OP_WRITE) {
+        return qcow2_co_write(s, io, req);
+    }
+    if (req->op == BLOCK_OP_READ) {
         buf = qcow2_alloc_buf(MIN((uint64_t)req->bytes, cs));
     }
     for (uint64_t pos = 0; pos < (uint64_t)req->bytes && r == 0;) {
@@ -557,10 +635,6 @@ int qcow2_co_rw(Qcow2State *s, Qcow2Io *io, BlockRequest *req)
                 iov_from_buf(req->iov, req->niov, pos, buf, n);
             }
             break;
-        case BLOCK_OP_WRITE:
-            iov_to_buf(req->iov, req->niov, pos, buf, n);
-            r = qcow2_write_part(s, io, off, buf, n);
-            break;
         case BLOCK_OP_WRITE_ZEROES:
             if (whole && s->version >= 3) {
                 r = qcow2_remap_part(s, io, off, true,
@@ -571,7 +645,7 @@ int qcow2_co_rw(Qcow2State *s, Qcow2Io *io, BlockRequest *req)
                 zeros = qcow2_alloc_buf(cs);
                 memset(zeros, 0, cs);
             }
-            r = qcow2_write_part(s, io, off, zeros, n);
+            r = qcow2_write_range(s, io, off, zeros, n);
             break;
         case BLOCK_OP_DISCARD:
             /* Partial clusters, and v2 images with a backing file (no

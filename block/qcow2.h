@@ -26,6 +26,7 @@
 #define QCOW2_MIN_CLUSTER_BITS      9
 #define QCOW2_MAX_CLUSTER_BITS      21            /* 2 MiB, as QEMU */
 #define QCOW2_MAX_TABLE_BYTES       (32 * 1024 * 1024)  /* L1, refcount table */
+#define QCOW2_MAX_RUN_BYTES         (2 * 1024 * 1024)   /* one allocating write */
 
 /* Incompatible feature bits. */
 #define QCOW2_INCOMPAT_DIRTY        (1ull << 0)
