@@ -419,24 +419,66 @@ static bool qcow2_entry_writable(Qcow2State *s, uint64_t e)
 /* Writing                                                                   */
 
 /*
- * Allocate, fill and map new data clusters for the write of data[0..len)
- * at guest offset off, whose cluster is busy and has entry e0: that
+ * What a write writes: bytes of iov[0..niov) from pos on (the guest's
+ * buffers, or a buffer of zeros).  Written from where they are, never
+ * copied.
+ */
+typedef struct Qcow2Data {
+    const struct iovec *iov;
+    int niov;
+    uint64_t pos;
+} Qcow2Data;
+
+/* Append to v the iovecs of bytes [src->pos, src->pos + len) of src. */
+static void qcow2_data_slice(const Qcow2Data *src, uint64_t len, GArray *v)
+{
+    uint64_t skip = src->pos;
+
+    for (int i = 0; i < src->niov && len; i++) {
+        struct iovec part = src->iov[i];
+
+        if (skip >= part.iov_len) {
+            skip -= part.iov_len;
+            continue;
+        }
+        part.iov_base = (uint8_t *)part.iov_base + skip;
+        part.iov_len = MIN(part.iov_len - skip, len);
+        skip = 0;
+        len -= part.iov_len;
+        g_array_append_val(v, part);
+    }
+}
+
+static void qcow2_iov_add(GArray *v, void *base, uint64_t len)
+{
+    struct iovec part = { .iov_base = base, .iov_len = len };
+
+    if (len) {
+        g_array_append_val(v, part);
+    }
+}
+
+/*
+ * Allocate, fill and map new data clusters for the write of len bytes of
+ * src at guest offset off, whose cluster is busy and has entry e0: that
  * cluster and those after it that the write reaches, need a cluster of
  * their own too and are free to take (a run of at most
- * QCOW2_MAX_RUN_BYTES), get contiguous new clusters, written in one go.
- * Returns the bytes of data written, or -errno.  s->lock held on entry
- * and exit, dropped for the data I/O; the run's clusters are not busy
- * any more on return.
+ * QCOW2_MAX_RUN_BYTES), get contiguous new clusters, written in one
+ * request: the copy-on-write head of the first cluster, the guest's
+ * bytes, the copy-on-write tail of the last.  Returns the bytes of src
+ * written, or -errno.  s->lock held on entry and exit, dropped for the
+ * data I/O; the run's clusters are not busy any more on return.
  */
 static int64_t qcow2_write_alloc(Qcow2State *s, Qcow2Io *io, uint64_t off,
-                                 uint64_t e0, const uint8_t *data,
+                                 uint64_t e0, const Qcow2Data *src,
                                  uint64_t len)
 {
     uint64_t cs = s->cluster_size, in = off & (cs - 1), start = off - in;
     uint64_t max = MIN((in + len + cs - 1) / cs, QCOW2_MAX_RUN_BYTES / cs);
     g_autofree uint64_t *e = g_new(uint64_t, MAX(max, 1));
-    uint64_t k = 1, n, host = 0;
-    uint8_t *buf = NULL;
+    uint64_t k = 1, n, end, host = 0;
+    uint8_t *head = NULL, *tail = NULL;
+    GArray *v;
     int r;
 
     e[0] = e0;
@@ -452,24 +494,36 @@ static int64_t qcow2_write_alloc(Qcow2State *s, Qcow2Io *io, uint64_t off,
         k++;
     }
     n = MIN(k * cs - in, len);
+    end = in + n;                /* where the guest's bytes end in the run */
     r = qcow2_alloc_clusters(s, io, k, &host);
     if (r == 0) {
         g_mutex_unlock(&s->lock);
-        buf = qcow2_alloc_buf(k * cs);
+        v = g_array_new(FALSE, FALSE, sizeof(struct iovec));
         /* Copy-on-write of what the first and last cluster showed
-         * outside the write. */
-        if (in || n < cs) {
-            r = qcow2_read_entry(s, io, e[0], start, buf, cs);
+         * outside the write (one read if that is the same cluster). */
+        if (in || (k == 1 && end < cs)) {
+            head = qcow2_alloc_buf(cs);
+            r = qcow2_read_entry(s, io, e[0], start, head, cs);
         }
-        if (r == 0 && k > 1 && in + n < k * cs) {
+        if (r == 0 && k > 1 && end < k * cs) {
+            tail = qcow2_alloc_buf(cs);
             r = qcow2_read_entry(s, io, e[k - 1], start + (k - 1) * cs,
-                                 buf + (k - 1) * cs, cs);
+                                 tail, cs);
         }
-        memcpy(buf + in, data, n);
+        qcow2_iov_add(v, head, in);
+        qcow2_data_slice(src, n, v);
+        if (tail) {
+            qcow2_iov_add(v, tail + end - (k - 1) * cs, k * cs - end);
+        } else if (k == 1 && head) {
+            qcow2_iov_add(v, head + end, cs - end);
+        }
         if (r == 0) {
-            r = qcow2_pwrite(io->file, host, buf, k * cs);
+            r = qcow2_sync_iov(io->file, BLOCK_OP_WRITE, host,
+                               (struct iovec *)v->data, v->len, k * cs);
         }
-        free(buf);
+        g_array_unref(v);
+        free(head);
+        free(tail);
         g_mutex_lock(&s->lock);
     }
     for (uint64_t i = 0; i < k; i++) {
@@ -486,15 +540,16 @@ static int64_t qcow2_write_alloc(Qcow2State *s, Qcow2Io *io, uint64_t off,
 }
 
 /*
- * Write the start of data[0..len) at guest offset off: the rest of its
- * cluster in place if that is allocated, else a run of new clusters
+ * Write the start of len bytes of src at guest offset off: the rest of
+ * its cluster in place if that is allocated, else a run of new clusters
  * (qcow2_write_alloc()).  Returns the bytes written, or -errno.
  */
 static int64_t qcow2_write_step(Qcow2State *s, Qcow2Io *io, uint64_t off,
-                                const uint8_t *data, uint64_t len)
+                                const Qcow2Data *src, uint64_t len)
 {
     uint64_t cs = s->cluster_size, in = off & (cs - 1);
     uint64_t n = MIN(cs - in, len), e, host;
+    GArray *v;
     int64_t r;
 
     g_mutex_lock(&s->lock);
@@ -502,7 +557,7 @@ static int64_t qcow2_write_step(Qcow2State *s, Qcow2Io *io, uint64_t off,
     if (r == 0 && !qcow2_entry_writable(s, e)) {
         r = qcow2_cluster_busy(s, io, off, &e);
         if (r == 0 && !qcow2_entry_writable(s, e)) {
-            r = qcow2_write_alloc(s, io, off, e, data, len);
+            r = qcow2_write_alloc(s, io, off, e, src, len);
             g_mutex_unlock(&s->lock);
             return r;
         }
@@ -517,22 +572,26 @@ static int64_t qcow2_write_step(Qcow2State *s, Qcow2Io *io, uint64_t off,
     if (!qcow2_host_offset_valid(s, host)) {
         return -EIO;
     }
-    r = qcow2_pwrite(io->file, host + in, data, n);
+    v = g_array_new(FALSE, FALSE, sizeof(struct iovec));
+    qcow2_data_slice(src, n, v);
+    r = qcow2_sync_iov(io->file, BLOCK_OP_WRITE, host + in,
+                       (struct iovec *)v->data, v->len, n);
+    g_array_unref(v);
     return r < 0 ? r : (int64_t)n;
 }
 
-/* Write data[0..len) at guest offset off. */
+/* Write len bytes of src (from src->pos on) at guest offset off. */
 static int qcow2_write_range(Qcow2State *s, Qcow2Io *io, uint64_t off,
-                             const uint8_t *data, uint64_t len)
+                             Qcow2Data src, uint64_t len)
 {
     for (uint64_t done = 0; done < len;) {
-        int64_t n = qcow2_write_step(s, io, off + done, data + done,
-                                     len - done);
+        int64_t n = qcow2_write_step(s, io, off + done, &src, len - done);
 
         if (n < 0) {
             return n;
         }
         done += n;
+        src.pos += n;
     }
     return 0;
 }
@@ -583,27 +642,23 @@ out:
     return r;
 }
 
+/* Write n zeros (inside one cluster) at guest offset off, from *zeros
+ * (one zeroed cluster, made on first use). */
+static int qcow2_write_zeros(Qcow2State *s, Qcow2Io *io, uint64_t off,
+                             uint64_t n, uint8_t **zeros)
+{
+    struct iovec z;
+
+    if (!*zeros) {
+        *zeros = qcow2_alloc_buf(s->cluster_size);
+        memset(*zeros, 0, s->cluster_size);
+    }
+    z = (struct iovec) { .iov_base = *zeros, .iov_len = n };
+    return qcow2_write_range(s, io, off, (Qcow2Data) { &z, 1, 0 }, n);
+}
+
 /* ------------------------------------------------------------------------ */
 /* A request, cluster by cluster                                             */
-
-/* A WRITE, in chunks of at most QCOW2_MAX_RUN_BYTES copied out of the
- * guest's buffers. */
-static int qcow2_co_write(Qcow2State *s, Qcow2Io *io, BlockRequest *req)
-{
-    uint64_t chunk = MIN((uint64_t)req->bytes, QCOW2_MAX_RUN_BYTES);
-    uint8_t *buf = qcow2_alloc_buf(chunk);
-    int r = 0;
-
-    for (uint64_t pos = 0; pos < (uint64_t)req->bytes && r == 0;) {
-        uint64_t n = MIN(chunk, req->bytes - pos);
-
-        iov_to_buf(req->iov, req->niov, pos, buf, n);
-        r = qcow2_write_range(s, io, req->offset + pos, buf, n);
-        pos += n;
-    }
-    free(buf);
-    return r;
-}
 
 int qcow2_co_rw(Qcow2State *s, Qcow2Io *io, BlockRequest *req)
 {
@@ -618,7 +673,9 @@ int qcow2_co_rw(Qcow2State *s, Qcow2Io *io, BlockRequest *req)
         return r;
     }
     if (req->op == BLOCK_OP_WRITE) {
-        return qcow2_co_write(s, io, req);
+        Qcow2Data src = { .iov = req->iov, .niov = req->niov };
+
+        return qcow2_write_range(s, io, req->offset, src, req->bytes);
     }
     if (req->op == BLOCK_OP_READ) {
         buf = qcow2_alloc_buf(MIN((uint64_t)req->bytes, cs));
@@ -641,11 +698,7 @@ int qcow2_co_rw(Qcow2State *s, Qcow2Io *io, BlockRequest *req)
                                      req->flags & BLOCK_REQ_MAY_UNMAP);
                 break;
             }
-            if (!zeros) {
-                zeros = qcow2_alloc_buf(cs);
-                memset(zeros, 0, cs);
-            }
-            r = qcow2_write_range(s, io, off, zeros, n);
+            r = qcow2_write_zeros(s, io, off, n, &zeros);
             break;
         case BLOCK_OP_DISCARD:
             /* Partial clusters, and v2 images with a backing file (no

@@ -89,7 +89,6 @@
 
 typedef struct Qcow2Sync {
     BlockRequest req;
-    struct iovec iov;
     BlockQueue *q;
     GAsyncQueue *done;           /* the completion pushes req here */
     int ret;
@@ -111,15 +110,14 @@ static void qcow2_sync_submit_bh(void *opaque)
     block_queue_submit(w->q, &w->req);
 }
 
-static int qcow2_sync_io(BlockQueue *q, BlockOp op, uint64_t offset,
-                         void *buf, uint64_t bytes)
+int qcow2_sync_iov(BlockQueue *q, BlockOp op, uint64_t offset,
+                   struct iovec *iov, int niov, uint64_t bytes)
 {
     Qcow2Sync w = {
         .req = {
             .op = op, .offset = offset, .bytes = bytes,
-            .niov = buf ? 1 : 0, .cb = qcow2_sync_cb,
+            .iov = iov, .niov = niov, .cb = qcow2_sync_cb,
         },
-        .iov = { .iov_base = buf, .iov_len = bytes },
         .q = q,
     };
 
@@ -127,7 +125,6 @@ static int qcow2_sync_io(BlockQueue *q, BlockOp op, uint64_t offset,
         return -EIO;
     }
     w.req.opaque = &w;
-    w.req.iov = &w.iov;
     w.done = g_async_queue_new();
     if (aio_context_in_home_thread(q->ctx)) {
         /* The main thread on its own loop (open, resize): run it. */
@@ -141,6 +138,14 @@ static int qcow2_sync_io(BlockQueue *q, BlockOp op, uint64_t offset,
     }
     g_async_queue_unref(w.done);
     return w.ret;
+}
+
+static int qcow2_sync_io(BlockQueue *q, BlockOp op, uint64_t offset,
+                         void *buf, uint64_t bytes)
+{
+    struct iovec iov = { .iov_base = buf, .iov_len = bytes };
+
+    return qcow2_sync_iov(q, op, offset, &iov, buf ? 1 : 0, bytes);
 }
 
 int qcow2_pread(BlockQueue *q, uint64_t offset, void *buf, uint64_t bytes)

@@ -158,6 +158,9 @@ typedef struct Qcow2Queue {
 int qcow2_pread(BlockQueue *q, uint64_t offset, void *buf, uint64_t bytes);
 int qcow2_pwrite(BlockQueue *q, uint64_t offset, const void *buf,
                  uint64_t bytes);
+/* The same for a READ or WRITE of iov[0..niov) (bytes in all). */
+int qcow2_sync_iov(BlockQueue *q, BlockOp op, uint64_t offset,
+                   struct iovec *iov, int niov, uint64_t bytes);
 int qcow2_flush_file(Qcow2State *s, Qcow2Io *io);
 int qcow2_discard_file(Qcow2Io *io, uint64_t offset, uint64_t bytes);
 /* A buffer fit for the file node's O_DIRECT needs (free with free()). */
