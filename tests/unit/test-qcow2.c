@@ -695,6 +695,7 @@ typedef struct MtReq {
     BlockRequest req;
     struct iovec iov;
     uint8_t buf[4096];
+    uint64_t offset;             /* req.offset may be the file's at the end */
     int ret;
     bool done;
 } MtReq;
@@ -724,8 +725,9 @@ static void mt_work(void *opaque)
 
         memset(r->buf, 0x20 + j->index * 16 + k % 16, sizeof(r->buf));
         r->iov = (struct iovec) { r->buf, sizeof(r->buf) };
+        r->offset = k * 64 * KiB + j->index * 4 * KiB;
         r->req = (BlockRequest) {
-            .op = BLOCK_OP_WRITE, .offset = k * 64 * KiB + j->index * 4 * KiB,
+            .op = BLOCK_OP_WRITE, .offset = r->offset,
             .bytes = sizeof(r->buf), .iov = &r->iov, .niov = 1, .cb = mt_cb,
         };
         block_queue_submit(q, &r->req);
@@ -767,7 +769,7 @@ static void iothreads(Fixture *f, const void *unused)
 
             g_assert(r->done);
             g_assert_cmpint(r->ret, ==, 0);
-            memcpy(model + r->req.offset, r->buf, sizeof(r->buf));
+            memcpy(model + r->offset, r->buf, sizeof(r->buf));
         }
     }
     block_node_unref(bs);
