@@ -19,7 +19,8 @@ neither may lock it: Spindle takes the lock bytes QEMU's file driver takes,
 and the second daemon would be refused.  Only one of them does I/O at a
 time.
 With --backend nbd or rbd the node is the remote server's image, with the
-same options for both (scripts/benchcompare/remote.py).
+same options for both (scripts/benchcompare/remote.py); with --backend
+qcow2 a qcow2 node over such a file node (scripts/benchcompare/qcow2.py).
 
 Each daemon runs under `taskset -c CPU`, so all of its threads (main loop,
 IOThread, QEMU's RCU and worker threads) share that one CPU; the affinity
@@ -57,7 +58,8 @@ def daemon_args(socket, service_ns, poll, size_bytes, image=None, engine=None,
                 num_queues=1, node=None):
     """The arguments after the program name; the same for both daemons.
     With `image` and `engine`, the node is that file (O_DIRECT) instead of
-    null-co; with `node`, those --blockdev options."""
+    null-co; with `node`, those --blockdev options (a list: one --blockdev
+    each, the last one the exported node n0)."""
     if image and not node:
         node = (f"driver=file,node-name=n0,filename={image},aio={engine},"
                 "cache.direct=on,locking=off")
@@ -68,8 +70,9 @@ def daemon_args(socket, service_ns, poll, size_bytes, image=None, engine=None,
     export = ("type=vhost-user-blk,id=e0,node-name=n0,addr.type=unix,"
               f"addr.path={socket},writable=on,num-queues={num_queues},"
               "iothread=iot0")
+    nodes = node if isinstance(node, list) else [node]
     return ["--object", f"iothread,id=iot0{poll.iothread_props()}",
-            "--blockdev", node,
+            *(a for n in nodes for a in ("--blockdev", n)),
             "--export", export]
 
 
@@ -143,6 +146,8 @@ class Backend(Daemon):
         self.program = str(program)
         self.affinity = {}
         self.restarts = 0
+        self.image = None       # an image file of its own (--backend qcow2, alloc)
+        self.runs_done = 0
 
     def _open_log(self):
         # Every start of the daemon goes to one log, after its command.

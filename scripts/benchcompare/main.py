@@ -1,5 +1,6 @@
 """bench-compare's options and the order of events (see scripts/bench-compare)."""
 
+import argparse
 import datetime
 import os
 import shutil
@@ -8,7 +9,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from . import cli, image, machine, matrix as mx, remote, report, runner
+from . import cli, image, machine, matrix as mx, qcow2, remote, report, runner
 from .backends import (DISPLAY, FLAVOURS, Backend, BackendError, daemon_args,
                        measure_idle, die_with_parent)
 from .cli import Interrupted, SystematicFailure, fmt_duration, say
@@ -57,6 +58,15 @@ and QD32, and the table adds the server's CPU per I/O while each daemon ran.
 The goals printed are the remote-storage ones: at QD32 Spindle's CPU per
 I/O at most qsd's, at QD1 its p50 at most qsd's.
 
+With --backend qcow2 the raw image of --backend file is also converted to a
+qcow2 image with every cluster allocated, and the pairs are (case, engine,
+poll setting) over --cases: raw (the raw image, the reference), qcow2
+(allocated reads through a qcow2 node over the file node) and alloc
+(randwrite on a fresh copy of an empty qcow2 image for every run, both
+daemons restarted on their own copy: allocating writes).  The goals printed
+are: allocated reads within 10% of raw's IOPS, and no qcow2 cell where
+Spindle's IOPS or CPU per I/O is behind qsd's by more than noise (5%).
+
 From a fresh clone on Debian 12 it first runs scripts/install-deps.sh (as
 root it installs what is missing, matplotlib included) and builds the tree
 with make (the build directory is $SPINDLE_BUILD or build/).
@@ -78,6 +88,8 @@ full matrix (default): --services 0,10us,50us,1ms --loads qd1,qd32,1k,10k,50k
 --backend nbd|rbd: --loads qd1,qd32 --polls default --repeats 6
   --disk-size 256M --completion interrupt (a busy-polling bench would take
   the CPU it shares with the server)
+--backend qcow2: --cases raw,qcow2,alloc --engines native --loads qd1,qd32
+  --polls default --repeats 5 --disk-size 1G  (~5 min)
 Explicit options override the --quick values.
 
 environment:
@@ -93,22 +105,28 @@ example:
   make bench-compare BENCH_ARGS="--services 0 --loads qd1 --repeats 5"
   scripts/bench-compare --backend file --dir /var/tmp --queues 1,4
   scripts/bench-compare --backend rbd --runtime 2
+  scripts/bench-compare --backend qcow2 --dir /var/tmp
 """
 
 
 def parse_args(argv):
     p, g = cli.parser("bench-compare", DESCRIPTION, EPILOG, "matrix", 3)
-    g.add_argument("--backend", choices=["null", "file", *remote.BACKENDS],
+    g.add_argument("--backend", choices=["null", "file", *remote.BACKENDS, "qcow2"],
                    default="null",
-                   help="null-co with a service time, a raw image on a disk, or an "
-                        "image on an NBD server or a Ceph cluster (default %(default)s)")
+                   help="null-co with a service time, a raw image on a disk, an "
+                        "image on an NBD server or a Ceph cluster, or qcow2 images "
+                        "on a disk (default %(default)s)")
     g.add_argument("--services", metavar="LIST",
                    help=f"service times (null-co latency-ns) (default {mx.FULL_SERVICES})")
     g.add_argument("--engines", metavar="LIST",
-                   help=f"--backend file: the file node's aio= values (default "
-                        f"{mx.FILE_ENGINES})")
+                   help=f"--backend file|qcow2: the file node's aio= values (default "
+                        f"{mx.FILE_ENGINES}; qcow2 {mx.QCOW2_ENGINES})")
     g.add_argument("--dir", metavar="DIR", type=Path,
-                   help="--backend file: where the image is written (default /var/tmp)")
+                   help="--backend file|qcow2: where the images are written (default "
+                        "/var/tmp)")
+    g.add_argument("--cases", metavar="LIST",
+                   help=f"--backend qcow2: of raw, qcow2 (allocated reads), alloc "
+                        f"(allocating writes) (default {mx.QCOW2_CASES})")
     g.add_argument("--loads", metavar="LIST",
                    help=f"loads (default {mx.FULL_LOADS}; --backend file "
                         f"{mx.FILE_LOADS})")
@@ -150,24 +168,33 @@ def parse_args(argv):
     args = p.parse_args(argv)
 
     quick = args.quick
-    file = args.backend == "file"
+    qcow2_backend = args.backend == "qcow2"
+    file = args.backend in ("file", "qcow2")
     remote_backend = args.backend if args.backend in remote.BACKENDS else None
     if args.backend != "null" and args.services:
         p.error(f"--services is for --backend null (--backend {args.backend} has no "
                 "service time)")
     if not file and (args.engines or args.dir):
-        p.error("--engines and --dir are for --backend file")
+        p.error("--engines and --dir are for --backend file and qcow2")
+    if not qcow2_backend and args.cases:
+        p.error("--cases is for --backend qcow2")
     if not remote_backend and args.server_cpu is not None:
         p.error("--server-cpu is for --backend nbd and rbd")
     args.services = args.services or (mx.QUICK_SERVICES if quick else mx.FULL_SERVICES)
-    args.polls = args.polls or (mx.REMOTE_POLLS if remote_backend else mx.DEFAULT_POLLS)
+    args.polls = args.polls or (mx.REMOTE_POLLS if remote_backend else
+                                mx.QCOW2_POLLS if qcow2_backend else mx.DEFAULT_POLLS)
     args.disk_size = args.disk_size or (mx.REMOTE_DISK_SIZE if remote_backend else "1G")
     if args.server_cpu is None:
         args.server_cpu = args.bench_cpu
     args.completion = args.completion or ("interrupt" if remote_backend else "poll")
-    if file:
+    if qcow2_backend:
+        args.loads = args.loads or mx.QCOW2_LOADS
+        args.engines = args.engines or mx.QCOW2_ENGINES
+        args.cases = args.cases or mx.QCOW2_CASES
+    elif file:
         args.loads = args.loads or (mx.QUICK_FILE_LOADS if quick else mx.FILE_LOADS)
         args.engines = args.engines or mx.FILE_ENGINES
+    if file:
         args.dir = args.dir or Path("/var/tmp")
     elif remote_backend:
         args.loads = args.loads or mx.REMOTE_LOADS
@@ -195,7 +222,7 @@ def parse_args(argv):
             mx.parse_polls(args.polls),
             mx.parse_loads(args.loads, args.open_iodepth, mx.parse_queues(args.queues)),
             args.repeats, mx.parse_engines(args.engines) if file else None,
-            remote_backend)
+            remote_backend, mx.parse_cases(args.cases) if qcow2_backend else None)
         args.disk_bytes = mx.parse_size(args.disk_size)
     except ValueError as e:
         p.error(str(e))
@@ -232,6 +259,7 @@ class Session:
         self.image = None
         self.image_facts = None
         self.server = None
+        self.qcow2 = None                 # --backend qcow2: qcow2.Images
 
     # -- the matrix ----------------------------------------------------------
 
@@ -240,9 +268,11 @@ class Session:
         # A short directory: a UNIX socket path has at most 107 bytes.
         self.sock_dir = tempfile.mkdtemp(prefix="sbc.", dir="/tmp")
         try:
-            if self.args.backend == "file":
+            if self.args.backend in ("file", "qcow2"):
                 self.image = image.create(self.args.dir, self.args.disk_bytes, say)
                 self.image_facts = image.describe(self.image)
+            if self.args.backend == "qcow2":
+                self.qcow2 = qcow2.Images(self.image, self.args.disk_bytes, say)
             elif self.args.matrix.remote:
                 self.server = remote.server(self.args.matrix.remote,
                                             f"{self.sock_dir}/server",
@@ -263,29 +293,53 @@ class Session:
             shutil.rmtree(self.sock_dir, ignore_errors=True)
             if self.image:
                 self.image.unlink(missing_ok=True)
+            if self.qcow2:
+                self.qcow2.cleanup()
 
     def start_backends(self, index, pair):
-        tag = f"{index}-{pair.medium}-{pair.poll.name}"
-        self.backends = []
-        for flavour in FLAVOURS:
-            socket = f"{self.sock_dir}/{flavour}{index}.sock"
-            b = Backend(flavour, self.programs[flavour], socket, pair.service_ns,
-                        pair.poll, self.args.daemon_cpu, self.args.disk_bytes,
-                        self.log_dir / f"{flavour}-{tag}.log",
-                        args=self.daemon_args(socket, pair))
-            self.backends.append(b)
+        self.backends = [self.new_backend(flavour, index, pair) for flavour in FLAVOURS]
+        for b in self.backends:
             b.start()
         return {b.flavour: b for b in self.backends}
 
-    def daemon_args(self, socket, pair):
+    def new_backend(self, flavour, index, pair):
+        """A Backend for the pair, not started; with the alloc case, on a
+        fresh copy of the empty qcow2 image (b.image, its own)."""
+        tag = f"{index}-{pair.medium}-{pair.poll.name}"
+        socket = f"{self.sock_dir}/{flavour}{index}.sock"
+        fresh = self.qcow2.fresh(flavour) if pair.case == "alloc" else None
+        b = Backend(flavour, self.programs[flavour], socket, pair.service_ns,
+                    pair.poll, self.args.daemon_cpu, self.args.disk_bytes,
+                    self.log_dir / f"{flavour}-{tag}.log",
+                    args=self.daemon_args(socket, pair, fresh))
+        b.image = fresh
+        return b
+
+    def daemon_args(self, socket, pair, fresh=None):
+        node = self.server.node() if self.server else None
+        if pair.case:
+            node = qcow2.node_args(pair.case, fresh or self.qcow2.image_of(pair.case),
+                                   pair.engine)
         return daemon_args(socket, pair.service_ns, pair.poll, self.args.disk_bytes,
                            image=self.image, engine=pair.engine,
-                           num_queues=self.args.matrix.max_queues,
-                           node=self.server.node() if self.server else None)
+                           num_queues=self.args.matrix.max_queues, node=node)
+
+    def renew(self, backends, index, pair, flavour):
+        """The alloc case: stop the flavour's daemon, remove its image, and
+        start a new one on a fresh copy."""
+        old = backends[flavour]
+        old.close()
+        old.image.unlink(missing_ok=True)
+        b = self.new_backend(flavour, index, pair)
+        self.backends[self.backends.index(old)] = b
+        backends[flavour] = b
+        return b.start()
 
     def stop_backends(self):
         for b in self.backends:
             b.close()
+            if b.image:
+                b.image.unlink(missing_ok=True)
 
     def run_pair(self, index, pair):
         args = self.args
@@ -309,7 +363,10 @@ class Session:
             for rep in range(args.repeats):
                 order = FLAVOURS if rep % 2 == 0 else tuple(reversed(FLAVOURS))
                 for position, flavour in enumerate(order):
-                    self.run_one(cell, backends[flavour], rep, position)
+                    b = backends[flavour]
+                    if pair.case == "alloc" and b.runs_done:
+                        b = self.renew(backends, index, pair, flavour)
+                    self.run_one(cell, b, rep, position)
 
         if args.idle > 0:
             self.measure_idle(pair, backends, "after load")
@@ -331,7 +388,11 @@ class Session:
 
     def run_one(self, cell, backend, rep, position):
         args = self.args
+        if cell.pair.case:
+            args = argparse.Namespace(**{**vars(args),
+                                         "rw": qcow2.case_rw(cell.pair.case, args.rw)})
         self.run_no += 1
+        backend.runs_done += 1
         total = args.matrix.runs()
         timeout = args.ramp + args.runtime + runner.RUN_SLACK_S
         restarted = []
@@ -347,9 +408,13 @@ class Session:
         cmd = runner.bench_command(args, backend.socket, cell.load, backend.pid,
                                    args.seed + rep)
         server_before, t0 = self.server_cpu_ns(), time.monotonic()
+        image_before = backend.image.stat().st_size if backend.image else None
         result, attempts = runner.run_with_retry(cmd, timeout, before_retry,
                                                  preexec_fn=die_with_parent())
         self.add_server_cpu(result, server_before, time.monotonic() - t0)
+        if result is not None and backend.image:
+            result["qcow2_clusters_per_write"] = qcow2.clusters_per_write(
+                backend.image, image_before, result.get("ios"))
         self.runs.append({
             "cell": cell.key, "service_ns": cell.pair.service_ns,
             "medium": cell.pair.medium, "poll": cell.pair.poll.name,
@@ -450,7 +515,10 @@ def print_plan(args, facts, warning):
         f"{args.daemon_cpu}; spindle-bench runs on CPU {args.bench_cpu}")
     if warning:
         say(f"warning: {warning}")
-    if m.engines:
+    if m.cases:
+        media = (f"qcow2 cases {', '.join(m.cases)}, engines {', '.join(m.engines)} "
+                 f"({args.disk_size} images in {args.dir}, cache.direct=on)")
+    elif m.engines:
         media = (f"file engines {', '.join(m.engines)} (a {args.disk_size} image in "
                  f"{args.dir}, cache.direct=on)")
     elif m.remote:
@@ -468,28 +536,41 @@ def print_plan(args, facts, warning):
 
 
 def print_dry_run(args, programs):
-    pair = args.matrix.pairs()[0]
-    say("\ncommand lines of the first pair (SOCK in a temporary directory):")
-    for flavour in FLAVOURS:
-        socket = f"/tmp/sbc.XXXX/{flavour}0.sock"
-        b = Backend(flavour, programs[flavour], socket,
-                    pair.service_ns, pair.poll, args.daemon_cpu, args.disk_bytes,
-                    os.devnull,
-                    args=daemon_args(socket, pair.service_ns, pair.poll,
-                                     args.disk_bytes,
-                                     image=(args.dir / "bench-compare-XXXX.img"
-                                            if pair.engine else None),
-                                     engine=pair.engine,
-                                     num_queues=args.matrix.max_queues,
-                                     node=(remote.server(pair.remote, "/tmp/sbc.XXXX/server",
-                                                         args.disk_bytes,
-                                                         args.server_cpu).node()
-                                           if pair.remote else None)))
-        say("  " + " ".join(b.command))
-    say("spindle-bench, one per load:")
+    pairs = args.matrix.pairs()
+    if args.matrix.cases:       # the first pair of each case
+        pairs = [next(p for p in pairs if p.case == c) for c in args.matrix.cases]
+    say("\ncommand lines of the first pair" + (" of each case" if args.matrix.cases
+                                                else "") +
+        " (SOCK in a temporary directory):")
+    for pair in pairs:
+        for flavour in FLAVOURS:
+            socket = f"/tmp/sbc.XXXX/{flavour}0.sock"
+            say("  " + " ".join(Backend(flavour, programs[flavour], socket,
+                                        pair.service_ns, pair.poll, args.daemon_cpu,
+                                        args.disk_bytes, os.devnull,
+                                        args=dry_run_args(args, socket, pair)).command))
+    say("spindle-bench, one per load" + (" (the alloc case with --rw=randwrite):"
+                                         if "alloc" in (args.matrix.cases or ()) else ":"))
     for load in args.matrix.loads:
         say("  " + " ".join(runner.bench_command(args, "/tmp/sbc.XXXX/spindle0.sock",
                                                  load, "PID", args.seed)))
+
+
+def dry_run_args(args, socket, pair):
+    """daemon_args() with placeholder paths for what a run would create."""
+    node = None
+    if pair.remote:
+        node = remote.server(pair.remote, "/tmp/sbc.XXXX/server", args.disk_bytes,
+                             args.server_cpu).node()
+    elif pair.case:
+        node = qcow2.node_args(pair.case, args.dir / {
+            "raw": "bench-compare-XXXX.img", "qcow2": "bench-compare-XXXX.qcow2",
+            "alloc": "bench-compare-XXXX.FLAVOUR.N.qcow2"}[pair.case], pair.engine)
+    return daemon_args(socket, pair.service_ns, pair.poll, args.disk_bytes,
+                       image=(args.dir / "bench-compare-XXXX.img"
+                              if pair.engine else None),
+                       engine=pair.engine, num_queues=args.matrix.max_queues,
+                       node=node)
 
 
 def finish(session, args):
@@ -497,7 +578,9 @@ def finish(session, args):
     cells = args.matrix.cells()
     summary = report.summarize(cells, session.runs)
     file = args.backend == "file"
-    if file:
+    if args.matrix.cases:
+        goals = report.evaluate_qcow2_goals(summary)
+    elif file:
         goals = report.evaluate_file_goals(summary)
     elif args.matrix.remote:
         goals = report.evaluate_remote_goals(summary)
@@ -512,8 +595,10 @@ def finish(session, args):
         srv = session.server.describe()
         note += f"; {srv['server']} on CPU {srv['cpu']}"
     table = report.format_table(
-        summary, "engine" if file else "driver" if args.matrix.remote else "service",
-        report.SERVER_COLUMNS if args.matrix.remote else ())
+        summary, "image" if args.matrix.cases else "engine" if file else
+        "driver" if args.matrix.remote else "service",
+        report.SERVER_COLUMNS if args.matrix.remote else
+        report.QCOW2_COLUMNS if args.matrix.cases else ())
     goal_lines = report.format_goals(goals)
     wall = time.monotonic() - session.t0
     header = [f"bench-compare {session.started:%Y-%m-%d %H:%M}: {note}",

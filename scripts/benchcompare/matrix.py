@@ -30,6 +30,13 @@ REMOTE_DISK_SIZE = "256M"
 # daemon, and with 5 repeats the daemon that starts the odd ones took that
 # in its median.
 REMOTE_REPEATS = 6
+# --backend qcow2: a raw reference, allocated reads, allocating writes.
+QCOW2_CASES = "raw,qcow2,alloc"
+CASES = ("raw", "qcow2", "alloc")
+QCOW2_ENGINES = "native"
+QCOW2_LOADS = "qd1,qd32"
+QCOW2_POLLS = "default"
+QCOW2_DISK_SIZE = "1G"
 
 _TIME_UNITS = {"ns": 1, "us": 1000, "µs": 1000, "ms": 1000_000, "s": 1000_000_000}
 
@@ -71,15 +78,20 @@ class Pair:
     poll: Poll
     engine: str = None     # --backend file: aio= of the file node
     remote: str = None     # --backend nbd|rbd: the driver
+    case: str = None       # --backend qcow2: raw, qcow2 or alloc
 
     @property
     def medium(self):
-        """The service time ("0", "50us"), the file engine ("native") or the
-        remote driver ("nbd")."""
+        """The service time ("0", "50us"), the file engine ("native"), the
+        remote driver ("nbd") or the qcow2 case and engine ("alloc-native")."""
+        if self.case:
+            return f"{self.case}-{self.engine}"
         return self.engine or self.remote or format_service(self.service_ns)
 
     @property
     def label(self):
+        if self.case:
+            return f"{self.case}, engine {self.engine}, poll {self.poll.name}"
         if self.engine:
             return f"engine {self.engine}, poll {self.poll.name}"
         if self.remote:
@@ -107,9 +119,14 @@ class Matrix:
     repeats: int
     engines: list = None    # --backend file: the file node's aio= values
     remote: str = None      # --backend nbd|rbd
+    cases: list = None      # --backend qcow2: raw, qcow2, alloc
 
     def pairs(self):
-        """Service time (or engine) outer, poll setting inner."""
+        """Service time (or engine) outer, poll setting inner; with cases,
+        the case outermost."""
+        if self.cases:
+            return [Pair(0, p, e, case=c) for c in self.cases
+                    for e in self.engines for p in self.polls]
         if self.engines:
             return [Pair(0, p, e) for e in self.engines for p in self.polls]
         if self.remote:
@@ -218,10 +235,21 @@ def parse_queues(text):
 
 def parse_engines(text):
     """"native,io_uring": the file node's aio= values."""
+    return _parse_choices(text, "engine", ENGINES)
+
+
+def parse_cases(text):
+    """"raw,qcow2,alloc": the --backend qcow2 cases."""
+    return _parse_choices(text, "case", CASES)
+
+
+def _parse_choices(text, what, choices):
+    """A list of some of `choices`, each once."""
     out = []
-    for t in _split(text, "engines"):
-        if t.strip() not in ENGINES:
-            raise ValueError(f"bad engine '{t}' (native or io_uring)")
+    for t in _split(text, f"{what}s"):
+        if t.strip() not in choices:
+            raise ValueError(f"bad {what} '{t}' ({', '.join(choices[:-1])} or "
+                             f"{choices[-1]})")
         out.append(t.strip())
     return _unique(out)
 

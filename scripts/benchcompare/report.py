@@ -22,6 +22,11 @@ FILE_POLL_MAX_NS = 32768        # ... on a disk faster than poll-max-ns at QD1
 FILE_QD1_CPU = 1.1              # else no more CPU than poll off (10% noise) ...
 FILE_QD1_P50 = 0.9              # ... unless p50 improves by 10%
 
+# --backend qcow2: allocated reads at least this share of raw's IOPS, and
+# no qcow2 cell behind qsd by more than this (noise).
+QCOW2_OF_RAW = 0.9
+QCOW2_NOISE = 0.05
+
 # An open-loop cell that achieved less than this share of its arrival rate
 # is marked as saturated in the table.
 SATURATED_SHARE = 0.9
@@ -48,6 +53,8 @@ def metrics(result):
         "errors": result.get("errors"),
         # --backend nbd|rbd: put there by the harness, not by spindle-bench.
         "server_cpu_us_per_io": result.get("server_cpu_us_per_io"),
+        # --backend qcow2, alloc: likewise.
+        "clusters_per_write": result.get("qcow2_clusters_per_write"),
     }
     return m
 
@@ -152,6 +159,16 @@ DAEMON_COLUMNS = [
 SERVER_COLUMNS = [
     ("srvCPU", 6, lambda m: sig3(m["server_cpu_us_per_io"])),
 ]
+# --backend qcow2: clusters an allocating run added per write.
+QCOW2_COLUMNS = [
+    ("cl/W", 5, lambda m: sig3(m["clusters_per_write"])),
+]
+COLUMN_NOTES = {
+    "srvCPU": "srvCPU: the server's CPU time (all its threads, ramp included) per "
+              "I/O while that daemon ran, in µs.",
+    "cl/W": "cl/W: qcow2 clusters the run allocated per write, from the image's "
+            "growth (ramp included; 1: every write allocated).",
+}
 RATIO_COLUMNS = [
     ("p50", 5, "p50_us"),
     ("IOPS", 5, "iops"),
@@ -166,8 +183,9 @@ def format_table(summary, medium_header="service", extra_columns=()):
     column is the service time, or the engine (medium_header "engine") or
     the remote driver ("driver"); extra_columns follow each daemon's own."""
     daemon_columns = DAEMON_COLUMNS + list(extra_columns)
-    key_columns = [(medium_header, KEY_COLUMNS[0][1])] + KEY_COLUMNS[1:]
-    key_w = sum(w for _, w in KEY_COLUMNS) + len(KEY_COLUMNS) - 1
+    medium_w = max([KEY_COLUMNS[0][1], *(len(e["medium"]) for e in summary.values())])
+    key_columns = [(medium_header, medium_w)] + KEY_COLUMNS[1:]
+    key_w = sum(w for _, w in key_columns) + len(key_columns) - 1
     daemon_w = sum(w for _, w, _ in daemon_columns) + len(daemon_columns) - 1
     ratio_w = sum(w for _, w, _ in RATIO_COLUMNS) + len(RATIO_COLUMNS) - 1
     top = SEP.join([" " * key_w, DISPLAY["spindle"].center(daemon_w),
@@ -213,9 +231,7 @@ def format_table(summary, medium_header="service", extra_columns=()):
     lines.append("kick/IO: kicks the front-end sent per I/O; csw/IO: times a daemon thread "
                  "was switched in, per I/O;")
     lines.append("IO/CPUs: I/Os per second of daemon CPU time (1e6 / CPUus/IO).")
-    if extra_columns:
-        lines.append("srvCPU: the server's CPU time (all its threads, ramp included) per "
-                     "I/O while that daemon ran, in µs.")
+    lines += [COLUMN_NOTES[h] for h, _, _ in extra_columns]
     lines.append("Medians over the repeats; ratios are spindle / qsd (p50 and CPU/IO: "
                  "lower is better for spindle; IOPS: higher).")
     if "*" in notes:
@@ -369,6 +385,47 @@ def evaluate_remote_goals(summary):
                     f"spindle/qsd = {r:.2f} ({sig3(s[key])} vs {sig3(q[key])} µs)"),
                 "value": r, "threshold": "<= 1.0",
                 "met": None if r is None else r <= 1.0})
+    return goals
+
+
+def evaluate_qcow2_goals(summary):
+    """The qcow2 goals (--backend qcow2), as measured: Spindle's allocated
+    reads within 10% of its raw IOPS at the same engine, poll and load, and
+    in every qcow2 cell (reads and allocating writes) Spindle's IOPS and
+    CPU per I/O no worse than qsd's beyond noise."""
+    goals = []
+    for e in summary.values():
+        if not e["medium"].startswith("qcow2-"):
+            continue
+        raw = next((r for r in summary.values()
+                    if r["medium"] == "raw-" + e["medium"][len("qcow2-"):]
+                    and (r["poll"], r["load"]) == (e["poll"], e["load"])), None)
+        s = e["spindle"]["median"]
+        r = raw["spindle"]["median"] if raw else None
+        share = s["iops"] / r["iops"] if s and r and s["iops"] and r["iops"] else None
+        goals.append({
+            "goal": f"{e['medium']}, poll {e['poll']}, {e['load']}: spindle's allocated "
+                    f"reads at least {QCOW2_OF_RAW:.0%} of its raw IOPS",
+            "measured": None if share is None else (
+                f"qcow2/raw = {share:.2f} ({si(s['iops'])} vs {si(r['iops'])} IOPS)"),
+            "value": share, "threshold": f">= {QCOW2_OF_RAW}",
+            "met": None if share is None else share >= QCOW2_OF_RAW})
+    for e in summary.values():
+        if e["medium"].startswith("raw-"):
+            continue
+        iops, cpu = e["ratio"]["iops"], e["ratio"]["cpu_us_per_io"]
+        s, q = e["spindle"]["median"], e["qsd"]["median"]
+        goals.append({
+            "goal": f"{e['medium']}, poll {e['poll']}, {e['load']}: spindle no more "
+                    f"than {QCOW2_NOISE:.0%} behind qsd in IOPS and CPU per I/O",
+            "measured": None if iops is None or cpu is None else (
+                f"spindle/qsd IOPS {iops:.2f} ({si(s['iops'])} vs {si(q['iops'])}), "
+                f"CPU/IO {cpu:.2f} ({sig3(s['cpu_us_per_io'])} vs "
+                f"{sig3(q['cpu_us_per_io'])} µs)"),
+            "value": iops, "threshold": f"IOPS >= {1 - QCOW2_NOISE:.2f}x, "
+                                        f"CPU/IO <= {1 + QCOW2_NOISE:.2f}x",
+            "met": None if iops is None or cpu is None else
+            iops >= 1 - QCOW2_NOISE and cpu <= 1 + QCOW2_NOISE})
     return goals
 
 

@@ -1,5 +1,6 @@
 """scripts/bench-compare, on a matrix of one cell (null-co, then a file),
-and of two cells on an NBD server and a Ceph cluster it starts itself.
+of two cells on an NBD server and a Ceph cluster it starts itself, and of
+one cell per qcow2 case.
 
 The full comparison takes minutes and its numbers belong in
 docs/performance.md, not in a test.  Here one short cell (QD1, no service
@@ -122,6 +123,54 @@ def test_file_backend_one_cell(binary, tmp_path):
         assert "num-queues=2" in export, export
 
 
+def test_qcow2_backend_one_cell_per_case(binary, tmp_path):
+    """--backend qcow2: the raw reference, allocated reads on a converted
+    qcow2 image and allocating writes on a fresh copy of an empty one for
+    every run; both daemons get a file node and a qcow2 node over it, the
+    table has the cases and the clusters allocated per write, the qcow2
+    goals are reported, and every image is removed at the end."""
+    _need_daemons(binary)
+    out, disk = tmp_path / "results", tmp_path / "disk"
+    disk.mkdir()
+    proc = _run(["--backend", "qcow2", "--dir", str(disk), "--disk-size", "16M",
+                 "--loads", "qd1", "--repeats", "2", "--runtime", "0.2",
+                 "--ramp", "0.05", "--idle", "0", "--no-plots", "--out", str(out)])
+    if proc.returncode == 2 and "Unknown driver 'qcow2'" in proc.stderr:
+        pytest.skip("qcow2 driver not merged (spindle: Unknown driver 'qcow2')")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    text = proc.stdout
+    for medium in ("raw-native", "qcow2-native", "alloc-native"):
+        assert medium in text, text
+    assert "cl/W" in text, text
+    assert "allocated reads at least 90% of its raw IOPS" in text, text
+    assert list(disk.iterdir()) == [], "an image was left behind"
+
+    results = json.loads((out / "results.json").read_text())
+    assert results["matrix"]["backend"] == "qcow2"
+    runs = {(r["medium"], r["daemon"], r["repeat"]): r for r in results["runs"]}
+    assert len(runs) == 3 * 2 * 2
+    for (medium, _, _), r in runs.items():
+        report = r["attempts"][-1]["result"]
+        assert report["ios"] > 0 and report["errors"] == 0
+        assert ("--rw=randwrite" in r["command"]) == (medium == "alloc-native")
+        if medium == "alloc-native":
+            assert report["qcow2_clusters_per_write"] > 0
+    for pair in results["pairs"]:
+        nodes = {f: [a for i, a in enumerate(cmd) if cmd[i - 1] == "--blockdev"]
+                 for f, cmd in pair["commands"].items()}
+        if pair["medium"] == "raw-native":
+            assert nodes["spindle"][0].startswith("driver=file,node-name=n0,"), nodes
+            continue
+        for flavour in ("spindle", "qsd"):
+            file_node, fmt_node = nodes[flavour]
+            assert file_node.startswith("driver=file,node-name=f0,"), nodes
+            assert "cache.direct=on" in file_node and "aio=native" in file_node
+            assert fmt_node == "driver=qcow2,node-name=n0,file=f0", nodes
+        if pair["medium"] == "alloc-native":
+            # Each daemon on a copy of its own.
+            assert nodes["spindle"][0] != nodes["qsd"][0], nodes
+
+
 @pytest.mark.parametrize("args, message", [
     (["--backend", "file", "--services", "0"], "--services is for --backend null"),
     (["--backend", "nbd", "--services", "0"], "--services is for --backend null"),
@@ -129,6 +178,8 @@ def test_file_backend_one_cell(binary, tmp_path):
     (["--backend", "file", "--engines", "posix"], "bad engine 'posix'"),
     (["--queues", "0"], "bad queue count '0'"),
     (["--server-cpu", "0"], "--server-cpu is for --backend nbd and rbd"),
+    (["--cases", "raw"], "--cases is for --backend qcow2"),
+    (["--backend", "qcow2", "--cases", "vmdk"], "bad case 'vmdk'"),
 ])
 def test_bad_options(args, message):
     proc = _run([*args, "--dry-run"], timeout=60)
