@@ -24,7 +24,6 @@ driver every test skips.  A boot takes about 10 s.  SPINDLE_QCOW2_DAEMON=qsd
 runs both disks on qemu-storage-daemon instead (qcow2_util.py).
 """
 
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -86,19 +85,17 @@ class Boot(GuestResults):
 def make_images(workdir):
     """base.raw (the host's data), vda.qcow2 over it, disk1.qcow2 over a
     copy of it; and expected.raw, what vda must read as at the end."""
-    base = workdir / "base.raw"
-    with open(base, "wb") as f:
-        f.truncate(SIZE)
-        f.seek(HOST_REGION[0])
-        f.write(HOST_DATA)
-        f.seek(BASE_UNDER_PATTERN[0])
-        f.write(BASE_DATA)
-    shutil.copyfile(base, workdir / "base1.raw")
+    base = bytearray(SIZE)
+    for off, data in ((HOST_REGION[0], HOST_DATA),
+                      (BASE_UNDER_PATTERN[0], BASE_DATA)):
+        base[off:off + len(data)] = data
+    for name in ("base.raw", "base1.raw"):
+        (workdir / name).write_bytes(base)
     qemu_img("create", "-f", "qcow2", "-b", "base.raw", "-F", "raw",
              workdir / "vda.qcow2")
     qemu_img("create", "-f", "qcow2", "-b", "base1.raw", "-F", "raw",
              workdir / "disk1.qcow2")
-    expected = bytearray(base.read_bytes())
+    expected = base
     expected[PATTERN_OFFSET:PATTERN_OFFSET + len(PATTERN)] = PATTERN
     expected[-len(TAIL):] = TAIL
     (workdir / "expected.raw").write_bytes(expected)

@@ -381,7 +381,7 @@ UNSUPPORTED = {
     "encryption": (["--object", "secret,id=sec0,data=secret", "-o",
                     "encrypt.format=luks,encrypt.key-secret=sec0"],
                    r"encrypt"),
-    "data-file": (["-o", "data_file=data.raw"], r"data.file"),
+    "data-file": (["-o", "data_file={dir}/data.raw"], r"data.file"),
     "extended-l2": (["-o", "extended_l2=on"], r"extended.l2"),
 }
 
@@ -391,7 +391,8 @@ def test_unsupported_feature_refused_at_open(spindle, workdir, feature):
     spindle_only("supports these")
     create, pattern = UNSUPPORTED[feature]
     img = workdir / "img.qcow2"
-    qemu_img("create", "-f", "qcow2", *create, img, SIZE)
+    qemu_img("create", "-f", "qcow2",
+             *(o.format(dir=workdir) for o in create), img, SIZE)
     proc = run_spindle(spindle, [*format_args(img),
                                  *export_args(workdir / "vu.sock")],
                        cwd=workdir)
