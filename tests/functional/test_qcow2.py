@@ -2,8 +2,9 @@
 
 Reads: images qemu-img made (plain, v2 and v3, 4 KiB and 2 MiB clusters,
 compressed with zlib and zstd, preallocated, with internal snapshots, over a
-raw backing file and in a chain of three) read through Spindle exactly as
-`qemu-img convert -O raw` reads them.  Contents come from raw files with a
+raw backing file and in a chain of three, with zero clusters over a backing
+file, through caches far smaller than the metadata) read through Spindle
+exactly as `qemu-img convert -O raw` reads them.  Contents come from raw files with a
 seeded pattern (qemu-img convert, -B for a layer over its backing file, -n
 to rewrite an existing image): no qemu-io.
 
@@ -13,6 +14,8 @@ received the same writes through Spindle's file driver; over a backing
 file (copy-on-write) too.  Internal snapshots and bitmaps stay listed, a
 snapshot's data stays intact when the active layer is written, block_resize
 grows the image, query-named-block-nodes shows the format and the chain.
+Queues in two IOThreads on one qcow2 node are refused in one line, or their
+concurrent allocating writes leave a consistent image.
 
 Crashes: SIGKILL during allocating writes at QD32, several rounds on one
 image: `qemu-img check` finds no corruption (leaks allowed), what was
@@ -41,11 +44,11 @@ import time
 
 import pytest
 
-from conftest import run_spindle, vu, vu_ok, wait_for
+from conftest import DaemonError, run_spindle, vu, vu_ok, wait_for
 from qcow2_util import (QEMU_IMG, change_content, check_image,
                         disk_sha256, export_args, format_args, image_info,
                         images_equal, qemu_img, sha256_file,
-                        skip_if_not_merged, spindle_only,
+                        skip_if_not_merged, spindle_only, start_daemon,
                         start_format_export, stopped_cleanly,
                         write_content, write_ranges)
 from qemu.qmp.qmp_client import ExecuteError
@@ -196,6 +199,43 @@ def test_backing_null_reads_zeroes(spindle_daemon, client, workdir):
     vu_ok(client, workdir / "vu.sock", "read", 0, SIZE, "--expect-zeroes")
 
 
+def test_zero_clusters_hide_the_backing_file(spindle_daemon, client,
+                                             workdir):
+    """Zeroes written over a backing file: whole clusters become zero
+    clusters (qemu-img map: zero, no data, in the overlay), partial ones
+    allocated clusters; both read as zeroes, not as the base."""
+    base = write_content(workdir / "base.raw", SIZE, seed=15, holes=False)
+    zeroed = workdir / "zeroed.raw"
+    shutil.copyfile(base, zeroed)
+    ranges = [(1 << 20, 256 << 10), ((4 << 20) + 4096, 8192)]
+    with open(zeroed, "r+b") as f:
+        for off, length in ranges:
+            f.seek(off)
+            f.write(bytes(length))
+    img = overlay(workdir, "ov.qcow2", "base.raw", zeroed, ranges)
+    zero_clusters = [m for m in json.loads(qemu_img(
+        "map", "--output=json", img).stdout)
+        if m["depth"] == 0 and m["zero"] and not m["data"]]
+    assert [(m["start"], m["length"]) for m in zero_clusters] == \
+        [ranges[0]], zero_clusters
+    start_format_export(spindle_daemon, workdir, img)
+    expect_reads_as(client, workdir / "vu.sock", zeroed)
+
+
+# An image of 4 KiB clusters needs 8 L2 tables for 16 MiB; a cache of two
+# makes every pass over the disk evict (and write back) tables.
+SMALL_CACHES = ",l2-cache-size=8192,refcount-cache-size=8192"
+
+
+def test_reads_with_small_caches(spindle_daemon, client, workdir):
+    """QEMU's cache options: a cache far smaller than the metadata."""
+    raw = write_content(workdir / "content.raw", SIZE, seed=16)
+    img = convert(raw, workdir / "img.qcow2", "-o", "cluster_size=4k")
+    start_format_export(spindle_daemon, workdir, img,
+                        fmt_opts=SMALL_CACHES + ",cache-clean-interval=30")
+    expect_reads_as(client, workdir / "vu.sock", raw)
+
+
 # -- writes -----------------------------------------------------------------
 
 # The same writes for the qcow2 node and the raw reference: aligned and not,
@@ -235,16 +275,17 @@ def write_both(spindle_daemon, client, bench, workdir, targets,
         stopped_cleanly(d)
 
 
-@pytest.mark.parametrize("create_opts", ["compat=1.1", "compat=0.10",
-                                         "cluster_size=4k",
-                                         "lazy_refcounts=on"])
+@pytest.mark.parametrize("create_opts, fmt_opts", [
+    ("compat=1.1", ""), ("compat=0.10", ""), ("cluster_size=4k", ""),
+    ("cluster_size=4k", SMALL_CACHES), ("lazy_refcounts=on", "")],
+    ids=["v3", "v2", "cluster-4k", "small-caches", "lazy-refcounts"])
 def test_writes_pass_check_and_compare(spindle_daemon, client, bench, workdir,
-                                       create_opts):
+                                       create_opts, fmt_opts):
     img, ref = workdir / "img.qcow2", workdir / "ref.raw"
     qemu_img("create", "-f", "qcow2", "-o", create_opts, img, SIZE)
     qemu_img("create", "-f", "raw", ref, SIZE)
     write_both(spindle_daemon, client, bench, workdir,
-               [(img, "qcow2", ""), (ref, "raw", "")], discard=True)
+               [(img, "qcow2", fmt_opts), (ref, "raw", "")], discard=True)
     check_image(img)
     same, out = images_equal(img, ref)
     assert same, out
@@ -313,6 +354,33 @@ def test_block_resize_grows_image(spindle_daemon, client, workdir):
           8, "read", 2 * SIZE - (64 << 10), "64k", "--verify", 8)
     stopped_cleanly(d)
     assert image_info(img)["virtual-size"] == 2 * SIZE
+    check_image(img)
+
+
+def test_several_iothreads_safe_or_refused(spindle_daemon, bench, workdir):
+    """An export spreading a qcow2 node's queues over two IOThreads: either
+    refused with one line naming the IOThreads, or allocating writes from
+    both at once leave a consistent image that reads as written."""
+    spindle_only("has no export over several IOThreads")
+    img = workdir / "img.qcow2"
+    qemu_img("create", "-f", "qcow2", img, SIZE)
+    sock = workdir / "vu.sock"
+    args = ["--object", "iothread,id=iot0", "--object", "iothread,id=iot1",
+            *format_args(img),
+            "--export", f"type=vhost-user-blk,id=e0,node-name=fmt0,"
+                        f"addr.type=unix,addr.path={sock},writable=on,"
+                        "num-queues=2,iothread.0=iot0,iothread.1=iot1"]
+    try:
+        d = start_daemon(spindle_daemon, workdir, args, [sock])
+    except DaemonError as e:
+        lines = [line for line in str(e).splitlines()
+                 if line.startswith("spindle:")]
+        assert len(lines) == 1 and "iothread" in lines[0].lower(), str(e)
+        return
+    r = run_bench(bench, sock, "--rw=randrw", "--verify", "--queues=2",
+                  "--iodepth=16", "--count=3000", f"--size={SIZE}")
+    check_verified(r)
+    stopped_cleanly(d)
     check_image(img)
 
 
