@@ -260,6 +260,7 @@ class Session:
         self.image_facts = None
         self.server = None
         self.qcow2 = None                 # --backend qcow2: qcow2.Images
+        self.spent_images = []            # alloc copies, removed after the pair
 
     # -- the matrix ----------------------------------------------------------
 
@@ -325,11 +326,14 @@ class Session:
                            num_queues=self.args.matrix.max_queues, node=node)
 
     def renew(self, backends, index, pair, flavour):
-        """The alloc case: stop the flavour's daemon, remove its image, and
-        start a new one on a fresh copy."""
+        """The alloc case: stop the flavour's daemon and start a new one on a
+        fresh copy.  The old copy is removed after the pair's last run: on a
+        file system mounted with discard, removing a file of a GiB takes the
+        disk's attention for a minute or more, which the next run must not
+        share."""
         old = backends[flavour]
         old.close()
-        old.image.unlink(missing_ok=True)
+        self.spent_images.append(old.image)
         b = self.new_backend(flavour, index, pair)
         self.backends[self.backends.index(old)] = b
         backends[flavour] = b
@@ -339,7 +343,10 @@ class Session:
         for b in self.backends:
             b.close()
             if b.image:
-                b.image.unlink(missing_ok=True)
+                self.spent_images.append(b.image)
+        for path in self.spent_images:
+            path.unlink(missing_ok=True)
+        self.spent_images = []
 
     def run_pair(self, index, pair):
         args = self.args

@@ -13,7 +13,10 @@ node, as with --backend file):
          run, --rw randwrite: allocating writes.  Both daemons are started
          again on a copy of their own before each run (two daemons writing
          one qcow2 image would corrupt it, and a run over clusters an
-         earlier run allocated would measure overwrites).
+         earlier run allocated would measure overwrites).  The copies are
+         removed after the pair's last run, so --dir needs room for
+         2 x loads x repeats of them at --disk-size each (20 GiB by
+         default), besides the raw and the converted image.
 
 Both daemons get the same nodes:
 
@@ -54,6 +57,7 @@ class Images:
     """The qcow2 images beside the raw one (in the same directory)."""
 
     def __init__(self, raw, size_bytes, say=print):
+        self.size = size_bytes
         self.raw = Path(raw)
         self.dir = self.raw.parent
         self.allocated = self.raw.with_suffix(".qcow2")
@@ -65,7 +69,13 @@ class Images:
         _qemu_img("create", "-f", "qcow2", self.empty, size_bytes)
 
     def fresh(self, tag):
-        """A new copy of the empty image (the caller removes it)."""
+        """A new copy of the empty image (the caller removes it).  A run may
+        fill it, so there must be room for a full one."""
+        free = os.statvfs(self.dir)
+        if free.f_bavail * free.f_frsize < self.size + (64 << 20):
+            raise ImageError(f"--dir {self.dir}: no room for another qcow2 image of "
+                             f"up to {self.size >> 20} MiB (an alloc run may fill "
+                             "it; the copies of a pair are removed after it)")
         self.copies += 1
         path = self.dir / f"{self.raw.stem}.{tag}.{self.copies}.qcow2"
         shutil.copyfile(self.empty, path)
