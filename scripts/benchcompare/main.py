@@ -63,7 +63,8 @@ qcow2 image with every cluster allocated, and the pairs are (case, engine,
 poll setting) over --cases: raw (the raw image, the reference), qcow2
 (allocated reads through a qcow2 node over the file node) and alloc
 (randwrite on a fresh copy of an empty qcow2 image for every run, both
-daemons restarted on their own copy: allocating writes).  The goals printed
+daemons restarted on their own copy: allocating writes).  The raw and qcow2
+pairs of an engine and poll setting run together, their runs alternating.  The goals printed
 are: allocated reads within 10% of raw's IOPS, and no qcow2 cell where
 Spindle's IOPS or CPU per I/O is behind qsd's by more than noise (5%).
 
@@ -282,10 +283,11 @@ class Session:
                 say(f"== {self.args.matrix.remote}: starting "
                     f"{self.server.describe()['server']} on CPU {self.args.server_cpu}")
                 self.server.start()
-            for i, pair in enumerate(self.args.matrix.pairs()):
-                say(f"\n== {i + 1}/{len(self.args.matrix.pairs())}: {pair.label} "
-                    f"({fmt_duration(time.monotonic() - self.t0)} so far)")
-                self.run_pair(i, pair)
+            total = len(self.args.matrix.pairs())
+            for group in self.groups():
+                say(f"\n== {'; '.join(f'{i + 1}/{total}: {p.label}' for i, p in group)}"
+                    f" ({fmt_duration(time.monotonic() - self.t0)} so far)")
+                self.run_group(group)
                 self.write_json(complete=False)
         finally:
             self.stop_backends()
@@ -297,11 +299,30 @@ class Session:
             if self.qcow2:
                 self.qcow2.cleanup()
 
+    def groups(self):
+        """The numbered pairs in the groups whose daemons run together: each
+        pair alone, but with --backend qcow2 the raw and the qcow2 pair of an
+        engine and poll setting together, their runs alternating, so that
+        the disk's drift over minutes does not enter the qcow2/raw ratio."""
+        groups = []
+        for i, pair in enumerate(self.args.matrix.pairs()):
+            mate = next((g for g in groups if pair.case == "qcow2" and len(g) == 1
+                         and g[0][1] == mx.Pair(0, pair.poll, pair.engine, case="raw")),
+                        None)
+            if mate:
+                mate.append((i, pair))
+            else:
+                groups.append([(i, pair)])
+        return groups
+
     def start_backends(self, index, pair):
-        self.backends = [self.new_backend(flavour, index, pair) for flavour in FLAVOURS]
-        for b in self.backends:
+        """Both daemons of the pair, started, as {flavour: Backend}; they
+        join self.backends."""
+        started = [self.new_backend(flavour, index, pair) for flavour in FLAVOURS]
+        self.backends += started
+        for b in started:
             b.start()
-        return {b.flavour: b for b in self.backends}
+        return {b.flavour: b for b in started}
 
     def new_backend(self, flavour, index, pair):
         """A Backend for the pair, not started; with the alloc case, on a
@@ -348,8 +369,41 @@ class Session:
             path.unlink(missing_ok=True)
         self.spent_images = []
 
-    def run_pair(self, index, pair):
+    def run_group(self, group):
+        """Start both daemons of every (index, pair) of the group, run every
+        load on each pair's, repeat by repeat (the daemons' order and the
+        pairs' order alternate per repeat), then stop them all."""
         args = self.args
+        started = [(index, pair, self.start_pair(index, pair)) for index, pair in group]
+        if args.idle > 0:
+            time.sleep(SETTLE_S)
+            for _, pair, (_, backends) in started:
+                self.measure_idle(pair, backends, "after start")
+
+        for load in args.matrix.loads:
+            for rep in range(args.repeats):
+                order = FLAVOURS if rep % 2 == 0 else tuple(reversed(FLAVOURS))
+                for index, pair, (_, backends) in (started if rep % 2 == 0
+                                                   else started[::-1]):
+                    cell = mx.Cell(pair, load)
+                    for position, flavour in enumerate(order):
+                        b = backends[flavour]
+                        if pair.case == "alloc" and b.runs_done:
+                            b = self.renew(backends, index, pair, flavour)
+                        self.run_one(cell, b, rep, position)
+
+        for _, pair, (record, backends) in started:
+            if args.idle > 0:
+                self.measure_idle(pair, backends, "after load")
+            for f, b in backends.items():
+                record.setdefault("exit_status", {})[f] = b.stop()
+                record.setdefault("restarts", {})[f] = b.restarts
+                record.setdefault("stats_lines", {})[f] = b.stats_lines()
+        self.stop_backends()
+        self.backends = []
+
+    def start_pair(self, index, pair):
+        """The pair's record (in self.pairs) and its started daemons."""
         record = {"service_ns": pair.service_ns, "engine": pair.engine,
                   "medium": pair.medium, "poll": pair.poll.name,
                   "poll_max_ns": pair.poll.max_ns, "commands": {}, "pids": {},
@@ -361,35 +415,15 @@ class Session:
             record["pids"][f] = b.pid
             record["affinity"][f] = b.affinity
             say(f"{DISPLAY[f]} pid {b.pid}: {' '.join(b.command)}")
-        if args.idle > 0:
-            time.sleep(SETTLE_S)
-            self.measure_idle(pair, backends, "after start")
-
-        for load in args.matrix.loads:
-            cell = mx.Cell(pair, load)
-            for rep in range(args.repeats):
-                order = FLAVOURS if rep % 2 == 0 else tuple(reversed(FLAVOURS))
-                for position, flavour in enumerate(order):
-                    b = backends[flavour]
-                    if pair.case == "alloc" and b.runs_done:
-                        b = self.renew(backends, index, pair, flavour)
-                    self.run_one(cell, b, rep, position)
-
-        if args.idle > 0:
-            self.measure_idle(pair, backends, "after load")
-        for f, b in backends.items():
-            record.setdefault("exit_status", {})[f] = b.stop()
-            record.setdefault("restarts", {})[f] = b.restarts
-            record.setdefault("stats_lines", {})[f] = b.stats_lines()
-        self.stop_backends()
-        self.backends = []
+        return record, backends
 
     def measure_idle(self, pair, backends, when):
         pct = measure_idle(backends.values(), self.args.idle)
         self.idle.append({"service_ns": pair.service_ns, "medium": pair.medium,
                           "poll": pair.poll.name,
                           "when": when, "seconds": self.args.idle, "percent": pct})
-        say(f"idle CPU {when} ({self.args.idle:g} s): " + ", ".join(
+        of = f" of {pair.medium}" if pair.case else ""
+        say(f"idle CPU{of} {when} ({self.args.idle:g} s): " + ", ".join(
             f"{DISPLAY[f]} {'-' if v is None else f'{v:.4f}'}% of a core"
             for f, v in pct.items()))
 
