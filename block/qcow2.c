@@ -54,10 +54,11 @@
  * images included, and an image found dirty is opened read-only only (a
  * writable open says to run qemu-img check -r all).  A corrupt image
  * likewise.  An inactive node has written its caches back; activating
- * it again reads the header and tables afresh.  Unknown
- * autoclear bits, and the bitmaps bit (bitmaps are not updated here), are
- * cleared at a writable open, as the specification asks of a writer that
- * does not keep them; header extensions and snapshots are never
+ * it again reads the header and tables afresh.  A writable open marks
+ * persistent bitmaps in use (they are not updated here; QEMU then treats
+ * them as inconsistent, as after a crash of its own) and clears unknown
+ * autoclear bits, as the specification asks of a writer that does not
+ * keep them; the snapshot table and the header extensions are never
  * rewritten, so they survive as they were.
  *
  * The image is untrusted: every offset read from it is checked before
@@ -284,6 +285,11 @@ static bool qcow2_read_extensions(Qcow2State *s, const uint8_t *hdr,
             break;
         case QCOW2_EXT_BITMAPS:
             s->has_bitmaps = true;
+            if (len >= 24) {
+                s->nb_bitmaps = ld_be32(hdr + p);
+                s->bitmap_dir_size = ld_be64(hdr + p + 8);
+                s->bitmap_dir_offset = ld_be64(hdr + p + 16);
+            }
             break;
         case QCOW2_EXT_CRYPTO:
             error_setg(errp, "The image is encrypted, which driver 'qcow2' "
@@ -479,18 +485,92 @@ static bool qcow2_read_image(Qcow2State *s, Qcow2Io *io, Error **errp)
     return true;
 }
 
-/* A writable open: clear the autoclear bits we do not keep up to date. */
+#define QCOW2_BITMAP_IN_USE     1u    /* a bitmap directory entry's flag */
+
+/*
+ * Mark every persistent bitmap in use (inconsistent), in place in its
+ * directory entry: this driver does not record writes in them.  0, or
+ * -EINVAL if the directory is not where and what the extension says
+ * (the caller then gives the bitmaps up), or -errno of the I/O.
+ */
+static int qcow2_mark_bitmaps_in_use(Qcow2State *s, Qcow2Io *io)
+{
+    uint64_t off = s->bitmap_dir_offset, size = s->bitmap_dir_size;
+    uint32_t n = 0;
+    uint64_t p = 0;
+    uint8_t *dir;
+    int r;
+
+    if (!qcow2_host_offset_valid(s, off) || size == 0 ||
+        size > QCOW2_MAX_TABLE_BYTES || size > s->alloc_end - off) {
+        return -EINVAL;
+    }
+    dir = g_malloc(size);
+    r = qcow2_pread(io->file, off, dir, size);
+    /*
+     * Each entry: 24 bytes of fields (flags at 12, the name's length at 18,
+     * the extra data's at 20), extra data, the name, padding to 8.
+     */
+    while (r == 0 && p < size) {
+        uint8_t *e = dir + p;
+        uint64_t len;
+
+        if (size - p < 24) {
+            r = -EINVAL;
+            break;
+        }
+        len = (24 + (uint64_t)ld_be32(e + 20) + ld_be16(e + 18) + 7) & ~7ull;
+        if (len > size - p) {
+            r = -EINVAL;
+            break;
+        }
+        st_be32(e + 12, ld_be32(e + 12) | QCOW2_BITMAP_IN_USE);
+        p += len;
+        n++;
+    }
+    if (r == 0 && n != s->nb_bitmaps) {
+        r = -EINVAL;
+    }
+    if (r == 0) {
+        r = qcow2_pwrite(io->file, off, dir, size);
+    }
+    g_free(dir);
+    return r;
+}
+
+/*
+ * A writable open: bitmaps are marked in use, as QEMU marks those it
+ * opens (they are not updated here, so they become inconsistent, but stay
+ * listed and keep their clusters); the other autoclear bits, which mean
+ * nothing to this driver, are cleared, as the specification asks of a
+ * writer that does not keep what they guard.  A bitmap directory that
+ * cannot be read as the extension describes is given up the same way.
+ */
 static bool qcow2_clear_autoclear(Qcow2State *s, Qcow2Io *io, Error **errp)
 {
+    uint64_t keep = 0;
     uint8_t buf[8];
-    int r;
+    int r = 0;
 
     if (s->version < 3 || s->autoclear == 0) {
         return true;
     }
-    s->autoclear = 0;
-    st_be64(buf, 0);
-    r = qcow2_pwrite(io->file, QCOW2_HDR_AUTOCLEAR, buf, sizeof(buf));
+    if ((s->autoclear & QCOW2_AUTOCLEAR_BITMAPS) && s->has_bitmaps) {
+        r = qcow2_mark_bitmaps_in_use(s, io);
+        if (r == 0) {
+            keep = QCOW2_AUTOCLEAR_BITMAPS;
+        } else if (r != -EINVAL) {
+            error_setg_errno(errp, -r, "Cannot mark the image's bitmaps "
+                             "in use");
+            return false;
+        }
+        r = 0;
+    }
+    if (s->autoclear != keep) {
+        s->autoclear = keep;
+        st_be64(buf, keep);
+        r = qcow2_pwrite(io->file, QCOW2_HDR_AUTOCLEAR, buf, sizeof(buf));
+    }
     if (r == 0) {
         r = qcow2_flush_file(s, io);
     }

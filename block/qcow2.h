@@ -111,6 +111,10 @@ typedef struct Qcow2State {
     uint32_t compression_type;   /* 0 zlib, 1 zstd */
     uint32_t nb_snapshots;
     bool has_bitmaps;
+    /* The bitmaps extension: where the bitmap directory lies. */
+    uint32_t nb_bitmaps;
+    uint64_t bitmap_dir_offset;
+    uint64_t bitmap_dir_size;
 
     /* The active L1 table and the refcount table, host byte order. */
     uint64_t *l1;
