@@ -23,9 +23,10 @@
  * The steps:
  *   1. a new cluster at the end of the image is counted (refcount 1, in
  *      the refcount cache);
- *   2. its data is written whole: the guest's bytes, and around them what
- *      the cluster showed before (backing file, zeros, the old or
- *      decompressed data), the copy-on-write;
+ *   2. its data is written: the guest's bytes, and around them what the
+ *      cluster showed before (backing file, the old or decompressed
+ *      data), the copy-on-write; where it showed zeros, nothing, since a
+ *      new cluster reads as zeros already (qcow2_reserve());
  *   3. the L2 entry points at it (in the cache; a new or copied L2 table
  *      is counted, written, and flushed with the refcounts before the L1
  *      entry pointing at it is written);
@@ -458,6 +459,15 @@ static void qcow2_iov_add(GArray *v, void *base, uint64_t len)
     }
 }
 
+/* An entry whose guest cluster reads as zeros. */
+static bool qcow2_entry_reads_zero(Qcow2State *s, uint64_t e)
+{
+    Qcow2ClusterType t = qcow2_entry_type(s, e);
+
+    return t == QCOW2_CLUSTER_ZERO ||
+           (t == QCOW2_CLUSTER_UNALLOCATED && !s->backing);
+}
+
 /*
  * Allocate, fill and map new data clusters for the write of len bytes of
  * src at guest offset off, whose cluster is busy and has entry e0: that
@@ -465,9 +475,12 @@ static void qcow2_iov_add(GArray *v, void *base, uint64_t len)
  * their own too and are free to take (a run of at most
  * QCOW2_MAX_RUN_BYTES), get contiguous new clusters, written in one
  * request: the copy-on-write head of the first cluster, the guest's
- * bytes, the copy-on-write tail of the last.  Returns the bytes of src
- * written, or -errno.  s->lock held on entry and exit, dropped for the
- * data I/O; the run's clusters are not busy any more on return.
+ * bytes, the copy-on-write tail of the last.  A head or tail that reads
+ * as zeros is left out: the new clusters read as zeros until written
+ * (qcow2_reserve()), so a 4 KiB write into an empty cluster writes
+ * 4 KiB, not the whole cluster.  Returns the bytes of src written, or
+ * -errno.  s->lock held on entry and exit, dropped for the data I/O; the
+ * run's clusters are not busy any more on return.
  */
 static int64_t qcow2_write_alloc(Qcow2State *s, Qcow2Io *io, uint64_t off,
                                  uint64_t e0, const Qcow2Data *src,
@@ -476,7 +489,7 @@ static int64_t qcow2_write_alloc(Qcow2State *s, Qcow2Io *io, uint64_t off,
     uint64_t cs = s->cluster_size, in = off & (cs - 1), start = off - in;
     uint64_t max = MIN((in + len + cs - 1) / cs, QCOW2_MAX_RUN_BYTES / cs);
     g_autofree uint64_t *e = g_new(uint64_t, MAX(max, 1));
-    uint64_t k = 1, n, end, host = 0;
+    uint64_t k = 1, n, end, wstart, wend, host = 0;
     uint8_t *head = NULL, *tail = NULL;
     GArray *v;
     int r;
@@ -495,31 +508,38 @@ static int64_t qcow2_write_alloc(Qcow2State *s, Qcow2Io *io, uint64_t off,
     }
     n = MIN(k * cs - in, len);
     end = in + n;                /* where the guest's bytes end in the run */
+    /* The part of the run written: [wstart, wend). */
+    wstart = in && !qcow2_entry_reads_zero(s, e[0]) ? 0 : in;
+    wend = end < k * cs && !qcow2_entry_reads_zero(s, e[k - 1]) ?
+           k * cs : end;
     r = qcow2_alloc_clusters(s, io, k, &host);
     if (r == 0) {
         g_mutex_unlock(&s->lock);
         v = g_array_new(FALSE, FALSE, sizeof(struct iovec));
         /* Copy-on-write of what the first and last cluster showed
          * outside the write (one read if that is the same cluster). */
-        if (in || (k == 1 && end < cs)) {
+        if (wstart < in || (k == 1 && wend > end)) {
             head = qcow2_alloc_buf(cs);
             r = qcow2_read_entry(s, io, e[0], start, head, cs);
         }
-        if (r == 0 && k > 1 && end < k * cs) {
+        if (r == 0 && k > 1 && wend > end) {
             tail = qcow2_alloc_buf(cs);
             r = qcow2_read_entry(s, io, e[k - 1], start + (k - 1) * cs,
                                  tail, cs);
         }
-        qcow2_iov_add(v, head, in);
+        if (head) {
+            qcow2_iov_add(v, head + wstart, in - wstart);
+        }
         qcow2_data_slice(src, n, v);
         if (tail) {
-            qcow2_iov_add(v, tail + end - (k - 1) * cs, k * cs - end);
+            qcow2_iov_add(v, tail + end - (k - 1) * cs, wend - end);
         } else if (k == 1 && head) {
-            qcow2_iov_add(v, head + end, cs - end);
+            qcow2_iov_add(v, head + end, wend - end);
         }
         if (r == 0) {
-            r = qcow2_sync_iov(io->file, BLOCK_OP_WRITE, host,
-                               (struct iovec *)v->data, v->len, k * cs);
+            r = qcow2_sync_iov(io->file, BLOCK_OP_WRITE, host + wstart,
+                               (struct iovec *)v->data, v->len,
+                               wend - wstart);
         }
         g_array_unref(v);
         free(head);

@@ -120,6 +120,15 @@ static int qcow2_rct_write_entry(Qcow2State *s, Qcow2Io *io, uint64_t ti)
 
 static int qcow2_rc_grow_table(Qcow2State *s, Qcow2Io *io, uint64_t need);
 
+/*
+ * Take bytes at the end of the image.  Space is never reused (a freed
+ * cluster stays a hole or a leak until qemu-img tidies it), and
+ * s->alloc_end starts at the file's end at open, so what this returns
+ * has not been written since the file was opened: it lies past the
+ * file's end, where reads give zeros, or in the hole a later write past
+ * it leaves.  qcow2_write_alloc() counts on that: it writes no zeros
+ * into a new cluster.
+ */
 uint64_t qcow2_reserve(Qcow2State *s, uint64_t bytes)
 {
     uint64_t start = s->alloc_end;

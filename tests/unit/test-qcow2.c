@@ -631,6 +631,35 @@ static void after_fill(Fixture *f)
     g_assert_cmpint(header_u32(f, 56), >, 1);
 }
 
+/* 4 KiB writes into the middle of empty 64 KiB clusters: they read back
+ * with zeros around them, and the file gets only the guest's bytes (a
+ * new cluster reads as zeros already), not a whole written cluster each. */
+#define SPARSE_WRITES 32
+
+static void run_sparse(BlockNode *bs, uint8_t *model, uint64_t *size)
+{
+    for (uint64_t i = 0; i < SPARSE_WRITES; i++) {
+        uint64_t off = i * 64 * KiB + 32 * KiB;
+
+        fill_pattern(model + off, off, 4 * KiB, 29);
+        g_assert_cmpint(run_op(bs, BLOCK_OP_WRITE, off, model + off, 4 * KiB),
+                        ==, 0);
+    }
+    check_reads(bs, model, *size, 64 * KiB);
+}
+
+static void after_sparse(Fixture *f)
+{
+    g_autofree char *p = fpath(f, "img.qcow2");
+    GStatBuf st;
+
+    g_assert_cmpint(g_stat(p, &st), ==, 0);
+    /* qemu-img's metadata (a few clusters) and 32 x 4 KiB of data: well
+     * below the 2 MiB that whole written clusters would take. */
+    g_assert_cmpint((uint64_t)st.st_blocks * 512, <,
+                    SPARSE_WRITES * 64 * KiB / 2);
+}
+
 /* An overlay shorter than its base, grown: the new part reads as zeros,
  * not as the base (QEMU's rule), on a version 3 image (zero clusters)
  * and a version 2 one (zeros written). */
@@ -664,6 +693,8 @@ static const EmptyCase empty_cases[] = {
     { "/qcow2/resize", "-o cluster_size=512", 64 * KiB, 3 * MiB, NULL, run_resize,
       after_resize },
     { "/qcow2/write/race", "", MiB, MiB, NULL, run_race, NULL },
+    { "/qcow2/write/sparse", "", 4 * MiB, 4 * MiB, "file.cache.direct=on",
+      run_sparse, after_sparse },
     { "/qcow2/write/refcount-table-growth",
       "-o cluster_size=512", 24 * MiB, 24 * MiB, "file.cache.direct=on",
       run_fill, after_fill },
