@@ -426,7 +426,12 @@ static bool qcow2_read_image(Qcow2State *s, Qcow2Io *io, Error **errp)
 {
     uint8_t first[512];
     uint8_t *hdr;
-    int64_t file_len = block_node_get_length(s->bs->child);
+    BlockNode *file = s->bs->child;
+    /* Read afresh: on activation, another program may have grown the
+     * file while the node was inactive, and allocation starts at its end
+     * (qcow2_reserve()). */
+    int64_t file_len = MAX(block_node_get_length(file),
+                           file->drv->getlength(file));
     bool ok;
     int r;
 

@@ -737,6 +737,34 @@ static void test_flush_and_handover(void)
     in_fixture(flush_and_handover, NULL);
 }
 
+/* While the node was inactive, another program allocated a cluster, which
+ * grew the file: going active again, new clusters go after it, not over
+ * it (and a new cluster still reads as zeros around a short write). */
+static void handover_grown(Fixture *f, const void *unused)
+{
+    uint64_t size = 4 * MiB;
+    g_autofree uint8_t *model = g_malloc0(size);
+    BlockNode *bs = create_open(f, "-o cluster_size=4k", size, NULL);
+
+    memset(model, 0x11, 4 * KiB);
+    g_assert_cmpint(run_op(bs, BLOCK_OP_WRITE, 0, model, 4 * KiB), ==, 0);
+    g_assert(block_node_set_active(bs, false, NULL));
+    g_assert_cmpint(sh(f, "qemu-io -f qcow2 -c 'write -q -P 0x77 2M 4k' "
+                       "img.qcow2"), ==, 0);
+    memset(model + 2 * MiB, 0x77, 4 * KiB);
+    g_assert(block_node_set_active(bs, true, NULL));
+    memset(model + 3 * MiB + 512, 0x22, 1024);
+    g_assert_cmpint(run_op(bs, BLOCK_OP_WRITE, 3 * MiB + 512,
+                           model + 3 * MiB + 512, 1024), ==, 0);
+    check_reads(bs, model, size, 4 * KiB);
+    close_checked(f, bs, model, size);
+}
+
+static void test_handover_grown(void)
+{
+    in_fixture(handover_grown, NULL);
+}
+
 /* Several IOThreads on one node, each through its own queue, writing
  * the same new clusters at once (each its own 4 KiB of each cluster). */
 enum { MT_THREADS = 3, MT_CLUSTERS = 24 };
@@ -1061,6 +1089,7 @@ static const TestCase tests[] = {
     { "/qcow2/write/bitmaps", test_bitmaps },
     { "/qcow2/write/iothreads", test_iothreads },
     { "/qcow2/write/flush-and-handover", test_flush_and_handover },
+    { "/qcow2/write/handover-grown", test_handover_grown },
     { "/qcow2/resize-overlay", test_resize_overlay },
     { "/qcow2/bad/tables", test_bad_tables },
     { "/qcow2/bad/random", test_corrupt },
