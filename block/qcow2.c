@@ -69,6 +69,7 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include "qcow2.h"
 #include "util/bswap.h"
 
@@ -780,6 +781,32 @@ static void qcow2_free_state(Qcow2State *s)
 }
 
 /* Open s->bs (qcow2_open() undoes what this did if it fails). */
+/*
+ * A writable qcow2 node allocates past the end of its file, which must
+ * therefore grow: a regular file does, a block device or a remote image
+ * (nbd, rbd, null-co) does not.  Refused at open rather than failing the
+ * guest's first allocating write.
+ */
+static bool qcow2_file_growable(BlockNode *child, Error **errp)
+{
+    const char *name = block_node_get_filename(child);
+    struct stat st;
+
+    if (name && stat(name, &st) == 0 && S_ISREG(st.st_mode)) {
+        return true;
+    }
+    if (name) {
+        error_setg(errp, "A writable qcow2 node needs a regular file below "
+                   "it ('%s' is not one); open it with read-only=on", name);
+    } else {
+        error_setg(errp, "A writable qcow2 node needs a regular file below "
+                   "it (node '%s' is driver '%s'); open it with "
+                   "read-only=on", block_node_get_name(child),
+                   block_node_get_driver_name(child));
+    }
+    return false;
+}
+
 static bool qcow2_open_state(Qcow2State *s, Opts *opts, Error **errp)
 {
     BlockNode *bs = s->bs, *child;
@@ -793,6 +820,9 @@ static bool qcow2_open_state(Qcow2State *s, Opts *opts, Error **errp)
     s->pending_frees = g_array_new(FALSE, FALSE, sizeof(Qcow2Extent));
     child = block_node_open_child(bs, opts, "file", errp);
     if (!child) {
+        return false;
+    }
+    if (!bs->read_only && !qcow2_file_growable(child, errp)) {
         return false;
     }
     io = (Qcow2Io) { .file = child->default_q };

@@ -938,6 +938,44 @@ static void test_bad_header(const void *data)
     in_fixture(bad_header, data);
 }
 
+/* A writable qcow2 node needs a file that grows below it: not a remote
+ * or null node, not a block device; read-only it opens as far as its
+ * header lets it. */
+static void not_growable(Fixture *f, const void *unused)
+{
+    g_autofree char *p = NULL, *dev = NULL, *str = NULL;
+    int lfd;
+
+    open_fails("driver=qcow2,file.driver=null-co", f->ctx,
+               "is driver 'null-co'");
+    open_fails("driver=qcow2,read-only=on,file.driver=null-co,"
+               "file.read-only=on", f->ctx, "not in qcow2 format");
+    g_assert_cmpint(sh(f, "qemu-img create -q -f qcow2 "
+                       "-o preallocation=metadata img.qcow2 1M"), ==, 0);
+    p = fpath(f, "img.qcow2");
+    lfd = loop_attach(p, &dev);
+    if (lfd < 0) {
+        g_autofree char *msg = g_strdup_printf("no loop device: %s",
+                                               g_strerror(-lfd));
+
+        g_test_skip(msg);
+        return;
+    }
+    str = g_strdup_printf("driver=qcow2,file.driver=file,file.filename=%s",
+                          dev);
+    open_fails(str, f->ctx, "is not one");
+    g_free(str);
+    str = g_strdup_printf("driver=qcow2,read-only=on,file.driver=file,"
+                          "file.filename=%s,file.read-only=on", dev);
+    block_node_unref(open_ok(str, f->ctx));
+    close(lfd);
+}
+
+static void test_not_growable(void)
+{
+    in_fixture(not_growable, NULL);
+}
+
 /* An L2 table past the end of the file, a data cluster past it: the
  * requests that need them fail with -EIO, the others work. */
 static void bad_tables(Fixture *f, const void *unused)
@@ -1092,6 +1130,7 @@ static const TestCase tests[] = {
     { "/qcow2/write/handover-grown", test_handover_grown },
     { "/qcow2/resize-overlay", test_resize_overlay },
     { "/qcow2/bad/tables", test_bad_tables },
+    { "/qcow2/bad/not-growable", test_not_growable },
     { "/qcow2/bad/random", test_corrupt },
     { "/qcow2/options", test_options },
 };
