@@ -22,6 +22,7 @@
 #include <sys/uio.h>
 #include "block/aio-engine.h"
 #include "util/event-notifier.h"
+#include "util/iov.h"
 
 /*
  * Batch limit when the context's aio-max-batch is 0: two requests per
@@ -184,8 +185,6 @@ typedef struct EngineChunk {
 /* Requires 0 <= done < req->bytes. */
 void engine_chunk_at(const BlockRequest *req, int64_t done, EngineChunk *out);
 
-/* Zero req's buffers from byte `from` to the end (a read that hit EOF). */
-void engine_zero_from(const BlockRequest *req, int64_t from);
 
 /*
  * Whether req is a WRITE that must be on stable storage when it completes

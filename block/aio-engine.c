@@ -257,19 +257,3 @@ void engine_chunk_at(const BlockRequest *req, int64_t done, EngineChunk *out)
         };
     }
 }
-
-void engine_zero_from(const BlockRequest *req, int64_t from)
-{
-    size_t skip = from;
-
-    for (int i = 0; i < req->niov; i++) {
-        size_t len = req->iov[i].iov_len;
-
-        if (skip >= len) {
-            skip -= len;
-            continue;
-        }
-        memset((char *)req->iov[i].iov_base + skip, 0, len - skip);
-        skip = 0;
-    }
-}

@@ -93,7 +93,7 @@ static int threads_rw(BlockRequest *req)
             if (req->op == BLOCK_OP_WRITE) {
                 return -EIO;          /* no progress and no reason given */
             }
-            engine_zero_from(req, done);     /* end of file */
+            iov_zero_from(req->iov, req->niov, done);     /* end of file */
             return 0;
         }
         done += n;

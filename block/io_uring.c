@@ -243,7 +243,7 @@ static void uring_rw_progress(UringEngine *e, BlockRequest *req, int res,
     if (s->done >= req->bytes) {
         uring_finish(e, req, 0, polled);
     } else if (res == 0 && req->op == BLOCK_OP_READ) {
-        engine_zero_from(req, s->done);          /* end of file */
+        iov_zero_from(req->iov, req->niov, s->done);          /* end of file */
         uring_finish(e, req, 0, polled);
     } else if (res == 0) {
         uring_finish(e, req, -EIO, polled);      /* a write that stalled */

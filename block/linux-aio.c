@@ -278,7 +278,7 @@ static void laio_rw_progress(LaioEngine *e, BlockRequest *req, long res,
     if (done >= req->bytes) {
         laio_finish(e, req, 0, polled);
     } else if (res == 0 && req->op == BLOCK_OP_READ) {
-        engine_zero_from(req, done);             /* end of file */
+        iov_zero_from(req->iov, req->niov, done);             /* end of file */
         laio_finish(e, req, 0, polled);
     } else if (res == 0) {
         laio_finish(e, req, -EIO, polled);       /* a write that stalled */

@@ -53,6 +53,7 @@
 #include "block/block-int.h"
 #include "util/clock.h"
 #include "util/cutils.h"
+#include "util/iov.h"
 
 #define NULL_DEFAULT_SIZE (1ULL << 30)
 
@@ -78,19 +79,10 @@ static int64_t null_deadline(BlockRequest *req)
     return block_req_int(req)->submit_ns;
 }
 
-static void null_zero_iov(BlockRequest *req)
-{
-    for (int i = 0; i < req->niov; i++) {
-        if (req->iov[i].iov_len) {      /* iov_base may be NULL then */
-            memset(req->iov[i].iov_base, 0, req->iov[i].iov_len);
-        }
-    }
-}
-
 static void null_complete(NullQueue *s, BlockRequest *req)
 {
     if (req->op == BLOCK_OP_READ && s->ns->read_zeroes) {
-        null_zero_iov(req);
+        iov_zero_from(req->iov, req->niov, 0);
     }
     block_request_complete(req, 0);
 }

@@ -72,6 +72,7 @@
 #include <sys/stat.h>
 #include "qcow2.h"
 #include "util/bswap.h"
+#include "util/iov.h"
 
 #define QCOW2_WORKERS           16
 #define QCOW2_MIN_L2_TABLES     2
@@ -1028,13 +1029,6 @@ static void qcow2_worker(gpointer data, gpointer user_data)
     aio_bh_schedule_oneshot(job->ctx, qcow2_job_done_bh, job);
 }
 
-static void qcow2_iov_zero(BlockRequest *req)
-{
-    for (int i = 0; i < req->niov; i++) {
-        memset(req->iov[i].iov_base, 0, req->iov[i].iov_len);
-    }
-}
-
 /*
  * What the IOThread can do alone: 1 (data clusters, contiguous: *host is
  * where the range starts in the file), 2 (a read of zeros), 3 (a read
@@ -1143,7 +1137,7 @@ static void qcow2_submit(BlockNode *bs, BlockRequest *req)
             block_driver_submit(bs->child, req);
             return;
         case 2:
-            qcow2_iov_zero(req);
+            iov_zero_from(req->iov, req->niov, 0);
             block_request_complete_later(req, 0);
             return;
         case 3:

@@ -57,6 +57,19 @@ size_t iov_to_buf(const struct iovec *iov, unsigned niov, size_t offset,
     return iov_copy(iov, niov, offset, buf, len, true);
 }
 
+void iov_zero_from(const struct iovec *iov, unsigned niov, size_t offset)
+{
+    for (unsigned i = 0; i < niov; i++) {
+        if (offset >= iov[i].iov_len) {
+            offset -= iov[i].iov_len;
+            continue;
+        }
+        memset((uint8_t *)iov[i].iov_base + offset, 0,
+               iov[i].iov_len - offset);
+        offset = 0;
+    }
+}
+
 size_t iov_from_buf(const struct iovec *iov, unsigned niov, size_t offset,
                     const void *buf, size_t len)
 {

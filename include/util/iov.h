@@ -31,4 +31,7 @@ size_t iov_to_buf(const struct iovec *iov, unsigned niov, size_t offset,
 size_t iov_from_buf(const struct iovec *iov, unsigned niov, size_t offset,
                     const void *buf, size_t len);
 
+/* Zero iov[0..niov) from offset bytes in to its end. */
+void iov_zero_from(const struct iovec *iov, unsigned niov, size_t offset);
+
 #endif

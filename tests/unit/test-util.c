@@ -564,6 +564,28 @@ static void test_iov_from_buf(void)
     g_assert_cmpuint(iov_from_buf(f.iov, 4, 10, "Q", 1), ==, 0);
 }
 
+static void test_iov_zero_from(void)
+{
+    IovFixture f;
+
+    /* From the middle of an entry on, over the empty one (NULL base). */
+    iov_fixture_init(&f);
+    iov_zero_from(f.iov, 4, 2);
+    g_assert_cmpmem(f.a, 3, "ab\0", 3);
+    g_assert_cmpmem(f.b, 5, "\0\0\0\0\0", 5);
+    g_assert_cmpmem(f.c, 2, "\0\0", 2);
+
+    /* From an entry's start; at or past the end: nothing. */
+    iov_fixture_init(&f);
+    iov_zero_from(f.iov, 4, 8);
+    g_assert_cmpmem(f.b, 5, "defgh", 5);
+    g_assert_cmpmem(f.c, 2, "\0\0", 2);
+    iov_fixture_init(&f);
+    iov_zero_from(f.iov, 4, 10);
+    iov_zero_from(f.iov, 4, 99);
+    g_assert_cmpmem(f.c, 2, "ij", 2);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Listening UNIX sockets                                                    */
 
@@ -865,6 +887,7 @@ static const TestCase tests[] = {
     { "/util/iov/size", test_iov_size },
     { "/util/iov/to-buf", test_iov_to_buf },
     { "/util/iov/from-buf", test_iov_from_buf },
+    { "/util/iov/zero-from", test_iov_zero_from },
     { "/util/unix-socket/listen", test_unix_socket_listen },
     { "/util/unix-socket/stale-replaced", test_unix_socket_stale_replaced },
     { "/util/unix-socket/refused", test_unix_socket_refused },
