@@ -90,15 +90,6 @@ enum {
 #define OPF_FUA             0x04   /* write: BLOCK_REQ_FUA */
 #define OPF_UNMAP           0x08   /* write-zeroes: BLOCK_REQ_MAY_UNMAP */
 
-#define FUZZ_CHECK(cond)                                                   \
-    do {                                                                   \
-        if (!(cond)) {                                                     \
-            fprintf(stderr, "%s:%d: fuzz check failed: %s\n", __FILE__,    \
-                    __LINE__, #cond);                                      \
-            abort();                                                       \
-        }                                                                  \
-    } while (0)
-
 typedef struct FuzzReq {
     BlockRequest req;
     struct iovec iov;

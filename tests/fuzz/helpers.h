@@ -18,8 +18,20 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 #include "util/aio.h"
+
+/* An invariant of the code under test does not hold: a finding. */
+#define FUZZ_CHECK(cond)                                                   \
+    do {                                                                   \
+        if (!(cond)) {                                                     \
+            fprintf(stderr, "%s:%d: fuzz check failed: %s\n", __FILE__,    \
+                    __LINE__, #cond);                                      \
+            abort();                                                       \
+        }                                                                  \
+    } while (0)
 
 /* The main loop's context, created by the first call (in the fuzzing
  * thread, which becomes the main thread). */

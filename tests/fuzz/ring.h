@@ -38,16 +38,6 @@
 #include "util/aio.h"
 #include "helpers.h"
 
-/* An invariant of the code under test does not hold: a finding. */
-#define FUZZ_CHECK(cond)                                                   \
-    do {                                                                   \
-        if (!(cond)) {                                                     \
-            fprintf(stderr, "%s:%d: fuzz check failed: %s\n", __FILE__,    \
-                    __LINE__, #cond);                                      \
-            abort();                                                       \
-        }                                                                  \
-    } while (0)
-
 /* ------------------------------------------------------------------------ */
 /* Input                                                                     */
 
