@@ -36,10 +36,9 @@
  * Checked: every request completes, once, with 0 or a negative errno
  * (a request that never completes is a hang: libFuzzer's timeout); the
  * node has nothing in flight after a drain; no fd on the image is left
- * open after an input; ASan and UBSan see the rest.
- * The data a
- * request returns is not checked: a damaged image may map two guest
- * clusters onto one host cluster, so no model of the disk holds.  Left
+ * open after an input; ASan and UBSan see the rest.  The data a request
+ * returns is not checked: a damaged image may map two guest clusters
+ * onto one host cluster, so no model of the disk holds.  Left
  * out: the header's backing file (the unit tests open real chains),
  * cache-clean-interval, IOThreads (the driver's own workers are the
  * threads here).
@@ -104,7 +103,10 @@ typedef struct Fuzz {
     unsigned nreqs;
 } Fuzz;
 
-/* FUZZ_VERBOSE set: say what each input does (replaying one by hand). */
+/* FUZZ_VERBOSE set: say what each input does (replaying one by hand):
+ * the open's error, each grow, and each request as it completes (its
+ * BlockOp, and its offset as it ended up: the host offset for one the
+ * driver passed straight to the file). */
 static bool fuzz_verbose(void)
 {
     static int verbose = -1;
@@ -177,8 +179,8 @@ static void fuzz_request(Fuzz *f, unsigned i, unsigned op, uint8_t flags,
     }
     if (op == OP_READ || op == OP_WRITE) {
         r->buf = g_malloc(MAX(len, 1));
-        /* Reads: a pattern the read must overwrite; writes: data that
-         * tells the operation and byte apart in a later read. */
+        /* Writes: bytes that differ from operation to operation, so
+         * that a replay's reads show whose data they return. */
         for (uint64_t k = 0; k < len; k++) {
             r->buf[k] = op == OP_READ ? 0xa5 : (uint8_t)(i * 37 + k);
         }
