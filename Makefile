@@ -12,7 +12,7 @@ FUZZ_ARGS  ?=
 SOAK_ARGS  ?=
 CRASH_SOAK_ARGS ?= 10
 MIGRATE_SOAK_ARGS ?= 20
-# Seconds of fuzzing per harness in check-fuzz (6 harnesses: <= 60 s).
+# Seconds of fuzzing per harness in check-fuzz (7 harnesses: about 60 s).
 CHECK_FUZZ_TIME ?= 8
 
 # Sanitizer settings for the unit tests in $(BUILD_SAN).
