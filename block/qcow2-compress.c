@@ -68,6 +68,8 @@ static int qcow2_inflate_zlib(const uint8_t *in, size_t in_len, uint8_t *out,
 #endif
 
 #ifdef CONFIG_ZSTD
+#define QCOW2_ZSTD_MIN_WINDOW_LOG 10
+
 static int qcow2_inflate_zstd(const uint8_t *in, size_t in_len, uint8_t *out,
                               size_t out_len)
 {
@@ -78,6 +80,20 @@ static int qcow2_inflate_zstd(const uint8_t *in, size_t in_len, uint8_t *out,
 
     if (!dctx) {
         return -ENOMEM;
+    }
+    /*
+     * A frame's header says how big a window the decoder must keep, and
+     * the decoder allocates it before the first block: up to 128 MiB by
+     * zstd's default limit, from a few bytes of an untrusted image, in
+     * each worker at once.  A cluster's data needs no window larger than
+     * the cluster (zstd's smallest is 1 KiB), so a frame that asks for
+     * more is refused (-EIO) before anything is allocated for it.
+     */
+    if (ZSTD_isError(ZSTD_DCtx_setParameter(
+            dctx, ZSTD_d_windowLogMax,
+            MAX(__builtin_ctzll(out_len), QCOW2_ZSTD_MIN_WINDOW_LOG)))) {
+        ZSTD_freeDCtx(dctx);
+        return -EIO;
     }
     /* Frame after frame until the cluster is full; a call that makes
      * no progress means the input ran out first. */

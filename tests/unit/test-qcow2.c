@@ -1020,6 +1020,60 @@ static void test_bad_tables(void)
 }
 
 /*
+ * A zstd frame whose header asks for a window larger than a cluster is
+ * refused (-EIO), so a few bytes of an image cannot make the decoder
+ * allocate 128 MiB; the same frame asking for a cluster-sized window
+ * reads.  The frame: magic, no content size, the window descriptor, one
+ * RLE block of 64 KiB of 0x5a.
+ */
+static void zstd_window(Fixture *f, const void *unused)
+{
+    g_autofree char *p = NULL, *data = NULL;
+    g_autofree uint8_t *buf = g_malloc(64 * KiB), *want = g_malloc(64 * KiB);
+    uint8_t frame[] = { 0x28, 0xb5, 0x2f, 0xfd, 0x00, 0x00,
+                        0x03, 0x00, 0x08, 0x5a };
+    uint64_t l1_off, l2_off, host;
+    BlockNode *bs;
+    gsize len;
+    int fd;
+
+    memset(want, 0x5a, 64 * KiB);
+    write_file(f, "src.raw", want, 64 * KiB);
+    g_assert_cmpint(sh(f, "qemu-img convert -c -O qcow2 -o "
+                       "compression_type=zstd,cluster_size=64k src.raw "
+                       "img.qcow2"), ==, 0);
+    p = fpath(f, "img.qcow2");
+    g_assert(g_file_get_contents(p, &data, &len, NULL));
+    l1_off = ld_be64((uint8_t *)data + 40);
+    l2_off = ld_be64((uint8_t *)data + l1_off) & 0x00fffffffffffe00ull;
+    /* Compressed (bit 62); 64 KiB clusters: the offset is bits 0-53. */
+    g_assert(ld_be64((uint8_t *)data + l2_off) & (1ull << 62));
+    host = ld_be64((uint8_t *)data + l2_off) & ((1ull << 54) - 1);
+
+    for (unsigned log = 16; log <= 27; log += 11) {
+        frame[5] = (log - 10) << 3;       /* exponent, no mantissa */
+        fd = open(p, O_WRONLY);
+        g_assert_cmpint(fd, >=, 0);
+        g_assert_cmpint(pwrite(fd, frame, sizeof(frame), host), ==,
+                        sizeof(frame));
+        close(fd);
+        bs = open_qcow2(f, "img.qcow2", "read-only=on");
+        memset(buf, 0, 64 * KiB);
+        g_assert_cmpint(run_op(bs, BLOCK_OP_READ, 0, buf, 64 * KiB), ==,
+                        (log == 16 ? 0 : -EIO));
+        if (log == 16) {
+            g_assert(memcmp(buf, want, 64 * KiB) == 0);
+        }
+        block_node_unref(bs);
+    }
+}
+
+static void test_zstd_window(void)
+{
+    in_fixture(zstd_window, NULL);
+}
+
+/*
  * Images with random bytes of their metadata changed (the header and the
  * first clusters, where qemu-img puts the tables), opened, read whole and
  * written to: whatever the driver makes of them (an open error, -EIO, or
@@ -1131,6 +1185,7 @@ static const TestCase tests[] = {
     { "/qcow2/resize-overlay", test_resize_overlay },
     { "/qcow2/bad/tables", test_bad_tables },
     { "/qcow2/bad/not-growable", test_not_growable },
+    { "/qcow2/bad/zstd-window", test_zstd_window },
     { "/qcow2/bad/random", test_corrupt },
     { "/qcow2/options", test_options },
 };
