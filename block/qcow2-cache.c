@@ -27,7 +27,9 @@
  * changes (a new L2 table or refcount block, a grown table, the header)
  * are written at once, after a barrier, by their callers.
  *
- * Everything here runs with s->lock held, in a worker or the main thread.
+ * Everything here runs with s->lock held, in a worker or the main thread;
+ * peek and mark_dirty, which do no I/O, in an IOThread too (its fast
+ * paths, qcow2.c and qcow2-alloc.c).
  */
 #include <errno.h>
 #include <stdlib.h>

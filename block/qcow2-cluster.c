@@ -320,9 +320,7 @@ static int qcow2_l2_writable(Qcow2State *s, Qcow2Io *io, uint64_t off,
     return 0;
 }
 
-/* Point the L2 entry of guest offset off (its cluster busy) at entry, in
- * the cache (written back later, qcow2-cache.c). */
-static int qcow2_set_entry(Qcow2State *s, Qcow2Io *io, uint64_t off,
+int qcow2_set_entry(Qcow2State *s, Qcow2Io *io, uint64_t off,
                            uint64_t entry)
 {
     uint64_t l2i = (off >> s->cluster_bits) & ((1ull << s->l2_bits) - 1);
@@ -365,7 +363,7 @@ static void qcow2_release_entry(Qcow2State *s, uint64_t e)
     }
 }
 
-static bool qcow2_is_allocating(Qcow2State *s, uint64_t gc)
+bool qcow2_is_allocating(Qcow2State *s, uint64_t gc)
 {
     for (guint i = 0; i < s->allocating->len; i++) {
         if (g_array_index(s->allocating, uint64_t, i) == gc) {
@@ -375,17 +373,17 @@ static bool qcow2_is_allocating(Qcow2State *s, uint64_t gc)
     return false;
 }
 
-/*
- * Wait until no other request changes guest cluster gc, then mark it
- * ours (qcow2_cluster_unbusy() ends that).  Returns its current entry.
- */
-static void qcow2_cluster_mark_busy(Qcow2State *s, uint64_t off)
+void qcow2_cluster_mark_busy(Qcow2State *s, uint64_t off)
 {
     uint64_t gc = off >> s->cluster_bits;
 
     g_array_append_val(s->allocating, gc);
 }
 
+/*
+ * Wait until no other request changes the guest cluster of off, then mark
+ * it ours (qcow2_cluster_unbusy() ends that).  Returns its current entry.
+ */
 static int qcow2_cluster_busy(Qcow2State *s, Qcow2Io *io, uint64_t off,
                               uint64_t *e)
 {
@@ -396,7 +394,7 @@ static int qcow2_cluster_busy(Qcow2State *s, Qcow2Io *io, uint64_t off,
     return qcow2_get_entry(s, io, off, e, false);
 }
 
-static void qcow2_cluster_unbusy(Qcow2State *s, uint64_t off)
+void qcow2_cluster_unbusy(Qcow2State *s, uint64_t off)
 {
     uint64_t gc = off >> s->cluster_bits;
 
@@ -459,8 +457,7 @@ static void qcow2_iov_add(GArray *v, void *base, uint64_t len)
     }
 }
 
-/* An entry whose guest cluster reads as zeros. */
-static bool qcow2_entry_reads_zero(Qcow2State *s, uint64_t e)
+bool qcow2_entry_reads_zero(Qcow2State *s, uint64_t e)
 {
     Qcow2ClusterType t = qcow2_entry_type(s, e);
 

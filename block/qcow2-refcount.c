@@ -32,7 +32,8 @@
  * table in force, every cluster it describes counted; at worst leaks.
  *
  * All functions here run with s->lock held, in a worker or the main
- * thread.
+ * thread; qcow2_rc_alloc_cached() (no I/O: the cached blocks only) in an
+ * IOThread too (qcow2-alloc.c).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -262,6 +263,46 @@ int qcow2_alloc_clusters(Qcow2State *s, Qcow2Io *io, uint64_t n,
         if (r < 0) {
             return r;
         }
+    }
+    *off = start;
+    return 0;
+}
+
+/* The cached refcount block covering host offset off, or NULL (absent,
+ * or not cached). */
+static uint8_t *qcow2_rc_peek(Qcow2State *s, uint64_t off, uint64_t *boff)
+{
+    uint64_t ti = qcow2_rc_table_index(s, off);
+
+    if (ti >= s->rct_entries) {
+        return NULL;
+    }
+    *boff = s->rct[ti] & QCOW2_REFT_OFFSET_MASK;
+    if (!qcow2_host_offset_valid(s, *boff)) {
+        return NULL;
+    }
+    return qcow2_cache_peek(&s->rc_cache, *boff);
+}
+
+int qcow2_rc_alloc_cached(Qcow2State *s, uint64_t n, uint64_t *off)
+{
+    uint64_t cs = s->cluster_size, start = s->alloc_end, boff;
+
+    /* All or nothing: look first (peeks load nothing, evict nothing). */
+    for (uint64_t c = start; c < start + n * cs; c += cs) {
+        uint8_t *block = qcow2_rc_peek(s, c, &boff);
+
+        if (!block ||
+            qcow2_rc_get_entry(s, block, qcow2_rc_block_index(s, c))) {
+            return -EAGAIN;
+        }
+    }
+    qcow2_reserve(s, n * cs);
+    for (uint64_t c = start; c < start + n * cs; c += cs) {
+        uint8_t *block = qcow2_rc_peek(s, c, &boff);
+
+        qcow2_rc_set_entry(s, block, qcow2_rc_block_index(s, c), 1);
+        qcow2_cache_mark_dirty(&s->rc_cache, boff);
     }
     *off = start;
     return 0;

@@ -12,6 +12,7 @@
  *                     resize, and the waiting I/O the others use;
  *   qcow2-cluster.c   L1/L2 mapping and the slow requests (an
  *                     allocating write step by step);
+ *   qcow2-alloc.c     the common allocating write, run by the IOThread;
  *   qcow2-cache.c     the write-back metadata caches, and the order in
  *                     which metadata reaches storage (crash safety);
  *   qcow2-refcount.c  refcounts and allocation;
@@ -26,16 +27,21 @@
  * allocation, the file's completion goes straight to the caller.  A READ
  * of clusters that all read as zeros is answered from a BH, one of
  * unallocated clusters that the backing node covers is passed to it
- * (through its queue in the same context); a FLUSH with
- * nothing dirty in the caches goes to the file.  Everything else (a table
- * not cached, allocation, copy-on-write, backing data, compressed data,
- * write-zeroes, discard, a FLUSH that writes the caches back) goes to the node's worker threads (a GThreadPool
- * of its own), which run it as straight-line code: metadata under the
- * node's lock, and I/O that waits (qcow2_pread() & co.: the sub-request
- * is submitted in the request's own context from a one-shot BH, through
- * the queues of the file and backing nodes in that context, and the
- * worker sleeps until its completion).  The IOThread never blocks and
- * never waits for the lock (the fast path only tries it); a worker
+ * (through its queue in the same context); a FLUSH with nothing dirty in
+ * the caches goes to the file.  A WRITE into clusters
+ * that have no host cluster yet and read as zeros around it, with its L2
+ * table and refcount block cached, is allocated by the IOThread itself:
+ * the new clusters counted, the guest's data written to them, the L2
+ * entries set on that write's completion (qcow2-alloc.c).  Everything
+ * else (a table not cached, copy-on-write, an old cluster to replace,
+ * backing data, compressed data, write-zeroes, discard, a FLUSH that
+ * writes the caches back) goes to the node's worker threads (a
+ * GThreadPool of its own), which run it as straight-line code: metadata
+ * under the node's lock, and I/O that waits (qcow2_pread() & co.: the
+ * sub-request is submitted in the request's own context from a one-shot
+ * BH, through the queues of the file and backing nodes in that context,
+ * and the worker sleeps until its completion).  The IOThread never blocks
+ * and never waits for the lock (the fast paths only try it); a worker
  * schedules the request's completion back into its IOThread.
  *
  * Threads.  The node's state is shared by every context that uses it,
@@ -765,6 +771,10 @@ static void qcow2_free_state(Qcow2State *s)
         g_thread_pool_free(s->pool, FALSE, TRUE);
         s->pool = NULL;
     }
+    if (s->finisher) {
+        g_thread_pool_free(s->finisher, FALSE, TRUE);
+        s->finisher = NULL;
+    }
     if (s->backing) {
         block_node_unref(s->backing);
         s->backing = NULL;
@@ -846,6 +856,7 @@ static bool qcow2_open_state(Qcow2State *s, Opts *opts, Error **errp)
     bs->limits.max_write_zeroes = 0;
     s->pool = g_thread_pool_new(qcow2_worker, s, QCOW2_WORKERS, FALSE,
                                 NULL);
+    s->finisher = g_thread_pool_new(qcow2_alloc_finish, s, 1, FALSE, NULL);
     return true;
 }
 
@@ -1146,6 +1157,9 @@ static void qcow2_submit(BlockNode *bs, BlockRequest *req)
         default:
             break;
         }
+        if (qcow2_alloc_start(s, q, qq->backing, req)) {
+            return;
+        }
     }
     job = g_new0(Qcow2Job, 1);
     job->req = req;
@@ -1194,6 +1208,13 @@ BlockNode *block_qcow2_get_backing(const BlockNode *bs)
 {
     return bs->drv == &block_driver_qcow2 ?
            ((Qcow2State *)bs->opaque)->backing : NULL;
+}
+
+uint64_t block_qcow2_get_iothread_allocs(const BlockNode *bs)
+{
+    return bs->drv == &block_driver_qcow2 ?
+           atomic_load_explicit(&((Qcow2State *)bs->opaque)->iothread_allocs,
+                                memory_order_relaxed) : 0;
 }
 
 const char *block_qcow2_get_backing_file(const BlockNode *bs)

@@ -7,17 +7,22 @@
  * write-zeroes and discards; qcow2-cache.c holds the metadata caches
  * and writes them back in a crash-safe order; qcow2-refcount.c keeps the
  * refcounts and allocates clusters; qcow2-compress.c inflates
- * compressed clusters.  The theory of operation is at the top of qcow2.c.
+ * compressed clusters; qcow2-alloc.c runs the common allocating write
+ * in the request's IOThread.  The theory of operation is at the top of
+ * qcow2.c.
  *
  * Locking: every function here that takes a Qcow2State is called with
  * s->lock held unless it says otherwise; those that do I/O (a Qcow2Io
- * argument) wait for it, so they run only in the node's workers or in
- * the main thread, never in an IOThread (qcow2_get_entry() with peek
- * does no I/O: the IOThread's fast path uses it, the lock tried).
+ * argument) wait for it, so they run only in the node's workers, its
+ * finisher or the main thread, never in an IOThread.  Those without I/O
+ * (qcow2_get_entry() with peek, the cache's peek and mark_dirty, the
+ * busy clusters, qcow2_rc_alloc_cached()) are what the IOThread's fast
+ * paths use, the lock tried.
  */
 #ifndef SPINDLE_BLOCK_QCOW2_H
 #define SPINDLE_BLOCK_QCOW2_H
 
+#include <stdatomic.h>
 #include <stdint.h>
 #include <glib.h>
 #include "block/block-int.h"
@@ -149,6 +154,9 @@ typedef struct Qcow2State {
 
     GMutex lock;                 /* everything above that changes */
     GThreadPool *pool;           /* the workers: slow requests */
+    GThreadPool *finisher;       /* one thread: qcow2_alloc_finish() */
+    /* Allocating writes the IOThreads ran (qcow2-alloc.c), since open. */
+    _Atomic uint64_t iothread_allocs;
 } Qcow2State;
 
 /* The per-queue state (q->opaque): the backing node's queue there. */
@@ -225,6 +233,19 @@ Qcow2ClusterType qcow2_entry_type(Qcow2State *s, uint64_t entry);
  */
 int qcow2_get_entry(Qcow2State *s, Qcow2Io *io, uint64_t off,
                     uint64_t *entry, bool peek);
+/* Point the L2 entry of guest offset off (its cluster busy) at entry, in
+ * the cache (written back later, qcow2-cache.c). */
+int qcow2_set_entry(Qcow2State *s, Qcow2Io *io, uint64_t off,
+                    uint64_t entry);
+/* An entry whose guest cluster reads as zeros. */
+bool qcow2_entry_reads_zero(Qcow2State *s, uint64_t e);
+/* Whether guest cluster gc (an index) is busy: being allocated, or its
+ * entry being changed. */
+bool qcow2_is_allocating(Qcow2State *s, uint64_t gc);
+/* Mark the guest cluster of off busy (it is not), and end that (waking
+ * those waiting on s->alloc_cond). */
+void qcow2_cluster_mark_busy(Qcow2State *s, uint64_t off);
+void qcow2_cluster_unbusy(Qcow2State *s, uint64_t off);
 /* The worker side of READ, WRITE, WRITE_ZEROES, DISCARD.  No lock held. */
 int qcow2_co_rw(Qcow2State *s, Qcow2Io *io, BlockRequest *req);
 /* Grow the L1 table to cover size bytes.  s->lock held. */
@@ -244,10 +265,28 @@ uint64_t qcow2_reserve(Qcow2State *s, uint64_t bytes);
 /* n new contiguous clusters at the end, their refcounts 1 on storage. */
 int qcow2_alloc_clusters(Qcow2State *s, Qcow2Io *io, uint64_t n,
                          uint64_t *off);
+/* The same without I/O (in an IOThread): -EAGAIN, and nothing changed,
+ * unless the refcount blocks covering the n clusters exist, are cached
+ * and count them 0; else they are counted 1 in the cache (dirty, reaching
+ * storage as qcow2-cache.c orders it). */
+int qcow2_rc_alloc_cached(Qcow2State *s, uint64_t n, uint64_t *off);
 /* Drop one reference from each host cluster of [off, off + bytes);
  * those that reach 0 are discarded in the file. */
 int qcow2_free_clusters(Qcow2State *s, Qcow2Io *io, uint64_t off,
                         uint64_t bytes);
+
+/*
+ * qcow2-alloc.c.  Start req (a WRITE, in q->ctx's home thread, no lock
+ * held) as an allocating write run by the IOThread, if it fits (see the
+ * theory there); false if it does not, with nothing changed (a worker's
+ * job then).  q is the node's queue of req, backing the backing node's
+ * queue in that context (or NULL).
+ */
+bool qcow2_alloc_start(Qcow2State *s, BlockQueue *q, BlockQueue *backing,
+                       BlockRequest *req);
+/* The finisher pool's function: step 2 of such a write, the lock waited
+ * for and the L2 table loaded if need be. */
+void qcow2_alloc_finish(gpointer data, gpointer user_data);
 
 /* qcow2-compress.c: inflate one compressed cluster of the image into
  * out (cluster_size bytes) from in[0..in_len).  -EIO if the data is bad,

@@ -172,6 +172,9 @@ BlockNode *block_node_get_child(const BlockNode *bs);
  * thread (fixed after open). */
 BlockNode *block_qcow2_get_backing(const BlockNode *bs);
 const char *block_qcow2_get_backing_file(const BlockNode *bs);
+/* How many allocating writes of a qcow2 node its IOThreads ran without a
+ * worker thread since it was opened; 0 for other drivers.  Any thread. */
+uint64_t block_qcow2_get_iothread_allocs(const BlockNode *bs);
 
 /* A registered node whose child is bs, or NULL.  Borrowed. */
 BlockNode *block_node_find_parent(const BlockNode *bs);
