@@ -135,8 +135,18 @@ uint64_t qcow2_reserve(Qcow2State *s, uint64_t bytes)
     uint64_t start = s->alloc_end;
 
     s->alloc_end += bytes;
-    block_node_grow_length(s->bs->child, s->alloc_end);
+    qcow2_grow_file(s, s->alloc_end);
     return start;
+}
+
+void qcow2_grow_file(Qcow2State *s, uint64_t len)
+{
+    /* Each node down to the file's (a filter such as blkdebug may sit
+     * between): a filter passes requests on without the child's bounds
+     * check, and the file driver cuts back a write past its own length. */
+    for (BlockNode *n = s->bs->child; n; n = n->child) {
+        block_node_grow_length(n, len);
+    }
 }
 
 /*

@@ -468,7 +468,7 @@ static bool qcow2_read_image(Qcow2State *s, Qcow2Io *io, Error **errp)
     s->alloc_end = ((uint64_t)MAX(file_len, 0) + s->cluster_size - 1) &
                    ~(s->cluster_size - 1);
     /* Requests to the file may reach the end of its last cluster. */
-    block_node_grow_length(s->bs->child, s->alloc_end);
+    qcow2_grow_file(s, s->alloc_end);
     hdr = qcow2_alloc_buf(s->cluster_size);
     r = qcow2_pread(io->file, 0, hdr, s->cluster_size);
     if (r < 0) {

@@ -262,6 +262,9 @@ int qcow2_rc_update(Qcow2State *s, Qcow2Io *io, uint64_t off, int delta,
 /* Take bytes at the end of the image (no refcounts: the caller's
  * business); the file node's length follows. */
 uint64_t qcow2_reserve(Qcow2State *s, uint64_t bytes);
+/* Raise the length of the file node, and of any filter between, to at
+ * least len (requests to the file may reach that far).  Any thread. */
+void qcow2_grow_file(Qcow2State *s, uint64_t len);
 /* n new contiguous clusters at the end, their refcounts 1 on storage. */
 int qcow2_alloc_clusters(Qcow2State *s, Qcow2Io *io, uint64_t n,
                          uint64_t *off);
