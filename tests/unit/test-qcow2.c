@@ -863,6 +863,268 @@ static void test_iothreads(void)
 }
 
 /* ------------------------------------------------------------------------ */
+/* Allocating writes in the IOThread                                         */
+
+/* One write of an AllocCase, and whether the IOThread allocates for it
+ * (block_qcow2_get_iothread_allocs() counts it) or not (a worker does, or
+ * the clusters are allocated already). */
+typedef struct AllocWrite {
+    uint64_t off, len;
+    bool iothread;
+} AllocWrite;
+
+typedef struct AllocCase {
+    const char *path;            /* first: TEST_ADD_ROWS */
+    const char *create;          /* qemu-img create options (64 KiB clusters) */
+    bool backing;                /* an overlay over a raw base.raw */
+    AllocWrite w[8];             /* up to the first of length 0 */
+} AllocCase;
+
+/* The first write of each case makes the L2 table (a worker's job); the
+ * IOThread takes those into new clusters that need no copy-on-write. */
+static const AllocCase alloc_cases[] = {
+    { "/qcow2/alloc/iothread", "", false, {
+        { 0, 4 * KiB, false },
+        { MiB + 8 * KiB, 4 * KiB, true },            /* inside a new cluster */
+        { 2 * MiB + 4 * KiB, 192 * KiB, true },      /* four, partial ends */
+        { 3 * MiB, 128 * KiB, true },                /* two whole */
+        { 4 * MiB + 63 * KiB, 2 * KiB, true },       /* across two */
+        { MiB + 16 * KiB, 4 * KiB, false },          /* allocated: in place */
+        { 2 * MiB + 60 * KiB, 8 * KiB, false },
+    } },
+    { "/qcow2/alloc/v2", "-o compat=0.10", false, {
+        { 0, 4 * KiB, false },
+        { MiB + 8 * KiB, 4 * KiB, true },
+        { 2 * MiB + 4 * KiB, 192 * KiB, true },
+        { MiB + 16 * KiB, 4 * KiB, false },
+    } },
+    /* Over a backing file only whole clusters need no copy. */
+    { "/qcow2/alloc/backing", "", true, {
+        { 2 * MiB + 4 * KiB, 4 * KiB, false },       /* copy-on-write */
+        { MiB, 64 * KiB, true },
+        { 3 * MiB + 64 * KiB, 128 * KiB, true },
+        { 4 * MiB + 4 * KiB, 64 * KiB, false },      /* two partial: copies */
+        { 5 * MiB + 60 * KiB, 8 * KiB, false },
+    } },
+};
+
+static void alloc_writes(Fixture *f, const void *data)
+{
+    const AllocCase *c = data;
+    uint64_t size = 8 * MiB, fast = 0;
+    g_autofree uint8_t *model = NULL;
+    BlockNode *bs;
+
+    if (c->backing) {
+        model = make_raw(f, "base.raw", size, 5);
+        g_assert_cmpint(sh(f, "qemu-img create -q -f qcow2 -b base.raw "
+                           "-F raw img.qcow2"), ==, 0);
+        bs = open_qcow2(f, "img.qcow2", NULL);
+    } else {
+        model = g_malloc0(size);
+        bs = create_open(f, c->create, size, NULL);
+    }
+    for (unsigned i = 0; i < G_N_ELEMENTS(c->w) && c->w[i].len; i++) {
+        const AllocWrite *w = &c->w[i];
+
+        fill_pattern(model + w->off, w->off, w->len, 40 + i);
+        g_assert_cmpint(run_op(bs, BLOCK_OP_WRITE, w->off, model + w->off,
+                               w->len), ==, 0);
+        fast += w->iothread;
+        g_assert_cmpuint(block_qcow2_get_iothread_allocs(bs), ==, fast);
+    }
+    check_reads(bs, model, size, 64 * KiB);
+    /* A FLUSH puts what the IOThread allocated on storage. */
+    g_assert_cmpint(run_op(bs, BLOCK_OP_FLUSH, 0, NULL, 0), ==, 0);
+    write_file(f, "model.raw", model, size);
+    g_assert_cmpint(sh(f, "qemu-img check -U -f qcow2 img.qcow2"), ==, 0);
+    g_assert_cmpint(sh(f, "qemu-img compare -U -f raw -F qcow2 model.raw "
+                       "img.qcow2"), ==, 0);
+    close_checked(f, bs, model, size);
+}
+
+static void test_alloc_writes(const void *data)
+{
+    in_fixture(alloc_writes, data);
+}
+
+/* The image's file through a blkdebug node with the given rules. */
+static BlockNode *open_debug(Fixture *f, const char *rules)
+{
+    g_autofree char *p = fpath(f, "img.qcow2");
+    g_autofree char *str = g_strdup_printf(
+        "driver=qcow2,file.driver=blkdebug,file.image.driver=file,"
+        "file.image.filename=%s,%s", p, rules);
+
+    return open_ok(str, f->ctx);
+}
+
+/*
+ * While the IOThread's allocation of a cluster is in flight (every write
+ * of the file held back 30 ms): a read of the cluster sees what was there
+ * (zeros) and does not wait; a second write into the cluster waits for
+ * the first and writes in place (one allocation: check finds no leak); a
+ * write into another new cluster is allocated meanwhile.
+ */
+static void alloc_race(Fixture *f, const void *unused)
+{
+    uint64_t size = 4 * MiB, c = MiB;
+    g_autofree uint8_t *model = g_malloc0(size);
+    g_autofree uint8_t *rbuf = g_malloc(64 * KiB);
+    TReq w1, w2, w3, r;
+    BlockNode *bs;
+
+    g_assert_cmpint(sh(f, "qemu-img create -q -f qcow2 img.qcow2 %" PRIu64,
+                       size), ==, 0);
+    bs = open_debug(f, "file.inject-delay.0.op=write,"
+                    "file.inject-delay.0.delay-ns=30000000");
+    fill_pattern(model, 0, 4 * KiB, 1);
+    g_assert_cmpint(run_op(bs, BLOCK_OP_WRITE, 0, model, 4 * KiB), ==, 0);
+    g_assert_cmpuint(block_qcow2_get_iothread_allocs(bs), ==, 0);
+
+    fill_pattern(model + c, c, 4 * KiB, 2);
+    fill_pattern(model + c + 8 * KiB, c + 8 * KiB, 4 * KiB, 3);
+    fill_pattern(model + 2 * c, 2 * c, 4 * KiB, 4);
+    treq_init(&w1, BLOCK_OP_WRITE, c, model + c, 4 * KiB);
+    treq_submit(bs, &w1);
+    g_assert_cmpuint(block_qcow2_get_iothread_allocs(bs), ==, 1);
+    memset(rbuf, 0xee, 64 * KiB);
+    treq_init(&r, BLOCK_OP_READ, c, rbuf, 64 * KiB);
+    treq_submit(bs, &r);
+    treq_init(&w2, BLOCK_OP_WRITE, c + 8 * KiB, model + c + 8 * KiB, 4 * KiB);
+    treq_submit(bs, &w2);
+    treq_init(&w3, BLOCK_OP_WRITE, 2 * c, model + 2 * c, 4 * KiB);
+    treq_submit(bs, &w3);
+    /* w2 found its cluster busy (a worker's); w3 did not. */
+    g_assert_cmpuint(block_qcow2_get_iothread_allocs(bs), ==, 2);
+    block_node_drain(bs);
+
+    g_assert_cmpint(r.ret, ==, 0);
+    g_assert_cmpint(w1.ret, ==, 0);
+    g_assert_cmpint(w2.ret, ==, 0);
+    g_assert_cmpint(w3.ret, ==, 0);
+    for (unsigned i = 0; i < 64 * KiB; i++) {
+        g_assert_cmpuint(rbuf[i], ==, 0);
+    }
+    g_assert_cmpuint(r.seq, <, w1.seq);
+    g_assert_cmpuint(w1.seq, <, w2.seq);
+    close_checked(f, bs, model, size);
+}
+
+static void test_alloc_race(void)
+{
+    in_fixture(alloc_race, NULL);
+}
+
+/*
+ * The L2 table leaves the cache (two tables of 4 KiB clusters, each
+ * covering 2 MiB) while the IOThread's allocation in it is in flight:
+ * the finisher thread loads it again and sets the entry.
+ */
+static void alloc_evicted(Fixture *f, const void *unused)
+{
+    uint64_t size = 8 * MiB;
+    g_autofree uint8_t *model = g_malloc0(size);
+    g_autofree uint8_t *rbuf = g_malloc(2 * 4 * KiB);
+    TReq w, r1, r2;
+    BlockNode *bs;
+
+    g_assert_cmpint(sh(f, "qemu-img create -q -f qcow2 -o cluster_size=4k "
+                       "img.qcow2 %" PRIu64, size), ==, 0);
+    bs = open_debug(f, "l2-cache-size=8192,file.inject-delay.0.op=write,"
+                    "file.inject-delay.0.delay-ns=50000000");
+    for (uint64_t off = 0; off < 6 * MiB; off += 2 * MiB) {
+        fill_pattern(model + off, off, 4 * KiB, 1);
+        g_assert_cmpint(run_op(bs, BLOCK_OP_WRITE, off, model + off, 4 * KiB),
+                        ==, 0);
+    }
+    g_assert_cmpint(run_op(bs, BLOCK_OP_READ, 0, rbuf, 4 * KiB), ==, 0);
+    fill_pattern(model + MiB, MiB, 4 * KiB, 2);
+    treq_init(&w, BLOCK_OP_WRITE, MiB, model + MiB, 4 * KiB);
+    treq_submit(bs, &w);
+    g_assert_cmpuint(block_qcow2_get_iothread_allocs(bs), ==, 1);
+    /* Two other tables loaded meanwhile: the first one's is evicted. */
+    treq_init(&r1, BLOCK_OP_READ, 2 * MiB, rbuf, 4 * KiB);
+    treq_submit(bs, &r1);
+    treq_init(&r2, BLOCK_OP_READ, 4 * MiB, rbuf + 4 * KiB, 4 * KiB);
+    treq_submit(bs, &r2);
+    block_node_drain(bs);
+    g_assert_cmpint(w.ret, ==, 0);
+    g_assert_cmpint(r1.ret, ==, 0);
+    g_assert_cmpint(r2.ret, ==, 0);
+    close_checked(f, bs, model, size);
+}
+
+static void test_alloc_evicted(void)
+{
+    in_fixture(alloc_evicted, NULL);
+}
+
+/*
+ * A data write of the IOThread's allocation that fails fails the guest's
+ * write and leaves the cluster as it was (zeros); the new cluster leaks,
+ * and that is all qemu-img check finds.  A write there later allocates
+ * again.
+ */
+static void alloc_fails(Fixture *f, const void *unused)
+{
+    uint64_t size = 4 * MiB, c = MiB;
+    g_autofree uint8_t *model = g_malloc0(size);
+    g_autofree uint8_t *buf = g_malloc(64 * KiB);
+    g_autofree char *p = fpath(f, "img.qcow2");
+    g_autofree char *rules = NULL;
+    uint64_t end;
+    GStatBuf st;
+    BlockNode *bs;
+
+    bs = create_open(f, "", size, NULL);
+    fill_pattern(model, 0, 4 * KiB, 1);
+    g_assert_cmpint(run_op(bs, BLOCK_OP_WRITE, 0, model, 4 * KiB), ==, 0);
+    block_node_unref(bs);
+    /* Opened again, the first allocation loads the refcount block (a
+     * worker's), the second is the IOThread's: at the end + 64 KiB. */
+    g_assert_cmpint(g_stat(p, &st), ==, 0);
+    end = ((uint64_t)st.st_size + 64 * KiB - 1) / (64 * KiB) * 64 * KiB +
+          64 * KiB;
+    rules = g_strdup_printf("file.inject-error.0.op=write,"
+                            "file.inject-error.0.sector=%" PRIu64 ","
+                            "file.inject-error.0.once=on", end / 512);
+    bs = open_debug(f, rules);
+    fill_pattern(model + 2 * c, 2 * c, 4 * KiB, 2);
+    g_assert_cmpint(run_op(bs, BLOCK_OP_WRITE, 2 * c, model + 2 * c,
+                           4 * KiB), ==, 0);
+    g_assert_cmpuint(block_qcow2_get_iothread_allocs(bs), ==, 0);
+    memset(buf, 0x55, 4 * KiB);
+    g_assert_cmpint(run_op(bs, BLOCK_OP_WRITE, c, buf, 4 * KiB), ==, -EIO);
+    g_assert_cmpuint(block_qcow2_get_iothread_allocs(bs), ==, 1);
+    /* One more after it: the leak lies before the file's end, where
+     * qemu-img check looks. */
+    fill_pattern(model + 3 * c, 3 * c, 4 * KiB, 4);
+    g_assert_cmpint(run_op(bs, BLOCK_OP_WRITE, 3 * c, model + 3 * c,
+                           4 * KiB), ==, 0);
+    g_assert_cmpuint(block_qcow2_get_iothread_allocs(bs), ==, 2);
+    check_reads(bs, model, size, 64 * KiB);
+    g_assert_cmpint(run_op(bs, BLOCK_OP_FLUSH, 0, NULL, 0), ==, 0);
+    block_node_unref(bs);
+    write_file(f, "model.raw", model, size);
+    g_assert_cmpint(sh(f, "qemu-img check -f qcow2 img.qcow2"), ==, 3);
+    g_assert_cmpint(sh(f, "qemu-img compare -f raw -F qcow2 model.raw "
+                       "img.qcow2"), ==, 0);
+    g_assert_cmpint(sh(f, "qemu-img check -q -r leaks -f qcow2 img.qcow2"),
+                    ==, 0);
+
+    bs = open_qcow2(f, "img.qcow2", NULL);
+    fill_pattern(model + c, c, 4 * KiB, 3);
+    g_assert_cmpint(run_op(bs, BLOCK_OP_WRITE, c, model + c, 4 * KiB), ==, 0);
+    close_checked(f, bs, model, size);
+}
+
+static void test_alloc_fails(void)
+{
+    in_fixture(alloc_fails, NULL);
+}
+
+/* ------------------------------------------------------------------------ */
 /* Refused and malformed images                                              */
 
 /* Overwrite bytes of name at off with the big-endian value v of width w. */
@@ -1180,6 +1442,9 @@ static const TestCase tests[] = {
     { "/qcow2/write/snapshot-compressed", test_write_snapshot_compressed },
     { "/qcow2/write/bitmaps", test_bitmaps },
     { "/qcow2/write/iothreads", test_iothreads },
+    { "/qcow2/alloc/race", test_alloc_race },
+    { "/qcow2/alloc/evicted", test_alloc_evicted },
+    { "/qcow2/alloc/fails", test_alloc_fails },
     { "/qcow2/write/flush-and-handover", test_flush_and_handover },
     { "/qcow2/write/handover-grown", test_handover_grown },
     { "/qcow2/resize-overlay", test_resize_overlay },
@@ -1195,6 +1460,7 @@ static void add_row_tests(void)
 {
     TEST_ADD_ROWS(read_cases, test_read_converted, WATCHDOG_S);
     TEST_ADD_ROWS(write_cases, test_write_random, WATCHDOG_S);
+    TEST_ADD_ROWS(alloc_cases, test_alloc_writes, WATCHDOG_S);
     TEST_ADD_ROWS(empty_cases, test_empty_image, WATCHDOG_S);
     TEST_ADD_ROWS(bad_cases, test_bad_header, WATCHDOG_S);
 }
