@@ -28,8 +28,8 @@
  * lock and loading the table.  It is not the worker pool: every worker
  * may be waiting on s->alloc_cond for the very clusters step 2 frees.
  * Everything else (a table or refcount block not cached, copy-on-write,
- * an old cluster to replace, a busy cluster) goes to the workers as
- * before (qcow2-cluster.c).
+ * an old cluster to replace, a busy cluster, a FUA write) goes to the
+ * workers as before (qcow2-cluster.c).
  *
  * Why this keeps the image and the guest's view right:
  *   - until step 2 the entries are unchanged, so a read of the clusters
@@ -207,7 +207,10 @@ bool qcow2_alloc_start(Qcow2State *s, BlockQueue *q, BlockQueue *backing,
     uint64_t host;
     Qcow2Alloc *a;
 
-    if (req->op != BLOCK_OP_WRITE || !g_mutex_trylock(&s->lock)) {
+    /* A FUA write's new entries must reach storage before it completes:
+     * a worker's job (qcow2_co_rw()). */
+    if (req->op != BLOCK_OP_WRITE || (req->flags & BLOCK_REQ_FUA) ||
+        !g_mutex_trylock(&s->lock)) {
         return false;
     }
     if (!qcow2_alloc_fits(s, req, start, n) ||

@@ -692,7 +692,15 @@ int qcow2_co_rw(Qcow2State *s, Qcow2Io *io, BlockRequest *req)
     if (req->op == BLOCK_OP_WRITE) {
         Qcow2Data src = { .iov = req->iov, .niov = req->niov };
 
-        return qcow2_write_range(s, io, req->offset, src, req->bytes);
+        r = qcow2_write_range(s, io, req->offset, src, req->bytes);
+        if (r == 0 && (req->flags & BLOCK_REQ_FUA)) {
+            /* On stable storage at completion: the data, and the entries
+             * of the clusters it allocated (the flush covers both). */
+            g_mutex_lock(&s->lock);
+            r = qcow2_flush_metadata(s, io);
+            g_mutex_unlock(&s->lock);
+        }
+        return r;
     }
     if (req->op == BLOCK_OP_READ) {
         buf = qcow2_alloc_buf(MIN((uint64_t)req->bytes, cs));

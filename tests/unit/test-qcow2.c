@@ -948,6 +948,35 @@ static void test_alloc_writes(const void *data)
     in_fixture(alloc_writes, data);
 }
 
+/* A FUA write that allocates is on storage when it completes, its new
+ * L2 entry included (a worker's job, not the IOThread's). */
+static void alloc_fua(Fixture *f, const void *unused)
+{
+    uint64_t size = 4 * MiB;
+    g_autofree uint8_t *model = g_malloc0(size);
+    BlockNode *bs = create_open(f, "", size, NULL);
+    TReq w;
+
+    fill_pattern(model, 0, 4 * KiB, 1);
+    g_assert_cmpint(run_op(bs, BLOCK_OP_WRITE, 0, model, 4 * KiB), ==, 0);
+    g_assert_cmpint(run_op(bs, BLOCK_OP_FLUSH, 0, NULL, 0), ==, 0);
+    fill_pattern(model + MiB, MiB, 4 * KiB, 2);
+    treq_init(&w, BLOCK_OP_WRITE, MiB, model + MiB, 4 * KiB);
+    w.req.flags = BLOCK_REQ_FUA;
+    g_assert_cmpint(treq_run(bs, &w), ==, 0);
+    g_assert_cmpuint(block_qcow2_get_iothread_allocs(bs), ==, 0);
+    write_file(f, "model.raw", model, size);
+    g_assert_cmpint(sh(f, "qemu-img check -U -f qcow2 img.qcow2"), ==, 0);
+    g_assert_cmpint(sh(f, "qemu-img compare -U -f raw -F qcow2 model.raw "
+                       "img.qcow2"), ==, 0);
+    close_checked(f, bs, model, size);
+}
+
+static void test_alloc_fua(void)
+{
+    in_fixture(alloc_fua, NULL);
+}
+
 /* The image's file through a blkdebug node with the given rules. */
 static BlockNode *open_debug(Fixture *f, const char *rules)
 {
@@ -1442,6 +1471,7 @@ static const TestCase tests[] = {
     { "/qcow2/write/snapshot-compressed", test_write_snapshot_compressed },
     { "/qcow2/write/bitmaps", test_bitmaps },
     { "/qcow2/write/iothreads", test_iothreads },
+    { "/qcow2/alloc/fua", test_alloc_fua },
     { "/qcow2/alloc/race", test_alloc_race },
     { "/qcow2/alloc/evicted", test_alloc_evicted },
     { "/qcow2/alloc/fails", test_alloc_fails },
