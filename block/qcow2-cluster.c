@@ -388,7 +388,9 @@ static int qcow2_cluster_busy(Qcow2State *s, Qcow2Io *io, uint64_t off,
                               uint64_t *e)
 {
     while (qcow2_is_allocating(s, off >> s->cluster_bits)) {
+        s->alloc_waiters++;
         g_cond_wait(&s->alloc_cond, &s->lock);
+        s->alloc_waiters--;
     }
     qcow2_cluster_mark_busy(s, off);
     return qcow2_get_entry(s, io, off, e, false);
@@ -404,7 +406,11 @@ void qcow2_cluster_unbusy(Qcow2State *s, uint64_t off)
             break;
         }
     }
-    g_cond_broadcast(&s->alloc_cond);
+    /* A broadcast is a futex call even with nobody waiting: skip it
+     * then (the count changes under s->lock, as the busy clusters do). */
+    if (s->alloc_waiters) {
+        g_cond_broadcast(&s->alloc_cond);
+    }
 }
 
 /* An entry whose cluster a write may overwrite in place. */

@@ -151,6 +151,7 @@ typedef struct Qcow2State {
     /* Guest clusters being allocated (per-cluster serialisation). */
     GArray *allocating;          /* uint64_t guest cluster indexes */
     GCond alloc_cond;
+    unsigned alloc_waiters;      /* threads waiting on alloc_cond */
 
     GMutex lock;                 /* everything above that changes */
     GThreadPool *pool;           /* the workers: slow requests */
