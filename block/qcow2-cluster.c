@@ -9,7 +9,8 @@
  * through s->l2_cache, written back later (qcow2-cache.c).
  *
  * qcow2_co_rw() is what a worker thread runs for a request the IOThread
- * could not finish itself (qcow2.c): it walks the request one guest
+ * could not finish itself (qcow2.c, and qcow2-alloc.c for the allocating
+ * writes it does finish itself): it walks the request one guest
  * cluster at a time, holding s->lock only to look at and change the
  * metadata, never across the data I/O of a cluster.
  *
@@ -19,7 +20,9 @@
  * busy in s->allocating while that happens, and any other write-like
  * request to the same guest cluster waits on s->alloc_cond until it is
  * done, then looks again (and finds the cluster allocated); requests to
- * other clusters go on meanwhile, so allocation is serialised per cluster.
+ * other clusters go on meanwhile, so allocation is serialised per cluster
+ * (the IOThread's allocations, qcow2-alloc.c, mark their clusters busy in
+ * the same array).
  * The steps:
  *   1. a new cluster at the end of the image is counted (refcount 1, in
  *      the refcount cache);
