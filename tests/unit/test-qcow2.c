@@ -972,11 +972,6 @@ static void alloc_fua(Fixture *f, const void *unused)
     close_checked(f, bs, model, size);
 }
 
-static void test_alloc_fua(void)
-{
-    in_fixture(alloc_fua, NULL);
-}
-
 /* The image's file through a blkdebug node with the given rules. */
 static BlockNode *open_debug(Fixture *f, const char *rules)
 {
@@ -1040,11 +1035,6 @@ static void alloc_race(Fixture *f, const void *unused)
     close_checked(f, bs, model, size);
 }
 
-static void test_alloc_race(void)
-{
-    in_fixture(alloc_race, NULL);
-}
-
 /*
  * The L2 table leaves the cache (two tables of 4 KiB clusters, each
  * covering 2 MiB) while the IOThread's allocation in it is in flight:
@@ -1082,11 +1072,6 @@ static void alloc_evicted(Fixture *f, const void *unused)
     g_assert_cmpint(r1.ret, ==, 0);
     g_assert_cmpint(r2.ret, ==, 0);
     close_checked(f, bs, model, size);
-}
-
-static void test_alloc_evicted(void)
-{
-    in_fixture(alloc_evicted, NULL);
 }
 
 /*
@@ -1148,9 +1133,24 @@ static void alloc_fails(Fixture *f, const void *unused)
     close_checked(f, bs, model, size);
 }
 
-static void test_alloc_fails(void)
+/* The allocation tests with one fixture and no data of their own. */
+typedef struct AllocTest {
+    const char *path;            /* first: TEST_ADD_ROWS */
+    void (*fn)(Fixture *f, const void *unused);
+} AllocTest;
+
+static const AllocTest alloc_tests[] = {
+    { "/qcow2/alloc/fua", alloc_fua },
+    { "/qcow2/alloc/race", alloc_race },
+    { "/qcow2/alloc/evicted", alloc_evicted },
+    { "/qcow2/alloc/fails", alloc_fails },
+};
+
+static void test_alloc_one(const void *data)
 {
-    in_fixture(alloc_fails, NULL);
+    const AllocTest *t = data;
+
+    in_fixture(t->fn, NULL);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1471,10 +1471,6 @@ static const TestCase tests[] = {
     { "/qcow2/write/snapshot-compressed", test_write_snapshot_compressed },
     { "/qcow2/write/bitmaps", test_bitmaps },
     { "/qcow2/write/iothreads", test_iothreads },
-    { "/qcow2/alloc/fua", test_alloc_fua },
-    { "/qcow2/alloc/race", test_alloc_race },
-    { "/qcow2/alloc/evicted", test_alloc_evicted },
-    { "/qcow2/alloc/fails", test_alloc_fails },
     { "/qcow2/write/flush-and-handover", test_flush_and_handover },
     { "/qcow2/write/handover-grown", test_handover_grown },
     { "/qcow2/resize-overlay", test_resize_overlay },
@@ -1491,6 +1487,7 @@ static void add_row_tests(void)
     TEST_ADD_ROWS(read_cases, test_read_converted, WATCHDOG_S);
     TEST_ADD_ROWS(write_cases, test_write_random, WATCHDOG_S);
     TEST_ADD_ROWS(alloc_cases, test_alloc_writes, WATCHDOG_S);
+    TEST_ADD_ROWS(alloc_tests, test_alloc_one, WATCHDOG_S);
     TEST_ADD_ROWS(empty_cases, test_empty_image, WATCHDOG_S);
     TEST_ADD_ROWS(bad_cases, test_bad_header, WATCHDOG_S);
 }
