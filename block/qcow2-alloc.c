@@ -208,9 +208,9 @@ bool qcow2_alloc_start(Qcow2State *s, BlockQueue *q, BlockQueue *backing,
     Qcow2Alloc *a;
 
     /* A FUA write's new entries must reach storage before it completes:
-     * a worker's job (qcow2_co_rw()). */
+     * a worker's job (qcow2_co_rw()); an empty write allocates nothing. */
     if (req->op != BLOCK_OP_WRITE || (req->flags & BLOCK_REQ_FUA) ||
-        !g_mutex_trylock(&s->lock)) {
+        req->bytes == 0 || !g_mutex_trylock(&s->lock)) {
         return false;
     }
     if (!qcow2_alloc_fits(s, req, start, n) ||
