@@ -1055,6 +1055,14 @@ static int qcow2_fast_map(Qcow2State *s, BlockRequest *req, uint64_t *host)
     if (!g_mutex_trylock(&s->lock)) {
         return 0;
     }
+    /* A FUA write is on storage when it completes, and so must be what
+     * maps its clusters: with metadata waiting in the caches (an entry
+     * set by an allocation not yet written back) it is a worker's job,
+     * which writes the caches back after the data (qcow2_co_rw()). */
+    if (write && (req->flags & BLOCK_REQ_FUA) && !qcow2_metadata_clean(s)) {
+        g_mutex_unlock(&s->lock);
+        return 0;
+    }
     for (uint64_t off = req->offset; off < end;
          off = (off & ~(cs - 1)) + cs) {
         uint64_t e, h;

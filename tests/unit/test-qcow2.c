@@ -972,6 +972,39 @@ static void alloc_fua(Fixture *f, const void *unused)
     close_checked(f, bs, model, size);
 }
 
+/*
+ * A FUA write in place into a cluster whose allocation is still only in
+ * the cache (the IOThread allocated it, nothing flushed since) is on
+ * storage when it completes, and so is the entry that maps the cluster:
+ * qemu-img reading the file meanwhile sees the data.
+ */
+static void fua_in_place(Fixture *f, const void *unused)
+{
+    uint64_t size = 4 * MiB;
+    g_autofree uint8_t *model = g_malloc0(size);
+    BlockNode *bs = create_open(f, "", size, NULL);
+    TReq w;
+
+    /* The first write makes the L2 table (a worker); flushed. */
+    fill_pattern(model, 0, 4 * KiB, 1);
+    g_assert_cmpint(run_op(bs, BLOCK_OP_WRITE, 0, model, 4 * KiB), ==, 0);
+    g_assert_cmpint(run_op(bs, BLOCK_OP_FLUSH, 0, NULL, 0), ==, 0);
+    fill_pattern(model + MiB, MiB, 4 * KiB, 2);
+    g_assert_cmpint(run_op(bs, BLOCK_OP_WRITE, MiB, model + MiB, 4 * KiB), ==,
+                    0);
+    g_assert_cmpuint(block_qcow2_get_iothread_allocs(bs), ==, 1);
+    fill_pattern(model + MiB + 8 * KiB, MiB + 8 * KiB, 4 * KiB, 3);
+    treq_init(&w, BLOCK_OP_WRITE, MiB + 8 * KiB, model + MiB + 8 * KiB,
+              4 * KiB);
+    w.req.flags = BLOCK_REQ_FUA;
+    g_assert_cmpint(treq_run(bs, &w), ==, 0);
+    write_file(f, "model.raw", model, size);
+    g_assert_cmpint(sh(f, "qemu-img check -U -f qcow2 img.qcow2"), ==, 0);
+    g_assert_cmpint(sh(f, "qemu-img compare -U -f raw -F qcow2 model.raw "
+                       "img.qcow2"), ==, 0);
+    close_checked(f, bs, model, size);
+}
+
 /* The image's file through a blkdebug node with the given rules. */
 static BlockNode *open_debug(Fixture *f, const char *rules)
 {
@@ -1141,6 +1174,7 @@ typedef struct AllocTest {
 
 static const AllocTest alloc_tests[] = {
     { "/qcow2/alloc/fua", alloc_fua },
+    { "/qcow2/alloc/fua-in-place", fua_in_place },
     { "/qcow2/alloc/race", alloc_race },
     { "/qcow2/alloc/evicted", alloc_evicted },
     { "/qcow2/alloc/fails", alloc_fails },
