@@ -230,6 +230,16 @@ static void close_checked(Fixture *f, BlockNode *bs, const uint8_t *model,
     check_image(f, "img.qcow2", model, size);
 }
 
+/* What is on storage while bs is open: qemu-img (reading past the lock,
+ * -U) finds img.qcow2 clean and equal to model. */
+static void check_open_image(Fixture *f, const uint8_t *model, uint64_t size)
+{
+    write_file(f, "model.raw", model, size);
+    g_assert_cmpint(sh(f, "qemu-img check -U -f qcow2 img.qcow2"), ==, 0);
+    g_assert_cmpint(sh(f, "qemu-img compare -U -f raw -F qcow2 model.raw "
+                       "img.qcow2"), ==, 0);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Reading what qemu-img made                                                */
 
@@ -714,10 +724,7 @@ static void flush_and_handover(Fixture *f, const void *unused)
     BlockNode *bs = create_open(f, "-o cluster_size=4k", size, NULL);
 
     random_requests(bs, model, size, 100, 64 * KiB, 29);   /* ends in FLUSH */
-    write_file(f, "model.raw", model, size);
-    g_assert_cmpint(sh(f, "qemu-img check -U -f qcow2 img.qcow2"), ==, 0);
-    g_assert_cmpint(sh(f, "qemu-img compare -U -f raw -F qcow2 model.raw "
-                       "img.qcow2"), ==, 0);
+    check_open_image(f, model, size);
 
     random_requests(bs, model, size, 50, 64 * KiB, 31);
     g_assert(block_node_set_active(bs, false, NULL));
@@ -936,10 +943,7 @@ static void alloc_writes(Fixture *f, const void *data)
     check_reads(bs, model, size, 64 * KiB);
     /* A FLUSH puts what the IOThread allocated on storage. */
     g_assert_cmpint(run_op(bs, BLOCK_OP_FLUSH, 0, NULL, 0), ==, 0);
-    write_file(f, "model.raw", model, size);
-    g_assert_cmpint(sh(f, "qemu-img check -U -f qcow2 img.qcow2"), ==, 0);
-    g_assert_cmpint(sh(f, "qemu-img compare -U -f raw -F qcow2 model.raw "
-                       "img.qcow2"), ==, 0);
+    check_open_image(f, model, size);
     close_checked(f, bs, model, size);
 }
 
@@ -950,25 +954,39 @@ static void test_alloc_writes(const void *data)
 
 /* A FUA write that allocates is on storage when it completes, its new
  * L2 entry included (a worker's job, not the IOThread's). */
-static void alloc_fua(Fixture *f, const void *unused)
+/* A new image with 4 KiB written at 0 (the L2 table made by a worker) and
+ * flushed: nothing waits in the caches. */
+static BlockNode *create_flushed(Fixture *f, uint8_t *model, uint64_t size)
 {
-    uint64_t size = 4 * MiB;
-    g_autofree uint8_t *model = g_malloc0(size);
     BlockNode *bs = create_open(f, "", size, NULL);
-    TReq w;
 
     fill_pattern(model, 0, 4 * KiB, 1);
     g_assert_cmpint(run_op(bs, BLOCK_OP_WRITE, 0, model, 4 * KiB), ==, 0);
     g_assert_cmpint(run_op(bs, BLOCK_OP_FLUSH, 0, NULL, 0), ==, 0);
-    fill_pattern(model + MiB, MiB, 4 * KiB, 2);
-    treq_init(&w, BLOCK_OP_WRITE, MiB, model + MiB, 4 * KiB);
+    return bs;
+}
+
+/* A FUA write of 4 KiB of pattern seed at off (into model too). */
+static void fua_write(BlockNode *bs, uint8_t *model, uint64_t off,
+                      unsigned seed)
+{
+    TReq w;
+
+    fill_pattern(model + off, off, 4 * KiB, seed);
+    treq_init(&w, BLOCK_OP_WRITE, off, model + off, 4 * KiB);
     w.req.flags = BLOCK_REQ_FUA;
     g_assert_cmpint(treq_run(bs, &w), ==, 0);
+}
+
+static void alloc_fua(Fixture *f, const void *unused)
+{
+    uint64_t size = 4 * MiB;
+    g_autofree uint8_t *model = g_malloc0(size);
+    BlockNode *bs = create_flushed(f, model, size);
+
+    fua_write(bs, model, MiB, 2);
     g_assert_cmpuint(block_qcow2_get_iothread_allocs(bs), ==, 0);
-    write_file(f, "model.raw", model, size);
-    g_assert_cmpint(sh(f, "qemu-img check -U -f qcow2 img.qcow2"), ==, 0);
-    g_assert_cmpint(sh(f, "qemu-img compare -U -f raw -F qcow2 model.raw "
-                       "img.qcow2"), ==, 0);
+    check_open_image(f, model, size);
     close_checked(f, bs, model, size);
 }
 
@@ -982,26 +1000,14 @@ static void fua_in_place(Fixture *f, const void *unused)
 {
     uint64_t size = 4 * MiB;
     g_autofree uint8_t *model = g_malloc0(size);
-    BlockNode *bs = create_open(f, "", size, NULL);
-    TReq w;
+    BlockNode *bs = create_flushed(f, model, size);
 
-    /* The first write makes the L2 table (a worker); flushed. */
-    fill_pattern(model, 0, 4 * KiB, 1);
-    g_assert_cmpint(run_op(bs, BLOCK_OP_WRITE, 0, model, 4 * KiB), ==, 0);
-    g_assert_cmpint(run_op(bs, BLOCK_OP_FLUSH, 0, NULL, 0), ==, 0);
     fill_pattern(model + MiB, MiB, 4 * KiB, 2);
     g_assert_cmpint(run_op(bs, BLOCK_OP_WRITE, MiB, model + MiB, 4 * KiB), ==,
                     0);
     g_assert_cmpuint(block_qcow2_get_iothread_allocs(bs), ==, 1);
-    fill_pattern(model + MiB + 8 * KiB, MiB + 8 * KiB, 4 * KiB, 3);
-    treq_init(&w, BLOCK_OP_WRITE, MiB + 8 * KiB, model + MiB + 8 * KiB,
-              4 * KiB);
-    w.req.flags = BLOCK_REQ_FUA;
-    g_assert_cmpint(treq_run(bs, &w), ==, 0);
-    write_file(f, "model.raw", model, size);
-    g_assert_cmpint(sh(f, "qemu-img check -U -f qcow2 img.qcow2"), ==, 0);
-    g_assert_cmpint(sh(f, "qemu-img compare -U -f raw -F qcow2 model.raw "
-                       "img.qcow2"), ==, 0);
+    fua_write(bs, model, MiB + 8 * KiB, 3);
+    check_open_image(f, model, size);
     close_checked(f, bs, model, size);
 }
 
