@@ -221,7 +221,12 @@ bool qcow2_alloc_start(Qcow2State *s, BlockQueue *q, BlockQueue *backing,
     for (uint64_t i = 0; i < n; i++) {
         qcow2_cluster_mark_busy(s, start + i * cs);
     }
-    atomic_fetch_add_explicit(&s->iothread_allocs, 1, memory_order_relaxed);
+    /* Written under s->lock only: a plain store, no locked add (readers
+     * in other threads load it relaxed). */
+    atomic_store_explicit(&s->iothread_allocs,
+                          atomic_load_explicit(&s->iothread_allocs,
+                                               memory_order_relaxed) + 1,
+                          memory_order_relaxed);
     g_mutex_unlock(&s->lock);
 
     a = g_new(Qcow2Alloc, 1);

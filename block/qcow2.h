@@ -156,7 +156,8 @@ typedef struct Qcow2State {
     GMutex lock;                 /* everything above that changes */
     GThreadPool *pool;           /* the workers: slow requests */
     GThreadPool *finisher;       /* one thread: qcow2_alloc_finish() */
-    /* Allocating writes the IOThreads ran (qcow2-alloc.c), since open. */
+    /* Allocating writes the IOThreads ran (qcow2-alloc.c), since open;
+     * changed under lock, read by any thread. */
     _Atomic uint64_t iothread_allocs;
 } Qcow2State;
 
