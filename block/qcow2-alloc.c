@@ -76,7 +76,7 @@ typedef struct Qcow2Alloc {
 static uint8_t *qcow2_alloc_table(Qcow2State *s, uint64_t off,
                                   uint64_t *l2off)
 {
-    uint64_t l1i = off >> (s->cluster_bits + s->l2_bits);
+    uint64_t l1i = qcow2_l1_index(s, off);
     uint64_t e;
 
     if (l1i >= s->l1_size) {
@@ -90,17 +90,12 @@ static uint8_t *qcow2_alloc_table(Qcow2State *s, uint64_t off,
     return qcow2_cache_peek(&s->l2_cache, *l2off);
 }
 
-static uint64_t qcow2_alloc_l2_index(Qcow2State *s, uint64_t off)
-{
-    return (off >> s->cluster_bits) & ((1ull << s->l2_bits) - 1);
-}
-
 /* Whether req, over the n guest clusters from start, may take step 1. */
 static bool qcow2_alloc_fits(Qcow2State *s, BlockRequest *req,
                              uint64_t start, uint64_t n)
 {
     uint64_t cs = s->cluster_size, end = req->offset + req->bytes;
-    uint64_t l2i = qcow2_alloc_l2_index(s, start), l2off;
+    uint64_t l2i = qcow2_l2_index(s, start), l2off;
     uint8_t *table;
 
     if (n * cs > QCOW2_MAX_RUN_BYTES || l2i + n > (1ull << s->l2_bits)) {
@@ -140,7 +135,7 @@ static bool qcow2_alloc_map_cached(Qcow2Alloc *a)
         if (!table) {
             return false;
         }
-        l2i = qcow2_alloc_l2_index(s, a->start);
+        l2i = qcow2_l2_index(s, a->start);
         for (uint64_t i = 0; i < a->n; i++) {
             st_be64(table + 8 * (l2i + i), (a->host + i * cs) | QCOW2_COPIED);
         }

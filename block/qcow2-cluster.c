@@ -112,8 +112,8 @@ Qcow2ClusterType qcow2_entry_type(Qcow2State *s, uint64_t entry)
 int qcow2_get_entry(Qcow2State *s, Qcow2Io *io, uint64_t off,
                     uint64_t *entry, bool peek)
 {
-    uint64_t l1i = off >> (s->cluster_bits + s->l2_bits);
-    uint64_t l2i = (off >> s->cluster_bits) & ((1ull << s->l2_bits) - 1);
+    uint64_t l1i = qcow2_l1_index(s, off);
+    uint64_t l2i = qcow2_l2_index(s, off);
     uint64_t l2off;
     uint8_t *table;
     int r;
@@ -266,7 +266,7 @@ static int qcow2_l1_write(Qcow2State *s, Qcow2Io *io, uint64_t l1i)
 static int qcow2_l2_writable(Qcow2State *s, Qcow2Io *io, uint64_t off,
                              uint64_t *l2off)
 {
-    uint64_t l1i = off >> (s->cluster_bits + s->l2_bits);
+    uint64_t l1i = qcow2_l1_index(s, off);
     uint64_t e, old, t;
     uint8_t *copy = NULL, *table;
     int r;
@@ -324,9 +324,9 @@ static int qcow2_l2_writable(Qcow2State *s, Qcow2Io *io, uint64_t off,
 }
 
 int qcow2_set_entry(Qcow2State *s, Qcow2Io *io, uint64_t off,
-                           uint64_t entry)
+                    uint64_t entry)
 {
-    uint64_t l2i = (off >> s->cluster_bits) & ((1ull << s->l2_bits) - 1);
+    uint64_t l2i = qcow2_l2_index(s, off);
     uint64_t l2off = 0;
     uint8_t *table;
     int r;

@@ -228,6 +228,17 @@ int qcow2_array_write(Qcow2State *s, Qcow2Io *io, uint64_t offset,
 /* Whether host cluster offset off is one the image may refer to. */
 bool qcow2_host_offset_valid(Qcow2State *s, uint64_t off);
 Qcow2ClusterType qcow2_entry_type(Qcow2State *s, uint64_t entry);
+/* Where guest offset off is mapped: its L1 index, and its L2 index in
+ * that table. */
+static inline uint64_t qcow2_l1_index(const Qcow2State *s, uint64_t off)
+{
+    return off >> (s->cluster_bits + s->l2_bits);
+}
+
+static inline uint64_t qcow2_l2_index(const Qcow2State *s, uint64_t off)
+{
+    return (off >> s->cluster_bits) & ((1ull << s->l2_bits) - 1);
+}
 /*
  * The L2 entry of guest offset off: from the cache only (peek: returns
  * -EAGAIN on a miss) or loading its table.  *entry is 0 for a cluster
