@@ -770,11 +770,12 @@ static void daemon_print_iothread_stats(void)
                      " wakeups=%" PRIu64 " poll_time_ns=%" PRIu64
                      " block_time_ns=%" PRIu64 " grows=%" PRIu64
                      " shrinks=%" PRIu64 " dispatches=%" PRIu64 " bhs=%"
-                     PRIu64 " timers=%" PRIu64 " cpu_ns=%" PRId64,
+                     PRIu64 " timers=%" PRIu64 " naps=%" PRIu64
+                     " cpu_ns=%" PRId64,
                      iothread_get_id(iot), st.turns, st.poll_ns,
                      st.poll_hits, st.poll_misses, st.wakeups,
                      st.poll_time_ns, st.block_time_ns, st.grows,
-                     st.shrinks, st.dispatches, st.bhs, st.timers,
+                     st.shrinks, st.dispatches, st.bhs, st.timers, st.naps,
                      iothread_get_cpu_ns(iot));
     }
     export_foreach(daemon_print_export_stats, NULL);

@@ -400,6 +400,7 @@ static const PollStatMember poll_stats_head[] = {
     { "dispatches", offsetof(AioPollStats, dispatches) },
     { "bhs", offsetof(AioPollStats, bhs) },
     { "timers", offsetof(AioPollStats, timers) },
+    { "naps", offsetof(AioPollStats, naps) },
 };
 
 /* ... and after them (the member order is part of the output). */

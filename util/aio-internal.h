@@ -114,7 +114,7 @@ extern const FDMonOps fdmon_epoll_ops;
 /* Single-writer statistics: plain loads and stores, no locked instructions. */
 typedef struct AioStatsCounters {
     _Atomic uint64_t turns, poll_hits, poll_misses, wakeups, poll_time_ns,
-        block_time_ns, grows, shrinks, dispatches, bhs, timers;
+        block_time_ns, grows, shrinks, dispatches, bhs, timers, naps;
     _Atomic int64_t poll_ns, block_cpu_ns, wake_late_ns, budget_ns;
 } AioStatsCounters;
 

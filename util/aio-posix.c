@@ -835,7 +835,8 @@ bool aio_poll(AioContext *ctx, bool blocking)
 {
     const AioPollPolicyOps *ops;
     AioPollTurn turn = { 0 };
-    int64_t start, now, timeout, block_start, dispatch_start;
+    int64_t start, now, timeout, block_start, dispatch_start, nap = 0;
+    bool napping = false;
     bool polling, found = false, waited = false, notify_me = false, progress;
     bool fdmon_called, outermost;
     int n;
@@ -862,7 +863,11 @@ bool aio_poll(AioContext *ctx, bool blocking)
     /* 1. Busy-poll as long as the policy says (bounded by timers). */
     if (polling && timeout != 0) {
         AioSourceSet *set = aio_policy_sources(ctx);
-        int64_t spin = ops->plan(&ctx->pstate, set->s, set->n, &turn);
+        int64_t spin;
+
+        ctx->pstate.nap_ns = 0;
+        spin = ops->plan(&ctx->pstate, set->s, set->n, &turn);
+        nap = ctx->pstate.nap_ns;
 
         if (ops->per_source && aio_spin_set_update(ctx, start, &now)) {
             found = true;      /* a source no longer spun for had work */
@@ -888,6 +893,15 @@ bool aio_poll(AioContext *ctx, bool blocking)
         /* The spin (if any) ran to its deadline, read as now: recompute
          * what is left. */
         timeout = aio_compute_timeout(ctx, now);
+        if (nap > 0 && timeout != 0) {
+            /* A nap: wake up early enough to spin for what comes next. */
+            int64_t left = start + nap - now;
+
+            if (left > 0 && (timeout < 0 || left < timeout)) {
+                timeout = left;
+                napping = true;
+            }
+        }
     }
 
     /* 2. About to block (or no longer allowed to poll): notifications back
@@ -939,6 +953,9 @@ bool aio_poll(AioContext *ctx, bool blocking)
         stat_add(&ctx->stats.block_time_ns, block_end - block_start);
         if (n > 0) {
             stat_add(&ctx->stats.wakeups, 1);
+        }
+        if (napping) {
+            stat_add(&ctx->stats.naps, 1);
         }
         waited = true;
         turn.blocked = true;

@@ -478,6 +478,7 @@ void aio_context_get_stats(AioContext *ctx, AioPollStats *out)
         .dispatches = LOAD(dispatches),
         .bhs = LOAD(bhs),
         .timers = LOAD(timers),
+        .naps = LOAD(naps),
         .block_cpu_ns = LOAD(block_cpu_ns),
         .wake_late_ns = LOAD(wake_late_ns),
         .budget_ns = LOAD(budget_ns),

@@ -74,6 +74,17 @@
  * most latency-sensitive active source does: a timer that completes a 1 ms
  * request is not worth a spin to be a few µs earlier.
  *
+ * Naps.  A timer due later than that is slept for, and the sleep wakes up
+ * L after its deadline.  Where the timer's latency weighs at least as much
+ * as CPU, the turn naps instead: it sleeps (AioPollState.nap_ns) until the
+ * timer is due in L (at most poll-max-ns and K), and the next turn spins
+ * for it.  The wake-up is paid either way; the nap adds a spin of what it
+ * woke up early, and the timer fires on time rather than L late.  (A
+ * null-co node with a 50 µs service time: 52 µs p50 at QD1 on this VM, for
+ * the CPU of not polling, against 73 µs for a fixed 32 µs window at twice
+ * the CPU.)  Naps end with the ledger, as spins do: the spin after one
+ * would not come.
+ *
  * The ledger.  Every spin is charged to a per-context budget; every spin
  * that found its event (or reached its timer) is credited K, the cost it
  * saved; and every event refills it by a quarter of C.  If the model is right
@@ -117,6 +128,8 @@
 #define PRED_TRIAL_KEEP_RATE 1.25    /* kept while it brings events 1.25x as
                                       * fast as not spinning, for less */
 #define PRED_MAX_SPIN_NS (1LL << 30) /* plans never spin longer than this */
+#define PRED_NAP_WEIGHT 1.0          /* naps for timers whose latency weighs
+                                      * at least as much as CPU */
 #define PRED_TRIAL_FIRST_NS (100 * 1000 * 1000LL)    /* then waits 0.1 s */
 #define PRED_TRIAL_MAX_NS (16 * 1000 * 1000 * 1000LL) /* ... doubling to 16 s */
 
@@ -762,6 +775,7 @@ static int64_t pred_plan(AioPollState *st, AioPollSource *const *srcs,
     int64_t now = turn->start_ns, w = 0, k_timer;
     double w_timer = -1;          /* no source known: full weight */
 
+    st->nap_ns = 0;
     if (st->budget_stamp_ns == 0) {
         st->budget_ns = PRED_BUDGET_MAX_NS / 2;
     }
@@ -811,6 +825,18 @@ static int64_t pred_plan(AioPollState *st, AioPollSource *const *srcs,
     if (turn->timer_ns > w &&
         turn->timer_ns <= MIN(k_timer, st->params.max_ns)) {
         w = turn->timer_ns;
+    } else if (turn->timer_ns > w && st->costs.wake_late_ns > 0 &&
+               (w_timer < 0 || w_timer >= PRED_NAP_WEIGHT)) {
+        /* Later than that: nap until it is due in what a sleep wakes up
+         * late, then spin for it (the next turn's plan: it is due within
+         * K then).  A wake-up is paid either way; the nap's costs a spin
+         * of what it wakes up early. */
+        int64_t lead = MIN(MIN(st->costs.wake_late_ns, k_timer),
+                           st->params.max_ns);
+
+        if (turn->timer_ns - lead > w) {
+            st->nap_ns = turn->timer_ns - lead;
+        }
     }
     return MIN(w, st->params.max_ns);
 }

@@ -65,6 +65,7 @@ typedef struct AioPollStats {
     uint64_t dispatches;      /* fd handler callbacks run (read/write/poll_ready) */
     uint64_t bhs;             /* bottom halves run */
     uint64_t timers;          /* timer callbacks run */
+    uint64_t naps;            /* sleeps the policy cut short, to spin next */
     int64_t block_cpu_ns;     /* measured CPU cost of a blocking wait (0: not yet) */
     int64_t wake_late_ns;     /* measured lateness of a wake-up (0: not yet) */
     int64_t budget_ns;        /* predictive: spin ledger (saved minus spent) */

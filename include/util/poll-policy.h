@@ -120,6 +120,13 @@ typedef struct AioPollState {
     /* predictive: the ledger of spinning against what it saved */
     int64_t budget_ns;
     int64_t budget_stamp_ns;
+    /*
+     * Set by plan() (0: none): if the turn blocks, it wakes up at the
+     * latest this long after its start, so that the next turn may spin
+     * for an event expected soon after (a timer: waking up on time takes
+     * a spin, a sleep until the timer wakes up late).
+     */
+    int64_t nap_ns;
     /* The calling thread's CPU time; NULL: clock_thread_cpu_ns() (tests
      * set a simulated one). */
     int64_t (*thread_cpu_ns)(void);

@@ -154,7 +154,7 @@ def snapshot(qmp, iothread):
 
 
 DELTA_FIELDS = ("turns", "grows", "shrinks", "poll-hits", "poll-misses", "wakeups",
-                "poll-time-ns", "block-time-ns", "cpu-ns", "dispatches")
+                "poll-time-ns", "block-time-ns", "cpu-ns", "dispatches", "naps")
 
 
 def counter_delta(before, after):

@@ -36,7 +36,7 @@ CLIENT_TIMEOUT_S = 60
 
 POLL_STATS = {"window-ns", "turns", "poll-hits", "poll-misses", "wakeups",
               "poll-time-ns", "block-time-ns", "grows", "shrinks",
-              "dispatches", "bhs", "timers", "cpu-ns", "policy",
+              "dispatches", "bhs", "timers", "naps", "cpu-ns", "policy",
               "block-cpu-ns", "wake-late-ns", "budget-ns", "handlers"}
 # What query-iothreads says about each pollable handler.
 HANDLER_STATS = {"name", "window-ns", "events", "poll-hits", "poll-misses",

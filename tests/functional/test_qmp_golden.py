@@ -68,7 +68,8 @@ END_QUIET_S = 0.3                    # after the last line: extra messages
 POLL_COUNTERS = (
     "window-ns", "turns", "poll-hits", "poll-misses", "wakeups",
     "poll-time-ns", "block-time-ns", "grows", "shrinks", "dispatches",
-    "bhs", "timers", "cpu-ns", "block-cpu-ns", "wake-late-ns", "budget-ns",
+    "bhs", "timers", "naps", "cpu-ns", "block-cpu-ns", "wake-late-ns",
+    "budget-ns",
 )
 
 

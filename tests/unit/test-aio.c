@@ -2269,6 +2269,89 @@ static void test_custom_policy(void)
     aio_context_unref(ctx);
 }
 
+/* A policy that never spins but asks for a nap of nap_policy.nap_ns. */
+static struct {
+    int64_t nap_ns;
+    int plans;
+    int64_t last_timer_ns;
+} nap_policy;
+
+static int64_t nap_plan(AioPollState *st, AioPollSource *const *srcs,
+                        unsigned n, const AioPollTurn *turn)
+{
+    nap_policy.plans++;
+    nap_policy.last_timer_ns = turn->timer_ns;
+    st->nap_ns = nap_policy.nap_ns;
+    return 0;
+}
+
+static const AioPollPolicyOps nap_policy_ops = {
+    .name = "napping",
+    .plan = nap_plan,
+};
+
+/*
+ * A nap bounds a blocking turn's wait (so that the next turn may spin for
+ * what it expects), with or without a timer; a nap past the first timer
+ * does not delay it.
+ */
+static void test_policy_nap(void)
+{
+    AioContext *ctx = ctx_new();
+    TestTimer tt;
+    int64_t t0, t1;
+
+    set_poll(ctx, NS_PER_SEC, 0, 0);
+    aio_context_set_poll_policy(ctx, &nap_policy_ops);
+    memset(&nap_policy, 0, sizeof(nap_policy));
+    test_timer_init(ctx, &tt, NULL, 0);
+
+    /* A timer 300 ms out, a nap of 20 ms: the turn ends after the nap,
+     * and the next one plans with the timer 280 ms out or less. */
+    nap_policy.nap_ns = 20 * NS_PER_MS;
+    test_timer_arm(&tt, clock_now_ns() + 300 * NS_PER_MS);
+    aio_poll(ctx, false);                 /* the arming's notification */
+    t0 = clock_now_ns();
+    aio_poll(ctx, true);
+    t1 = clock_now_ns();
+    g_test_message("napped %" PRId64 " us", (t1 - t0) / 1000);
+    g_assert_false(tt.fired);
+    g_assert_cmpint(t1 - t0, >=, 20 * NS_PER_MS);
+    g_assert_cmpint(t1 - t0, <, 250 * NS_PER_MS);
+    nap_policy.plans = 0;
+    aio_poll(ctx, false);
+    g_assert_cmpint(nap_policy.plans, ==, 0);   /* no plan without a wait */
+    nap_policy.nap_ns = 0;
+    while (!tt.fired) {
+        aio_poll(ctx, true);
+    }
+    g_assert_cmpint(nap_policy.plans, >=, 1);
+    g_assert_cmpint(nap_policy.last_timer_ns, <=, 280 * NS_PER_MS);
+
+    /* A nap longer than the way to the timer does not delay it. */
+    nap_policy.nap_ns = 10 * NS_PER_SEC;
+    tt.fired = false;
+    t0 = clock_now_ns();
+    test_timer_arm(&tt, t0 + 30 * NS_PER_MS);
+    while (!tt.fired) {
+        aio_poll(ctx, true);
+    }
+    t1 = clock_now_ns();
+    g_assert_cmpint(t1 - t0, <, 2 * NS_PER_SEC);
+
+    /* No timer: the nap alone ends the wait. */
+    nap_policy.nap_ns = 20 * NS_PER_MS;
+    aio_poll(ctx, false);
+    t0 = clock_now_ns();
+    aio_poll(ctx, true);
+    t1 = clock_now_ns();
+    g_assert_cmpint(t1 - t0, >=, 20 * NS_PER_MS);
+    g_assert_cmpint(t1 - t0, <, 5 * NS_PER_SEC);
+
+    aio_timer_del(&tt.t);
+    aio_context_unref(ctx);
+}
+
 /* ------------------------------------------------------------------------ */
 
 /*
@@ -3259,6 +3342,7 @@ static const TestCase tests[] = {
     { "/aio/params", test_params },
     { "/aio/context-data", test_context_data },
     { "/aio/policy/custom-policy-sees-waits", test_custom_policy },
+    { "/aio/policy/nap", test_policy_nap },
     { "/aio/policy/dropped-source-gets-kicks-back",
       test_dropped_source_gets_kicks_back },
     { "/aio/policy/spin-set-survives-rebuild",

@@ -444,8 +444,10 @@ static void test_closed_loop_slow_device(void)
  * policy the requests' latency (with the count of completed ones).
  */
 /* Also: what the policy plans, with the request in flight, for a timer
- * due in 20 µs (*timer_plan). */
-static int64_t loop_with_service(int64_t service_ns, int64_t *timer_plan)
+ * due in 20 µs (*timer_plan), and the nap it takes for one due in 60 µs
+ * (*timer_nap). */
+static int64_t loop_with_service(int64_t service_ns, int64_t *timer_plan,
+                                 int64_t *timer_nap)
 {
     Sim s;
     int64_t window;
@@ -462,10 +464,13 @@ static int64_t loop_with_service(int64_t service_ns, int64_t *timer_plan)
     window = s.src.window_ns;
     sim_phase(&s, 1);
     *timer_plan = sim_plan(&s, 20 * US);
+    g_assert_cmpint(sim_plan(&s, 60 * US), ==, 0);
+    *timer_nap = s.st.nap_ns;
     g_test_message("service %" G_GINT64_FORMAT " us: window %" G_GINT64_FORMAT
                    ", caught %u of the last events, spin %" G_GINT64_FORMAT
-                   " ns for a timer due in 20 us", service_ns / US, window,
-                   s.caught, *timer_plan);
+                   " ns for a timer due in 20 us, nap %" G_GINT64_FORMAT
+                   " ns for one due in 60 us", service_ns / US, window,
+                   s.caught, *timer_plan, *timer_nap);
     sim_free(&s);
     return window;
 }
@@ -474,16 +479,22 @@ static int64_t loop_with_service(int64_t service_ns, int64_t *timer_plan)
  * A wake-up (10 µs here) is a fifth of a 50 µs request and a hundredth of
  * a 1 ms one: worth spinning for the next request in the first case, not
  * in the second; and a timer that completes such a request (K at full
- * weight is 25 µs) is spun for in the first case only.
+ * weight is 25 µs) is spun for in the first case only.  One due later
+ * than K is napped for in the first case: the turn wakes up a wake-up's
+ * lateness (10 µs) before it, so that the next one spins for it.
  */
 static void test_latency_weighs_the_wake_up(void)
 {
-    int64_t timer_plan;
+    int64_t timer_plan, timer_nap;
 
-    g_assert_cmpint(loop_with_service(50 * US, &timer_plan), >, 15 * US);
+    g_assert_cmpint(loop_with_service(50 * US, &timer_plan, &timer_nap), >,
+                    15 * US);
     g_assert_cmpint(timer_plan, ==, 20 * US);
-    g_assert_cmpint(loop_with_service(1000 * US, &timer_plan), ==, 0);
+    g_assert_cmpint(timer_nap, ==, 50 * US);
+    g_assert_cmpint(loop_with_service(1000 * US, &timer_plan, &timer_nap), ==,
+                    0);
     g_assert_cmpint(timer_plan, ==, 0);
+    g_assert_cmpint(timer_nap, ==, 0);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -689,19 +700,31 @@ static void test_timer_and_budget(void)
 
     sim_init(&s, &aio_poll_policy_predictive, AIO_POLL_MAX_NS_DEFAULT);
     /* No source expects anything; a timer due within K (25 µs) is spun
-     * for, one further out is slept for. */
+     * for, one further out is napped for: the turn sleeps until it is due
+     * in what a sleep wakes up late (10 µs), and the next one spins. */
     g_assert_cmpint(sim_plan(&s, 10 * US), ==, 10 * US);
+    g_assert_cmpint(s.st.nap_ns, ==, 0);
     g_assert_cmpint(sim_plan(&s, 24 * US), ==, 24 * US);
     g_assert_cmpint(sim_plan(&s, 40 * US), ==, 0);
+    g_assert_cmpint(s.st.nap_ns, ==, 30 * US);
+    g_assert_cmpint(sim_plan(&s, 10000 * US), ==, 0);
+    g_assert_cmpint(s.st.nap_ns, ==, (10000 - 10) * US);
+    g_assert_cmpint(sim_plan(&s, -1), ==, 0);
+    g_assert_cmpint(s.st.nap_ns, ==, 0);
     /* Not if poll-max-ns stops the spin before the timer: spinning most
-     * of the way and then sleeping anyway would pay twice. */
+     * of the way and then sleeping anyway would pay twice.  The nap then
+     * ends poll-max-ns before the timer. */
     s.st.params.max_ns = 8 * US;
     g_assert_cmpint(sim_plan(&s, 10 * US), ==, 0);
+    g_assert_cmpint(s.st.nap_ns, ==, 2 * US);
     g_assert_cmpint(sim_plan(&s, 8 * US), ==, 8 * US);
+    g_assert_cmpint(s.st.nap_ns, ==, 0);
     s.st.params.max_ns = AIO_POLL_MAX_NS_DEFAULT;
-    /* Unknown costs (nothing measured yet): never spin. */
+    /* Unknown costs (nothing measured yet): never spin, never nap. */
     s.st.costs.wake_late_ns = s.st.costs.block_cpu_ns = 0;
     g_assert_cmpint(sim_plan(&s, 10 * US), ==, 0);
+    g_assert_cmpint(sim_plan(&s, 40 * US), ==, 0);
+    g_assert_cmpint(s.st.nap_ns, ==, 0);
     s.st.costs.wake_late_ns = SIM_LATE_NS;
     s.st.costs.block_cpu_ns = SIM_CPU_NS;
 
@@ -709,12 +732,15 @@ static void test_timer_and_budget(void)
         sim_event(&s, 1 * US);
     }
     g_assert_cmpint(sim_plan(&s, -1), >, 0);
-    /* An empty ledger stops all spinning ... */
+    /* An empty ledger stops all spinning (and naps: the spin after one
+     * would not come) ... */
     s.st.budget_ns = -1;
     s.st.budget_stamp_ns = s.now + SIM_GAP_NS;
     g_assert_cmpint(sim_plan(&s, -1), ==, 0);
     g_assert_false(s.src.spin);
     g_assert_cmpint(sim_plan(&s, 10 * US), ==, 0);
+    g_assert_cmpint(sim_plan(&s, 40 * US), ==, 0);
+    g_assert_cmpint(s.st.nap_ns, ==, 0);
     /* ... wall time does not refill it ... */
     s.now += 10000 * US;
     g_assert_cmpint(sim_plan(&s, -1), ==, 0);
