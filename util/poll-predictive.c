@@ -76,7 +76,8 @@
  *
  * Naps.  A timer due later than that is slept for, and the sleep wakes up
  * L after its deadline.  Where the timer's latency weighs at least as much
- * as CPU, the turn naps instead: it sleeps (AioPollState.nap_ns) until the
+ * as CPU (requests are owed to a source whose latency weighs so: not
+ * while the queues are quiet), the turn naps instead: it sleeps (AioPollState.nap_ns) until the
  * timer is due in L (at most poll-max-ns and K), and the next turn spins
  * for it.  The wake-up is paid either way; the nap adds a spin of what it
  * woke up early, and the timer fires on time rather than L late.  (A
@@ -774,6 +775,7 @@ static int64_t pred_plan(AioPollState *st, AioPollSource *const *srcs,
 {
     int64_t now = turn->start_ns, w = 0, k_timer;
     double w_timer = -1;          /* no source known: full weight */
+    double w_owed = -1;           /* ... of the sources owed requests */
 
     st->nap_ns = 0;
     if (st->budget_stamp_ns == 0) {
@@ -791,6 +793,9 @@ static int64_t pred_plan(AioPollState *st, AioPollSource *const *srcs,
             int64_t elapsed = now - src->ref_ns;
 
             w_timer = MAX(w_timer, pred_weight(st, ps));
+            if (src->phase) {
+                w_owed = MAX(w_owed, pred_weight(st, ps));
+            }
 
             ws = pred_phase_window(ph, elapsed);
             if (!ph->trial && (ph->close || ph->partial || ph->spin_mode) &&
@@ -826,11 +831,14 @@ static int64_t pred_plan(AioPollState *st, AioPollSource *const *srcs,
         turn->timer_ns <= MIN(k_timer, st->params.max_ns)) {
         w = turn->timer_ns;
     } else if (turn->timer_ns > w && st->costs.wake_late_ns > 0 &&
-               (w_timer < 0 || w_timer >= PRED_NAP_WEIGHT)) {
+               w_owed >= PRED_NAP_WEIGHT) {
         /* Later than that: nap until it is due in what a sleep wakes up
          * late, then spin for it (the next turn's plan: it is due within
          * K then).  A wake-up is paid either way; the nap's costs a spin
-         * of what it wakes up early. */
+         * of what it wakes up early.  Only while requests whose latency
+         * matters are owed (a source in phase 1), which the timer may
+         * complete: not for the housekeeping timers of a thread whose
+         * queues are quiet. */
         int64_t lead = MIN(MIN(st->costs.wake_late_ns, k_timer),
                            st->params.max_ns);
 

@@ -700,31 +700,22 @@ static void test_timer_and_budget(void)
 
     sim_init(&s, &aio_poll_policy_predictive, AIO_POLL_MAX_NS_DEFAULT);
     /* No source expects anything; a timer due within K (25 µs) is spun
-     * for, one further out is napped for: the turn sleeps until it is due
-     * in what a sleep wakes up late (10 µs), and the next one spins. */
+     * for, one further out is slept for: with no active source nothing
+     * says its latency matters, so no nap either. */
     g_assert_cmpint(sim_plan(&s, 10 * US), ==, 10 * US);
     g_assert_cmpint(s.st.nap_ns, ==, 0);
     g_assert_cmpint(sim_plan(&s, 24 * US), ==, 24 * US);
     g_assert_cmpint(sim_plan(&s, 40 * US), ==, 0);
-    g_assert_cmpint(s.st.nap_ns, ==, 30 * US);
-    g_assert_cmpint(sim_plan(&s, 10000 * US), ==, 0);
-    g_assert_cmpint(s.st.nap_ns, ==, (10000 - 10) * US);
-    g_assert_cmpint(sim_plan(&s, -1), ==, 0);
     g_assert_cmpint(s.st.nap_ns, ==, 0);
     /* Not if poll-max-ns stops the spin before the timer: spinning most
-     * of the way and then sleeping anyway would pay twice.  The nap then
-     * ends poll-max-ns before the timer. */
+     * of the way and then sleeping anyway would pay twice. */
     s.st.params.max_ns = 8 * US;
     g_assert_cmpint(sim_plan(&s, 10 * US), ==, 0);
-    g_assert_cmpint(s.st.nap_ns, ==, 2 * US);
     g_assert_cmpint(sim_plan(&s, 8 * US), ==, 8 * US);
-    g_assert_cmpint(s.st.nap_ns, ==, 0);
     s.st.params.max_ns = AIO_POLL_MAX_NS_DEFAULT;
-    /* Unknown costs (nothing measured yet): never spin, never nap. */
+    /* Unknown costs (nothing measured yet): never spin. */
     s.st.costs.wake_late_ns = s.st.costs.block_cpu_ns = 0;
     g_assert_cmpint(sim_plan(&s, 10 * US), ==, 0);
-    g_assert_cmpint(sim_plan(&s, 40 * US), ==, 0);
-    g_assert_cmpint(s.st.nap_ns, ==, 0);
     s.st.costs.wake_late_ns = SIM_LATE_NS;
     s.st.costs.block_cpu_ns = SIM_CPU_NS;
 
@@ -749,6 +740,56 @@ static void test_timer_and_budget(void)
     g_assert_cmpint(s.st.budget_ns, ==, SIM_CPU_NS / 4 - 1);
     g_assert_cmpint(sim_plan(&s, -1), >, 0);
     g_assert_true(s.src.spin);
+    sim_free(&s);
+}
+
+/*
+ * Naps: a timer due later than K while a source is owed requests whose
+ * latency matters (unknown here, so it weighs fully): the turn sleeps
+ * until the timer is due in what a sleep wakes up late (10 µs), so that
+ * the next turn spins for it.
+ */
+static void test_timer_nap(void)
+{
+    Sim s;
+
+    sim_init(&s, &aio_poll_policy_predictive, AIO_POLL_MAX_NS_DEFAULT);
+    /* No active source (an idle thread's timer): no nap. */
+    g_assert_cmpint(sim_plan(&s, 40 * US), ==, 0);
+    g_assert_cmpint(s.st.nap_ns, ==, 0);
+    /* A source whose requests come 300 µs apart: nothing to spin for,
+     * and while it is owed nothing (phase 0), no nap for a timer. */
+    for (int n = 0; n < 100; n++) {
+        sim_event(&s, 300 * US);
+    }
+    g_assert_cmpint(sim_plan(&s, -1), ==, 0);
+    g_assert_cmpint(s.st.nap_ns, ==, 0);
+    g_assert_cmpint(sim_plan(&s, 40 * US), ==, 0);
+    g_assert_cmpint(s.st.nap_ns, ==, 0);
+    /* A request of it in flight: the timer may complete it. */
+    sim_phase(&s, 1);
+    g_assert_cmpint(sim_plan(&s, 40 * US), ==, 0);
+    g_assert_cmpint(s.st.nap_ns, ==, 30 * US);
+    g_assert_cmpint(sim_plan(&s, 10000 * US), ==, 0);
+    g_assert_cmpint(s.st.nap_ns, ==, (10000 - 10) * US);
+    /* Due within K: spun for, no nap. */
+    g_assert_cmpint(sim_plan(&s, 12 * US), ==, 12 * US);
+    g_assert_cmpint(s.st.nap_ns, ==, 0);
+    /* poll-max-ns at 8 µs: the nap ends 8 µs before the timer. */
+    s.st.params.max_ns = 8 * US;
+    g_assert_cmpint(sim_plan(&s, 40 * US), ==, 0);
+    g_assert_cmpint(s.st.nap_ns, ==, 32 * US);
+    s.st.params.max_ns = AIO_POLL_MAX_NS_DEFAULT;
+    /* Lateness not measured yet: no nap. */
+    s.st.costs.wake_late_ns = 0;
+    sim_plan(&s, 40 * US);
+    g_assert_cmpint(s.st.nap_ns, ==, 0);
+    s.st.costs.wake_late_ns = SIM_LATE_NS;
+    /* An empty ledger: no nap (the spin after it would not come). */
+    s.st.budget_ns = -1;
+    s.st.budget_stamp_ns = s.now + SIM_GAP_NS;
+    g_assert_cmpint(sim_plan(&s, 40 * US), ==, 0);
+    g_assert_cmpint(s.st.nap_ns, ==, 0);
     sim_free(&s);
 }
 
@@ -822,6 +863,7 @@ static const TestCase tests[] = {
     { "/poll-sequences/long-first-window-not-kept",
       test_long_first_window_not_kept },
     { "/poll-sequences/timer-and-budget", test_timer_and_budget },
+    { "/poll-sequences/timer-nap", test_timer_nap },
     { "/poll-sequences/budget-drains-on-misses", test_budget_drains_on_misses },
 };
 
