@@ -77,9 +77,9 @@
  * Naps.  A timer due later than that is slept for, and the sleep wakes up
  * L after its deadline.  Where the timer's latency weighs at least as much
  * as CPU (requests are owed to a source whose latency weighs so: not
- * while the queues are quiet), the turn naps instead: it sleeps (AioPollState.nap_ns) until the
- * timer is due in L (at most poll-max-ns and K), and the next turn spins
- * for it.  The wake-up is paid either way; the nap adds a spin of what it
+ * while the queues are quiet), the turn naps instead: it sleeps
+ * (AioPollState.nap_ns) until the timer is due in L (at most poll-max-ns
+ * and K), and the next turn spins for it.  The wake-up is paid either way; the nap adds a spin of what it
  * woke up early, and the timer fires on time rather than L late.  (A
  * null-co node with a 50 µs service time: 52 µs p50 at QD1 on this VM, for
  * the CPU of not polling, against 73 µs for a fixed 32 µs window at twice
