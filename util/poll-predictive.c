@@ -791,10 +791,11 @@ static int64_t pred_plan(AioPollState *st, AioPollSource *const *srcs,
             PredSource *ps = src->priv;
             PredPhase *ph = &ps->ph[src->phase & 1];
             int64_t elapsed = now - src->ref_ns;
+            double weight = pred_weight(st, ps);
 
-            w_timer = MAX(w_timer, pred_weight(st, ps));
+            w_timer = MAX(w_timer, weight);
             if (src->phase) {
-                w_owed = MAX(w_owed, pred_weight(st, ps));
+                w_owed = MAX(w_owed, weight);
             }
 
             ws = pred_phase_window(ph, elapsed);

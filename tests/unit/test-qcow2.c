@@ -952,8 +952,6 @@ static void test_alloc_writes(const void *data)
     in_fixture(alloc_writes, data);
 }
 
-/* A FUA write that allocates is on storage when it completes, its new
- * L2 entry included (a worker's job, not the IOThread's). */
 /* A new image with 4 KiB written at 0 (the L2 table made by a worker) and
  * flushed: nothing waits in the caches. */
 static BlockNode *create_flushed(Fixture *f, uint8_t *model, uint64_t size)
@@ -978,6 +976,8 @@ static void fua_write(BlockNode *bs, uint8_t *model, uint64_t off,
     g_assert_cmpint(treq_run(bs, &w), ==, 0);
 }
 
+/* A FUA write that allocates is on storage when it completes, its new
+ * L2 entry included (a worker's job, not the IOThread's). */
 static void alloc_fua(Fixture *f, const void *unused)
 {
     uint64_t size = 4 * MiB;
