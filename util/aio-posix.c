@@ -20,8 +20,10 @@
  *     more.  A producer that published work just before it saw
  *     notifications come back on did not kick; this last look finds its
  *     work.  Only then do we set notify_me and block in the fd monitor.
- *  4. Adjust each handler's window with the time it waited (poll-policy.c),
- *     dispatch ready handlers, then bottom halves, then expired timers.
+ *  4. Dispatch ready handlers, then bottom halves, then expired timers,
+ *     then once more the bottom halves those scheduled (a completion's
+ *     notification goes out in the turn that completed it); then the
+ *     policy learns from the turn (poll-policy.c).
  *
  * Nesting.  A callback may call aio_poll() again.  The ready list and the
  * BH batch belong to the context and are consumed one entry at a time, so
@@ -987,6 +989,13 @@ bool aio_poll(AioContext *ctx, bool blocking)
     progress = aio_dispatch_ready(ctx);
     progress |= aio_bh_poll(ctx);
     progress |= aio_timers_run_expired(ctx);
+    /* What the callbacks, BHs and timers completed usually scheduled a BH
+     * to tell its producer (a virtqueue's notification): run it in this
+     * turn, not after another turn's bookkeeping.  Once: a BH that keeps
+     * scheduling itself waits for the next turn as before. */
+    if (aio_bh_pending(ctx)) {
+        progress |= aio_bh_poll(ctx);
+    }
     aio_dispatch_now_ns = 0;
     if (outermost && polling && ctx->policy == ops) {
         /* A per-source policy learns from every turn; QEMU's rules only

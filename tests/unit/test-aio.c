@@ -642,6 +642,61 @@ static void test_bh_schedule(void)
     aio_context_unref(ctx);
 }
 
+/* A timer callback that schedules a BH, as a completion schedules its
+ * virtqueue's notification. */
+static void timer_schedules_bh(void *opaque)
+{
+    BhState *st = opaque;
+
+    aio_bh_schedule(st->bh);
+}
+
+/*
+ * What a turn's BHs and timers schedule runs in the same turn, once: a
+ * completion's notification BH goes out before the turn's bookkeeping
+ * and the next turn, and a BH that keeps scheduling itself still cannot
+ * hold the loop (two runs per turn at most).
+ */
+static void test_bh_scheduled_by_bh(void)
+{
+    AioContext *ctx = ctx_new();
+    BhState first = { .ctx = ctx }, second = { .ctx = ctx };
+    AioTimer t;
+    AioPollStats s0, s1;
+
+    first.bh = aio_bh_new(ctx, bh_cb, &first);
+    second.bh = aio_bh_new(ctx, bh_cb, &second);
+
+    /* A BH that reschedules itself: twice in one turn, then once more in
+     * the next (it had one reschedule left after the first turn). */
+    first.reschedule = 2;
+    aio_bh_schedule(first.bh);
+    s0 = get_stats(ctx);
+    g_assert_true(aio_poll(ctx, false));
+    s1 = get_stats(ctx);
+    g_assert_cmpint(first.runs, ==, 2);
+    g_assert_cmpuint(s1.turns - s0.turns, ==, 1);
+    g_assert_true(aio_poll(ctx, false));
+    g_assert_cmpint(first.runs, ==, 3);
+    g_assert_false(aio_poll(ctx, false));
+
+    /* A timer that schedules a BH: the BH runs in the timer's turn. */
+    aio_timer_init(ctx, &t, timer_schedules_bh, &second);
+    aio_timer_mod(&t, clock_now_ns());
+    s0 = get_stats(ctx);
+    g_assert_true(aio_poll(ctx, true));
+    s1 = get_stats(ctx);
+    g_assert_cmpint(second.runs, ==, 1);
+    g_assert_cmpuint(s1.turns - s0.turns, ==, 1);
+    g_assert_cmpuint(s1.timers - s0.timers, ==, 1);
+    g_assert_false(aio_poll(ctx, false));
+    g_assert_cmpint(second.runs, ==, 1);
+
+    aio_bh_delete(first.bh);
+    aio_bh_delete(second.bh);
+    aio_context_unref(ctx);
+}
+
 static void test_bh_coalesce(void)
 {
     AioContext *ctx = ctx_new();
@@ -3308,6 +3363,7 @@ static const TestCase tests[] = {
     { "/aio/event-notifier", test_event_notifier },
     { "/aio/dispatch-time", test_dispatch_time },
     { "/aio/bh/schedule", test_bh_schedule },
+    { "/aio/bh/scheduled-by-bh", test_bh_scheduled_by_bh },
     { "/aio/bh/coalesce", test_bh_coalesce },
     { "/aio/bh/coalesce-threads", test_bh_coalesce_threads },
     { "/aio/bh/cross-thread-stress", test_bh_cross_thread_stress },
