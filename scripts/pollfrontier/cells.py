@@ -177,6 +177,24 @@ class Cell:
     def iothread(self):
         return iothread_id(self.service_ns)
 
+    def expected_iops(self):
+        """An upper bound on the cell's request rate, or None if unknown:
+        the arrival rate of an open loop, depth / service time of a closed
+        loop on null-co (a real disk's service time is not known)."""
+        if self.load.open_loop:
+            return float(self.load.rate)
+        if isinstance(self.service_ns, FileMedium) or not self.service_ns:
+            return None
+        return self.load.iodepth * 1e9 / self.service_ns
+
+    def runtime_s(self, runtime, min_ios):
+        """The measured seconds of one run: `runtime`, or longer where the
+        expected rate would give fewer than `min_ios` requests in it."""
+        rate = self.expected_iops()
+        if not min_ios or not rate:
+            return runtime
+        return max(runtime, round(min_ios / rate, 1))
+
     def label(self):
         if isinstance(self.service_ns, FileMedium):
             what = f"a raw image, aio={self.service_ns.engine}, cache.direct=on"

@@ -131,6 +131,12 @@ def parse_args(argv):
                    help="runs per (cell, config); the table shows medians (default 3)")
     g.add_argument("--runtime", type=float, metavar="S",
                    help="measured seconds per run (default 1, --quick 0.3)")
+    g.add_argument("--min-ios", type=int, metavar="N", default=3000,
+                   help="runs of a cell whose rate is low (open loop at 1k IOPS, "
+                        "QD1 on a 1 ms service) last long enough for about N "
+                        "requests, so that a few milliseconds of CPU the machine "
+                        "spends elsewhere do not swing CPU per I/O; 0: every run "
+                        "lasts --runtime (default %(default)s)")
     g.add_argument("--ramp", type=float, metavar="S",
                    help="unmeasured seconds before each run, in which the policy "
                         "adapts (default 0.5, --quick 0.3)")
@@ -174,6 +180,8 @@ def parse_args(argv):
         p.error("--ramp and --idle-seconds must be >= 0")
     if args.repeats < 1:
         p.error("--repeats must be at least 1")
+    if args.min_ios < 0:
+        p.error("--min-ios must be >= 0")
     if args.open_iodepth < 1:
         p.error("--open-iodepth must be at least 1")
     if args.policy_max_ns < 0:
@@ -202,9 +210,15 @@ def run_count(args):
     return len(args.cells) * len(args.configs) * args.repeats
 
 
+def cell_runtime(args, cell):
+    return cell.runtime_s(args.runtime, args.min_ios)
+
+
 def estimate_s(args):
     per_run = args.ramp + args.runtime + RUN_OVERHEAD_S
-    total = run_count(args) * per_run + 1.0
+    total = 1.0 + sum(len(args.configs) * args.repeats *
+                      (args.ramp + cell_runtime(args, cell) + RUN_OVERHEAD_S)
+                      for cell in args.cells)
     if not args.no_idle63:
         total += 2 * args.repeats * per_run + 3.0
     if not args.no_load_step:
@@ -330,14 +344,16 @@ class Session:
                                     else load, self.daemon.pid, seed,
                                     completion=getattr(load, "completion", "poll"))
 
-    def measured_run(self, iothread, config, socket, load, seed, record, label=None):
+    def measured_run(self, iothread, config, socket, load, seed, record, label=None,
+                     runtime=None):
         """Set config, run spindle-bench (retried once), read the counters.
 
         Fills `record` (a dict) and returns the spindle-bench result or None.
         """
         args = self.args
-        timeout = args.ramp + args.runtime + runner.RUN_SLACK_S
-        cmd = self.bench_cmd(socket, load, seed)
+        runtime = args.runtime if runtime is None else runtime
+        timeout = args.ramp + runtime + runner.RUN_SLACK_S
+        cmd = self.bench_cmd(socket, load, seed, runtime=runtime)
         state = {}
 
         def arm():
@@ -346,7 +362,7 @@ class Session:
             state["before"] = before
             state["mismatch"] = config_mismatch(before, config)
             state["handlers"] = None
-            delay = args.ramp + HANDLERS_AT * args.runtime
+            delay = args.ramp + HANDLERS_AT * runtime
 
             def take():
                 try:
@@ -379,7 +395,7 @@ class Session:
         record.update({
             "config": label or config.name, "policy": config.policy,
             "poll_max_ns": config.max_ns, "iothread": iothread, "command": cmd,
-            "attempts": attempts, "ok": result is not None, "result": result,
+            "runtime_s": runtime, "attempts": attempts, "ok": result is not None, "result": result,
             "config_mismatch": state.get("mismatch"),
             "qmp": {
                 "before": without_handlers(state["before"]),
@@ -424,7 +440,10 @@ class Session:
         args = self.args
         configs = args.configs
         for i, cell in enumerate(args.cells):
-            say(f"\n== cell {i + 1}/{len(args.cells)}: {cell.label()} "
+            runtime = cell_runtime(args, cell)
+            longer = (f", runs of {runtime:g} s (--min-ios {args.min_ios})"
+                      if runtime != args.runtime else "")
+            say(f"\n== cell {i + 1}/{len(args.cells)}: {cell.label()}{longer} "
                 f"({fmt_duration(time.monotonic() - self.t0)} so far)")
             socket = self.layout.socket(cell.service_ns)
             for rep in range(args.repeats):
@@ -436,7 +455,7 @@ class Session:
                               "load": cell.load.name,
                               "repeat": rep, "position": position}
                     self.measured_run(cell.iothread, cfg, socket, cell.load,
-                                      args.seed + rep, record)
+                                      args.seed + rep, record, runtime=runtime)
             # Leave the IOThread with the default policy.
             self.qcmd(lambda: apply_config(self.qmp, cell.iothread, self.default_config()),
                       "qom-set")
@@ -763,8 +782,15 @@ def print_plan(args, facts, warning):
     say(f"configs: {', '.join(c.name for c in args.configs)} (policies at poll-max-ns "
         f"{args.policy_max_ns}); judged: {args.default_policy}")
     say(f"{len(args.cells)} cells x {len(args.configs)} configs x {args.repeats} repeats "
-        f"= {run_count(args)} runs of {args.ramp:g} s ramp + {args.runtime:g} s, "
-        f"about {fmt_duration(estimate_s(args))} in all")
+        f"= {run_count(args)} runs of {args.ramp:g} s ramp + {args.runtime:g} s"
+        + _longer_note(args) + f", about {fmt_duration(estimate_s(args))} in all")
+
+
+def _longer_note(args):
+    """Which cells' runs --min-ios makes longer, for the plan and the header."""
+    longer = [f"{c.key} {cell_runtime(args, c):g} s" for c in args.cells
+              if cell_runtime(args, c) != args.runtime]
+    return f" ({', '.join(longer)}: --min-ios {args.min_ios})" if longer else ""
 
 
 def print_dry_run(args, programs):
@@ -817,7 +843,8 @@ def summary_lines(session):
 def finish(session, args, wall):
     note = machine.machine_note(session.facts, args.daemon_cpu, args.bench_cpu)
     header = [f"poll-frontier {session.started:%Y-%m-%d %H:%M}: {note}",
-              f"{args.rw} {args.bs}, ramp {args.ramp:g} s + runtime {args.runtime:g} s, "
+              f"{args.rw} {args.bs}, ramp {args.ramp:g} s + runtime {args.runtime:g} s"
+              f"{_longer_note(args)}, "
               f"median of {args.repeats}; configs rotated per repeat; spindle "
               f"{session.facts['spindle_git_describe']}"]
     body = []

@@ -63,6 +63,9 @@ def test_tiny_matrix(binary, build_dir, tmp_path):
     for r in runs:
         rep = r["result"]
         assert r["ok"] and rep is not None, r["attempts"]
+        # --min-ios (3000 by default) lengthens the 10k cell's runs to 0.3 s.
+        assert r["runtime_s"] == (0.3 if r["cell"] == "0/10k" else 0.2), r["cell"]
+        assert rep["runtime_s"] == pytest.approx(r["runtime_s"], abs=0.05)
         assert rep["ios"] > 0 and rep["lat_ns"]["p50"] > 0
         assert rep["backend_cpu_us_per_io"] > 0
         assert r["config_mismatch"] is None

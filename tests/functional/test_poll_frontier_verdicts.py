@@ -14,6 +14,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 
+from pollfrontier import cells as cl  # noqa: E402
 from pollfrontier import verdicts as vd  # noqa: E402
 from pollfrontier.verdicts import Point  # noqa: E402
 
@@ -224,3 +225,27 @@ def test_cell_with_missing_configs_is_na_not_pass():
     assert all(status(v) == "n/a" for v in out["predictive"])
     assert vd.cell_status(out["predictive"]) == "n/a"
     assert "predictive" in out["predictive"][0]["detail"]
+
+
+def test_min_ios_lengthens_only_slow_cells():
+    loads = {l.name: l for l in cl.parse_loads("qd1,qd1-int,1k,10k,qd32", 256)}
+
+    def runtime(service_ns, load, min_ios=3000, base=1.0):
+        return cl.Cell(service_ns, loads[load]).runtime_s(base, min_ios)
+
+    # About 1000 requests a second: 3 s for 3000 of them.
+    assert runtime(0, "1k") == 3.0
+    assert runtime(1_000_000, "QD1") == 3.0
+    assert runtime(1_000_000, "QD1-int") == 3.0
+    assert runtime(50_000, "1k") == 3.0
+    # Fast enough for 3000 requests in the base runtime: unchanged.
+    assert runtime(1_000_000, "QD32") == 1.0
+    assert runtime(1_000_000, "10k") == 1.0
+    assert runtime(50_000, "QD1") == 1.0
+    assert runtime(10_000, "10k", base=0.2) == 0.3
+    # No known rate (service 0 at a fixed depth, a real disk): unchanged.
+    assert runtime(0, "QD1") == 1.0
+    assert runtime(cl.FileMedium("native"), "QD1") == 1.0
+    assert runtime(cl.FileMedium("native"), "1k") == 3.0
+    # --min-ios 0 turns it off.
+    assert runtime(1_000_000, "QD1", min_ios=0) == 1.0
