@@ -395,7 +395,8 @@ class Session:
         record.update({
             "config": label or config.name, "policy": config.policy,
             "poll_max_ns": config.max_ns, "iothread": iothread, "command": cmd,
-            "runtime_s": runtime, "attempts": attempts, "ok": result is not None, "result": result,
+            "runtime_s": runtime, "attempts": attempts, "ok": result is not None,
+            "result": result,
             "config_mismatch": state.get("mismatch"),
             "qmp": {
                 "before": without_handlers(state["before"]),
