@@ -19,7 +19,7 @@ from benchcompare.machine import SetupError
 from benchcompare.matrix import Load as BaseLoad, parse_services, parse_size
 from benchcompare.report import median_metrics, metrics, si, sig3
 
-from . import cells as cl, loadstep as ls, report, verdicts as vd
+from . import cells as cl, loadstep as ls, phase, report, verdicts as vd
 from .daemon import (IDLE_EXPORTS, IDLE_IOTHREAD, DaemonDied, IdleFrontends, Layout,
                      apply_config, config_mismatch, connect_qmp, counter_delta,
                      handler_name, idle_export_id, iothreads, make_backend, snapshot,
@@ -63,6 +63,14 @@ read before and after it (and once near the end of the window, for the
 handler list).  The table shows medians over the repeats; the verdicts say
 whether --default-policy is on the frontier (never dominated, no useless
 spinning, latency where cheap, beats QEMU's rules).
+
+Machine phases: a virtual machine's host may move its vCPUs for minutes at a
+time, and every latency moves with it.  spindle-cpuprobe times a cache line's
+round trip between the two CPUs before and after every run; after a cell's
+runs, those not at the level the machine shows now (--phase-tolerance) are
+run again, up to --phase-passes times, and the medians use one run per
+repeat and configuration, preferring those at that level.  The rule reads
+only the probes, never a run's results.
 
 Then the idle63 cell (the default policy on an export among 63 idle connected
 ones, against the lone export of iot-0), the load step (the default policy on
@@ -147,6 +155,16 @@ def parse_args(argv):
     g.add_argument("--load-step-seconds", type=float, metavar="S",
                    help="length of each loaded phase of the load step (the idle "
                         "one is 1 s) (default 2, --quick 1)")
+    g.add_argument("--phase-passes", type=int, metavar="N", default=phase.DEFAULT_PASSES,
+                   help="spindle-cpuprobe measures the crossing between the two CPUs "
+                        "before and after every run; after a cell, its runs that "
+                        "were not at the level the machine is at now are repeated, "
+                        "up to N times (0: record the probes, repeat nothing; "
+                        "default %(default)s)")
+    g.add_argument("--phase-tolerance", type=float, metavar="F",
+                   default=phase.DEFAULT_TOLERANCE,
+                   help="probes within a factor F of each other are one phase "
+                        "(default %(default)g)")
     g.add_argument("--idle-seconds", type=float, metavar="S", default=10.0,
                    help="length of the idle check; 0 to skip (default %(default)g)")
     g = p.add_argument_group("workload (passed to spindle-bench)")
@@ -156,6 +174,9 @@ def parse_args(argv):
                      "the CPU spindle-bench (and the idle front-ends) run on")
     g = p.add_argument_group("programs and output")
     cli.add_program_args(g, "bench-results/poll-frontier-<timestamp>/")
+    g.add_argument("--cpuprobe", metavar="PROGRAM", type=Path,
+                   help="the machine-phase probe (default "
+                        "<build>/tools/bench/spindle-cpuprobe)")
     g.add_argument("--skip-build", "--no-build", dest="skip_build", action="store_true",
                    help="do not run make")
     g.add_argument("--no-plots", action="store_true", help="do not draw the PNG")
@@ -182,6 +203,10 @@ def parse_args(argv):
         p.error("--repeats must be at least 1")
     if args.min_ios < 0:
         p.error("--min-ios must be >= 0")
+    if args.phase_passes < 0:
+        p.error("--phase-passes must be >= 0")
+    if not args.phase_tolerance > 1:
+        p.error("--phase-tolerance must be above 1")
     if args.open_iodepth < 1:
         p.error("--open-iodepth must be at least 1")
     if args.policy_max_ns < 0:
@@ -258,6 +283,7 @@ class Session:
         self.runs = []
         self.cell_summaries = {}
         self.cell_verdicts = {}
+        self.cell_phases = {}
         self.idle63 = None
         self.load_step = None
         self.idle = None
@@ -271,6 +297,58 @@ class Session:
         self.layout = None
         self.images = {}               # engine -> raw image (--file-dir)
         self.warnings = []
+        self.probe_program = programs.get("cpuprobe")
+
+    # -- machine phases (phase.py) -----------------------------------------------
+
+    def probe(self):
+        """spindle-cpuprobe between the two CPUs: its object, or None if off."""
+        if self.probe_program is None:
+            return None
+        out = phase.probe(self.probe_program, self.args.daemon_cpu, self.args.bench_cpu)
+        if "error" in out:
+            self.warnings.append(f"spindle-cpuprobe failed, probes off: {out['error']}")
+            say(f"warning: {self.warnings[-1]}")
+            self.probe_program = None
+            return None
+        return {k: out[k] for k in ("cacheline_rt_min_ns", "cacheline_rt_median_ns",
+                                    "wakeup_rt_p10_us", "wakeup_rt_median_us")
+                if k in out}
+
+    def run_jobs(self, jobs, run_job):
+        """Run every job once, then repeat those the machine changed under.
+
+        run_job(job, redo) makes one measured run and returns its record
+        (which gets "job" and "redo").  Returns the cell's phase record, or
+        None when the probes are off."""
+        args = self.args
+        start = len(self.runs)
+        for job in jobs:
+            run_job(job, 0)
+        if self.probe_program is None:
+            return None
+        passes = redone = 0
+        while True:
+            ref = phase.level(self.probe())
+            if ref is None or passes >= args.phase_passes:
+                break
+            todo = phase.missing(self.runs[start:], jobs, ref, args.phase_tolerance)
+            if not todo:
+                break
+            passes += 1
+            redone += len(todo)
+            self.total_runs += len(todo)
+            say(f"  the machine changed (cache-line round trip now {ref:.0f} ns): "
+                f"{len(todo)} of {len(jobs)} runs again, pass {passes}")
+            for job in todo:
+                run_job(job, passes)
+        mine = self.runs[start:]
+        off = phase.select(mine, jobs, ref, args.phase_tolerance)
+        line = phase.describe(ref, redone, off, passes)
+        if off:
+            self.warnings.append(f"{mine[0]['cell']}: {line}")
+        return {"level_ns": ref, "passes": passes, "repeated_runs": redone,
+                "kept_off_phase": len(off), "line": line}
 
     # -- the daemon ----------------------------------------------------------
 
@@ -355,6 +433,7 @@ class Session:
         timeout = args.ramp + runtime + runner.RUN_SLACK_S
         cmd = self.bench_cmd(socket, load, seed, runtime=runtime)
         state = {}
+        probe_before = self.probe()
 
         def arm():
             self.qcmd(lambda: apply_config(self.qmp, iothread, config), "qom-set")
@@ -386,6 +465,7 @@ class Session:
             _disarm(state)
         self.check_alive("a spindle-bench run")
         after = self.qcmd(lambda: snapshot(self.qmp, iothread), "query-iothreads")
+        probe_after = self.probe()
         delta = counter_delta(state["before"], after)
         turns = delta.get("turns")
         changes = None
@@ -398,6 +478,7 @@ class Session:
             "runtime_s": runtime, "attempts": attempts, "ok": result is not None,
             "result": result,
             "config_mismatch": state.get("mismatch"),
+            "probe": {"before": probe_before, "after": probe_after},
             "qmp": {
                 "before": without_handlers(state["before"]),
                 "after": without_handlers(after),
@@ -426,6 +507,10 @@ class Session:
         self.run_no += 1
         prefix = (f"[{self.run_no:>{len(str(self.total_runs))}}/{self.total_runs}] "
                   f"{record['cell']:<13} #{record['repeat']} {record['config']:<14}")
+        pr = record.get("probe") or {}
+        b, a = phase.level(pr.get("before")), phase.level(pr.get("after"))
+        probes = ("" if b is None or a is None else
+                  f"  xcpu {b:.0f}/{a:.0f} ns")
         if result is None:
             say(f"{prefix} FAILED twice: {attempts[-1]['error']}")
             return
@@ -433,7 +518,7 @@ class Session:
         retry = f" (after a retry: {attempts[0]['error']})" if len(attempts) > 1 else ""
         say(f"{prefix} p50 {sig3(m['p50_us']):>6} us  p99 {sig3(m['p99_us']):>6} us  "
             f"{si(m['iops']):>6} IOPS  {sig3(m['cpu_us_per_io']):>6} us CPU/IO  "
-            f"chg/1k {sig3(changes):>5}{retry}")
+            f"chg/1k {sig3(changes):>5}{probes}{retry}")
 
     # -- the cells --------------------------------------------------------------
 
@@ -447,16 +532,24 @@ class Session:
             say(f"\n== cell {i + 1}/{len(args.cells)}: {cell.label()}{longer} "
                 f"({fmt_duration(time.monotonic() - self.t0)} so far)")
             socket = self.layout.socket(cell.service_ns)
+            jobs = []
             for rep in range(args.repeats):
                 k = rep % len(configs)
-                order = configs[k:] + configs[:k]
-                for position, cfg in enumerate(order):
-                    record = {"kind": "cell", "cell": cell.key,
-                              "service_ns": cl.medium_json(cell.service_ns),
-                              "load": cell.load.name,
-                              "repeat": rep, "position": position}
-                    self.measured_run(cell.iothread, cfg, socket, cell.load,
-                                      args.seed + rep, record, runtime=runtime)
+                jobs += [(rep, position, cfg.name)
+                         for position, cfg in enumerate(configs[k:] + configs[:k])]
+
+            def run_job(job, redo, cell=cell, socket=socket, runtime=runtime):
+                rep, position, name = job
+                cfg = next(c for c in configs if c.name == name)
+                record = {"kind": "cell", "cell": cell.key,
+                          "service_ns": cl.medium_json(cell.service_ns),
+                          "load": cell.load.name, "repeat": rep,
+                          "position": position, "job": job, "redo": redo}
+                self.measured_run(cell.iothread, cfg, socket, cell.load,
+                                  args.seed + rep, record, runtime=runtime)
+            ph = self.run_jobs(jobs, run_job)
+            if ph is not None:
+                self.cell_phases[cell.key] = ph
             # Leave the IOThread with the default policy.
             self.qcmd(lambda: apply_config(self.qmp, cell.iothread, self.default_config()),
                       "qom-set")
@@ -468,8 +561,11 @@ class Session:
             say("\n".join(report.format_cell(cell, configs, summary,
                                              self.cell_verdicts[cell.key],
                                              args.default_policy, args.policy_max_ns,
-                                             args.repeats)))
+                                             args.repeats, self.phase_line(cell.key))))
             self.write_json(complete=False)
+
+    def phase_line(self, key):
+        return (self.cell_phases.get(key) or {}).get("line")
 
     def default_config(self):
         return cl.policy_config(self.args.default_policy, self.args.policy_max_ns)
@@ -516,18 +612,24 @@ class Session:
         cfg = self.default_config()
         sides = [("among", IDLE_IOTHREAD, self.layout.idle_socket(IDLE_EXPORTS - 1)),
                  ("lone", cl.iothread_id(0), self.layout.socket(0))]
+        jobs = []
         for rep in range(args.repeats):
             order = sides if rep % 2 == 0 else sides[::-1]
-            for position, (side, iot, sock) in enumerate(order):
-                record = {"kind": "idle63", "cell": "idle63", "side": side,
-                          "service_ns": 0, "load": load.name, "repeat": rep,
-                          "position": position}
-                self.measured_run(iot, cfg, sock, load, args.seed + rep, record,
-                                  label=side)
+            jobs += [(rep, position, side) for position, (side, _, _) in enumerate(order)]
+
+        def run_job(job, redo):
+            rep, position, side = job
+            _, iot, sock = next(x for x in sides if x[0] == side)
+            record = {"kind": "idle63", "cell": "idle63", "side": side,
+                      "service_ns": 0, "load": load.name, "repeat": rep,
+                      "position": position, "job": job, "redo": redo}
+            self.measured_run(iot, cfg, sock, load, args.seed + rep, record, label=side)
+        rec["phase"] = self.run_jobs(jobs, run_job)
         med = {}
         for side, _, _ in sides:
             results = [r["result"] for r in self.runs
-                       if r["kind"] == "idle63" and r["side"] == side and r["ok"]]
+                       if r["kind"] == "idle63" and r["side"] == side and r["ok"]
+                       and not r.get("superseded")]
             med[side] = median_metrics(results) if results else None
         rec["median"] = med
         a = (med["among"] or {}).get("p50_us")
@@ -561,6 +663,37 @@ class Session:
                                    self.layout.socket(0), None,
                                    self.daemon.pid, args.seed, completion="poll",
                                    phases=phases)
+        earlier = []
+        while True:
+            probe_before = self.probe()
+            result, attempts, samples, errors = self._load_step_once(cmd, phases, iot,
+                                                                     handler)
+            probes = {"before": probe_before, "after": self.probe()}
+            if (self.probe_program is None or len(earlier) >= args.phase_passes or
+                    phase.steady({"probe": probes}, args.phase_tolerance)):
+                break
+            say(f"  the machine changed during the load step (cache-line round trip "
+                f"{phase.level(probes['before']):.0f} -> "
+                f"{phase.level(probes['after']):.0f} ns): again")
+            earlier.append({"probe": probes, "attempts": attempts,
+                            "result": result})
+        rec = {"iothread": iot, "handler": handler, "policy": cfg.policy,
+               "poll_max_ns": cfg.max_ns, "phases_asked": phases, "command": cmd,
+               "attempts": attempts, "ok": result is not None, "result": result,
+               "sample_period_s": LOAD_STEP_SAMPLE_S, "sampler_errors": errors,
+               "samples": samples, "probe": probes,
+               "repeated_after_machine_change": earlier}
+        self.load_step = rec
+        if result is None or not result.get("phases"):
+            rec["analysis"] = {"phases": [], "status": vd.NA,
+                               "detail": "spindle-bench failed: "
+                                         f"{attempts[-1]['error']}"}
+        else:
+            rec["analysis"] = ls.analyze(result["phases"], samples)
+        say("\n".join(format_load_step(rec)))
+
+    def _load_step_once(self, cmd, phases, iot, handler):
+        """One run of the load step, sampled: (result, attempts, samples, errors)."""
         samples = []
         stop = threading.Event()
         errors = []
@@ -590,19 +723,7 @@ class Session:
             stop.set()
             sampler.join()
         self.check_alive("the load step")
-        rec = {"iothread": iot, "handler": handler, "policy": cfg.policy,
-               "poll_max_ns": cfg.max_ns, "phases_asked": phases, "command": cmd,
-               "attempts": attempts, "ok": result is not None, "result": result,
-               "sample_period_s": LOAD_STEP_SAMPLE_S, "sampler_errors": errors,
-               "samples": samples}
-        self.load_step = rec
-        if result is None or not result.get("phases"):
-            rec["analysis"] = {"phases": [], "status": vd.NA,
-                               "detail": "spindle-bench failed: "
-                                         f"{attempts[-1]['error']}"}
-        else:
-            rec["analysis"] = ls.analyze(result["phases"], samples)
-        say("\n".join(format_load_step(rec)))
+        return result, attempts, samples, errors
 
     # -- the idle check -------------------------------------------------------
 
@@ -669,6 +790,7 @@ class Session:
             "daemon": self.daemon_record,
             "cell_summaries": self.cell_summaries,
             "verdicts": self.cell_verdicts,
+            "cell_phases": self.cell_phases,
             "idle63": self.idle63, "load_step": self.load_step, "idle": self.idle,
             "summary": summary, "warnings": self.warnings,
             "runs": self.runs,
@@ -695,6 +817,9 @@ def format_idle63(rec):
         if m:
             lines.append(f"  {side:<6} p50 {sig3(m['p50_us'])} us  p99 "
                          f"{sig3(m['p99_us'])} us  CPU/IO {sig3(m['cpu_us_per_io'])} us")
+    line = (rec.get("phase") or {}).get("line")
+    if line:
+        lines.append("  " + line)
     if rec.get("p50_ratio") is not None:
         lines.append(f"idle63: p50 among {rec['idle_frontends']} idle / lone = "
                      f"{rec['p50_ratio']:.2f} (acceptance <= {IDLE63_MAX_RATIO}): "
@@ -711,6 +836,10 @@ def format_load_step(rec):
              f"{rec['handler']}; {n} samples):",
              f"  {'phase':<14} {'IOPS':>7} {'p50 us':>7} {'window ns':>10} "
              f"{'settle ev':>11} {'chg/1k turns':>12}  verdict"]
+    again = len(rec.get("repeated_after_machine_change") or [])
+    if again:
+        lines.insert(1, f"  (run {again + 1} times: the machine changed during the "
+                        f"first {again})")
     for i, r in enumerate(a["phases"]):
         if not r["loaded"]:
             window = "-" if r["window_ns"] is None else str(r["window_ns"])
@@ -756,12 +885,22 @@ def prepare(args, out_dir):
         machine.build(build_dir, out_dir / "build.log")
     programs = machine.bench_programs(build_dir, args.bench)
     programs["vu_client"] = build_dir / "tools" / "vu-client" / "spindle-vu-client"
+    programs["cpuprobe"] = (args.cpuprobe.resolve() if args.cpuprobe else
+                            build_dir / "tools" / "bench" / "spindle-cpuprobe")
     machine.check_tools(programs["spindle"], programs["bench"])
     if not args.no_idle63 and not os.access(programs["vu_client"], os.X_OK):
         raise SetupError(f"{programs['vu_client']} is not built (run make, or pass "
                          "--no-idle63)")
     args.bench = programs["bench"]
     warning = machine.check_cpus(args.daemon_cpu, args.bench_cpu)
+    if not os.access(programs["cpuprobe"], os.X_OK):
+        warning = ((warning + "; ") if warning else "") + (
+            f"{programs['cpuprobe']} is not built: no machine-phase probes, no runs "
+            "repeated (run make)")
+        programs["cpuprobe"] = None
+    elif args.daemon_cpu == args.bench_cpu:
+        programs["cpuprobe"] = None
+    args.cpuprobe = programs["cpuprobe"]
     if not args.no_plots and not args.dry_run:
         machine.require_matplotlib()
     return programs, machine.facts(programs["spindle"], programs["bench"]), warning
@@ -780,6 +919,11 @@ def print_plan(args, facts, warning):
         + ("" if args.no_idle63 else " + idle63")
         + ("" if args.no_load_step else " + load step")
         + (f" + {args.idle_seconds:g} s idle check" if args.idle_seconds else ""))
+    if args.cpuprobe:
+        say(f"machine phases: spindle-cpuprobe between CPUs {args.daemon_cpu} and "
+            f"{args.bench_cpu} before and after every run; runs off the current "
+            f"phase (by more than {args.phase_tolerance:g}x) repeated, up to "
+            f"{args.phase_passes} passes per cell")
     say(f"configs: {', '.join(c.name for c in args.configs)} (policies at poll-max-ns "
         f"{args.policy_max_ns}); judged: {args.default_policy}")
     say(f"{len(args.cells)} cells x {len(args.configs)} configs x {args.repeats} repeats "
@@ -854,7 +998,7 @@ def finish(session, args, wall):
             body += report.format_cell(cell, args.configs, session.cell_summaries[cell.key],
                                        session.cell_verdicts[cell.key],
                                        args.default_policy, args.policy_max_ns,
-                                       args.repeats) + [""]
+                                       args.repeats, session.phase_line(cell.key)) + [""]
     body += report.legend()
     if session.idle63 is not None:
         body += ["", f"== idle63 ({args.default_policy}, QD1, median of {args.repeats})"]

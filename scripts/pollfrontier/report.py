@@ -28,7 +28,8 @@ def summarize_cell(cell, configs, runs):
     """{config name: {"runs", "ok", "median", "changes_per_1k_turns", ...}}."""
     out = {}
     for cfg in configs:
-        mine = [r for r in runs if r["cell"] == cell.key and r["config"] == cfg.name]
+        mine = [r for r in runs if r["cell"] == cell.key and r["config"] == cfg.name
+                and not r.get("superseded")]
         results = [r["result"] for r in mine if r["result"] is not None]
         ok = [r for r in mine if r["result"] is not None]
         out[cfg.name] = {
@@ -91,8 +92,9 @@ def cell_header(cell, repeats):
             f"median of {repeats}")
 
 
-def format_cell(cell, configs, cell_summary, verdicts, judged, max_ns, repeats):
-    """The table of one cell (rows = configs) and its verdict lines."""
+def format_cell(cell, configs, cell_summary, verdicts, judged, max_ns, repeats,
+                phase_line=None):
+    """The table of one cell (rows = configs), the phase line, the verdicts."""
     lines = [cell_header(cell, repeats)]
     head = "config".ljust(NAME_W) + " ".join(h.rjust(w) for h, w, _ in COLUMNS) + "   ok"
     lines += [head, "-" * len(head)]
@@ -109,6 +111,8 @@ def format_cell(cell, configs, cell_summary, verdicts, judged, max_ns, repeats):
         name = cfg.name + ("" if cfg.fixed else f" ({cfg.max_ns})")
         lines.append(name.ljust(NAME_W) + " ".join(cols) +
                      f"  {s['ok']}/{s['runs']}")
+    if phase_line:
+        lines.append(phase_line)
     lines += format_verdicts(verdicts, judged, max_ns)
     return lines
 
