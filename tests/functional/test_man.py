@@ -23,6 +23,7 @@ PAGES = {
     "tools/bench/spindle-bench": "spindle-bench.1",
     "tools/vu-client/spindle-vu-client": "spindle-vu-client.1",
     "tools/stat/spindle-stat": "spindle-stat.1",
+    "tools/bench/spindle-cpuprobe": "spindle-cpuprobe.1",
 }
 # A long option as --help writes it: "--queue-size=N", "[--lun N]",
 # "(--object help", but not the "--" of an arrow or a range.

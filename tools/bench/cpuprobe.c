@@ -47,22 +47,22 @@
 #define WAKEUPS_MAX 100000
 
 typedef struct Probe {
-    /* The token's line, apart from everything else. */
+    /* The token's line, apart from everything else (the struct is static:
+     * malloc would not honour the alignment). */
     _Alignas(64) atomic_uint seq;
-    _Alignas(64) int cpu_a, cpu_b;
+    _Alignas(64) int cpu_a;
+    int cpu_b;
     unsigned round_trips;      /* a multiple of BATCHES */
     unsigned wakeups;
     int efd_a, efd_b;          /* B writes efd_a to wake A, and A efd_b */
-    int err_b;                 /* B's pinning error (errno), or 0 */
 } Probe;
 
-static int pin_self(int cpu)
-{
-    cpu_set_t set;
+static Probe probe;
 
-    CPU_ZERO(&set);
-    CPU_SET(cpu, &set);
-    return pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+static void one_cpu(cpu_set_t *set, int cpu)
+{
+    CPU_ZERO(set);
+    CPU_SET(cpu, set);
 }
 
 static bool efd_write(int fd)
@@ -83,13 +83,15 @@ static bool efd_read(int fd)
     return n == sizeof(v);
 }
 
-/* B: answer every cache-line round trip, then every wake-up. */
+/*
+ * B (created already pinned to cpu_b): answer every cache-line round trip,
+ * then every wake-up.  An eventfd that fails leaves A blocked in read; an
+ * eventfd of this process's own cannot fail short of memory corruption.
+ */
 static void *side_b(void *opaque)
 {
     Probe *p = opaque;
 
-    p->err_b = pin_self(p->cpu_b);
-    /* A waits for seq 1 -> 2 first, so a pinning failure is seen there. */
     for (unsigned i = 0; i < p->round_trips; i++) {
         unsigned want = 2 * i + 1;
 
@@ -183,26 +185,44 @@ int main(int argc, char **argv)
         return 2;
     }
 
-    Probe *p = g_new0(Probe, 1);
+    Probe *p = &probe;
+    cpu_set_t set;
+    pthread_attr_t attr;
+    pthread_t tb;
+
     p->cpu_a = cpus[0];
     p->cpu_b = cpus[1];
     p->round_trips = round_trips / BATCHES * BATCHES;
     p->wakeups = wakeups;
     p->efd_a = eventfd(0, EFD_CLOEXEC);
     p->efd_b = eventfd(0, EFD_CLOEXEC);
-    int r = pin_self(p->cpu_a);
-    if (p->efd_a < 0 || p->efd_b < 0 || r) {
-        fprintf(stderr, "spindle-cpuprobe: %s: %s\n",
-                r ? "pinning to the first CPU" : "eventfd",
-                g_strerror(r ? r : errno));
+    if (p->efd_a < 0 || p->efd_b < 0) {
+        fprintf(stderr, "spindle-cpuprobe: eventfd: %s\n", g_strerror(errno));
         return 1;
     }
-    pthread_t tb;
-    r = pthread_create(&tb, NULL, side_b, p);
+    one_cpu(&set, p->cpu_a);
+    int r = pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
     if (r) {
-        fprintf(stderr, "spindle-cpuprobe: pthread_create: %s\n", g_strerror(r));
+        fprintf(stderr, "spindle-cpuprobe: pinning to CPU %d: %s\n", p->cpu_a,
+                g_strerror(r));
         return 1;
     }
+    /* B starts on its CPU or not at all: a B left on A's CPU would make
+     * every round trip a time slice. */
+    one_cpu(&set, p->cpu_b);
+    r = pthread_attr_init(&attr);
+    if (!r) {
+        r = pthread_attr_setaffinity_np(&attr, sizeof(set), &set);
+    }
+    if (!r) {
+        r = pthread_create(&tb, &attr, side_b, p);
+    }
+    if (r) {
+        fprintf(stderr, "spindle-cpuprobe: starting a thread on CPU %d: %s\n",
+                p->cpu_b, g_strerror(r));
+        return 1;
+    }
+    pthread_attr_destroy(&attr);
 
     unsigned per_batch = p->round_trips / BATCHES;
     int64_t batch_ps[BATCHES];      /* mean round trip per batch, ps */
@@ -235,11 +255,6 @@ int main(int argc, char **argv)
         return 1;
     }
     pthread_join(tb, NULL);
-    if (p->err_b) {
-        fprintf(stderr, "spindle-cpuprobe: pinning to CPU %d: %s\n", p->cpu_b,
-                g_strerror(p->err_b));
-        return 1;
-    }
 
     qsort(batch_ps, BATCHES, sizeof(batch_ps[0]), cmp_i64);
     qsort(wake_ns, p->wakeups, sizeof(wake_ns[0]), cmp_i64);
@@ -272,6 +287,5 @@ int main(int argc, char **argv)
     g_free(wake_ns);
     close(p->efd_a);
     close(p->efd_b);
-    g_free(p);
     return 0;
 }
