@@ -10,6 +10,8 @@ spindle-bench's command line and retry, the pinned daemon, medians):
     qmp.py       a small blocking QMP client
     verdicts.py  the verdicts, pure functions (unit-tested)
     loadstep.py  the load step's analysis, pure (unit-tested)
+    phase.py     machine phases: runs spindle-cpuprobe; which runs to
+                 repeat and which to keep (unit-tested)
     report.py    medians per (cell, config), the tables
     plots.py     the frontier PNG (matplotlib, Agg backend)
     main.py      the options and the order of events

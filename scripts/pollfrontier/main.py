@@ -26,9 +26,10 @@ from .daemon import (IDLE_EXPORTS, IDLE_IOTHREAD, DaemonDied, IdleFrontends, Lay
                      without_handlers)
 from .qmp import QmpError
 
-# Per-run overhead beyond --ramp + --runtime (spindle-bench's start, QMP), for
-# the time estimate.
-RUN_OVERHEAD_S = 0.06
+# Per-run overhead beyond --ramp + --runtime (spindle-bench's start, QMP, the
+# two machine-phase probes), for the time estimate; runs repeated after a
+# machine change come on top.
+RUN_OVERHEAD_S = 0.11
 # The handler list is read this far into the measured window (a share of it).
 HANDLERS_AT = 0.8
 # idle63: the p50 of the export among 63 idle ones over the lone one's.
@@ -318,9 +319,10 @@ class Session:
     def run_jobs(self, jobs, run_job):
         """Run every job once, then repeat those the machine changed under.
 
-        run_job(job, redo) makes one measured run and returns its record
-        (which gets "job" and "redo").  Returns the cell's phase record, or
-        None when the probes are off."""
+        run_job(job, redo) makes one measured run (its record, in self.runs,
+        gets "job" and "redo").  Returns the set's phase record, or None when
+        the probes are off.  If the probe fails on the way, the last level it
+        gave is the reference."""
         args = self.args
         start = len(self.runs)
         for job in jobs:
@@ -328,9 +330,11 @@ class Session:
         if self.probe_program is None:
             return None
         passes = redone = 0
+        ref = None
         while True:
-            ref = phase.level(self.probe())
-            if ref is None or passes >= args.phase_passes:
+            now = phase.level(self.probe())
+            ref = ref if now is None else now
+            if now is None or passes >= args.phase_passes:
                 break
             todo = phase.missing(self.runs[start:], jobs, ref, args.phase_tolerance)
             if not todo:
@@ -512,7 +516,7 @@ class Session:
         probes = ("" if b is None or a is None else
                   f"  xcpu {b:.0f}/{a:.0f} ns")
         if result is None:
-            say(f"{prefix} FAILED twice: {attempts[-1]['error']}")
+            say(f"{prefix} FAILED twice: {attempts[-1]['error']}{probes}")
             return
         m = metrics(result)
         retry = f" (after a retry: {attempts[0]['error']})" if len(attempts) > 1 else ""
@@ -893,6 +897,8 @@ def prepare(args, out_dir):
                          "--no-idle63)")
     args.bench = programs["bench"]
     warning = machine.check_cpus(args.daemon_cpu, args.bench_cpu)
+    if args.cpuprobe and not os.access(programs["cpuprobe"], os.X_OK):
+        raise SetupError(f"--cpuprobe {args.cpuprobe}: not an executable program")
     if not os.access(programs["cpuprobe"], os.X_OK):
         warning = ((warning + "; ") if warning else "") + (
             f"{programs['cpuprobe']} is not built: no machine-phase probes, no runs "
@@ -919,7 +925,9 @@ def print_plan(args, facts, warning):
         + ("" if args.no_idle63 else " + idle63")
         + ("" if args.no_load_step else " + load step")
         + (f" + {args.idle_seconds:g} s idle check" if args.idle_seconds else ""))
-    if args.cpuprobe:
+    if args.daemon_cpu == args.bench_cpu:
+        say("machine phases: not probed (the daemon and the bench share a CPU)")
+    elif args.cpuprobe:
         say(f"machine phases: spindle-cpuprobe between CPUs {args.daemon_cpu} and "
             f"{args.bench_cpu} before and after every run; runs off the current "
             f"phase (by more than {args.phase_tolerance:g}x) repeated, up to "

@@ -20,7 +20,7 @@ other, or its latest run, and the others are marked superseded (kept in
 results.json, left out of the medians).  The decision reads only the
 probes, never a run's results, and treats every configuration alike.
 
-Pure functions; main.py runs the probe and the runs.
+Pure functions but probe(), which runs the program; main.py makes the runs.
 """
 
 import json
@@ -53,8 +53,8 @@ def probe(program, cpu_a, cpu_b):
         out = json.loads(proc.stdout)
     except ValueError as e:
         return {"error": f"output is not JSON ({e})"}
-    if not isinstance(out, dict) or not isinstance(out.get(LEVEL_KEY), (int, float)):
-        return {"error": f"output without {LEVEL_KEY}"}
+    if not isinstance(out, dict) or level(out) is None:
+        return {"error": f"output without a positive {LEVEL_KEY}"}
     return out
 
 
@@ -83,9 +83,10 @@ def steady(record, tolerance):
 
 
 def matches(record, ref, tolerance):
-    """Both of the run's probes are at the level ref."""
+    """Both of the run's probes are at the level ref, and near each other."""
     b, a = run_levels(record)
-    return same(b, ref, tolerance) and same(a, ref, tolerance)
+    return (same(b, ref, tolerance) and same(a, ref, tolerance) and
+            same(b, a, tolerance))
 
 
 def missing(records, jobs, ref, tolerance):
@@ -101,7 +102,8 @@ def select(records, jobs, ref, tolerance):
     """Keep one record per job; mark the others superseded.
 
     Per job: the latest record matching ref, else the latest steady one,
-    else the latest.  Sets r["superseded"] on every record and r["phase"]
+    else the latest; at each step a run that succeeded ("ok") goes before one
+    that failed (whether a run failed is not what it measured).  Sets r["superseded"] on every record and r["phase"]
     ("match", "other", "changed" or "unknown") on the kept ones.  Returns
     the kept records that do not match ref (for the report)."""
     off = []
@@ -109,9 +111,11 @@ def select(records, jobs, ref, tolerance):
         mine = [r for r in records if r["job"] == job]
         if not mine:
             continue
-        keep = next((r for r in reversed(mine) if matches(r, ref, tolerance)), None)
+        newest_ok_first = sorted(reversed(mine), key=lambda r: not r.get("ok", True))
+        keep = next((r for r in newest_ok_first if matches(r, ref, tolerance)), None)
         if keep is None:
-            keep = next((r for r in reversed(mine) if steady(r, tolerance)), mine[-1])
+            keep = next((r for r in newest_ok_first if steady(r, tolerance)),
+                        newest_ok_first[0])
         for r in mine:
             r["superseded"] = r is not keep
         b, a = run_levels(keep)
@@ -138,5 +142,5 @@ def describe(ref, redone, off, passes_used):
     if off:
         parts.append(f"{len(off)} kept from another phase "
                      f"({', '.join(sorted({r['phase'] for r in off}))})")
-    now = "?" if ref is None else f"{ref:.0f} ns"
-    return f"machine phase: cache-line round trip now {now}; " + "; ".join(parts)
+    now = "unknown (the probe failed)" if ref is None else f"now {ref:.0f} ns"
+    return f"machine phase: cache-line round trip {now}; " + "; ".join(parts)

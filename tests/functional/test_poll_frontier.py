@@ -7,7 +7,8 @@ one short repeat each, check the plumbing: the daemon starts with a QMP
 monitor, every configuration is set live and measured in every cell, the
 verdicts are there for every cell, a short load step (spindle-bench
 --phase, sampled over QMP) and the idle check run, the PNG is drawn, and
-no daemon is left behind.
+no daemon is left behind.  With a made-up probe that reports a machine
+change, the runs before it are repeated and left out of the medians.
 """
 
 import json
@@ -31,6 +32,7 @@ CELLS = ["0/QD1", "0/10k"]
 def test_tiny_matrix(binary, build_dir, tmp_path):
     binary("spindle")
     binary("tools/bench/spindle-bench")
+    binary("tools/bench/spindle-cpuprobe")
     if not shutil.which("taskset"):
         pytest.skip("taskset is not installed (util-linux)")
     skip_without_two_cpus("poll-frontier")
@@ -58,8 +60,15 @@ def test_tiny_matrix(binary, build_dir, tmp_path):
     assert results["complete"] is True
     assert [c["name"] for c in results["configs"]] == CONFIGS
     runs = [r for r in results["runs"] if r["kind"] == "cell"]
+    # The real probe ran around every run; a run the machine changed under
+    # may have been repeated (superseded), but one per config is kept.
+    for r in runs:
+        assert phase_level(r, "before") > 0 and phase_level(r, "after") > 0, r["probe"]
+    runs = [r for r in runs if not r["superseded"]]
     assert sorted((r["cell"], r["config"]) for r in runs) == \
         sorted((c, k) for c in CELLS for k in CONFIGS)
+    for cell in CELLS:
+        assert results["cell_phases"][cell]["level_ns"] > 0
     for r in runs:
         rep = r["result"]
         assert r["ok"] and rep is not None, r["attempts"]
@@ -105,6 +114,72 @@ def test_tiny_matrix(binary, build_dir, tmp_path):
     png = out / "frontier.png"
     assert png.is_file() and png.stat().st_size > 10000
     assert (out / "table.txt").read_text().count("verdicts for predictive") == len(CELLS)
+
+
+def phase_level(record, when):
+    return (record["probe"][when] or {}).get("cacheline_rt_min_ns", 0)
+
+
+FAKE_PROBE = """#!/usr/bin/env python3
+import json, os
+state = os.environ["FAKE_PROBE_STATE"]
+n = int(open(state).read()) if os.path.exists(state) else 0
+open(state, "w").write(str(n + 1))
+level = 50.0 if n < 3 else 400.0
+print(json.dumps({"cacheline_rt_min_ns": level, "wakeup_rt_p10_us": 30.0}))
+"""
+
+
+def test_machine_change_repeats_runs(binary, build_dir, tmp_path):
+    """A probe that goes from 50 to 400 ns at its 4th call (the second run's
+    "after"): the first two runs are repeated once, after the cell, and only
+    the repeats count in the medians."""
+    binary("spindle")
+    binary("tools/bench/spindle-bench")
+    skip_without_two_cpus("poll-frontier")
+    probe = tmp_path / "probe"
+    probe.write_text(FAKE_PROBE)
+    probe.chmod(0o755)
+    out = tmp_path / "results"
+    env = dict(os.environ, SPINDLE_BUILD=str(build_dir),
+               FAKE_PROBE_STATE=str(tmp_path / "calls"))
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--skip-deps", "--skip-build",
+         "--services", "0", "--loads", "qd1", "--windows", "0,8",
+         "--policies", "predictive", "--repeats", "2", "--runtime", "0.1",
+         "--ramp", "0.05", "--no-idle63", "--no-load-step", "--idle-seconds", "0",
+         "--no-plots", "--cpuprobe", str(probe), "--out", str(out)],
+        capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "2 of 6 runs again, pass 1" in proc.stdout, proc.stdout
+    assert "2 runs repeated in 1 pass because the machine changed" in proc.stdout
+    results = json.loads((out / "results.json").read_text())
+    runs = results["runs"]
+    assert [r["superseded"] for r in runs] == [True, True] + [False] * 6
+    assert [r["redo"] for r in runs] == [0] * 6 + [1, 1]
+    assert [r["job"] for r in runs[6:]] == [r["job"] for r in runs[:2]]
+    assert [phase_level(r, "after") for r in runs[:2]] == [50.0, 400.0]
+    assert all(r["phase"] == "match" for r in runs[2:])
+    ph = results["cell_phases"]["0/QD1"]
+    assert (ph["level_ns"], ph["passes"], ph["repeated_runs"], ph["kept_off_phase"]) \
+        == (400.0, 1, 2, 0)
+    # Two runs per config in the medians, not three.
+    for cfg in ("W0", "W8", "predictive"):
+        assert results["cell_summaries"]["0/QD1"][cfg]["runs"] == 2
+    # The same with --phase-passes 0: probes recorded, nothing repeated.
+    (tmp_path / "calls").unlink()
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--skip-deps", "--skip-build",
+         "--services", "0", "--loads", "qd1", "--windows", "0",
+         "--policies", "predictive", "--repeats", "2", "--runtime", "0.1",
+         "--ramp", "0.05", "--no-idle63", "--no-load-step", "--idle-seconds", "0",
+         "--no-plots", "--cpuprobe", str(probe), "--phase-passes", "0",
+         "--out", str(out)], capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    results = json.loads((out / "results.json").read_text())
+    assert len(results["runs"]) == 4
+    assert "kept from another phase" in proc.stdout, proc.stdout
+    assert results["cell_phases"]["0/QD1"]["kept_off_phase"] == 2
 
 
 def test_file_cells(binary, build_dir, tmp_path):
