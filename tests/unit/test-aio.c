@@ -2576,6 +2576,47 @@ static void test_spin_set_survives_rebuild(void)
     aio_context_unref(ctx);
 }
 
+/*
+ * A spin polls only its own sources in its first microsecond: another
+ * handler's ring is not read while the event the spin waits for is about
+ * to come.  After that it looks at one other handler per pass, and finds
+ * one that became busy long before the spin would end.
+ */
+static void test_spin_looks_around_after_1us(void)
+{
+    PollSrc psrcs[2];
+    AioContext *ctx = steer_setup(psrcs, 2);
+    uint64_t polls;
+    int64_t t0 = 0, t1 = 0;
+
+    steer.spin_for[0] = true;
+    /* Turns whose spin finds psrcs[0] in its first pass: psrcs[1] (work
+     * published, its kick in the fd monitor) is not polled.  Two turns: a
+     * look-around would pick each of the two handlers once. */
+    psrc_publish(&psrcs[1]);
+    polls = atomic_load(&psrcs[1].polls);
+    for (int i = 0; i < 2; i++) {
+        psrc_publish(&psrcs[0]);
+        aio_poll(ctx, true);
+        g_assert_cmpuint(atomic_load(&psrcs[0].acked), ==, 2 + i);
+    }
+    g_assert_cmpuint(atomic_load(&psrcs[1].polls), ==, polls);
+
+    /* A spin that waits: psrcs[1]'s work is found by looking around, in a
+     * 50 ms spin, long before it ends. */
+    while (atomic_load(&psrcs[1].acked) < 2) {
+        t0 = clock_now_ns();
+        aio_poll(ctx, true);
+        t1 = clock_now_ns();
+    }
+    g_assert_cmpuint(atomic_load(&psrcs[1].polls), >, polls);
+    g_assert_cmpint(t1 - t0, <, 25 * NS_PER_MS);
+
+    psrc_cleanup_checked(&psrcs[0]);
+    psrc_cleanup_checked(&psrcs[1]);
+    aio_context_unref(ctx);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Nested aio_poll()                                                         */
 
@@ -3401,6 +3442,8 @@ static const TestCase tests[] = {
     { "/aio/policy/nap", test_policy_nap },
     { "/aio/policy/dropped-source-gets-kicks-back",
       test_dropped_source_gets_kicks_back },
+    { "/aio/policy/spin-looks-around-after-1us",
+      test_spin_looks_around_after_1us },
     { "/aio/policy/spin-set-survives-rebuild",
       test_spin_set_survives_rebuild },
     { "/aio/stats", test_stats },
