@@ -139,8 +139,7 @@ typedef struct AioPollPolicyOps {
      * that had an event in the last second), the loop polls only the
      * sources plan() marked with spin on every pass (the others in turn,
      * one per pass once the spin is 1 µs old), and it keeps phase and
-     * ref_ns.  False: every pollable
-     * source, every pass, as QEMU does.
+     * ref_ns.  False: every pollable source, every pass, as QEMU does.
      */
     bool per_source;
     /*
