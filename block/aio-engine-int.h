@@ -62,6 +62,7 @@ typedef struct EngineCounters {
     _Atomic uint64_t completions;
     _Atomic uint64_t completions_polled;
     _Atomic uint64_t resubmits;
+    _Atomic uint64_t reap_calls;
 } EngineCounters;
 
 /* Single-writer counter update.  Home thread. */

@@ -86,6 +86,7 @@ void engine_counters_read(const EngineCounters *c, BlockEngineStats *out)
         .completions_polled = atomic_load_explicit(&c->completions_polled,
                                                    memory_order_relaxed),
         .resubmits = atomic_load_explicit(&c->resubmits, memory_order_relaxed),
+        .reap_calls = atomic_load_explicit(&c->reap_calls, memory_order_relaxed),
     };
 }
 

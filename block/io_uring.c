@@ -5,14 +5,28 @@
  * Theory of operation.
  *
  * One UringEngine per AioContext (kept in the context's data under
- * &block_engine_io_uring and destroyed with it): a ring made by
- * io_uring_queue_init() with no setup flags, an eventfd registered with
- * io_uring_register_eventfd() (the kernel signals it for every CQE), a
- * queue of requests not yet in the SQ, a submit bottom half and a retry
- * timer.  No SQPOLL (a kernel thread per ring spinning for us), and none of
- * COOP_TASKRUN / DEFER_TASKRUN: with those, some completions are posted
- * only when we next enter the kernel, which a poll callback that reads the
- * CQ tail in memory would never see.
+ * &block_engine_io_uring and destroyed with it): a ring, an eventfd
+ * registered with io_uring_register_eventfd(), a queue of requests not yet
+ * in the SQ, a submit bottom half and a retry timer.  No SQPOLL (a kernel
+ * thread per ring spinning for us).
+ *
+ * The ring is made with SINGLE_ISSUER | DEFER_TASKRUN | TASKRUN_FLAG
+ * ("deferred") where the kernel has them (6.1 on), else with no flags.
+ * Without flags, the device's completion reaches the CQ through task work
+ * that the kernel runs in our thread: it interrupts the thread (an IPI, if
+ * it is running) or wakes it from epoll_wait() with EINTR, the task work
+ * posts the CQE and signals the eventfd, and the loop goes round once more
+ * to see it.  Deferred, the interrupt handler only queues the work, sets
+ * IORING_SQ_TASKRUN in the SQ ring's flags and signals the eventfd (when
+ * the queue goes from empty to non-empty); the CQEs are posted when we ask
+ * (io_uring_get_events(), or any io_uring_enter() with GETEVENTS, which
+ * io_uring_submit() adds while the flag is set).  So a spinning thread is
+ * not interrupted, and the poll callback watches the flag as well as the
+ * CQ tail.  No completion is lost: the kernel sets the flag before it
+ * signals the eventfd and clears it only when it posts the queued CQEs,
+ * and the eventfd is cleared before the flag is read.  The engine is
+ * created in the context's home thread and only that thread submits and
+ * reaps, as SINGLE_ISSUER requires.
  *
  * Submission works exactly like the native engine's (the part they share
  * is KernelEngine, aio-engine-int.h): submit() queues the request; the queue becomes SQEs and one io_uring_submit() at the end of
@@ -29,8 +43,10 @@
  * rejects gets an error CQE like any failed request.
  *
  * Completions.  The poll callback is io_uring_cq_ready(): an acquire load
- * of the CQ tail and a load of our own head, no system call.  The reap
- * path takes one CQE at a time (io_uring_peek_cqe(), copy, then
+ * of the CQ tail and a load of our own head, and (deferred) a load of the
+ * SQ ring's flags, no system call.  The reap path first has the kernel
+ * post the queued CQEs if the flag is set (one system call for all of
+ * them), then takes one CQE at a time (io_uring_peek_cqe(), copy, then
  * io_uring_cqe_seen(), which publishes the new head with a release store)
  * before it completes the request, so a callback that runs a nested
  * aio_poll() cannot see the same CQE twice.  CQEs reaped from io_poll_ready
@@ -72,6 +88,7 @@ typedef struct UringEngine {
     KernelEngine k;              /* first: a BlockEngine * is a UringEngine * */
     struct io_uring ring;
     unsigned max_in_flight;      /* CQ entries */
+    bool deferred;               /* DEFER_TASKRUN: CQEs posted when asked */
 } UringEngine;
 
 /*
@@ -290,10 +307,25 @@ static unsigned uring_reap(UringEngine *e, bool polled)
     return n;
 }
 
+/* Deferred: completions the kernel holds for us to post. */
+static bool uring_work_queued(UringEngine *e)
+{
+    return e->deferred &&
+           (IO_URING_READ_ONCE(*e->ring.sq.kflags) & IORING_SQ_TASKRUN);
+}
+
 static void uring_process_completions(UringEngine *e, bool polled)
 {
     unsigned reaped;
 
+    if (uring_work_queued(e)) {
+        /* Post them into the CQ.  It fails only on a signal (the flag
+         * stays set and the next look retries) or a broken ring. */
+        int r = io_uring_get_events(&e->ring);
+
+        engine_stat_add(&e->k.stats.reap_calls, 1);
+        SPINDLE_TRACE2(uring_get_events, e, r);
+    }
     block_acct_batch_begin();          /* one clock read for the lot */
     reaped = uring_reap(e, polled);
     block_acct_batch_end();
@@ -317,12 +349,12 @@ static void uring_process_completions_k(KernelEngine *k, bool polled)
     uring_process_completions(uring_of(k), polled);
 }
 
-/* io_poll: a memory read of the CQ tail, no system call. */
+/* io_poll: memory reads of the CQ tail and the SQ flags, no system call. */
 static bool uring_poll_cb(EventNotifier *n)
 {
     UringEngine *e = container_of(n, UringEngine, k.notifier);
 
-    return io_uring_cq_ready(&e->ring) > 0;
+    return io_uring_cq_ready(&e->ring) > 0 || uring_work_queued(e);
 }
 
 /* io_poll_ready: uring_poll_cb() saw CQEs while the window was open. */
@@ -378,9 +410,37 @@ static const char *uring_init_hint(int err)
     }
 }
 
+/* Rings made with no setup flags, for tests (block_engine_io_uring_plain()). */
+static bool uring_force_plain;
+
+void block_engine_io_uring_plain(bool plain)
+{
+    uring_force_plain = plain;
+}
+
+bool block_engine_io_uring_deferred(AioContext *ctx)
+{
+    UringEngine *e = aio_context_get_data(ctx, &block_engine_io_uring);
+
+    return e && e->deferred;
+}
+
+/* Setup flags of a deferred ring; kernels before 6.1 refuse them. */
+#define URING_DEFERRED_FLAGS (IORING_SETUP_SINGLE_ISSUER | \
+                              IORING_SETUP_DEFER_TASKRUN | \
+                              IORING_SETUP_TASKRUN_FLAG)
+
 static bool uring_setup_ring(UringEngine *e, Error **errp)
 {
-    int r = io_uring_queue_init(URING_ENTRIES, &e->ring, 0);
+    int r = -EINVAL;
+
+    if (!uring_force_plain) {
+        r = io_uring_queue_init(URING_ENTRIES, &e->ring, URING_DEFERRED_FLAGS);
+    }
+    e->deferred = r == 0;
+    if (r == -EINVAL) {
+        r = io_uring_queue_init(URING_ENTRIES, &e->ring, 0);
+    }
 
     if (r < 0) {
         error_setg(errp, "io_uring is unavailable: io_uring_queue_init "

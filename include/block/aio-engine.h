@@ -24,6 +24,8 @@ typedef struct BlockEngineStats {
     uint64_t completions;        /* requests completed */
     uint64_t completions_polled; /* of those, reaped by the poll callback */
     uint64_t resubmits;          /* -EAGAIN, short transfers */
+    uint64_t reap_calls;         /* io_uring_enter calls that only had the
+                                  * kernel post completions (io_uring) */
 } BlockEngineStats;
 
 typedef struct BlockEngineOps {
@@ -55,6 +57,14 @@ const BlockEngineOps *block_engine_find(const char *name);
  * ops->create() fails. */
 BlockEngine *block_engine_get(const BlockEngineOps *ops, AioContext *ctx,
                               Error **errp);
+
+/* Tests: io_uring rings made from now on use no setup flags (as on
+ * kernels before 6.1) if plain, else the deferred ones where the kernel
+ * has them (the default; see block/io_uring.c). */
+void block_engine_io_uring_plain(bool plain);
+
+/* Whether ctx's io_uring instance exists and has a deferred ring. */
+bool block_engine_io_uring_deferred(AioContext *ctx);
 
 /* Statistics of ctx's instance of engine ops; false if there is none. */
 bool block_engine_get_stats(const BlockEngineOps *ops, AioContext *ctx,

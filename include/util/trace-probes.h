@@ -33,6 +33,7 @@ SPINDLE_PROBE(threads_submit,         2, "spindle", "request, fd")
 SPINDLE_PROBE(throttle_go,            2, "spindle", "node, request (leaving its FIFO for the child)")
 SPINDLE_PROBE(throttle_wait,          3, "spindle", "node, is_write, ns until the buckets have room")
 SPINDLE_PROBE(uring_complete,         2, "spindle", "request, result")
+SPINDLE_PROBE(uring_get_events,       2, "spindle", "engine, io_uring_get_events() result")
 SPINDLE_PROBE(uring_queue,            2, "spindle", "request, fd")
 SPINDLE_PROBE(uring_submit,           3, "spindle", "engine, queued, io_uring_submit() result")
 

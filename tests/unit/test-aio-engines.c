@@ -891,6 +891,77 @@ static void test_find(void)
     aio_context_unref(ctx);
 }
 
+#ifdef CONFIG_LIBURING
+/*
+ * io_uring's two kinds of ring (block/io_uring.c): deferred (the default,
+ * where the kernel has DEFER_TASKRUN) and plain.  Each does N reads at QD1
+ * twice: with polling off every completion comes through the eventfd, and
+ * with a 50 ms fixed window the poll callback finds them.  A deferred ring
+ * only gets its CQEs posted when we ask (reap_calls); if a completion were
+ * left queued, a read would never finish and the watchdog would fail the
+ * test.  A plain ring never needs to ask.
+ */
+static void uring_ring_kind(bool plain)
+{
+    enum { N = 200 };
+    AioPollParams off = { .max_ns = 0 }, spin = { .max_ns = 50 * NS_PER_MS };
+    g_autofree uint8_t *model = g_malloc(FILE_SIZE);
+    BlockEngineStats st, mid;
+    bool deferred;
+    Env env;
+
+    block_engine_io_uring_plain(plain);
+    if (!env_open(&env, "io_uring", true)) {
+        block_engine_io_uring_plain(false);
+        return;
+    }
+    block_engine_io_uring_plain(false);     /* only this test's ring */
+    deferred = block_engine_io_uring_deferred(env.ctx);
+    if (!plain && !deferred) {
+        g_test_skip("this kernel has no IORING_SETUP_DEFER_TASKRUN (6.1 on)");
+        env_close(&env);
+        return;
+    }
+    g_assert_true(deferred == !plain);
+    fill_file(&env, model);
+    aio_context_set_poll_params(env.ctx, &off);
+    env_stats(&env, &st);
+    run_qd1(&env, N, &mid);
+    g_assert_cmpuint(mid.completions - st.completions, ==, N);
+    g_assert_cmpuint(mid.completions_polled, ==, st.completions_polled);
+    if (deferred) {
+        /* At least one system call per wake-up that found completions. */
+        g_assert_cmpuint(mid.reap_calls - st.reap_calls, >=, N / 2);
+    } else {
+        g_assert_cmpuint(mid.reap_calls, ==, 0);
+    }
+
+    aio_context_set_poll_params(env.ctx, &spin);
+    aio_context_set_poll_policy(env.ctx, &aio_poll_policy_fixed);
+    run_qd1(&env, N, &st);
+    g_test_message("io_uring %s ring: %" PRIu64 " of %d completions polled, "
+                   "%" PRIu64 " reap calls in all", deferred ? "deferred" :
+                   "plain", st.completions_polled - mid.completions_polled,
+                   N, st.reap_calls);
+    g_assert_cmpuint(st.completions - mid.completions, ==, N);
+    g_assert_cmpuint(st.completions_polled - mid.completions_polled, >, 0);
+    if (!deferred) {
+        g_assert_cmpuint(st.reap_calls, ==, 0);
+    }
+    env_close(&env);
+}
+
+static void check_uring_deferred(void)
+{
+    uring_ring_kind(false);
+}
+
+static void check_uring_plain(void)
+{
+    uring_ring_kind(true);
+}
+#endif
+
 /* ------------------------------------------------------------------------ */
 /* The tests: each check for each engine that has it                        */
 
@@ -921,6 +992,10 @@ static const VariantCheck kernel_engine_checks[] = {
 static const TestCase tests[] = {
     { "/aio-engines/find", test_find },
     { "/aio-engines/native/flush-fallback", check_flush_fallback },
+#ifdef CONFIG_LIBURING
+    { "/aio-engines/io_uring/deferred-ring", check_uring_deferred },
+    { "/aio-engines/io_uring/plain-ring", check_uring_plain },
+#endif
 };
 
 static void add_engine_checks(void)
