@@ -24,7 +24,8 @@
  * not interrupted, and the poll callback watches the flag as well as the
  * CQ tail.  No completion is lost: the kernel sets the flag before it
  * signals the eventfd and clears it only when it posts the queued CQEs,
- * and the eventfd is cleared before the flag is read.  The engine is
+ * the eventfd is cleared before the flag is read, and if asking fails
+ * with the flag still set, we set the eventfd ourselves.  The engine is
  * created in the context's home thread and only that thread submits and
  * reaps, as SINGLE_ISSUER requires.
  *
@@ -319,12 +320,17 @@ static void uring_process_completions(UringEngine *e, bool polled)
     unsigned reaped;
 
     if (uring_work_queued(e)) {
-        /* Post them into the CQ.  It fails only on a signal (the flag
-         * stays set and the next look retries) or a broken ring. */
+        /* Post them into the CQ. */
         int r = io_uring_get_events(&e->ring);
 
         engine_stat_add(&e->k.stats.reap_calls, 1);
         SPINDLE_TRACE2(uring_get_events, e, r);
+        if (r < 0 && uring_work_queued(e)) {
+            /* Not posted (a signal, say).  The kernel signals the eventfd
+             * only when its queue was empty: set it ourselves, so that a
+             * loop that does not poll comes back for them. */
+            event_notifier_set(&e->k.notifier);
+        }
     }
     block_acct_batch_begin();          /* one clock read for the lot */
     reaped = uring_reap(e, polled);
@@ -411,11 +417,11 @@ static const char *uring_init_hint(int err)
 }
 
 /* Rings made with no setup flags, for tests (block_engine_io_uring_plain()). */
-static bool uring_force_plain;
+static _Atomic bool uring_force_plain;
 
 void block_engine_io_uring_plain(bool plain)
 {
-    uring_force_plain = plain;
+    atomic_store_explicit(&uring_force_plain, plain, memory_order_relaxed);
 }
 
 bool block_engine_io_uring_deferred(AioContext *ctx)
@@ -434,7 +440,7 @@ static bool uring_setup_ring(UringEngine *e, Error **errp)
 {
     int r = -EINVAL;
 
-    if (!uring_force_plain) {
+    if (!atomic_load_explicit(&uring_force_plain, memory_order_relaxed)) {
         r = io_uring_queue_init(URING_ENTRIES, &e->ring, URING_DEFERRED_FLAGS);
     }
     e->deferred = r == 0;
