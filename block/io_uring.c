@@ -438,16 +438,14 @@ bool block_engine_io_uring_deferred(AioContext *ctx)
 
 static bool uring_setup_ring(UringEngine *e, Error **errp)
 {
-    int r = -EINVAL;
+    bool plain = atomic_load_explicit(&uring_force_plain, memory_order_relaxed);
+    int r = plain ? -EINVAL :
+            io_uring_queue_init(URING_ENTRIES, &e->ring, URING_DEFERRED_FLAGS);
 
-    if (!atomic_load_explicit(&uring_force_plain, memory_order_relaxed)) {
-        r = io_uring_queue_init(URING_ENTRIES, &e->ring, URING_DEFERRED_FLAGS);
-    }
     e->deferred = r == 0;
-    if (r == -EINVAL) {
+    if (r == -EINVAL) {             /* asked for, or a kernel before 6.1 */
         r = io_uring_queue_init(URING_ENTRIES, &e->ring, 0);
     }
-
     if (r < 0) {
         error_setg(errp, "io_uring is unavailable: io_uring_queue_init "
                    "failed: %s%s; use aio=native or aio=threads",
