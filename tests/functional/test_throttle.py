@@ -165,10 +165,22 @@ def test_neighbour_keeps_latency_and_no_spinning(spindle, bench, workdir):
     of a CPU (timers, not spinning: the poll policy sees ms-long waits,
     and a timer's wake-up ends no source's interval), as little as an
     idle IOThread beside it costs nothing; and an unthrottled disk on the
-    same IOThread keeps its median latency within 1.5x of running
-    alone.  The IOThread runs on one CPU and the benches on another: where
-    they meet on one CPU or not (the scheduler's choice) moves a null-co
-    median between 2 and 7 µs from one run to the next."""
+    same IOThread keeps its median latency within 1.5x of running alone.
+
+    The IOThread runs on one CPU and the benches on another.  The
+    neighbour's bench spins on its used ring (the others block), so that
+    its latency is the daemon's: in interrupt mode it shares its CPU's
+    wake-ups with the throttled bench, and its null-co median went from
+    1.3 to 1.9 µs beside the load with a fixed 32 µs window as with the
+    default policy.  This VM also has phases, from under a second to tens
+    of seconds long, that move that median between 0.37 and 1.17 µs in
+    poll mode (and between 1.3 and 17-28 µs in interrupt mode, where the
+    bench then misses the daemon's answer before it sleeps; measured
+    2026-11-27).  So the neighbour runs alone and beside the load in turn,
+    and each run beside the load is compared with the slower of the runs
+    alone just before and after it: a phase change spoils at most the
+    pairs around it, while a load that always slows the neighbour fails
+    every pair."""
     iot_cpu, bench_cpu = two_cpus("the IOThread and the benches each "
                                   "need a CPU of their own").split(",")
     pin = f"--cpus={bench_cpu}"
@@ -178,31 +190,39 @@ def test_neighbour_keeps_latency_and_no_spinning(spindle, bench, workdir):
             *throttled_disk("t", "tg"), *export(workdir, "t"),
             "--blockdev", f"driver=null-co,node-name=u,size={NULL_SIZE}",
             *export(workdir, "u")]
+
+    def neighbour():
+        return run_bench(bench, workdir, "u", "--runtime=1", "--completion=poll",
+                         pin)["lat_ns"]["p50"]
+
+    def neighbour_beside_load():
+        load = start_bench(bench, workdir, "t", "--runtime=2",
+                           "--iodepth=32", pin)
+        time.sleep(0.4)
+        p50 = neighbour()
+        finish_bench(load)
+        return p50
+
     with SpindleQmp(spindle, workdir, args).start() as d:
         throttled, wall, cpu, spun = cpu_over(d, "iot0", lambda: run_bench(
             bench, workdir, "t", "--runtime=3", "--iodepth=32", pin))
         _, idle_wall, idle_cpu, _ = cpu_over(d, "idle", lambda: time.sleep(1))
-        # Best of two each: noise from outside only ever slows a run.
-        alone = [run_bench(bench, workdir, "u", "--runtime=1.5", pin)
-                 for _ in range(2)]
-        load = start_bench(bench, workdir, "t", "--runtime=5",
-                           "--iodepth=32", pin)
-        time.sleep(0.5)
-        beside = [run_bench(bench, workdir, "u", "--runtime=1.5", pin)
-                  for _ in range(2)]
-        finish_bench(load)
-    p50_alone = min(r["lat_ns"]["p50"] for r in alone)
-    p50_beside = min(r["lat_ns"]["p50"] for r in beside)
+        alone, beside = [neighbour()], []
+        for _ in range(3):
+            beside.append(neighbour_beside_load())
+            alone.append(neighbour())
+    ratios = [b / max(alone[i], alone[i + 1]) for i, b in enumerate(beside)]
     print(f"throttled QD32 at {throttled['iops']:.0f} IOPS: IOThread CPU "
           f"{100 * cpu / wall:.2f}%, spinning {100 * spun / wall:.3f}%; "
           f"idle IOThread {100 * idle_cpu / idle_wall:.3f}%; neighbour p50 "
-          f"{p50_alone} ns alone, {p50_beside} ns beside")
+          f"alone {alone} ns, beside {beside} ns; ratios "
+          f"{[round(r, 2) for r in ratios]}")
     # Never above the limit (3 s and the first tenth of a second's bucket);
     # a loaded machine may keep the bench below it.
     assert throttled["iops"] <= 1000 * 3.1 / 3 * 1.01, throttled["iops"]
     assert cpu < 0.10 * wall and spun < 0.01 * wall, (cpu, spun, wall)
     assert idle_cpu < 0.01 * idle_wall
-    assert p50_beside <= 1.5 * p50_alone, (p50_alone, p50_beside)
+    assert min(ratios) <= 1.5, (alone, beside)
 
 
 QSD_ARGS = [
