@@ -15,8 +15,9 @@ that several benches and the daemon share two CPUs without spinning:
 - qom-set of the group's limits while a bench runs: the next second runs
   at the new rate, and qom-get shows it;
 - an unthrottled disk on the same IOThread as a throttled QD32 load
-  keeps its latency, and the throttled load does not make the IOThread
-  spin: its CPU stays far below what serving the I/O unthrottled costs;
+  keeps its latency (its bench alone spins on the used ring), and the
+  throttled load does not make the IOThread spin: its CPU stays far
+  below what serving the I/O unthrottled costs;
 - qemu-storage-daemon's command lines for throttling start unchanged
   (key=value, JSON, --config), and errors are one clear line.
 """
@@ -32,7 +33,8 @@ from qmp_util import SpindleQmp
 from test_bench import RUN_TIMEOUT_S, bench, run_json  # noqa: F401 (fixture)
 
 NULL_SIZE = 1 << 30
-# Several benches and the daemon share two CPUs: none of them spins.
+# Several benches and the daemon share two CPUs: none of them spins
+# (but the neighbour in test_neighbour_keeps_latency_and_no_spinning).
 BENCH_ARGS = ["--completion=interrupt", "--connect-timeout=5000"]
 
 def throttled_disk(name, group, iothread="iot0"):
