@@ -110,7 +110,7 @@
 #define PRED_SHIFT_DEV 0.5f          /* change detector: alarm threshold */
 #define PRED_SHIFT_SPAN 32           /* ... on the average of ~32 events */
 #define PRED_SHIFT_KEEP 0.0625f      /* ... and what is kept of the past, */
-#define PRED_KEEP_SAMPLES 4.0f       /* ... as much as 4 samples at most */
+#define PRED_KEEP_SAMPLES 2.0f       /* ... as much as 2 samples at most */
 #define PRED_SHIFT_QUIET 64          /* events before it may fire again */
 #define PRED_FOLD 8                  /* samples between plan updates ... */
 #define PRED_FOLD_MAX 64             /* ... up to this while nothing changes */
@@ -165,6 +165,9 @@ typedef struct PredPhase {
     unsigned trial_left;             /* events left in the settling step */
     unsigned trial_n;                /* events measured in this arm */
     unsigned trial_late;             /* of them, seen after blocking */
+    float trial_dev;                 /* the change detector's difference
+                                      * over the spinning arm (its waits
+                                      * stay out of dev) */
     int64_t trial_t0_ns, trial_cpu0_ns;   /* this step's start (0: at the
                                            * next event) */
     double trial_cost, trial_rate;   /* the first arm's cost per event
@@ -258,6 +261,15 @@ static void pred_forget_to(PredPhase *ph, float keep)
                               MAX(ph->total, ph->weight)));
 }
 
+/* The workload changed (to longer waits if `longer`): forget the past. */
+static void pred_shift(PredPhase *ph, bool longer)
+{
+    ph->shift_longer = longer;
+    pred_forget_to(ph, PRED_SHIFT_KEEP);
+    ph->dev = 0;
+    ph->since_shift = 0;
+}
+
 /*
  * The change detector.  The histogram remembers ~64 samples, which keeps
  * the plan steady, but a new workload would take that long to show.  So
@@ -288,10 +300,7 @@ static bool pred_detect_change(PredPhase *ph, int64_t t)
         return false;
     }
     if (ph->dev > PRED_SHIFT_DEV || ph->dev < -PRED_SHIFT_DEV) {
-        ph->shift_longer = ph->dev < 0;
-        pred_forget_to(ph, PRED_SHIFT_KEEP);
-        ph->dev = 0;
-        ph->since_shift = 0;
+        pred_shift(ph, ph->dev < 0);
         return true;
     }
     return false;
@@ -614,7 +623,8 @@ static bool pred_plan_stale(const AioPollState *st, const PredSource *ps)
  * loop does, and its histogram already says what spinning gains.  It is
  * kept while it costs less than not spinning at all and brings events
  * 1.25 times as fast.  Trials back off from 0.1 s to 16 s while their
- * outcome stays the same.
+ * outcome stays the same.  A workload that changes under a trial ends
+ * it: the change detector watches the arms' waits too.
  */
 
 /* Whether a trial runs the phase in the mode it is not in. */
@@ -655,6 +665,32 @@ static void pred_trial_step(PredPhase *ph, PredTrialStep step, unsigned events)
     ph->trial_n = 0;
     ph->trial_late = 0;
     ph->trial_t0_ns = 0;
+    if (step == PRED_TRIAL_SETTLE) {
+        ph->trial_dev = ph->dev;
+    }
+}
+
+/*
+ * A wait of the arm that spins the whole window for a phase not in spin
+ * mode.  It stays out of the histogram (it is the other mode's), but a
+ * workload that went away must not wait for the trial's end to be seen:
+ * the change detector's running difference goes on over the arm, and
+ * fires on longer waits only.  Spinning can make waits look shorter than
+ * the model expects (a reactive producer, waits no longer seen after a
+ * wake-up), never longer.  True if it fired.  (In a load step on this
+ * VM, a trial that began at the end of a QD1 phase and spun on into the
+ * next phase's 10k IOPS kept the detector blind for its ~70 events: the
+ * window settled 104 events in.)
+ */
+static bool pred_trial_saw_longer(PredPhase *ph, int64_t t)
+{
+    float seen = t < ph->short_ns ? 1.0f : 0.0f;
+
+    if (ph->short_ns <= 0) {
+        return false;
+    }
+    ph->trial_dev += (seen - ph->q_short - ph->trial_dev) / PRED_SHIFT_SPAN;
+    return ph->trial_dev < -PRED_SHIFT_DEV;
 }
 
 static void pred_trial_start(PredPhase *ph, int64_t now)
@@ -668,13 +704,16 @@ static void pred_trial_start(PredPhase *ph, int64_t now)
 
 /*
  * The trial is over: spin mode is now `spin`.  The next one comes soon
- * after a change (of mode, or of the histogram that made the call close),
- * later and later while the outcome stays the same.
+ * after a change (of mode, or of the histogram that made the call close)
+ * and after a vote to adopt that this trial did not confirm: the two
+ * disagreed, so it is measured again soon.  (Backing off there -- trials
+ * 0.1, 0.2, 0.4, 0.8 s apart -- can let a 1.5 s run end before two in a
+ * row agree.)  Later and later while the outcome stays the same.
  */
 static void pred_trial_end(PredPhase *ph, bool spin, int64_t now)
 {
     if (spin != ph->spin_mode || (!spin && !ph->close && !ph->partial) ||
-        !ph->trial_backoff_ns) {
+        !ph->trial_backoff_ns || ph->trial_vote_ns) {
         ph->trial_backoff_ns = PRED_TRIAL_FIRST_NS;
     } else {
         ph->trial_backoff_ns = MIN(ph->trial_backoff_ns * 2,
@@ -856,8 +895,8 @@ static AioPollAdjustment pred_learn(AioPollState *st, AioPollSource *src,
     AioPollAdjustment adj = AIO_POLL_KEPT;
     PredSource *ps;
     PredPhase *ph;
-    int64_t seen;
-    bool shifted, trial_ended, fold_due, stale;
+    int64_t seen, t;
+    bool shifted = false, trial_ended, fold_due, stale;
 
     if (!src->ev) {
         return AIO_POLL_KEPT;
@@ -881,10 +920,20 @@ static AioPollAdjustment pred_learn(AioPollState *st, AioPollSource *src,
         seen = MAX(turn->block_start_ns, seen - st->costs.wake_late_ns / 2);
     }
     ph = &ps->ph[src->phase & 1];
+    t = MAX(seen - src->ref_ns, 0);
     /* The histogram holds the waits of the mode the phase is in, not of
      * the one a trial measures. */
-    shifted = !pred_trial_other(ph) &&
-              pred_record(ph, MAX(seen - src->ref_ns, 0), true, src->ev_ns);
+    if (!pred_trial_other(ph)) {
+        shifted = pred_record(ph, t, true, src->ev_ns);
+    } else if (!ph->spin_mode && pred_trial_saw_longer(ph, t)) {
+        /* The workload changed under the trial's spinning arm: end the
+         * trial and start the new workload's histogram from this wait. */
+        pred_shift(ph, true);
+        ph->trial = PRED_TRIAL_NONE;
+        ph->trial_next_ns = src->ev_ns + PRED_TRIAL_FIRST_NS;
+        pred_record(ph, t, true, src->ev_ns);
+        shifted = true;
+    }
     trial_ended = pred_trial_event(st, ps, ph, src, turn);
     if (shifted) {
         ph->trial_vote_ns = 0;

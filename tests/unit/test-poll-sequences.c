@@ -375,6 +375,46 @@ static void test_step(void)
     sim_free(&s);
 }
 
+/*
+ * A trial's spinning arm keeps its waits out of the histogram, but a
+ * workload that goes away under it is seen as soon as without a trial:
+ * a QD1 stream whose every eighth wait is 30 µs (the call is close, so a
+ * trial comes), then, 20 events into the trial's arm that spins the whole
+ * window, an open loop at 10k IOPS.  (Seen only once the arm ended, the
+ * window settled 96 events in here; 104 where a change kept 4 samples of
+ * the past instead of 2.)
+ */
+static void test_trial_sees_the_step(void)
+{
+    GRand *r = g_rand_new_with_seed(5);
+    unsigned i = 0, arm = 0;
+    int64_t end;
+    int settled;
+    Sim s;
+
+    sim_init(&s, &aio_poll_policy_predictive, AIO_POLL_MAX_NS_DEFAULT);
+    for (end = s.now + 300 * 1000 * US; s.now < end && arm < 20;) {
+        int64_t plan = sim_event(&s, ++i % 8 == 0 ? 30 * US : 1 * US);
+
+        /* The arm spins the whole window from each interval's start. */
+        arm = plan >= AIO_POLL_MAX_NS_DEFAULT - SIM_GAP_NS ? arm + 1 : 0;
+    }
+    g_assert_cmpuint(arm, ==, 20);
+    /* The window (what query-iothreads shows), not the plan: the ledger
+     * stops spins that keep missing sooner. */
+    for (int n = 0, zero = 0; zero < 50; n++) {
+        sim_event(&s, exp_wait(r, 100 * US));
+        zero = s.src.window_ns == 0 ? zero + 1 : 0;
+        settled = n + 1 - zero;
+        g_assert_cmpint(n, <, 1000);
+    }
+    g_test_message("in the trial's spinning arm %.1f ms in; the step "
+                   "settled after %d events", (s.now - 1e9) / 1e6, settled);
+    g_assert_cmpint(settled, <=, 100);
+    g_rand_free(r);
+    sim_free(&s);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Idle: a source that stops sends the loop to sleep at once.               */
 
@@ -602,6 +642,36 @@ static void test_trial_adoption_needs_two(void)
     g_assert_false(reactive);
     g_assert_cmpint(adopted, ==, 0);
     g_assert_cmpint(s.src.window_ns, ==, 0);
+    sim_free(&s);
+}
+
+/*
+ * Votes that the next trial does not confirm keep the trials coming every
+ * 0.1 s instead of backing off: a producer that answers fast while spun
+ * for in every other trial (the host switching phases) is measured again
+ * soon.  Over 1 s: an arm that spins the whole window every ~50 ms (with
+ * the backoff doubling, 0.1, 0.2, 0.4 s apart: 8 arms).
+ */
+static void test_trial_split_votes_retry(void)
+{
+    bool spinning = false;
+    unsigned arms = 0;
+    int64_t end;
+    Sim s;
+
+    sim_init(&s, &aio_poll_policy_predictive, AIO_POLL_MAX_NS_DEFAULT);
+    for (end = s.now + 1000 * 1000 * US; s.now < end;) {
+        /* Reactive during the odd-numbered arms only. */
+        int64_t plan = sim_event(&s, arms % 2 == 1 && spinning ?
+                                     1 * US : 22 * US);
+        bool arm = plan >= AIO_POLL_MAX_NS_DEFAULT - SIM_GAP_NS;
+
+        arms += arm && !spinning;
+        spinning = arm;
+        g_assert_cmpint(s.src.window_ns, ==, 0);    /* never adopted */
+    }
+    g_test_message("split votes: %u spinning arms in 1 s", arms);
+    g_assert_cmpuint(arms, >=, 14);
     sim_free(&s);
 }
 
@@ -858,6 +928,9 @@ static const TestCase tests[] = {
     { "/poll-sequences/trial-backs-off", test_trial_backs_off },
     { "/poll-sequences/trial-adoption-needs-two",
       test_trial_adoption_needs_two },
+    { "/poll-sequences/trial-sees-the-step", test_trial_sees_the_step },
+    { "/poll-sequences/trial-split-votes-retry",
+      test_trial_split_votes_retry },
     { "/poll-sequences/spin-mode-ends-on-longer-waits",
       test_spin_mode_ends_on_longer_waits },
     { "/poll-sequences/long-first-window-not-kept",
