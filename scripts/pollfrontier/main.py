@@ -679,8 +679,12 @@ class Session:
             say(f"  the machine changed during the load step (cache-line round trip "
                 f"{phase.level(probes['before']):.0f} -> "
                 f"{phase.level(probes['after']):.0f} ns): again")
+            # Kept with its samples and its verdict, which does not count:
+            # a reader can still see what that attempt showed.
             earlier.append({"probe": probes, "attempts": attempts,
-                            "result": result})
+                            "result": result, "samples": samples,
+                            "analysis": _load_step_analysis(result, attempts,
+                                                            samples)})
         rec = {"iothread": iot, "handler": handler, "policy": cfg.policy,
                "poll_max_ns": cfg.max_ns, "phases_asked": phases, "command": cmd,
                "attempts": attempts, "ok": result is not None, "result": result,
@@ -688,12 +692,7 @@ class Session:
                "samples": samples, "probe": probes,
                "repeated_after_machine_change": earlier}
         self.load_step = rec
-        if result is None or not result.get("phases"):
-            rec["analysis"] = {"phases": [], "status": vd.NA,
-                               "detail": "spindle-bench failed: "
-                                         f"{attempts[-1]['error']}"}
-        else:
-            rec["analysis"] = ls.analyze(result["phases"], samples)
+        rec["analysis"] = _load_step_analysis(result, attempts, samples)
         say("\n".join(format_load_step(rec)))
 
     def _load_step_once(self, cmd, phases, iot, handler):
@@ -833,6 +832,14 @@ def format_idle63(rec):
     return lines
 
 
+def _load_step_analysis(result, attempts, samples):
+    """The load step's verdict from one attempt's report and samples."""
+    if result is None or not result.get("phases"):
+        return {"phases": [], "status": vd.NA,
+                "detail": f"spindle-bench failed: {attempts[-1]['error']}"}
+    return ls.analyze(result["phases"], samples)
+
+
 def format_load_step(rec):
     a = rec["analysis"]
     n = len(rec["samples"])
@@ -843,7 +850,10 @@ def format_load_step(rec):
     again = len(rec.get("repeated_after_machine_change") or [])
     if again:
         lines.insert(1, f"  (run {again + 1} times: the machine changed during the "
-                        f"first {again})")
+                        f"first {again}, whose verdicts do not count: "
+                        + ", ".join(e.get("analysis", {}).get("status", "?")
+                                    for e in rec["repeated_after_machine_change"])
+                        + ")")
     for i, r in enumerate(a["phases"]):
         if not r["loaded"]:
             window = "-" if r["window_ns"] is None else str(r["window_ns"])

@@ -125,31 +125,44 @@ import json, os
 state = os.environ["FAKE_PROBE_STATE"]
 n = int(open(state).read()) if os.path.exists(state) else 0
 open(state, "w").write(str(n + 1))
-level = 50.0 if n < 3 else 400.0
+level = 50.0 if n < int(os.environ["FAKE_PROBE_SWITCH"]) else 400.0
 print(json.dumps({"cacheline_rt_min_ns": level, "wakeup_rt_p10_us": 30.0}))
 """
 
 
-def test_machine_change_repeats_runs(binary, build_dir, tmp_path):
-    """A probe that goes from 50 to 400 ns at its 4th call (the second run's
-    "after"): the first two runs are repeated once, after the cell, and only
-    the repeats count in the medians."""
+def fake_probe(binary, build_dir, tmp_path, switch):
+    """The made-up probe (400 ns from its call number `switch` + 1 on), and
+    the environment that runs poll-frontier with it."""
     binary("spindle")
     binary("tools/bench/spindle-bench")
     skip_without_two_cpus("poll-frontier")
     probe = tmp_path / "probe"
     probe.write_text(FAKE_PROBE)
     probe.chmod(0o755)
-    out = tmp_path / "results"
     env = dict(os.environ, SPINDLE_BUILD=str(build_dir),
-               FAKE_PROBE_STATE=str(tmp_path / "calls"))
-    proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--skip-deps", "--skip-build",
-         "--services", "0", "--loads", "qd1", "--windows", "0,8",
-         "--policies", "predictive", "--repeats", "2", "--runtime", "0.1",
-         "--ramp", "0.05", "--no-idle63", "--no-load-step", "--idle-seconds", "0",
+               FAKE_PROBE_STATE=str(tmp_path / "calls"),
+               FAKE_PROBE_SWITCH=str(switch))
+    return probe, env
+
+
+def run_with_probe(probe, env, out, *args):
+    """poll-frontier on the made-up probe, without plots."""
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), "--skip-deps", "--skip-build", *args,
          "--no-plots", "--cpuprobe", str(probe), "--out", str(out)],
         capture_output=True, text=True, timeout=120, env=env)
+
+
+def test_machine_change_repeats_runs(binary, build_dir, tmp_path):
+    """A probe that goes from 50 to 400 ns at its 4th call (the second run's
+    "after"): the first two runs are repeated once, after the cell, and only
+    the repeats count in the medians."""
+    probe, env = fake_probe(binary, build_dir, tmp_path, 3)
+    out = tmp_path / "results"
+    proc = run_with_probe(
+        probe, env, out, "--services", "0", "--loads", "qd1", "--windows", "0,8",
+        "--policies", "predictive", "--repeats", "2", "--runtime", "0.1",
+        "--ramp", "0.05", "--no-idle63", "--no-load-step", "--idle-seconds", "0")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "2 of 6 runs again, pass 1" in proc.stdout, proc.stdout
     assert "2 runs repeated in 1 pass because the machine changed" in proc.stdout
@@ -168,18 +181,47 @@ def test_machine_change_repeats_runs(binary, build_dir, tmp_path):
         assert results["cell_summaries"]["0/QD1"][cfg]["runs"] == 2
     # The same with --phase-passes 0: probes recorded, nothing repeated.
     (tmp_path / "calls").unlink()
-    proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--skip-deps", "--skip-build",
-         "--services", "0", "--loads", "qd1", "--windows", "0",
-         "--policies", "predictive", "--repeats", "2", "--runtime", "0.1",
-         "--ramp", "0.05", "--no-idle63", "--no-load-step", "--idle-seconds", "0",
-         "--no-plots", "--cpuprobe", str(probe), "--phase-passes", "0",
-         "--out", str(out)], capture_output=True, text=True, timeout=120, env=env)
+    proc = run_with_probe(
+        probe, env, out, "--services", "0", "--loads", "qd1", "--windows", "0",
+        "--policies", "predictive", "--repeats", "2", "--runtime", "0.1",
+        "--ramp", "0.05", "--no-idle63", "--no-load-step", "--idle-seconds", "0",
+        "--phase-passes", "0")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     results = json.loads((out / "results.json").read_text())
     assert len(results["runs"]) == 4
     assert "kept from another phase" in proc.stdout, proc.stdout
     assert results["cell_phases"]["0/QD1"]["kept_off_phase"] == 2
+
+
+def test_machine_change_repeats_load_step(binary, build_dir, tmp_path):
+    """A probe that goes from 50 to 400 ns at its 7th call: the load step's
+    "after" (calls: 1 at the start, 2 around each of the cell's 2 runs, then
+    the load step's two).  The step runs again; the first attempt is kept,
+    with its samples and a verdict that does not count."""
+    probe, env = fake_probe(binary, build_dir, tmp_path, 6)
+    out = tmp_path / "results"
+    proc = run_with_probe(
+        probe, env, out, "--services", "0", "--loads", "qd1", "--windows", "0",
+        "--policies", "predictive", "--repeats", "1", "--runtime", "0.1",
+        "--ramp", "0.05", "--no-idle63", "--idle-seconds", "0",
+        "--load-step-seconds", "0.2")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "the machine changed during the load step (cache-line round trip " \
+           "50 -> 400 ns): again" in proc.stdout, proc.stdout
+    results = json.loads((out / "results.json").read_text())
+    step = results["load_step"]
+    earlier = step["repeated_after_machine_change"]
+    assert len(earlier) == 1
+    assert [earlier[0]["probe"][w]["cacheline_rt_min_ns"]
+            for w in ("before", "after")] == [50.0, 400.0]
+    assert [step["probe"][w]["cacheline_rt_min_ns"]
+            for w in ("before", "after")] == [400.0, 400.0]
+    assert len(earlier[0]["samples"]) > 50
+    assert earlier[0]["analysis"]["status"] in ("pass", "MISS")
+    assert len(earlier[0]["analysis"]["phases"]) == 4
+    assert ("(run 2 times: the machine changed during the first 1, whose "
+            f"verdicts do not count: {earlier[0]['analysis']['status']})") \
+        in (out / "table.txt").read_text()
 
 
 def test_file_cells(binary, build_dir, tmp_path):
