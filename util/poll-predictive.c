@@ -287,14 +287,24 @@ static void pred_shift(PredPhase *ph, bool longer)
  * what the policy does (it answers faster while we spin) must not make
  * the plan swing at the detector's pace.  True if it fired.
  */
-static bool pred_detect_change(PredPhase *ph, int64_t t)
+/* One wait into a running difference (seen - expected short waits);
+ * false while no plan says what to expect. */
+static bool pred_dev_add(const PredPhase *ph, float *dev, int64_t t)
 {
     float seen = t < ph->short_ns ? 1.0f : 0.0f;
 
     if (ph->short_ns <= 0) {
         return false;
     }
-    ph->dev += (seen - ph->q_short - ph->dev) / PRED_SHIFT_SPAN;
+    *dev += (seen - ph->q_short - *dev) / PRED_SHIFT_SPAN;
+    return true;
+}
+
+static bool pred_detect_change(PredPhase *ph, int64_t t)
+{
+    if (!pred_dev_add(ph, &ph->dev, t)) {
+        return false;
+    }
     if (ph->since_shift < PRED_SHIFT_QUIET) {
         ph->since_shift++;
         return false;
@@ -623,8 +633,8 @@ static bool pred_plan_stale(const AioPollState *st, const PredSource *ps)
  * loop does, and its histogram already says what spinning gains.  It is
  * kept while it costs less than not spinning at all and brings events
  * 1.25 times as fast.  Trials back off from 0.1 s to 16 s while their
- * outcome stays the same.  A workload that changes under a trial ends
- * it: the change detector watches the arms' waits too.
+ * outcome stays the same.  A workload that goes away under a trial ends
+ * it: the change detector watches the spinning arm's waits too.
  */
 
 /* Whether a trial runs the phase in the mode it is not in. */
@@ -684,13 +694,8 @@ static void pred_trial_step(PredPhase *ph, PredTrialStep step, unsigned events)
  */
 static bool pred_trial_saw_longer(PredPhase *ph, int64_t t)
 {
-    float seen = t < ph->short_ns ? 1.0f : 0.0f;
-
-    if (ph->short_ns <= 0) {
-        return false;
-    }
-    ph->trial_dev += (seen - ph->q_short - ph->trial_dev) / PRED_SHIFT_SPAN;
-    return ph->trial_dev < -PRED_SHIFT_DEV;
+    return pred_dev_add(ph, &ph->trial_dev, t) &&
+           ph->trial_dev < -PRED_SHIFT_DEV;
 }
 
 static void pred_trial_start(PredPhase *ph, int64_t now)

@@ -851,7 +851,7 @@ def format_load_step(rec):
     if again:
         lines.insert(1, f"  (run {again + 1} times: the machine changed during the "
                         f"first {again}, whose verdicts do not count: "
-                        + ", ".join(e.get("analysis", {}).get("status", "?")
+                        + ", ".join(e["analysis"]["status"]
                                     for e in rec["repeated_after_machine_change"])
                         + ")")
     for i, r in enumerate(a["phases"]):
