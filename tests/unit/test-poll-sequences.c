@@ -410,7 +410,8 @@ static void test_trial_sees_the_step(void)
     }
     g_test_message("in the trial's spinning arm %.1f ms in; the step "
                    "settled after %d events", (s.now - 1e9) / 1e6, settled);
-    g_assert_cmpint(settled, <=, 100);
+    /* As without a trial (~50); the load step allows 100. */
+    g_assert_cmpint(settled, <=, 75);
     g_rand_free(r);
     sim_free(&s);
 }
